@@ -1,0 +1,67 @@
+#pragma once
+// The reference decoder's interface. `forward` runs a block of tokens at the next positions
+// (a whole prompt in one pass, or one token while decoding), appends their K/V to the cache, and
+// lets an observer see each layer right after that layer's attention, which is when eviction may
+// act (CAKE's cascading evicts earlier layers while later ones are still to come).
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/decode/kv_cache.h"
+#include "core/model/model.h"
+
+namespace kvevict {
+
+// What an observer asks the decoder to record during a forward pass.
+struct ObservationRequest {
+  int window = 0;                      // keep the post-RoPE queries of the last `window` tokens of the block
+  bool accumulated_attention = false;  // column sums of the causal attention of every query of the block
+};
+
+struct LayerSignals {
+  int layer = 0;
+  int first_position = 0;  // position of the block's first token
+  int n_tokens = 0;        // tokens in the block
+  // Post-RoPE queries of the last `window` tokens of the block, [window][n_heads][head_dim];
+  // window = min(request.window, n_tokens). Empty if not requested.
+  std::span<const float> window_queries;
+  int window = 0;
+  // accumulated_attention[h][t]: sum over the block's queries of the attention probability that
+  // query head h gave cache entry t of KV head h / G (cache order, the block's own entries included).
+  // Empty if not requested. For a one-token block this is the current query's attention.
+  const std::vector<std::vector<float>>* accumulated_attention = nullptr;
+};
+
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual ObservationRequest request() const = 0;
+  // Called after layer `signals.layer` has attended and written its K/V; may evict from any layer <= it.
+  virtual void after_layer(const LayerSignals& signals, KVCache& cache) = 0;
+  // Called once at the end of the block, after the logits are computed.
+  virtual void after_forward(int n_tokens, KVCache& cache) { (void)n_tokens; (void)cache; }
+};
+
+struct DecoderOptions {
+  int threads = 0;  // 0: OpenMP/BLAS default
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Runs `tokens` at positions position() .. position()+n-1. Returns the logits of the last token.
+  // If `all_logits` is given it receives [n][vocab] logits, one row per token (teacher forcing).
+  virtual const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer = nullptr,
+                                            std::vector<float>* all_logits = nullptr) = 0;
+  virtual KVCache& cache() = 0;
+  virtual int position() const = 0;   // next position (tokens processed so far; not the cache length)
+  virtual void set_position(int position) = 0;  // used when restoring a cache snapshot
+  virtual void reset() = 0;           // empty cache, position 0
+  virtual std::string device_name() const = 0;
+  virtual const Model& model() const = 0;
+};
+
+std::unique_ptr<Decoder> make_cpu_decoder(const Model& model, const DecoderOptions& options = {});
+
+}  // namespace kvevict

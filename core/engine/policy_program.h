@@ -1,0 +1,103 @@
+#pragma once
+// The contract between a compiled policy (dsl/ builds one from a policy file; tests may write one
+// by hand) and the eviction engine (core/engine). A policy supplies numbers: per-token scores and
+// per-layer weights. The engine owns every shared mechanism: integer budgets that add up exactly,
+// cascading re-allocation, protected sets, top-k and seeded sampling, compaction, the codebook.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvevict {
+
+// When the policy runs.
+struct PolicyRun {
+  bool at_prefill = true;   // once the prompt is in the cache, layer by layer
+  bool cascading = false;   // CAKE: after each layer, re-split the budget over layers seen so far and shrink them all
+  int decode_every = 0;     // 0: never while decoding; N: every N decode steps
+  int decode_slack = 0;     // while decoding, evict only once a head holds more than budget + slack
+};
+
+// Tokens that are never candidates for eviction; they count inside the budget.
+struct PolicyProtect {
+  int first = 0;   // the first n positions (attention sinks)
+  int recent = 0;  // the last n cached tokens
+};
+
+struct PolicySelect {
+  // Share of the free (non-protected) budget drawn at random without replacement from
+  // softmax(score / temperature) over the tokens top-k did not take (NACL). 0 disables sampling.
+  double random_share = 0.0;
+  double temperature = 1.0;
+  // "kv_head": each KV head keeps its own top-k with its own budget.
+  // "layer": Ada-KV; the top (n_kv_heads * budget) scores over all heads of the layer decide each
+  // head's budget, floored at floor_alpha * budget.
+  std::string scope = "kv_head";
+  double floor_alpha = 0.0;
+  // Order of survivors in the cache: "positional" (ascending original position) or "score".
+  std::string kept_order = "positional";
+};
+
+// SpindleKV's codebook stage: merge near-duplicate pre-RoPE keys / values per (layer, KV head).
+struct PolicyMerge {
+  bool enabled = false;
+  double theta_key = 0.98;
+  double theta_value = 0.95;
+};
+
+struct PolicyDescription {
+  std::string name;
+  std::string about;
+  std::string source;                 // policy file path
+  int window = 0;                     // observation window W (queries whose attention scores tokens); 0: none
+  bool needs_accumulated_attention = false;  // attention summed over every query so far (H2O)
+  bool needs_current_attention = false;      // the newest query's attention (decode-time policies)
+  bool has_layer_weight = false;      // false: uniform budgets across layers
+  bool has_decode_score = false;      // a separate indicator used while decoding
+  PolicyRun run;
+  PolicyProtect protect;
+  PolicySelect select;
+  PolicyMerge merge;
+  std::map<std::string, std::string> params;  // resolved parameter values, for the results store
+};
+
+// What the score program of one (layer, KV head) may read. Arrays run over the head's cache
+// entries t = 0..T-1 in cache order; `group` is the number of query heads G of this KV head.
+// A pointer is null when the description did not ask for that signal.
+struct ScoreInputs {
+  int layer = 0, kv_head = 0;
+  int n_layers = 0, n_kv_heads = 0, group = 1, head_dim = 0;
+  int T = 0;                  // cache length of this head
+  int prompt_len = 0;
+  int decode_step = 0;        // 0 during prefill
+  int W = 0;                  // rows of window_attention
+  const float* window_attention = nullptr;       // [G][W][T] softmax rows of the last W queries
+  const float* accumulated_attention = nullptr;  // [G][T]
+  const float* current_attention = nullptr;      // [G][T]
+  const float* key_norm = nullptr;               // [T]  L2 norm of each key
+  const float* value_norm = nullptr;             // [T]
+  const int32_t* position = nullptr;             // [T]  original positions
+  uint64_t seed = 0;                             // random(): counter-based on (seed, layer, kv_head, position)
+};
+
+// Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.
+struct LayerWeightInputs {
+  int layer = 0, n_layers = 0;
+  int prompt_len = 0;
+  double budget = 0;  // the average budget per (layer, KV head) in tokens, protected tokens included
+  std::vector<ScoreInputs> heads;  // one per KV head
+};
+
+class PolicyProgram {
+ public:
+  virtual ~PolicyProgram() = default;
+  virtual const PolicyDescription& description() const = 0;
+  // Writes one score per cache entry (higher = keep). `decoding` selects the decode indicator when
+  // the policy declares one.
+  virtual void score(const ScoreInputs& in, bool decoding, float* out) const = 0;
+  // Layer weight for the allocator (only called when description().has_layer_weight).
+  virtual double layer_weight(const LayerWeightInputs& in) const = 0;
+};
+
+}  // namespace kvevict

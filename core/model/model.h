@@ -1,0 +1,46 @@
+#pragma once
+// A loaded model: geometry, f32 weights, tokenizer and provenance. `load_model` accepts
+//   - a llama2.c legacy checkpoint (.bin) with tokenizer.bin next to it or given explicitly,
+//   - a GGUF v2/v3 file of the llama architecture (tokenizer from its metadata),
+//   - a Hugging Face folder: config.json + *.safetensors + tokenizer.json,
+//   - "synthetic:NAME[:seed]" (a named geometry with seeded random weights, for tests/benchmarks).
+// A malformed, truncated or hostile file raises ModelError naming the file and the problem.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/model/model_config.h"
+#include "core/model/weights.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace kvevict {
+
+struct ModelInfo {
+  std::string format;                         // "llama2c" | "gguf" | "safetensors" | "synthetic"
+  std::string path;                           // file or folder it came from
+  std::map<std::string, int64_t> tensor_types;  // stored tensor type -> number of tensors ("F32", "Q4_1", ...)
+  int64_t n_params = 0;                       // parameters in the stored tensors
+  std::string chat_template = "none";         // "chatml" when the model declares ChatML, else "none"
+};
+
+struct Model {
+  ModelConfig config;
+  Weights weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ModelInfo info;
+};
+
+struct LoadOptions {
+  std::string tokenizer_path;  // llama2.c: overrides tokenizer.bin next to the checkpoint
+};
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
+
+// Format-specific loaders, called by load_model after it sniffs the file.
+std::unique_ptr<Model> load_llama2c(const std::string& checkpoint, const std::string& tokenizer_path);
+std::unique_ptr<Model> load_gguf(const std::string& path);
+std::unique_ptr<Model> load_hf_folder(const std::string& dir);
+std::unique_ptr<Model> make_synthetic_model(const std::string& spec);  // "synthetic:NAME[:seed]"
+
+}  // namespace kvevict

@@ -1,0 +1,30 @@
+#pragma once
+// GPT-2 byte-level BPE (GGUF tokenizer.ggml.model = "gpt2", Hugging Face tokenizer.json "BPE"):
+// pre-tokenize with the declared pre-tokenizer, map bytes to printable code points with the GPT-2
+// byte-to-unicode table, apply merges by rank, look the results up in the vocabulary.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tokenizer/tokenizer.h"
+
+namespace kvevict {
+
+// Pre-tokenizers supported. "smollm": every digit is its own chunk, then the GPT-2 regex.
+enum class BpePreTokenizer { Gpt2, SmolLM, Llama3, Qwen2 };
+
+struct BpeVocab {
+  std::vector<std::string> tokens;                          // byte-level (GPT-2 unicode) strings
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  std::vector<int> special_ids;                             // ids matched verbatim when parse_special
+  BpePreTokenizer pre = BpePreTokenizer::Gpt2;
+  int bos_id = -1;
+  int eos_id = -1;
+  std::vector<int> extra_stop_ids;                          // e.g. <|im_end|>
+  std::string source;                                       // file name for error messages
+};
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeVocab vocab);
+
+}  // namespace kvevict
