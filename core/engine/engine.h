@@ -1,0 +1,82 @@
+#pragma once
+// The eviction engine: applies a PolicyProgram to a KVCache at the moments the policy declares.
+// It is a ForwardObserver: attached to the decoder's first forward call (the prompt) it evicts after
+// prefill (layer by layer with cascading, or once after the last layer); attached to later
+// one-token calls it applies the decode-time triggers. For sweeps, a PrefillRecorder captures the
+// signals of one full-cache prefill and `apply_after_prefill` replays the decision on a restored copy.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decode/decoder.h"
+#include "core/engine/budget.h"
+#include "core/engine/policy_program.h"
+
+namespace kvevict {
+
+struct EngineOptions {
+  Budget budget;
+  uint64_t seed = 0;
+};
+
+struct HeadReport {
+  int budget = 0;  // tokens this (layer, KV head) was allowed
+  int kept = 0;    // tokens it holds after the application
+  std::vector<int32_t> kept_positions;  // original positions, ascending
+};
+
+struct EvictionReport {
+  std::string policy;
+  std::string budget;
+  int prompt_len = 0;
+  std::vector<std::vector<HeadReport>> layers;  // [layer][kv_head]
+  size_t bytes_full = 0;  // cache bytes before the first application
+  size_t bytes_kept = 0;  // cache bytes after the latest application
+  size_t peak_bytes = 0;  // largest cache size seen during prefill
+  double seconds = 0;     // time spent inside the engine
+};
+
+// Records what the policies of a sweep need from one full-cache prefill.
+class PrefillRecorder : public ForwardObserver {
+ public:
+  PrefillRecorder(int window, bool accumulated_attention);
+  ObservationRequest request() const override;
+  void after_layer(const LayerSignals& signals, KVCache& cache) override;
+
+  struct Layer {
+    int window = 0;
+    std::vector<float> window_queries;                      // [window][n_heads][head_dim]
+    std::vector<std::vector<float>> accumulated_attention;  // [n_heads][len]
+  };
+  const std::vector<Layer>& layers() const { return layers_; }
+  int first_position() const { return first_position_; }
+  int n_tokens() const { return n_tokens_; }
+
+ private:
+  ObservationRequest request_;
+  std::vector<Layer> layers_;
+  int first_position_ = 0;
+  int n_tokens_ = 0;
+};
+
+class EvictionEngine : public ForwardObserver {
+ public:
+  EvictionEngine(const PolicyProgram& policy, const ModelConfig& config, EngineOptions options);
+  ~EvictionEngine() override;
+
+  ObservationRequest request() const override;
+  void after_layer(const LayerSignals& signals, KVCache& cache) override;
+  void after_forward(int n_tokens, KVCache& cache) override;
+
+  // One-shot prefill eviction from recorded signals (the recorder's window must be >= the policy's).
+  void apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache);
+
+  const EvictionReport& report() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvevict
