@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/model/dequant.h"
 #include "core/util/error.h"
 #include "core/util/json_file.h"
 
@@ -22,33 +23,6 @@ size_t safetensors_dtype_size(const std::string& dtype) {
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
-
-float safetensors_f16_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {
-      // Subnormal half: value = mantissa * 2^-24; renormalise into a float.
-      int e = -1;
-      do {
-        ++e;
-        mantissa <<= 1;
-      } while ((mantissa & 0x400u) == 0);
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-  } else if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // infinity or NaN (payload kept)
-  } else {
-    bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-float safetensors_bf16_to_f32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -174,7 +148,7 @@ void safetensors_to_f32(const SafetensorsTensor& t, float* out) {
     for (uint64_t i = 0; i < t.n_elements; ++i) {
       uint16_t bits;
       std::memcpy(&bits, p + 2 * i, 2);
-      out[i] = is_bf16 ? safetensors_bf16_to_f32(bits) : safetensors_f16_to_f32(bits);
+      out[i] = is_bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
     }
   } else {
     throw ModelError(t.file, "tensor '" + t.name + "' has dtype " + t.dtype + "; supported: F32, F16, BF16");

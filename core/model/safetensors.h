@@ -34,10 +34,6 @@ struct SafetensorsTensor {
 // Bytes per element of a safetensors dtype name; 0 if the name is not a safetensors dtype.
 size_t safetensors_dtype_size(const std::string& dtype);
 
-// IEEE half and bfloat16 to float (exact; subnormals, infinities and NaN preserved).
-float safetensors_f16_to_f32(uint16_t bits);
-float safetensors_bf16_to_f32(uint16_t bits);
-
 // One mapped .safetensors file.
 class SafetensorsFile {
  public:

@@ -157,6 +157,26 @@ std::vector<int> config_token_ids(const std::string& file, const std::string& ke
   return ids;
 }
 
+// post_processor := TemplateProcessing{ "single": [{"SpecialToken": {"id": text}} | {"Sequence": ...}] }
+//                 | Sequence{ "processors": [post_processor...] } | other
+bool post_processor_adds(const json& node, const std::string& text) {
+  const std::string type = type_of(node);
+  if (type == "Sequence" && node.contains("processors") && node["processors"].is_array()) {
+    for (const auto& p : node["processors"]) {
+      if (post_processor_adds(p, text)) return true;
+    }
+    return false;
+  }
+  if (type != "TemplateProcessing" || !node.contains("single") || !node["single"].is_array()) return false;
+  for (const auto& piece : node["single"]) {
+    if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+        piece["SpecialToken"].value("id", json()) == text) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 HfTokenizerFiles find_hf_tokenizer_files(const std::string& dir) {
@@ -273,6 +293,14 @@ BpeVocab read_hf_bpe_vocab(const HfTokenizerFiles& files) {
   };
   vocab.bos_id = resolve("bos_token", "bos_token_id");
   vocab.eos_id = resolve("eos_token", "eos_token_id");
+  // Whether encode(add_bos=true) really adds BOS: tokenizer_config.json's add_bos_token, else
+  // whether tokenizer.json's post-processor inserts it (Llama 3 does; SmolLM2 and Qwen2 do not).
+  if (auto it = tokenizer_config.find("add_bos_token"); it != tokenizer_config.end() && it->is_boolean()) {
+    vocab.add_bos = it->get<bool>();
+  } else {
+    const json* post = top.find("post_processor");
+    vocab.add_bos = vocab.bos_id >= 0 && post && post_processor_adds(*post, vocab.tokens[vocab.bos_id]);
+  }
 
   std::vector<int> stops = config_token_ids(files.config_json, "eos_token_id", vocab.tokens.size());
   for (int id : config_token_ids(files.generation_config_json, "eos_token_id", vocab.tokens.size())) stops.push_back(id);

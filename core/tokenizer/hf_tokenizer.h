@@ -15,7 +15,8 @@
 // (bos_token / eos_token: a string, an {"content": ...} object, or null meaning none), else from
 // config.json (bos_token_id / eos_token_id). Extra stop ids: further eos_token_id entries of
 // config.json and generation_config.json, and <|im_end|>, <|eot_id|>, <|end_of_text|>,
-// <|endoftext|> when they are special tokens.
+// <|endoftext|> when they are special tokens. add_bos: tokenizer_config.json's add_bos_token, else
+// whether tokenizer.json's post_processor (TemplateProcessing) inserts the BOS token.
 #include <memory>
 #include <string>
 

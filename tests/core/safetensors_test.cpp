@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/model/dequant.h"
 #include "core/util/error.h"
 #include "safetensors_writer.h"
 
@@ -80,21 +81,22 @@ TEST_P(SafetensorsRoundTrip, RandomValuesRoundWithinTheFormatsPrecision) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, SafetensorsRoundTrip, ::testing::Values(StDtype::F32, StDtype::F16, StDtype::BF16),
                          [](const auto& info) { return std::string(test::st_dtype_name(info.param)); });
 
+// The converters come from core/model/dequant.h; checked here on the values safetensors relies on.
 TEST(Safetensors, HalfAndBfloatBitPatterns) {
-  EXPECT_EQ(safetensors_f16_to_f32(0x3c00), 1.0f);
-  EXPECT_EQ(safetensors_f16_to_f32(0xc000), -2.0f);
-  EXPECT_EQ(safetensors_f16_to_f32(0x7bff), 65504.0f);
-  EXPECT_EQ(safetensors_f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
-  EXPECT_EQ(safetensors_f16_to_f32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(safetensors_f16_to_f32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
-  EXPECT_EQ(safetensors_f16_to_f32(0x3555), (1.0f + 0x155 / 1024.0f) / 4.0f);
-  EXPECT_TRUE(std::signbit(safetensors_f16_to_f32(0x8000)));
-  EXPECT_EQ(safetensors_f16_to_f32(0xfc00), -std::numeric_limits<float>::infinity());
-  EXPECT_TRUE(std::isnan(safetensors_f16_to_f32(0x7e00)));
-  EXPECT_EQ(safetensors_bf16_to_f32(0x3f80), 1.0f);
-  EXPECT_EQ(safetensors_bf16_to_f32(0xc040), -3.0f);
-  EXPECT_EQ(safetensors_bf16_to_f32(0x4049), 3.140625f);
-  EXPECT_TRUE(std::isnan(safetensors_bf16_to_f32(0x7fc0)));
+  EXPECT_EQ(fp16_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(fp16_to_float(0xc000), -2.0f);
+  EXPECT_EQ(fp16_to_float(0x7bff), 65504.0f);
+  EXPECT_EQ(fp16_to_float(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(fp16_to_float(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(fp16_to_float(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(fp16_to_float(0x3555), (1.0f + 0x155 / 1024.0f) / 4.0f);
+  EXPECT_TRUE(std::signbit(fp16_to_float(0x8000)));
+  EXPECT_EQ(fp16_to_float(0xfc00), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(fp16_to_float(0x7e00)));
+  EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
+  EXPECT_EQ(bf16_to_float(0xc040), -3.0f);
+  EXPECT_EQ(bf16_to_float(0x4049), 3.140625f);
+  EXPECT_TRUE(std::isnan(bf16_to_float(0x7fc0)));
 }
 
 TEST(Safetensors, ReadingWithTheWrongShapeNamesTheTensor) {
