@@ -188,8 +188,8 @@ inline nlohmann::json hf_config_json(const ModelConfig& c) {
                       {"hidden_act", "silu"},
                       {"tie_word_embeddings", c.tied_embeddings},
                       {"torch_dtype", "float32"},
-                      {"bos_token_id", 1},
-                      {"eos_token_id", 2}};
+                      {"bos_token_id", 260},  // ids of the tiny tokenizer below
+                      {"eos_token_id", 261}};
   if (c.head_dim * c.n_heads != c.dim) j["head_dim"] = c.head_dim;
   if (c.rope_scaling.type != "none") {
     j["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
