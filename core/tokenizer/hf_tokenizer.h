@@ -8,8 +8,13 @@
 //   Sequence[Split{Llama-3 regex, Isolated}, ByteLevel{use_regex:false}]                -> Llama3
 //   Sequence[Split{Qwen2 regex, Isolated}, ByteLevel{use_regex:false}]                  -> Qwen2
 // The normalizer must be null, or NFC (accepted but not applied: it only changes text that is
-// not already NFC). SentencePiece-style tokenizer.json files (byte_fallback, Metaspace, the
-// Llama-2 Prepend/Replace normalizer) and every other kind raise ModelError("unsupported tokenizer").
+// not already NFC).
+//
+// Also supported: SentencePiece-style tokenizer.json (Llama 2, Mistral: model.type "BPE" with
+// byte_fallback, and a Metaspace pre-tokenizer or the Prepend/Replace U+2581 normalizer), mapped
+// to SpmVocab: each piece scores minus the rank of the best merge that yields it, so the score-
+// driven SentencePiece merge order equals the HF merge order. Every other kind raises
+// ModelError("unsupported tokenizer: ...").
 //
 // Special tokens: added_tokens with "special": true. BOS/EOS come from tokenizer_config.json
 // (bos_token / eos_token: a string, an {"content": ...} object, or null meaning none), else from
@@ -21,6 +26,7 @@
 #include <string>
 
 #include "core/tokenizer/bpe_tokenizer.h"
+#include "core/tokenizer/spm_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace kvevict {
@@ -40,7 +46,11 @@ HfTokenizerFiles find_hf_tokenizer_files(const std::string& dir);
 // holes in the id space, malformed merges, a BOS/EOS token that is not in the vocabulary.
 BpeVocab read_hf_bpe_vocab(const HfTokenizerFiles& files);
 
-// read_hf_bpe_vocab + make_bpe_tokenizer.
+// SentencePiece-style tokenizer.json -> SpmVocab (pieces keep U+2581; types: unk 2, special 3,
+// <0xNN> 6, else 1). Throws ModelError("unsupported tokenizer: ...") for other kinds.
+SpmVocab read_hf_spm_vocab(const HfTokenizerFiles& files);
+
+// Picks the kind from tokenizer.json, then read_hf_*_vocab + make_*_tokenizer.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const HfTokenizerFiles& files);
 
 // "chatml" when tokenizer_config.json's chat_template uses <|im_start|>, else "none".

@@ -212,5 +212,81 @@ TEST(HfTokenizer, BadBosEosNameTheirFile) {
   EXPECT_HAS(msg, "line 1:");
 }
 
+// ---- SentencePiece-style tokenizer.json (Llama 2) --------------------------------------------
+
+namespace spm {
+
+const std::string U = "\u2581";  // SentencePiece's space
+
+// <unk> <s> </s>, 256 byte pieces, then ▁ t h e ▁t he ▁the with merges (▁ t) (h e) (▁t he).
+json llama2_style_tokenizer(json pre_tokenizer = json(), json normalizer = json()) {
+  json vocab = json::object();
+  vocab["<unk>"] = 0;
+  vocab["<s>"] = 1;
+  vocab["</s>"] = 2;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  int id = 259;
+  for (const std::string& p : {U, std::string("t"), std::string("h"), std::string("e"), U + "t", std::string("he"), U + "the"}) {
+    vocab[p] = id++;
+  }
+  if (normalizer.is_null() && pre_tokenizer.is_null()) {
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers",
+                   {{{"type", "Prepend"}, {"prepend", U}},
+                    {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", U}}}}};
+  }
+  json added = json::array();
+  for (int i = 0; i < 3; ++i) {
+    added.push_back({{"id", i}, {"content", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>"}, {"special", true}});
+  }
+  return {{"added_tokens", added},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", pre_tokenizer},
+          {"model",
+           {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}, {"fuse_unk", true}, {"vocab", vocab},
+            {"merges", {U + " t", "h e", U + "t he"}}}}};
+}
+
+TEST(HfSpmTokenizer, Llama2StyleMapsToSpmVocab) {
+  auto files = write_tokenizer("spm_llama2", llama2_style_tokenizer(), {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  SpmVocab v = read_hf_spm_vocab(files);
+  ASSERT_EQ(v.pieces.size(), 266u);
+  EXPECT_EQ(v.pieces[265], U + "the");
+  EXPECT_EQ(v.bos_id, 1);
+  EXPECT_EQ(v.eos_id, 2);
+  EXPECT_EQ(v.unk_id, 0);
+  EXPECT_TRUE(v.add_dummy_prefix);
+  // Scores: minus the rank of the merge yielding the piece; unmerged pieces far below.
+  EXPECT_EQ(v.scores[263], 0.0f);
+  EXPECT_EQ(v.scores[264], -1.0f);
+  EXPECT_EQ(v.scores[265], -2.0f);
+  EXPECT_LT(v.scores[259], -1e8f);
+  EXPECT_EQ(v.types[0], 2);
+  EXPECT_EQ(v.types[1], 3);
+  EXPECT_EQ(v.types[3 + 'A'], 6);
+  EXPECT_EQ(v.types[262], 1);
+  EXPECT_EQ(v.source, files.tokenizer_json);
+  // The byte-level reader refuses it, naming the kind.
+  EXPECT_HAS(model_error([&] { read_hf_bpe_vocab(files); }), "SentencePiece-style");
+}
+
+TEST(HfSpmTokenizer, MetaspacePrependSchemeSetsTheDummyPrefix) {
+  json never = llama2_style_tokenizer({{"type", "Metaspace"}, {"replacement", U}, {"prepend_scheme", "never"}}, json());
+  EXPECT_FALSE(read_hf_spm_vocab(write_tokenizer("spm_never", never)).add_dummy_prefix);
+  json first = llama2_style_tokenizer({{"type", "Metaspace"}, {"replacement", U}, {"prepend_scheme", "first"}}, json());
+  EXPECT_TRUE(read_hf_spm_vocab(write_tokenizer("spm_first", first)).add_dummy_prefix);
+}
+
+TEST(HfSpmTokenizer, ByteLevelFileIsNotSentencePiece) {
+  auto files = write_tokenizer("spm_not", test::tiny_tokenizer_json());
+  EXPECT_HAS(model_error([&] { read_hf_spm_vocab(files); }), "unsupported tokenizer: not a SentencePiece-style");
+}
+
+}  // namespace spm
+
 }  // namespace
 }  // namespace kvevict
