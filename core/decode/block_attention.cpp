@@ -82,7 +82,9 @@ void block_attention(const KVCache& cache, const BlockAttentionArgs& a) {
   }
   const int tiles = (a.n + kQueryTile - 1) / kQueryTile;
   const int items = a.n_heads * tiles;
-  const int threads = std::max(1, std::min(omp_get_max_threads(), items));
+  // Small blocks (tiny models, short contexts) stay on the calling thread.
+  const double macs = 2.0 * a.n_heads * a.n * (cache.length(a.layer, 0)) * cache.head_dim();
+  const int threads = macs < (1 << 18) ? 1 : std::max(1, std::min(omp_get_max_threads(), items));
 
   // Per-thread column sums, reduced at the end, so tiles of one head can run on different threads.
   std::vector<std::vector<std::vector<float>>> partial;
@@ -93,10 +95,7 @@ void block_attention(const KVCache& cache, const BlockAttentionArgs& a) {
     }
   }
 
-  // BLAS runs single-threaded inside the parallel region (OpenBLAS's pthread build would otherwise
-  // start its own threads from every OpenMP thread).
-  const int saved_blas_threads = cpu::blas_threads();
-  if (threads > 1) cpu::set_blas_threads(1);
+  // BLAS is single-threaded (cpu::set_threads), so each OpenMP thread runs its own tile products.
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> scores;
@@ -110,7 +109,6 @@ void block_attention(const KVCache& cache, const BlockAttentionArgs& a) {
       attend_tile(cache, a, h, i0, i1, scores, a.column_sums ? partial[me][h].data() : nullptr);
     }
   }
-  if (threads > 1) cpu::set_blas_threads(saved_blas_threads);
 
   if (a.column_sums) {
     a.column_sums->assign(a.n_heads, {});

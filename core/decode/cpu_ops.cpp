@@ -3,20 +3,49 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvevict::cpu {
 
-void matmul(const float* x, int n, int in, const float* w, int out, float* y) {
+namespace {
+
+// Below this many multiply-adds a product runs on the calling thread: waking a team costs more.
+constexpr double kParallelMacs = 1 << 18;
+
+void matmul_slice(const float* x, int n, int in, const float* w, int out, int o0, int o1, float* y) {
+  if (o1 <= o0) return;
+  const float* ws = w + static_cast<size_t>(o0) * in;
   if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, ws, in, x, 1, 0.0f, y + o0, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in, ws, in, 0.0f, y + o0, out);
+  }
+}
+
+}  // namespace
+
+// BLAS itself runs single-threaded (see set_threads); the OpenMP team splits the output features,
+// so each thread streams its own rows of W once. One thread pool, not two competing ones.
+void matmul(const float* x, int n, int in, const float* w, int out, float* y) {
+  const double macs = static_cast<double>(n) * in * out;
+  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, out / 16));
+  if (threads == 1) {
+    matmul_slice(x, n, in, w, out, 0, out, y);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // Slices aligned to 16 outputs keep each thread's part of y on whole cache lines.
+    const int per = ((out + nt - 1) / nt + 15) / 16 * 16;
+    const int o0 = std::min(out, t * per), o1 = std::min(out, o0 + per);
+    matmul_slice(x, n, in, w, out, o0, o1, y);
   }
 }
 
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* y) {
-#pragma omp parallel for if (n > 16) schedule(static)
+#pragma omp parallel for if (static_cast<double>(n) * dim > kParallelMacs) schedule(static)
   for (int r = 0; r < n; ++r) {
     const float* xr = x + static_cast<size_t>(r) * dim;
     float* yr = y + static_cast<size_t>(r) * dim;
@@ -55,12 +84,9 @@ float dot(const float* a, const float* b, int n) {
 }
 
 void set_threads(int threads) {
-  if (threads <= 0) return;
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
-void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 
 }  // namespace kvevict::cpu

@@ -17,9 +17,8 @@ void add_inplace(float* y, const float* x, size_t count);
 void add_bias_rows(float* y, const float* bias, int n, int out);
 float dot(const float* a, const float* b, int n);
 
-// Sets the thread count of OpenMP and BLAS (0 keeps the defaults).
+// Sets the OpenMP thread count (0 keeps the default) and makes BLAS single-threaded: the kernels
+// here split work over OpenMP threads themselves.
 void set_threads(int threads);
-int blas_threads();
-void set_blas_threads(int threads);
 
 }  // namespace kvevict::cpu
