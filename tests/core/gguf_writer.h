@@ -165,6 +165,28 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
 };
 
+// The GPT-2 byte-level symbol of byte b, computed the straightforward way (independent of kvevict's table).
+inline std::string gpt2_byte_symbol(uint8_t b) {
+  uint32_t cp = b;
+  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+  if (!printable) {
+    uint32_t n = 0;
+    for (uint32_t x = 0; x < b; ++x) {
+      const bool p = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
+      if (!p) ++n;
+    }
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
 // A tiny llama model: geometry, storage type, and the exact f32 weights written.
 struct TinyLlama {
   int n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2, head_dim = 8, hidden_dim = 64, context = 128;
@@ -244,7 +266,7 @@ struct TinyLlama {
     tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     token_types = {3, 3, 3};
     for (int b = 0; b < 256; ++b) {
-      tokens.push_back(byte_symbol(static_cast<uint8_t>(b)));
+      tokens.push_back(gpt2_byte_symbol(static_cast<uint8_t>(b)));
       token_types.push_back(1);
     }
     merges = {"h e", "l l", "he ll", "Ġ w", "o r", "Ġw or", "hell o"};
@@ -252,27 +274,6 @@ struct TinyLlama {
       tokens.push_back(m.substr(0, m.find(' ')) + m.substr(m.find(' ') + 1));
       token_types.push_back(1);
     }
-  }
-  static std::string byte_symbol(uint8_t b) {
-    // GPT-2 byte -> code point, computed the straightforward way (independent of kvevict's table).
-    uint32_t cp = b;
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    if (!printable) {
-      uint32_t n = 0;
-      for (uint32_t x = 0; x < b; ++x) {
-        const bool p = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
-        if (!p) ++n;
-      }
-      cp = 256 + n;
-    }
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
   }
   void add(GgufWriter& w, std::mt19937& rng, const std::string& name, std::vector<uint64_t> dims, uint32_t type) {
     uint64_t n = 1;
