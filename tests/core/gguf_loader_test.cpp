@@ -9,7 +9,7 @@
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "gguf_writer.h"
-#include "test_models.h"
+#include "gguf_test_util.h"
 
 namespace kvevict {
 namespace {
@@ -36,7 +36,7 @@ TEST_P(TinyGgufLoad, ConfigAndWeights) {
   spec.weight_type = c.type;
   spec.write_key_length = c.key_length;
   spec.seed = static_cast<uint32_t>(c.n_heads * 31 + c.n_kv_heads);
-  const std::string path = test::temp_path(std::string("tiny_") + c.label + ".gguf");
+  const std::string path = test::temp_file_path(std::string("tiny_") + c.label + ".gguf");
   spec.writer().write(path);
 
   const auto m = load_gguf(path);
@@ -117,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.label); });
 
 std::string load_error(test::GgufWriter w, const std::string& label) {
-  const std::string path = test::temp_path(label + ".gguf");
+  const std::string path = test::temp_file_path(label + ".gguf");
   w.write(path);
   std::string msg;
   try {
@@ -155,7 +155,7 @@ TEST(GgufLoader, RejectsShapeMismatchWithConfig) {
   const size_t value_at = static_cast<size_t>(it - bytes.begin()) + key.size() + 4;
   ASSERT_EQ(bytes[value_at], 2);
   bytes[value_at] = 4;
-  const std::string path = test::temp_path("kvheads.gguf");
+  const std::string path = test::temp_file_path("kvheads.gguf");
   test::GgufWriter::write_bytes(path, bytes);
   try {
     load_gguf(path);
@@ -174,7 +174,7 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
   const std::string key = "llama.block_count";
   auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
   bytes[static_cast<size_t>(it - bytes.begin()) + key.size() + 4] = 3;
-  const std::string path = test::temp_path("layers.gguf");
+  const std::string path = test::temp_file_path("layers.gguf");
   test::GgufWriter::write_bytes(path, bytes);
   try {
     load_gguf(path);
@@ -189,7 +189,7 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
   const std::string pre = "smollm";
   auto p = std::search(b.begin(), b.end(), pre.begin(), pre.end());
   std::copy_n("qwerty", 6, p);
-  const std::string path2 = test::temp_path("pre.gguf");
+  const std::string path2 = test::temp_file_path("pre.gguf");
   test::GgufWriter::write_bytes(path2, b);
   try {
     load_gguf(path2);

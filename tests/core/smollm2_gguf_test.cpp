@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model/model.h"
-#include "test_models.h"
+#include "gguf_test_util.h"
 
 namespace kvevict {
 namespace {
@@ -12,7 +12,7 @@ namespace {
 class SmolLM2Gguf : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (test::smollm2_present()) model_ = load_gguf(test::smollm2_path()).release();
+    if (test::smollm2_gguf_present()) model_ = load_gguf(test::smollm2_gguf_path()).release();
   }
   static void TearDownTestSuite() {
     delete model_;
