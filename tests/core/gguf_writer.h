@@ -6,6 +6,7 @@
 // model file.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -194,11 +195,13 @@ struct TinyLlama {
   bool write_key_length = false;  // write llama.attention.key_length (needed when head_dim != dim / n_heads)
   uint32_t weight_type = 0;       // 0 F32, 1 F16, 8 Q8_0 for the matrices; norms are always F32
   uint32_t seed = 1;
+  bool spm_tokenizer = false;     // SentencePiece-style "llama" vocabulary instead of byte-level BPE
 
   // Byte-level vocabulary: specials, the 256 byte symbols, then the results of `merges`.
   std::vector<std::string> tokens;
   std::vector<std::string> merges;
   std::vector<int32_t> token_types;
+  std::vector<float> scores;  // SentencePiece vocabulary only
 
   // name -> values in GGUF order (ne[0] fastest), as written.
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
@@ -229,14 +232,22 @@ struct TinyLlama {
       w.add_u32("llama.attention.key_length", head_dim);
       w.add_u32("llama.attention.value_length", head_dim);
     }
-    w.add_string("tokenizer.ggml.model", "gpt2");
-    w.add_string("tokenizer.ggml.pre", "smollm");
-    w.add_string_array("tokenizer.ggml.tokens", tokens);
-    w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
-    w.add_string_array("tokenizer.ggml.merges", merges);
+    if (spm_tokenizer) {
+      w.add_string("tokenizer.ggml.model", "llama");
+      w.add_string_array("tokenizer.ggml.tokens", tokens);
+      w.add_array("tokenizer.ggml.scores", GgufWriter::F32, scores);
+      w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
+      w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+    } else {
+      w.add_string("tokenizer.ggml.model", "gpt2");
+      w.add_string("tokenizer.ggml.pre", "smollm");
+      w.add_string_array("tokenizer.ggml.tokens", tokens);
+      w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
+      w.add_string_array("tokenizer.ggml.merges", merges);
+      w.add_bool("tokenizer.ggml.add_bos_token", false);
+    }
     w.add_u32("tokenizer.ggml.bos_token_id", 1);
     w.add_u32("tokenizer.ggml.eos_token_id", 2);
-    w.add_bool("tokenizer.ggml.add_bos_token", false);
     w.add_string("tokenizer.chat_template", "{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}");
 
     std::mt19937 rng(seed);
@@ -263,6 +274,7 @@ struct TinyLlama {
 
  private:
   void build_vocab() {
+    if (spm_tokenizer) return build_spm_vocab();
     tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     token_types = {3, 3, 3};
     for (int b = 0; b < 256; ++b) {
@@ -273,6 +285,28 @@ struct TinyLlama {
     for (const std::string& m : merges) {
       tokens.push_back(m.substr(0, m.find(' ')) + m.substr(m.find(' ') + 1));
       token_types.push_back(1);
+    }
+  }
+  // <unk> <s> </s>, byte pieces <0x00>..<0xFF> (type 6), then pieces with U+2581 for spaces whose
+  // scores make "hello" and "world" (with their leading space) whole tokens.
+  void build_spm_vocab() {
+    tokens = {"<unk>", "<s>", "</s>"};
+    token_types = {2, 3, 3};
+    scores = {0, 0, 0};
+    char hex[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      tokens.push_back(hex);
+      token_types.push_back(6);
+      scores.push_back(0);
+    }
+    const std::string sp = "\xE2\x96\x81";
+    const std::vector<std::string> pieces = {sp, "h", "e", "l", "o", "w", "r", "d", "he", "ll", "hell", "hello",
+                                             sp + "hello", sp + "w", "or", sp + "wor", sp + "world"};
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      tokens.push_back(pieces[i]);
+      token_types.push_back(1);
+      scores.push_back(-static_cast<float>(i));  // earlier pieces merge first
     }
   }
   void add(GgufWriter& w, std::mt19937& rng, const std::string& name, std::vector<uint64_t> dims, uint32_t type) {
