@@ -1,4 +1,5 @@
 // load_gguf: a GGUF file of the llama architecture -> Model (config, f32 weights, tokenizer, info).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -17,6 +18,54 @@ int config_int(const GgufFile& f, const std::string& key, std::optional<int64_t>
   if (!v) f.fail("missing metadata " + key);
   if (*v <= 0 || *v > INT_MAX) f.fail("metadata " + key + " = " + std::to_string(*v) + " is out of range");
   return static_cast<int>(*v);
+}
+
+// Llama 3.1-style RoPE scaling: llama.cpp's converter stores it as per-frequency divisors
+// (rope_freqs.weight, head_dim/2 floats) rather than parameters. The divisors follow
+//   wavelength < orig/high: 1;  wavelength > orig/low: factor;  else 1 / ((1-s)/factor + s),
+//   s = (orig/wavelength - low) / (high - low)
+// Meta's released models use low = 1, high = 4, orig = 8192; the factor is the largest divisor.
+// The tensor is accepted only when it matches that formula, so the decoder's parametric "llama3"
+// scaling reproduces it exactly; anything else is refused.
+void read_llama3_scaling(const GgufFile& f, ModelConfig& c) {
+  const GgufTensorInfo& t = *f.find_tensor("rope_freqs.weight");
+  const uint64_t n = static_cast<uint64_t>(c.head_dim / 2);
+  if (t.type != static_cast<uint32_t>(GgmlType::F32) || t.n_elements != n) {
+    f.fail("rope_freqs.weight must be " + std::to_string(n) + " F32 values (head_dim / 2)");
+  }
+  std::vector<float> r(n);
+  dequantize(t.type, f.tensor_data(t), n, r.data(), f.path(), t.name);
+  float factor = 1.0f;
+  for (float v : r) {
+    if (!std::isfinite(v) || v <= 0.0f) f.fail("rope_freqs.weight holds a non-positive or non-finite factor");
+    factor = std::max(factor, v);
+  }
+  RopeScaling s;
+  s.type = "llama3";
+  s.factor = factor;
+  s.low_freq_factor = 1.0f;
+  s.high_freq_factor = 4.0f;
+  s.original_max_position = config_int(f, "llama.rope.scaling.original_context_length", 8192);
+  const double low_wavelength = s.original_max_position / s.low_freq_factor;
+  const double high_wavelength = s.original_max_position / s.high_freq_factor;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * static_cast<double>(i) / c.head_dim);
+    const double wavelength = 2.0 * M_PI / freq;
+    double expected = factor;
+    if (wavelength < high_wavelength) {
+      expected = 1.0;
+    } else if (wavelength <= low_wavelength) {
+      const double smooth = (s.original_max_position / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      expected = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    if (std::fabs(r[i] - expected) > 1e-3 * expected) {
+      f.fail("rope_freqs.weight[" + std::to_string(i) + "] = " + std::to_string(r[i]) +
+             " does not follow Llama 3.1 scaling (factor " + std::to_string(factor) + ", low 1, high 4, original context " +
+             std::to_string(s.original_max_position) + "; expected " + std::to_string(expected) +
+             "); other per-frequency RoPE factors are not supported");
+    }
+  }
+  if (factor > 1.0f) c.rope_scaling = s;
 }
 
 ModelConfig read_config(const GgufFile& f) {
@@ -55,9 +104,7 @@ ModelConfig read_config(const GgufFile& f) {
   } else if (scaling != "none") {
     f.fail("unsupported rope scaling type '" + scaling + "' (llama.rope.scaling.type; supported: none, linear)");
   }
-  if (f.find_tensor("rope_freqs.weight")) {
-    f.fail("per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style scaling) are not supported in GGUF files");
-  }
+  if (f.find_tensor("rope_freqs.weight")) read_llama3_scaling(f, c);
   return c;
 }
 

@@ -169,12 +169,11 @@ class BpeTokenizer : public Tokenizer {
         continue;
       }
       // Not in the vocabulary (a vocabulary without some merge result): fall back to single bytes.
+      // Bytes the vocabulary has no symbol for are dropped, as Hugging Face tokenizers and
+      // llama.cpp do (SmolLM2 has none for 0xC0, 0xC1, 0xF5-0xFF and a few control bytes).
       for (const Utf8Unit& u : decode_utf8(piece)) {
         auto byte_id = ids_.find(piece.substr(u.offset, u.length));
-        if (byte_id == ids_.end()) {
-          throw ModelError(v_.source, "the BPE vocabulary has no token for byte symbol '" + piece.substr(u.offset, u.length) + "'");
-        }
-        out.push_back(byte_id->second);
+        if (byte_id != ids_.end()) out.push_back(byte_id->second);
       }
     }
   }

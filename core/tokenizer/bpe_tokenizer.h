@@ -29,7 +29,8 @@ struct BpeVocab {
 
 // Throws ModelError(vocab.source, ...) when an id is out of range or the vocabulary is empty.
 // Special tokens (special_ids) are matched verbatim in encode only when parse_special is true and
-// decode to their text verbatim; every other token decodes through the byte table.
+// decode to their text verbatim; every other token decodes through the byte table. Input bytes
+// that the vocabulary has no byte symbol for are dropped (Hugging Face and llama.cpp do the same).
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeVocab vocab);
 
 }  // namespace kvevict

@@ -3,13 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/model/gguf_reader.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "gguf_writer.h"
-#include "test_models.h"
+#include "gguf_test_util.h"
 
 namespace kvevict {
 namespace {
@@ -36,7 +37,7 @@ TEST_P(TinyGgufLoad, ConfigAndWeights) {
   spec.weight_type = c.type;
   spec.write_key_length = c.key_length;
   spec.seed = static_cast<uint32_t>(c.n_heads * 31 + c.n_kv_heads);
-  const std::string path = test::temp_path(std::string("tiny_") + c.label + ".gguf");
+  const std::string path = test::temp_file_path(std::string("tiny_") + c.label + ".gguf");
   spec.writer().write(path);
 
   const auto m = load_gguf(path);
@@ -117,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.label); });
 
 std::string load_error(test::GgufWriter w, const std::string& label) {
-  const std::string path = test::temp_path(label + ".gguf");
+  const std::string path = test::temp_file_path(label + ".gguf");
   w.write(path);
   std::string msg;
   try {
@@ -155,7 +156,7 @@ TEST(GgufLoader, RejectsShapeMismatchWithConfig) {
   const size_t value_at = static_cast<size_t>(it - bytes.begin()) + key.size() + 4;
   ASSERT_EQ(bytes[value_at], 2);
   bytes[value_at] = 4;
-  const std::string path = test::temp_path("kvheads.gguf");
+  const std::string path = test::temp_file_path("kvheads.gguf");
   test::GgufWriter::write_bytes(path, bytes);
   try {
     load_gguf(path);
@@ -174,7 +175,7 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
   const std::string key = "llama.block_count";
   auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
   bytes[static_cast<size_t>(it - bytes.begin()) + key.size() + 4] = 3;
-  const std::string path = test::temp_path("layers.gguf");
+  const std::string path = test::temp_file_path("layers.gguf");
   test::GgufWriter::write_bytes(path, bytes);
   try {
     load_gguf(path);
@@ -189,7 +190,7 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
   const std::string pre = "smollm";
   auto p = std::search(b.begin(), b.end(), pre.begin(), pre.end());
   std::copy_n("qwerty", 6, p);
-  const std::string path2 = test::temp_path("pre.gguf");
+  const std::string path2 = test::temp_file_path("pre.gguf");
   test::GgufWriter::write_bytes(path2, b);
   try {
     load_gguf(path2);
@@ -198,6 +199,48 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
     EXPECT_NE(std::string(e.what()).find("qwerty"), std::string::npos) << e.what();
   }
   std::filesystem::remove(path2);
+}
+
+// rope_freqs.weight written the way llama.cpp's converter does for Llama 3.1 (factor 8, low 1,
+// high 4), with a small original context so the tiny head dim spans all three bands.
+std::vector<float> llama3_rope_factors(int head_dim, double theta, double factor, double original) {
+  std::vector<float> r;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double wavelength = 2 * M_PI * std::pow(theta, 2.0 * i / head_dim);
+    if (wavelength < original / 4) r.push_back(1.0f);
+    else if (wavelength > original / 1) r.push_back(static_cast<float>(factor));
+    else {
+      const double s = (original / wavelength - 1) / (4 - 1);
+      r.push_back(static_cast<float>(1 / ((1 - s) / factor + s)));
+    }
+  }
+  return r;
+}
+
+TEST(GgufLoader, Llama3RopeFactorsBecomeLlama3Scaling) {
+  test::TinyLlama spec;  // head_dim 8, theta 10000: wavelengths 6.3, 63, 628, 6283
+  test::GgufWriter w = spec.writer();
+  const std::vector<float> r = llama3_rope_factors(8, 10000.0, 8.0, 64.0);
+  ASSERT_EQ(r[0], 1.0f);
+  ASSERT_GT(r[1], 1.0f);
+  ASSERT_LT(r[1], 8.0f);  // the smooth band is exercised
+  ASSERT_EQ(r[3], 8.0f);
+  w.add_f32_tensor("rope_freqs.weight", {4}, r);
+  w.add_u32("llama.rope.scaling.original_context_length", 64);
+  const std::string path = test::temp_file_path("llama3rope.gguf");
+  w.write(path);
+  const auto m = load_gguf(path);
+  std::filesystem::remove(path);
+  const RopeScaling& s = m->config.rope_scaling;
+  EXPECT_EQ(s.type, "llama3");
+  EXPECT_EQ(s.factor, 8.0f);
+  EXPECT_EQ(s.low_freq_factor, 1.0f);
+  EXPECT_EQ(s.high_freq_factor, 4.0f);
+  EXPECT_EQ(s.original_max_position, 64);
+
+  test::GgufWriter bad = spec.writer();
+  bad.add_f32_tensor("rope_freqs.weight", {4}, {1.0f, 2.0f, 3.0f, 4.0f});
+  EXPECT_NE(load_error(bad, "badrope").find("rope_freqs.weight"), std::string::npos);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "gguf_writer.h"
-#include "test_models.h"
+#include "gguf_test_util.h"
 
 namespace kvevict {
 namespace {
@@ -33,7 +33,7 @@ std::vector<uint8_t> cat(std::initializer_list<std::vector<uint8_t>> parts) {
 
 // Writes `bytes` to a temp file, parses it, and returns the ModelError message ("" if it parsed).
 std::string parse_error(const std::vector<uint8_t>& bytes, const std::string& label, bool full_load = false) {
-  const std::string path = test::temp_path(label + ".gguf");
+  const std::string path = test::temp_file_path(label + ".gguf");
   GgufWriter::write_bytes(path, bytes);
   std::string msg;
   try {
@@ -86,7 +86,7 @@ TEST(GgufReader, EveryValueTypeAndNestedArrays) {
   w.add_raw("nested", GgufWriter::ARRAY,
             cat({le<uint32_t>(GgufWriter::ARRAY), le<uint64_t>(2), le<uint32_t>(GgufWriter::I32), le<uint64_t>(2),
                  le<int32_t>(1), le<int32_t>(2), le<uint32_t>(GgufWriter::I32), le<uint64_t>(1), le<int32_t>(3)}));
-  const std::string path = test::temp_path("types.gguf");
+  const std::string path = test::temp_file_path("types.gguf");
   w.write(path);
   GgufFile f(path);
   std::filesystem::remove(path);
@@ -136,7 +136,7 @@ TEST(GgufReader, TensorsAndAlignment) {
     GgufWriter w = small_file();
     w.alignment = alignment;
     if (alignment != 32) w.add_u32("general.alignment", static_cast<uint32_t>(alignment));
-    const std::string path = test::temp_path("align.gguf");
+    const std::string path = test::temp_file_path("align.gguf");
     w.write(path);
     GgufFile f(path);
     std::filesystem::remove(path);
@@ -289,7 +289,7 @@ TEST(GgufReader, RandomCorruptionNeverCrashes) {
       const size_t at = rng() % meta_end;
       b[at] = static_cast<uint8_t>(rng() % 3 == 0 ? 0xFF : rng());
     }
-    const std::string path = test::temp_path("fuzz.gguf");
+    const std::string path = test::temp_file_path("fuzz.gguf");
     GgufWriter::write_bytes(path, b);
     try {
       load_gguf(path);

@@ -6,6 +6,7 @@
 // model file.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -165,6 +166,28 @@ class GgufWriter {
   std::vector<Tensor> tensors_;
 };
 
+// The GPT-2 byte-level symbol of byte b, computed the straightforward way (independent of kvevict's table).
+inline std::string gpt2_byte_symbol(uint8_t b) {
+  uint32_t cp = b;
+  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+  if (!printable) {
+    uint32_t n = 0;
+    for (uint32_t x = 0; x < b; ++x) {
+      const bool p = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
+      if (!p) ++n;
+    }
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
 // A tiny llama model: geometry, storage type, and the exact f32 weights written.
 struct TinyLlama {
   int n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2, head_dim = 8, hidden_dim = 64, context = 128;
@@ -172,11 +195,13 @@ struct TinyLlama {
   bool write_key_length = false;  // write llama.attention.key_length (needed when head_dim != dim / n_heads)
   uint32_t weight_type = 0;       // 0 F32, 1 F16, 8 Q8_0 for the matrices; norms are always F32
   uint32_t seed = 1;
+  bool spm_tokenizer = false;     // SentencePiece-style "llama" vocabulary instead of byte-level BPE
 
   // Byte-level vocabulary: specials, the 256 byte symbols, then the results of `merges`.
   std::vector<std::string> tokens;
   std::vector<std::string> merges;
   std::vector<int32_t> token_types;
+  std::vector<float> scores;  // SentencePiece vocabulary only
 
   // name -> values in GGUF order (ne[0] fastest), as written.
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
@@ -207,14 +232,22 @@ struct TinyLlama {
       w.add_u32("llama.attention.key_length", head_dim);
       w.add_u32("llama.attention.value_length", head_dim);
     }
-    w.add_string("tokenizer.ggml.model", "gpt2");
-    w.add_string("tokenizer.ggml.pre", "smollm");
-    w.add_string_array("tokenizer.ggml.tokens", tokens);
-    w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
-    w.add_string_array("tokenizer.ggml.merges", merges);
+    if (spm_tokenizer) {
+      w.add_string("tokenizer.ggml.model", "llama");
+      w.add_string_array("tokenizer.ggml.tokens", tokens);
+      w.add_array("tokenizer.ggml.scores", GgufWriter::F32, scores);
+      w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
+      w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+    } else {
+      w.add_string("tokenizer.ggml.model", "gpt2");
+      w.add_string("tokenizer.ggml.pre", "smollm");
+      w.add_string_array("tokenizer.ggml.tokens", tokens);
+      w.add_array("tokenizer.ggml.token_type", GgufWriter::I32, token_types);
+      w.add_string_array("tokenizer.ggml.merges", merges);
+      w.add_bool("tokenizer.ggml.add_bos_token", false);
+    }
     w.add_u32("tokenizer.ggml.bos_token_id", 1);
     w.add_u32("tokenizer.ggml.eos_token_id", 2);
-    w.add_bool("tokenizer.ggml.add_bos_token", false);
     w.add_string("tokenizer.chat_template", "{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}");
 
     std::mt19937 rng(seed);
@@ -241,10 +274,11 @@ struct TinyLlama {
 
  private:
   void build_vocab() {
+    if (spm_tokenizer) return build_spm_vocab();
     tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
     token_types = {3, 3, 3};
     for (int b = 0; b < 256; ++b) {
-      tokens.push_back(byte_symbol(static_cast<uint8_t>(b)));
+      tokens.push_back(gpt2_byte_symbol(static_cast<uint8_t>(b)));
       token_types.push_back(1);
     }
     merges = {"h e", "l l", "he ll", "Ġ w", "o r", "Ġw or", "hell o"};
@@ -253,26 +287,27 @@ struct TinyLlama {
       token_types.push_back(1);
     }
   }
-  static std::string byte_symbol(uint8_t b) {
-    // GPT-2 byte -> code point, computed the straightforward way (independent of kvevict's table).
-    uint32_t cp = b;
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    if (!printable) {
-      uint32_t n = 0;
-      for (uint32_t x = 0; x < b; ++x) {
-        const bool p = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174);
-        if (!p) ++n;
-      }
-      cp = 256 + n;
+  // <unk> <s> </s>, byte pieces <0x00>..<0xFF> (type 6), then pieces with U+2581 for spaces whose
+  // scores make "hello" and "world" (with their leading space) whole tokens.
+  void build_spm_vocab() {
+    tokens = {"<unk>", "<s>", "</s>"};
+    token_types = {2, 3, 3};
+    scores = {0, 0, 0};
+    char hex[8];
+    for (int b = 0; b < 256; ++b) {
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      tokens.push_back(hex);
+      token_types.push_back(6);
+      scores.push_back(0);
     }
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
+    const std::string sp = "\xE2\x96\x81";
+    const std::vector<std::string> pieces = {sp, "h", "e", "l", "o", "w", "r", "d", "he", "ll", "hell", "hello",
+                                             sp + "hello", sp + "w", "or", sp + "wor", sp + "world"};
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      tokens.push_back(pieces[i]);
+      token_types.push_back(1);
+      scores.push_back(-static_cast<float>(i));  // earlier pieces merge first
     }
-    return s;
   }
   void add(GgufWriter& w, std::mt19937& rng, const std::string& name, std::vector<uint64_t> dims, uint32_t type) {
     uint64_t n = 1;

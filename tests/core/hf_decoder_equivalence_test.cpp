@@ -12,7 +12,7 @@
 #include "core/model/model.h"
 #include "gguf_writer.h"
 #include "safetensors_writer.h"
-#include "test_models.h"
+#include "gguf_test_util.h"
 
 namespace kvevict {
 namespace {
@@ -71,7 +71,7 @@ TEST_P(HfEqualsGguf, SameLogitsThroughTheDecoder) {
   spec.write_key_length = c.head_dim * c.n_heads != c.dim;
   spec.tied = c.tied;
   spec.seed = 17u + c.n_heads;
-  const std::string gguf_path = test::temp_path("hf_equiv_" + std::to_string(c.n_heads) + "_" +
+  const std::string gguf_path = test::temp_file_path("hf_equiv_" + std::to_string(c.n_heads) + "_" +
                                                 std::to_string(c.n_kv_heads) + "_" + std::to_string(c.head_dim) + ".gguf");
   spec.writer().write(gguf_path);
   const auto gguf = load_gguf(gguf_path);

@@ -292,6 +292,14 @@ TEST(HfWeights, WrongDtypeNamesTensorAndDtype) {
   EXPECT_HAS(msg, "'model.norm.weight' has dtype I32");
 }
 
+TEST(HfWeights, NonFiniteWeightIsNamed) {
+  FolderFixture f("hf_nan");
+  f.write([&](auto& ts) { f.find(ts, "model.layers.1.mlp.down_proj.weight").values[7] = std::nanf(""); });
+  std::string msg = model_error([&] { load_hf_folder(f.dir.string()); });
+  EXPECT_HAS(msg, (f.dir / "model.safetensors").string());
+  EXPECT_HAS(msg, "'model.layers.1.mlp.down_proj.weight' has a non-finite value at element 7");
+}
+
 TEST(HfWeights, UntiedWithoutLmHeadIsAnError) {
   FolderFixture f("hf_no_head", /*tied=*/false);
   f.write([](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; }); });

@@ -1,9 +1,6 @@
 #pragma once
-// Locating the real models the tests use, with checksum verification, and a helper for temporary
-// files. Tests call these and GTEST_SKIP() with the returned reason when a model is absent.
-// (Union of the decoder and gguf branches' versions.)
-#include <unistd.h>
-
+// Locating the real models the tests use, with checksum verification. Tests call these and
+// GTEST_SKIP() with the returned reason when a model is absent.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -30,29 +27,11 @@ inline std::string stories_missing_reason() {
   return "";
 }
 
-// ${KVEVICT_MODEL_DIR:-$HOME/.cache/kvevict/models}/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch-smollm2.sh).
 inline std::string smollm2_path() {
-  std::string dir;
-  if (const char* d = std::getenv("KVEVICT_MODEL_DIR"); d && *d) {
-    dir = d;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    dir = std::string(h) + "/.cache/kvevict/models";
-  }
-  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-inline bool smollm2_present() { return std::filesystem::is_regular_file(smollm2_path()); }
-
-#define KVEVICT_SKIP_WITHOUT_SMOLLM2()                                                                       \
-  do {                                                                                                       \
-    if (!::kvevict::test::smollm2_present())                                                                 \
-      GTEST_SKIP() << "SmolLM2 GGUF not found at " << ::kvevict::test::smollm2_path()                        \
-                   << " (run scripts/fetch-smollm2.sh or set KVEVICT_MODEL_DIR)";                             \
-  } while (0)
-
-// A fresh path under the system temp folder, unique per process and name.
-inline std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string base = dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models";
+  return base + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 }  // namespace kvevict::test
