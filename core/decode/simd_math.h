@@ -125,6 +125,24 @@ static inline void scale(float* x, int n, float a) {
   for (; i < n; ++i) x[i] *= a;
 }
 
+// gate[i] = silu(gate[i]) * up[i], silu(g) = g * sigmoid(g) with sigmoid from exp(-|g|) (never overflows).
+static inline void silu_mul(float* gate, const float* up, long n) {
+  long i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const f16 g = load(gate + i);
+    const f16 neg_abs = g > 0.0f ? -g : g;
+    const f16 e = exp_nonpositive(neg_abs);
+    const f16 sigmoid = (g > 0.0f ? splat(1.0f) : e) / (1.0f + e);
+    store(gate + i, g * sigmoid * load(up + i));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float e = exp_nonpositive(g > 0.0f ? -g : g);
+    const float sigmoid = (g > 0.0f ? 1.0f : e) / (1.0f + e);
+    gate[i] = g * sigmoid * up[i];
+  }
+}
+
 }  // namespace kvevict::simd
 
 #pragma GCC diagnostic pop
