@@ -46,6 +46,30 @@ void matmul(const float* x, int n, int in, const float* w, int out, float* y) {
   }
 }
 
+void matmul_fused(const float* x, int n, int in, std::initializer_list<Projection> projections) {
+  int total = 0;
+  for (const Projection& p : projections) total += p.out;
+  const double macs = static_cast<double>(n) * in * total;
+  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, total / 16));
+  if (threads == 1) {
+    for (const Projection& p : projections) matmul_slice(x, n, in, p.w, p.out, 0, p.out, p.y);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int per = ((total + nt - 1) / nt + 15) / 16 * 16;
+    const int r0 = std::min(total, t * per), r1 = std::min(total, r0 + per);
+    // This thread's rows of the stacked [W_1; W_2; ...], intersected with each matrix.
+    int base = 0;
+    for (const Projection& p : projections) {
+      const int lo = std::max(r0, base) - base, hi = std::min(r1, base + p.out) - base;
+      if (lo < hi) matmul_slice(x, n, in, p.w, p.out, lo, hi, p.y);
+      base += p.out;
+    }
+  }
+}
+
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* y) {
 #pragma omp parallel for if (static_cast<double>(n) * dim > kParallelMacs) schedule(static)
   for (int r = 0; r < n; ++r) {
