@@ -4,7 +4,8 @@
 // kv_head, position): no state, no order dependence, so the CPU engine and a GPU kernel that
 // evaluate the same tuple get bit-identical 32-bit words and therefore the same uniform floats.
 //   counter = (position, kv_head, layer, stream), key = (seed low 32 bits, seed high 32 bits)
-// `stream` separates independent uses (0: NACL/random sampling keys, 1: the `random()` score).
+// `stream` separates independent uses: kSamplingStream for the engine's random share (NACL),
+// kScoreStream for the DSL's `random()` score (the Random policy).
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -14,6 +15,9 @@
 #endif
 
 namespace kvevict {
+
+inline constexpr uint32_t kSamplingStream = 0;
+inline constexpr uint32_t kScoreStream = 1;
 
 struct Philox4x32 {
   uint32_t v[4];
