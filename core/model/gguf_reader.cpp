@@ -176,10 +176,13 @@ void GgufFile::parse() {
   const uint64_t tensor_count = r.read<uint64_t>();
   const uint64_t kv_count = r.read<uint64_t>();
   if (kv_count > kMaxMetadataEntries || kv_count > r.remaining() / 13) {
-    fail("header claims " + std::to_string(kv_count) + " metadata entries, more than the file can hold");
+    fail("header claims " + std::to_string(kv_count) + " metadata entries, more than the limit of " +
+         std::to_string(kMaxMetadataEntries) + " or what the " + std::to_string(r.remaining()) +
+         " bytes left can hold (truncated or corrupt file)");
   }
   if (tensor_count > kMaxTensors || tensor_count > r.remaining() / 24) {
-    fail("header claims " + std::to_string(tensor_count) + " tensors, more than the file can hold");
+    fail("header claims " + std::to_string(tensor_count) + " tensors, more than the limit of " + std::to_string(kMaxTensors) +
+         " or what the " + std::to_string(r.remaining()) + " bytes left can hold (truncated or corrupt file)");
   }
 
   // kv := string:key u32:value_type value
