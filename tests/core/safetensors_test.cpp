@@ -180,6 +180,50 @@ TEST(Safetensors, HostileFilesGiveModelErrorNamingTheFile) {
   }
 }
 
+// Random corruption of a valid file (bytes of the header and length overwritten, truncation):
+// every outcome is either a clean load or a ModelError, never a crash or another exception.
+TEST(Safetensors, RandomCorruptionLoadsOrFailsCleanly) {
+  const std::string good = test::st_bytes({{"a.weight", {4, 6}, exact_values(24), StDtype::F16},
+                                           {"b", {5}, exact_values(5), StDtype::F32},
+                                           {"c", {2, 3}, exact_values(6), StDtype::BF16}});
+  uint64_t header_len;
+  std::memcpy(&header_len, good.data(), 8);
+  const size_t header_end = 8 + header_len;
+  const std::string path = (test::fresh_dir("st_corrupt") / "model.safetensors").string();
+  std::mt19937 rng(2024);
+  int loaded = 0, refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bytes = good;
+    const int kind = trial % 3;
+    if (kind == 0) {  // overwrite 1-4 bytes anywhere in the length or the header
+      for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) bytes[rng() % header_end] = static_cast<char>(rng());
+    } else if (kind == 1) {  // replace a digit of the header by another digit (offsets, shapes)
+      std::vector<size_t> digits;
+      for (size_t i = 8; i < header_end; ++i) {
+        if (bytes[i] >= '0' && bytes[i] <= '9') digits.push_back(i);
+      }
+      bytes[digits[rng() % digits.size()]] = static_cast<char>('0' + rng() % 10);
+    } else {  // truncate
+      bytes.resize(rng() % bytes.size());
+    }
+    test::write_bytes(path, bytes);
+    try {
+      SafetensorsFile file(path);
+      std::vector<float> out;
+      for (const auto& t : file.tensors()) {
+        out.resize(t.n_elements);
+        if (t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16") safetensors_to_f32(t, out.data());
+      }
+      ++loaded;
+    } catch (const ModelError& e) {
+      ASSERT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 100);  // at least the truncations
+  EXPECT_GT(loaded, 0);  // some digit swaps keep the file valid (e.g. "0" -> "0")
+}
+
 TEST(Safetensors, ShardsWithoutIndexAreAllRead) {
   auto dir = test::fresh_dir("st_shards");
   test::write_bytes(dir / "model-00001-of-00002.safetensors", test::st_bytes({{"a", {2}, {1, 2}, StDtype::F32}}));
