@@ -1,6 +1,7 @@
 #include "dsl/checker.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -56,6 +57,12 @@ const std::map<std::string, Reducer> kReducers = {
     {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
 
 const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 unsigned axis_bit(const std::string& name) {
   if (name == "g") return kAxisG;
@@ -463,7 +470,10 @@ class Checker {
     for (const auto& bnd : e.binders) {
       if (bnd.lo) {
         if (window || axes) { diag_.error(bnd.pos, "a window reduction takes exactly one window variable and no axes"); ok = false; continue; }
-        if (scope.in_window_body || !scope.window_var.empty()) { diag_.error(bnd.pos, "token windows cannot be nested"); ok = false; continue; }
+        if (scope.in_window_body || !scope.window_var.empty()) {
+          diag_.error(bnd.pos, "token windows cannot be nested");
+          return error();  // the body's shifted reads would only repeat this error
+        }
         if (reserved(bnd.name) || params_.count(bnd.name) || defs_.count(bnd.name)) {
           diag_.error(bnd.pos, "window variable '" + bnd.name + "' hides an existing name; choose another (e.g. k)");
           ok = false;
@@ -537,7 +547,7 @@ class Checker {
     }
     float x = b_.node(v.node).value;
     if (!(std::fabs(x) <= kMaxWindowOffset) || x != std::floor(x)) {
-      diag_.error(e.pos, "window bound must be an integer in -4096 .. 4096, found " + std::to_string(x));
+      diag_.error(e.pos, "window bound must be an integer in -4096 .. 4096, found " + format_number(x));
       return false;
     }
     out = static_cast<int>(x);

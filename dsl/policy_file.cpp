@@ -43,6 +43,12 @@ double evaluate_setting(const LoweredProgram& program, int prompt_len) {
 
 namespace {
 
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 class FileCompiler {
  public:
   FileCompiler(const std::string& path, const std::string& text) : path_(path), text_(text), diag_(path, text) {
@@ -134,15 +140,16 @@ class FileCompiler {
         if (spec[t]) { ++types; d.type = t; def = spec[t]; }
       if (types != 1) {
         diag_.error(at, "parameter '" + d.name + "' needs exactly one type key: int, float, bool, fraction or enum");
+        d.type = "float";
+        register_param(d, at);
         continue;
       }
       if (spec["doc"]) d.doc = spec["doc"].Scalar();
-      bool ok = true;
       if (d.type == "enum") {
-        if (!def.IsSequence() || def.size() == 0) { diag_.error(pos_of(def), "enum options must be a non-empty list, e.g. [avg, max]"); continue; }
-        for (const auto& o : def) d.options.push_back(o.Scalar());
-        if (!spec["default"]) { diag_.error(at, "enum parameter '" + d.name + "' needs a default"); continue; }
-        ok = parse_value(d, spec["default"].Scalar(), d.default_value, pos_of(spec["default"]), "default");
+        if (!def.IsSequence() || def.size() == 0) { diag_.error(pos_of(def), "enum options must be a non-empty list, e.g. [avg, max]"); d.options = {"?"}; register_param(d, at); continue; }
+        for (const auto& o : def) d.options.push_back(o.IsScalar() ? o.Scalar() : "?");
+        if (!spec["default"]) { diag_.error(at, "enum parameter '" + d.name + "' needs a default"); register_param(d, at); continue; }
+        parse_value(d, spec["default"].Scalar(), d.default_value, pos_of(spec["default"]), "default");
       } else {
         if (spec["default"]) diag_.error(pos_of(spec["default"]), "the default of '" + d.name + "' is the value of its type key ({" + d.type + ": VALUE})");
         if (d.type == "fraction") d.has_min = d.has_max = true, d.min = 0, d.max = 1;
@@ -157,13 +164,21 @@ class FileCompiler {
           if (bound[1] == 'i') d.has_min = true, d.min = std::max(d.min, v);
           else d.has_max = true, d.max = d.type == "fraction" ? std::min(d.max, v) : v;
         }
-        if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); continue; }
-        ok = parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
+        if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); register_param(d, at); continue; }
+        parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
       }
-      if (!ok) continue;
       for (const auto& p : out_.params)
-        if (p.name == d.name) { diag_.error(at, "parameter '" + d.name + "' is declared twice"); ok = false; }
-      if (!ok) continue;
+        if (p.name == d.name) diag_.error(at, "parameter '" + d.name + "' is declared twice");
+      // A parameter with a bad declaration is still registered (the file fails anyway), so its
+      // uses are not reported again as unknown names.
+      register_param(d, at);
+    }
+  }
+
+  void register_param(const ParamDecl& d, FilePos at) {
+    for (const auto& p : out_.params)
+      if (p.name == d.name) return;
+    {
       ParamBinding b;
       b.name = d.name;
       b.type = d.type == "bool" ? Type::Bool : d.type == "enum" ? Type::Enum : Type::Number;
@@ -307,7 +322,7 @@ class FileCompiler {
       return;
     }
     double v = program.nodes[program.output].value;
-    if (!(v >= 0 && v <= 1e7)) diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be between 0 and 10^7, got " + std::to_string(v));
+    if (!(v >= 0 && v <= 1e7)) diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be between 0 and 10^7, got " + fmt(v));
     else value = static_cast<int>(v);
   }
 
@@ -350,15 +365,15 @@ class FileCompiler {
     YAML::Node select = section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order"});
     if (select.IsMap()) {
       if (constant_setting(select, "random_share", false, v)) {
-        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + std::to_string(v));
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + fmt(v));
         else d.select.random_share = v;
       }
       if (constant_setting(select, "temperature", false, v)) {
-        if (!(v > 0 && v < 1e30)) diag_.error(pos_of(select["temperature"]), "'temperature' must be positive, got " + std::to_string(v));
+        if (!(v > 0 && v < 1e30)) diag_.error(pos_of(select["temperature"]), "'temperature' must be positive, got " + fmt(v));
         else d.select.temperature = v;
       }
       if (constant_setting(select, "floor_alpha", false, v)) {
-        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + std::to_string(v));
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + fmt(v));
         else d.select.floor_alpha = v;
       }
       d.select.scope = choice(select, "scope", {"kv_head", "layer"}, d.select.scope);
