@@ -17,6 +17,12 @@ struct PolicyRun {
   bool cascading = false;   // CAKE: after each layer, re-split the budget over layers seen so far and shrink them all
   int decode_every = 0;     // 0: never while decoding; N: every N decode steps
   int decode_slack = 0;     // while decoding, evict only once a head holds more than budget + slack
+  // Added. Prefill eviction is skipped when the prompt length S <= budget (+ window when true):
+  // CAKE's code skips for S <= C + W (spec §2.5, §8 `cake.skip_if_prompt_le`).
+  bool skip_margin_includes_window = false;
+  // Added. Whether the decode-time score reads window_attention (false saves W x T work per step
+  // when the decode indicator only uses current_attention, as CAKE's released code does).
+  bool decode_uses_window_attention = true;
 };
 
 // Tokens that are never candidates for eviction; they count inside the budget.
