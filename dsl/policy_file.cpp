@@ -348,11 +348,12 @@ class FileCompiler {
     YAML::Node protect = section(root, "protect", {"first", "recent"});
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
-    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack"});
+    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window"});
     double v;
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
       if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;
+      if (constant_setting(run, "skip_margin_includes_window", true, v)) d.run.skip_margin_includes_window = v != 0;
       if (constant_setting(run, "decode_every", false, v)) {
         if (v < 0 || v > 1e6 || v != std::floor(v)) diag_.error(pos_of(run["decode_every"]), "'decode_every' must be a whole number >= 0");
         else d.run.decode_every = static_cast<int>(v);
@@ -418,6 +419,9 @@ class FileCompiler {
       d.needs_key_norm |= p->uses[static_cast<int>(TensorSignal::KeyNorm)];
       d.needs_value_norm |= p->uses[static_cast<int>(TensorSignal::ValueNorm)];
     }
+    // The engine computes the window attention while decoding only if the decode indicator reads it.
+    d.run.decode_uses_window_attention =
+        (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
     const char* keys[] = {"score", "decode_score", "layer_weight"};
     const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight};
     for (int i = 0; i < 3; ++i)

@@ -80,6 +80,10 @@ TEST(BuiltinPolicies, CakeIndicatorDecodeIndicatorAndPreference) {
   EXPECT_EQ(p->description().protect.recent, 3);
   EXPECT_TRUE(p->description().needs_current_attention);
   EXPECT_FALSE(p->description().run.cascading) << "the released code's default";
+  EXPECT_TRUE(p->description().run.skip_margin_includes_window);
+  EXPECT_FALSE(p->description().run.decode_uses_window_attention) << "decode indicator reads A_now only";
+  EXPECT_TRUE(load_policy("tova")->description().run.decode_uses_window_attention == false);
+  EXPECT_TRUE(load_policy("snapkv")->description().run.decode_uses_window_attention);
   EXPECT_TRUE(load_policy("cake", {{"cascading", "true"}})->description().run.cascading);
   std::vector<float> reversed(k_A.size());
   for (int h = 0; h < kG; ++h)
