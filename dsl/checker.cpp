@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "dsl/builtin_names.h"
 #include "dsl/program_builder.h"
 
 namespace kvevict::dsl {
@@ -37,40 +38,12 @@ struct Definition {
   Type type = Type::Error;
 };
 
-const std::map<std::string, ScalarSignal> kScalarSignals = {
-    {"T", ScalarSignal::T}, {"W", ScalarSignal::W}, {"G", ScalarSignal::G}, {"layer", ScalarSignal::Layer},
-    {"n_layers", ScalarSignal::NLayers}, {"kv_head", ScalarSignal::KvHead}, {"n_kv_heads", ScalarSignal::NKvHeads},
-    {"head_dim", ScalarSignal::HeadDim}, {"prompt_len", ScalarSignal::PromptLen},
-    {"decode_step", ScalarSignal::DecodeStep}, {"budget", ScalarSignal::Budget}};
-
-const std::map<std::string, TensorSignal> kTensorSignals = {
-    {"A", TensorSignal::WindowAttention}, {"A_acc", TensorSignal::AccumulatedAttention},
-    {"A_now", TensorSignal::CurrentAttention}, {"key_norm", TensorSignal::KeyNorm},
-    {"value_norm", TensorSignal::ValueNorm}, {"pos", TensorSignal::Position}};
-
-const std::map<std::string, UnaryFn> kUnaryFns = {
-    {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},
-    {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round}};
-
-const std::map<std::string, Reducer> kReducers = {
-    {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},
-    {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
-
-const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
-
 std::string format_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
 }
 
-unsigned axis_bit(const std::string& name) {
-  if (name == "g") return kAxisG;
-  if (name == "h") return kAxisH;
-  if (name == "q") return kAxisQ;
-  if (name == "t") return kAxisT;
-  return 0;
-}
 
 const char* type_name(Type t) {
   switch (t) {
@@ -132,11 +105,7 @@ class Checker {
     return Value{};
   }
 
-  bool reserved(const std::string& name) const {
-    return axis_bit(name) || kScalarSignals.count(name) || kTensorSignals.count(name) || kUnaryFns.count(name) ||
-           kReducers.count(name) || kOtherFunctions.count(name) || name == "true" || name == "false" ||
-           name == "and" || name == "or" || name == "not" || name == "in";
-  }
+  bool reserved(const std::string& name) const { return is_builtin_name(name); }
 
   // definition: checks the left side (name, axes) and the value; records the definition.
   int definition(const ::kvevict::dsl::Definition& d) {

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/util/error.h"
+#include "dsl/builtin_names.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
 
@@ -49,6 +50,24 @@ std::string fmt(double v) {
   return s.str();
 }
 
+// Deepest nesting of YAML flow collections ('[', '{' outside quotes and comments); yaml-cpp parses
+// them recursively, so a hostile file could otherwise exhaust the stack.
+int flow_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    if (c == '\n') { comment = false; quote = 0; continue; }
+    if (comment) continue;
+    if (quote) { if (c == quote) quote = 0; continue; }
+    if (c == '#') comment = true;
+    else if (c == '"' || c == '\'') quote = c;
+    else if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+
 class FileCompiler {
  public:
   FileCompiler(const std::string& path, const std::string& text) : path_(path), text_(text), diag_(path, text) {
@@ -58,6 +77,10 @@ class FileCompiler {
   }
 
   CompiledPolicy run(const std::map<std::string, std::string>& overrides) {
+    if (int depth = flow_depth(text_); depth > 64) {
+      diag_.error({1, 1}, "YAML nesting is too deep (" + std::to_string(depth) + " levels of [ or {)");
+      throw UsageError(diag_.format());
+    }
     YAML::Node root;
     try {
       root = YAML::Load(text_);
@@ -196,14 +219,7 @@ class FileCompiler {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
     return true;
   }
-  static bool reserved_name(const std::string& n) {
-    static const std::set<std::string> r = {"g", "h", "q", "t", "T", "W", "G", "layer", "n_layers", "kv_head", "n_kv_heads",
-                                            "head_dim", "prompt_len", "decode_step", "budget", "A", "A_acc", "A_now",
-                                            "key_norm", "value_norm", "pos", "random", "true", "false", "and", "or", "not",
-                                            "in", "exp", "log", "sqrt", "abs", "floor", "ceil", "round", "pow", "min", "max",
-                                            "clamp", "if", "normalise", "sum", "mean", "var", "entropy", "score", "layer_weight"};
-    return r.count(n) > 0;
-  }
+  static bool reserved_name(const std::string& n) { return is_builtin_name(n) || n == "score" || n == "layer_weight"; }
 
   // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
   bool parse_value(const ParamDecl& d, const std::string& text, double& out, FilePos at, const std::string& what) {
