@@ -241,7 +241,9 @@ KeptSets knorm(const PromptData& p, int budget) {
     for (int n = 0; n < h.S; ++n) {
       double q = 0;
       for (int e = 0; e < h.d; ++e) q += static_cast<double>(h.keys[static_cast<size_t>(n) * h.d + e]) * h.keys[static_cast<size_t>(n) * h.d + e];
-      s[n] = -std::sqrt(q);
+      // Rounded to float like the engine's key_norm signal: the same token at two positions has the
+      // same norm up to RoPE rounding, and a real tie must fall to the position rule in both.
+      s[n] = -static_cast<double>(static_cast<float>(std::sqrt(q)));
     }
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
