@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../core/test_models.h"
 
@@ -19,7 +20,10 @@ struct CliRun {
 };
 
 CliRun run_kvevict(const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "/kvevict_cli_stderr.txt";
+  // One stderr file per call: ctest runs the tests of this file as parallel processes.
+  static int calls = 0;
+  const std::string err_file = ::testing::TempDir() + "/kvevict_cli_stderr_" + std::to_string(::getpid()) + "_" +
+                               std::to_string(calls++) + ".txt";
   const std::string command = std::string(KVEVICT_BINARY) + " " + args + " 2>" + err_file;
   FILE* pipe = popen(command.c_str(), "r");
   CliRun r{-1, "", ""};
@@ -31,6 +35,7 @@ CliRun run_kvevict(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream err(err_file);
   r.err.assign(std::istreambuf_iterator<char>(err), {});
+  std::remove(err_file.c_str());
   return r;
 }
 
