@@ -1,10 +1,11 @@
 // Cost of applying each eviction policy after one prefill, as a fraction of the prefill time, and
-// cache bytes after eviction against the theoretical budget. Policies are the hand-written programs
-// of tests/core/hand_policies.h (the DSL files will replace them). The decision is replayed from a
-// PrefillRecorder on a copy of the full cache, as the eval sweep does; CAKE cascading runs live.
+// cache bytes after eviction against the theoretical budget, for every built-in policy file compiled
+// by the DSL (defaults). The decision is replayed from a PrefillRecorder on a copy of the full cache,
+// as the eval sweep does; CAKE with cascading=true also runs live inside a prefill.
 //   engine_overhead [MODEL] [PROMPT_TOKENS] [BUDGET]
 // defaults: the SmolLM2 GGUF in ~/.cache/kvevict/models, 4096 tokens, budget 10%.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,7 +14,7 @@
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
-#include "tests/core/hand_policies.h"
+#include "dsl/policy_loader.h"
 
 using namespace kvevict;
 
@@ -62,46 +63,42 @@ int main(int argc, char** argv) {
   const Budget budget = Budget::parse(budget_text);
   const int64_t per_head_total = std::llround(budget.tokens_per_head(n) * c.n_layers);
   const size_t theoretical = static_cast<size_t>(per_head_total) * c.n_kv_heads * (2 * c.head_dim * sizeof(float) + sizeof(int32_t));
-  struct Item {
-    std::string name;
-    test::HandPolicy policy;
-  };
-  test::HandPolicy spindle = test::snap_policy(32, 5, false, false);
-  spindle.desc.name = "snap+codebook";
-  spindle.desc.merge.enabled = true;
-  std::vector<Item> items = {
-      {"streamingllm", test::streaming_policy(4)},     {"random", test::random_policy()},
-      {"knorm", test::knorm_policy()},                  {"h2o", test::h2o_policy(32, 0, 0)},
-      {"snapkv", test::snap_policy(32, 5, false, false)}, {"nacl", test::nacl_policy(32, 4, 32, 0.5, 1.0)},
-      {"cake", test::cake_policy(32, 200.0, false)},   {"spindle(codebook)", spindle},
-  };
-  items[7].policy.desc.name = "snap+codebook";
-  {
-    test::HandPolicy ada = test::snap_policy(32, 7, true, true);
-    ada.desc.select.scope = "layer";
-    ada.desc.select.floor_alpha = 0.2;
-    items.push_back({"adakv", ada});
-  }
-  for (const Item& it : items) {
+  // The built-in policy files, compiled by the DSL, with their defaults.
+  for (const std::string name : {"full", "random", "streamingllm", "h2o", "tova", "snapkv", "pyramidkv", "adakv",
+                                 "knorm", "cake", "nacl", "spindlekv"}) {
+    std::unique_ptr<PolicyProgram> policy;
+    try {
+      policy = load_policy(name);
+    } catch (const std::exception& e) {
+      std::printf("%-18s cannot load: %s\n", name.c_str(), e.what());
+      continue;
+    }
     KVCache cache = full;
-    EvictionEngine engine(it.policy, c, {budget, 1});
+    EvictionEngine engine(*policy, c, {budget, 1});
     t0 = now();
-    engine.apply_after_prefill(rec, cache);
+    try {
+      engine.apply_after_prefill(rec, cache);
+    } catch (const std::exception& e) {
+      std::printf("%-18s failed: %s\n", name.c_str(), e.what());
+      continue;
+    }
     const double s = now() - t0;
     const EvictionReport& r = engine.report();
-    const size_t kept = it.policy.desc.merge.enabled ? r.bytes_codebook : r.bytes_kept;
-    std::printf("%-18s %10.4f %9.2f%% %14zu %14zu %8.2f%%", it.name.c_str(), s, 100.0 * s / prefill_plain, kept,
+    const bool merged = policy->description().merge.enabled;
+    const size_t kept = merged ? r.bytes_codebook : r.bytes_kept;
+    std::printf("%-18s %10.4f %9.2f%% %14zu %14zu %8.2f%%", name.c_str(), s, 100.0 * s / prefill_plain, kept,
                 theoretical, 100.0 * (static_cast<double>(kept) / theoretical - 1.0));
-    if (it.policy.desc.merge.enabled)
-      std::printf("  codebook %.3f s, keys %lld codes / values %lld codes for %lld tokens, ratio vs kept floats %.3f",
+    if (merged)
+      std::printf("  (codebook %.3f s of it; keys %lld codes, values %lld codes for %lld tokens; codebook bytes / "
+                  "evicted float bytes %.3f)",
                   r.codebook_seconds, static_cast<long long>(r.key_codes), static_cast<long long>(r.value_codes),
                   static_cast<long long>(r.codebook_tokens), static_cast<double>(r.bytes_codebook) / r.bytes_kept);
     std::printf("\n");
   }
   // CAKE cascading live: engine time inside a real prefill, and peak bytes.
   decoder->reset();
-  const test::HandPolicy cascade = test::cake_policy(32, 200.0, true);
-  EvictionEngine engine(cascade, c, {budget, 0});
+  const auto cascade = load_policy("cake", {{"cascading", "true"}});
+  EvictionEngine engine(*cascade, c, {budget, 0});
   t0 = now();
   decoder->forward(std::span<const int>(tokens), &engine);
   const double total = now() - t0;
