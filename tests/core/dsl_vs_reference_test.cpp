@@ -50,5 +50,22 @@ TEST_F(DslVsReference, StreamingLLM) {
   compare("streamingllm", {{"sinks", "4"}, {"mode", "prefill_one_shot"}}, "40", reference::streamingllm(data_, 40, 4));
 }
 
+TEST_F(DslVsReference, H2OOneShot) {
+  const int S = static_cast<int>(tokens_.size());
+  compare("h2o", {{"recent_ratio", "0.1"}, {"mode", "prefill_one_shot"}, {"gqa_agg", "mean"}}, "40",
+          reference::h2o_one_shot(data_, 40, S / 10));
+}
+
+TEST_F(DslVsReference, AdaKV) {
+  compare("adakv", {{"window", "16"}, {"kernel", "7"}, {"floor_alpha", "0.2"}}, "40",
+          reference::adakv(data_, 40, {16, 7, true}, 0.2));
+}
+
+TEST_F(DslVsReference, CakeOneShot) {
+  reference::CakeParams cp;
+  cp.window = 16;
+  compare("cake", {{"window", "16"}}, "40", reference::cake(data_, 40, cp));
+}
+
 }  // namespace
 }  // namespace kvevict
