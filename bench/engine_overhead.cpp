@@ -32,6 +32,7 @@ std::string default_model() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows line by line when redirected
   const std::string path = argc > 1 ? argv[1] : default_model();
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
   const std::string budget_text = argc > 3 ? argv[3] : "10%";
