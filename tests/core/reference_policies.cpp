@@ -129,10 +129,14 @@ KeptSets full(const PromptData& p) {
   return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
 }
 
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed) {
+float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
+  return counter_uniform(seed, layer, kv_head, position, kScoreStream);
+}
+
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed, UniformFn uniform) {
   return per_head(p, [&](int l, int kv, const HeadData& h) {
     std::vector<double> s(h.S);
-    for (int n = 0; n < h.S; ++n) s[n] = counter_uniform(seed, l, kv, n, kScoreStream);
+    for (int n = 0; n < h.S; ++n) s[n] = uniform(seed, l, kv, n);
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
     return k;
@@ -241,7 +245,9 @@ KeptSets knorm(const PromptData& p, int budget) {
     for (int n = 0; n < h.S; ++n) {
       double q = 0;
       for (int e = 0; e < h.d; ++e) q += static_cast<double>(h.keys[static_cast<size_t>(n) * h.d + e]) * h.keys[static_cast<size_t>(n) * h.d + e];
-      s[n] = -std::sqrt(q);
+      // Rounded to float like the engine's key_norm signal: the same token at two positions has the
+      // same norm up to RoPE rounding, and a real tie must fall to the position rule in both.
+      s[n] = -static_cast<double>(static_cast<float>(std::sqrt(q)));
     }
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
