@@ -29,14 +29,14 @@ Budget parse_budget_text(const std::string& text, const std::string& what) {
   double value = 0;
   if (!text.empty() && text.back() == '%') {
     if (!parse_number(text.substr(0, text.size() - 1), value) || value <= 0 || value > 100) {
-      throw UsageError(what + ": bad budget '" + text + "' (a percentage must be in (0, 100])");
+      throw UsageError((what.empty() ? "" : what + ": ") + "bad budget '" + text + "' (a percentage must be in (0, 100])");
     }
     budget.kind = Budget::Kind::Fraction;
     budget.value = value / 100.0;
     return budget;
   }
   if (!parse_number(text, value) || value <= 0) {
-    throw UsageError(what + ": bad budget '" + text + "' (expected \"full\", a percentage like \"10%\" or a positive "
+    throw UsageError((what.empty() ? "" : what + ": ") + "bad budget '" + text + "' (expected \"full\", a percentage like \"10%\" or a positive "
                      "number of tokens per KV head like \"128\")");
   }
   budget.kind = Budget::Kind::TokensPerHead;

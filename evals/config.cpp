@@ -113,7 +113,7 @@ void read_budgets(ConfigErrors& errors, const YAML::Node& node, EvalConfig& conf
       continue;
     }
     try {
-      Budget budget = parse_budget_text(items[i].Scalar(), path);
+      Budget budget = parse_budget_text(items[i].Scalar(), "");
       if (!seen.insert(budget.text).second) {
         errors.error(items[i], path, "budget '" + budget.text + "' appears twice");
         continue;

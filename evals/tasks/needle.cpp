@@ -34,7 +34,7 @@ class NeedleTask : public Task {
           Rng rng(derive_seed(context.seed, name_ + "/" + key));
           std::vector<std::string> needles, answers, asks;
           std::vector<double> needle_depths;
-          std::vector<size_t> used_names, used_things;
+          std::vector<size_t> used_names, used_things, used_values;
           for (int k = 0; k < needles_; ++k) {
             // Distinct people and things, so each question has one answer.
             size_t person, thing;
@@ -42,7 +42,10 @@ class NeedleTask : public Task {
             do thing = rng.below(std::size(kThings)); while (contains(used_things, thing) && used_things.size() < std::size(kThings));
             used_names.push_back(person);
             used_things.push_back(thing);
-            std::string value = kValues[rng.below(std::size(kValues))];
+            size_t value_index;
+            do value_index = rng.below(std::size(kValues)); while (contains(used_values, value_index));
+            used_values.push_back(value_index);
+            std::string value = kValues[value_index];
             needles.push_back(std::string(kNames[person]) + "'s favourite " + kThings[thing] + " is " + value + ".");
             answers.push_back(value);
             asks.push_back(std::string(kNames[person]) + "'s favourite " + kThings[thing]);
