@@ -21,10 +21,16 @@ struct BpeVocab {
   BpePreTokenizer pre = BpePreTokenizer::Gpt2;
   int bos_id = -1;
   int eos_id = -1;
+  bool add_bos = true;                                      // false: encode(add_bos=true) adds nothing
+                                                            // (GGUF tokenizer.ggml.add_bos_token = false)
   std::vector<int> extra_stop_ids;                          // e.g. <|im_end|>
   std::string source;                                       // file name for error messages
 };
 
+// Throws ModelError(vocab.source, ...) when an id is out of range or the vocabulary is empty.
+// Special tokens (special_ids) are matched verbatim in encode only when parse_special is true and
+// decode to their text verbatim; every other token decodes through the byte table. Input bytes
+// that the vocabulary has no byte symbol for are dropped (Hugging Face and llama.cpp do the same).
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeVocab vocab);
 
 }  // namespace kvevict

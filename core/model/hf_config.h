@@ -1,0 +1,17 @@
+#pragma once
+// Hugging Face model folders: config.json -> ModelConfig.
+// Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (model_type llama, mistral,
+// qwen2). HF checkpoints keep q_proj/k_proj rows in the `rotate_half` order, so the config says
+// RopeStyle::HalfSplit and the weights are used as stored (no permutation).
+#include <string>
+
+#include "core/model/model_config.h"
+
+namespace kvevict {
+
+// Parses config.json (the file at `config_path`). Throws ModelError(config_path, ...) naming the
+// key on a missing or ill-typed field, and on unsupported features (architecture, rope scaling
+// type, activation, attention/MLP biases outside Qwen2's q/k/v). The result is validated.
+ModelConfig parse_hf_config(const std::string& config_path);
+
+}  // namespace kvevict
