@@ -10,7 +10,7 @@
 #include "evals/budget_text.h"
 #include "evals/config_reader.h"
 #include "evals/tasks/task.h"
-#include "evals/util/sha256.h"
+#include "evals/text_hash.h"
 
 namespace kvevict::evals {
 namespace {
@@ -239,6 +239,13 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
     errors.error(top.raw("model"), "model", "model file '" + config.model + "' does not exist");
   }
   top.set_resolved("model", YAML::Node(config.model));
+  if (top.has("tokenizer")) {
+    config.tokenizer = expand_path(top.get_string("tokenizer", ""));
+    if (!std::filesystem::exists(config.tokenizer)) {
+      errors.error(top.raw("tokenizer"), "tokenizer", "tokenizer file '" + config.tokenizer + "' does not exist");
+    }
+    top.set_resolved("tokenizer", YAML::Node(config.tokenizer));
+  }
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   config.threads = static_cast<int>(top.get_int("threads", 0, 0, 1024));
@@ -300,7 +307,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   YAML::Emitter emitter;
   emitter << resolved;
   config.resolved_yaml = std::string(emitter.c_str()) + "\n";
-  config.hash = sha256_hex(config.resolved_yaml);
+  config.hash = sha256_text(config.resolved_yaml);
   return config;
 }
 

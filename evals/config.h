@@ -7,6 +7,7 @@
 // Grammar of the file (all keys optional except `model`, `tasks`, `policies`, `budgets`):
 //   name: text                       run name (default: the file name without extension)
 //   model: path                      ~ and ${VAR} / ${VAR:-default} are expanded; must exist
+//   tokenizer: path                  llama2.c checkpoints only: tokenizer file (default tokenizer.bin beside it)
 //   device: auto | cpu | cuda
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
@@ -45,6 +46,7 @@ struct EvalConfig {
   std::string source;  // file path
   std::string name;
   std::string model;   // expanded path (or "fake:..." test model)
+  std::string tokenizer;  // expanded path or empty
   std::string device = "auto";
   uint64_t seed = 0;
   int threads = 0;

@@ -10,7 +10,7 @@
 #include "core/util/error.h"
 #include "evals/metrics/metrics.h"
 #include "evals/util/rng.h"
-#include "evals/util/sha256.h"
+#include "evals/text_hash.h"
 
 namespace kvevict::evals {
 namespace {
@@ -34,7 +34,7 @@ FakeRunner::FakeRunner(const std::string& spec) : spec_(spec) {
   }
 }
 
-std::string FakeRunner::model_hash() { return sha256_hex(spec_); }
+std::string FakeRunner::model_hash() { return sha256_text(spec_); }
 
 int FakeRunner::count_tokens(std::string_view text) { return static_cast<int>(split_words(text).size()); }
 

@@ -1,22 +1,16 @@
-// The real SampleRunner: the reference decoder, the eviction engine and compiled policies.
-// Prompt layout: the user message is `context + separator + question` inside the model's chat
-// template. Query-aware samples compress the whole prompt (question included); question-agnostic
-// samples compress the prompt up to the end of the context, and the rest (question, assistant
-// header, answer prefix) is run after eviction. TTFT = the shared full-cache prefill + eviction +
-// the post-eviction tail + the first token, so it is comparable across policies.
+// The real SampleRunner (contract in evals/model_runner.h).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 
 #include "core/decode/decoder.h"
-#include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
-#include "dsl/policy_loader.h"
 #include "evals/metrics/metrics.h"
-#include "evals/sample_runner.h"
-#include "evals/util/sha256.h"
+#include "evals/model_runner.h"
+#include "core/util/sha256.h"
+#include "evals/text_hash.h"
 
 namespace kvevict::evals {
 namespace {
@@ -30,11 +24,14 @@ int argmax(const std::vector<float>& logits) {
 
 class ModelRunner : public SampleRunner {
  public:
-  explicit ModelRunner(const EvalConfig& config) : config_(config) {
+  ModelRunner(const EvalConfig& config, std::unique_ptr<PrefillEvictor> evictor)
+      : config_(config), evictor_(std::move(evictor)) {
     if (config.device == "cuda") {
       throw UsageError(config.source + ": device: cuda is not available for decoding in this build; use cpu or auto");
     }
-    model_ = load_model(config.model);
+    LoadOptions load_options;
+    load_options.tokenizer_path = config.tokenizer;
+    model_ = load_model(config.model, load_options);
     DecoderOptions options;
     options.threads = config.threads;
     decoder_ = make_cpu_decoder(*model_, options);
@@ -46,7 +43,7 @@ class ModelRunner : public SampleRunner {
   std::string model_hash() override {
     if (model_hash_.empty()) {
       model_hash_ = std::filesystem::is_regular_file(config_.model) ? sha256_file(config_.model)
-                                                                    : sha256_hex(config_.model);
+                                                                    : sha256_text(config_.model);
     }
     return model_hash_;
   }
@@ -56,13 +53,7 @@ class ModelRunner : public SampleRunner {
   }
 
   void prepare(const std::vector<PolicyChoice>& policies) override {
-    for (const auto& choice : policies) {
-      auto program = load_policy(choice.policy, choice.params);
-      const PolicyDescription& description = program->description();
-      window_ = std::max(window_, description.window);
-      accumulated_ = accumulated_ || description.needs_accumulated_attention;
-      programs_[choice.label] = std::move(program);
-    }
+    evictor_->prepare(policies, *model_);
   }
 
   void begin_sample(const Sample& sample) override {
@@ -83,9 +74,9 @@ class ModelRunner : public SampleRunner {
     continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
 
     decoder_->reset();
-    recorder_ = std::make_unique<PrefillRecorder>(window_, accumulated_);
+    ForwardObserver* recorder = evictor_->start_recording();
     auto start = Clock::now();
-    prefill_logits_ = decoder_->forward(prompt_tokens_, recorder_.get());
+    prefill_logits_ = decoder_->forward(prompt_tokens_, recorder);
     prefill_seconds_ = seconds_since(start);
     ++prefills_;
     snapshot_ = decoder_->cache();
@@ -104,14 +95,12 @@ class ModelRunner : public SampleRunner {
     outcome.kv_bytes_full = static_cast<int64_t>(snapshot_.bytes_in_use());
     const int64_t entries_full = snapshot_.total_entries();
     auto start = Clock::now();
-    std::unique_ptr<EvictionEngine> engine = evict(policy, budget);
+    ForwardObserver* decode_observer = evict(policy, budget);
     const double evict_seconds = seconds_since(start);
     outcome.kept_ratio = entries_full ? static_cast<double>(decoder_->cache().total_entries()) / entries_full : 1.0;
     outcome.kv_bytes = static_cast<int64_t>(decoder_->cache().bytes_in_use());
     outcome.extra["evict_ms"] = evict_seconds * 1e3;
     outcome.extra["prompt_tokens"] = prompt_tokens_.size();
-    ForwardObserver* decode_observer =
-        engine && programs_.at(policy.label)->description().run.decode_every > 0 ? engine.get() : nullptr;
 
     if (sample_.fidelity) {
       std::vector<float> logits;
@@ -126,8 +115,7 @@ class ModelRunner : public SampleRunner {
       outcome.kl = rows ? kl / rows : 0;
       outcome.top1_agreement = rows ? agree / rows : 1;
       restore();
-      engine = evict(policy, budget);
-      decode_observer = engine && programs_.at(policy.label)->description().run.decode_every > 0 ? engine.get() : nullptr;
+      decode_observer = evict(policy, budget);
       std::vector<int> tokens = greedy(decode_observer, sample_.greedy_tokens, prefill_logits_, nullptr, nullptr);
       outcome.greedy_agreement = sequence_agreement(reference_greedy_, tokens);
       outcome.prediction = model_->tokenizer->decode(tokens);
@@ -155,17 +143,12 @@ class ModelRunner : public SampleRunner {
     decoder_->set_position(snapshot_position_);
   }
 
-  // Restores the snapshot and applies one (policy, budget); returns the engine for decode-time use
-  // (null for the full cache).
-  std::unique_ptr<EvictionEngine> evict(const PolicyChoice& policy, const Budget& budget) {
+  // Restores the snapshot and applies one (policy, budget); returns the observer for decode steps
+  // (null for the full cache or a prefill-only policy).
+  ForwardObserver* evict(const PolicyChoice& policy, const Budget& budget) {
     restore();
     if (budget.kind == Budget::Kind::Full) return nullptr;
-    EngineOptions options;
-    options.budget = budget;
-    options.seed = config_.seed;
-    auto engine = std::make_unique<EvictionEngine>(*programs_.at(policy.label), model_->config, options);
-    engine->apply_after_prefill(*recorder_, decoder_->cache());
-    return engine;
+    return evictor_->apply(policy, budget, decoder_->cache());
   }
 
   // Greedy tokens from `logits` (the first is argmax(logits)); stops at a stop id (not included).
@@ -192,13 +175,10 @@ class ModelRunner : public SampleRunner {
   std::unique_ptr<Decoder> decoder_;
   std::string template_;
   std::string model_hash_;
-  std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
-  int window_ = 0;
-  bool accumulated_ = false;
+  std::unique_ptr<PrefillEvictor> evictor_;
 
   Sample sample_;
   std::vector<int> prompt_tokens_, tail_tokens_, continuation_tokens_;
-  std::unique_ptr<PrefillRecorder> recorder_;
   std::vector<float> prefill_logits_;
   double prefill_seconds_ = 0;
   KVCache snapshot_;
@@ -210,9 +190,14 @@ class ModelRunner : public SampleRunner {
 
 }  // namespace
 
-// Not referenced until the decoder, engine and policy loader are merged (see model_runner_pending.cpp).
-std::unique_ptr<SampleRunner> make_decoder_runner(const EvalConfig& config) {
-  return std::make_unique<ModelRunner>(config);
+std::unique_ptr<SampleRunner> make_decoder_runner(const EvalConfig& config, std::unique_ptr<PrefillEvictor> evictor) {
+  return std::make_unique<ModelRunner>(config, std::move(evictor));
+}
+
+std::unique_ptr<SampleRunner> make_model_runner(const EvalConfig& config) {
+  // The engine first: without it there is nothing to evaluate, and the model need not be loaded.
+  auto evictor = make_engine_evictor(config.seed);
+  return make_decoder_runner(config, std::move(evictor));
 }
 
 }  // namespace kvevict::evals
