@@ -42,8 +42,10 @@ std::function<int()> setup_eval(CLI::App& app) {
     options.check_policy = [&model_for_checks](const PolicyChoice& choice) { check_policy_choice(model_for_checks, choice); };
     EvalConfig config = load_eval_config(args->config, options);
 
-    ResultsStore store(args->db);
+    // The model and the policies load before the database is touched: nothing is recorded for a
+    // run that cannot start.
     auto runner = make_sample_runner(config);
+    ResultsStore store(args->db);
     EvalOptions eval_options;
     eval_options.resume = args->resume;
     eval_options.force = args->force;

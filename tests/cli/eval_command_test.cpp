@@ -200,3 +200,31 @@ TEST(ReportCommand, WritesIndexAndPlots) {
   for (const auto& entry : std::filesystem::directory_iterator(out)) svgs += entry.path().extension() == ".svg";
   EXPECT_EQ(svgs, 2 + 2 * 3);  // score plots for 2 tasks + needle heatmaps for 2 policies x 3 budgets
 }
+
+TEST(EvalCommand, EndToEndOnStories260K) {
+  const std::string models = std::string(KVEVICT_SHARED_DIR) + "/models/stories260K";
+  if (!std::filesystem::exists(models + "/stories260K.bin")) GTEST_SKIP() << "stories260K not found in " << models;
+  Workdir dir("stories");
+  const std::string config = std::string(KVEVICT_TEST_SOURCE_DIR) + "/../configs/stories260k-smoke.yaml";
+  const std::string common = " --db " + dir.db() + " --set model=" + models + "/stories260K.bin --set tokenizer=" +
+                             models + "/tok512.bin";
+  auto result = run_shell(cli_command("eval -c " + config + common));
+  if (result.exit_code == 1 && result.output.find("no eviction engine") != std::string::npos) {
+    GTEST_SKIP() << "this build has no eviction engine yet: " << result.output;
+  }
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "finished");
+  EXPECT_EQ(runs[0].model_hash, "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
+  // passkey 2x2 + needle 3 + kv_retrieval 1 + fidelity 1 samples, 3 policies x 3 budgets each.
+  EXPECT_EQ(store.count_results(runs[0].id), (4 + 3 + 1 + 1) * 3 * 3);
+  for (const auto& row : store.results(runs[0].id)) {
+    if (row.budget == "full") EXPECT_DOUBLE_EQ(row.kept_ratio, 1.0);
+    else EXPECT_LT(row.kv_bytes, row.kv_bytes_full) << row.policy << " " << row.budget;
+    if (row.task == "fidelity" && row.budget == "full") EXPECT_DOUBLE_EQ(row.score, 100.0);
+  }
+  auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
+  EXPECT_EQ(json.size(), 4u * 3 * 3);
+}
