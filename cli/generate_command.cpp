@@ -111,10 +111,10 @@ std::function<int()> setup_generate(CLI::App& app) {
   auto* prompt = app.add_option("-p,--prompt", o->prompt, "Prompt text (default: start from BOS)");
   app.add_option("--prompt-file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
   app.add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (ChatML for SmolLM2)");
-  app.add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->check(CLI::Range(0, 1 << 24));
+  app.add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()->check(CLI::Range(0, 1 << 24));
   app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--seed", o->seed, "Seed of the sampler");
-  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->check(CLI::Range(0, 1024));
+  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON");
 
   return [o]() {

@@ -8,9 +8,9 @@
 namespace kvevict::cli {
 namespace {
 
-nlohmann::json describe(const Model& m) {
+nlohmann::ordered_json describe(const Model& m) {
   const ModelConfig& c = m.config;
-  nlohmann::json types = nlohmann::json::object();
+  nlohmann::ordered_json types = nlohmann::ordered_json::object();
   for (const auto& [type, count] : m.info.tensor_types) types[type] = count;
   return {
       {"path", m.info.path},
@@ -49,7 +49,7 @@ std::function<int()> setup_model_info(CLI::App& app) {
     LoadOptions options;
     options.tokenizer_path = *tokenizer;
     const auto model = load_model(*path, options);
-    const nlohmann::json d = describe(*model);
+    const nlohmann::ordered_json d = describe(*model);
     if (*json) {
       std::cout << d.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       return 0;

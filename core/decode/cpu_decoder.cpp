@@ -114,9 +114,8 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   proj_.resize(rows * dim);
 
   cpu::rmsnorm(x_.data(), w.attn_norm.data(), n, dim, config_.norm_eps, xn_.data());
-  cpu::matmul(xn_.data(), n, dim, w.wq.data(), q_dim, q_.data());
-  cpu::matmul(xn_.data(), n, dim, w.wk.data(), kv_dim, k_.data());
-  cpu::matmul(xn_.data(), n, dim, w.wv.data(), kv_dim, v_.data());
+  cpu::matmul_fused(xn_.data(), n, dim,
+                    {{w.wq.data(), q_dim, q_.data()}, {w.wk.data(), kv_dim, k_.data()}, {w.wv.data(), kv_dim, v_.data()}});
   if (config_.qkv_bias) {
     cpu::add_bias_rows(q_.data(), w.bq.data(), n, q_dim);
     cpu::add_bias_rows(k_.data(), w.bk.data(), n, kv_dim);
@@ -176,8 +175,7 @@ void CpuDecoder::feed_forward_layer(int layer, int n) {
     const int rows = std::min(chunk, n - r0);
     float* x = x_.data() + rows_offset(r0, dim);
     cpu::rmsnorm(x, w.ffn_norm.data(), rows, dim, config_.norm_eps, xn_.data());
-    cpu::matmul(xn_.data(), rows, dim, w.w_gate.data(), hidden, gate_.data());
-    cpu::matmul(xn_.data(), rows, dim, w.w_up.data(), hidden, up_.data());
+    cpu::matmul_fused(xn_.data(), rows, dim, {{w.w_gate.data(), hidden, gate_.data()}, {w.w_up.data(), hidden, up_.data()}});
     cpu::swiglu(gate_.data(), up_.data(), static_cast<size_t>(rows) * hidden);
     cpu::matmul(gate_.data(), rows, hidden, w.w_down.data(), dim, proj_.data());
     cpu::add_inplace(x, proj_.data(), static_cast<size_t>(rows) * dim);

@@ -1,5 +1,7 @@
 #include "core/decode/cpu_ops.h"
 
+#include "core/decode/simd_math.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -44,23 +46,48 @@ void matmul(const float* x, int n, int in, const float* w, int out, float* y) {
   }
 }
 
+void matmul_fused(const float* x, int n, int in, std::initializer_list<Projection> projections) {
+  int total = 0;
+  for (const Projection& p : projections) total += p.out;
+  const double macs = static_cast<double>(n) * in * total;
+  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, total / 16));
+  if (threads == 1) {
+    for (const Projection& p : projections) matmul_slice(x, n, in, p.w, p.out, 0, p.out, p.y);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int per = ((total + nt - 1) / nt + 15) / 16 * 16;
+    const int r0 = std::min(total, t * per), r1 = std::min(total, r0 + per);
+    // This thread's rows of the stacked [W_1; W_2; ...], intersected with each matrix.
+    int base = 0;
+    for (const Projection& p : projections) {
+      const int lo = std::max(r0, base) - base, hi = std::min(r1, base + p.out) - base;
+      if (lo < hi) matmul_slice(x, n, in, p.w, p.out, lo, hi, p.y);
+      base += p.out;
+    }
+  }
+}
+
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* y) {
 #pragma omp parallel for if (static_cast<double>(n) * dim > kParallelMacs) schedule(static)
   for (int r = 0; r < n; ++r) {
     const float* xr = x + static_cast<size_t>(r) * dim;
     float* yr = y + static_cast<size_t>(r) * dim;
-    double ss = 0.0;
-    for (int i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double ss = simd::dot(xr, xr, dim);
     const float scale = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
     for (int i = 0; i < dim; ++i) yr[i] = xr[i] * scale * weight[i];
   }
 }
 
 void swiglu(float* gate, const float* up, size_t count) {
+  constexpr size_t kChunk = 1 << 14;
+  const long chunks = static_cast<long>((count + kChunk - 1) / kChunk);
 #pragma omp parallel for if (count > 65536) schedule(static)
-  for (size_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  for (long c = 0; c < chunks; ++c) {
+    const size_t begin = c * kChunk, end = std::min(count, begin + kChunk);
+    simd::silu_mul(gate + begin, up + begin, static_cast<long>(end - begin));
   }
 }
 
@@ -76,12 +103,7 @@ void add_bias_rows(float* y, const float* bias, int n, int out) {
   }
 }
 
-float dot(const float* a, const float* b, int n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+float dot(const float* a, const float* b, int n) { return simd::dot(a, b, n); }
 
 void set_threads(int threads) {
   openblas_set_num_threads(1);

@@ -2,11 +2,20 @@
 // Dense kernels of the CPU decoder on row-major float32 data. Matrix products go to BLAS
 // (OpenBLAS, multithreaded); the elementwise work is parallelised with OpenMP over rows.
 #include <cstddef>
+#include <initializer_list>
 
 namespace kvevict::cpu {
 
 // y[n][out] = x[n][in] · W^T with W stored [out][in] (y = W x per row); sgemv when n == 1.
 void matmul(const float* x, int n, int in, const float* w, int out, float* y);
+// Several products of the same input, y_k[n][out_k] = x · W_k^T, computed in one parallel region
+// whose threads split the concatenated output features (the fused q/k/v and gate/up projections).
+struct Projection {
+  const float* w;
+  int out;
+  float* y;
+};
+void matmul_fused(const float* x, int n, int in, std::initializer_list<Projection> projections);
 // y[r] = x[r] * weight / sqrt(mean(x[r]^2) + eps) for each of n rows of length dim.
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* y);
 // gate[i] = silu(gate[i]) * up[i] for i < count.

@@ -15,6 +15,9 @@ struct Budget {
   static Budget parse(const std::string& text, const std::string& what = "budget");
   // Average tokens per (layer, KV head) for a prompt of `prompt_len` tokens (never above prompt_len).
   double tokens_per_head(int prompt_len) const;
+  // Throws UsageError when a token budget exceeds the prompt (callers that want clamping, like a
+  // sweep over many prompts, simply do not call this).
+  void check_prompt(int prompt_len, const std::string& what = "budget") const;
 };
 
 }  // namespace kvevict

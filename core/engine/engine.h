@@ -35,6 +35,16 @@ struct EvictionReport {
   size_t bytes_kept = 0;  // cache bytes after the latest application
   size_t peak_bytes = 0;  // largest cache size seen during prefill
   double seconds = 0;     // time spent inside the engine
+  // Added: what happened, for reports and tests.
+  int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
+  bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run
+  int decode_steps = 0;       // forward calls after the prompt
+  // SpindleKV codebook stage (0 when the policy has no merge stage). The cache keeps full float
+  // entries reconstructed from the codebook; these figures are what a codebook-backed cache stores:
+  // codes + one int32 index + one float norm per (token, K or V) + int32 positions.
+  size_t bytes_codebook = 0;
+  int64_t key_codes = 0, value_codes = 0, codebook_tokens = 0;
+  double codebook_seconds = 0;
 };
 
 // Records what the policies of a sweep need from one full-cache prefill.

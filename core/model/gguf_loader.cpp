@@ -1,6 +1,7 @@
 // load_gguf: a GGUF file of the llama architecture -> Model (config, f32 weights, tokenizer, info).
 #include <algorithm>
 #include <climits>
+#include <numbers>
 #include <cmath>
 
 #include "core/model/dequant.h"
@@ -50,7 +51,7 @@ void read_llama3_scaling(const GgufFile& f, ModelConfig& c) {
   const double high_wavelength = s.original_max_position / s.high_freq_factor;
   for (uint64_t i = 0; i < n; ++i) {
     const double freq = std::pow(static_cast<double>(c.rope_theta), -2.0 * static_cast<double>(i) / c.head_dim);
-    const double wavelength = 2.0 * M_PI / freq;
+    const double wavelength = 2.0 * std::numbers::pi / freq;
     double expected = factor;
     if (wavelength < high_wavelength) {
       expected = 1.0;

@@ -5,13 +5,6 @@
 
 #include "core/tokenizer/spm_tokenizer.h"
 
-// make_spm_tokenizer is implemented on another branch (the llama2.c/SentencePiece work). Until
-// that lands, the reference is weak so this loader links on its own; a GGUF with a "llama"
-// tokenizer then gets a clear error instead of a link failure. See load_spm below.
-namespace kvevict {
-std::unique_ptr<Tokenizer> make_spm_tokenizer(SpmVocab vocab) __attribute__((weak));
-}
-
 namespace kvevict {
 namespace {
 
@@ -116,7 +109,6 @@ std::unique_ptr<Tokenizer> load_spm(const GgufFile& f, const std::vector<std::st
   vocab.eos_id = token_id(f, "tokenizer.ggml.eos_token_id", n, 2);
   vocab.unk_id = token_id(f, "tokenizer.ggml.unknown_token_id", n, 0);
   vocab.add_dummy_prefix = f.opt_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-  if (!make_spm_tokenizer) f.fail("SentencePiece-style (\"llama\") tokenizers are not built into this kvevict");
   return make_spm_tokenizer(std::move(vocab));
 }
 

@@ -1,5 +1,7 @@
 #include "core/model/hf_weights.h"
 
+#include <cmath>
+
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -13,6 +15,13 @@ class TensorLoader {
 
   std::vector<float> operator()(const std::string& name, const Shape& shape) {
     std::vector<float> values = tensors_.read_f32(name, shape);
+    // NaN or infinite weights only ever produce garbage logits: refuse them where they are found.
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) {
+        throw ModelError(tensors_.get(name).file, "tensor '" + name + "' has a non-finite value at element " +
+                                                      std::to_string(i));
+      }
+    }
     info_.tensor_types[tensors_.get(name).dtype] += 1;
     info_.n_params += static_cast<int64_t>(values.size());
     return values;

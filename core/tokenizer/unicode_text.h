@@ -1,11 +1,10 @@
 #pragma once
-// UTF-8 decoding and a compact Unicode classification for the BPE pre-tokenizers.
+// UTF-8 decoding and the Unicode classes the BPE pre-tokenizers need (\p{L}, \p{N}, \s).
 //
-// Classification is pragmatic, not the full Unicode database: ASCII is exact; outside ASCII a code
-// point is whitespace, a number or "other" (punctuation, symbols, marks, emoji, controls, private
-// use) when it lies in one of the ranges listed in unicode_text.cpp, and a letter otherwise. Real
-// letters of every script therefore classify correctly; rare punctuation or numerals outside the
-// tables would be treated as letters (which only changes where a pre-token boundary falls).
+// classify_code_point follows the Unicode general categories (L* letters, N* numbers) and the
+// White_Space property, from a range table generated with scripts/gen-unicode-ranges.py
+// (unicode_ranges.inc; Unicode 14.0). Marks, punctuation, symbols, controls, emoji are Other.
+// Unassigned code points take the class of the assigned run before them.
 #include <cstdint>
 #include <string_view>
 #include <vector>

@@ -44,6 +44,13 @@ TEST(Unicode, Classification) {
   EXPECT_EQ(classify_code_point(0x3002), CharClass::Other);   // 。
   EXPECT_EQ(classify_code_point(0xD7), CharClass::Other);     // ×
   EXPECT_EQ(classify_code_point(0x301), CharClass::Other);    // combining acute
+  EXPECT_EQ(classify_code_point(0x93F), CharClass::Other);    // Devanagari vowel sign I (Mc)
+  EXPECT_EQ(classify_code_point(0x915), CharClass::Letter);   // Devanagari KA
+  EXPECT_EQ(classify_code_point(0x9F4), CharClass::Number);   // Bengali currency numerator one (No)
+  EXPECT_EQ(classify_code_point(0x2160), CharClass::Number);  // Roman numeral one (Nl)
+  EXPECT_EQ(classify_code_point(0x1D400), CharClass::Letter); // mathematical bold A
+  EXPECT_EQ(classify_code_point(0x2028), CharClass::Space);   // line separator
+  EXPECT_EQ(classify_code_point(0x1C), CharClass::Other);     // not White_Space, though isspace() says so
 }
 
 TEST(Unicode, DecodeUtf8KeepsEveryByte) {

@@ -144,3 +144,34 @@ TEST(CpuDecoder, ResetEmptiesTheCache) {
 
 }  // namespace
 }  // namespace kvevict
+
+namespace kvevict {
+namespace {
+
+// Big enough that matmuls and attention take their multithreaded paths (small ones stay serial),
+// including ragged heads in the parallel decode kernel.
+TEST(CpuDecoder, ParallelPathsMatchTheReference) {
+  ModelConfig c = small_config(6, 2, 64);
+  c.dim = 128;
+  c.hidden_dim = 256;
+  c.n_layers = 1;
+  const auto model = make_random_model(c, 8);
+  const auto tokens = random_tokens(600, c.vocab_size, 3);
+  std::vector<int> kept;
+  for (int i = 0; i < 599; i += 3) kept.push_back(i);
+  const auto ref = test::reference_forward(*model, tokens, [&](int, int kv, int q, int k) {
+    return q < 599 || kv == 0 || k % 3 == 0 || k == 599;
+  });
+  auto d = make_cpu_decoder(*model, {.threads = 2});
+  std::vector<float> all;
+  d->forward(std::span<const int>(tokens.data(), 599), nullptr, &all);
+  for (int t : {0, 63, 64, 300, 598}) {
+    ASSERT_LT(max_error(all.data() + size_t(t) * c.vocab_size, ref.logits[t]), 1e-4) << "token " << t;
+  }
+  d->cache().keep(0, 1, kept);  // KV head 1 now shorter than KV head 0
+  const auto& last = d->forward(std::span<const int>(&tokens[599], 1));
+  EXPECT_LT(max_error(last.data(), ref.logits[599]), 1e-4);
+}
+
+}  // namespace
+}  // namespace kvevict

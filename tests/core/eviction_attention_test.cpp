@@ -45,7 +45,9 @@ TEST(EvictionAttention, CompactedCacheEqualsRestrictedAttention) {
   std::mt19937 rng(12);
   std::vector<std::vector<std::set<int>>> kept(c.n_layers, std::vector<std::set<int>>(c.n_kv_heads));
   auto decoder = make_cpu_decoder(*model, {.threads = 2});
+  auto block_decoder = make_cpu_decoder(*model, {.threads = 2});  // continues with one multi-token block
   decoder->forward(std::span<const int>(tokens.data(), kPrompt));
+  block_decoder->forward(std::span<const int>(tokens.data(), kPrompt));
   for (int l = 0; l < c.n_layers; ++l) {
     for (int h = 0; h < c.n_kv_heads; ++h) {
       std::vector<int> all(kPrompt);
@@ -55,6 +57,7 @@ TEST(EvictionAttention, CompactedCacheEqualsRestrictedAttention) {
       std::vector<int> keep(all.begin(), all.begin() + keep_count);
       kept[l][h] = std::set<int>(keep.begin(), keep.end());
       decoder->cache().keep(l, h, keep);
+      block_decoder->cache().keep(l, h, keep);
       ASSERT_EQ(decoder->cache().length(l, h), keep_count);
     }
   }
@@ -73,6 +76,14 @@ TEST(EvictionAttention, CompactedCacheEqualsRestrictedAttention) {
     }
     EXPECT_LT(worst, 1e-4) << "decoded token " << t;
     EXPECT_GT(eviction_effect, 1e-2) << "the kept sets should change the logits, or this test proves nothing";
+  }
+  // The same continuation as one block over the ragged, compacted cache.
+  std::vector<float> all;
+  block_decoder->forward(std::span<const int>(tokens.data() + kPrompt, kDecode), nullptr, &all);
+  for (int t = kPrompt; t < kPrompt + kDecode; ++t) {
+    for (int v = 0; v < c.vocab_size; ++v) {
+      ASSERT_NEAR(all[size_t(t - kPrompt) * c.vocab_size + v], ref.logits[t][v], 1e-4) << "block token " << t;
+    }
   }
 }
 
@@ -101,17 +112,15 @@ class Recorder : public ForwardObserver {
   ObservationRequest request_;
 };
 
-TEST(ObserverSignals, WindowQueriesAndAccumulatedAttentionMatchTheReference) {
-  const ModelConfig c = eviction_config();
+void check_observer_signals(const ModelConfig& c, const int kPrompt) {
   const auto model = make_random_model(c, 21);
-  constexpr int kPrompt = 70;  // two attention tiles, so partial column sums are merged
   const auto tokens = random_tokens(kPrompt + 1, 8);
   const auto ref = test::reference_forward(*model, tokens);
   auto decoder = make_cpu_decoder(*model, {.threads = 2});
 
   Recorder prefill({.window = 8, .accumulated_attention = true});
   decoder->forward(std::span<const int>(tokens.data(), kPrompt), &prefill);
-  ASSERT_EQ(prefill.layers.size(), 3u);
+  ASSERT_EQ(prefill.layers.size(), static_cast<size_t>(c.n_layers));
   EXPECT_EQ(prefill.forwards, std::vector<int>{kPrompt});
   for (int l = 0; l < c.n_layers; ++l) {
     const auto& rec = prefill.layers[l];
@@ -132,7 +141,7 @@ TEST(ObserverSignals, WindowQueriesAndAccumulatedAttentionMatchTheReference) {
       for (int k = 0; k < kPrompt; ++k) {
         double want = 0;
         for (int q = 0; q < kPrompt; ++q) want += ref.probs[l][h][q][k];
-        EXPECT_NEAR(rec.columns[h][k], want, 1e-4) << "layer " << l << " head " << h << " key " << k;
+        ASSERT_NEAR(rec.columns[h][k], want, 1e-4) << "layer " << l << " head " << h << " key " << k;
         total += rec.columns[h][k];
       }
       EXPECT_NEAR(total, kPrompt, 1e-3);  // every query's probabilities sum to one
@@ -146,9 +155,23 @@ TEST(ObserverSignals, WindowQueriesAndAccumulatedAttentionMatchTheReference) {
     EXPECT_EQ(step.layers[l].window, 1);
     for (int h = 0; h < c.n_heads; ++h) {
       ASSERT_EQ(step.layers[l].columns[h].size(), static_cast<size_t>(kPrompt + 1));
-      for (int k = 0; k <= kPrompt; ++k) EXPECT_NEAR(step.layers[l].columns[h][k], ref.probs[l][h][kPrompt][k], 1e-5);
+      for (int k = 0; k <= kPrompt; ++k) ASSERT_NEAR(step.layers[l].columns[h][k], ref.probs[l][h][kPrompt][k], 1e-5);
     }
   }
+}
+
+TEST(ObserverSignals, WindowQueriesAndAccumulatedAttentionMatchTheReference) {
+  check_observer_signals(eviction_config(), 70);  // two query tiles: per-thread column sums are merged
+}
+
+TEST(ObserverSignals, ParallelKernelsReportTheSameSignals) {
+  // Large enough for the multithreaded kernels: several key blocks, two decode chunks to merge.
+  ModelConfig c = eviction_config();
+  c.n_layers = 1;
+  c.dim = 128;
+  c.head_dim = 64;
+  c.context_length = 1024;
+  check_observer_signals(c, 600);
 }
 
 // Evicting inside after_layer (cascading) affects the layers' later attention, not the current block.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <filesystem>
 
 #include "core/model/gguf_reader.h"
@@ -206,7 +207,7 @@ TEST(GgufLoader, RejectsMissingTensorAndUnsupportedTokenizer) {
 std::vector<float> llama3_rope_factors(int head_dim, double theta, double factor, double original) {
   std::vector<float> r;
   for (int i = 0; i < head_dim / 2; ++i) {
-    const double wavelength = 2 * M_PI * std::pow(theta, 2.0 * i / head_dim);
+    const double wavelength = 2 * std::numbers::pi * std::pow(theta, 2.0 * i / head_dim);
     if (wavelength < original / 4) r.push_back(1.0f);
     else if (wavelength > original / 1) r.push_back(static_cast<float>(factor));
     else {

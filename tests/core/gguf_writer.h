@@ -302,7 +302,7 @@ struct TinyLlama {
     }
     const std::string sp = "\xE2\x96\x81";
     const std::vector<std::string> pieces = {sp, "h", "e", "l", "o", "w", "r", "d", "he", "ll", "hell", "hello",
-                                             sp + "hello", sp + "w", "or", sp + "wor", sp + "world"};
+                                             sp + "hello", sp + "w", "or", sp + "wor", "ld", sp + "world"};
     for (size_t i = 0; i < pieces.size(); ++i) {
       tokens.push_back(pieces[i]);
       token_types.push_back(1);

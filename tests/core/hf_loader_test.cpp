@@ -121,7 +121,13 @@ const Geometry kGeometries[] = {
 
 INSTANTIATE_TEST_SUITE_P(Geometries, HfFolderLoads,
                          ::testing::Combine(::testing::ValuesIn(kGeometries),
-                                            ::testing::Values(StDtype::F32, StDtype::F16, StDtype::BF16)));
+                                            ::testing::Values(StDtype::F32, StDtype::F16, StDtype::BF16)),
+                         [](const auto& info) {
+                           const Geometry& g = std::get<0>(info.param);
+                           return std::string(g.arch) + "_q" + std::to_string(g.n_heads) + "_kv" +
+                                  std::to_string(g.n_kv_heads) + "_hd" + std::to_string(g.head_dim) + "_" +
+                                  test::st_dtype_name(std::get<1>(info.param));
+                         });
 
 // ---- config.json ---------------------------------------------------------------------------
 
@@ -284,6 +290,14 @@ TEST(HfWeights, WrongDtypeNamesTensorAndDtype) {
   std::string msg = model_error([&] { load_hf_folder(f.dir.string()); });
   EXPECT_HAS(msg, (f.dir / "model.safetensors").string());
   EXPECT_HAS(msg, "'model.norm.weight' has dtype I32");
+}
+
+TEST(HfWeights, NonFiniteWeightIsNamed) {
+  FolderFixture f("hf_nan");
+  f.write([&](auto& ts) { f.find(ts, "model.layers.1.mlp.down_proj.weight").values[7] = std::nanf(""); });
+  std::string msg = model_error([&] { load_hf_folder(f.dir.string()); });
+  EXPECT_HAS(msg, (f.dir / "model.safetensors").string());
+  EXPECT_HAS(msg, "'model.layers.1.mlp.down_proj.weight' has a non-finite value at element 7");
 }
 
 TEST(HfWeights, UntiedWithoutLmHeadIsAnError) {

@@ -1,0 +1,222 @@
+// bench_decoder: prefill and decode throughput of the CPU reference decoder, beside the machine's
+// own SGEMM rate and memory bandwidth measured here, so the percentages are of this machine.
+//   bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] [--decode-tokens 32]
+// MODEL defaults to the SmolLM2 GGUF when it loads, else synthetic:smollm2-135m.
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/decode/cpu_ops.h"
+#include "core/decode/decoder.h"
+#include "core/model/model.h"
+
+using namespace kvevict;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// CPU seconds used by the whole process: wall time much above cpu / threads means the machine was busy.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct Rate {
+  double wall = 0;  // GFLOP per wall second
+  double cpu = 0;   // GFLOP per CPU second (robust to a busy machine, for kernel efficiency)
+};
+
+// OpenBLAS's own multithreaded SGEMM on an n x n x n product, best of `reps`.
+Rate machine_sgemm_gflops(int threads, int n = 2048, int reps = 3) {
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  openblas_set_num_threads(threads);
+  Rate best;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run warms OpenBLAS's threads and buffers
+    const auto t = Clock::now();
+    const double c0 = process_cpu_seconds();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best.wall = std::max(best.wall, 2.0 * n * n * n / seconds_since(t) / 1e9);
+    best.cpu = std::max(best.cpu, 2.0 * n * n * n / (process_cpu_seconds() - c0) / 1e9);
+  }
+  openblas_set_num_threads(1);
+  return best;
+}
+
+// Read bandwidth: `threads` threads summing a 1 GiB buffer (decode streams weights read-only), best of 3.
+double machine_read_gbps(int threads) {
+  const size_t n = (size_t(1) << 30) / sizeof(float);
+  std::vector<float> buf(n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = float(i & 1023);
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < 3; ++r) {
+    const auto t = Clock::now();
+    float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      // 16 independent accumulators per thread, so the adds never limit the read rate.
+      float acc[16] = {};
+#pragma omp for schedule(static)
+      for (size_t block = 0; block < n / 16; ++block) {
+        const float* p = buf.data() + block * 16;
+        for (int j = 0; j < 16; ++j) acc[j] += p[j];
+      }
+      for (float a : acc) total += a;
+    }
+    best = std::max(best, n * sizeof(float) / seconds_since(t) / 1e9);
+    sink = sink + total;
+  }
+  return best;
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+std::unique_ptr<Model> load_default_model() {
+  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string gguf = std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
+                           "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  try {
+    return load_model(gguf);
+  } catch (const std::exception& e) {
+    std::cout << "note: " << e.what() << "; using synthetic:smollm2-135m\n";
+    return load_model("synthetic:smollm2-135m");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_path;
+  int threads = 2, context = 4096, decode_tokens = 32, repeat = 2;
+  std::vector<int> prefill = {512, 2048, 8192};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-m") model_path = value();
+    else if (a == "--threads") threads = std::stoi(value());
+    else if (a == "--prefill") prefill = parse_list(value());
+    else if (a == "--context") context = std::stoi(value());
+    else if (a == "--decode-tokens") decode_tokens = std::stoi(value());
+    else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
+    else {
+      std::cerr << "usage: bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] "
+                   "[--decode-tokens 32] [--repeat 2]\n"
+                   "Each figure is the best of --repeat runs (the machine may be shared).\n";
+      return 2;
+    }
+  }
+
+  const auto model = model_path.empty() ? load_default_model() : load_model(model_path);
+  const ModelConfig& c = model->config;
+  auto decoder = make_cpu_decoder(*model, {.threads = threads});
+
+  const Rate sgemm_rate = machine_sgemm_gflops(threads);
+  const double sgemm = sgemm_rate.wall;
+  const double bandwidth = machine_read_gbps(threads);
+  std::cout << "model: " << model->info.path << " (" << model->info.format << "), " << c.n_layers << " layers, dim "
+            << c.dim << ", heads " << c.n_heads << "/" << c.n_kv_heads << ", head dim " << c.head_dim << "\n";
+  std::cout << "threads: " << threads << "\n";
+  std::cout << "machine: SGEMM (OpenBLAS, 2048^3) " << sgemm << " GFLOP/s (" << sgemm_rate.cpu
+            << " per CPU-second); read bandwidth (1 GiB sum) " << bandwidth << " GB/s\n";
+
+  // Multiply-adds per token through the layer weights; attention adds 2 * head_dim per (query, key) pair per head.
+  const double layer_weights = double(c.n_layers) *
+                               (double(c.dim) * c.q_dim() * 2 + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim);
+  const double classifier = double(c.vocab_size) * c.dim;
+  std::mt19937 rng(1);
+  auto random_tokens = [&](int n) {
+    std::vector<int> t(n);
+    for (int& v : t) v = static_cast<int>(rng() % c.vocab_size);
+    return t;
+  };
+
+  for (int n : prefill) {
+    if (n > c.context_length) std::cout << "note: " << n << " tokens exceed the model's context " << c.context_length << "\n";
+    const auto tokens = random_tokens(n);
+    double s = 1e30, cpu = 0;
+    for (int r = 0; r < repeat; ++r) {
+      decoder->reset();
+      const auto t = Clock::now();
+      const double c0 = process_cpu_seconds();
+      decoder->forward(tokens);
+      const double wall = seconds_since(t);
+      if (wall < s) s = wall, cpu = process_cpu_seconds() - c0;
+    }
+    // Causal attention: query i sees i + 1 keys; QK^T and PV are 2 flops per multiply-add each.
+    const double attention = 2.0 * 2.0 * c.head_dim * c.n_heads * c.n_layers * (double(n) * (n + 1) / 2);
+    const double flops = 2.0 * n * layer_weights + attention + 2.0 * classifier;
+    const double gflops = flops / s / 1e9;
+    std::cout << "prefill " << n << " tokens: " << s << " s, " << n / s << " tokens/s, " << gflops << " GFLOP/s = "
+              << 100.0 * gflops / sgemm << "% of SGEMM; per CPU-second " << flops / cpu / 1e9 << " = "
+              << 100.0 * (flops / cpu / 1e9) / sgemm_rate.cpu << "% of SGEMM's (cpu " << cpu << " s)\n";
+  }
+
+  decoder->reset();
+  const auto prompt = random_tokens(context);
+  decoder->forward(prompt);
+  const size_t kv_bytes = decoder->cache().bytes_in_use();
+  int token = prompt.back();
+  double s = 1e30, cpu = 0;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t = Clock::now();
+    const double c0 = process_cpu_seconds();
+    for (int i = 0; i < decode_tokens; ++i) {
+      const auto& logits = decoder->forward(std::span<const int>(&token, 1));
+      token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    const double wall = seconds_since(t);
+    if (wall < s) s = wall, cpu = process_cpu_seconds() - c0;
+    // Back to the same context length so every repetition decodes at `context`.
+    for (int l = 0; l < c.n_layers; ++l) {
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        std::vector<int> first(context);
+        for (int i = 0; i < context; ++i) first[i] = i;
+        decoder->cache().keep(l, h, first);
+      }
+    }
+    decoder->set_position(context);
+  }
+  const double tps = decode_tokens / s;
+  const double weight_bytes = (layer_weights + classifier) * sizeof(float);
+  const double limit = bandwidth * 1e9 / weight_bytes;
+  const double limit_with_kv = bandwidth * 1e9 / (weight_bytes + kv_bytes);
+  std::cout << "decode at " << context << " context: " << tps << " tokens/s (" << decode_tokens << " tokens, cpu " << cpu << " s)\n";
+  std::cout << "  f32 weights read per token: " << weight_bytes / 1e6 << " MB; bandwidth limit " << limit
+            << " tokens/s; achieved " << 100.0 * tps / limit << "%\n";
+  std::cout << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
+            << 100.0 * tps / limit_with_kv << "%\n";
+  std::cout << "peak RSS: " << peak_rss_mib() << " MiB\n";
+  return 0;
+}

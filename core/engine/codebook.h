@@ -1,0 +1,35 @@
+#pragma once
+// SpindleKV's codebook (arXiv 2507.06517 §3.4, spec policies.md §4.2) for one set of vectors
+// (pre-RoPE keys or values of one (layer, KV head)):
+//   m_t = |x_t|, u_t = x_t / m_t; Adj[a][b] = cos(u_a, u_b) > theta (diagonal true);
+//   repeat: c = node of highest remaining degree (ties: lowest index); u_c becomes a code; every
+//   remaining neighbour of c (c included) refers to it; remove them all from the graph.
+//   reconstruction x_t ~= codes[ref[t]] * m_t.
+// A zero vector has no direction: it is its own code's member only if nothing else is near; its
+// norm 0 reconstructs it exactly. Cost O(N^2 d) time and N^2 bits of memory (N = vectors).
+// Storage = codes (float) + one int32 index and one float norm per vector.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvevict {
+
+struct Codebook {
+  int dim = 0;
+  std::vector<float> codes;     // [n_codes][dim], unit vectors (a member of the group, not a centroid)
+  std::vector<int32_t> index;   // [n] code of each vector
+  std::vector<float> norm;      // [n] magnitude of each vector
+
+  int n_codes() const { return dim ? static_cast<int>(codes.size() / dim) : 0; }
+  int n_vectors() const { return static_cast<int>(index.size()); }
+  size_t bytes() const { return codes.size() * sizeof(float) + index.size() * sizeof(int32_t) + norm.size() * sizeof(float); }
+  // Bytes the same vectors take stored plainly (n * dim floats).
+  size_t plain_bytes() const { return static_cast<size_t>(n_vectors()) * dim * sizeof(float); }
+  // Writes the n reconstructed vectors, [n][dim].
+  void reconstruct(float* out) const;
+};
+
+// vectors: [n][dim]. theta: cosine threshold (strictly greater merges).
+Codebook build_codebook(const float* vectors, int n, int dim, double theta);
+
+}  // namespace kvevict

@@ -1,0 +1,450 @@
+// The eviction engine. Flow of one prompt (decoder forward #1): after_layer(l) records the layer's
+// signals, computes its scores once (kept aligned with cache order) and, when cascading, re-splits
+// the budget over layers 0..l and shrinks them all; otherwise the one-shot split happens at the last
+// layer. after_forward ends the prefill (report, codebook stage). Later forward calls are decode
+// steps: after_layer(l) applies the decode trigger of layer l.
+#include "core/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/engine/attention_signals.h"
+#include "core/engine/budget_allocator.h"
+#include "core/engine/codebook.h"
+#include "core/engine/selection.h"
+#include "core/decode/rope.h"
+#include "core/util/error.h"
+
+namespace kvevict {
+namespace {
+
+class Stopwatch {
+ public:
+  explicit Stopwatch(double* total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() { *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double* total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Buffers behind one ScoreInputs.
+struct HeadSignals {
+  std::vector<float> window_attention, current_attention, accumulated, key_norm, value_norm;
+  ScoreInputs in;
+};
+
+}  // namespace
+
+struct EvictionEngine::State {
+  const PolicyProgram& policy;
+  const PolicyDescription& desc;
+  ModelConfig config;
+  EngineOptions options;
+  EvictionReport report;
+  int L = 0, Hkv = 0, Hq = 0, G = 1, d = 0;
+
+  bool in_prefill = false, prefill_done = false;
+  int prompt_len = 0;
+  int decode_step = 0;
+  int64_t total_budget = 0;   // sum over layers of the per-head budget
+  std::vector<int> layer_budget;                         // per-head budget of each layer
+  std::vector<double> layer_weight;                      // P_l when the policy has one
+  std::vector<std::vector<std::vector<float>>> scores;   // [layer][kv_head][cache entry] prefill scores
+  std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
+  std::vector<std::vector<float>> queries;               // [layer] rolling [rows][Hq][d] newest queries
+  std::vector<int> query_rows, query_position0;          // rows held and position of the first row
+
+  State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
+      : policy(p), desc(p.description()), config(c), options(std::move(o)) {
+    L = c.n_layers;
+    Hkv = c.n_kv_heads;
+    Hq = c.n_heads;
+    G = c.group_size();
+    d = c.head_dim;
+    if (desc.select.random_share < 0 || desc.select.random_share > 1)
+      throw UsageError("policy " + desc.name + ": random_share must be in [0, 1]");
+    if (desc.select.random_share > 0 && !(desc.select.temperature > 0))
+      throw UsageError("policy " + desc.name + ": temperature must be > 0");
+    if (desc.window < 0 || desc.protect.first < 0 || desc.protect.recent < 0 || desc.run.decode_every < 0 ||
+        desc.run.decode_slack < 0)
+      throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
+    if (desc.select.scope != "kv_head" && desc.select.scope != "layer")
+      throw UsageError("policy " + desc.name + ": select scope must be kv_head or layer, not " + desc.select.scope);
+    if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
+      throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
+  }
+
+  int query_window() const { return std::max(desc.window, desc.needs_current_attention ? 1 : 0); }
+
+  void reset() {
+    report = EvictionReport{};
+    report.policy = desc.name;
+    report.budget = options.budget.text;
+    in_prefill = prefill_done = false;
+    prompt_len = decode_step = 0;
+    layer_budget.assign(L, 0);
+    layer_weight.assign(L, 1.0);
+    scores.assign(L, std::vector<std::vector<float>>(Hkv));
+    accumulated.assign(L, std::vector<std::vector<float>>());
+    queries.assign(L, {});
+    query_rows.assign(L, 0);
+    query_position0.assign(L, 0);
+  }
+
+  // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
+  void record_queries(const LayerSignals& s) {
+    const int keep = query_window();
+    if (keep == 0 || s.window == 0) return;
+    const size_t row = static_cast<size_t>(Hq) * d;
+    std::vector<float>& q = queries[s.layer];
+    const int new_first = s.first_position + s.n_tokens - s.window;
+    if (query_rows[s.layer] > 0 && query_position0[s.layer] + query_rows[s.layer] != new_first) {
+      q.clear();  // not contiguous (a new prompt): start over
+      query_rows[s.layer] = 0;
+    }
+    if (query_rows[s.layer] == 0) query_position0[s.layer] = new_first;
+    q.insert(q.end(), s.window_queries.begin(), s.window_queries.begin() + static_cast<size_t>(s.window) * row);
+    query_rows[s.layer] += s.window;
+    if (query_rows[s.layer] > keep) {
+      const int drop = query_rows[s.layer] - keep;
+      q.erase(q.begin(), q.begin() + static_cast<size_t>(drop) * row);
+      query_rows[s.layer] = keep;
+      query_position0[s.layer] += drop;
+    }
+  }
+
+  // Adds the block's attention column sums to the stored accumulated attention of the layer.
+  void record_accumulated(const LayerSignals& s, const KVCache& cache) {
+    if (!desc.needs_accumulated_attention) return;
+    if (!s.accumulated_attention) throw std::logic_error("engine: the decoder did not record accumulated attention");
+    auto& acc = accumulated[s.layer];
+    acc.resize(Hq);
+    for (int h = 0; h < Hq; ++h) {
+      const std::vector<float>& add = (*s.accumulated_attention)[h];
+      const int T = cache.length(s.layer, h / G);
+      acc[h].resize(T, 0.0f);
+      for (int t = 0; t < T && t < static_cast<int>(add.size()); ++t) acc[h][t] += add[t];
+    }
+  }
+
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding) {
+    HeadSignals hs;
+    const int T = cache.length(layer, kv_head);
+    ScoreInputs& in = hs.in;
+    in.layer = layer;
+    in.kv_head = kv_head;
+    in.n_layers = L;
+    in.n_kv_heads = Hkv;
+    in.group = G;
+    in.head_dim = d;
+    in.T = T;
+    in.prompt_len = prompt_len;
+    in.decode_step = decoding ? decode_step + 1 : 0;
+    in.seed = options.seed;
+    in.position = cache.positions(layer, kv_head);
+    const int rows = query_rows[layer];
+    const float* q = queries[layer].data();
+    const bool want_window = desc.window > 0 && (!decoding || desc.run.decode_uses_window_attention);
+    if (want_window && rows > 0) {
+      const int W = std::min(desc.window, rows);
+      const int skip = rows - W;
+      hs.window_attention.resize(static_cast<size_t>(G) * W * T);
+      compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip, kv_head,
+                               G, cache.keys(layer, kv_head), in.position, T, d, hs.window_attention.data());
+      in.W = W;
+      in.window_attention = hs.window_attention.data();
+    }
+    if (desc.needs_current_attention && rows > 0) {
+      hs.current_attention.resize(static_cast<size_t>(G) * T);
+      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, query_position0[layer] + rows - 1,
+                               kv_head, G, cache.keys(layer, kv_head), in.position, T, d, hs.current_attention.data());
+      in.current_attention = hs.current_attention.data();
+    }
+    if (desc.needs_accumulated_attention) {
+      hs.accumulated.resize(static_cast<size_t>(G) * T);
+      for (int g = 0; g < G; ++g) {
+        const auto& a = accumulated[layer][kv_head * G + g];
+        std::copy_n(a.data(), T, hs.accumulated.data() + static_cast<size_t>(g) * T);
+      }
+      in.accumulated_attention = hs.accumulated.data();
+    }
+    hs.key_norm.resize(T);
+    hs.value_norm.resize(T);
+    compute_row_norms(cache.keys(layer, kv_head), T, d, hs.key_norm.data());
+    compute_row_norms(cache.values(layer, kv_head), T, d, hs.value_norm.data());
+    in.key_norm = hs.key_norm.data();
+    in.value_norm = hs.value_norm.data();
+    return hs;
+  }
+
+  std::vector<float> score(const HeadSignals& hs, bool decoding) {
+    std::vector<float> out(hs.in.T, 0.0f);
+    policy.score(hs.in, decoding && desc.has_decode_score, out.data());
+    return out;
+  }
+
+  // Prefill: scores of every head of the layer and the layer weight.
+  void score_layer_at_prefill(int layer, const KVCache& cache) {
+    std::vector<HeadSignals> heads;
+    heads.reserve(Hkv);
+    for (int h = 0; h < Hkv; ++h) heads.push_back(signals_for(layer, h, cache, false));
+    for (int h = 0; h < Hkv; ++h) scores[layer][h] = score(heads[h], false);
+    if (desc.has_layer_weight) {
+      LayerWeightInputs lw;
+      lw.layer = layer;
+      lw.n_layers = L;
+      lw.prompt_len = prompt_len;
+      lw.budget = options.budget.tokens_per_head(prompt_len);
+      for (auto& h : heads) lw.heads.push_back(h.in);
+      layer_weight[layer] = policy.layer_weight(lw);
+    }
+  }
+
+  int protected_count(int length) const {
+    return std::min(length, desc.protect.first + desc.protect.recent);  // prompt positions are contiguous
+  }
+
+  // Budgets of layers 0..last: `stage_total` split by weight, floors = protected, caps = what each holds.
+  std::vector<int64_t> split(int last, int64_t stage_total, const KVCache& cache) const {
+    std::vector<double> w(last + 1);
+    std::vector<int64_t> lo(last + 1), hi(last + 1);
+    for (int k = 0; k <= last; ++k) {
+      w[k] = desc.has_layer_weight ? layer_weight[k] : 1.0;
+      hi[k] = cache.length(k, 0);
+      for (int h = 1; h < Hkv; ++h) hi[k] = std::min<int64_t>(hi[k], cache.length(k, h));
+      lo[k] = protected_count(prompt_len);
+    }
+    return allocate_budgets(w, lo, hi, stage_total);
+  }
+
+  void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
+    cache.keep(layer, kv_head, kept);
+    auto permute = [&](std::vector<float>& v) {
+      if (v.empty()) return;
+      std::vector<float> next(kept.size());
+      for (size_t i = 0; i < kept.size(); ++i) next[i] = v[kept[i]];
+      v.swap(next);
+    };
+    permute(scores[layer][kv_head]);
+    if (!accumulated[layer].empty())
+      for (int g = 0; g < G; ++g) permute(accumulated[layer][kv_head * G + g]);
+  }
+
+  HeadSelectionSpec spec_for(int layer, int kv_head, int budget) const {
+    HeadSelectionSpec s;
+    s.budget = budget;
+    s.protect_first = desc.protect.first;
+    s.protect_recent = desc.protect.recent;
+    s.random_share = desc.select.random_share;
+    s.temperature = desc.select.temperature;
+    s.score_order = desc.select.kept_order == "score";
+    s.seed = options.seed;
+    s.layer = layer;
+    s.kv_head = kv_head;
+    return s;
+  }
+
+  // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order).
+  void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores) {
+    if (desc.select.scope == "layer") {
+      std::vector<std::span<const float>> sc;
+      std::vector<std::span<const int32_t>> pos;
+      for (int h = 0; h < Hkv; ++h) {
+        sc.emplace_back(head_scores[h].data(), head_scores[h].size());
+        pos.emplace_back(cache.positions(layer, h), cache.length(layer, h));
+      }
+      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hkv, budget), desc.protect.first,
+                                              desc.protect.recent, desc.select.floor_alpha,
+                                              desc.select.kept_order == "score");
+      for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept[h]);
+    } else {
+      for (int h = 0; h < Hkv; ++h) {
+        const int T = cache.length(layer, h);
+        const auto kept = select_head(std::span<const float>(head_scores[h].data(), T),
+                                      std::span<const int32_t>(cache.positions(layer, h), T), spec_for(layer, h, budget));
+        keep(cache, layer, h, kept);
+      }
+    }
+  }
+
+  bool skip_prefill() const {
+    const double b = options.budget.tokens_per_head(prompt_len);
+    const double margin = b + (desc.run.skip_margin_includes_window ? desc.window : 0);
+    return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
+  }
+
+  void prefill_layer(const LayerSignals& s, KVCache& cache, bool allow_cascading) {
+    const int l = s.layer;
+    if (l == 0) {
+      reset();
+      in_prefill = true;
+      prompt_len = s.first_position + s.n_tokens;
+      total_budget = std::llround(options.budget.tokens_per_head(prompt_len) * L);
+      report.prompt_len = prompt_len;
+      report.bytes_full = cache.bytes_for_uniform_length(cache.length(0, 0));
+    }
+    record_queries(s);
+    record_accumulated(s, cache);
+    score_layer_at_prefill(l, cache);
+    report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
+    if (!desc.run.at_prefill || skip_prefill()) return;
+    const bool cascading = allow_cascading && desc.run.cascading;
+    if (!cascading && l != L - 1) return;
+    // Layers not seen yet keep their floors out of the stage total (CAKE splits B_total over the
+    // seen layers; each layer also keeps its window), so the last stage splits exactly total_budget.
+    const int64_t stage_total = total_budget - static_cast<int64_t>(L - 1 - l) * protected_count(prompt_len);
+    const auto budgets = split(l, stage_total, cache);
+    for (int k = 0; k <= l; ++k) {
+      layer_budget[k] = static_cast<int>(budgets[k]);
+      evict_layer(cache, k, layer_budget[k], scores[k]);
+    }
+    report.prefill_evicted = true;
+    ++report.applications;
+  }
+
+  void finish_prefill(KVCache& cache) {
+    in_prefill = false;
+    prefill_done = true;
+    if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
+      const auto budgets = split(L - 1, total_budget, cache);
+      for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
+    }
+    if (desc.merge.enabled) apply_codebook(cache);
+    fill_report(cache);
+  }
+
+  void apply_codebook(KVCache& cache) {
+    Stopwatch sw(&report.codebook_seconds);
+    Rope rope(config);
+    int max_pos = 0;
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < Hkv; ++h)
+        for (int t = 0; t < cache.length(l, h); ++t) max_pos = std::max(max_pos, cache.positions(l, h)[t]);
+    rope.reserve(max_pos + 1);
+    report.bytes_codebook = 0;
+    report.key_codes = report.value_codes = report.codebook_tokens = 0;
+    for (int l = 0; l < L; ++l) {
+      for (int h = 0; h < Hkv; ++h) {
+        const int T = cache.length(l, h);
+        const std::vector<float> pre = cache.keys_pre_rope(l, h);
+        const Codebook ck = build_codebook(pre.data(), T, d, desc.merge.theta_key);
+        const Codebook cv = build_codebook(cache.values(l, h), T, d, desc.merge.theta_value);
+        std::vector<float> k(static_cast<size_t>(T) * d);
+        ck.reconstruct(k.data());
+        const int32_t* pos = cache.positions(l, h);
+        for (int t = 0; t < T; ++t) rope.forward(k.data() + static_cast<size_t>(t) * d, pos[t]);
+        std::copy(k.begin(), k.end(), cache.mutable_keys(l, h));
+        cv.reconstruct(cache.mutable_values(l, h));
+        report.bytes_codebook += ck.bytes() + cv.bytes() + static_cast<size_t>(T) * sizeof(int32_t);
+        report.key_codes += ck.n_codes();
+        report.value_codes += cv.n_codes();
+        report.codebook_tokens += T;
+      }
+    }
+  }
+
+  void fill_report(const KVCache& cache) {
+    report.layers.assign(L, std::vector<HeadReport>(Hkv));
+    for (int l = 0; l < L; ++l) {
+      for (int h = 0; h < Hkv; ++h) {
+        HeadReport& r = report.layers[l][h];
+        r.budget = layer_budget[l];
+        r.kept = cache.length(l, h);
+        r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+        std::sort(r.kept_positions.begin(), r.kept_positions.end());
+      }
+    }
+    report.bytes_kept = cache.bytes_in_use();
+  }
+
+  void decode_layer(const LayerSignals& s, KVCache& cache) {
+    const int l = s.layer;
+    record_queries(s);
+    record_accumulated(s, cache);
+    const int step = decode_step + 1;
+    if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
+    const int budget = layer_budget[l];
+    bool over = false;
+    for (int h = 0; h < Hkv; ++h) over |= cache.length(l, h) > budget + desc.run.decode_slack;
+    if (!over) return;
+    std::vector<std::vector<float>> sc(Hkv);
+    for (int h = 0; h < Hkv; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
+    evict_layer(cache, l, budget, sc);
+    ++report.applications;
+  }
+};
+
+EvictionEngine::EvictionEngine(const PolicyProgram& policy, const ModelConfig& config, EngineOptions options)
+    : state_(std::make_unique<State>(policy, config, std::move(options))) {
+  state_->reset();
+}
+
+EvictionEngine::~EvictionEngine() = default;
+
+ObservationRequest EvictionEngine::request() const {
+  ObservationRequest r;
+  r.window = state_->query_window();
+  r.accumulated_attention = state_->desc.needs_accumulated_attention;
+  return r;
+}
+
+void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
+  Stopwatch sw(&state_->report.seconds);
+  const bool new_prompt = signals.layer == 0 && (!state_->prefill_done || signals.first_position == 0);
+  if (new_prompt || state_->in_prefill) state_->prefill_layer(signals, cache, true);
+  else state_->decode_layer(signals, cache);
+}
+
+void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
+  (void)n_tokens;
+  Stopwatch sw(&state_->report.seconds);
+  if (state_->in_prefill) {
+    state_->finish_prefill(cache);
+    return;
+  }
+  ++state_->decode_step;
+  state_->report.decode_steps = state_->decode_step;
+  state_->report.bytes_kept = cache.bytes_in_use();
+  for (int l = 0; l < state_->L; ++l)
+    for (int h = 0; h < state_->Hkv; ++h) {
+      HeadReport& r = state_->report.layers[l][h];
+      r.kept = cache.length(l, h);
+      r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+      std::sort(r.kept_positions.begin(), r.kept_positions.end());
+    }
+}
+
+void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {
+  Stopwatch sw(&state_->report.seconds);
+  State& st = *state_;
+  if (static_cast<int>(recorded.layers().size()) != st.L)
+    throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
+                                " layers, the model has " + std::to_string(st.L));
+  const int need_window = st.query_window();
+  for (int l = 0; l < st.L; ++l) {
+    const PrefillRecorder::Layer& rec = recorded.layers()[l];
+    const int window = std::min(need_window, recorded.n_tokens());
+    if (rec.window < window)
+      throw std::invalid_argument("apply_after_prefill: recorded window " + std::to_string(rec.window) +
+                                  " is smaller than the policy's " + std::to_string(window));
+    if (st.desc.needs_accumulated_attention && rec.accumulated_attention.empty())
+      throw std::invalid_argument("apply_after_prefill: the policy needs accumulated attention; the recorder has none");
+    LayerSignals s;
+    s.layer = l;
+    s.first_position = recorded.first_position();
+    s.n_tokens = recorded.n_tokens();
+    s.window = window;
+    const size_t row = static_cast<size_t>(st.Hq) * st.d;
+    s.window_queries = std::span<const float>(rec.window_queries.data() + (rec.window - window) * row, window * row);
+    s.accumulated_attention = rec.accumulated_attention.empty() ? nullptr : &rec.accumulated_attention;
+    st.prefill_layer(s, cache, /*allow_cascading=*/false);
+  }
+  st.finish_prefill(cache);
+}
+
+const EvictionReport& EvictionEngine::report() const { return state_->report; }
+
+}  // namespace kvevict

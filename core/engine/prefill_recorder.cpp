@@ -1,0 +1,29 @@
+#include <algorithm>
+
+#include "core/engine/engine.h"
+
+namespace kvevict {
+
+PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
+  request_.window = std::max(0, window);
+  request_.accumulated_attention = accumulated_attention;
+}
+
+ObservationRequest PrefillRecorder::request() const { return request_; }
+
+void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
+  (void)cache;
+  if (signals.layer == 0) {
+    layers_.clear();
+    first_position_ = signals.first_position;
+    n_tokens_ = signals.n_tokens;
+  }
+  if (static_cast<int>(layers_.size()) <= signals.layer) layers_.resize(signals.layer + 1);
+  Layer& layer = layers_[signals.layer];
+  layer.window = signals.window;
+  layer.window_queries.assign(signals.window_queries.begin(), signals.window_queries.end());
+  if (signals.accumulated_attention) layer.accumulated_attention = *signals.accumulated_attention;
+  else layer.accumulated_attention.clear();
+}
+
+}  // namespace kvevict

@@ -1,0 +1,54 @@
+#pragma once
+// Independent reference implementations of every built-in policy's prefill decision, written from
+// the formulas of shared/spec/policies.md (section numbers below), NOT from the DSL or the engine's
+// selection code. Input: the full-prompt signals of every (layer, KV head); output: kept original
+// positions, ascending. Ties everywhere: higher score first, then smaller position (the engine's
+// documented rule). The only shared piece is the Philox draw (core/engine/counter_rng.h), because
+// "same random numbers" is part of the spec of `random` and NACL's sampling.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+
+namespace kvevict::reference {
+
+struct HeadData {
+  int S = 0, G = 1, W = 0, d = 0;
+  std::vector<double> window_attention;  // [G][W][S] causal softmax of the last W queries (double)
+  std::vector<double> accumulated;       // [G][S] column sums of the causal attention of all S queries
+  std::vector<float> keys;               // [S][d] post-RoPE
+};
+using PromptData = std::vector<std::vector<HeadData>>;  // [layer][kv_head]
+using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored head] ascending positions
+
+// Runs the prompt through the CPU decoder (full cache) and computes every head's attention in double
+// directly from the recorded queries and cached keys. `window` rows of window attention.
+PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
+
+KeptSets full(const PromptData& p);
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed);                  // §5.7
+KeptSets streamingllm(const PromptData& p, int budget, int n_sink);                      // §5.1
+KeptSets h2o_one_shot(const PromptData& p, int budget, int recent);                      // §5.2
+KeptSets tova(const PromptData& p, int budget);                                          // §5.3
+struct SnapParams { int window = 32, kernel = 5; bool max_pool = false; };
+KeptSets snapkv(const PromptData& p, int budget, const SnapParams& sp);                  // §5.4
+std::vector<int> pyramid_layer_budgets(int L, int S, int budget, int window, int beta);  // §5.5 (non-window)
+KeptSets pyramidkv(const PromptData& p, int budget, const SnapParams& sp, int beta);     // §5.5
+KeptSets adakv(const PromptData& p, int budget, const SnapParams& sp, double floor_alpha);  // §5.6
+KeptSets knorm(const PromptData& p, int budget);                                         // §5.8
+
+struct CakeParams { int window = 32; double gamma = 200, tau1 = 1, tau2 = 1; bool code_rounding = false; };
+std::vector<double> cake_preferences(const PromptData& p, const CakeParams& cp);          // §2.3
+std::vector<std::vector<double>> cake_indicator(const HeadData& h, const CakeParams& cp);  // §2.4 [G][S-W] pooled
+std::vector<int> cake_budgets(const std::vector<double>& pref, int S, int budget, const CakeParams& cp);  // §2.5 non-window
+KeptSets cake(const PromptData& p, int budget, const CakeParams& cp);
+
+struct NaclParams { int sinks = 4, recent = 8, top = 10, random = 10; double temperature = 1; uint64_t seed = 0; };
+KeptSets nacl(const PromptData& p, const NaclParams& np);                                 // §3.2, proxy = window rows
+
+struct SpindleParams { int window = 8; double ratio = 0.4, beta = 0.05; bool unfold = true; };
+std::vector<int> spindle_layer_keep(int L, int S, const SpindleParams& sp);              // §4.1 non-window per layer
+KeptSets spindlekv_eviction(const PromptData& p, const SpindleParams& sp);               // [layer][query head] if unfold
+
+}  // namespace kvevict::reference
