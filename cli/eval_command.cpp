@@ -38,8 +38,7 @@ std::function<int()> setup_eval(CLI::App& app) {
     LoadConfigOptions options;
     options.overrides = args->overrides;
     options.limit = args->limit;
-    std::string model_for_checks;
-    options.check_policy = [&model_for_checks](const PolicyChoice& choice) { check_policy_choice(model_for_checks, choice); };
+    options.check_policy = check_policy_choice;
     EvalConfig config = load_eval_config(args->config, options);
 
     // The model and the policies load before the database is touched: nothing is recorded for a

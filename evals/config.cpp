@@ -84,7 +84,7 @@ void read_policies(ConfigErrors& errors, const YAML::Node& node, const LoadConfi
     }
     if (options.check_policy) {
       try {
-        options.check_policy(choice);
+        options.check_policy(config.model, choice);
       } catch (const Error& e) {
         errors.error(item, path, e.what());
       }

@@ -65,9 +65,9 @@ struct EvalConfig {
 struct LoadConfigOptions {
   std::vector<std::string> overrides;  // "key.path=yaml value"
   int limit = -1;                      // -1: keep the file's value
-  // Extra validation of each policy entry (e.g. loading the policy file); throws UsageError with the
-  // reason, which is reported at the entry's location.
-  std::function<void(const PolicyChoice&)> check_policy;
+  // Extra validation of each policy entry for the config's model (e.g. loading the policy file);
+  // throws UsageError with the reason, which is reported at the entry's location.
+  std::function<void(const std::string& model, const PolicyChoice&)> check_policy;
 };
 
 // Reads, overrides, validates and resolves. Throws UsageError listing every problem.

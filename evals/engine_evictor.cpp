@@ -52,7 +52,6 @@ class EngineEvictor : public PrefillEvictor {
 
 }  // namespace
 
-// Linked once core/engine and dsl/ are merged (then it replaces engine_evictor_pending.cpp).
-std::unique_ptr<PrefillEvictor> make_engine_evictor_impl(uint64_t seed) { return std::make_unique<EngineEvictor>(seed); }
+std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed) { return std::make_unique<EngineEvictor>(seed); }
 
 }  // namespace kvevict::evals

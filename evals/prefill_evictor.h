@@ -25,7 +25,7 @@ class PrefillEvictor {
   virtual ForwardObserver* apply(const PolicyChoice& policy, const Budget& budget, KVCache& cache) = 0;
 };
 
-// The eviction engine with compiled policies; throws RuntimeError when this build lacks them.
+// The eviction engine with compiled policy files (evals/engine_evictor.cpp).
 std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed);
 
 }  // namespace kvevict::evals

@@ -3,6 +3,7 @@
 
 #include "core/util/error.h"
 #include "evals/fake_runner.h"
+#include "dsl/policy_loader.h"
 #include "evals/sample_runner.h"
 
 namespace kvevict::evals {
@@ -23,7 +24,11 @@ std::unique_ptr<SampleRunner> make_sample_runner(const EvalConfig& config) {
 }
 
 void check_policy_choice(const std::string& model, const PolicyChoice& choice) {
-  (void)model;
+  if (model.rfind("fake:", 0) != 0) {
+    load_policy(choice.policy, choice.params);  // UsageError with the policy file's own file:line:col
+    return;
+  }
+  // The fake model ignores policies; names only have to look like names.
   if (looks_like_path(choice.policy)) {
     if (!std::filesystem::is_regular_file(choice.policy)) {
       throw UsageError("policy file '" + choice.policy + "' does not exist");

@@ -61,7 +61,7 @@ TEST(EvalCommand, ConfigErrorsExitWith2AndNameTheLocation) {
       {"model: \"fake:\"\nthreads: many\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n",
        "bad.yaml:2:10: error: threads: expected an integer, got 'many'"},
       {"model: \"fake:\"\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [\"200%\"]\n",
-       "bad.yaml:4:11: error: budgets[0]: bad budget '200%'"},
+       "bad.yaml:4:11: error: budgets[0]: bad budget: '200%'"},
       {"model: /nowhere/model.gguf\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n",
        "bad.yaml:1:8: error: model: model file '/nowhere/model.gguf' does not exist"},
   };
@@ -149,7 +149,8 @@ TEST(EvalCommand, SeveralProcessesWriteOneDatabase) {
   const int64_t per_run = (6 + 6) * 2 * 3;
   std::vector<pid_t> pids;
   for (int p = 0; p < processes; ++p) {
-    std::string config = dir.file("c" + std::to_string(p) + ".yaml", fake_config("delay_ms=3", 100 + p));
+    const std::string name = "c" + std::to_string(p) + ".yaml";
+    std::string config = dir.file(name, fake_config("delay_ms=3", 100 + p));
     pids.push_back(kvevict::test::spawn_kvevict({"eval", "-c", config, "--db", dir.db(), "--quiet"}));
   }
   for (pid_t pid : pids) EXPECT_EQ(kvevict::test::wait_exit_code(pid), 0);
@@ -221,9 +222,14 @@ TEST(EvalCommand, EndToEndOnStories260K) {
   // passkey 2x2 + needle 3 + kv_retrieval 1 + fidelity 1 samples, 3 policies x 3 budgets each.
   EXPECT_EQ(store.count_results(runs[0].id), (4 + 3 + 1 + 1) * 3 * 3);
   for (const auto& row : store.results(runs[0].id)) {
-    if (row.budget == "full") EXPECT_DOUBLE_EQ(row.kept_ratio, 1.0);
-    else EXPECT_LT(row.kv_bytes, row.kv_bytes_full) << row.policy << " " << row.budget;
-    if (row.task == "fidelity" && row.budget == "full") EXPECT_DOUBLE_EQ(row.score, 100.0);
+    if (row.budget == "full") {
+      EXPECT_DOUBLE_EQ(row.kept_ratio, 1.0);
+    } else {
+      EXPECT_LT(row.kv_bytes, row.kv_bytes_full) << row.policy << " " << row.budget;
+    }
+    if (row.task == "fidelity" && row.budget == "full") {
+      EXPECT_DOUBLE_EQ(row.score, 100.0);
+    }
   }
   auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
   EXPECT_EQ(json.size(), 4u * 3 * 3);

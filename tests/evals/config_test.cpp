@@ -76,13 +76,13 @@ TEST(Config, BadBudgetIsReported) {
   std::string yaml = kGood;
   yaml.replace(yaml.find("\"128\""), 5, "\"150%\"");
   std::string message = error_of(yaml);
-  EXPECT_NE(message.find("cfg.yaml:8:18: error: budgets[1]: bad budget '150%'"), std::string::npos) << message;
+  EXPECT_NE(message.find("cfg.yaml:8:18: error: budgets[1]: bad budget: '150%'"), std::string::npos) << message;
   yaml = kGood;
   yaml.replace(yaml.find("\"128\""), 5, "\"-3\"");
-  EXPECT_NE(error_of(yaml).find("bad budget '-3'"), std::string::npos);
+  EXPECT_NE(error_of(yaml).find("bad budget: '-3'"), std::string::npos);
   yaml = kGood;
   yaml.replace(yaml.find("\"128\""), 5, "lots");
-  EXPECT_NE(error_of(yaml).find("bad budget 'lots'"), std::string::npos);
+  EXPECT_NE(error_of(yaml).find("bad budget: 'lots'"), std::string::npos);
 }
 
 TEST(Config, MissingModelIsReported) {
@@ -111,7 +111,7 @@ TEST(Config, ImpossibleValuesAndAllErrorsAtOnce) {
   EXPECT_NE(message.find("tasks.needle.depths: value 120 out of range [0, 100]"), std::string::npos) << message;
   EXPECT_NE(message.find("cfg.yaml:5:3: error: tasks.quiz: unknown task type 'quiz'"), std::string::npos) << message;
   EXPECT_NE(message.find("policies: the list is empty"), std::string::npos) << message;
-  EXPECT_NE(message.find("bad budget '0%'"), std::string::npos) << message;
+  EXPECT_NE(message.find("bad budget: '0%'"), std::string::npos) << message;
 }
 
 TEST(Config, OverridesReplaceAnyKeyAndAreBlamedByName) {
@@ -135,7 +135,7 @@ TEST(Config, OverridesReplaceAnyKeyAndAreBlamedByName) {
 
 TEST(Config, PolicyCheckerErrorsAreLocated) {
   LoadConfigOptions options;
-  options.check_policy = [](const PolicyChoice& choice) {
+  options.check_policy = [](const std::string&, const PolicyChoice& choice) {
     if (choice.policy == "snapkv") throw kvevict::UsageError("unknown policy 'snapkv'");
   };
   std::string message = error_of(kGood, options);
