@@ -73,8 +73,12 @@ std::mutex& driver_mutex() {
 void CudaDriver::open() {
   OpenedLibrary lib = open_first_library(driver_candidates());
   if (!lib.handle) {
+    // The usual case (no NVIDIA driver) in a few words; the loader's own text otherwise.
+    bool all_absent = true;
+    for (const auto& t : lib.tried) all_absent = all_absent && t.find("No such file") != std::string::npos;
+    if (all_absent) throw RuntimeError("the CUDA driver is not installed (" + lib.tried.front().substr(0, lib.tried.front().find(':')) + " not found)");
     std::ostringstream msg;
-    msg << "the CUDA driver (libcuda.so.1) is not installed or cannot be opened";
+    msg << "the CUDA driver cannot be opened";
     for (const auto& t : lib.tried) msg << "; " << t;
     throw RuntimeError(msg.str());
   }
