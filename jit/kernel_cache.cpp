@@ -201,8 +201,10 @@ std::shared_ptr<const KernelCacheEntry> KernelCache::get_or_build(const KernelCa
   if (auto hit = find(key)) return hit;
   KernelCacheEntry entry = build();
   if (built) *built = true;
-  store(key, entry);
-  return find(key);
+  if (entry.created_unix == 0) entry.created_unix = int64_t(std::time(nullptr));
+  auto shared = std::make_shared<const KernelCacheEntry>(entry);
+  store(key, std::move(entry));
+  return shared;
 }
 
 void KernelCache::write_file(const std::string& path, const Sha256Digest& key, const KernelCacheEntry& entry) {

@@ -83,8 +83,9 @@ PY
   # dpkg -x runs no maintainer scripts, so the alternatives that expose OpenBLAS as
   # libopenblas.so / libblas.so are missing: make them by hand inside the prefix.
   local lib="$prefix/usr/lib/$multiarch"
-  for name in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3; do
-    [[ -e "$lib/openblas-pthread/$name" && ! -e "$lib/$name" ]] && ln -s "openblas-pthread/$name" "$lib/$name"
+  local lib_name
+  for lib_name in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3; do
+    [[ -e "$lib/openblas-pthread/$lib_name" && ! -e "$lib/$lib_name" ]] && ln -s "openblas-pthread/$lib_name" "$lib/$lib_name"
   done
   return 0
 }

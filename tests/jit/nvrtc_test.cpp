@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "core/util/error.h"
+#include "jit/codegen.h"
 #include "jit/reference_kernels.h"
 #include "jit_test_support.h"
 
@@ -94,6 +97,32 @@ TEST(Nvrtc, MissingLibraryIsAClearRuntimeErrorInAChildProcess) {
         std::exit(4);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+
+namespace kvevict::jit {
+namespace {
+
+// Every built-in policy's generated CUDA must compile for sm_80 and sm_90.
+TEST_P(NvrtcArch, EveryBuiltInPolicyCompiles) {
+  KVEVICT_REQUIRE_NVRTC();
+  if (!code_generator_available()) GTEST_SKIP() << "the CUDA code generator is not built yet (it needs the DSL's lowered form)";
+  std::vector<std::string> policies;
+  std::error_code ec;
+  for (const auto& item : std::filesystem::directory_iterator(KVEVICT_POLICY_DIR, ec))
+    if (item.path().extension() == ".yaml") policies.push_back(item.path().string());
+  ASSERT_FALSE(policies.empty()) << "no policy files in " << KVEVICT_POLICY_DIR;
+  for (const auto& policy : policies) {
+    const GeneratedKernel kernel = generate_policy_cuda(policy, {}, {});
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = GetParam();
+    const NvrtcResult result = NvrtcLibrary::instance().compile(request);
+    EXPECT_TRUE(result.ok) << policy << ":\n" << result.log;
+  }
 }
 
 }  // namespace
