@@ -1,0 +1,143 @@
+// `kvevict generate`: run a prompt through the reference decoder and print the continuation.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/command.h"
+#include "core/decode/decoder.h"
+#include "core/decode/sampler.h"
+#include "core/model/model.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/util/error.h"
+
+namespace kvevict::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  std::string prompt_file;
+  bool chat = false;
+  int max_tokens = 256;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  int threads = 2;
+  bool json = false;
+};
+
+struct Generation {
+  std::vector<int> prompt_tokens;
+  std::vector<int> tokens;
+  std::string text;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+std::string read_prompt_text(const GenerateOptions& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  std::ifstream in(o.prompt_file, std::ios::binary);
+  if (!in) throw UsageError(o.prompt_file + ": cannot read the prompt file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Plain prompts start with BOS (llama2.c generates from BOS alone); chat prompts follow the template.
+std::vector<int> build_prompt(const Model& model, const GenerateOptions& o) {
+  const std::string text = read_prompt_text(o);
+  const Tokenizer& tok = *model.tokenizer;
+  std::vector<int> ids;
+  if (o.chat) {
+    if (model.info.chat_template == "none") {
+      throw UsageError(model.info.path + " declares no chat template; --chat needs one");
+    }
+    ids = tok.encode(apply_chat_template(model.info.chat_template, text), /*add_bos=*/false, /*parse_special=*/true);
+  } else {
+    ids = tok.encode(text, /*add_bos=*/true);
+  }
+  if (ids.empty()) throw UsageError("the prompt is empty and the vocabulary has no BOS token to start from");
+  if (static_cast<int>(ids.size()) >= model.config.context_length) {
+    throw UsageError("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
+                     std::to_string(model.config.context_length));
+  }
+  return ids;
+}
+
+bool is_stop(const Tokenizer& tok, int id) {
+  if (id == tok.bos_id()) return true;  // llama2.c models end a story by starting the next one
+  const std::vector<int> stops = tok.stop_ids();
+  return std::find(stops.begin(), stops.end(), id) != stops.end();
+}
+
+// Prefill the prompt in one block, then decode token by token. `on_piece` streams the text.
+Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int> prompt,
+                    const std::function<void(const std::string&)>& on_piece) {
+  using clock = std::chrono::steady_clock;
+  const Model& model = decoder.model();
+  const Tokenizer& tok = *model.tokenizer;
+  Sampler sampler(o.temperature, o.seed);
+  Generation g;
+  g.prompt_tokens = std::move(prompt);
+  auto t0 = clock::now();
+  const std::vector<float>* logits = &decoder.forward(g.prompt_tokens);
+  auto t1 = clock::now();
+  g.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  int prev = g.prompt_tokens.back();
+  for (int i = 0; i < o.max_tokens; ++i) {
+    const int next = sampler.sample(*logits);
+    if (is_stop(tok, next)) break;
+    g.tokens.push_back(next);
+    const std::string piece = tok.decode_piece(prev, next);
+    g.text += piece;
+    if (on_piece) on_piece(piece);
+    prev = next;
+    if (i + 1 == o.max_tokens || decoder.position() >= model.config.context_length) break;
+    logits = &decoder.forward(std::span<const int>(&next, 1));
+  }
+  g.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return g;
+}
+
+std::function<int()> setup_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  app.add_option("-m,--model", o->model, "Model: llama2.c .bin, GGUF file, Hugging Face folder or synthetic:NAME")
+      ->required();
+  app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin (default: next to the checkpoint)")
+      ->check(CLI::ExistingFile);
+  auto* prompt = app.add_option("-p,--prompt", o->prompt, "Prompt text (default: start from BOS)");
+  app.add_option("--prompt-file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
+  app.add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (ChatML for SmolLM2)");
+  app.add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--seed", o->seed, "Seed of the sampler");
+  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->check(CLI::Range(0, 1024));
+  app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON");
+
+  return [o]() {
+    LoadOptions load;
+    load.tokenizer_path = o->tokenizer;
+    const auto model = load_model(o->model, load);
+    std::vector<int> prompt = build_prompt(*model, *o);
+    auto decoder = make_cpu_decoder(*model, {.threads = o->threads});
+    auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
+    const Generation g = generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream));
+    if (o->json) {
+      nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text}};
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else {
+      std::cout << "\n";
+      std::cerr << "prompt: " << g.prompt_tokens.size() << " tokens in " << g.prefill_seconds << " s; generated "
+                << g.tokens.size() << " tokens in " << g.decode_seconds << " s\n";
+    }
+    return 0;
+  };
+}
+
+KVEVICT_COMMAND("generate", "Generate text from a prompt with the reference decoder", setup_generate, 10);
+
+}  // namespace
+}  // namespace kvevict::cli

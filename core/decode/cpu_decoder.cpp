@@ -1,0 +1,193 @@
+// The reference CPU decoder: a Llama-family forward pass over f32 weights. A block of tokens runs
+// in one pass with matrix-matrix products (the prompt), a single token with matrix-vector products.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/block_attention.h"
+#include "core/decode/cpu_ops.h"
+#include "core/decode/decoder.h"
+#include "core/decode/rope.h"
+
+namespace kvevict {
+
+namespace {
+
+// The feed-forward runs over row chunks so its [rows][hidden_dim] buffers stay bounded on long prompts.
+constexpr int kFfnRows = 512;
+
+size_t rows_offset(int row, int width) { return static_cast<size_t>(row) * width; }
+
+class CpuDecoder : public Decoder {
+ public:
+  CpuDecoder(const Model& model, const DecoderOptions& options)
+      : model_(model), config_(model.config), cache_(model.config), rope_(model.config) {
+    cpu::set_threads(options.threads);
+  }
+
+  const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer,
+                                    std::vector<float>* all_logits) override;
+  KVCache& cache() override { return cache_; }
+  int position() const override { return position_; }
+  void set_position(int position) override {
+    if (position < 0) throw std::invalid_argument("set_position: negative position");
+    position_ = position;
+  }
+  void reset() override {
+    cache_.clear();
+    position_ = 0;
+  }
+  std::string device_name() const override { return "cpu"; }
+  const Model& model() const override { return model_; }
+
+ private:
+  void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
+  void feed_forward_layer(int layer, int n);
+
+  const Model& model_;
+  const ModelConfig& config_;
+  KVCache cache_;
+  Rope rope_;
+  int position_ = 0;
+  std::vector<float> logits_;
+  // Activations of the current block, row-major [n][...].
+  std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_;
+  std::vector<std::vector<float>> column_sums_;
+};
+
+const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
+                                              std::vector<float>* all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward: empty token block");
+  const int dim = config_.dim;
+  const int vocab = config_.vocab_size;
+  for (int t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw std::out_of_range("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
+  const int first = position_;
+  rope_.reserve(first + n);  // grows the cos/sin table incrementally
+  const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+
+  x_.resize(static_cast<size_t>(n) * dim);
+  const float* embedding = model_.weights.token_embedding.data();
+  for (int i = 0; i < n; ++i) {
+    std::copy_n(embedding + static_cast<size_t>(tokens[i]) * dim, dim, x_.data() + static_cast<size_t>(i) * dim);
+  }
+
+  for (int layer = 0; layer < config_.n_layers; ++layer) {
+    attention_layer(layer, n, request, observer);
+    feed_forward_layer(layer, n);
+  }
+  position_ += n;
+
+  // Final norm and classifier: every row for teacher forcing, else only the last.
+  const float* output = model_.weights.output_matrix().data();
+  const int rows = all_logits ? n : 1;
+  const float* last_rows = x_.data() + static_cast<size_t>(n - rows) * dim;
+  xn_.resize(static_cast<size_t>(rows) * dim);
+  cpu::rmsnorm(last_rows, model_.weights.final_norm.data(), rows, dim, config_.norm_eps, xn_.data());
+  if (all_logits) {
+    all_logits->resize(static_cast<size_t>(n) * vocab);
+    cpu::matmul(xn_.data(), n, dim, output, vocab, all_logits->data());
+    logits_.assign(all_logits->end() - vocab, all_logits->end());
+  } else {
+    logits_.resize(vocab);
+    cpu::matmul(xn_.data(), 1, dim, output, vocab, logits_.data());
+  }
+  if (observer) observer->after_forward(n, cache_);
+  return logits_;
+}
+
+void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
+  const LayerWeights& w = model_.weights.layers[layer];
+  const int dim = config_.dim, hd = config_.head_dim;
+  const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const size_t rows = static_cast<size_t>(n);
+  xn_.resize(rows * dim);
+  q_.resize(rows * q_dim);
+  k_.resize(rows * kv_dim);
+  v_.resize(rows * kv_dim);
+  att_.resize(rows * q_dim);
+  proj_.resize(rows * dim);
+
+  cpu::rmsnorm(x_.data(), w.attn_norm.data(), n, dim, config_.norm_eps, xn_.data());
+  cpu::matmul(xn_.data(), n, dim, w.wq.data(), q_dim, q_.data());
+  cpu::matmul(xn_.data(), n, dim, w.wk.data(), kv_dim, k_.data());
+  cpu::matmul(xn_.data(), n, dim, w.wv.data(), kv_dim, v_.data());
+  if (config_.qkv_bias) {
+    cpu::add_bias_rows(q_.data(), w.bq.data(), n, q_dim);
+    cpu::add_bias_rows(k_.data(), w.bk.data(), n, kv_dim);
+    cpu::add_bias_rows(v_.data(), w.bv.data(), n, kv_dim);
+  }
+  const int first = position_;
+#pragma omp parallel for if (n > 8) schedule(static)
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < config_.n_heads; ++h) rope_.forward(q_.data() + rows_offset(i, q_dim) + h * hd, first + i);
+    for (int h = 0; h < config_.n_kv_heads; ++h) rope_.forward(k_.data() + rows_offset(i, kv_dim) + h * hd, first + i);
+  }
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    for (int i = 0; i < n; ++i) {
+      cache_.append(layer, h, first + i, k_.data() + rows_offset(i, kv_dim) + h * hd,
+                    v_.data() + rows_offset(i, kv_dim) + h * hd);
+    }
+  }
+
+  BlockAttentionArgs args;
+  args.layer = layer;
+  args.queries = q_.data();
+  args.n = n;
+  args.n_heads = config_.n_heads;
+  args.group = config_.group_size();
+  args.out = att_.data();
+  args.column_sums = request.accumulated_attention ? &column_sums_ : nullptr;
+  block_attention(cache_, args);
+
+  cpu::matmul(att_.data(), n, q_dim, w.wo.data(), dim, proj_.data());
+  cpu::add_inplace(x_.data(), proj_.data(), rows * dim);
+
+  if (observer) {
+    LayerSignals signals;
+    signals.layer = layer;
+    signals.first_position = first;
+    signals.n_tokens = n;
+    const int window = std::min(request.window, n);
+    if (window > 0) {
+      signals.window = window;
+      signals.window_queries = std::span<const float>(q_.data() + rows_offset(n - window, q_dim),
+                                                      static_cast<size_t>(window) * q_dim);
+    }
+    if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
+    observer->after_layer(signals, cache_);
+  }
+}
+
+void CpuDecoder::feed_forward_layer(int layer, int n) {
+  const LayerWeights& w = model_.weights.layers[layer];
+  const int dim = config_.dim, hidden = config_.hidden_dim;
+  const int chunk = std::min(n, kFfnRows);
+  xn_.resize(static_cast<size_t>(chunk) * dim);
+  proj_.resize(static_cast<size_t>(chunk) * dim);
+  gate_.resize(static_cast<size_t>(chunk) * hidden);
+  up_.resize(static_cast<size_t>(chunk) * hidden);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = std::min(chunk, n - r0);
+    float* x = x_.data() + rows_offset(r0, dim);
+    cpu::rmsnorm(x, w.ffn_norm.data(), rows, dim, config_.norm_eps, xn_.data());
+    cpu::matmul(xn_.data(), rows, dim, w.w_gate.data(), hidden, gate_.data());
+    cpu::matmul(xn_.data(), rows, dim, w.w_up.data(), hidden, up_.data());
+    cpu::swiglu(gate_.data(), up_.data(), static_cast<size_t>(rows) * hidden);
+    cpu::matmul(gate_.data(), rows, hidden, w.w_down.data(), dim, proj_.data());
+    cpu::add_inplace(x, proj_.data(), static_cast<size_t>(rows) * dim);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Decoder> make_cpu_decoder(const Model& model, const DecoderOptions& options) {
+  return std::make_unique<CpuDecoder>(model, options);
+}
+
+}  // namespace kvevict

@@ -1,0 +1,127 @@
+#include "core/decode/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/rope.h"
+
+namespace kvevict {
+
+KVCache::KVCache(const ModelConfig& config)
+    : config_(config),
+      n_layers_(config.n_layers),
+      n_kv_heads_(config.n_kv_heads),
+      head_dim_(config.head_dim),
+      heads_(static_cast<size_t>(config.n_layers) * config.n_kv_heads) {}
+
+int64_t KVCache::total_entries() const {
+  int64_t total = 0;
+  for (const Head& h : heads_) total += static_cast<int64_t>(h.positions.size());
+  return total;
+}
+
+std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
+  const Head& h = head(layer, kv_head);
+  std::vector<float> out(h.keys);
+  // Rotating back by the entry's own position needs no table; the angles are the same doubles
+  // the decoder used, so the result is the pre-RoPE key up to float rounding.
+  Rope rope(config_);
+  for (size_t t = 0; t < h.positions.size(); ++t) rope.inverse(out.data() + t * head_dim_, h.positions[t]);
+  return out;
+}
+
+void KVCache::append(int layer, int kv_head, int32_t position, const float* key, const float* value) {
+  Head& h = head(layer, kv_head);
+  h.keys.insert(h.keys.end(), key, key + head_dim_);
+  h.values.insert(h.values.end(), value, value + head_dim_);
+  h.positions.push_back(position);
+}
+
+void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
+  if (layer < 0 || layer >= n_layers_ || kv_head < 0 || kv_head >= n_kv_heads_) {
+    throw std::invalid_argument("KVCache::keep: no (layer " + std::to_string(layer) + ", KV head " +
+                                std::to_string(kv_head) + ")");
+  }
+  Head& h = head(layer, kv_head);
+  const int len = static_cast<int>(h.positions.size());
+  std::vector<char> seen(len, 0);
+  bool ascending = true;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int idx = indices[i];
+    if (idx < 0 || idx >= len) {
+      throw std::invalid_argument("KVCache::keep: index " + std::to_string(idx) + " out of range [0, " +
+                                  std::to_string(len) + ")");
+    }
+    if (seen[idx]) throw std::invalid_argument("KVCache::keep: duplicate index " + std::to_string(idx));
+    seen[idx] = 1;
+    if (i > 0 && idx < indices[i - 1]) ascending = false;
+  }
+  const size_t d = static_cast<size_t>(head_dim_);
+  const size_t n = indices.size();
+  if (ascending) {
+    // Survivor i moves from indices[i] >= i to slot i, so a forward sweep never overwrites a survivor.
+    for (size_t i = 0; i < n; ++i) {
+      const size_t src = static_cast<size_t>(indices[i]);
+      if (src == i) continue;
+      std::memcpy(h.keys.data() + i * d, h.keys.data() + src * d, d * sizeof(float));
+      std::memcpy(h.values.data() + i * d, h.values.data() + src * d, d * sizeof(float));
+      h.positions[i] = h.positions[src];
+    }
+  } else {
+    std::vector<float> keys(n * d), values(n * d);
+    std::vector<int32_t> positions(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t src = static_cast<size_t>(indices[i]);
+      std::memcpy(keys.data() + i * d, h.keys.data() + src * d, d * sizeof(float));
+      std::memcpy(values.data() + i * d, h.values.data() + src * d, d * sizeof(float));
+      positions[i] = h.positions[src];
+    }
+    std::copy(keys.begin(), keys.end(), h.keys.begin());
+    std::copy(values.begin(), values.end(), h.values.begin());
+    std::copy(positions.begin(), positions.end(), h.positions.begin());
+  }
+  // Shrinking keeps the capacity: later appends reuse the freed tail (shrink_to_fit releases it).
+  h.keys.resize(n * d);
+  h.values.resize(n * d);
+  h.positions.resize(n);
+}
+
+size_t KVCache::bytes_in_use() const {
+  const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t);
+  size_t total = 0;
+  for (const Head& h : heads_) total += h.positions.size() * per_entry;
+  return total;
+}
+
+size_t KVCache::bytes_reserved() const {
+  size_t total = 0;
+  for (const Head& h : heads_) {
+    total += (h.keys.capacity() + h.values.capacity()) * sizeof(float) + h.positions.capacity() * sizeof(int32_t);
+  }
+  return total;
+}
+
+size_t KVCache::bytes_for_uniform_length(int64_t tokens) const {
+  const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t);
+  return static_cast<size_t>(tokens) * per_entry * heads_.size();
+}
+
+void KVCache::shrink_to_fit() {
+  for (Head& h : heads_) {
+    h.keys.shrink_to_fit();
+    h.values.shrink_to_fit();
+    h.positions.shrink_to_fit();
+  }
+}
+
+void KVCache::clear() {
+  for (Head& h : heads_) {
+    h.keys.clear();
+    h.values.clear();
+    h.positions.clear();
+  }
+}
+
+}  // namespace kvevict

@@ -1,0 +1,141 @@
+// The ragged KV cache: appends, physical compaction with `keep`, exact byte accounting, reuse of
+// the freed tail, and pre-RoPE key recovery.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/decode/kv_cache.h"
+#include "core/decode/rope.h"
+
+namespace kvevict {
+namespace {
+
+ModelConfig cache_config(RopeStyle style = RopeStyle::AdjacentPairs) {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.dim = 24;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 6;
+  c.hidden_dim = 8;
+  c.vocab_size = 300;
+  c.context_length = 10000;
+  c.rope_style = style;
+  return c;
+}
+
+// Entry t of (layer, head) holds key = value = [code, code + 1, ...] with code = 1000 * layer + 100 * head + t.
+void fill(KVCache& cache, int layer, int head, int n, int first_position = 0) {
+  std::vector<float> row(cache.head_dim());
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < cache.head_dim(); ++i) row[i] = 1000.0f * layer + 100.0f * head + t + 0.001f * i;
+    cache.append(layer, head, first_position + t, row.data(), row.data());
+  }
+}
+
+float code_of(const KVCache& cache, int layer, int head, int index) {
+  return cache.keys(layer, head)[static_cast<size_t>(index) * cache.head_dim()] - 1000.0f * layer - 100.0f * head;
+}
+
+TEST(KVCache, HeadsAreRagged) {
+  KVCache cache(cache_config());
+  fill(cache, 0, 0, 5);
+  fill(cache, 1, 1, 3);
+  EXPECT_EQ(cache.length(0, 0), 5);
+  EXPECT_EQ(cache.length(0, 1), 0);
+  EXPECT_EQ(cache.length(1, 1), 3);
+  EXPECT_EQ(cache.total_entries(), 8);
+  EXPECT_EQ(cache.positions(1, 1)[2], 2);
+}
+
+TEST(KVCache, KeepCompactsInAscendingOrder) {
+  KVCache cache(cache_config());
+  fill(cache, 1, 0, 10);
+  const std::vector<int> keep = {0, 3, 4, 9};
+  cache.keep(1, 0, keep);
+  ASSERT_EQ(cache.length(1, 0), 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(cache.positions(1, 0)[i], keep[i]);
+    EXPECT_FLOAT_EQ(code_of(cache, 1, 0, i), keep[i]);
+    EXPECT_NEAR(cache.values(1, 0)[i * 6 + 5] - 1000.0f, keep[i] + 0.005f, 1e-3);
+  }
+}
+
+TEST(KVCache, KeepHonoursTheGivenOrder) {
+  KVCache cache(cache_config());
+  fill(cache, 0, 1, 8);
+  const std::vector<int> keep = {7, 2, 5, 0};
+  cache.keep(0, 1, keep);
+  ASSERT_EQ(cache.length(0, 1), 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(cache.positions(0, 1)[i], keep[i]);
+    EXPECT_FLOAT_EQ(code_of(cache, 0, 1, i), keep[i]);
+  }
+}
+
+TEST(KVCache, KeepRejectsBadIndices) {
+  KVCache cache(cache_config());
+  fill(cache, 0, 0, 4);
+  EXPECT_THROW(cache.keep(0, 0, std::vector<int>{0, 4}), std::invalid_argument);
+  EXPECT_THROW(cache.keep(0, 0, std::vector<int>{-1}), std::invalid_argument);
+  EXPECT_THROW(cache.keep(0, 0, std::vector<int>{1, 1}), std::invalid_argument);
+  EXPECT_THROW(cache.keep(2, 0, std::vector<int>{}), std::invalid_argument);
+  EXPECT_EQ(cache.length(0, 0), 4);  // a rejected keep changes nothing
+  cache.keep(0, 0, std::vector<int>{});
+  EXPECT_EQ(cache.length(0, 0), 0);
+}
+
+TEST(KVCache, BytesAreExactAndTheFreedTailIsReused) {
+  KVCache cache(cache_config());
+  const size_t per_entry = 2 * 6 * sizeof(float) + sizeof(int32_t);
+  fill(cache, 0, 0, 100);
+  fill(cache, 1, 1, 50);
+  EXPECT_EQ(cache.bytes_in_use(), 150 * per_entry);
+  EXPECT_EQ(cache.bytes_for_uniform_length(10), 4 * 10 * per_entry);
+  std::vector<int> keep(30);
+  for (int i = 0; i < 30; ++i) keep[i] = 3 * i;
+  cache.keep(0, 0, keep);
+  EXPECT_EQ(cache.bytes_in_use(), 80 * per_entry);
+  const size_t reserved = cache.bytes_reserved();
+  EXPECT_GE(reserved, cache.bytes_in_use());
+  fill(cache, 0, 0, 60, 100);  // fits in the freed capacity: no new memory
+  EXPECT_EQ(cache.bytes_reserved(), reserved);
+  EXPECT_EQ(cache.bytes_in_use(), 140 * per_entry);
+  cache.keep(0, 0, std::vector<int>{0});
+  cache.shrink_to_fit();
+  EXPECT_EQ(cache.bytes_reserved(), cache.bytes_in_use());
+  cache.clear();
+  EXPECT_EQ(cache.bytes_in_use(), 0u);
+  EXPECT_EQ(cache.total_entries(), 0);
+}
+
+class PreRope : public ::testing::TestWithParam<RopeStyle> {};
+
+TEST_P(PreRope, KeysBeforeRopeAreRecovered) {
+  const ModelConfig config = cache_config(GetParam());
+  KVCache cache(config);
+  Rope rope(config);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> raw;
+  const std::vector<int> positions = {0, 1, 17, 511, 4095, 9999};
+  for (int p : positions) {
+    std::vector<float> key(6), value(6, 0.0f);
+    for (float& v : key) v = normal(rng);
+    raw.push_back(key);
+    rope.forward(key.data(), p);
+    cache.append(1, 0, p, key.data(), value.data());
+  }
+  cache.keep(1, 0, std::vector<int>{5, 1, 3});
+  const std::vector<float> pre = cache.keys_pre_rope(1, 0);
+  ASSERT_EQ(pre.size(), 18u);
+  const int kept[] = {5, 1, 3};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 6; ++j) EXPECT_NEAR(pre[i * 6 + j], raw[kept[i]][j], 1e-5) << "entry " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, PreRope, ::testing::Values(RopeStyle::AdjacentPairs, RopeStyle::HalfSplit));
+
+}  // namespace
+}  // namespace kvevict
