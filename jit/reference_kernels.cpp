@@ -9,15 +9,13 @@
 
 namespace kvevict::jit {
 
-std::string cake_indicator_source(float gamma, int kernel) {
-  std::ostringstream src;
-  src.precision(9);
-  src << kernel_prelude();
-  src << "#define CAKE_GAMMA " << std::scientific << gamma << "f\n";
-  src << "#define CAKE_KERNEL " << kernel << "\n";
-  src << R"(
+std::string cake_indicator_functions(float gamma, int kernel, const std::string& name) {
+  std::ostringstream constants;
+  constants.precision(9);
+  constants << std::scientific << gamma << "f";
+  std::string body = R"(
 // Mean + gamma * unbiased variance of one query head's window column t (0 outside [0, T)).
-KVEVICT_FN float cake_column(const KvScoreArgs& a, int h, int t) {
+KVEVICT_FN float NAME_column(const KvScoreArgs& a, int h, int t) {
   if (t < 0 || t >= a.T) return 0.0f;
   const float* column = a.window_attention + (size_t)h * a.W * a.T + t;
   float sum = 0.0f;
@@ -29,22 +27,32 @@ KVEVICT_FN float cake_column(const KvScoreArgs& a, int h, int t) {
     squares += d * d;
   }
   const float variance = a.W > 1 ? squares / (float)(a.W - 1) : 0.0f;
-  return mean + CAKE_GAMMA * variance;
+  return mean + GAMMA * variance;
 }
 
-KVEVICT_FN float cake_token(const KvScoreArgs& a, int t) {
+KVEVICT_FN float NAME_token(const KvScoreArgs& a, int t) {
   float total = 0.0f;
   for (int h = 0; h < a.group; ++h) {
     float pooled = 0.0f;
-    for (int k = -(CAKE_KERNEL / 2); k <= CAKE_KERNEL / 2; ++k) pooled += cake_column(a, h, t + k);
-    total += pooled / (float)CAKE_KERNEL;
+    for (int k = -(KERNEL / 2); k <= KERNEL / 2; ++k) pooled += NAME_column(a, h, t + k);
+    total += pooled / (float)KERNEL;
   }
   return total / (float)a.group;
 }
-
-KVEVICT_SCORE_ENTRY(kvevict_cake_indicator, cake_token)
 )";
-  return src.str();
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = body.find(from); at != std::string::npos; at = body.find(from, at + to.size()))
+      body.replace(at, from.size(), to);
+  };
+  replace_all("NAME", name);
+  replace_all("GAMMA", constants.str());
+  replace_all("KERNEL", std::to_string(kernel));
+  return body;
+}
+
+std::string cake_indicator_source(float gamma, int kernel) {
+  return kernel_prelude() + cake_indicator_functions(gamma, kernel, "cake") +
+         "KVEVICT_SCORE_ENTRY(" + kCakeIndicatorEntry + ", cake_token)\n";
 }
 
 void cake_indicator_reference(const ScoreInputs& in, float gamma, int kernel, float* out) {

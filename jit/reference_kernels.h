@@ -18,6 +18,10 @@ namespace kvevict::jit {
 // Entry point name of the kernel below.
 inline constexpr const char* kCakeIndicatorEntry = "kvevict_cake_indicator";
 
+// The device functions NAME_column and NAME_token(const KvScoreArgs&, int t) with gamma and kernel
+// baked in as constants; needs the prelude before it. Several can share one source.
+std::string cake_indicator_functions(float gamma, int kernel, const std::string& name);
+
 // Complete kernel source (prelude included) with gamma and kernel baked in as constants.
 std::string cake_indicator_source(float gamma, int kernel);
 
