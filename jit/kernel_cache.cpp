@@ -61,8 +61,11 @@ std::string metadata_text(const KernelCacheEntry& e) {
   return e.label + "\n" + e.arch + "\n" + e.nvrtc_version + "\n" + e.kvevict_version + "\n";
 }
 
-Sha256Digest content_checksum(std::string_view metadata, const uint8_t* payload, size_t size) {
+// Covers every byte of the file except the checksum itself: the first 72 header bytes, the
+// metadata and the payload, so any corruption, even of the creation time, is detected.
+Sha256Digest content_checksum(const uint8_t* header72, std::string_view metadata, const uint8_t* payload, size_t size) {
   Sha256 hasher;
+  hasher.update(header72, 72);
   hasher.update(metadata);
   hasher.update(payload, size);
   return hasher.finish();
@@ -215,7 +218,6 @@ void KernelCache::write_file(const std::string& path, const Sha256Digest& key, c
   if (ec) throw RuntimeError(dir.string() + ": cannot create the kernel cache directory: " + ec.message());
 
   const std::string metadata = metadata_text(entry);
-  const Sha256Digest checksum = content_checksum(metadata, entry.payload.data(), entry.payload.size());
   std::string header(kMagic, 8);
   put_u32(header, kFormatVersion);
   put_u32(header, entry.kind == BinaryKind::Cubin ? 0 : 1);
@@ -223,6 +225,8 @@ void KernelCache::write_file(const std::string& path, const Sha256Digest& key, c
   put_u64(header, entry.payload.size());
   put_u64(header, uint64_t(entry.created_unix));
   header.append(reinterpret_cast<const char*>(key.data()), key.size());
+  const Sha256Digest checksum = content_checksum(reinterpret_cast<const uint8_t*>(header.data()), metadata,
+                                                 entry.payload.data(), entry.payload.size());
   header.append(reinterpret_cast<const char*>(checksum.data()), checksum.size());
   header += metadata;
 
@@ -290,7 +294,8 @@ CacheFileInfo KernelCache::read_file(const std::string& path, const Sha256Digest
   const uint8_t* metadata = bytes.data() + kFixedHeader;
   const uint8_t* payload = metadata + metadata_bytes;
   const Sha256Digest checksum =
-      content_checksum(std::string_view(reinterpret_cast<const char*>(metadata), metadata_bytes), payload, payload_bytes);
+      content_checksum(bytes.data(), std::string_view(reinterpret_cast<const char*>(metadata), metadata_bytes), payload,
+                       payload_bytes);
   if (std::memcmp(bytes.data() + 72, checksum.data(), 32) != 0) {
     info.problem = "checksum mismatch (corrupted)";
     return info;

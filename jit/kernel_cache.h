@@ -11,7 +11,7 @@
 // KVEVICT_CACHE_DISABLE=1 keeps the cache in memory only. File layout (little-endian):
 //   0   8  magic "KVKCACHE"          8  u32 format version (1)    12 u32 kind (0 cubin, 1 ptx)
 //   16  u64 metadata bytes M         24 u64 payload bytes P       32 u64 creation time (unix s)
-//   40  32  key digest               72 32  SHA-256 of (metadata || payload)
+//   40  32  key digest               72 32  SHA-256 of bytes 0..71 || metadata || payload
 //   104 M   metadata: label, arch, NVRTC version, kvevict version, each ending in '\n'
 //   104+M P payload
 // Writes go to a temporary file in the same directory, are fsync'ed, then renamed over the entry

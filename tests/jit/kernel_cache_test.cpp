@@ -332,3 +332,30 @@ TEST(KernelCache, CompileErrorsAreNotCached) {
 
 }  // namespace
 }  // namespace kvevict::jit
+
+namespace kvevict::jit {
+namespace {
+
+TEST(KernelCache, EverySingleByteCorruptionIsDetected) {
+  // Flip each byte of a small entry in turn (and a random bit pattern): read_file must reject the
+  // file every time, and never crash.
+  testing::TempDir dir;
+  KernelCache cache = make_cache(dir.path());
+  cache.store(sample_key(), sample_entry(300, 4));
+  const std::string path = cache.entry_path(sample_key());
+  std::ifstream in(path, std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  ASSERT_TRUE(KernelCache::read_file(path, nullptr, false).valid);
+  for (size_t at = 0; at < good.size(); ++at) {
+    std::string bad = good;
+    bad[at] = char(bad[at] ^ (1 + at % 255));
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    EXPECT_FALSE(KernelCache::read_file(path, nullptr, false).valid) << "byte " << at << " flipped";
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << good;
+  EXPECT_TRUE(KernelCache::read_file(path, nullptr, false).valid);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
