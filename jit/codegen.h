@@ -15,6 +15,8 @@ struct GeneratedKernel {
   std::string policy_file;                // the policy it came from
   std::string source;                     // complete CUDA C++ (prelude included)
   std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
+  // Tensor signals the kernels read (dsl::TensorSignal values); the runner checks they are given.
+  std::vector<int> tensor_signals_read;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

@@ -36,6 +36,8 @@ const std::string& kernel_prelude() {
   static const std::string text = std::string(R"(// ---- kvevict kernel prelude ----
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
+#define KVEVICT_INFINITY __int_as_float(0x7f800000)
+KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
   extern "C" __global__ void entry(KvScoreArgs args, float* out) {               \
     const int t = int(blockIdx.x * blockDim.x + threadIdx.x);                    \
@@ -43,7 +45,10 @@ const std::string& kernel_prelude() {
   }
 #else
 #include <math.h>
+#include <string.h>
 #define KVEVICT_FN static inline
+#define KVEVICT_INFINITY INFINITY
+KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
 #define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
   extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
     for (int t = 0; t < args->T; ++t) out[t] = token_score(*args, t);            \
@@ -52,6 +57,20 @@ const std::string& kernel_prelude() {
 )") + KVEVICT_STRINGIFY(KVEVICT_DEFINE_KERNEL_ABI) + R"(
 // Reads outside [0, n) yield the padding value: no kernel can leave its buffer.
 KVEVICT_FN float kv_load(const float* p, int i, int n, float pad) { return (i >= 0 && i < n) ? p[i] : pad; }
+// The DSL's random() (dsl/random.h): SplitMix64-based, a pure function of
+// (seed, layer, kv_head, position), identical on both sides.
+KVEVICT_FN unsigned long long kv_splitmix64(unsigned long long z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
+  const unsigned long long key =
+      kv_splitmix64(kv_splitmix64(kv_splitmix64(a.seed) ^ (unsigned)a.layer) ^ (unsigned)a.kv_head);
+  const unsigned position = (unsigned)(a.position ? a.position[t] : t);
+  return (float)(kv_splitmix64(key ^ position) >> 40) * (1.0f / 16777216.0f);
+}
 // ---- end of prelude ----
 )";
   return text;

@@ -1,0 +1,172 @@
+// The CUDA generator against the interpreter, without a GPU: lowered programs of the built-in
+// indicator shapes are generated, built as host C++ (the prelude's host branch) and compared with
+// dsl::evaluate_scores on random inputs; the same sources must compile with NVRTC for sm_80/sm_90.
+#if __has_include("dsl/program_builder.h") && __has_include("dsl/interpreter.h")
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "dsl/interpreter.h"
+#include "dsl/program_builder.h"
+#include "jit/cuda_codegen.h"
+#include "jit/host_module.h"
+#include "jit/kernel_abi.h"
+#include "jit_test_support.h"
+
+namespace kvevict::jit {
+namespace {
+
+using namespace kvevict::dsl;
+
+struct NamedProgram {
+  std::string name;
+  LoweredProgram program;
+};
+
+NamedProgram build(const std::string& name, const std::function<int(ProgramBuilder&)>& body) {
+  ProgramBuilder b(false);
+  const int out = body(b);
+  return {name, b.finish(out)};
+}
+
+std::vector<NamedProgram> indicator_programs() {
+  std::vector<NamedProgram> programs;
+  programs.push_back(build("cake", [](ProgramBuilder& b) {
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int m = b.reduce(Reducer::Mean, kAxisQ, A);
+    const int v = b.reduce(Reducer::Var, kAxisQ, A);
+    const int i = b.binary(BinaryFn::Add, m, b.binary(BinaryFn::Mul, b.constant(200.0f), v));
+    return b.reduce(Reducer::Mean, kAxisH, b.window(Reducer::Mean, -2, 2, i));
+  }));
+  programs.push_back(build("snapkv-max", [](ProgramBuilder& b) {
+    const int s = b.reduce(Reducer::Sum, kAxisQ, b.load(TensorSignal::WindowAttention));
+    return b.reduce(Reducer::Mean, kAxisH, b.window(Reducer::Max, -3, 3, s));
+  }));
+  programs.push_back(build("nacl", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisH | kAxisQ, b.load(TensorSignal::WindowAttention));
+  }));
+  programs.push_back(build("h2o", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisH, b.load(TensorSignal::AccumulatedAttention));
+  }));
+  programs.push_back(build("tova-min-max", [](ProgramBuilder& b) {
+    const int now = b.load(TensorSignal::CurrentAttention);
+    return b.binary(BinaryFn::Sub, b.reduce(Reducer::Max, kAxisH, now), b.reduce(Reducer::Min, kAxisH, now));
+  }));
+  programs.push_back(build("knorm", [](ProgramBuilder& b) { return b.unary(UnaryFn::Neg, b.load(TensorSignal::KeyNorm)); }));
+  programs.push_back(build("streaming", [](ProgramBuilder& b) { return b.axis_index(kAxisT); }));
+  programs.push_back(build("random", [](ProgramBuilder& b) { return b.random(); }));
+  programs.push_back(build("mixed", [](ProgramBuilder& b) {
+    // select, comparisons, pow/exp/log/sqrt, entropy over the window, scalars, positions.
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int ent = b.reduce(Reducer::Mean, kAxisH, b.reduce(Reducer::Entropy, kAxisQ, A));
+    const int pos = b.load(TensorSignal::Position);
+    const int recent = b.binary(BinaryFn::Gt, pos, b.binary(BinaryFn::Mul, b.scalar(ScalarSignal::T), b.constant(0.5f)));
+    const int kn = b.unary(UnaryFn::Sqrt, b.load(TensorSignal::KeyNorm));
+    const int vn = b.unary(UnaryFn::Log, b.load(TensorSignal::ValueNorm));
+    const int powed = b.binary(BinaryFn::Pow, kn, b.constant(1.5f));
+    const int mixed = b.binary(BinaryFn::Max, b.binary(BinaryFn::Div, ent, powed), b.unary(UnaryFn::Exp, vn));
+    return b.select(recent, b.binary(BinaryFn::Add, mixed, b.scalar(ScalarSignal::G)), b.window(Reducer::Min, -1, 2, mixed));
+  }));
+  programs.push_back(build("log-of-zero", [](ProgramBuilder& b) {
+    // log(0) - log(0) = NaN: both sides must turn it into -infinity.
+    const int zero = b.binary(BinaryFn::Mul, b.load(TensorSignal::KeyNorm), b.constant(0.0f));
+    return b.binary(BinaryFn::Sub, b.unary(UnaryFn::Log, zero), b.unary(UnaryFn::Log, zero));
+  }));
+  return programs;
+}
+
+EvalInputs eval_inputs(const testing::RandomScoreInputs& r, const std::vector<float>& acc, const std::vector<float>& now) {
+  const ScoreInputs& in = r.inputs;
+  EvalInputs e;
+  e.ext.h = in.group;
+  e.ext.q = in.W;
+  e.ext.t = in.T;
+  e.scalars[int(ScalarSignal::T)] = float(in.T);
+  e.scalars[int(ScalarSignal::W)] = float(in.W);
+  e.scalars[int(ScalarSignal::G)] = float(in.group);
+  e.scalars[int(ScalarSignal::Layer)] = float(in.layer);
+  e.scalars[int(ScalarSignal::NLayers)] = float(in.n_layers);
+  e.scalars[int(ScalarSignal::KvHead)] = float(in.kv_head);
+  e.scalars[int(ScalarSignal::NKvHeads)] = float(in.n_kv_heads);
+  e.scalars[int(ScalarSignal::HeadDim)] = float(in.head_dim);
+  e.scalars[int(ScalarSignal::PromptLen)] = float(in.prompt_len);
+  HeadSignals head;
+  head.tensors[int(TensorSignal::WindowAttention)] = in.window_attention;
+  head.tensors[int(TensorSignal::AccumulatedAttention)] = acc.data();
+  head.tensors[int(TensorSignal::CurrentAttention)] = now.data();
+  head.tensors[int(TensorSignal::KeyNorm)] = in.key_norm;
+  head.tensors[int(TensorSignal::ValueNorm)] = in.value_norm;
+  head.position = in.position;
+  head.kv_head = in.kv_head;
+  e.heads.push_back(head);
+  e.seed = in.seed;
+  e.layer = in.layer;
+  return e;
+}
+
+TEST(CudaCodegen, GeneratedKernelsMatchTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  using Entry = void (*)(const KvScoreArgs*, float*);
+  for (const auto& [name, program] : indicator_programs()) {
+    const GeneratedKernel kernel = generate_score_kernels(name + ".cu", "policies/" + name + ".yaml", program, nullptr);
+    HostModule module(kernel.source, dir.path(), name);
+    auto entry = reinterpret_cast<Entry>(module.symbol("kvevict_score"));
+    uint32_t seed = 100;
+    for (auto [group, W, T] : {std::tuple{1, 1, 1}, {4, 8, 3}, {4, 32, 300}, {2, 5, 1000}}) {
+      testing::RandomScoreInputs random(group, W, T, seed++);
+      random.inputs.layer = 2;
+      random.inputs.kv_head = 1;
+      std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
+      std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
+      random.inputs.accumulated_attention = acc.data();
+      random.inputs.current_attention = now.data();
+      std::vector<float> expected(T), actual(T);
+      evaluate_scores(program, eval_inputs(random, acc, now), expected.data());
+      const KvScoreArgs args = to_kernel_args(random.inputs);
+      entry(&args, actual.data());
+      float worst = 0;
+      for (int t = 0; t < T; ++t) {
+        if (std::isinf(expected[t]) || std::isinf(actual[t])) {
+          EXPECT_EQ(expected[t], actual[t]) << name << " t=" << t;
+          continue;
+        }
+        worst = std::max(worst, std::fabs(actual[t] - expected[t]) / std::max(1e-6f, std::fabs(expected[t])));
+      }
+      EXPECT_LE(worst, 1e-6f) << name << " G=" << group << " W=" << W << " T=" << T;
+    }
+  }
+}
+
+class CodegenArch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CodegenArch, GeneratedKernelsCompileWithNvrtc) {
+  KVEVICT_REQUIRE_NVRTC();
+  const auto programs = indicator_programs();
+  for (size_t i = 0; i < programs.size(); ++i) {
+    const LoweredProgram* decode = i + 1 < programs.size() ? &programs[i + 1].program : nullptr;
+    const GeneratedKernel kernel = generate_score_kernels(programs[i].name + ".cu", "p.yaml", programs[i].program, decode);
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = GetParam();
+    const NvrtcResult result = NvrtcLibrary::instance().compile(request);
+    EXPECT_TRUE(result.ok) << programs[i].name << ":\n" << result.log;
+    EXPECT_EQ(kernel.entry_points.size(), decode ? 2u : 1u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RealArchitectures, CodegenArch, ::testing::Values("sm_80", "sm_90"));
+
+TEST(CudaCodegen, UnsupportedConstructsAreClearErrors) {
+  const auto over_t = build("sum-over-t", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisT, b.load(TensorSignal::KeyNorm));
+  });
+  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", over_t.program, nullptr), GenerateError);
+  const auto per_head = build("per-head", [](ProgramBuilder& b) { return b.load(TensorSignal::AccumulatedAttention); });
+  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", per_head.program, nullptr), GenerateError);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
