@@ -1,6 +1,6 @@
 // The CUDA code generator; scheme and limits in cuda_codegen.h. Compiled only when the DSL's
 // lowered form is part of the tree.
-#if __has_include("dsl/lowered.h")
+#ifdef KVEVICT_HAVE_LOWERED_FORM
 #include "jit/cuda_codegen.h"
 
 #include <cstdio>
@@ -322,4 +322,4 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
 }
 
 }  // namespace kvevict::jit
-#endif  // __has_include("dsl/lowered.h")
+#endif  // KVEVICT_HAVE_LOWERED_FORM
