@@ -53,6 +53,12 @@ struct PolicyDescription {
   int window = 0;                     // observation window W (queries whose attention scores tokens); 0: none
   bool needs_accumulated_attention = false;  // attention summed over every query so far (H2O)
   bool needs_current_attention = false;      // the newest query's attention (decode-time policies)
+  bool needs_key_norm = false;               // ScoreInputs::key_norm is read
+  bool needs_value_norm = false;             // ScoreInputs::value_norm is read
+  // window / protect depend on the prompt length (NACL: fractions of the prompt); the fields
+  // below then hold the values for prompt_len = 0 and the engine must call window_for() /
+  // protect_for() once the prompt length is known.
+  bool depends_on_prompt_len = false;
   bool has_layer_weight = false;      // false: uniform budgets across layers
   bool has_decode_score = false;      // a separate indicator used while decoding
   PolicyRun run;
@@ -98,6 +104,9 @@ class PolicyProgram {
   virtual void score(const ScoreInputs& in, bool decoding, float* out) const = 0;
   // Layer weight for the allocator (only called when description().has_layer_weight).
   virtual double layer_weight(const LayerWeightInputs& in) const = 0;
+  // Observation window and protected sets for a given prompt length (see depends_on_prompt_len).
+  virtual int window_for(int prompt_len) const { (void)prompt_len; return description().window; }
+  virtual PolicyProtect protect_for(int prompt_len) const { (void)prompt_len; return description().protect; }
 };
 
 }  // namespace kvevict

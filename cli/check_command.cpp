@@ -1,0 +1,48 @@
+// `kvevict check FILE...`: checks policy files. Prints one summary line per valid file (exit 0);
+// prints every error of every invalid file and exits 2 if any file has an error.
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.h"
+#include "core/util/error.h"
+#include "dsl/policy_file.h"
+
+namespace kvevict::cli {
+namespace {
+
+std::string summary(const dsl::CompiledPolicy& c) {
+  const PolicyDescription& d = c.desc;
+  std::ostringstream s;
+  s << d.source << ": ok: " << d.name << " (" << c.params.size() << " params; score " << c.score.nodes.size() << " nodes";
+  if (d.has_decode_score) s << "; decode_score " << c.decode_score.nodes.size() << " nodes";
+  if (d.has_layer_weight) s << "; layer_weight " << c.layer_weight.nodes.size() << " nodes";
+  s << "; window " << (d.depends_on_prompt_len && c.window.output >= 0 ? std::string("f(prompt_len)") : std::to_string(d.window));
+  s << "; prefill " << (d.run.at_prefill ? "yes" : "no") << ", decode every " << d.run.decode_every;
+  if (d.select.random_share > 0) s << "; random share " << d.select.random_share;
+  if (d.merge.enabled) s << "; merge";
+  s << ")";
+  return s.str();
+}
+
+std::function<int()> setup_check(CLI::App& app) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  app.add_option("files", *files, "Policy files to check")->required();
+  return [files] {
+    int status = 0;
+    for (const auto& f : *files) {
+      try {
+        std::cout << summary(dsl::compile_policy_file(f)) << "\n";
+      } catch (const UsageError& e) {
+        std::cerr << e.what();
+        status = 2;
+      }
+    }
+    return status;
+  };
+}
+
+KVEVICT_COMMAND("check", "Check policy files: syntax, types, shapes, parameters", setup_check, 40);
+
+}  // namespace
+}  // namespace kvevict::cli

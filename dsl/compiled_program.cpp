@@ -1,0 +1,90 @@
+#include "dsl/compiled_program.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/util/error.h"
+#include "dsl/interpreter.h"
+
+namespace kvevict::dsl {
+namespace {
+
+void fill_scalars(EvalInputs& e, const ScoreInputs& in) {
+  auto set = [&](ScalarSignal s, double v) { e.scalars[static_cast<int>(s)] = static_cast<float>(v); };
+  set(ScalarSignal::T, in.T);
+  set(ScalarSignal::W, in.W);
+  set(ScalarSignal::G, in.group);
+  set(ScalarSignal::Layer, in.layer);
+  set(ScalarSignal::NLayers, in.n_layers);
+  set(ScalarSignal::KvHead, in.kv_head);
+  set(ScalarSignal::NKvHeads, in.n_kv_heads);
+  set(ScalarSignal::HeadDim, in.head_dim);
+  set(ScalarSignal::PromptLen, in.prompt_len);
+  set(ScalarSignal::DecodeStep, in.decode_step);
+}
+
+HeadSignals head_signals(const ScoreInputs& in) {
+  HeadSignals h;
+  h.tensors[static_cast<int>(TensorSignal::WindowAttention)] = in.window_attention;
+  h.tensors[static_cast<int>(TensorSignal::AccumulatedAttention)] = in.accumulated_attention;
+  h.tensors[static_cast<int>(TensorSignal::CurrentAttention)] = in.current_attention;
+  h.tensors[static_cast<int>(TensorSignal::KeyNorm)] = in.key_norm;
+  h.tensors[static_cast<int>(TensorSignal::ValueNorm)] = in.value_norm;
+  h.position = in.position;
+  h.kv_head = in.kv_head;
+  return h;
+}
+
+int setting_int(const LoweredProgram& p, int fallback, int prompt_len) {
+  if (p.output < 0) return fallback;
+  double v = evaluate_setting(p, prompt_len);
+  if (!(v > 0)) return 0;
+  return static_cast<int>(std::min(v, 1e9));
+}
+
+}  // namespace
+
+void InterpretedPolicy::score(const ScoreInputs& in, bool decoding, float* out) const {
+  const LoweredProgram& p = decoding && c_.desc.has_decode_score ? c_.decode_score : c_.score;
+  if (in.T < 0 || in.group < 1 || in.W < 0) throw RuntimeError("policy '" + c_.desc.name + "': invalid score inputs");
+  EvalInputs e;
+  e.ext = {1, in.group, in.W, in.T};
+  fill_scalars(e, in);
+  e.heads.push_back(head_signals(in));
+  e.seed = in.seed;
+  e.layer = in.layer;
+  evaluate_scores(p, e, out);
+}
+
+double InterpretedPolicy::layer_weight(const LayerWeightInputs& in) const {
+  if (!c_.desc.has_layer_weight) return 1.0;
+  if (in.heads.empty()) throw RuntimeError("policy '" + c_.desc.name + "': layer_weight needs at least one KV head");
+  const ScoreInputs& h0 = in.heads[0];
+  for (const auto& h : in.heads)
+    if (h.T != h0.T || h.W != h0.W || h.group != h0.group)
+      throw RuntimeError("policy '" + c_.desc.name + "': layer_weight needs every KV head of the layer at the same length");
+  EvalInputs e;
+  e.ext = {static_cast<int>(in.heads.size()), h0.group, h0.W, h0.T};
+  fill_scalars(e, h0);
+  e.scalars[static_cast<int>(ScalarSignal::Layer)] = static_cast<float>(in.layer);
+  e.scalars[static_cast<int>(ScalarSignal::NLayers)] = static_cast<float>(in.n_layers);
+  e.scalars[static_cast<int>(ScalarSignal::PromptLen)] = static_cast<float>(in.prompt_len);
+  e.scalars[static_cast<int>(ScalarSignal::NKvHeads)] = static_cast<float>(in.heads.size());
+  e.scalars[static_cast<int>(ScalarSignal::Budget)] = static_cast<float>(in.budget);
+  for (const auto& h : in.heads) e.heads.push_back(head_signals(h));
+  e.layer = in.layer;
+  double w = evaluate(c_.layer_weight, e).at(0);
+  // A weight is a share of the budget: negative or NaN weights mean "nothing" to the allocator.
+  return std::isfinite(w) && w > 0 ? w : 0.0;
+}
+
+int InterpretedPolicy::window_for(int prompt_len) const { return setting_int(c_.window, c_.desc.window, prompt_len); }
+
+PolicyProtect InterpretedPolicy::protect_for(int prompt_len) const {
+  PolicyProtect p;
+  p.first = setting_int(c_.protect_first, c_.desc.protect.first, prompt_len);
+  p.recent = setting_int(c_.protect_recent, c_.desc.protect.recent, prompt_len);
+  return p;
+}
+
+}  // namespace kvevict::dsl

@@ -1,0 +1,22 @@
+#pragma once
+// The PolicyProgram the engine runs: a compiled policy file evaluated by the CPU interpreter.
+#include "core/engine/policy_program.h"
+#include "dsl/policy_file.h"
+
+namespace kvevict::dsl {
+
+class InterpretedPolicy : public PolicyProgram {
+ public:
+  explicit InterpretedPolicy(CompiledPolicy compiled) : c_(std::move(compiled)) {}
+  const PolicyDescription& description() const override { return c_.desc; }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override;
+  double layer_weight(const LayerWeightInputs& in) const override;
+  int window_for(int prompt_len) const override;
+  PolicyProtect protect_for(int prompt_len) const override;
+  const CompiledPolicy& compiled() const { return c_; }
+
+ private:
+  CompiledPolicy c_;
+};
+
+}  // namespace kvevict::dsl

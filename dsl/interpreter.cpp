@@ -1,0 +1,344 @@
+#include "dsl/interpreter.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/util/error.h"
+#include "dsl/elementwise.h"
+#include "dsl/random.h"
+
+namespace kvevict::dsl {
+namespace {
+
+// A tensor during evaluation: either a view of caller memory or an owned array.
+struct Buf {
+  unsigned shape = 0;
+  const float* data = nullptr;
+  std::vector<float> own;
+};
+
+struct Layout {
+  int ext[4];  // extents of g, h, q, t
+  int64_t size(unsigned shape) const {
+    int64_t n = 1;
+    for (int i = 0; i < 4; ++i)
+      if (shape & (1u << i)) n *= ext[i];
+    return n;
+  }
+  // Element strides of a tensor of `shape` along each of the four axes (0 where absent).
+  void strides(unsigned shape, int64_t out[4]) const {
+    int64_t s = 1;
+    for (int i = 3; i >= 0; --i) {
+      out[i] = (shape & (1u << i)) ? s : 0;
+      if (shape & (1u << i)) s *= ext[i];
+    }
+  }
+};
+
+// Calls row(out_offset, {operand offsets}) for every combination of the outer axes (g, h, q)
+// present in `shape`; each row then covers T contiguous tokens (or one element without t).
+template <int N, class F>
+void for_rows(const Layout& L, unsigned shape, const unsigned (&operand_shapes)[N], F row) {
+  int64_t os[4], st[N][4];
+  L.strides(shape, os);
+  for (int k = 0; k < N; ++k) L.strides(operand_shapes[k], st[k]);
+  const int eg = (shape & kAxisG) ? L.ext[0] : 1, eh = (shape & kAxisH) ? L.ext[1] : 1, eq = (shape & kAxisQ) ? L.ext[2] : 1;
+  const int64_t rows = static_cast<int64_t>(eg) * eh * eq;
+  const int64_t row_len = (shape & kAxisT) ? L.ext[3] : 1;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * row_len >= (1 << 18))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / (static_cast<int64_t>(eh) * eq), h = (r / eq) % eh, q = r % eq;
+    int64_t offs[N];
+    for (int k = 0; k < N; ++k) offs[k] = g * st[k][0] + h * st[k][1] + q * st[k][2];
+    row(g * os[0] + h * os[1] + q * os[2], offs);
+  }
+}
+
+template <class Op>
+inline void binary_row(float* o, const float* a, bool av, const float* b, bool bv, int64_t n, Op op) {
+  if (av && bv) for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
+  else if (av) { const float y = b[0]; for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], y); }
+  else if (bv) { const float x = a[0]; for (int64_t i = 0; i < n; ++i) o[i] = op(x, b[i]); }
+  else o[0] = op(a[0], b[0]);
+}
+
+template <class Op>
+void binary_all(const Layout& L, unsigned shape, const Buf& A, const Buf& B, float* out, Op op) {
+  const unsigned shapes[2] = {A.shape, B.shape};
+  const int64_t n = (shape & kAxisT) ? L.ext[3] : 1;
+  const bool av = A.shape & kAxisT, bv = B.shape & kAxisT;
+  int64_t os[4];
+  L.strides(shape, os);
+  for_rows<2>(L, shape, shapes, [&](int64_t o, const int64_t* offs) {
+    binary_row(out + o, A.data + offs[0], av, B.data + offs[1], bv, n, op);
+  });
+}
+
+void binary(const Layout& L, const Node& nd, const Buf& A, const Buf& B, float* out) {
+  switch (nd.binary) {
+    case BinaryFn::Add: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x + y; });
+    case BinaryFn::Sub: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x - y; });
+    case BinaryFn::Mul: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x * y; });
+    case BinaryFn::Div: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x / y; });
+    default: {
+      const BinaryFn f = nd.binary;
+      return binary_all(L, nd.shape, A, B, out, [f](float x, float y) { return apply_binary(f, x, y); });
+    }
+  }
+}
+
+void select(const Layout& L, const Node& nd, const Buf& C, const Buf& A, const Buf& B, float* out) {
+  const unsigned shapes[3] = {C.shape, A.shape, B.shape};
+  const int64_t n = (nd.shape & kAxisT) ? L.ext[3] : 1;
+  const int64_t cs = (C.shape & kAxisT) ? 1 : 0, as = (A.shape & kAxisT) ? 1 : 0, bs = (B.shape & kAxisT) ? 1 : 0;
+  for_rows<3>(L, nd.shape, shapes, [&](int64_t o, const int64_t* offs) {
+    const float *c = C.data + offs[0], *a = A.data + offs[1], *b = B.data + offs[2];
+    for (int64_t i = 0; i < n; ++i) out[o + i] = c[i * cs] != 0.0f ? a[i * as] : b[i * bs];
+  });
+}
+
+// Reductions over axes other than t: per output row, accumulate the reduced rows in float in
+// increasing index order (vectorised over t).
+void reduce_outer(const Layout& L, const Node& nd, const Buf& A, float* out) {
+  const int64_t n = (nd.shape & kAxisT) ? L.ext[3] : 1;
+  int64_t ast[4], ost[4];
+  L.strides(A.shape, ast);
+  L.strides(nd.shape, ost);
+  // Enumerate the reduced coordinates as offsets into A.
+  std::vector<int64_t> red = {0};
+  for (int i = 0; i < 3; ++i) {
+    if (!(nd.axes & (1u << i))) continue;
+    std::vector<int64_t> next;
+    for (int64_t base : red)
+      for (int j = 0; j < L.ext[i]; ++j) next.push_back(base + j * ast[i]);
+    red.swap(next);
+  }
+  const int64_t count = static_cast<int64_t>(red.size());
+  const unsigned shapes[1] = {A.shape & ~nd.axes};
+  // Offsets of the kept outer axes are the same in A as in a tensor of A.shape & ~axes only if
+  // strides match, so compute them from A's strides directly.
+  const int eg = (nd.shape & kAxisG) ? L.ext[0] : 1, eh = (nd.shape & kAxisH) ? L.ext[1] : 1, eq = (nd.shape & kAxisQ) ? L.ext[2] : 1;
+  const int64_t rows = static_cast<int64_t>(eg) * eh * eq;
+  (void)shapes;
+  const Reducer r = nd.reducer;
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * n * count >= (1 << 20))
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t g = row / (static_cast<int64_t>(eh) * eq), h = (row / eq) % eh, q = row % eq;
+    const float* base = A.data + g * ast[0] + h * ast[1] + q * ast[2];
+    float* o = out + g * ost[0] + h * ost[1] + q * ost[2];
+    if (r == Reducer::Max || r == Reducer::Min) {
+      for (int64_t i = 0; i < n; ++i) o[i] = base[red[0] + i];
+      for (int64_t k = 1; k < count; ++k) {
+        const float* x = base + red[k];
+        if (r == Reducer::Max) for (int64_t i = 0; i < n; ++i) o[i] = x[i] > o[i] ? x[i] : o[i];
+        else for (int64_t i = 0; i < n; ++i) o[i] = x[i] < o[i] ? x[i] : o[i];
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
+    if (r == Reducer::Entropy) {
+      for (int64_t k = 0; k < count; ++k) {
+        const float* x = base + red[k];
+        for (int64_t i = 0; i < n; ++i) o[i] -= x[i] > 0.0f ? x[i] * std::log(x[i]) : 0.0f;
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      const float* x = base + red[k];
+      for (int64_t i = 0; i < n; ++i) o[i] += x[i];
+    }
+    if (r == Reducer::Sum) continue;
+    const float inv = 1.0f / static_cast<float>(count);
+    for (int64_t i = 0; i < n; ++i) o[i] *= inv;
+    if (r == Reducer::Mean) continue;
+    // Var: unbiased, second pass over the rows with the mean known.
+    std::vector<float> m(o, o + n);
+    for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
+    for (int64_t k = 0; k < count; ++k) {
+      const float* x = base + red[k];
+      for (int64_t i = 0; i < n; ++i) { const float d = x[i] - m[i]; o[i] += d * d; }
+    }
+    const float invn1 = count > 1 ? 1.0f / static_cast<float>(count - 1) : 0.0f;
+    for (int64_t i = 0; i < n; ++i) o[i] *= invn1;
+  }
+}
+
+// Reductions that include t: double accumulators, operand elements visited in canonical order.
+void reduce_with_t(const Layout& L, const Node& nd, const Buf& A, float* out) {
+  const int64_t out_size = L.size(nd.shape);
+  int64_t ost[4], ast[4];
+  L.strides(nd.shape, ost);
+  L.strides(A.shape, ast);
+  std::vector<double> acc(out_size, 0.0), acc2(out_size, 0.0);
+  std::vector<int64_t> cnt(out_size, 0);
+  const Reducer r = nd.reducer;
+  const int e[4] = {(A.shape & kAxisG) ? L.ext[0] : 1, (A.shape & kAxisH) ? L.ext[1] : 1, (A.shape & kAxisQ) ? L.ext[2] : 1,
+                    (A.shape & kAxisT) ? L.ext[3] : 1};
+  auto visit = [&](auto&& f) {
+    for (int g = 0; g < e[0]; ++g)
+      for (int h = 0; h < e[1]; ++h)
+        for (int q = 0; q < e[2]; ++q) {
+          const float* x = A.data + g * ast[0] + h * ast[1] + q * ast[2];
+          const int64_t o = g * ost[0] + h * ost[1] + q * ost[2];
+          for (int t = 0; t < e[3]; ++t) f(o + t * ost[3], static_cast<double>(x[t]));
+        }
+  };
+  if (r == Reducer::Max || r == Reducer::Min) {
+    const double init = r == Reducer::Max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    for (auto& a : acc) a = init;
+    visit([&](int64_t o, double x) { acc[o] = r == Reducer::Max ? (x > acc[o] ? x : acc[o]) : (x < acc[o] ? x : acc[o]); });
+    if (L.size(A.shape) == 0) for (auto& a : acc) a = 0.0;  // empty reduction (T = 0): 0
+  } else if (r == Reducer::Entropy) {
+    visit([&](int64_t o, double x) { acc[o] -= x > 0.0 ? x * std::log(x) : 0.0; });
+  } else {
+    visit([&](int64_t o, double x) { acc[o] += x; ++cnt[o]; });
+    if (r != Reducer::Sum)
+      for (int64_t i = 0; i < out_size; ++i) acc[i] = cnt[i] ? acc[i] / static_cast<double>(cnt[i]) : 0.0;
+    if (r == Reducer::Var) {
+      visit([&](int64_t o, double x) { acc2[o] += (x - acc[o]) * (x - acc[o]); });
+      for (int64_t i = 0; i < out_size; ++i) acc[i] = cnt[i] > 1 ? acc2[i] / static_cast<double>(cnt[i] - 1) : 0.0;
+    }
+  }
+  for (int64_t i = 0; i < out_size; ++i) out[i] = static_cast<float>(acc[i]);
+}
+
+void window(const Layout& L, const Node& nd, const Buf& A, float* out) {
+  const unsigned shapes[1] = {A.shape};
+  const int64_t T = L.ext[3];
+  const int lo = nd.lo, hi = nd.hi;
+  const Reducer r = nd.reducer;
+  for_rows<1>(L, nd.shape, shapes, [&](int64_t o_off, const int64_t* offs) {
+    float* o = out + o_off;
+    const float* x = A.data + offs[0];
+    const bool extreme = r == Reducer::Max || r == Reducer::Min;
+    const float init = r == Reducer::Max ? -std::numeric_limits<float>::infinity()
+                                         : r == Reducer::Min ? std::numeric_limits<float>::infinity() : 0.0f;
+    for (int64_t t = 0; t < T; ++t) o[t] = init;
+    for (int k = lo; k <= hi; ++k) {
+      const int64_t t0 = std::max<int64_t>(0, -k), t1 = std::min<int64_t>(T, T - k);
+      if (r == Reducer::Max) for (int64_t t = t0; t < t1; ++t) o[t] = x[t + k] > o[t] ? x[t + k] : o[t];
+      else if (r == Reducer::Min) for (int64_t t = t0; t < t1; ++t) o[t] = x[t + k] < o[t] ? x[t + k] : o[t];
+      else for (int64_t t = t0; t < t1; ++t) o[t] += x[t + k];
+    }
+    if (r == Reducer::Mean) {
+      const float inv = 1.0f / static_cast<float>(hi - lo + 1);
+      for (int64_t t = 0; t < T; ++t) o[t] *= inv;
+    }
+    if (extreme)  // tokens whose whole window lies outside [0, T)
+      for (int64_t t = 0; t < T; ++t)
+        if (t + hi < 0 || t + lo >= T) o[t] = 0.0f;
+  });
+}
+
+void normalise(const Layout& L, const Node& nd, const Buf& A, float* out) {
+  const unsigned shapes[1] = {A.shape};
+  const int64_t T = L.ext[3];
+  for_rows<1>(L, nd.shape, shapes, [&](int64_t o, const int64_t* offs) {
+    const float* x = A.data + offs[0];
+    double s = 0;
+    for (int64_t t = 0; t < T; ++t) s += x[t];
+    const float inv = s != 0.0 ? static_cast<float>(1.0 / s) : 0.0f;
+    for (int64_t t = 0; t < T; ++t) out[o + t] = x[t] * inv;
+  });
+}
+
+const char* signal_name(TensorSignal s) {
+  static const char* names[] = {"A (window attention)", "A_acc (accumulated attention)", "A_now (current attention)",
+                                "key_norm", "value_norm", "pos"};
+  return names[static_cast<int>(s)];
+}
+
+}  // namespace
+
+std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
+  if (p.output < 0 || p.nodes.empty()) throw RuntimeError("policy program is empty (it did not check)");
+  const int G = p.layer_context ? static_cast<int>(in.heads.size()) : 1;
+  if (in.heads.size() != static_cast<size_t>(G) || G < 1) throw RuntimeError("policy evaluation: wrong number of head signal sets");
+  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1) throw RuntimeError("policy evaluation: invalid extents");
+  Layout L{{G, in.ext.h, in.ext.q, in.ext.t}};
+  std::vector<int> last_use(p.nodes.size(), -1);
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (int o : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
+      if (o >= 0) last_use[o] = static_cast<int>(i);
+  std::vector<Buf> bufs(p.nodes.size());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const Node& nd = p.nodes[i];
+    Buf& B = bufs[i];
+    B.shape = nd.shape;
+    const int64_t size = L.size(nd.shape);
+    auto alloc = [&] { B.own.assign(static_cast<size_t>(size), 0.0f); B.data = B.own.data(); return B.own.data(); };
+    switch (nd.op) {
+      case NodeOp::Const: alloc()[0] = nd.value; break;
+      case NodeOp::Scalar: alloc()[0] = in.scalars[static_cast<int>(nd.scalar)]; break;
+      case NodeOp::Load: {
+        const int s = static_cast<int>(nd.tensor);
+        const int64_t per_head = L.size(nd.shape & ~kAxisG);
+        if (nd.tensor == TensorSignal::Position) {
+          float* o = alloc();
+          for (int g = 0; g < G; ++g)
+            for (int64_t t = 0; t < per_head; ++t)
+              o[g * per_head + t] = static_cast<float>(in.heads[g].position ? in.heads[g].position[t] : t);
+          break;
+        }
+        for (int g = 0; g < G; ++g)
+          if (!in.heads[g].tensors[s] && per_head > 0)
+            throw RuntimeError(std::string("policy reads ") + signal_name(nd.tensor) + " but the engine did not supply it");
+        if (G == 1) { B.data = in.heads[0].tensors[s]; break; }
+        float* o = alloc();
+        for (int g = 0; g < G; ++g) std::copy(in.heads[g].tensors[s], in.heads[g].tensors[s] + per_head, o + g * per_head);
+        break;
+      }
+      case NodeOp::AxisIndex: {
+        float* o = alloc();
+        int idx = 0;
+        while (!(nd.axes & (1u << idx))) ++idx;
+        for (int64_t j = 0; j < size; ++j) o[j] = static_cast<float>(j);
+        (void)idx;
+        break;
+      }
+      case NodeOp::Random: {
+        float* o = alloc();
+        const uint64_t key = random_stream_key(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.heads[0].kv_head));
+        const int32_t* pos = in.heads[0].position;
+        for (int64_t t = 0; t < size; ++t) o[t] = random_uniform(key, static_cast<uint32_t>(pos ? pos[t] : t));
+        break;
+      }
+      case NodeOp::Unary: {
+        float* o = alloc();
+        const float* a = bufs[nd.a].data;
+        const UnaryFn f = nd.unary;
+#pragma omp parallel for schedule(static) if (size >= (1 << 18))
+        for (int64_t j = 0; j < size; ++j) o[j] = apply_unary(f, a[j]);
+        break;
+      }
+      case NodeOp::Binary: binary(L, nd, bufs[nd.a], bufs[nd.b], alloc()); break;
+      case NodeOp::Select: select(L, nd, bufs[nd.a], bufs[nd.b], bufs[nd.c], alloc()); break;
+      case NodeOp::Reduce:
+        if (nd.axes & kAxisT) reduce_with_t(L, nd, bufs[nd.a], alloc());
+        else reduce_outer(L, nd, bufs[nd.a], alloc());
+        break;
+      case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
+      case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
+    }
+    for (int o : {nd.a, nd.b, nd.c})
+      if (o >= 0 && last_use[o] == static_cast<int>(i) && o != p.output) {
+        bufs[o].own.clear();
+        bufs[o].own.shrink_to_fit();
+      }
+  }
+  const Buf& out = bufs[p.output];
+  return std::vector<float>(out.data, out.data + L.size(out.shape));
+}
+
+void evaluate_scores(const LoweredProgram& p, const EvalInputs& in, float* out) {
+  std::vector<float> r = evaluate(p, in);
+  const int64_t T = in.ext.t;
+  const bool per_token = p.nodes[p.output].shape & kAxisT;
+  for (int64_t t = 0; t < T; ++t) {
+    const float v = per_token ? r[t] : r[0];
+    out[t] = std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
+  }
+}
+
+}  // namespace kvevict::dsl

@@ -1,0 +1,452 @@
+#include "dsl/policy_file.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/util/error.h"
+#include "dsl/interpreter.h"
+#include "dsl/parser.h"
+
+namespace kvevict::dsl {
+
+std::string ParamDecl::value_text(double v) const {
+  if (type == "bool") return v != 0 ? "true" : "false";
+  if (type == "enum") return v >= 0 && v < options.size() ? options[static_cast<size_t>(v)] : "?";
+  if (type == "int") return std::to_string(static_cast<long long>(v));
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string ParamDecl::range_text() const {
+  if (type == "enum") {
+    std::string s;
+    for (const auto& o : options) s += (s.empty() ? "" : "|") + o;
+    return s;
+  }
+  if (has_min && has_max) return value_text(min) + ".." + value_text(max);
+  if (has_min) return "min " + value_text(min);
+  if (has_max) return "max " + value_text(max);
+  return "";
+}
+
+double evaluate_setting(const LoweredProgram& program, int prompt_len) {
+  EvalInputs in;
+  in.heads.resize(1);
+  in.scalars[static_cast<int>(ScalarSignal::PromptLen)] = static_cast<float>(prompt_len);
+  return evaluate(program, in).at(0);
+}
+
+namespace {
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+class FileCompiler {
+ public:
+  FileCompiler(const std::string& path, const std::string& text) : path_(path), text_(text), diag_(path, text) {
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) lines_.push_back(line);
+  }
+
+  CompiledPolicy run(const std::map<std::string, std::string>& overrides) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text_);
+    } catch (const YAML::Exception& e) {
+      diag_.error({e.mark.line + 1, e.mark.column + 1}, "YAML: " + e.msg);
+      throw UsageError(diag_.format());
+    }
+    if (!root.IsMap()) {
+      diag_.error(pos_of(root), "a policy file must be a YAML mapping (name:, about:, score:, ...)");
+      throw UsageError(diag_.format());
+    }
+    static const std::set<std::string> top = {"name", "about", "params", "observe", "protect", "run",
+                                              "score", "decode_score", "layer_weight", "select", "merge"};
+    check_keys(root, top, "policy file");
+    for (const char* req : {"name", "about", "score"})
+      if (!root[req]) diag_.error({1, 1}, std::string("missing required key '") + req + "'");
+    out_.desc.source = path_;
+    out_.desc.name = string_field(root, "name");
+    out_.desc.about = string_field(root, "about");
+    if (root["name"] && !out_.desc.name.empty()) {
+      for (char c : out_.desc.name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) {
+          diag_.error(pos_of(root["name"]), "a policy name may contain only letters, digits, '_' and '-'");
+          break;
+        }
+    }
+    params(root["params"]);
+    apply_overrides(overrides);
+    opts_.params = out_.bindings;
+    settings(root);
+    programs(root);
+    if (!diag_.empty()) throw UsageError(diag_.format());
+    for (size_t i = 0; i < out_.params.size(); ++i)
+      out_.desc.params[out_.params[i].name] = out_.params[i].value_text(out_.bindings[i].value);
+    return std::move(out_);
+  }
+
+ private:
+  FilePos pos_of(const YAML::Node& n) const {
+    YAML::Mark m = n.Mark();
+    if (m.line < 0) return {0, 0};
+    return {m.line + 1, m.column + 1};
+  }
+
+  void check_keys(const YAML::Node& map, const std::set<std::string>& allowed, const std::string& what) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (!it->first.IsScalar()) { diag_.error(pos_of(it->first), "keys of the " + what + " must be plain names"); continue; }
+      const std::string k = it->first.Scalar();
+      if (!allowed.count(k)) {
+        std::string list;
+        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+        diag_.error(pos_of(it->first), "unknown key '" + k + "' in the " + what + " (allowed: " + list + ")");
+      }
+    }
+  }
+
+  std::string string_field(const YAML::Node& root, const char* key) {
+    YAML::Node n = root[key];
+    if (!n) return "";
+    if (!n.IsScalar()) { diag_.error(pos_of(n), std::string("'") + key + "' must be a string"); return ""; }
+    return n.Scalar();
+  }
+
+  // params: NAME: {TYPE: DEFAULT, min:, max:, doc:} | {enum: [..], default:, doc:}
+  void params(const YAML::Node& node) {
+    if (!node || node.IsNull()) return;
+    if (!node.IsMap()) { diag_.error(pos_of(node), "'params' must be a mapping of parameter declarations"); return; }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      ParamDecl d;
+      d.name = it->first.Scalar();
+      const YAML::Node spec = it->second;
+      FilePos at = pos_of(it->first);
+      if (!valid_name(d.name)) { diag_.error(at, "invalid parameter name '" + d.name + "'"); continue; }
+      if (reserved_name(d.name)) { diag_.error(at, "parameter '" + d.name + "' would hide a built-in name"); continue; }
+      if (!spec.IsMap()) { diag_.error(pos_of(spec), "parameter '" + d.name + "' must be a mapping like {float: 1.0, min: 0}"); continue; }
+      check_keys(spec, {"int", "float", "bool", "fraction", "enum", "default", "min", "max", "doc"}, "declaration of parameter '" + d.name + "'");
+      int types = 0;
+      YAML::Node def;
+      for (const char* t : {"int", "float", "bool", "fraction", "enum"})
+        if (spec[t]) { ++types; d.type = t; def = spec[t]; }
+      if (types != 1) {
+        diag_.error(at, "parameter '" + d.name + "' needs exactly one type key: int, float, bool, fraction or enum");
+        d.type = "float";
+        register_param(d, at);
+        continue;
+      }
+      if (spec["doc"]) d.doc = spec["doc"].Scalar();
+      if (d.type == "enum") {
+        if (!def.IsSequence() || def.size() == 0) { diag_.error(pos_of(def), "enum options must be a non-empty list, e.g. [avg, max]"); d.options = {"?"}; register_param(d, at); continue; }
+        for (const auto& o : def) d.options.push_back(o.IsScalar() ? o.Scalar() : "?");
+        if (!spec["default"]) { diag_.error(at, "enum parameter '" + d.name + "' needs a default"); register_param(d, at); continue; }
+        parse_value(d, spec["default"].Scalar(), d.default_value, pos_of(spec["default"]), "default");
+      } else {
+        if (spec["default"]) diag_.error(pos_of(spec["default"]), "the default of '" + d.name + "' is the value of its type key ({" + d.type + ": VALUE})");
+        if (d.type == "fraction") d.has_min = d.has_max = true, d.min = 0, d.max = 1;
+        for (const char* bound : {"min", "max"}) {
+          if (!spec[bound]) continue;
+          if (d.type == "bool") { diag_.error(pos_of(spec[bound]), "a bool parameter has no range"); continue; }
+          double v;
+          ParamDecl numeric = d;
+          numeric.type = d.type == "int" ? "int" : "float";
+          numeric.has_min = numeric.has_max = false;
+          if (!parse_value(numeric, spec[bound].Scalar(), v, pos_of(spec[bound]), bound)) continue;
+          if (bound[1] == 'i') d.has_min = true, d.min = std::max(d.min, v);
+          else d.has_max = true, d.max = d.type == "fraction" ? std::min(d.max, v) : v;
+        }
+        if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); register_param(d, at); continue; }
+        parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
+      }
+      for (const auto& p : out_.params)
+        if (p.name == d.name) diag_.error(at, "parameter '" + d.name + "' is declared twice");
+      // A parameter with a bad declaration is still registered (the file fails anyway), so its
+      // uses are not reported again as unknown names.
+      register_param(d, at);
+    }
+  }
+
+  void register_param(const ParamDecl& d, FilePos at) {
+    for (const auto& p : out_.params)
+      if (p.name == d.name) return;
+    {
+      ParamBinding b;
+      b.name = d.name;
+      b.type = d.type == "bool" ? Type::Bool : d.type == "enum" ? Type::Enum : Type::Number;
+      b.value = d.default_value;
+      b.options = d.options;
+      out_.params.push_back(d);
+      out_.bindings.push_back(b);
+      param_pos_.push_back(at);
+    }
+  }
+
+  static bool valid_name(const std::string& n) {
+    if (n.empty() || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
+    for (char c : n)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+    return true;
+  }
+  static bool reserved_name(const std::string& n) {
+    static const std::set<std::string> r = {"g", "h", "q", "t", "T", "W", "G", "layer", "n_layers", "kv_head", "n_kv_heads",
+                                            "head_dim", "prompt_len", "decode_step", "budget", "A", "A_acc", "A_now",
+                                            "key_norm", "value_norm", "pos", "random", "true", "false", "and", "or", "not",
+                                            "in", "exp", "log", "sqrt", "abs", "floor", "ceil", "round", "pow", "min", "max",
+                                            "clamp", "if", "normalise", "sum", "mean", "var", "entropy", "score", "layer_weight"};
+    return r.count(n) > 0;
+  }
+
+  // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
+  bool parse_value(const ParamDecl& d, const std::string& text, double& out, FilePos at, const std::string& what) {
+    auto bad = [&](const std::string& m) {
+      diag_.error(at, "parameter '" + d.name + "': " + what + " " + m);
+      return false;
+    };
+    if (d.type == "bool") {
+      if (text == "true") out = 1;
+      else if (text == "false") out = 0;
+      else return bad("'" + text + "' is not a bool (true or false)");
+      return true;
+    }
+    if (d.type == "enum") {
+      for (size_t i = 0; i < d.options.size(); ++i)
+        if (d.options[i] == text) { out = static_cast<double>(i); return true; }
+      return bad("'" + text + "' is not one of " + d.range_text());
+    }
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(v) || errno == ERANGE) return bad("'" + text + "' is not a number");
+    if (d.type == "int" && (v != std::floor(v) || std::fabs(v) > 1e9)) return bad("'" + text + "' is not an integer");
+    if (d.has_min && v < d.min) return bad(text + " is below the minimum " + d.value_text(d.min));
+    if (d.has_max && v > d.max) return bad(text + " is above the maximum " + d.value_text(d.max));
+    out = v;
+    return true;
+  }
+
+  void apply_overrides(const std::map<std::string, std::string>& overrides) {
+    for (const auto& [name, value] : overrides) {
+      size_t i = 0;
+      while (i < out_.params.size() && out_.params[i].name != name) ++i;
+      if (i == out_.params.size()) {
+        std::string list;
+        for (const auto& p : out_.params) list += (list.empty() ? "" : ", ") + p.name;
+        diag_.error({0, 0}, "unknown parameter '" + name + "' in override (parameters: " + (list.empty() ? "none" : list) + ")");
+        continue;
+      }
+      double v;
+      if (parse_value(out_.params[i], value, v, {0, 0}, "override value")) out_.bindings[i].value = v;
+    }
+  }
+
+  // The origin of a YAML scalar's text in the file, for mapping DSL positions.
+  bool origin_of(const YAML::Node& n, TextOrigin& o) {
+    YAML::Mark m = n.Mark();
+    o.first_line = m.line + 1;
+    o.first_col = m.column + 1;
+    if (m.line < 0 || m.line >= static_cast<int>(lines_.size())) return true;
+    const std::string& l = lines_[m.line];
+    char c = m.column < static_cast<int>(l.size()) ? l[m.column] : ' ';
+    if (c == '>') {
+      diag_.error(pos_of(n), "use a literal block ('|') for programs; a folded block ('>') joins the lines");
+      return false;
+    }
+    if (c == '|') {
+      o.block = true;
+      o.first_line = m.line + 2;
+      o.indent = 0;
+      for (size_t i = m.line + 1; i < lines_.size(); ++i) {
+        size_t k = lines_[i].find_first_not_of(' ');
+        if (k == std::string::npos) continue;
+        o.indent = static_cast<int>(k);
+        break;
+      }
+    } else if (c == '"' || c == '\'') {
+      o.first_col += 1;
+    }
+    return true;
+  }
+
+  LoweredProgram setting(const YAML::Node& n, bool want_bool, bool allow_prompt_len) {
+    if (!n.IsScalar()) {
+      diag_.error(pos_of(n), "expected a value or an expression over parameters");
+      return {};
+    }
+    TextOrigin o;
+    if (!origin_of(n, o)) return {};
+    auto e = parse_expression(n.Scalar(), o, diag_);
+    if (!e) return {};
+    CheckOptions opt = opts_;
+    opt.allow_prompt_len = allow_prompt_len;
+    size_t before = diag_.count();
+    LoweredProgram p = check_setting(*e, opt, want_bool, diag_);
+    if (diag_.count() != before) return {};
+    return p;
+  }
+
+  bool constant_setting(const YAML::Node& parent, const char* key, bool want_bool, double& out) {
+    if (!parent.IsMap()) return false;
+    YAML::Node n = parent[key];
+    if (!n) return false;
+    LoweredProgram p = setting(n, want_bool, false);
+    if (p.output < 0) return false;
+    out = evaluate_setting(p, 0);
+    return true;
+  }
+
+  YAML::Node section(const YAML::Node& root, const char* key, const std::set<std::string>& allowed) {
+    YAML::Node n = root[key];
+    if (!n || n.IsNull()) return YAML::Node();
+    if (!n.IsMap()) { diag_.error(pos_of(n), std::string("'") + key + "' must be a mapping"); return YAML::Node(); }
+    check_keys(n, allowed, std::string("'") + key + "' section");
+    return n;
+  }
+
+  // A prompt-length-dependent integer setting: window, protect.first, protect.recent.
+  void int_setting(const YAML::Node& parent, const char* key, LoweredProgram& program, int& value) {
+    if (!parent.IsMap() || !parent[key]) { program = LoweredProgram{}; return; }
+    program = setting(parent[key], false, true);
+    if (program.output < 0) return;
+    if (program.nodes[program.output].op != NodeOp::Const) {
+      out_.desc.depends_on_prompt_len = true;
+      value = std::max(0, static_cast<int>(evaluate_setting(program, 0)));
+      return;
+    }
+    double v = program.nodes[program.output].value;
+    if (!(v >= 0 && v <= 1e7)) diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be between 0 and 10^7, got " + fmt(v));
+    else value = static_cast<int>(v);
+  }
+
+  std::string choice(const YAML::Node& parent, const char* key, const std::set<std::string>& options, const std::string& fallback) {
+    if (!parent.IsMap() || !parent[key]) return fallback;
+    YAML::Node n = parent[key];
+    std::string v = n.IsScalar() ? n.Scalar() : "";
+    for (const auto& b : out_.bindings)  // the name of an enum parameter selects its value
+      if (b.name == v && b.type == Type::Enum) v = b.options[static_cast<size_t>(b.value)];
+    if (!options.count(v)) {
+      std::string list;
+      for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
+      diag_.error(pos_of(n), std::string("'") + key + "' must be one of " + list + " (or an enum parameter with those options)");
+      return fallback;
+    }
+    return v;
+  }
+
+  void settings(const YAML::Node& root) {
+    PolicyDescription& d = out_.desc;
+    YAML::Node observe = section(root, "observe", {"window"});
+    int_setting(observe, "window", out_.window, d.window);
+    YAML::Node protect = section(root, "protect", {"first", "recent"});
+    int_setting(protect, "first", out_.protect_first, d.protect.first);
+    int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
+    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack"});
+    double v;
+    if (run.IsMap()) {
+      if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
+      if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;
+      if (constant_setting(run, "decode_every", false, v)) {
+        if (v < 0 || v > 1e6 || v != std::floor(v)) diag_.error(pos_of(run["decode_every"]), "'decode_every' must be a whole number >= 0");
+        else d.run.decode_every = static_cast<int>(v);
+      }
+      if (constant_setting(run, "decode_slack", false, v)) {
+        if (v < 0 || v > 1e7 || v != std::floor(v)) diag_.error(pos_of(run["decode_slack"]), "'decode_slack' must be a whole number >= 0");
+        else d.run.decode_slack = static_cast<int>(v);
+      }
+    }
+    YAML::Node select = section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order"});
+    if (select.IsMap()) {
+      if (constant_setting(select, "random_share", false, v)) {
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + fmt(v));
+        else d.select.random_share = v;
+      }
+      if (constant_setting(select, "temperature", false, v)) {
+        if (!(v > 0 && v < 1e30)) diag_.error(pos_of(select["temperature"]), "'temperature' must be positive, got " + fmt(v));
+        else d.select.temperature = v;
+      }
+      if (constant_setting(select, "floor_alpha", false, v)) {
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + fmt(v));
+        else d.select.floor_alpha = v;
+      }
+      d.select.scope = choice(select, "scope", {"kv_head", "layer"}, d.select.scope);
+      d.select.kept_order = choice(select, "kept_order", {"positional", "score"}, d.select.kept_order);
+    }
+    YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value"});
+    if (merge.IsMap()) {
+      d.merge.enabled = true;
+      if (constant_setting(merge, "enabled", true, v)) d.merge.enabled = v != 0;
+      for (const char* k : {"theta_key", "theta_value"})
+        if (constant_setting(merge, k, false, v)) {
+          if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a cosine similarity threshold in -1..1");
+          else (k[6] == 'k' ? d.merge.theta_key : d.merge.theta_value) = v;
+        }
+    }
+  }
+
+  LoweredProgram program(const YAML::Node& root, const char* key, ProgramContext ctx) {
+    YAML::Node n = root[key];
+    if (!n) return {};
+    if (!n.IsScalar()) { diag_.error(pos_of(n), std::string("'") + key + "' must be a program (a literal block: " + key + ": |)"); return {}; }
+    TextOrigin o;
+    if (!origin_of(n, o)) return {};
+    size_t before = diag_.count();
+    Program ast = parse_program(n.Scalar(), o, diag_);
+    CheckOptions opt = opts_;
+    opt.had_syntax_errors = diag_.count() != before;
+    opt.context = ctx;
+    return check_program(ast, opt, pos_of(n), diag_);
+  }
+
+  void programs(const YAML::Node& root) {
+    PolicyDescription& d = out_.desc;
+    out_.score = program(root, "score", ProgramContext::Score);
+    out_.decode_score = program(root, "decode_score", ProgramContext::Score);
+    out_.layer_weight = program(root, "layer_weight", ProgramContext::LayerWeight);
+    d.has_decode_score = root["decode_score"].IsDefined();
+    d.has_layer_weight = root["layer_weight"].IsDefined();
+    for (const LoweredProgram* p : {&out_.score, &out_.decode_score, &out_.layer_weight}) {
+      d.needs_accumulated_attention |= p->uses[static_cast<int>(TensorSignal::AccumulatedAttention)];
+      d.needs_current_attention |= p->uses[static_cast<int>(TensorSignal::CurrentAttention)];
+      d.needs_key_norm |= p->uses[static_cast<int>(TensorSignal::KeyNorm)];
+      d.needs_value_norm |= p->uses[static_cast<int>(TensorSignal::ValueNorm)];
+    }
+    const char* keys[] = {"score", "decode_score", "layer_weight"};
+    const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight};
+    for (int i = 0; i < 3; ++i)
+      if (progs[i]->uses[static_cast<int>(TensorSignal::WindowAttention)] && !root["observe"])
+        diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the window attention A, but the file has no 'observe: {window: ...}'");
+  }
+
+  std::string path_, text_;
+  std::vector<std::string> lines_;
+  Diagnostics diag_;
+  CompiledPolicy out_;
+  CheckOptions opts_;
+  std::vector<FilePos> param_pos_;
+};
+
+}  // namespace
+
+CompiledPolicy compile_policy_text(const std::string& path, const std::string& text,
+                                   const std::map<std::string, std::string>& overrides) {
+  FileCompiler c(path, text);
+  return c.run(overrides);
+}
+
+CompiledPolicy compile_policy_file(const std::string& path, const std::map<std::string, std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": error: cannot open policy file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return compile_policy_text(path, s.str(), overrides);
+}
+
+}  // namespace kvevict::dsl

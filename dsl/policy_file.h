@@ -1,0 +1,57 @@
+#pragma once
+// A policy file: YAML with DSL programs inside. compile_policy_file reads, validates (strictly:
+// unknown keys, missing required keys, parameters outside their declared range are errors),
+// type-checks and lowers everything, and collects every error of the file before throwing one
+// UsageError that lists them all (file:line:col: error: message + source line + caret).
+//
+// Keys (docs/DSL.md has the full reference):
+//   name, about                                   required strings
+//   params:  NAME: {int|float|bool|fraction: DEFAULT, min:, max:, doc:} | {enum: [A, B], default: A, doc:}
+//   observe: {window: EXPR}                       rows of window attention A[h, q, t]
+//   protect: {first: EXPR, recent: EXPR}          EXPR over params and prompt_len
+//   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR}
+//   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
+//   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score}
+//   merge:   {enabled: BOOL, theta_key:, theta_value:}
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/engine/policy_program.h"
+#include "dsl/checker.h"
+#include "dsl/lowered.h"
+
+namespace kvevict::dsl {
+
+struct ParamDecl {
+  std::string name;
+  std::string type;  // int | float | bool | enum | fraction
+  double default_value = 0;
+  std::vector<std::string> options;  // enum
+  bool has_min = false, has_max = false;
+  double min = 0, max = 0;
+  std::string doc;
+  std::string range_text() const;
+  std::string value_text(double v) const;
+};
+
+struct CompiledPolicy {
+  PolicyDescription desc;
+  std::vector<ParamDecl> params;
+  std::vector<ParamBinding> bindings;  // resolved values (defaults + overrides)
+  LoweredProgram score, decode_score, layer_weight;
+  // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
+  LoweredProgram window, protect_first, protect_recent;
+};
+
+// Throws UsageError listing every error of the file.
+CompiledPolicy compile_policy_file(const std::string& path, const std::map<std::string, std::string>& overrides = {});
+
+// Same, from text (tests, fuzzing); `path` names the file in messages.
+CompiledPolicy compile_policy_text(const std::string& path, const std::string& text,
+                                   const std::map<std::string, std::string>& overrides = {});
+
+// Evaluates a scalar setting program for a prompt length.
+double evaluate_setting(const LoweredProgram& program, int prompt_len);
+
+}  // namespace kvevict::dsl

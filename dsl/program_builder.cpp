@@ -1,0 +1,181 @@
+#include "dsl/program_builder.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "dsl/elementwise.h"
+
+namespace kvevict::dsl {
+
+std::string shape_name(unsigned shape) {
+  if (shape == 0) return "scalar";
+  std::string s = "[";
+  const char* names[] = {"g", "h", "q", "t"};
+  for (int i = 0; i < 4; ++i)
+    if (shape & (1u << i)) s += (s.size() > 1 ? ", " : "") + std::string(names[i]);
+  return s + "]";
+}
+
+unsigned tensor_signal_shape(TensorSignal s) {
+  switch (s) {
+    case TensorSignal::WindowAttention: return kAxisH | kAxisQ | kAxisT;
+    case TensorSignal::AccumulatedAttention:
+    case TensorSignal::CurrentAttention: return kAxisH | kAxisT;
+    default: return kAxisT;
+  }
+}
+
+int ProgramBuilder::add(Node n) {
+  int sub = 0;
+  switch (n.op) {
+    case NodeOp::Scalar: sub = static_cast<int>(n.scalar); break;
+    case NodeOp::Load: sub = static_cast<int>(n.tensor); break;
+    case NodeOp::Unary: sub = static_cast<int>(n.unary); break;
+    case NodeOp::Binary: sub = static_cast<int>(n.binary); break;
+    case NodeOp::Reduce: case NodeOp::Window: sub = static_cast<int>(n.reducer); break;
+    default: break;
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &n.value, sizeof bits);
+  auto key = std::make_tuple(static_cast<int>(n.op), n.axes, n.a, n.b, n.c, bits, sub, n.lo, n.hi);
+  auto it = seen_.find(key);
+  if (it != seen_.end()) return it->second;
+  program_.nodes.push_back(n);
+  int id = static_cast<int>(program_.nodes.size()) - 1;
+  seen_[key] = id;
+  return id;
+}
+
+int ProgramBuilder::constant(float v) {
+  Node n;
+  n.op = NodeOp::Const;
+  n.value = v;
+  return add(n);
+}
+
+int ProgramBuilder::scalar(ScalarSignal s) {
+  Node n;
+  n.op = NodeOp::Scalar;
+  n.scalar = s;
+  return add(n);
+}
+
+int ProgramBuilder::load(TensorSignal s) {
+  Node n;
+  n.op = NodeOp::Load;
+  n.tensor = s;
+  n.shape = tensor_signal_shape(s) | (program_.layer_context ? kAxisG : 0u);
+  program_.uses[static_cast<int>(s)] = true;
+  return add(n);
+}
+
+int ProgramBuilder::axis_index(unsigned axis) {
+  Node n;
+  n.op = NodeOp::AxisIndex;
+  n.axes = axis;
+  n.shape = axis;
+  return add(n);
+}
+
+int ProgramBuilder::random() {
+  Node n;
+  n.op = NodeOp::Random;
+  n.shape = kAxisT;
+  program_.uses_random = true;
+  program_.uses[static_cast<int>(TensorSignal::Position)] = true;
+  return add(n);
+}
+
+int ProgramBuilder::unary(UnaryFn f, int a) {
+  if (is_constant(a)) return constant(apply_unary(f, node(a).value));
+  Node n;
+  n.op = NodeOp::Unary;
+  n.unary = f;
+  n.a = a;
+  n.shape = node(a).shape;
+  return add(n);
+}
+
+int ProgramBuilder::binary(BinaryFn f, int a, int b) {
+  if (is_constant(a) && is_constant(b)) return constant(apply_binary(f, node(a).value, node(b).value));
+  Node n;
+  n.op = NodeOp::Binary;
+  n.binary = f;
+  n.a = a;
+  n.b = b;
+  n.shape = node(a).shape | node(b).shape;
+  return add(n);
+}
+
+int ProgramBuilder::select(int cond, int a, int b) {
+  if (is_constant(cond)) return node(cond).value != 0.0f ? a : b;
+  Node n;
+  n.op = NodeOp::Select;
+  n.a = cond;
+  n.b = a;
+  n.c = b;
+  n.shape = node(cond).shape | node(a).shape | node(b).shape;
+  return add(n);
+}
+
+int ProgramBuilder::reduce(Reducer r, unsigned axes, int a) {
+  Node n;
+  n.op = NodeOp::Reduce;
+  n.reducer = r;
+  n.axes = axes;
+  n.a = a;
+  n.shape = node(a).shape & ~axes;
+  return add(n);
+}
+
+int ProgramBuilder::window(Reducer r, int lo, int hi, int a) {
+  Node n;
+  n.op = NodeOp::Window;
+  n.reducer = r;
+  n.lo = lo;
+  n.hi = hi;
+  n.a = a;
+  n.shape = node(a).shape;
+  return add(n);
+}
+
+int ProgramBuilder::normalise(int a) {
+  Node n;
+  n.op = NodeOp::Normalise;
+  n.a = a;
+  n.shape = node(a).shape;
+  return add(n);
+}
+
+LoweredProgram ProgramBuilder::finish(int output) {
+  program_.output = output;
+  return program_;
+}
+
+std::string LoweredProgram::dump() const {
+  static const char* ops[] = {"const", "scalar", "load", "axis_index", "random", "unary", "binary",
+                              "select", "reduce", "window", "normalise"};
+  std::ostringstream out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    out << '%' << i << ' ' << shape_name(n.shape) << " = " << ops[static_cast<int>(n.op)];
+    switch (n.op) {
+      case NodeOp::Const: out << ' ' << n.value; break;
+      case NodeOp::Scalar: out << " #" << static_cast<int>(n.scalar); break;
+      case NodeOp::Load: out << " #" << static_cast<int>(n.tensor); break;
+      case NodeOp::AxisIndex: out << ' ' << shape_name(n.axes); break;
+      case NodeOp::Unary: out << " fn" << static_cast<int>(n.unary) << " %" << n.a; break;
+      case NodeOp::Binary: out << " fn" << static_cast<int>(n.binary) << " %" << n.a << " %" << n.b; break;
+      case NodeOp::Select: out << " %" << n.a << " %" << n.b << " %" << n.c; break;
+      case NodeOp::Reduce: out << " r" << static_cast<int>(n.reducer) << ' ' << shape_name(n.axes) << " %" << n.a; break;
+      case NodeOp::Window: out << " r" << static_cast<int>(n.reducer) << ' ' << n.lo << ".." << n.hi << " %" << n.a; break;
+      case NodeOp::Normalise: out << " %" << n.a; break;
+      default: break;
+    }
+    out << '\n';
+  }
+  out << "output %" << output << '\n';
+  return out.str();
+}
+
+}  // namespace kvevict::dsl

@@ -1,0 +1,38 @@
+#pragma once
+// Appends nodes to a LoweredProgram with constant folding (operations on constants become
+// constants; a select on a constant condition becomes the chosen branch) and common
+// sub-expression sharing (an identical node is emitted once: mean(q: A[h,q,t]) used by two
+// definitions is computed once).
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "dsl/lowered.h"
+
+namespace kvevict::dsl {
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(bool layer_context) { program_.layer_context = layer_context; }
+  int constant(float v);
+  int scalar(ScalarSignal s);
+  int load(TensorSignal s);
+  int axis_index(unsigned axis);
+  int random();
+  int unary(UnaryFn f, int a);
+  int binary(BinaryFn f, int a, int b);
+  int select(int cond, int a, int b);
+  int reduce(Reducer r, unsigned axes, int a);
+  int window(Reducer r, int lo, int hi, int a);
+  int normalise(int a);
+  const Node& node(int i) const { return program_.nodes[i]; }
+  bool is_constant(int i) const { return program_.nodes[i].op == NodeOp::Const; }
+  LoweredProgram finish(int output);
+
+ private:
+  int add(Node n);
+  LoweredProgram program_;
+  std::map<std::tuple<int, unsigned, int, int, int, uint32_t, int, int, int>, int> seen_;  // value by bit pattern (NaN-safe)
+};
+
+}  // namespace kvevict::dsl
