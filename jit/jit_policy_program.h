@@ -31,6 +31,8 @@ class JitPolicyProgram : public PolicyProgram {
   const PolicyDescription& description() const override { return reference_->description(); }
   void score(const ScoreInputs& in, bool decoding, float* out) const override;
   double layer_weight(const LayerWeightInputs& in) const override { return reference_->layer_weight(in); }
+  int window_for(int prompt_len) const override { return reference_->window_for(prompt_len); }
+  PolicyProtect protect_for(int prompt_len) const override { return reference_->protect_for(prompt_len); }
 
  private:
   explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}

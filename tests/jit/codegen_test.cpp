@@ -226,3 +226,99 @@ TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
 }  // namespace
 }  // namespace kvevict::jit
 #endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+#include <filesystem>
+
+#include "dsl/compiled_program.h"
+#include "dsl/policy_file.h"
+#include "jit/jit_policy_program.h"
+
+namespace kvevict::jit {
+namespace {
+
+std::vector<std::string> builtin_policy_files() {
+  std::vector<std::string> files;
+  for (const auto& item : std::filesystem::directory_iterator(KVEVICT_POLICY_DIR))
+    if (item.path().extension() == ".yaml") files.push_back(item.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Scores of `jit` and the interpreter on random inputs, prefill and decode indicators.
+void expect_policy_matches(const std::string& file, const PolicyProgram& jit, const PolicyProgram& interpreted,
+                           float tolerance) {
+  uint32_t seed = 700;
+  for (auto [group, W, T] : {std::tuple{1, 1, 2}, {4, 32, 300}, {2, 8, 2049}}) {
+    testing::RandomScoreInputs random(group, W, T, seed++);
+    random.inputs.layer = 3;
+    random.inputs.kv_head = 1;
+    random.inputs.decode_step = 2;
+    std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
+    std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
+    random.inputs.accumulated_attention = acc.data();
+    random.inputs.current_attention = now.data();
+    for (bool decoding : {false, true}) {
+      std::vector<float> expected(T), actual(T);
+      interpreted.score(random.inputs, decoding, expected.data());
+      jit.score(random.inputs, decoding, actual.data());
+      float worst = 0;
+      for (int t = 0; t < T; ++t) {
+        if (std::isinf(expected[t]) || std::isinf(actual[t])) {
+          ASSERT_EQ(expected[t], actual[t]) << file << " t=" << t;
+          continue;
+        }
+        worst = std::max(worst, std::fabs(actual[t] - expected[t]) / std::max(1e-6f, std::fabs(expected[t])));
+      }
+      EXPECT_LE(worst, tolerance) << file << (decoding ? " decode" : " prefill") << " G=" << group << " W=" << W << " T=" << T;
+    }
+  }
+}
+
+TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  const auto files = builtin_policy_files();
+  ASSERT_GE(files.size(), 10u);
+  for (const auto& file : files) {
+    const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+    auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                         dir.path());
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+    expect_policy_matches(file, *jit, interpreted, 1e-6f);
+  }
+}
+
+TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
+  const CudaProbe probe = CudaDriver::probe();
+  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
+  KVEVICT_REQUIRE_NVRTC();
+  use_cuda_device(0);
+  testing::TempDir dir;
+  KernelCache::Options options;
+  options.dir = dir.path();
+  KernelCache cache(options);
+  for (const auto& file : builtin_policy_files()) {
+    const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = probe.devices[0].arch();
+    const JitKernel compiled = compile_cached(request, cache, kernel.name);
+    auto jit = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                        *compiled.entry, 0);
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+    // GPU expf/logf/powf differ from glibc's by a few ulp.
+    expect_policy_matches(file, *jit, interpreted, 1e-5f);
+  }
+}
+
+TEST(PolicyCodegen, ParameterOverridesChangeTheGeneratedKernel) {
+  const GeneratedKernel base = generate_policy_cuda("cake", {}, {});
+  const GeneratedKernel changed = generate_policy_cuda("cake", {{"gamma", "100"}}, {});
+  EXPECT_NE(base.source, changed.source);
+  EXPECT_THROW(generate_policy_cuda("cake", {{"no_such_param", "1"}}, {}), UsageError);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
