@@ -25,7 +25,8 @@ GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std:
   const std::string name = compiled.desc.name.empty() ? std::filesystem::path(path).stem().string() : compiled.desc.name;
   try {
     return generate_score_kernels(name + ".cu", path, compiled.score,
-                                  compiled.desc.has_decode_score ? &compiled.decode_score : nullptr);
+                                  compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
+                                  find_policy_key(path, "score"), find_policy_key(path, "decode_score"));
   } catch (const GenerateError& e) {
     throw GenerateError(std::string("cannot generate CUDA for policy '") + name + "': " + e.what());
   }

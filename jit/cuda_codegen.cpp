@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <vector>
 
@@ -35,8 +36,8 @@ std::string float_literal(float value) {
 
 class ProgramEmitter {
  public:
-  ProgramEmitter(CudaWriter& w, const LoweredProgram& p, std::string prefix, std::string file)
-      : w_(w), p_(p), prefix_(std::move(prefix)), file_(std::move(file)) {}
+  ProgramEmitter(CudaWriter& w, const LoweredProgram& p, std::string prefix, std::string file, SourceLocation where)
+      : w_(w), p_(p), prefix_(std::move(prefix)), file_(std::move(file)), where_(std::move(where)) {}
 
   std::string emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) throw GenerateError(where() + "the program is empty");
@@ -55,17 +56,19 @@ class ProgramEmitter {
     }
     for (int i : functions) emit_function(i);
     const std::string token = prefix_ + "_token";
-    w_.line("KVEVICT_FN float " + token + "(const KvScoreArgs& a, int t) {");
+    line("KVEVICT_FN float " + token + "(const KvScoreArgs& a, int t) {");
     w_.indent();
-    w_.line("const float v = " + fn(p_.output) + "(a, 0, 0, t);");
-    w_.line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score");
+    line("const float v = " + fn(p_.output) + "(a, 0, 0, t);");
+    line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score");
     w_.dedent();
-    w_.line("}");
+    line("}");
     return token;
   }
 
  private:
   std::string where() const { return file_ + ": " + prefix_ + ": "; }
+  // Every line of the program is attributed to its place in the policy file (see the header).
+  void line(const std::string& text) { w_.line(text, where_); }
   std::string fn(int i) const { return prefix_ + "_n" + std::to_string(i); }
   std::string var(int i) const { return "v" + std::to_string(i); }
 
@@ -154,16 +157,16 @@ class ProgramEmitter {
 
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
-    w_.line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int t) {");
+    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int t) {");
     w_.indent();
-    w_.line("(void)a; (void)h; (void)q; (void)t;");
+    line("(void)a; (void)h; (void)q; (void)t;");
     if (n.op == NodeOp::Reduce) emit_reduce(n);
     else if (n.op == NodeOp::Window) emit_window(n);
     else if (n.op == NodeOp::Normalise)
       throw GenerateError(where() + "normalise() over tokens is not supported in kernels yet");
     else emit_inline(i);
     w_.dedent();
-    w_.line("}");
+    line("}");
   }
 
   // Elementwise closure of node i as locals in operand order; reductions and windows are calls.
@@ -189,9 +192,9 @@ class ProgramEmitter {
           default: throw GenerateError(where() + "unexpected node in an elementwise closure");
         }
       }
-      w_.line("const float " + var(j) + " = " + value + ";");
+      line("const float " + var(j) + " = " + value + ";");
     }
-    w_.line("return " + var(i) + ";");
+    line("return " + var(i) + ";");
   }
 
   // Reduction over h and/or q: float accumulation, h outer and q inner, in increasing order.
@@ -203,50 +206,50 @@ class ProgramEmitter {
     const std::string count = std::string("(") + (over_h ? "a.group" : "1") + " * " + (over_q ? "a.W" : "1") + ")";
     const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", t)";
     auto loops = [&](const std::string& body) {
-      w_.line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {");
+      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {");
       w_.indent();
-      w_.line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {");
+      line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {");
       w_.indent();
-      w_.line("const float x = " + call + ";");
-      w_.line(body);
+      line("const float x = " + call + ";");
+      line(body);
       w_.dedent();
-      w_.line("}");
+      line("}");
       w_.dedent();
-      w_.line("}");
+      line("}");
     };
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
       case Reducer::Var:
-        w_.line("float s = 0.0f;");
+        line("float s = 0.0f;");
         loops("s += x;");
         if (n.reducer == Reducer::Sum) {
-          w_.line("return s;");
+          line("return s;");
           return;
         }
-        w_.line("const int count = " + count + ";");
-        w_.line("const float mean = s * (1.0f / (float)count);");
+        line("const int count = " + count + ";");
+        line("const float mean = s * (1.0f / (float)count);");
         if (n.reducer == Reducer::Mean) {
-          w_.line("return mean;");
+          line("return mean;");
           return;
         }
-        w_.line("float s2 = 0.0f;");
+        line("float s2 = 0.0f;");
         loops("const float d = x - mean; s2 += d * d;");
-        w_.line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);");
+        line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);");
         return;
       case Reducer::Max:
       case Reducer::Min: {
         const char* better = n.reducer == Reducer::Max ? "x > m" : "x < m";
-        w_.line("float m = 0.0f;");
-        w_.line("bool first = true;");
+        line("float m = 0.0f;");
+        line("bool first = true;");
         loops(std::string("if (first) { m = x; first = false; } else { m = ") + better + " ? x : m; }");
-        w_.line("return m;");
+        line("return m;");
         return;
       }
       case Reducer::Entropy:
-        w_.line("float s = 0.0f;");
+        line("float s = 0.0f;");
         loops("s -= x > 0.0f ? x * logf(x) : 0.0f;");
-        w_.line("return s;");
+        line("return s;");
         return;
     }
   }
@@ -258,24 +261,24 @@ class ProgramEmitter {
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
-        w_.line("float s = 0.0f;");
-        w_.line("for (int k = " + lo + "; k <= " + hi + "; ++k)");
-        w_.line("  if (t + k >= 0 && t + k < a.T) s += " + call + ";");
-        w_.line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)(" + hi + " - (" + lo + ") + 1));");
+        line("float s = 0.0f;");
+        line("for (int k = " + lo + "; k <= " + hi + "; ++k)");
+        line("  if (t + k >= 0 && t + k < a.T) s += " + call + ";");
+        line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)(" + hi + " - (" + lo + ") + 1));");
         return;
       case Reducer::Max:
       case Reducer::Min: {
         const bool is_max = n.reducer == Reducer::Max;
-        w_.line("if (t + (" + hi + ") < 0 || t + (" + lo + ") >= a.T) return 0.0f;  // no offset in range");
-        w_.line(std::string("float m = ") + (is_max ? "-" : "") + "KVEVICT_INFINITY;");
-        w_.line("for (int k = " + lo + "; k <= " + hi + "; ++k) {");
+        line("if (t + (" + hi + ") < 0 || t + (" + lo + ") >= a.T) return 0.0f;  // no offset in range");
+        line(std::string("float m = ") + (is_max ? "-" : "") + "KVEVICT_INFINITY;");
+        line("for (int k = " + lo + "; k <= " + hi + "; ++k) {");
         w_.indent();
-        w_.line("if (t + k < 0 || t + k >= a.T) continue;");
-        w_.line("const float x = " + call + ";");
-        w_.line(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;");
+        line("if (t + k < 0 || t + k >= a.T) continue;");
+        line("const float x = " + call + ";");
+        line(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;");
         w_.dedent();
-        w_.line("}");
-        w_.line("return m;");
+        line("}");
+        line("return m;");
         return;
       }
       default:
@@ -286,24 +289,37 @@ class ProgramEmitter {
   CudaWriter& w_;
   const LoweredProgram& p_;
   std::string prefix_, file_;
+  SourceLocation where_;
 };
 
 }  // namespace
 
 std::string emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                               const std::string& policy_file) {
-  return ProgramEmitter(writer, program, prefix, policy_file).emit();
+                               const std::string& policy_file, const SourceLocation& where) {
+  return ProgramEmitter(writer, program, prefix, policy_file, where).emit();
+}
+
+SourceLocation find_policy_key(const std::string& policy_file, const std::string& key) {
+  std::ifstream in(policy_file);
+  std::string text;
+  int number = 0;
+  while (std::getline(in, text)) {
+    ++number;
+    if (text.compare(0, key.size() + 1, key + ":") == 0) return {policy_file, number};
+  }
+  return {};
 }
 
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
-                                       const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode) {
+                                       const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
+                                       const SourceLocation& score_at, const SourceLocation& decode_at) {
   GeneratedKernel kernel;
   kernel.name = name;
   kernel.policy_file = policy_file;
   CudaWriter writer(name);
   writer.block("// Generated by kvevict from " + policy_file + "; do not edit.\n");
   writer.block(kernel_prelude());
-  const std::string score_token = emit_score_program(writer, score, "score", policy_file);
+  const std::string score_token = emit_score_program(writer, score, "score", policy_file, score_at);
   writer.line("KVEVICT_SCORE_ENTRY(kvevict_score, " + score_token + ")");
   kernel.entry_points.push_back("kvevict_score");
   auto note_signals = [&](const dsl::LoweredProgram& p) {
@@ -312,7 +328,7 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   };
   note_signals(score);
   if (decode && !decode->nodes.empty()) {
-    const std::string decode_token = emit_score_program(writer, *decode, "decode", policy_file);
+    const std::string decode_token = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
     writer.line("KVEVICT_SCORE_ENTRY(kvevict_decode_score, " + decode_token + ")");
     kernel.entry_points.push_back("kvevict_decode_score");
     note_signals(*decode);

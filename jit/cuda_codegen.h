@@ -32,13 +32,19 @@ class GenerateError : public RuntimeError {
 };
 
 // Appends the device functions of `program` to `writer` and returns the name of the per-token
-// function `float <prefix>_token(const KvScoreArgs&, int t)`.
+// function `float <prefix>_token(const KvScoreArgs&, int t)`. Every line is preceded by
+// `#line <where.line> "<where.file>"` (when `where` is set): the lowered form carries no per-node
+// source positions, so NVRTC messages cite the program's key in the policy file (e.g. `score:`).
 std::string emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                               const std::string& policy_file);
+                               const std::string& policy_file, const SourceLocation& where = {});
 
 // A complete kernel source: prelude, the score program as `kvevict_score` and, when `decode` has
 // nodes, the decode program as `kvevict_decode_score`.
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
-                                       const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode);
+                                       const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
+                                       const SourceLocation& score_at = {}, const SourceLocation& decode_at = {});
+
+// The line of a top-level YAML key ("score", "decode_score") in a policy file; {} when absent.
+SourceLocation find_policy_key(const std::string& policy_file, const std::string& key);
 
 }  // namespace kvevict::jit

@@ -322,3 +322,23 @@ TEST(PolicyCodegen, ParameterOverridesChangeTheGeneratedKernel) {
 }  // namespace
 }  // namespace kvevict::jit
 #endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+namespace kvevict::jit {
+namespace {
+
+TEST(PolicyCodegen, GeneratedCodeCarriesLineDirectivesToThePolicyFile) {
+  const std::string file = std::string(KVEVICT_POLICY_DIR) + "/cake.yaml";
+  const SourceLocation score_at = find_policy_key(file, "score");
+  const SourceLocation decode_at = find_policy_key(file, "decode_score");
+  ASSERT_GT(score_at.line, 0);
+  ASSERT_GT(decode_at.line, score_at.line);
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  EXPECT_NE(kernel.source.find("#line " + std::to_string(score_at.line) + " " + CudaWriter::quote(file)), std::string::npos);
+  EXPECT_NE(kernel.source.find("#line " + std::to_string(decode_at.line) + " " + CudaWriter::quote(file)), std::string::npos);
+  EXPECT_EQ(find_policy_key(file, "no_such_key").line, 0);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
