@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/util/error.h"
+#include "jit/codegen.h"
 #include "jit/device.h"
 #include "jit_test_support.h"
 
@@ -155,6 +156,25 @@ TEST_F(CompileCli, BadArchitectureAndMissingFileAreUsageErrors) {
   const CliRun missing = kvevict("compile " + scratch_.path() + "/absent.cu");
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("absent.cu: cannot open"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+
+namespace kvevict::jit {
+namespace {
+
+TEST_F(CompileCli, BuiltInPolicyPrintsItsGeneratedCuda) {
+  if (!code_generator_available()) GTEST_SKIP() << "no code generator in this build";
+  const CliRun run = kvevict("compile cake --set gamma=100");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("KVEVICT_SCORE_ENTRY(kvevict_score"), std::string::npos);
+  EXPECT_NE(run.out.find("KVEVICT_SCORE_ENTRY(kvevict_decode_score"), std::string::npos);
+  EXPECT_NE(run.out.find("cake.yaml\""), std::string::npos) << "#line directives name the policy file";
+  EXPECT_NE(run.err.find("compiled cake.cu for sm_80"), std::string::npos) << run.err;
+  const CliRun bad = kvevict("compile cake --set no_such_param=1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_EQ(kvevict("compile no-such-policy").exit_code, 2);
 }
 
 }  // namespace
