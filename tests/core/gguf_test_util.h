@@ -9,7 +9,9 @@
 
 namespace kvevict::test {
 
-// SmolLM2's location is test_models.h's smollm2_path() (scripts/fetch-smollm2.sh puts it there).
+// SmolLM2's location is test_models.h's smollm2_path() (scripts/fetch-smollm2.sh puts it there);
+// smollm2_gguf_path() is the same, kept for the tests that already use it.
+inline std::string smollm2_gguf_path() { return smollm2_path(); }
 inline bool smollm2_gguf_present() { return std::filesystem::is_regular_file(smollm2_path()); }
 
 #define KVEVICT_SKIP_WITHOUT_SMOLLM2()                                                  \
