@@ -334,7 +334,8 @@ class FileCompiler {
     if (program.output < 0) return;
     if (program.nodes[program.output].op != NodeOp::Const) {
       out_.desc.depends_on_prompt_len = true;
-      value = std::max(0, static_cast<int>(evaluate_setting(program, 0)));
+      const double at_zero = evaluate_setting(program, 0);  // may be inf or NaN (e.g. 1 / prompt_len)
+      value = at_zero > 0 ? static_cast<int>(std::min(at_zero, 1e9)) : 0;
       return;
     }
     double v = program.nodes[program.output].value;

@@ -232,3 +232,38 @@ TEST(BuiltinPolicies, UnknownNameListsKnownPolicies) {
 
 }  // namespace
 }  // namespace kvevict
+
+namespace kvevict {
+namespace {
+
+TEST(PolicySearch, ExtraDirectoriesComeFirstAndListParameters) {
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "kvevict_policy_dir";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "mine.yaml") << "name: mine\nabout: my idea\nparams:\n  w: {int: 3, min: 1, doc: \"rows\"}\n"
+                                      "observe: {window: w}\nscore: |\n  score[t] = mean(h, q: A[h, q, t])\n";
+  std::ofstream(dir / "cake.yaml") << "name: cake\nabout: shadowing the built-in\nscore: |\n  score[t] = 1\n";
+  EXPECT_EQ(resolve_policy_path("mine", {dir.string()}), (dir / "mine.yaml").string());
+  EXPECT_EQ(resolve_policy_path("cake", {dir.string()}), (dir / "cake.yaml").string());
+  EXPECT_EQ(load_policy("mine", {{"w", "5"}}, {dir.string()})->description().window, 5);
+  auto listing = list_policies({dir.string()});
+  int cakes = 0;
+  bool found_mine = false;
+  for (const auto& p : listing) {
+    cakes += p.name == "cake";
+    if (p.name == "mine") {
+      found_mine = true;
+      EXPECT_FALSE(p.builtin);
+      ASSERT_EQ(p.params.size(), 1u);
+      EXPECT_EQ(p.params[0].default_value, "3");
+      EXPECT_EQ(p.params[0].range, "min 1");
+      EXPECT_EQ(p.params[0].doc, "rows");
+    }
+  }
+  EXPECT_TRUE(found_mine);
+  EXPECT_EQ(cakes, 1) << "an earlier directory shadows a later one";
+  EXPECT_THROW(resolve_policy_path(dir.string() + "/missing.yaml"), UsageError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvevict
