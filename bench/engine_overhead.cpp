@@ -2,7 +2,8 @@
 // cache bytes after eviction against the theoretical budget, for every built-in policy file compiled
 // by the DSL (defaults). The decision is replayed from a PrefillRecorder on a copy of the full cache,
 // as the eval sweep does; CAKE with cascading=true also runs live inside a prefill.
-//   engine_overhead [MODEL] [PROMPT_TOKENS] [BUDGET]
+//   engine_overhead [MODEL] [PROMPT_TOKENS] [BUDGET] [POLICY,POLICY,...]
+// (a policy list runs only those and skips the live cascading prefill)
 // defaults: the SmolLM2 GGUF in ~/.cache/kvevict/models, 4096 tokens, budget 10%.
 #include <chrono>
 #include <cmath>
@@ -49,14 +50,15 @@ int main(int argc, char** argv) {
   decoder->forward(std::span<const int>(tokens));
   const double prefill_plain = now() - t0;
   decoder->reset();
-  PrefillRecorder rec(32, true);
+  // 256 window rows cover every built-in default up to NACL's 1% proxy share at 25K tokens.
+  PrefillRecorder rec(256, true);
   t0 = now();
   decoder->forward(std::span<const int>(tokens), &rec);
   const double prefill_recorded = now() - t0;
   const KVCache full = decoder->cache();
   std::printf("model %s: %d layers, %d KV heads, head_dim %d; prompt %d tokens; budget %s\n", path.c_str(), c.n_layers,
               c.n_kv_heads, c.head_dim, n, budget_text.c_str());
-  std::printf("prefill %.3f s (plain), %.3f s (recording 32 window queries + accumulated attention)\n", prefill_plain,
+  std::printf("prefill %.3f s (plain), %.3f s (recording 256 window queries + accumulated attention)\n", prefill_plain,
               prefill_recorded);
   std::printf("%-18s %10s %10s %14s %14s %9s\n", "policy", "apply_s", "of_prefill", "bytes_kept", "bytes_budget",
               "overhead");
@@ -65,8 +67,10 @@ int main(int argc, char** argv) {
   const int64_t per_head_total = std::llround(budget.tokens_per_head(n) * c.n_layers);
   const size_t theoretical = static_cast<size_t>(per_head_total) * c.n_kv_heads * (2 * c.head_dim * sizeof(float) + sizeof(int32_t));
   // The built-in policy files, compiled by the DSL, with their defaults.
+  const std::string only = argc > 4 ? "," + std::string(argv[4]) + "," : "";
   for (const std::string name : {"full", "random", "streamingllm", "h2o", "tova", "snapkv", "pyramidkv", "adakv",
                                  "knorm", "cake", "nacl", "spindlekv"}) {
+    if (!only.empty() && only.find("," + name + ",") == std::string::npos) continue;
     std::unique_ptr<PolicyProgram> policy;
     try {
       policy = load_policy(name);
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   // CAKE cascading live: engine time inside a real prefill, and peak bytes.
+  if (!only.empty()) return 0;
   decoder->reset();
   const auto cascade = load_policy("cake", {{"cascading", "true"}});
   EvictionEngine engine(*cascade, c, {budget, 0});

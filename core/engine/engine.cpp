@@ -194,9 +194,11 @@ struct EvictionEngine::State {
 
   // Prefill: scores of every head of the layer and the layer weight.
   void score_layer_at_prefill(int layer, const KVCache& cache) {
-    std::vector<HeadSignals> heads;
-    heads.reserve(Hkv);
-    for (int h = 0; h < Hkv; ++h) heads.push_back(signals_for(layer, h, cache, false));
+    // The W x T window products dominate; heads are independent. Scores stay serial (a policy
+    // program need not be thread-safe).
+    std::vector<HeadSignals> heads(Hkv);
+#pragma omp parallel for schedule(static) if (Hkv > 1 && cache.length(layer, 0) * window > 65536)
+    for (int h = 0; h < Hkv; ++h) heads[h] = signals_for(layer, h, cache, false);
     for (int h = 0; h < Hkv; ++h) scores[layer][h] = score(heads[h], false);
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;
