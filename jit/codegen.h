@@ -15,8 +15,9 @@ struct GeneratedKernel {
   std::string policy_file;                // the policy it came from
   std::string source;                     // complete CUDA C++ (prelude included)
   std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
-  // Tensor signals the kernels read (dsl::TensorSignal values); the runner checks they are given.
-  std::vector<int> tensor_signals_read;
+  // Tensor signals each kernel reads (dsl::TensorSignal values: 0 window attention, 1 accumulated,
+  // 2 current attention, 3 key norm, 4 value norm, 5 position); the runner checks they are given.
+  std::vector<int> score_signals, decode_signals;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

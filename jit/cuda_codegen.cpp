@@ -322,16 +322,18 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   const std::string score_token = emit_score_program(writer, score, "score", policy_file, score_at);
   writer.line("KVEVICT_SCORE_ENTRY(kvevict_score, " + score_token + ")");
   kernel.entry_points.push_back("kvevict_score");
-  auto note_signals = [&](const dsl::LoweredProgram& p) {
+  auto signals = [](const dsl::LoweredProgram& p) {
+    std::vector<int> read;
     for (int s = 0; s < dsl::kNumTensorSignals; ++s)
-      if (p.uses[s]) kernel.tensor_signals_read.push_back(s);
+      if (p.uses[s]) read.push_back(s);
+    return read;
   };
-  note_signals(score);
+  kernel.score_signals = signals(score);
   if (decode && !decode->nodes.empty()) {
     const std::string decode_token = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
     writer.line("KVEVICT_SCORE_ENTRY(kvevict_decode_score, " + decode_token + ")");
     kernel.entry_points.push_back("kvevict_decode_score");
-    note_signals(*decode);
+    kernel.decode_signals = signals(*decode);
   }
   kernel.source = writer.text();
   return kernel;

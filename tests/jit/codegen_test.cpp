@@ -342,3 +342,21 @@ TEST(PolicyCodegen, GeneratedCodeCarriesLineDirectivesToThePolicyFile) {
 }  // namespace
 }  // namespace kvevict::jit
 #endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+namespace kvevict::jit {
+namespace {
+
+TEST(PolicyCodegen, MissingSignalsAreRuntimeErrorsNotFaults) {
+  testing::TempDir dir;
+  const std::string file = std::string(KVEVICT_POLICY_DIR) + "/h2o.yaml";
+  auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)),
+                                       generate_policy_cuda(file, {}, {}), dir.path());
+  testing::RandomScoreInputs random(2, 4, 10, 1);
+  std::vector<float> out(10);
+  EXPECT_THROW(jit->score(random.inputs, false, out.data()), RuntimeError);  // no accumulated attention given
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
