@@ -9,6 +9,7 @@
 // "policy" is a keep-most-recent evictor (the sweep mechanics are measured, not policy cost),
 // and the output says so.
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -25,8 +26,19 @@ using namespace kvevict::evals;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// Process CPU seconds: on a shared machine wall time depends on other load; with --threads 1 the
+// CPU time of this process is the work done. Both are printed.
+struct Stamp {
+  std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
+  std::clock_t cpu = std::clock();
+};
+struct Span {
+  double wall = 0, cpu = 0;
+};
+Span since(const Stamp& t) {
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t.wall).count(),
+          static_cast<double>(std::clock() - t.cpu) / CLOCKS_PER_SEC};
+}
 
 class KeepRecentEvictor : public PrefillEvictor {
  public:
@@ -103,47 +115,48 @@ int main(int argc, char** argv) try {
   full.text = "full";
 
   // One full-cache run of the same samples.
-  auto t = Clock::now();
+  Stamp t;
   for (const auto& sample : samples_list) {
     runner->begin_sample(sample);
     runner->run(config.policies[0], full);
   }
-  const double full_run = since(t);
+  const Span full_run = since(t);
 
   // The sweep.
-  t = Clock::now();
+  t = Stamp();
   double prefill_time = 0;
   for (const auto& sample : samples_list) {
-    auto p = Clock::now();
+    Stamp p;
     runner->begin_sample(sample);
-    prefill_time += since(p);
+    prefill_time += since(p).cpu;
     for (const auto& policy : config.policies) {
       for (const auto& budget : config.budgets) runner->run(policy, budget);
     }
   }
-  const double sweep = since(t);
+  const Span sweep = since(t);
 
   // The naive sweep on the first sample: a new prefill for every (policy, budget).
-  t = Clock::now();
+  t = Stamp();
   for (const auto& policy : config.policies) {
     for (const auto& budget : config.budgets) {
       runner->begin_sample(samples_list[0]);
       runner->run(policy, budget);
     }
   }
-  const double naive_one = since(t);
+  const Span naive_one = since(t);
 
   const int combos = static_cast<int>(config.policies.size() * config.budgets.size());
   std::printf("bench_sweep: model %s, %d samples x %d tokens, %d policies x %zu budgets, %d threads\n", model.c_str(),
               static_cast<int>(samples_list.size()), length, static_cast<int>(config.policies.size()),
               config.budgets.size(), threads);
   std::printf("evictor: %s\n", evictor_name.c_str());
-  std::printf("one full-cache run of the samples : %8.2f s\n", full_run);
-  std::printf("sweep (1 prefill/sample, %2d runs) : %8.2f s  (%.2fx the full-cache run; prefills %.2f s)\n", combos,
-              sweep, sweep / full_run, prefill_time);
-  std::printf("naive sweep (prefill per run)     : %8.2f s  (measured on 1 sample, x%zu samples = %.2f s; %.2fx the sweep)\n",
-              naive_one, samples_list.size(), naive_one * samples_list.size(),
-              naive_one * samples_list.size() / sweep);
+  const double n = static_cast<double>(samples_list.size());
+  std::printf("                                    CPU s    wall s\n");
+  std::printf("one full-cache run of the samples : %8.2f  %8.2f\n", full_run.cpu, full_run.wall);
+  std::printf("sweep (1 prefill/sample, %2d runs) : %8.2f  %8.2f   %.2fx the full-cache run (CPU); prefills %.2f CPU s\n",
+              combos, sweep.cpu, sweep.wall, sweep.cpu / full_run.cpu, prefill_time);
+  std::printf("naive sweep (prefill per run)     : %8.2f  %8.2f   first sample only; x%.0f samples = %.2f CPU s, %.2fx the sweep\n",
+              naive_one.cpu, naive_one.wall, n, naive_one.cpu * n, naive_one.cpu * n / sweep.cpu);
   return 0;
 } catch (const Error& e) {
   std::fprintf(stderr, "bench_sweep: error: %s\n", e.what());

@@ -38,12 +38,12 @@ class PasskeyTask : public Task {
           sample.index = i;
           sample.context = "There is important information hidden inside a lot of irrelevant text. Find it and "
                            "memorize it.\n" + placed.text;
-          sample.question = "What is the pass key?";
-          sample.answer_prefix = "The pass key is";
+          sample.question = "What is the pass key? Answer with the number only.";
+          sample.answer_prefix = "";
           sample.query_aware = common_.query_aware;
           sample.references = {passkey};
           sample.metric = "contains";
-          sample.max_new_tokens = 8;
+          sample.max_new_tokens = 16;  // SmolLM2 spells numbers digit by digit
           sample.grid = {{"length", length},
                          {"depth", depth},
                          {"context_tokens", placed.total_tokens},
