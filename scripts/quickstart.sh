@@ -4,6 +4,7 @@
 # leaderboard (eval prints it). A finished identical run is skipped; an interrupted one continues (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"  # see scripts/test.sh
 bash scripts/setup.sh
 bash scripts/build.sh
 ./build/kvevict eval -c configs/quickstart.yaml --db kvevict.db --resume
