@@ -43,7 +43,7 @@ Span since(const Stamp& t) {
 class KeepRecentEvictor : public PrefillEvictor {
  public:
   void prepare(const std::vector<PolicyChoice>&, const Model&) override {}
-  ForwardObserver* start_recording() override { return nullptr; }
+  ForwardObserver* start_recording(int) override { return nullptr; }
   ForwardObserver* apply(const PolicyChoice&, const Budget& budget, KVCache& cache) override {
     for (int layer = 0; layer < cache.n_layers(); ++layer) {
       for (int head = 0; head < cache.n_kv_heads(); ++head) {

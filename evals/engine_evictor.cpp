@@ -18,15 +18,16 @@ class EngineEvictor : public PrefillEvictor {
     config_ = model.config;
     for (const auto& choice : policies) {
       auto program = load_policy(choice.policy, choice.params);
-      window_ = std::max(window_, program->description().window);
       accumulated_ = accumulated_ || program->description().needs_accumulated_attention;
       programs_[choice.label] = std::move(program);
     }
   }
 
-  ForwardObserver* start_recording() override {
+  ForwardObserver* start_recording(int prompt_len) override {
     engine_.reset();
-    recorder_ = std::make_unique<PrefillRecorder>(window_, accumulated_);
+    int window = 0;
+    for (const auto& [label, program] : programs_) window = std::max(window, program->window_for(prompt_len));
+    recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
     return recorder_.get();
   }
 
@@ -44,7 +45,6 @@ class EngineEvictor : public PrefillEvictor {
   uint64_t seed_;
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
-  int window_ = 0;
   bool accumulated_ = false;
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;

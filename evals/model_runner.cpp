@@ -74,7 +74,7 @@ class ModelRunner : public SampleRunner {
     continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
 
     decoder_->reset();
-    ForwardObserver* recorder = evictor_->start_recording();
+    ForwardObserver* recorder = evictor_->start_recording(static_cast<int>(prompt_tokens_.size()));
     auto start = Clock::now();
     prefill_logits_ = decoder_->forward(prompt_tokens_, recorder);
     prefill_seconds_ = seconds_since(start);

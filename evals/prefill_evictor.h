@@ -17,8 +17,9 @@ class PrefillEvictor {
   virtual ~PrefillEvictor() = default;
   // Loads and checks every policy once, before any sample; throws UsageError on a bad policy.
   virtual void prepare(const std::vector<PolicyChoice>& policies, const Model& model) = 0;
-  // A fresh recorder for the next sample's prefill (covers every prepared policy's needs).
-  virtual ForwardObserver* start_recording() = 0;
+  // A fresh recorder for the next sample's prefill of `prompt_len` tokens (covers every prepared
+  // policy's needs at that length: some windows depend on the prompt length, e.g. NACL's proxy share).
+  virtual ForwardObserver* start_recording(int prompt_len) = 0;
   // Evicts `cache` (the restored full-cache copy) for one (policy, budget). Returns the observer to
   // attach to later decode steps (null when the policy does nothing while decoding); it stays valid
   // until the next apply() or start_recording().

@@ -23,7 +23,7 @@ class KeepRecentEvictor : public PrefillEvictor {
     (void)policies;
     (void)model;
   }
-  ForwardObserver* start_recording() override {
+  ForwardObserver* start_recording(int) override {
     ++recordings;
     return nullptr;
   }
