@@ -67,7 +67,7 @@ Run run(const Model& model, const std::vector<int>& prompt, const std::string& b
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const std::string path = argc > 1 ? argv[1] : default_model();
+  const std::string path = argc > 1 && *argv[1] ? argv[1] : default_model();
   const int n = argc > 2 ? std::atoi(argv[2]) : 1024;
   const std::string budget = argc > 3 ? argv[3] : "40%";
   const int decode_tokens = argc > 4 ? std::atoi(argv[4]) : 64;
