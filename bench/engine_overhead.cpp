@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
       std::printf("  (codebook %.3f s of it; keys %lld codes, values %lld codes for %lld tokens; codebook bytes / "
                   "evicted float bytes %.3f)",
                   r.codebook_seconds, static_cast<long long>(r.key_codes), static_cast<long long>(r.value_codes),
-                  static_cast<long long>(r.codebook_tokens), static_cast<double>(r.bytes_codebook) / r.bytes_kept);
+                  static_cast<long long>(r.codebook_tokens),
+                  static_cast<double>(r.bytes_codebook) / static_cast<double>(r.bytes_before_codebook));
     std::printf("\n");
   }
   // CAKE cascading live: engine time inside a real prefill, and peak bytes.

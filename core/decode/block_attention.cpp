@@ -6,6 +6,8 @@
 //    the chunks' partial softmaxes are merged, so both threads stream the cache.
 // Accumulated attention (column sums) needs the final normaliser, so it costs a second pass over the
 // scores; it is only done when an observer asks.
+// A codebook-backed head (SpindleKV) is reconstructed one key block / decode chunk at a time into
+// per-thread scratch, so the cache itself stays compressed.
 #include "core/decode/block_attention.h"
 
 #include <cblas.h>
@@ -40,7 +42,24 @@ struct Shape {
 
 struct Scratch {
   std::vector<float> q, o, s, m, l;
+  std::vector<float> k, v;  // reconstructed key / value block of a codebook head
 };
+
+// Rows [t0, t1) of the head's keys (values): a pointer into the dense arrays, or the rows
+// reconstructed into `tile` for a codebook head.
+const float* key_rows(const KVCache& cache, int layer, int kv, int t0, int t1, std::vector<float>& tile) {
+  if (!cache.is_codebook(layer, kv)) return cache.keys(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
+  tile.resize(static_cast<size_t>(t1 - t0) * cache.head_dim());
+  cache.reconstruct_keys(layer, kv, t0, t1, tile.data());
+  return tile.data();
+}
+
+const float* value_rows(const KVCache& cache, int layer, int kv, int t0, int t1, std::vector<float>& tile) {
+  if (!cache.is_codebook(layer, kv)) return cache.values(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
+  tile.resize(static_cast<size_t>(t1 - t0) * cache.head_dim());
+  cache.reconstruct_values(layer, kv, t0, t1, tile.data());
+  return tile.data();
+}
 
 // Per-thread column sums, [n_heads][len of the head's KV head].
 using ColumnSums = std::vector<std::vector<float>>;
@@ -49,8 +68,6 @@ using ColumnSums = std::vector<std::vector<float>>;
 void prefill_tile(const KVCache& cache, const BlockAttentionArgs& a, const Shape& sh, int kv, int i0, int i1, Scratch& w,
                   ColumnSums* sums) {
   const int d = sh.d, G = a.group, T = i1 - i0, M = G * T;
-  const float* keys = cache.keys(a.layer, kv);
-  const float* values = cache.values(a.layer, kv);
   const int n_keys = sh.old + i1;  // keys visible to the tile's last query
   w.q.resize(static_cast<size_t>(M) * d);
   w.o.assign(static_cast<size_t>(M) * d, 0.0f);
@@ -70,7 +87,7 @@ void prefill_tile(const KVCache& cache, const BlockAttentionArgs& a, const Shape
   for (int k0 = 0; k0 < n_keys; k0 += kKeyBlock) {
     const int kb = std::min(kKeyBlock, n_keys - k0);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kb, d, sh.scale, w.q.data(), d,
-                keys + static_cast<size_t>(k0) * d, d, 0.0f, w.s.data(), kb);
+                key_rows(cache, a.layer, kv, k0, k0 + kb, w.k), d, 0.0f, w.s.data(), kb);
     for (int R = 0; R < M; ++R) {
       float* s = w.s.data() + static_cast<size_t>(R) * kb;
       const int valid = visible_in_block(R, k0, kb);
@@ -87,7 +104,7 @@ void prefill_tile(const KVCache& cache, const BlockAttentionArgs& a, const Shape
       if (correction != 1.0f) simd::scale(w.o.data() + static_cast<size_t>(R) * d, d, correction);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kb, 1.0f, w.s.data(), kb,
-                values + static_cast<size_t>(k0) * d, d, 1.0f, w.o.data(), d);
+                value_rows(cache, a.layer, kv, k0, k0 + kb, w.v), d, 1.0f, w.o.data(), d);
   }
 
   for (int g = 0; g < G; ++g) {
@@ -106,7 +123,7 @@ void prefill_tile(const KVCache& cache, const BlockAttentionArgs& a, const Shape
   for (int k0 = 0; k0 < n_keys; k0 += kKeyBlock) {
     const int kb = std::min(kKeyBlock, n_keys - k0);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kb, d, sh.scale, w.q.data(), d,
-                keys + static_cast<size_t>(k0) * d, d, 0.0f, w.s.data(), kb);
+                key_rows(cache, a.layer, kv, k0, k0 + kb, w.k), d, 0.0f, w.s.data(), kb);
     for (int R = 0; R < M; ++R) {
       const int valid = visible_in_block(R, k0, kb);
       const float* s = w.s.data() + static_cast<size_t>(R) * kb;
@@ -125,13 +142,15 @@ struct DecodePartial {
 void decode_chunk(const KVCache& cache, const BlockAttentionArgs& a, const Shape& sh, int kv, int t0, int t1,
                   std::vector<std::vector<float>>& probs, DecodePartial& part) {
   const int d = sh.d, G = a.group;
-  const float* keys = cache.keys(a.layer, kv);
-  const float* values = cache.values(a.layer, kv);
+  // Rows t0.. of the chunk; a codebook head's chunk is reconstructed into this thread's tiles.
+  static thread_local std::vector<float> key_tile, value_tile;
+  const float* keys = key_rows(cache, a.layer, kv, t0, t1, key_tile);
+  const float* values = value_rows(cache, a.layer, kv, t0, t1, value_tile);
   part.max.assign(G, kNegInf);
   part.sum.assign(G, 0.0f);
   part.out.assign(static_cast<size_t>(G) * d, 0.0f);
   for (int t = t0; t < t1; ++t) {  // each key row is read once for all G queries
-    const float* k = keys + static_cast<size_t>(t) * d;
+    const float* k = keys + static_cast<size_t>(t - t0) * d;
     for (int g = 0; g < G; ++g) {
       const float s = sh.scale * simd::dot(a.queries + static_cast<size_t>(kv * G + g) * d, k, d);
       probs[kv * G + g][t] = s;
@@ -143,7 +162,7 @@ void decode_chunk(const KVCache& cache, const BlockAttentionArgs& a, const Shape
     part.sum[g] = simd::exp_shift_sum(p + t0, t1 - t0, part.max[g]);
   }
   for (int t = t0; t < t1; ++t) {
-    const float* v = values + static_cast<size_t>(t) * d;
+    const float* v = values + static_cast<size_t>(t - t0) * d;
     for (int g = 0; g < G; ++g) {
       simd::axpy(probs[kv * G + g][t], v, part.out.data() + static_cast<size_t>(g) * d, d);
     }

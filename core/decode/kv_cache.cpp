@@ -14,7 +14,8 @@ KVCache::KVCache(const ModelConfig& config)
       n_layers_(config.n_layers),
       n_kv_heads_(config.n_kv_heads),
       head_dim_(config.head_dim),
-      heads_(static_cast<size_t>(config.n_layers) * config.n_kv_heads) {}
+      heads_(static_cast<size_t>(config.n_layers) * config.n_kv_heads),
+      rope_(config) {}
 
 int64_t KVCache::total_entries() const {
   int64_t total = 0;
@@ -24,6 +25,7 @@ int64_t KVCache::total_entries() const {
 
 std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
   const Head& h = head(layer, kv_head);
+  if (h.codebook) return codebook_keys_pre_rope(*h.codebook, head_dim_);
   std::vector<float> out(h.keys);
   // Rotating back by the entry's own position needs no table; the angles are the same doubles
   // the decoder used, so the result is the pre-RoPE key up to float rounding.
@@ -34,6 +36,10 @@ std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
 
 void KVCache::append(int layer, int kv_head, int32_t position, const float* key, const float* value) {
   Head& h = head(layer, kv_head);
+  if (h.codebook) {
+    append_codebook_entry(layer, kv_head, position, key, value);
+    return;
+  }
   h.keys.insert(h.keys.end(), key, key + head_dim_);
   h.values.insert(h.values.end(), value, value + head_dim_);
   h.positions.push_back(position);
@@ -57,6 +63,10 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
     if (seen[idx]) throw std::invalid_argument("KVCache::keep: duplicate index " + std::to_string(idx));
     seen[idx] = 1;
     if (i > 0 && idx < indices[i - 1]) ascending = false;
+  }
+  if (h.codebook) {
+    keep_codebook(layer, kv_head, indices);
+    return;
   }
   const size_t d = static_cast<size_t>(head_dim_);
   const size_t n = indices.size();
@@ -88,10 +98,21 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
   h.positions.resize(n);
 }
 
+size_t KVCache::head_bytes_in_use(int layer, int kv_head) const {
+  const Head& h = head(layer, kv_head);
+  if (h.codebook) {
+    const CodebookHead& cb = *h.codebook;
+    return (cb.key_codes.size() + cb.value_codes.size()) * sizeof(float) +
+           (cb.key_index.size() + cb.value_index.size() + h.positions.size()) * sizeof(int32_t) +
+           (cb.key_norm.size() + cb.value_norm.size()) * sizeof(float);
+  }
+  return h.positions.size() * (2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t));
+}
+
 size_t KVCache::bytes_in_use() const {
-  const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t);
   size_t total = 0;
-  for (const Head& h : heads_) total += h.positions.size() * per_entry;
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_kv_heads_; ++h) total += head_bytes_in_use(l, h);
   return total;
 }
 
@@ -99,6 +120,12 @@ size_t KVCache::bytes_reserved() const {
   size_t total = 0;
   for (const Head& h : heads_) {
     total += (h.keys.capacity() + h.values.capacity()) * sizeof(float) + h.positions.capacity() * sizeof(int32_t);
+    if (h.codebook) {
+      const CodebookHead& cb = *h.codebook;
+      total += (cb.key_codes.capacity() + cb.value_codes.capacity() + cb.key_norm.capacity() + cb.value_norm.capacity()) *
+                   sizeof(float) +
+               (cb.key_index.capacity() + cb.value_index.capacity()) * sizeof(int32_t);
+    }
   }
   return total;
 }
@@ -113,6 +140,12 @@ void KVCache::shrink_to_fit() {
     h.keys.shrink_to_fit();
     h.values.shrink_to_fit();
     h.positions.shrink_to_fit();
+    if (h.codebook) {
+      CodebookHead& cb = *h.codebook;
+      for (auto* v : {&cb.key_codes, &cb.value_codes, &cb.key_norm, &cb.value_norm}) v->shrink_to_fit();
+      cb.key_index.shrink_to_fit();
+      cb.value_index.shrink_to_fit();
+    }
   }
 }
 
@@ -121,6 +154,7 @@ void KVCache::clear() {
     h.keys.clear();
     h.values.clear();
     h.positions.clear();
+    h.codebook.reset();
   }
 }
 

@@ -4,14 +4,35 @@
 // Eviction compacts physically (`keep`): survivors move to the front, the length shrinks and the
 // freed tail is reused by later appends (or released with `shrink_to_fit`). Masking is not eviction.
 // Keys before RoPE are recovered exactly by rotating back with the entry's original position.
+//
+// A (layer, KV head) is either dense (the arrays above) or codebook-backed (SpindleKV, see
+// CodebookHead): then only codes, per-entry code indices and norms, and positions are stored, and
+// readers reconstruct entries on demand (`reconstruct_keys/values`, `keys_or_reconstruct`).
+// `keys()`/`values()`/`mutable_*` only exist for dense heads and throw std::logic_error otherwise,
+// because a pointer into float storage that is not there would be a lie.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "core/decode/rope.h"
 #include "core/model/model_config.h"
 
 namespace kvevict {
+
+// Storage of one codebook-backed (layer, KV head). Entry t reconstructs as
+//   key_t   = RoPE(key_codes[key_index[t]] * key_norm[t], position_t)   (codes are pre-RoPE)
+//   value_t = value_codes[value_index[t]] * value_norm[t]
+// Codes are unit vectors (or zero). An appended entry joins the code of highest cosine with its
+// normalised pre-RoPE key (value) when that cosine is > theta_key (theta_value), ties to the lower
+// code index; otherwise it becomes a new code (SpindleKV's decode rule, spec policies.md §4.2).
+struct CodebookHead {
+  std::vector<float> key_codes, value_codes;    // [n_codes][head_dim]
+  std::vector<int32_t> key_index, value_index;  // [len]
+  std::vector<float> key_norm, value_norm;      // [len]
+  double theta_key = 1.0, theta_value = 1.0;
+};
 
 class KVCache {
  public:
@@ -25,28 +46,53 @@ class KVCache {
   int length(int layer, int kv_head) const { return static_cast<int>(head(layer, kv_head).positions.size()); }
   int64_t total_entries() const;  // sum of lengths over all (layer, KV head)
 
-  const float* keys(int layer, int kv_head) const { return head(layer, kv_head).keys.data(); }      // post-RoPE
-  const float* values(int layer, int kv_head) const { return head(layer, kv_head).values.data(); }
+  // Dense heads only (std::logic_error on a codebook head).
+  const float* keys(int layer, int kv_head) const { return dense(layer, kv_head).keys.data(); }  // post-RoPE
+  const float* values(int layer, int kv_head) const { return dense(layer, kv_head).values.data(); }
   const int32_t* positions(int layer, int kv_head) const { return head(layer, kv_head).positions.data(); }
-  float* mutable_keys(int layer, int kv_head) { return head(layer, kv_head).keys.data(); }
-  float* mutable_values(int layer, int kv_head) { return head(layer, kv_head).values.data(); }
-  // Keys of every entry with RoPE undone, [len][head_dim].
+  float* mutable_keys(int layer, int kv_head) { return dense(layer, kv_head).keys.data(); }
+  float* mutable_values(int layer, int kv_head) { return dense(layer, kv_head).values.data(); }
+  // Keys of every entry with RoPE undone, [len][head_dim] (any head).
   std::vector<float> keys_pre_rope(int layer, int kv_head) const;
 
-  // Appends one entry. `key` is post-RoPE.
+  // Any head: post-RoPE keys / values of entries [t0, t1) written to out ([t1 - t0][head_dim]).
+  // Thread-safe for concurrent readers (no mutation of the cache).
+  void reconstruct_keys(int layer, int kv_head, int t0, int t1, float* out) const;
+  void reconstruct_values(int layer, int kv_head, int t0, int t1, float* out) const;
+  // Every key (value) of the head: the stored array of a dense head, or the whole head reconstructed
+  // into `scratch` (resized; the pointer is valid while scratch is untouched and the cache unchanged).
+  const float* keys_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const;
+  const float* values_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const;
+
+  bool is_codebook(int layer, int kv_head) const { return head(layer, kv_head).codebook.has_value(); }
+  // nullptr for a dense head.
+  const CodebookHead* codebook(int layer, int kv_head) const {
+    const auto& cb = head(layer, kv_head).codebook;
+    return cb ? &*cb : nullptr;
+  }
+  // Replaces the head's K/V by `cb` (indices and norms for its current entries, positions kept) and
+  // releases the dense arrays. Throws std::invalid_argument when sizes or indices do not fit.
+  void set_codebook(int layer, int kv_head, CodebookHead cb);
+
+  // Appends one entry. `key` is post-RoPE. On a codebook head it is matched against the codes.
   void append(int layer, int kv_head, int32_t position, const float* key, const float* value);
 
   // Keeps exactly the entries at `indices` (cache order, each in [0, length), no duplicates), in the
   // order given, moving them to the front in place. Throws std::invalid_argument on a bad index.
+  // On a codebook head, codes no survivor refers to are dropped (indices renumbered, order kept).
   void keep(int layer, int kv_head, std::span<const int> indices);
 
-  // Bytes held by live entries: 2 * len * head_dim * sizeof(float) + len * sizeof(int32_t), summed.
+  // Bytes held by live entries, summed over heads. Dense head: 2 * len * head_dim * sizeof(float) +
+  // len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim * sizeof(float) +
+  // len * (2 * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)).
   size_t bytes_in_use() const;
+  size_t head_bytes_in_use(int layer, int kv_head) const;
   // Bytes reserved by the containers (>= bytes_in_use).
   size_t bytes_reserved() const;
   // Bytes a cache holding `tokens` entries in every (layer, KV head) would use.
   size_t bytes_for_uniform_length(int64_t tokens) const;
   void shrink_to_fit();
+  // Empties every head and makes it dense again.
   void clear();
 
  private:
@@ -54,7 +100,15 @@ class KVCache {
     std::vector<float> keys;
     std::vector<float> values;
     std::vector<int32_t> positions;
+    std::optional<CodebookHead> codebook;  // set: keys/values are empty
   };
+  const Head& dense(int layer, int kv_head) const;
+  Head& dense(int layer, int kv_head);
+  void reserve_rope(int32_t position);
+  // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
+  static std::vector<float> codebook_keys_pre_rope(const CodebookHead& cb, int head_dim);
+  void append_codebook_entry(int layer, int kv_head, int32_t position, const float* key, const float* value);
+  void keep_codebook(int layer, int kv_head, std::span<const int> indices);
   const Head& head(int layer, int kv_head) const { return heads_[static_cast<size_t>(layer) * n_kv_heads_ + kv_head]; }
   Head& head(int layer, int kv_head) { return heads_[static_cast<size_t>(layer) * n_kv_heads_ + kv_head]; }
 
@@ -63,6 +117,8 @@ class KVCache {
   int n_kv_heads_ = 0;
   int head_dim_ = 0;
   std::vector<Head> heads_;
+  Rope rope_;               // re-applies RoPE to codebook keys; grown only by mutators
+  int rope_positions_ = 0;  // positions rope_ has tabulated
 };
 
 }  // namespace kvevict

@@ -14,7 +14,6 @@
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook.h"
 #include "core/engine/selection.h"
-#include "core/decode/rope.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -33,6 +32,7 @@ class Stopwatch {
 // Buffers behind one ScoreInputs.
 struct HeadSignals {
   std::vector<float> window_attention, current_attention, accumulated, key_norm, value_norm;
+  std::vector<float> key_scratch, value_scratch;  // a codebook head's keys/values, reconstructed
   ScoreInputs in;
 };
 
@@ -151,6 +151,7 @@ struct EvictionEngine::State {
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
     in.position = cache.positions(layer, kv_head);
+    const float* keys = cache.keys_or_reconstruct(layer, kv_head, hs.key_scratch);
     const int rows = query_rows[layer];
     const float* q = queries[layer].data();
     const bool want_window = window > 0 && (!decoding || desc.run.decode_uses_window_attention);
@@ -159,14 +160,14 @@ struct EvictionEngine::State {
       const int skip = rows - W;
       hs.window_attention.resize(static_cast<size_t>(G) * W * T);
       compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip, kv_head,
-                               G, cache.keys(layer, kv_head), in.position, T, d, hs.window_attention.data());
+                               G, keys, in.position, T, d, hs.window_attention.data());
       in.W = W;
       in.window_attention = hs.window_attention.data();
     }
     if (desc.needs_current_attention && rows > 0) {
       hs.current_attention.resize(static_cast<size_t>(G) * T);
       compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, query_position0[layer] + rows - 1,
-                               kv_head, G, cache.keys(layer, kv_head), in.position, T, d, hs.current_attention.data());
+                               kv_head, G, keys, in.position, T, d, hs.current_attention.data());
       in.current_attention = hs.current_attention.data();
     }
     if (desc.needs_accumulated_attention) {
@@ -179,8 +180,8 @@ struct EvictionEngine::State {
     }
     hs.key_norm.resize(T);
     hs.value_norm.resize(T);
-    compute_row_norms(cache.keys(layer, kv_head), T, d, hs.key_norm.data());
-    compute_row_norms(cache.values(layer, kv_head), T, d, hs.value_norm.data());
+    compute_row_norms(keys, T, d, hs.key_norm.data());
+    compute_row_norms(cache.values_or_reconstruct(layer, kv_head, hs.value_scratch), T, d, hs.value_norm.data());
     in.key_norm = hs.key_norm.data();
     in.value_norm = hs.value_norm.data();
     return hs;
@@ -333,34 +334,36 @@ struct EvictionEngine::State {
     fill_report(cache);
   }
 
+  // Replaces every head by its codebook (pre-RoPE keys, values); the cache then holds only codes,
+  // indices, norms and positions, and its own byte count is the report's.
   void apply_codebook(KVCache& cache) {
     Stopwatch sw(&report.codebook_seconds);
-    Rope rope(config);
-    int max_pos = 0;
-    for (int l = 0; l < L; ++l)
-      for (int h = 0; h < Hkv; ++h)
-        for (int t = 0; t < cache.length(l, h); ++t) max_pos = std::max(max_pos, cache.positions(l, h)[t]);
-    rope.reserve(max_pos + 1);
-    report.bytes_codebook = 0;
+    report.bytes_before_codebook = cache.bytes_in_use();
     report.key_codes = report.value_codes = report.codebook_tokens = 0;
     for (int l = 0; l < L; ++l) {
       for (int h = 0; h < Hkv; ++h) {
         const int T = cache.length(l, h);
         const std::vector<float> pre = cache.keys_pre_rope(l, h);
-        const Codebook ck = build_codebook(pre.data(), T, d, desc.merge.theta_key);
-        const Codebook cv = build_codebook(cache.values(l, h), T, d, desc.merge.theta_value);
-        std::vector<float> k(static_cast<size_t>(T) * d);
-        ck.reconstruct(k.data());
-        const int32_t* pos = cache.positions(l, h);
-        for (int t = 0; t < T; ++t) rope.forward(k.data() + static_cast<size_t>(t) * d, pos[t]);
-        std::copy(k.begin(), k.end(), cache.mutable_keys(l, h));
-        cv.reconstruct(cache.mutable_values(l, h));
-        report.bytes_codebook += ck.bytes() + cv.bytes() + static_cast<size_t>(T) * sizeof(int32_t);
+        std::vector<float> values_scratch;
+        const float* values = cache.values_or_reconstruct(l, h, values_scratch);
+        Codebook ck = build_codebook(pre.data(), T, d, desc.merge.theta_key);
+        Codebook cv = build_codebook(values, T, d, desc.merge.theta_value);
         report.key_codes += ck.n_codes();
         report.value_codes += cv.n_codes();
         report.codebook_tokens += T;
+        CodebookHead head;
+        head.key_codes = std::move(ck.codes);
+        head.key_index = std::move(ck.index);
+        head.key_norm = std::move(ck.norm);
+        head.value_codes = std::move(cv.codes);
+        head.value_index = std::move(cv.index);
+        head.value_norm = std::move(cv.norm);
+        head.theta_key = desc.merge.theta_key;
+        head.theta_value = desc.merge.theta_value;
+        cache.set_codebook(l, h, std::move(head));
       }
     }
+    report.bytes_codebook = cache.bytes_in_use();
   }
 
   void fill_report(const KVCache& cache) {

@@ -39,9 +39,11 @@ struct EvictionReport {
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run
   int decode_steps = 0;       // forward calls after the prompt
-  // SpindleKV codebook stage (0 when the policy has no merge stage). The cache keeps full float
-  // entries reconstructed from the codebook; these figures are what a codebook-backed cache stores:
-  // codes + one int32 index + one float norm per (token, K or V) + int32 positions.
+  // SpindleKV codebook stage (0 when the policy has no merge stage). Every head becomes
+  // codebook-backed (KVCache::set_codebook); both byte counts are the cache's bytes_in_use() just
+  // before and just after the stage: codes + one int32 index + one float norm per (token, K or V) +
+  // int32 positions. Measured compression ratio = bytes_codebook / bytes_before_codebook.
+  size_t bytes_before_codebook = 0;
   size_t bytes_codebook = 0;
   int64_t key_codes = 0, value_codes = 0, codebook_tokens = 0;
   double codebook_seconds = 0;

@@ -1,0 +1,206 @@
+// Codebook-backed (layer, KV head) storage of KVCache (SpindleKV, spec policies.md §4.2): what is
+// stored, how entries are reconstructed, how a decoded entry joins the codebook, and compaction.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/kv_cache.h"
+
+namespace kvevict {
+
+namespace {
+
+std::string where(int layer, int kv_head) {
+  return "(layer " + std::to_string(layer) + ", KV head " + std::to_string(kv_head) + ")";
+}
+
+void check_codes(const std::vector<float>& codes, const std::vector<int32_t>& index, const std::vector<float>& norm,
+                 size_t len, int d, const std::string& what) {
+  if (codes.size() % static_cast<size_t>(d) != 0)
+    throw std::invalid_argument(what + ": codes are not a whole number of head_dim vectors");
+  if (index.size() != len || norm.size() != len)
+    throw std::invalid_argument(what + ": " + std::to_string(index.size()) + " indices and " +
+                                std::to_string(norm.size()) + " norms for " + std::to_string(len) + " entries");
+  const int64_t n_codes = static_cast<int64_t>(codes.size() / d);
+  for (int32_t i : index)
+    if (i < 0 || i >= n_codes)
+      throw std::invalid_argument(what + ": code index " + std::to_string(i) + " out of range [0, " +
+                                  std::to_string(n_codes) + ")");
+}
+
+// x / |x| into unit (zero stays zero); returns |x|.
+float normalise(const float* x, int d, float* unit) {
+  double s = 0;
+  for (int i = 0; i < d; ++i) s += static_cast<double>(x[i]) * x[i];
+  const double m = std::sqrt(s);
+  for (int i = 0; i < d; ++i) unit[i] = m > 0 ? static_cast<float>(x[i] / m) : 0.0f;
+  return static_cast<float>(m);
+}
+
+// Code of highest cosine > theta (ties: lowest index), or a new code made of `unit`.
+int32_t match_or_add(std::vector<float>& codes, const float* unit, int d, double theta) {
+  const int n = static_cast<int>(codes.size() / d);
+  int best = -1;
+  float best_dot = 0.0f;
+  for (int c = 0; c < n; ++c) {
+    const float* code = codes.data() + static_cast<size_t>(c) * d;
+    float dot = 0.0f;
+    for (int i = 0; i < d; ++i) dot += code[i] * unit[i];
+    if (dot > theta && (best < 0 || dot > best_dot)) {
+      best = c;
+      best_dot = dot;
+    }
+  }
+  if (best >= 0) return best;
+  codes.insert(codes.end(), unit, unit + d);
+  return n;
+}
+
+// Drops codes no entry refers to and renumbers the rest, keeping their order.
+void drop_unreferenced(std::vector<float>& codes, std::vector<int32_t>& index, int d) {
+  const int n = static_cast<int>(codes.size() / d);
+  std::vector<int32_t> renumber(n, -1);
+  for (int32_t i : index) renumber[i] = 0;
+  int32_t next = 0;
+  for (int c = 0; c < n; ++c) {
+    if (renumber[c] < 0) continue;
+    if (next != c) std::copy_n(codes.begin() + static_cast<size_t>(c) * d, d, codes.begin() + static_cast<size_t>(next) * d);
+    renumber[c] = next++;
+  }
+  codes.resize(static_cast<size_t>(next) * d);
+  for (int32_t& i : index) i = renumber[i];
+}
+
+}  // namespace
+
+const KVCache::Head& KVCache::dense(int layer, int kv_head) const {
+  const Head& h = head(layer, kv_head);
+  if (h.codebook)
+    throw std::logic_error("KVCache: " + where(layer, kv_head) +
+                           " is codebook-backed; read it with reconstruct_keys/values or keys_or_reconstruct");
+  return h;
+}
+
+KVCache::Head& KVCache::dense(int layer, int kv_head) {
+  return const_cast<Head&>(static_cast<const KVCache*>(this)->dense(layer, kv_head));
+}
+
+void KVCache::reserve_rope(int32_t position) {
+  if (position < rope_positions_) return;
+  // Doubling keeps decode appends from re-tabulating every step.
+  rope_positions_ = std::max(position + 1, 2 * rope_positions_);
+  rope_.reserve(rope_positions_);
+}
+
+std::vector<float> KVCache::codebook_keys_pre_rope(const CodebookHead& cb, int d) {
+  const size_t len = cb.key_index.size();
+  std::vector<float> out(len * d);
+  for (size_t t = 0; t < len; ++t) {
+    const float* code = cb.key_codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
+    for (int i = 0; i < d; ++i) out[t * d + i] = code[i] * cb.key_norm[t];
+  }
+  return out;
+}
+
+void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* out) const {
+  const Head& h = head(layer, kv_head);
+  const size_t d = static_cast<size_t>(head_dim_);
+  if (!h.codebook) {
+    std::copy(h.keys.begin() + t0 * d, h.keys.begin() + t1 * d, out);
+    return;
+  }
+  const CodebookHead& cb = *h.codebook;
+  for (int t = t0; t < t1; ++t) {
+    float* k = out + (t - t0) * d;
+    const float* code = cb.key_codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
+    const float m = cb.key_norm[t];
+    for (size_t i = 0; i < d; ++i) k[i] = code[i] * m;
+    rope_.forward(k, h.positions[t]);
+  }
+}
+
+void KVCache::reconstruct_values(int layer, int kv_head, int t0, int t1, float* out) const {
+  const Head& h = head(layer, kv_head);
+  const size_t d = static_cast<size_t>(head_dim_);
+  if (!h.codebook) {
+    std::copy(h.values.begin() + t0 * d, h.values.begin() + t1 * d, out);
+    return;
+  }
+  const CodebookHead& cb = *h.codebook;
+  for (int t = t0; t < t1; ++t) {
+    const float* code = cb.value_codes.data() + static_cast<size_t>(cb.value_index[t]) * d;
+    const float m = cb.value_norm[t];
+    for (size_t i = 0; i < d; ++i) out[(t - t0) * d + i] = code[i] * m;
+  }
+}
+
+const float* KVCache::keys_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const {
+  if (!is_codebook(layer, kv_head)) return keys(layer, kv_head);
+  const int len = length(layer, kv_head);
+  scratch.resize(static_cast<size_t>(len) * head_dim_);
+  reconstruct_keys(layer, kv_head, 0, len, scratch.data());
+  return scratch.data();
+}
+
+const float* KVCache::values_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const {
+  if (!is_codebook(layer, kv_head)) return values(layer, kv_head);
+  const int len = length(layer, kv_head);
+  scratch.resize(static_cast<size_t>(len) * head_dim_);
+  reconstruct_values(layer, kv_head, 0, len, scratch.data());
+  return scratch.data();
+}
+
+void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
+  if (layer < 0 || layer >= n_layers_ || kv_head < 0 || kv_head >= n_kv_heads_)
+    throw std::invalid_argument("KVCache::set_codebook: no " + where(layer, kv_head));
+  Head& h = head(layer, kv_head);
+  const std::string what = "KVCache::set_codebook " + where(layer, kv_head);
+  check_codes(cb.key_codes, cb.key_index, cb.key_norm, h.positions.size(), head_dim_, what + " keys");
+  check_codes(cb.value_codes, cb.value_index, cb.value_norm, h.positions.size(), head_dim_, what + " values");
+  for (int32_t p : h.positions) reserve_rope(p);
+  h.codebook = std::move(cb);
+  // Release, not just clear: the point of the codebook is the memory.
+  std::vector<float>().swap(h.keys);
+  std::vector<float>().swap(h.values);
+}
+
+void KVCache::append_codebook_entry(int layer, int kv_head, int32_t position, const float* key, const float* value) {
+  Head& h = head(layer, kv_head);
+  CodebookHead& cb = *h.codebook;
+  const int d = head_dim_;
+  std::vector<float> pre(key, key + d), unit(d);
+  reserve_rope(position);
+  rope_.inverse(pre.data(), position);
+  cb.key_norm.push_back(normalise(pre.data(), d, unit.data()));
+  cb.key_index.push_back(match_or_add(cb.key_codes, unit.data(), d, cb.theta_key));
+  cb.value_norm.push_back(normalise(value, d, unit.data()));
+  cb.value_index.push_back(match_or_add(cb.value_codes, unit.data(), d, cb.theta_value));
+  h.positions.push_back(position);
+}
+
+void KVCache::keep_codebook(int layer, int kv_head, std::span<const int> indices) {
+  Head& h = head(layer, kv_head);
+  CodebookHead& cb = *h.codebook;
+  const size_t n = indices.size();
+  std::vector<int32_t> key_index(n), value_index(n), positions(n);
+  std::vector<float> key_norm(n), value_norm(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t src = static_cast<size_t>(indices[i]);
+    key_index[i] = cb.key_index[src];
+    value_index[i] = cb.value_index[src];
+    key_norm[i] = cb.key_norm[src];
+    value_norm[i] = cb.value_norm[src];
+    positions[i] = h.positions[src];
+  }
+  // Assigning keeps the capacity, like the dense path: later appends reuse it.
+  cb.key_index.assign(key_index.begin(), key_index.end());
+  cb.value_index.assign(value_index.begin(), value_index.end());
+  cb.key_norm.assign(key_norm.begin(), key_norm.end());
+  cb.value_norm.assign(value_norm.begin(), value_norm.end());
+  h.positions.assign(positions.begin(), positions.end());
+  drop_unreferenced(cb.key_codes, cb.key_index, head_dim_);
+  drop_unreferenced(cb.value_codes, cb.value_index, head_dim_);
+}
+
+}  // namespace kvevict
