@@ -27,12 +27,7 @@ using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored 
 PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
 
 KeptSets full(const PromptData& p);
-// The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream); the DSL's
-// random() is a SplitMix64 hash (dsl/random.h), so a phase-2 comparison passes that one instead.
-using UniformFn = float (*)(uint64_t seed, int layer, int kv_head, int position);
-float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position);
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed,
-                       UniformFn uniform = philox_score_uniform);                         // §5.7
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed);                  // §5.7
 KeptSets streamingllm(const PromptData& p, int budget, int n_sink);                      // §5.1
 KeptSets h2o_one_shot(const PromptData& p, int budget, int recent);                      // §5.2
 KeptSets tova(const PromptData& p, int budget);                                          // §5.3
