@@ -129,10 +129,14 @@ KeptSets full(const PromptData& p) {
   return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
 }
 
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed) {
+float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
+  return counter_uniform(seed, layer, kv_head, position, kScoreStream);
+}
+
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed, UniformFn uniform) {
   return per_head(p, [&](int l, int kv, const HeadData& h) {
     std::vector<double> s(h.S);
-    for (int n = 0; n < h.S; ++n) s[n] = counter_uniform(seed, l, kv, n, kScoreStream);
+    for (int n = 0; n < h.S; ++n) s[n] = uniform(seed, l, kv, n);
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
     return k;

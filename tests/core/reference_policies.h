@@ -27,7 +27,12 @@ using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored 
 PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
 
 KeptSets full(const PromptData& p);
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed);                  // §5.7
+// The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream), which is
+// also the DSL's random() (docs/DSL.md §7); the parameter lets a test pass another draw.
+using UniformFn = float (*)(uint64_t seed, int layer, int kv_head, int position);
+float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position);
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed,
+                       UniformFn uniform = philox_score_uniform);                         // §5.7
 KeptSets streamingllm(const PromptData& p, int budget, int n_sink);                      // §5.1
 KeptSets h2o_one_shot(const PromptData& p, int budget, int recent);                      // §5.2
 KeptSets tova(const PromptData& p, int budget);                                          // §5.3
