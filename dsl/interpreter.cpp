@@ -4,9 +4,9 @@
 #include <limits>
 #include <string>
 
+#include "core/engine/counter_rng.h"
 #include "core/util/error.h"
 #include "dsl/elementwise.h"
-#include "dsl/random.h"
 
 namespace kvevict::dsl {
 namespace {
@@ -310,9 +310,10 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
       }
       case NodeOp::Random: {
         float* o = alloc();
-        const uint64_t key = random_stream_key(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.heads[0].kv_head));
+        const auto layer = static_cast<uint32_t>(in.layer), kv_head = static_cast<uint32_t>(in.heads[0].kv_head);
         const int32_t* pos = in.heads[0].position;
-        for (int64_t t = 0; t < size; ++t) o[t] = random_uniform(key, static_cast<uint32_t>(pos ? pos[t] : t));
+        for (int64_t t = 0; t < size; ++t)
+          o[t] = kv_dsl_random(in.seed, layer, kv_head, static_cast<uint32_t>(pos ? pos[t] : t));
         break;
       }
       case NodeOp::Unary: {

@@ -21,7 +21,8 @@
 //   Scalar       a per-(layer, head) scalar signal (T, W, G, layer, ...)          shape 0
 //   Load         a tensor signal (window attention, key norms, ...)              its signal shape
 //   AxisIndex    the index along axis `axes` as a number (t: cache slot 0..T-1)    shape = axes
-//   Random       uniform [0, 1) from dsl/random.h keyed by (seed, layer, kv_head, position[t])
+//   Random       uniform (0, 1): kv_dsl_random (core/engine/counter_rng.h, Philox4x32-10) keyed by
+//                (seed, layer, kv_head, position[t])
 //   Unary        fn(a)                          elementwise            shape = shape(a)
 //   Binary       fn(a, b)                       elementwise, broadcast shape = shape(a) | shape(b)
 //   Select       a ? b : c  (a != 0)            elementwise, broadcast shape = union of the three

@@ -1,6 +1,7 @@
 // The kernel prelude; see kernel_abi.h.
 #include "jit/kernel_abi.h"
 
+#include "core/engine/counter_rng.h"
 #include "core/engine/policy_program.h"
 
 #define KVEVICT_STRINGIFY2(...) #__VA_ARGS__
@@ -57,19 +58,12 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
 )") + KVEVICT_STRINGIFY(KVEVICT_DEFINE_KERNEL_ABI) + R"(
 // Reads outside [0, n) yield the padding value: no kernel can leave its buffer.
 KVEVICT_FN float kv_load(const float* p, int i, int n, float pad) { return (i >= 0 && i < n) ? p[i] : pad; }
-// The DSL's random() (dsl/random.h): SplitMix64-based, a pure function of
-// (seed, layer, kv_head, position), identical on both sides.
-KVEVICT_FN unsigned long long kv_splitmix64(unsigned long long z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),
+// pasted from the same macro the CPU side compiles, so both agree bit for bit.
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_PHILOX(KVEVICT_FN)) + R"(
 KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
-  const unsigned long long key =
-      kv_splitmix64(kv_splitmix64(kv_splitmix64(a.seed) ^ (unsigned)a.layer) ^ (unsigned)a.kv_head);
   const unsigned position = (unsigned)(a.position ? a.position[t] : t);
-  return (float)(kv_splitmix64(key ^ position) >> 40) * (1.0f / 16777216.0f);
+  return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
 // ---- end of prelude ----
 )";

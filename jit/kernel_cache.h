@@ -28,8 +28,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/util/sha256.h"
 #include "jit/nvrtc_library.h"
-#include "jit/sha256.h"
 
 namespace kvevict::jit {
 

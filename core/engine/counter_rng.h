@@ -1,11 +1,17 @@
 #pragma once
-// Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11), header-only and usable from
-// CUDA (__host__ __device__ when compiled by nvcc). A draw is a pure function of (seed, layer,
-// kv_head, position): no state, no order dependence, so the CPU engine and a GPU kernel that
-// evaluate the same tuple get bit-identical 32-bit words and therefore the same uniform floats.
+// kvevict's one random-number generator: counter-based Philox4x32-10 (Salmon et al., SC'11),
+// header-only and usable from the CPU engine, the DSL interpreter and generated CUDA kernels.
+// A draw is a pure function of (seed, layer, kv_head, position, stream): no state, no order
+// dependence, so every evaluator of the same tuple gets bit-identical 32-bit words and therefore
+// the same uniform floats.
 //   counter = (position, kv_head, layer, stream), key = (seed low 32 bits, seed high 32 bits)
+//   uniform = ((word0 >> 8) + 0.5) * 2^-24          (24 bits, exact in float, open interval (0, 1))
 // `stream` separates independent uses: kSamplingStream for the engine's random share (NACL),
-// kScoreStream for the DSL's `random()` score (the Random policy).
+// kScoreStream for the DSL's `random()` score (docs/DSL.md §7).
+//
+// The body is written once, as KVEVICT_DEFINE_PHILOX(FN), in plain C-style integer arithmetic, so
+// jit/kernel_abi.cpp pastes the very same text into the kernel prelude (FN = the prelude's
+// function qualifier) and generated kernels cannot drift from the CPU side.
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -14,56 +20,62 @@
 #define KVEVICT_HOST_DEVICE
 #endif
 
+// No comments inside: the macro is also stringified into kernel source.
+#define KVEVICT_DEFINE_PHILOX(FN)                                                                     \
+  struct KvPhilox4x32 {                                                                              \
+    unsigned v[4];                                                                                   \
+  };                                                                                                 \
+  FN KvPhilox4x32 kv_philox4x32_10(KvPhilox4x32 ctr, unsigned key0, unsigned key1) {                 \
+    for (int round = 0; round < 10; ++round) {                                                       \
+      const unsigned long long p0 = (unsigned long long)0xD2511F53u * ctr.v[0];                      \
+      const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * ctr.v[2];                      \
+      KvPhilox4x32 next;                                                                             \
+      next.v[0] = (unsigned)(p1 >> 32) ^ ctr.v[1] ^ key0;                                            \
+      next.v[1] = (unsigned)p1;                                                                      \
+      next.v[2] = (unsigned)(p0 >> 32) ^ ctr.v[3] ^ key1;                                            \
+      next.v[3] = (unsigned)p0;                                                                      \
+      ctr = next;                                                                                    \
+      key0 += 0x9E3779B9u;                                                                           \
+      key1 += 0xBB67AE85u;                                                                           \
+    }                                                                                                \
+    return ctr;                                                                                      \
+  }                                                                                                  \
+  FN float kv_uniform_open01(unsigned word) { return ((float)(word >> 8) + 0.5f) * (1.0f / 16777216.0f); } \
+  FN float kv_counter_uniform(unsigned long long seed, unsigned layer, unsigned kv_head, unsigned position, \
+                              unsigned stream) {                                                     \
+    KvPhilox4x32 ctr;                                                                                \
+    ctr.v[0] = position;                                                                             \
+    ctr.v[1] = kv_head;                                                                              \
+    ctr.v[2] = layer;                                                                                \
+    ctr.v[3] = stream;                                                                               \
+    return kv_uniform_open01(kv_philox4x32_10(ctr, (unsigned)seed, (unsigned)(seed >> 32)).v[0]);   \
+  }                                                                                                  \
+  FN float kv_dsl_random(unsigned long long seed, unsigned layer, unsigned kv_head, unsigned position) { \
+    return kv_counter_uniform(seed, layer, kv_head, position, 1u);                                   \
+  }
+
 namespace kvevict {
 
+KVEVICT_DEFINE_PHILOX(KVEVICT_HOST_DEVICE inline)
+
 inline constexpr uint32_t kSamplingStream = 0;
-inline constexpr uint32_t kScoreStream = 1;
+inline constexpr uint32_t kScoreStream = 1;  // kv_dsl_random's stream (the literal 1u above)
 
-struct Philox4x32 {
-  uint32_t v[4];
-};
+using Philox4x32 = KvPhilox4x32;
 
-KVEVICT_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
-  const uint64_t p = static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
-  *hi = static_cast<uint32_t>(p >> 32);
-  *lo = static_cast<uint32_t>(p);
-}
-
-// Philox4x32 with 10 rounds.
+// Philox4x32 with 10 rounds (Random123's philox4x32_10).
 KVEVICT_HOST_DEVICE inline Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t key0, uint32_t key1) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, lo0, hi1, lo1;
-    philox_mulhilo(kM0, ctr.v[0], &hi0, &lo0);
-    philox_mulhilo(kM1, ctr.v[2], &hi1, &lo1);
-    Philox4x32 next;
-    next.v[0] = hi1 ^ ctr.v[1] ^ key0;
-    next.v[1] = lo1;
-    next.v[2] = hi0 ^ ctr.v[3] ^ key1;
-    next.v[3] = lo0;
-    ctr = next;
-    key0 += kW0;
-    key1 += kW1;
-  }
-  return ctr;
+  return kv_philox4x32_10(ctr, key0, key1);
 }
 
-// Uniform in the open interval (0, 1) with 24 random bits (exact in float, so CPU and GPU agree).
-KVEVICT_HOST_DEVICE inline float uniform_open01(uint32_t word) {
-  return (static_cast<float>(word >> 8) + 0.5f) * (1.0f / 16777216.0f);
-}
+// Uniform in the open interval (0, 1) with 24 random bits.
+KVEVICT_HOST_DEVICE inline float uniform_open01(uint32_t word) { return kv_uniform_open01(word); }
 
 // The uniform draw for one cache entry.
 KVEVICT_HOST_DEVICE inline float counter_uniform(uint64_t seed, int layer, int kv_head, int32_t position,
-                                                 uint32_t stream = 0) {
-  Philox4x32 ctr;
-  ctr.v[0] = static_cast<uint32_t>(position);
-  ctr.v[1] = static_cast<uint32_t>(kv_head);
-  ctr.v[2] = static_cast<uint32_t>(layer);
-  ctr.v[3] = stream;
-  const Philox4x32 r = philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return uniform_open01(r.v[0]);
+                                                 uint32_t stream = kSamplingStream) {
+  return kv_counter_uniform(seed, static_cast<uint32_t>(layer), static_cast<uint32_t>(kv_head),
+                            static_cast<uint32_t>(position), stream);
 }
 
 }  // namespace kvevict

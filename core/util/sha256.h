@@ -1,12 +1,39 @@
 #pragma once
-// SHA-256 of a byte range or a file, as lowercase hex (FIPS 180-4). Used to pin model files.
+// SHA-256 (FIPS 180-4), written from the standard so nothing needs a crypto library.
+// One implementation serves every caller: model-file pinning (sha256_file), text hashes in the
+// evals, and the JIT kernel cache's keys and checksums (incremental Sha256, raw digests). Collision
+// resistance matters there because a key collision would silently load another policy's kernel.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace kvevict {
 
-std::string sha256_hex(const uint8_t* data, size_t size);
-std::string sha256_file(const std::string& path);  // throws ModelError if unreadable
+using Sha256Digest = std::array<uint8_t, 32>;
+
+// Incremental hasher: update() any number of times, then finish() once.
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t size);
+  void update(std::string_view text) { update(text.data(), text.size()); }
+  Sha256Digest finish();  // the object must not be updated afterwards
+
+ private:
+  void compress(const uint8_t* block);
+  std::array<uint32_t, 8> state_;
+  std::array<uint8_t, 64> buffer_{};
+  size_t buffered_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+Sha256Digest sha256(const void* data, size_t size);
+std::string to_hex(const uint8_t* bytes, size_t size);  // lowercase
+inline std::string to_hex(const Sha256Digest& digest) { return to_hex(digest.data(), digest.size()); }
+
+std::string sha256_hex(const uint8_t* data, size_t size);  // lowercase hex of sha256(data, size)
+std::string sha256_file(const std::string& path);          // throws ModelError if unreadable
 
 }  // namespace kvevict

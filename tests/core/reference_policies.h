@@ -27,8 +27,8 @@ using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored 
 PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
 
 KeptSets full(const PromptData& p);
-// The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream); the DSL's
-// random() is a SplitMix64 hash (dsl/random.h), so a phase-2 comparison passes that one instead.
+// The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream), which is
+// also the DSL's random() (docs/DSL.md §7); the parameter lets a test pass another draw.
 using UniformFn = float (*)(uint64_t seed, int layer, int kv_head, int position);
 float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position);
 KeptSets random_policy(const PromptData& p, int budget, uint64_t seed,

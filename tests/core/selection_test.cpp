@@ -39,6 +39,8 @@ TEST(CounterRng, UniformIsOpenAndDependsOnEveryKeyPart) {
   EXPECT_NE(base, counter_uniform(5, 1, 2, 4));
   EXPECT_NE(base, counter_uniform(5, 1, 2, 3, kScoreStream));
   EXPECT_EQ(base, counter_uniform(5, 1, 2, 3));
+  // The DSL's random() is this generator on the score stream (docs/DSL.md §7).
+  EXPECT_EQ(kv_dsl_random(5, 1, 2, 3), counter_uniform(5, 1, 2, 3, kScoreStream));
 }
 
 std::vector<int32_t> iota_positions(int T) {

@@ -1,11 +1,11 @@
 // SHA-256 against the FIPS 180-4 / NIST example vectors.
-#include "jit/sha256.h"
+#include "core/util/sha256.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace kvevict::jit {
+namespace kvevict {
 namespace {
 
 std::string hex_of(const std::string& text) { return to_hex(sha256(text.data(), text.size())); }
@@ -30,4 +30,4 @@ TEST(Sha256, IncrementalUpdatesMatchOneShot) {
 }
 
 }  // namespace
-}  // namespace kvevict::jit
+}  // namespace kvevict
