@@ -210,17 +210,14 @@ TEST(EvalCommand, EndToEndOnStories260K) {
   const std::string common = " --db " + dir.db() + " --set model=" + models + "/stories260K.bin --set tokenizer=" +
                              models + "/tok512.bin";
   auto result = run_shell(cli_command("eval -c " + config + common));
-  if (result.exit_code == 1 && result.output.find("no eviction engine") != std::string::npos) {
-    GTEST_SKIP() << "this build has no eviction engine yet: " << result.output;
-  }
   ASSERT_EQ(result.exit_code, 0) << result.output;
   kvevict::evals::ResultsStore store(dir.db());
   auto runs = store.runs();
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].status, "finished");
   EXPECT_EQ(runs[0].model_hash, "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
-  // passkey 2x2 + needle 3 + kv_retrieval 1 + fidelity 1 samples, 3 policies x 3 budgets each.
-  EXPECT_EQ(store.count_results(runs[0].id), (4 + 3 + 1 + 1) * 3 * 3);
+  // passkey 2x2 + needle 3 + kv_retrieval 1 + fidelity 1 samples, 12 policies x 3 budgets each.
+  EXPECT_EQ(store.count_results(runs[0].id), (4 + 3 + 1 + 1) * 12 * 3);
   for (const auto& row : store.results(runs[0].id)) {
     if (row.budget == "full") {
       EXPECT_DOUBLE_EQ(row.kept_ratio, 1.0);
@@ -232,5 +229,5 @@ TEST(EvalCommand, EndToEndOnStories260K) {
     }
   }
   auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
-  EXPECT_EQ(json.size(), 4u * 3 * 3);
+  EXPECT_EQ(json.size(), 4u * 12 * 3);
 }
