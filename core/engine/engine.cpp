@@ -40,7 +40,8 @@ struct HeadSignals {
 
 struct EvictionEngine::State {
   const PolicyProgram& policy;
-  const PolicyDescription& desc;
+  // A copy: window and protected sets are re-resolved for each prompt length (resolve_for_prompt).
+  PolicyDescription desc;
   ModelConfig config;
   EngineOptions options;
   EvictionReport report;
@@ -79,6 +80,23 @@ struct EvictionEngine::State {
   }
 
   int query_window() const { return std::max(desc.window, desc.needs_current_attention ? 1 : 0); }
+
+  // Policies whose window or protected sets depend on the prompt length (NACL's and H2O's shares of
+  // the prompt) are resolved once the prompt length is known (policy_program.h contract).
+  void resolve_for_prompt(int prompt_length) {
+    if (!desc.depends_on_prompt_len) return;
+    desc.window = std::max(0, policy.window_for(prompt_length));
+    desc.protect = policy.protect_for(prompt_length);
+    desc.protect.first = std::max(0, desc.protect.first);
+    desc.protect.recent = std::max(0, desc.protect.recent);
+  }
+
+  // Rows of window queries to ask the decoder for before the prompt length is known: enough for
+  // any prompt the model can take.
+  int requested_window() const {
+    if (!desc.depends_on_prompt_len || prefill_done) return query_window();
+    return std::max(query_window(), std::min(policy.window_for(config.context_length), config.context_length));
+  }
 
   void reset() {
     report = EvictionReport{};
@@ -296,6 +314,7 @@ struct EvictionEngine::State {
       reset();
       in_prefill = true;
       prompt_len = s.first_position + s.n_tokens;
+      resolve_for_prompt(prompt_len);
       total_budget = std::llround(options.budget.tokens_per_head(prompt_len) * L);
       report.prompt_len = prompt_len;
       report.bytes_full = cache.bytes_for_uniform_length(cache.length(0, 0));
@@ -400,7 +419,7 @@ EvictionEngine::~EvictionEngine() = default;
 
 ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
-  r.window = state_->query_window();
+  r.window = state_->requested_window();
   r.accumulated_attention = state_->desc.needs_accumulated_attention;
   return r;
 }
@@ -437,6 +456,7 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
   if (static_cast<int>(recorded.layers().size()) != st.L)
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
+  st.resolve_for_prompt(recorded.first_position() + recorded.n_tokens());
   const int need_window = st.query_window();
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
