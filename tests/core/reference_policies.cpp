@@ -125,6 +125,21 @@ PromptData collect(const Model& model, const std::vector<int>& tokens, int windo
   return p;
 }
 
+// The DSL's random[t] as documented in dsl/random.h (written here from that formula, not
+// included): SplitMix64 finaliser mix(), key = mix(mix(mix(seed) ^ layer) ^ kv_head) ^ position,
+// uniform = (mix(key) >> 40) * 2^-24.
+static uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double dsl_random(uint64_t seed, int layer, int kv_head, int position) {
+  const uint64_t key = mix64(mix64(mix64(seed) ^ static_cast<uint32_t>(layer)) ^ static_cast<uint32_t>(kv_head)) ^
+                       static_cast<uint32_t>(position);
+  return static_cast<double>(mix64(key) >> 40) / 16777216.0;
+}
+
 KeptSets full(const PromptData& p) {
   return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
 }
@@ -132,7 +147,7 @@ KeptSets full(const PromptData& p) {
 KeptSets random_policy(const PromptData& p, int budget, uint64_t seed) {
   return per_head(p, [&](int l, int kv, const HeadData& h) {
     std::vector<double> s(h.S);
-    for (int n = 0; n < h.S; ++n) s[n] = counter_uniform(seed, l, kv, n, kScoreStream);
+    for (int n = 0; n < h.S; ++n) s[n] = dsl_random(seed, l, kv, n);
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
     return k;
@@ -241,7 +256,9 @@ KeptSets knorm(const PromptData& p, int budget) {
     for (int n = 0; n < h.S; ++n) {
       double q = 0;
       for (int e = 0; e < h.d; ++e) q += static_cast<double>(h.keys[static_cast<size_t>(n) * h.d + e]) * h.keys[static_cast<size_t>(n) * h.d + e];
-      s[n] = -std::sqrt(q);
+      // Rounded to float like the engine's key_norm signal: the same token at two positions has the
+      // same norm up to RoPE rounding, and a real tie must fall to the position rule in both.
+      s[n] = -static_cast<double>(static_cast<float>(std::sqrt(q)));
     }
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());

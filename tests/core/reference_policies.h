@@ -3,8 +3,9 @@
 // the formulas of shared/spec/policies.md (section numbers below), NOT from the DSL or the engine's
 // selection code. Input: the full-prompt signals of every (layer, KV head); output: kept original
 // positions, ascending. Ties everywhere: higher score first, then smaller position (the engine's
-// documented rule). The only shared piece is the Philox draw (core/engine/counter_rng.h), because
-// "same random numbers" is part of the spec of `random` and NACL's sampling.
+// documented rule). Random numbers are part of the spec of `random` and NACL's sampling: NACL
+// shares the engine's Philox draw (core/engine/counter_rng.h, kSamplingStream); `random` re-implements
+// the DSL's documented random[t] formula (dsl/random.h).
 #include <cstdint>
 #include <string>
 #include <vector>
