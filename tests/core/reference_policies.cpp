@@ -235,14 +235,22 @@ KeptSets adakv(const PromptData& p, int budget, const SnapParams& sp, double alp
       if (a.second != b.second) return a.second < b.second;
       return a.first < b.first;
     });
-    std::vector<double> want(H, alpha * B);
-    for (int j = 0; j < H * B; ++j) want[all[j].first] += 1.0 - alpha;
-    // Round to the exact total H*B: floors, then the largest fractional parts (lower head on ties).
+    std::vector<int> count(H, 0);
+    for (int j = 0; j < H * B; ++j) ++count[all[j].first];
+    // Computed from the counts in one expression: accumulating (1 - alpha) once per token lets
+    // float noise decide between fractional parts that are mathematically equal.
+    std::vector<double> want(H);
+    for (int h = 0; h < H; ++h) want[h] = alpha * B + (1.0 - alpha) * count[h];
+    // Round to the exact total H*B: floors, then the largest fractional parts; fractional parts
+    // equal up to 1e-9 are ties, and ties go to the lower head.
     std::vector<int> nh(H);
     int sum = 0;
     for (int h = 0; h < H; ++h) sum += (nh[h] = static_cast<int>(std::floor(want[h] + 1e-9)));
     std::vector<int> order = range(0, H);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return want[a] - nh[a] > want[b] - nh[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const double fa = want[a] - nh[a], fb = want[b] - nh[b];
+      return fa > fb + 1e-9;
+    });
     for (int i = 0; sum < H * B; ++i, ++sum) ++nh[order[i % H]];
     for (int h = 0; h < H; ++h)
       out[l].push_back(sorted_union(top(s[h], range(0, n), nh[h]), range(n, S)));
