@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -122,6 +123,25 @@ TEST_F(PolicyBehaviour, SeedsRepeatAndChangeOnlyNaclsRandomShare) {
   const auto r = load_policy("random");
   EXPECT_EQ(prefill(*r, "40", 1).layers[0][0].kept_positions, prefill(*r, "40", 1).layers[0][0].kept_positions);
   EXPECT_NE(prefill(*r, "40", 1).layers[0][0].kept_positions, prefill(*r, "40", 2).layers[0][0].kept_positions);
+}
+
+TEST_F(PolicyBehaviour, CakeCascadingPeakStaysNearTheFinalBudget) {
+  // The cake.yaml file with cascading on: after each layer the budget is re-split and every layer
+  // seen so far shrinks, so the cache never holds more than the earlier layers' budgets plus one
+  // full layer. One-shot holds every full layer until the end (peak = full cache).
+  const auto cascading = load_policy("cake", {{"window", "16"}, {"cascading", "true"}});
+  const auto one_shot = load_policy("cake", {{"window", "16"}, {"cascading", "false"}});
+  const EvictionReport c = prefill(*cascading, "40"), o = prefill(*one_shot, "40");
+  ASSERT_TRUE(c.prefill_evicted);
+  EXPECT_EQ(c.bytes_kept, o.bytes_kept);
+  EXPECT_EQ(o.peak_bytes, o.bytes_full);
+  const size_t one_layer = o.bytes_full / model_->config.n_layers;
+  EXPECT_LE(c.peak_bytes, c.bytes_kept + one_layer);
+  const double ratio = static_cast<double>(c.peak_bytes) / static_cast<double>(c.bytes_kept);
+  std::cout << "cake cascading peak / final bytes = " << ratio << " (one-shot: "
+            << static_cast<double>(o.peak_bytes) / static_cast<double>(o.bytes_kept) << ")\n";
+  RecordProperty("cascading_peak_over_final", std::to_string(ratio));
+  EXPECT_LT(ratio, 2.5);
 }
 
 // Greedy decoding (stop tokens ignored) for 200 steps; after every step each (layer, KV head)
