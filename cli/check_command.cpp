@@ -34,7 +34,8 @@ std::function<int()> setup_check(CLI::App& app) {
       try {
         std::cout << summary(dsl::compile_policy_file(f)) << "\n";
       } catch (const UsageError& e) {
-        std::cerr << e.what();
+        const std::string message = e.what();
+        std::cerr << message << (message.empty() || message.back() != '\n' ? "\n" : "");
         status = 2;
       }
     }

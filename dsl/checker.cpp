@@ -1,9 +1,11 @@
 #include "dsl/checker.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
+#include "dsl/builtin_names.h"
 #include "dsl/program_builder.h"
 
 namespace kvevict::dsl {
@@ -36,34 +38,12 @@ struct Definition {
   Type type = Type::Error;
 };
 
-const std::map<std::string, ScalarSignal> kScalarSignals = {
-    {"T", ScalarSignal::T}, {"W", ScalarSignal::W}, {"G", ScalarSignal::G}, {"layer", ScalarSignal::Layer},
-    {"n_layers", ScalarSignal::NLayers}, {"kv_head", ScalarSignal::KvHead}, {"n_kv_heads", ScalarSignal::NKvHeads},
-    {"head_dim", ScalarSignal::HeadDim}, {"prompt_len", ScalarSignal::PromptLen},
-    {"decode_step", ScalarSignal::DecodeStep}, {"budget", ScalarSignal::Budget}};
-
-const std::map<std::string, TensorSignal> kTensorSignals = {
-    {"A", TensorSignal::WindowAttention}, {"A_acc", TensorSignal::AccumulatedAttention},
-    {"A_now", TensorSignal::CurrentAttention}, {"key_norm", TensorSignal::KeyNorm},
-    {"value_norm", TensorSignal::ValueNorm}, {"pos", TensorSignal::Position}};
-
-const std::map<std::string, UnaryFn> kUnaryFns = {
-    {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},
-    {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round}};
-
-const std::map<std::string, Reducer> kReducers = {
-    {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},
-    {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
-
-const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
-
-unsigned axis_bit(const std::string& name) {
-  if (name == "g") return kAxisG;
-  if (name == "h") return kAxisH;
-  if (name == "q") return kAxisQ;
-  if (name == "t") return kAxisT;
-  return 0;
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
+
 
 const char* type_name(Type t) {
   switch (t) {
@@ -125,11 +105,7 @@ class Checker {
     return Value{};
   }
 
-  bool reserved(const std::string& name) const {
-    return axis_bit(name) || kScalarSignals.count(name) || kTensorSignals.count(name) || kUnaryFns.count(name) ||
-           kReducers.count(name) || kOtherFunctions.count(name) || name == "true" || name == "false" ||
-           name == "and" || name == "or" || name == "not" || name == "in";
-  }
+  bool reserved(const std::string& name) const { return is_builtin_name(name); }
 
   // definition: checks the left side (name, axes) and the value; records the definition.
   int definition(const ::kvevict::dsl::Definition& d) {
@@ -463,7 +439,10 @@ class Checker {
     for (const auto& bnd : e.binders) {
       if (bnd.lo) {
         if (window || axes) { diag_.error(bnd.pos, "a window reduction takes exactly one window variable and no axes"); ok = false; continue; }
-        if (scope.in_window_body || !scope.window_var.empty()) { diag_.error(bnd.pos, "token windows cannot be nested"); ok = false; continue; }
+        if (scope.in_window_body || !scope.window_var.empty()) {
+          diag_.error(bnd.pos, "token windows cannot be nested");
+          return error();  // the body's shifted reads would only repeat this error
+        }
         if (reserved(bnd.name) || params_.count(bnd.name) || defs_.count(bnd.name)) {
           diag_.error(bnd.pos, "window variable '" + bnd.name + "' hides an existing name; choose another (e.g. k)");
           ok = false;
@@ -537,7 +516,7 @@ class Checker {
     }
     float x = b_.node(v.node).value;
     if (!(std::fabs(x) <= kMaxWindowOffset) || x != std::floor(x)) {
-      diag_.error(e.pos, "window bound must be an integer in -4096 .. 4096, found " + std::to_string(x));
+      diag_.error(e.pos, "window bound must be an integer in -4096 .. 4096, found " + format_number(x));
       return false;
     }
     out = static_cast<int>(x);

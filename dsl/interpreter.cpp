@@ -100,7 +100,7 @@ void select(const Layout& L, const Node& nd, const Buf& C, const Buf& A, const B
 
 // Reductions over axes other than t: per output row, accumulate the reduced rows in float in
 // increasing index order (vectorised over t).
-void reduce_outer(const Layout& L, const Node& nd, const Buf& A, float* out) {
+void reduce_outer(const Layout& L, const Node& nd, const Buf& A, const float* known_mean, float* out) {
   const int64_t n = (nd.shape & kAxisT) ? L.ext[3] : 1;
   int64_t ast[4], ost[4];
   L.strides(A.shape, ast);
@@ -134,6 +134,17 @@ void reduce_outer(const Layout& L, const Node& nd, const Buf& A, float* out) {
         if (r == Reducer::Max) for (int64_t i = 0; i < n; ++i) o[i] = x[i] > o[i] ? x[i] : o[i];
         else for (int64_t i = 0; i < n; ++i) o[i] = x[i] < o[i] ? x[i] : o[i];
       }
+      continue;
+    }
+    if (r == Reducer::Var && known_mean) {
+      const float* m = known_mean + g * ost[0] + h * ost[1] + q * ost[2];
+      for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
+      for (int64_t k = 0; k < count; ++k) {
+        const float* x = base + red[k];
+        for (int64_t i = 0; i < n; ++i) { const float d = x[i] - m[i]; o[i] += d * d; }
+      }
+      const float invn1 = count > 1 ? 1.0f / static_cast<float>(count - 1) : 0.0f;
+      for (int64_t i = 0; i < n; ++i) o[i] *= invn1;
       continue;
     }
     for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
@@ -316,7 +327,7 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
       case NodeOp::Select: select(L, nd, bufs[nd.a], bufs[nd.b], bufs[nd.c], alloc()); break;
       case NodeOp::Reduce:
         if (nd.axes & kAxisT) reduce_with_t(L, nd, bufs[nd.a], alloc());
-        else reduce_outer(L, nd, bufs[nd.a], alloc());
+        else reduce_outer(L, nd, bufs[nd.a], nd.b >= 0 ? bufs[nd.b].data : nullptr, alloc());
         break;
       case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;

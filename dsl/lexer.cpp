@@ -156,6 +156,8 @@ std::vector<Token> lex(const std::string& text, const TextOrigin& origin, Diagno
                                                           std::string(1, "0123456789abcdef"[c & 15]);
         diag.error(origin.map(line, col), "unexpected character '" + shown + "'");
         ++i, ++col;
+        // One error per UTF-8 character, not per byte.
+        while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
         continue;
       }
     }

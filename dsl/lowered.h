@@ -27,7 +27,9 @@
 //   Select       a ? b : c  (a != 0)            elementwise, broadcast shape = union of the three
 //   Reduce       reducer over the axes in `axes` of a: shape = shape(a) & ~axes
 //                  sum, mean (sum / count), max, min,
-//                  var: unbiased, sum((x - mean)^2) / (count - 1); 0 when count < 2 (CAKE)
+//                  var: unbiased, sum((x - mean)^2) / (count - 1); 0 when count < 2 (CAKE).
+//                       Optional operand b: a Mean node of the same operand and axes whose
+//                       values are the mean (saves one pass; the result is identical)
 //                  entropy: -sum(x * log(x)) over entries with x > 0
 //   Window       reducer over token offsets k = lo..hi of a (a must have axis t):
 //                  out[..., t] = reduce over k with 0 <= t + k < T of a[..., t + k]
@@ -37,8 +39,10 @@
 //                (PyTorch max_pool1d pads with -inf). If no offset is in range the result is 0.
 //   Normalise    a / sum over t of a (per slice over the other axes); 0 where that sum is 0
 //
-// REDUCTION ORDER (determinism): reductions over g, h and q accumulate in float in increasing
-// index order, each t independently; reductions over t accumulate in double in increasing t.
+// REDUCTION ORDER (determinism): reductions over g, h and q only accumulate in float in
+// increasing index order (canonical g, h, q nesting), each t independently; mean = sum * (1 /
+// count) in float. A reduction whose axes include t accumulates in double, visiting the operand
+// in canonical order. Window sums accumulate in float in increasing k.
 // A code generator must keep these orders to reproduce the interpreter bit for bit; within
 // tolerance, any order is acceptable.
 //

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/util/error.h"
+#include "dsl/builtin_names.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
 
@@ -43,6 +44,30 @@ double evaluate_setting(const LoweredProgram& program, int prompt_len) {
 
 namespace {
 
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Deepest nesting of YAML flow collections ('[', '{' outside quotes and comments); yaml-cpp parses
+// them recursively, so a hostile file could otherwise exhaust the stack.
+int flow_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  char quote = 0;
+  bool comment = false;
+  for (char c : text) {
+    if (c == '\n') { comment = false; quote = 0; continue; }
+    if (comment) continue;
+    if (quote) { if (c == quote) quote = 0; continue; }
+    if (c == '#') comment = true;
+    else if (c == '"' || c == '\'') quote = c;
+    else if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
+  }
+  return deepest;
+}
+
 class FileCompiler {
  public:
   FileCompiler(const std::string& path, const std::string& text) : path_(path), text_(text), diag_(path, text) {
@@ -52,6 +77,10 @@ class FileCompiler {
   }
 
   CompiledPolicy run(const std::map<std::string, std::string>& overrides) {
+    if (int depth = flow_depth(text_); depth > 64) {
+      diag_.error({1, 1}, "YAML nesting is too deep (" + std::to_string(depth) + " levels of [ or {)");
+      throw UsageError(diag_.format());
+    }
     YAML::Node root;
     try {
       root = YAML::Load(text_);
@@ -134,15 +163,16 @@ class FileCompiler {
         if (spec[t]) { ++types; d.type = t; def = spec[t]; }
       if (types != 1) {
         diag_.error(at, "parameter '" + d.name + "' needs exactly one type key: int, float, bool, fraction or enum");
+        d.type = "float";
+        register_param(d, at);
         continue;
       }
       if (spec["doc"]) d.doc = spec["doc"].Scalar();
-      bool ok = true;
       if (d.type == "enum") {
-        if (!def.IsSequence() || def.size() == 0) { diag_.error(pos_of(def), "enum options must be a non-empty list, e.g. [avg, max]"); continue; }
-        for (const auto& o : def) d.options.push_back(o.Scalar());
-        if (!spec["default"]) { diag_.error(at, "enum parameter '" + d.name + "' needs a default"); continue; }
-        ok = parse_value(d, spec["default"].Scalar(), d.default_value, pos_of(spec["default"]), "default");
+        if (!def.IsSequence() || def.size() == 0) { diag_.error(pos_of(def), "enum options must be a non-empty list, e.g. [avg, max]"); d.options = {"?"}; register_param(d, at); continue; }
+        for (const auto& o : def) d.options.push_back(o.IsScalar() ? o.Scalar() : "?");
+        if (!spec["default"]) { diag_.error(at, "enum parameter '" + d.name + "' needs a default"); register_param(d, at); continue; }
+        parse_value(d, spec["default"].Scalar(), d.default_value, pos_of(spec["default"]), "default");
       } else {
         if (spec["default"]) diag_.error(pos_of(spec["default"]), "the default of '" + d.name + "' is the value of its type key ({" + d.type + ": VALUE})");
         if (d.type == "fraction") d.has_min = d.has_max = true, d.min = 0, d.max = 1;
@@ -157,13 +187,21 @@ class FileCompiler {
           if (bound[1] == 'i') d.has_min = true, d.min = std::max(d.min, v);
           else d.has_max = true, d.max = d.type == "fraction" ? std::min(d.max, v) : v;
         }
-        if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); continue; }
-        ok = parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
+        if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); register_param(d, at); continue; }
+        parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
       }
-      if (!ok) continue;
       for (const auto& p : out_.params)
-        if (p.name == d.name) { diag_.error(at, "parameter '" + d.name + "' is declared twice"); ok = false; }
-      if (!ok) continue;
+        if (p.name == d.name) diag_.error(at, "parameter '" + d.name + "' is declared twice");
+      // A parameter with a bad declaration is still registered (the file fails anyway), so its
+      // uses are not reported again as unknown names.
+      register_param(d, at);
+    }
+  }
+
+  void register_param(const ParamDecl& d, FilePos at) {
+    for (const auto& p : out_.params)
+      if (p.name == d.name) return;
+    {
       ParamBinding b;
       b.name = d.name;
       b.type = d.type == "bool" ? Type::Bool : d.type == "enum" ? Type::Enum : Type::Number;
@@ -181,14 +219,7 @@ class FileCompiler {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
     return true;
   }
-  static bool reserved_name(const std::string& n) {
-    static const std::set<std::string> r = {"g", "h", "q", "t", "T", "W", "G", "layer", "n_layers", "kv_head", "n_kv_heads",
-                                            "head_dim", "prompt_len", "decode_step", "budget", "A", "A_acc", "A_now",
-                                            "key_norm", "value_norm", "pos", "random", "true", "false", "and", "or", "not",
-                                            "in", "exp", "log", "sqrt", "abs", "floor", "ceil", "round", "pow", "min", "max",
-                                            "clamp", "if", "normalise", "sum", "mean", "var", "entropy", "score", "layer_weight"};
-    return r.count(n) > 0;
-  }
+  static bool reserved_name(const std::string& n) { return is_builtin_name(n) || n == "score" || n == "layer_weight"; }
 
   // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
   bool parse_value(const ParamDecl& d, const std::string& text, double& out, FilePos at, const std::string& what) {
@@ -303,11 +334,12 @@ class FileCompiler {
     if (program.output < 0) return;
     if (program.nodes[program.output].op != NodeOp::Const) {
       out_.desc.depends_on_prompt_len = true;
-      value = std::max(0, static_cast<int>(evaluate_setting(program, 0)));
+      const double at_zero = evaluate_setting(program, 0);  // may be inf or NaN (e.g. 1 / prompt_len)
+      value = at_zero > 0 ? static_cast<int>(std::min(at_zero, 1e9)) : 0;
       return;
     }
     double v = program.nodes[program.output].value;
-    if (!(v >= 0 && v <= 1e7)) diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be between 0 and 10^7, got " + std::to_string(v));
+    if (!(v >= 0 && v <= 1e7)) diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be between 0 and 10^7, got " + fmt(v));
     else value = static_cast<int>(v);
   }
 
@@ -333,11 +365,12 @@ class FileCompiler {
     YAML::Node protect = section(root, "protect", {"first", "recent"});
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
-    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack"});
+    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window"});
     double v;
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
       if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;
+      if (constant_setting(run, "skip_margin_includes_window", true, v)) d.run.skip_margin_includes_window = v != 0;
       if (constant_setting(run, "decode_every", false, v)) {
         if (v < 0 || v > 1e6 || v != std::floor(v)) diag_.error(pos_of(run["decode_every"]), "'decode_every' must be a whole number >= 0");
         else d.run.decode_every = static_cast<int>(v);
@@ -350,15 +383,15 @@ class FileCompiler {
     YAML::Node select = section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order"});
     if (select.IsMap()) {
       if (constant_setting(select, "random_share", false, v)) {
-        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + std::to_string(v));
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + fmt(v));
         else d.select.random_share = v;
       }
       if (constant_setting(select, "temperature", false, v)) {
-        if (!(v > 0 && v < 1e30)) diag_.error(pos_of(select["temperature"]), "'temperature' must be positive, got " + std::to_string(v));
+        if (!(v > 0 && v < 1e30)) diag_.error(pos_of(select["temperature"]), "'temperature' must be positive, got " + fmt(v));
         else d.select.temperature = v;
       }
       if (constant_setting(select, "floor_alpha", false, v)) {
-        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + std::to_string(v));
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + fmt(v));
         else d.select.floor_alpha = v;
       }
       d.select.scope = choice(select, "scope", {"kv_head", "layer", "layer_shared"}, d.select.scope);
@@ -403,6 +436,9 @@ class FileCompiler {
       d.needs_key_norm |= p->uses[static_cast<int>(TensorSignal::KeyNorm)];
       d.needs_value_norm |= p->uses[static_cast<int>(TensorSignal::ValueNorm)];
     }
+    // The engine computes the window attention while decoding only if the decode indicator reads it.
+    d.run.decode_uses_window_attention =
+        (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
     const char* keys[] = {"score", "decode_score", "layer_weight"};
     const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight};
     for (int i = 0; i < 3; ++i)

@@ -9,7 +9,8 @@
 //   params:  NAME: {int|float|bool|fraction: DEFAULT, min:, max:, doc:} | {enum: [A, B], default: A, doc:}
 //   observe: {window: EXPR}                       rows of window attention A[h, q, t]
 //   protect: {first: EXPR, recent: EXPR}          EXPR over params and prompt_len
-//   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR}
+//   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
+//             skip_margin_includes_window: BOOL}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score}
 //   merge:   {enabled: BOOL, theta_key:, theta_value:}

@@ -125,6 +125,16 @@ int ProgramBuilder::reduce(Reducer r, unsigned axes, int a) {
   n.axes = axes;
   n.a = a;
   n.shape = node(a).shape & ~axes;
+  if (r == Reducer::Var) {
+    // Reuse the mean of the same operand when the program already computes it (CAKE's m and v):
+    // the variance then needs one pass over the operand instead of two.
+    Node mean = n;
+    mean.reducer = Reducer::Mean;
+    uint32_t bits;
+    std::memcpy(&bits, &mean.value, sizeof bits);
+    auto it = seen_.find(std::make_tuple(static_cast<int>(NodeOp::Reduce), axes, a, -1, -1, bits, static_cast<int>(Reducer::Mean), 0, 0));
+    if (it != seen_.end() && !(axes & kAxisT)) n.b = it->second;
+  }
   return add(n);
 }
 

@@ -24,7 +24,7 @@ namespace kvevict {
 
 namespace {
 
-constexpr int kQueryTile = 64;
+constexpr int kQueryTile = 128;
 constexpr int kKeyBlock = 256;
 constexpr int kDecodeChunk = 512;  // keys per work item when decoding
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

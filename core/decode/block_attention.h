@@ -2,7 +2,7 @@
 // Causal grouped-query attention of a block of queries over one layer's ragged KV cache.
 // The block's own K/V must already be appended: for query head h (KV head h / G) the cache holds
 // len entries, the last n of which belong to the block, and block query i attends to entries
-// [0, len - n + i]. The score matrix is never materialised beyond one tile of query rows.
+// [0, len - n + i]. Scores exist only for one tile of queries x one block of keys at a time.
 #include <vector>
 
 #include "core/decode/kv_cache.h"

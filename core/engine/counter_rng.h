@@ -5,8 +5,7 @@
 // evaluate the same tuple get bit-identical 32-bit words and therefore the same uniform floats.
 //   counter = (position, kv_head, layer, stream), key = (seed low 32 bits, seed high 32 bits)
 // `stream` separates independent uses: kSamplingStream for the engine's random share (NACL),
-// kScoreStream is reserved (unused): the DSL's `random[t]` has its own generator, dsl/random.h,
-// which the CUDA code generator reproduces.
+// kScoreStream for the DSL's `random()` score (the Random policy).
 #include <cstdint>
 
 #if defined(__CUDACC__)

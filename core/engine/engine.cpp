@@ -40,13 +40,16 @@ struct HeadSignals {
 
 struct EvictionEngine::State {
   const PolicyProgram& policy;
-  // A copy: window and protected sets are re-resolved for each prompt length (resolve_for_prompt).
-  PolicyDescription desc;
+  const PolicyDescription& desc;
   ModelConfig config;
   EngineOptions options;
   EvictionReport report;
   int L = 0, Hkv = 0, Hq = 0, G = 1, d = 0;
 
+  // Observation window and protected sets resolved for the current prompt (policies may make them
+  // depend on the prompt length: PolicyProgram::window_for / protect_for).
+  int window = 0;
+  PolicyProtect protect;
   bool in_prefill = false, prefill_done = false;
   int prompt_len = 0;
   int decode_step = 0;
@@ -69,7 +72,9 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": random_share must be in [0, 1]");
     if (desc.select.random_share > 0 && !(desc.select.temperature > 0))
       throw UsageError("policy " + desc.name + ": temperature must be > 0");
-    if (desc.window < 0 || desc.protect.first < 0 || desc.protect.recent < 0 || desc.run.decode_every < 0 ||
+    window = desc.window;
+    protect = desc.protect;
+    if (window < 0 || protect.first < 0 || protect.recent < 0 || desc.run.decode_every < 0 ||
         desc.run.decode_slack < 0)
       throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
     if (desc.select.scope != "kv_head" && desc.select.scope != "layer" && desc.select.scope != "layer_shared")
@@ -79,24 +84,7 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
   }
 
-  int query_window() const { return std::max(desc.window, desc.needs_current_attention ? 1 : 0); }
-
-  // Policies whose window or protected sets depend on the prompt length (NACL's and H2O's shares of
-  // the prompt) are resolved once the prompt length is known (policy_program.h contract).
-  void resolve_for_prompt(int prompt_length) {
-    if (!desc.depends_on_prompt_len) return;
-    desc.window = std::max(0, policy.window_for(prompt_length));
-    desc.protect = policy.protect_for(prompt_length);
-    desc.protect.first = std::max(0, desc.protect.first);
-    desc.protect.recent = std::max(0, desc.protect.recent);
-  }
-
-  // Rows of window queries to ask the decoder for before the prompt length is known: enough for
-  // any prompt the model can take.
-  int requested_window() const {
-    if (!desc.depends_on_prompt_len || prefill_done) return query_window();
-    return std::max(query_window(), std::min(policy.window_for(config.context_length), config.context_length));
-  }
+  int query_window() const { return std::max(window, desc.needs_current_attention ? 1 : 0); }
 
   void reset() {
     report = EvictionReport{};
@@ -166,9 +154,9 @@ struct EvictionEngine::State {
     in.position = cache.positions(layer, kv_head);
     const int rows = query_rows[layer];
     const float* q = queries[layer].data();
-    const bool want_window = desc.window > 0 && (!decoding || desc.run.decode_uses_window_attention);
+    const bool want_window = window > 0 && (!decoding || desc.run.decode_uses_window_attention);
     if (want_window && rows > 0) {
-      const int W = std::min(desc.window, rows);
+      const int W = std::min(window, rows);
       const int skip = rows - W;
       hs.window_attention.resize(static_cast<size_t>(G) * W * T);
       compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip, kv_head,
@@ -207,9 +195,11 @@ struct EvictionEngine::State {
 
   // Prefill: scores of every head of the layer and the layer weight.
   void score_layer_at_prefill(int layer, const KVCache& cache) {
-    std::vector<HeadSignals> heads;
-    heads.reserve(Hkv);
-    for (int h = 0; h < Hkv; ++h) heads.push_back(signals_for(layer, h, cache, false));
+    // The W x T window products dominate; heads are independent. Scores stay serial (a policy
+    // program need not be thread-safe).
+    std::vector<HeadSignals> heads(Hkv);
+#pragma omp parallel for schedule(static) if (Hkv > 1 && cache.length(layer, 0) * window > 65536)
+    for (int h = 0; h < Hkv; ++h) heads[h] = signals_for(layer, h, cache, false);
     for (int h = 0; h < Hkv; ++h) scores[layer][h] = score(heads[h], false);
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;
@@ -223,7 +213,7 @@ struct EvictionEngine::State {
   }
 
   int protected_count(int length) const {
-    return std::min(length, desc.protect.first + desc.protect.recent);  // prompt positions are contiguous
+    return std::min(length, protect.first + protect.recent);  // prompt positions are contiguous
   }
 
   // Budgets of layers 0..last: `stage_total` split by weight, floors = protected, caps = what each holds.
@@ -255,8 +245,8 @@ struct EvictionEngine::State {
   HeadSelectionSpec spec_for(int layer, int kv_head, int budget) const {
     HeadSelectionSpec s;
     s.budget = budget;
-    s.protect_first = desc.protect.first;
-    s.protect_recent = desc.protect.recent;
+    s.protect_first = protect.first;
+    s.protect_recent = protect.recent;
     s.random_share = desc.select.random_share;
     s.temperature = desc.select.temperature;
     s.score_order = desc.select.kept_order == "score";
@@ -275,8 +265,8 @@ struct EvictionEngine::State {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
         pos.emplace_back(cache.positions(layer, h), cache.length(layer, h));
       }
-      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hkv, budget), desc.protect.first,
-                                              desc.protect.recent, desc.select.floor_alpha,
+      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hkv, budget), protect.first,
+                                              protect.recent, desc.select.floor_alpha,
                                               desc.select.kept_order == "score");
       for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept[h]);
     } else if (desc.select.scope == "layer_shared") {
@@ -302,9 +292,17 @@ struct EvictionEngine::State {
     }
   }
 
+  void resolve_for_prompt() {
+    window = policy.window_for(prompt_len);
+    protect = policy.protect_for(prompt_len);
+    if (window < 0 || protect.first < 0 || protect.recent < 0)
+      throw UsageError("policy " + desc.name + ": window and protected counts must be >= 0 (prompt of " +
+                       std::to_string(prompt_len) + " tokens)");
+  }
+
   bool skip_prefill() const {
     const double b = options.budget.tokens_per_head(prompt_len);
-    const double margin = b + (desc.run.skip_margin_includes_window ? desc.window : 0);
+    const double margin = b + (desc.run.skip_margin_includes_window ? window : 0);
     return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
   }
 
@@ -314,7 +312,7 @@ struct EvictionEngine::State {
       reset();
       in_prefill = true;
       prompt_len = s.first_position + s.n_tokens;
-      resolve_for_prompt(prompt_len);
+      resolve_for_prompt();
       total_budget = std::llround(options.budget.tokens_per_head(prompt_len) * L);
       report.prompt_len = prompt_len;
       report.bytes_full = cache.bytes_for_uniform_length(cache.length(0, 0));
@@ -419,7 +417,11 @@ EvictionEngine::~EvictionEngine() = default;
 
 ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
-  r.window = state_->requested_window();
+  r.window = state_->query_window();
+  // A window that depends on the prompt length is unknown until the prompt arrives: ask for every
+  // query of the block (the decoder hands out a view of its query buffer, no copy); the engine
+  // keeps only the rows it needs once window_for(prompt_len) is known.
+  if (state_->desc.depends_on_prompt_len && !state_->prefill_done) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs_accumulated_attention;
   return r;
 }
@@ -456,8 +458,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
   if (static_cast<int>(recorded.layers().size()) != st.L)
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
-  st.resolve_for_prompt(recorded.first_position() + recorded.n_tokens());
-  const int need_window = st.query_window();
+  const int S = recorded.first_position() + recorded.n_tokens();
+  const int need_window = std::max(st.policy.window_for(S), st.desc.needs_current_attention ? 1 : 0);
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());

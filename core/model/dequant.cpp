@@ -172,8 +172,8 @@ void dequantize(uint32_t type, const uint8_t* src, uint64_t n_elements, float* d
     case GgmlType::Q6_K: block_fn = dequant_q6_k; break;
     default: throw ModelError(file, "tensor " + tensor + ": no dequantiser for " + ggml_type_name(type));
   }
-  // Blocks are independent; large tensors are split across threads.
-#pragma omp parallel for schedule(static) if (blocks > 4096)
+  // Single-threaded on purpose: all of SmolLM2 dequantises in a fraction of a second, and an
+  // OpenMP team here would spin against the decoder's threads on a loaded machine.
   for (int64_t i = 0; i < static_cast<int64_t>(blocks); ++i) {
     block_fn(src + static_cast<size_t>(i) * t->block_bytes, dst + static_cast<size_t>(i) * t->block_elements);
   }

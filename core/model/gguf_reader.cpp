@@ -13,11 +13,16 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr uint64_t kMaxKeyLength = 65535;
 constexpr uint64_t kMaxStringLength = uint64_t{1} << 26;  // 64 MiB: generous for chat templates
 constexpr uint64_t kMaxTensorNameLength = 256;           // ggml itself allows 64
+// Memory per parsed item is bounded too, not only file bytes: a string costs ~32 bytes in memory
+// for 8 in the file, a metadata entry or tensor info a few hundred. Real files stay far below
+// these caps (vocabularies ~10^5 strings, ~10^3 tensors, ~10^2 metadata entries).
 constexpr uint64_t kMaxArrayElements = uint64_t{1} << 28;
+constexpr uint64_t kMaxStringArrayElements = uint64_t{1} << 24;
+constexpr uint64_t kMaxMetadataEntries = uint64_t{1} << 16;
 constexpr int kMaxArrayDepth = 8;
 constexpr uint64_t kMaxNestedArrays = uint64_t{1} << 20;  // caps memory for arrays of arrays
 constexpr uint32_t kMaxDims = 4;
-constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
+constexpr uint64_t kMaxTensors = uint64_t{1} << 17;
 constexpr uint64_t kMaxElementsPerTensor = uint64_t{1} << 40;
 constexpr uint64_t kMaxAlignment = uint64_t{1} << 24;
 
@@ -110,7 +115,8 @@ GgufValue GgufFile::read_array(ByteReader& r, int depth, const std::string& key)
   const size_t at = r.offset();
   v.count = r.read<uint64_t>();
   const uint64_t min_bytes = min_value_bytes(v.element_type);
-  if (v.count > kMaxArrayElements || v.count > r.remaining() / min_bytes) {
+  const uint64_t cap = v.element_type == GgufValueType::STRING ? kMaxStringArrayElements : kMaxArrayElements;
+  if (v.count > cap || v.count > r.remaining() / min_bytes) {
     fail("metadata " + key + ": array at offset " + std::to_string(at) + " claims " + std::to_string(v.count) +
          " elements of type " + gguf_value_type_name(v.element_type) + ", more than the " +
          std::to_string(r.remaining()) + " bytes left can hold");
@@ -169,11 +175,14 @@ void GgufFile::parse() {
   if (version_ != 2 && version_ != 3) fail("unsupported GGUF version " + std::to_string(version_) + " (expected 2 or 3)");
   const uint64_t tensor_count = r.read<uint64_t>();
   const uint64_t kv_count = r.read<uint64_t>();
-  if (kv_count > r.remaining() / 13) {
-    fail("header claims " + std::to_string(kv_count) + " metadata entries, more than the file can hold");
+  if (kv_count > kMaxMetadataEntries || kv_count > r.remaining() / 13) {
+    fail("header claims " + std::to_string(kv_count) + " metadata entries, more than the limit of " +
+         std::to_string(kMaxMetadataEntries) + " or what the " + std::to_string(r.remaining()) +
+         " bytes left can hold (truncated or corrupt file)");
   }
   if (tensor_count > kMaxTensors || tensor_count > r.remaining() / 24) {
-    fail("header claims " + std::to_string(tensor_count) + " tensors, more than the file can hold");
+    fail("header claims " + std::to_string(tensor_count) + " tensors, more than the limit of " + std::to_string(kMaxTensors) +
+         " or what the " + std::to_string(r.remaining()) + " bytes left can hold (truncated or corrupt file)");
   }
 
   // kv := string:key u32:value_type value

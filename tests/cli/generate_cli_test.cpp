@@ -127,3 +127,16 @@ TEST(ModelInfoCli, GarbageFileIsAModelError) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(GenerateCli, SmolLM2ChatAnswersParis) {
+  const std::string model = kvevict::test::smollm2_path();
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "SmolLM2 GGUF not found at " << model << " (scripts/fetch-smollm2.sh)";
+  const CliRun r = run_kvevict("generate -m " + model + " --chat -p \"What is the capital of France?\" -n 24 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string text = nlohmann::json::parse(r.out).at("text").get<std::string>();
+  EXPECT_NE(text.find("Paris"), std::string::npos) << text;
+}
+
+}  // namespace

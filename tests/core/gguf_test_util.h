@@ -1,27 +1,24 @@
 #pragma once
-// Helpers of the GGUF tests: where SmolLM2 is, a skip macro, temporary file paths.
+// Helpers of the GGUF tests: whether SmolLM2 is there, a skip macro, temporary file paths.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
 
+#include "test_models.h"
+
 namespace kvevict::test {
 
-// ${KVEVICT_MODEL_DIR:-$HOME/.cache/kvevict/models}/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/fetch-smollm2.sh).
-inline std::string smollm2_gguf_path() {
-  std::string dir;
-  if (const char* d = std::getenv("KVEVICT_MODEL_DIR"); d && *d) dir = d;
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/kvevict/models";
-  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+// SmolLM2's location is test_models.h's smollm2_path() (scripts/fetch-smollm2.sh puts it there);
+// smollm2_gguf_path() is the same, kept for the tests that already use it.
+inline std::string smollm2_gguf_path() { return smollm2_path(); }
+inline bool smollm2_gguf_present() { return std::filesystem::is_regular_file(smollm2_path()); }
 
-inline bool smollm2_gguf_present() { return std::filesystem::is_regular_file(smollm2_gguf_path()); }
-
-#define KVEVICT_SKIP_WITHOUT_SMOLLM2()                                                                       \
-  do {                                                                                                       \
-    if (!::kvevict::test::smollm2_gguf_present())                                                                 \
-      GTEST_SKIP() << "SmolLM2 GGUF not found at " << ::kvevict::test::smollm2_gguf_path()                        \
-                   << " (run scripts/fetch-smollm2.sh or set KVEVICT_MODEL_DIR)";                             \
+#define KVEVICT_SKIP_WITHOUT_SMOLLM2()                                                  \
+  do {                                                                                  \
+    if (!::kvevict::test::smollm2_gguf_present())                                       \
+      GTEST_SKIP() << "SmolLM2 GGUF not found at " << ::kvevict::test::smollm2_path()   \
+                   << " (run scripts/fetch-smollm2.sh or set KVEVICT_MODEL_DIR)";        \
   } while (0)
 
 // A fresh path under the system temp folder, unique per process and name.

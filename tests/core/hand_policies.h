@@ -10,7 +10,6 @@
 
 #include "core/engine/counter_rng.h"
 #include "core/engine/policy_program.h"
-#include "dsl/random.h"
 
 namespace kvevict::test {
 
@@ -174,9 +173,7 @@ inline HandPolicy random_policy() {
   HandPolicy p;
   p.desc.name = "hand-random";
   p.score_fn = [](const ScoreInputs& in, bool, float* out) {
-    // The DSL's random[t] (dsl/random.h), which the policy file `random` uses.
-    const uint64_t key = dsl::random_stream_key(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.kv_head));
-    for (int t = 0; t < in.T; ++t) out[t] = dsl::random_uniform(key, static_cast<uint32_t>(in.position[t]));
+    for (int t = 0; t < in.T; ++t) out[t] = counter_uniform(in.seed, in.layer, in.kv_head, in.position[t], kScoreStream);
   };
   return p;
 }

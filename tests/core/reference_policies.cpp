@@ -125,6 +125,10 @@ PromptData collect(const Model& model, const std::vector<int>& tokens, int windo
   return p;
 }
 
+KeptSets full(const PromptData& p) {
+  return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
+}
+
 // The DSL's random[t] as documented in dsl/random.h (written here from that formula, not
 // included): SplitMix64 finaliser mix(), key = mix(mix(mix(seed) ^ layer) ^ kv_head) ^ position,
 // uniform = (mix(key) >> 40) * 2^-24.
@@ -134,20 +138,21 @@ static uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-static double dsl_random(uint64_t seed, int layer, int kv_head, int position) {
+
+float dsl_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
   const uint64_t key = mix64(mix64(mix64(seed) ^ static_cast<uint32_t>(layer)) ^ static_cast<uint32_t>(kv_head)) ^
                        static_cast<uint32_t>(position);
-  return static_cast<double>(mix64(key) >> 40) / 16777216.0;
+  return static_cast<float>(static_cast<double>(mix64(key) >> 40) / 16777216.0);
 }
 
-KeptSets full(const PromptData& p) {
-  return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
+float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
+  return counter_uniform(seed, layer, kv_head, position, kScoreStream);
 }
 
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed) {
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed, UniformFn uniform) {
   return per_head(p, [&](int l, int kv, const HeadData& h) {
     std::vector<double> s(h.S);
-    for (int n = 0; n < h.S; ++n) s[n] = dsl_random(seed, l, kv, n);
+    for (int n = 0; n < h.S; ++n) s[n] = uniform(seed, l, kv, n);
     auto k = top(s, range(0, h.S), budget);
     std::sort(k.begin(), k.end());
     return k;

@@ -3,9 +3,8 @@
 // the formulas of shared/spec/policies.md (section numbers below), NOT from the DSL or the engine's
 // selection code. Input: the full-prompt signals of every (layer, KV head); output: kept original
 // positions, ascending. Ties everywhere: higher score first, then smaller position (the engine's
-// documented rule). Random numbers are part of the spec of `random` and NACL's sampling: NACL
-// shares the engine's Philox draw (core/engine/counter_rng.h, kSamplingStream); `random` re-implements
-// the DSL's documented random[t] formula (dsl/random.h).
+// documented rule). The only shared piece is the Philox draw (core/engine/counter_rng.h), because
+// "same random numbers" is part of the spec of `random` and NACL's sampling.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,7 +27,13 @@ using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored 
 PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
 
 KeptSets full(const PromptData& p);
-KeptSets random_policy(const PromptData& p, int budget, uint64_t seed);                  // §5.7
+// The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream); the DSL's
+// random() is a SplitMix64 hash (dsl/random.h), so a phase-2 comparison passes that one instead.
+using UniformFn = float (*)(uint64_t seed, int layer, int kv_head, int position);
+float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position);
+float dsl_score_uniform(uint64_t seed, int layer, int kv_head, int position);  // dsl/random.h's formula
+KeptSets random_policy(const PromptData& p, int budget, uint64_t seed,
+                       UniformFn uniform = philox_score_uniform);                         // §5.7
 KeptSets streamingllm(const PromptData& p, int budget, int n_sink);                      // §5.1
 KeptSets h2o_one_shot(const PromptData& p, int budget, int recent);                      // §5.2
 KeptSets tova(const PromptData& p, int budget);                                          // §5.3

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model/model.h"
+#include "core/util/sha256.h"
 #include "gguf_test_util.h"
 
 namespace kvevict {
@@ -12,7 +13,7 @@ namespace {
 class SmolLM2Gguf : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (test::smollm2_gguf_present()) model_ = load_gguf(test::smollm2_gguf_path()).release();
+    if (test::smollm2_gguf_present()) model_ = load_gguf(test::smollm2_path()).release();
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -23,6 +24,11 @@ class SmolLM2Gguf : public ::testing::Test {
   static Model* model_;
 };
 Model* SmolLM2Gguf::model_ = nullptr;
+
+TEST_F(SmolLM2Gguf, FileIsThePinnedOne) {
+  ASSERT_EQ(sha256_file(test::smollm2_path()), test::kSmolLM2Sha256)
+      << test::smollm2_path() << " is not the pinned SmolLM2-135M-Instruct Q4_1 file; the tests below expect it";
+}
 
 TEST_F(SmolLM2Gguf, ConfigMatchesThePublishedOne) {
   const ModelConfig& c = model_->config;

@@ -190,7 +190,7 @@ std::vector<std::vector<double>> reference_logits(const GgufFile& f, const std::
 
 TEST(SmolLM2Logits, DecoderMatchesDoublePrecisionReference) {
   KVEVICT_SKIP_WITHOUT_SMOLLM2();
-  const std::string path = test::smollm2_gguf_path();
+  const std::string path = test::smollm2_path();
   const auto model = load_gguf(path);
   const std::vector<int> tokens = model->tokenizer->encode("The capital of France is Paris, and", false);
   ASSERT_GE(tokens.size(), 6u);
@@ -227,7 +227,7 @@ TEST(SmolLM2Logits, DecoderMatchesDoublePrecisionReference) {
 
 TEST(SmolLM2Logits, GreedyChatAnswerNamesParis) {
   KVEVICT_SKIP_WITHOUT_SMOLLM2();
-  const std::string cmd = std::string(KVEVICT_BINARY) + " generate -m '" + test::smollm2_gguf_path() +
+  const std::string cmd = std::string(KVEVICT_BINARY) + " generate -m '" + test::smollm2_path() +
                           "' --chat -p 'What is the capital of France?' -n 24 --threads 2 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   ASSERT_TRUE(pipe);

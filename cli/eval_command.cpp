@@ -1,0 +1,69 @@
+// `kvevict eval -c CONFIG.yaml [--db FILE] [--set key=value ...] [--resume] [--force] [--limit N] [--quiet]`:
+// validates the whole config (exit 2 on any problem, before any work), sweeps every task sample under
+// every (policy, budget) into the SQLite store, then prints the run's leaderboard.
+#include <iostream>
+
+#include "cli/command.h"
+#include "evals/config.h"
+#include "evals/leaderboard.h"
+#include "evals/results_store.h"
+#include "evals/runner.h"
+#include "evals/sample_runner.h"
+
+namespace {
+
+struct EvalArgs {
+  std::string config;
+  std::string db = "kvevict.db";
+  std::vector<std::string> overrides;
+  bool resume = false;
+  bool force = false;
+  int limit = -1;
+  bool quiet = false;
+};
+
+std::function<int()> setup_eval(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  app.add_option("-c,--config", args->config, "Eval config (YAML)")->required();
+  app.add_option("--db", args->db, "Results database (SQLite)")->capture_default_str();
+  app.add_option("--set", args->overrides, "Override a config key, e.g. --set tasks.passkey.lengths=[1024]")
+      ->take_all()
+      ->allow_extra_args(false);
+  app.add_flag("--resume", args->resume, "Continue the newest unfinished run of this config");
+  app.add_flag("--force", args->force, "Run even if an identical run already finished");
+  app.add_option("--limit", args->limit, "At most N samples per grid point (smoke runs)")->check(CLI::NonNegativeNumber);
+  app.add_flag("-q,--quiet", args->quiet, "No progress and no leaderboard on the terminal");
+  return [args] {
+    using namespace kvevict::evals;
+    LoadConfigOptions options;
+    options.overrides = args->overrides;
+    options.limit = args->limit;
+    options.check_policy = check_policy_choice;
+    EvalConfig config = load_eval_config(args->config, options);
+
+    // The model and the policies load before the database is touched: nothing is recorded for a
+    // run that cannot start.
+    auto runner = make_sample_runner(config);
+    ResultsStore store(args->db);
+    EvalOptions eval_options;
+    eval_options.resume = args->resume;
+    eval_options.force = args->force;
+    eval_options.progress = Progress::detect(args->quiet);
+    eval_options.note = [quiet = args->quiet](const std::string& text) {
+      if (!quiet) std::cerr << "kvevict: " << text << "\n";
+    };
+    EvalSummary summary = run_eval(config, *runner, store, eval_options);
+    if (!args->quiet) {
+      if (!summary.skipped) {
+        std::cerr << "kvevict: run #" << summary.run_id << " finished: " << summary.samples << " samples, "
+                  << summary.results_written << " results written, " << summary.prefills << " full-cache prefills\n";
+      }
+      std::cout << render_leaderboard(store.leaderboard("", "", summary.run_id), LeaderboardFormat::Table);
+    }
+    return 0;
+  };
+}
+
+KVEVICT_COMMAND("eval", "Evaluate policies x budgets on long-context tasks into the SQLite leaderboard", setup_eval, 10);
+
+}  // namespace

@@ -1,0 +1,39 @@
+#include "dsl/builtin_names.h"
+
+namespace kvevict::dsl {
+
+const std::map<std::string, ScalarSignal> kScalarSignals = {
+    {"T", ScalarSignal::T}, {"W", ScalarSignal::W}, {"G", ScalarSignal::G}, {"layer", ScalarSignal::Layer},
+    {"n_layers", ScalarSignal::NLayers}, {"kv_head", ScalarSignal::KvHead}, {"n_kv_heads", ScalarSignal::NKvHeads},
+    {"head_dim", ScalarSignal::HeadDim}, {"prompt_len", ScalarSignal::PromptLen},
+    {"decode_step", ScalarSignal::DecodeStep}, {"budget", ScalarSignal::Budget}};
+
+const std::map<std::string, TensorSignal> kTensorSignals = {
+    {"A", TensorSignal::WindowAttention}, {"A_acc", TensorSignal::AccumulatedAttention},
+    {"A_now", TensorSignal::CurrentAttention}, {"key_norm", TensorSignal::KeyNorm},
+    {"value_norm", TensorSignal::ValueNorm}, {"pos", TensorSignal::Position}};
+
+const std::map<std::string, UnaryFn> kUnaryFns = {
+    {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},
+    {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round}};
+
+const std::map<std::string, Reducer> kReducers = {
+    {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},
+    {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
+
+const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
+
+unsigned axis_bit(const std::string& name) {
+  if (name == "g") return kAxisG;
+  if (name == "h") return kAxisH;
+  if (name == "q") return kAxisQ;
+  if (name == "t") return kAxisT;
+  return 0;
+}
+
+bool is_builtin_name(const std::string& n) {
+  return axis_bit(n) || kScalarSignals.count(n) || kTensorSignals.count(n) || kUnaryFns.count(n) || kReducers.count(n) ||
+         kOtherFunctions.count(n) || n == "true" || n == "false" || n == "and" || n == "or" || n == "not" || n == "in";
+}
+
+}  // namespace kvevict::dsl

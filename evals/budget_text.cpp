@@ -1,0 +1,21 @@
+#include "evals/budget_text.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "core/util/error.h"
+
+namespace kvevict::evals {
+// budget = "full" | number "%" | number   (the grammar of Budget::parse, which does the work)
+Budget parse_budget_text(const std::string& text, const std::string& what) {
+  return Budget::parse(text, what.empty() ? "bad budget" : what);
+}
+
+double budget_sort_key(const std::string& text) {
+  if (text == "full") return 1e18;
+  double value = std::atof(text.c_str());
+  // Percentages before token counts; each ascending.
+  return !text.empty() && text.back() == '%' ? value : 1000.0 + value;
+}
+
+}  // namespace kvevict::evals

@@ -1,0 +1,85 @@
+#pragma once
+// An evaluation config: a YAML file, optionally changed by `--set key=value` overrides, validated
+// completely before any work starts. Every problem found is reported at once in one UsageError:
+//   file:line:col: error: message        (for a value that came from the file)
+//   --set key: error: message            (for a value that came from an override)
+//
+// Grammar of the file (all keys optional except `model`, `tasks`, `policies`, `budgets`):
+//   name: text                       run name (default: the file name without extension)
+//   model: path                      ~ and ${VAR} / ${VAR:-default} are expanded; must exist
+//   tokenizer: path                  llama2.c checkpoints only: tokenizer file (default tokenizer.bin beside it)
+//   device: auto | cpu | cuda
+//   seed: integer >= 0               drives every task generator
+//   threads: integer >= 0            0: library default
+//   chat_template: auto | none | chatml
+//   limit: integer >= 0              at most N samples per grid point (0: all); --limit sets it
+//   tasks: { <task name>: { <task options> } ... }       see evals/tasks/task.h for each task's keys
+//   policies: [ name | path | { policy: name-or-path, label: text, params: { key: value } } ... ]
+//   budgets: [ "10%" | "128" | "full" ... ]
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/engine/budget.h"
+
+namespace kvevict::evals {
+
+struct PolicyChoice {
+  std::string policy;  // built-in name or path, as written
+  std::string label;   // how results name it (default: the policy, plus params when given)
+  std::map<std::string, std::string> params;
+};
+
+// One task instance: its registered type and its options, checked by the task's own validator.
+struct TaskConfig {
+  std::string name;     // key under `tasks:`
+  std::string type;     // registry name (defaults to `name`)
+  YAML::Node options;   // the task's mapping, `type` removed
+  std::string where;    // path used in messages ("tasks.needle")
+};
+
+struct EvalConfig {
+  std::string source;  // file path
+  std::string name;
+  std::string model;   // expanded path (or "fake:..." test model)
+  std::string tokenizer;  // expanded path or empty
+  std::string device = "auto";
+  uint64_t seed = 0;
+  int threads = 0;
+  std::string chat_template = "auto";
+  int limit = 0;
+  std::vector<TaskConfig> tasks;
+  std::vector<PolicyChoice> policies;
+  std::vector<Budget> budgets;
+
+  // Canonical YAML of every resolved value (defaults included, tasks' defaults filled by their
+  // validators), stored with the run; `hash` is its SHA-256.
+  std::string resolved_yaml;
+  std::string hash;
+};
+
+struct LoadConfigOptions {
+  std::vector<std::string> overrides;  // "key.path=yaml value"
+  int limit = -1;                      // -1: keep the file's value
+  // Extra validation of each policy entry for the config's model (e.g. loading the policy file);
+  // throws UsageError with the reason, which is reported at the entry's location.
+  std::function<void(const std::string& model, const PolicyChoice&)> check_policy;
+};
+
+// Reads, overrides, validates and resolves. Throws UsageError listing every problem.
+EvalConfig load_eval_config(const std::string& path, const LoadConfigOptions& options = {});
+EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& source,
+                             const LoadConfigOptions& options = {});
+
+// Applies one "a.b.c=value" override to `root` (value parsed as YAML). Throws UsageError when the
+// text has no '=' or the value is not valid YAML, or the path crosses a non-mapping.
+void apply_override(YAML::Node& root, const std::string& assignment);
+
+// Expands a leading ~ and $VAR, ${VAR}, ${VAR:-default}.
+std::string expand_path(const std::string& text);
+
+}  // namespace kvevict::evals

@@ -1,0 +1,203 @@
+// The real SampleRunner (contract in evals/model_runner.h).
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "core/decode/decoder.h"
+#include "core/model/model.h"
+#include "core/tokenizer/chat_template.h"
+#include "core/util/error.h"
+#include "evals/metrics/metrics.h"
+#include "evals/model_runner.h"
+#include "core/util/sha256.h"
+#include "evals/text_hash.h"
+
+namespace kvevict::evals {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+int argmax(const std::vector<float>& logits) {
+  return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+class ModelRunner : public SampleRunner {
+ public:
+  ModelRunner(const EvalConfig& config, std::unique_ptr<PrefillEvictor> evictor)
+      : config_(config), evictor_(std::move(evictor)) {
+    if (config.device == "cuda") {
+      throw UsageError(config.source + ": device: cuda is not available for decoding in this build; use cpu or auto");
+    }
+    LoadOptions load_options;
+    load_options.tokenizer_path = config.tokenizer;
+    model_ = load_model(config.model, load_options);
+    DecoderOptions options;
+    options.threads = config.threads;
+    decoder_ = make_cpu_decoder(*model_, options);
+    template_ = config.chat_template == "auto" ? model_->info.chat_template : config.chat_template;
+  }
+
+  std::string device() const override { return decoder_->device_name(); }
+
+  std::string model_hash() override {
+    if (model_hash_.empty()) {
+      model_hash_ = std::filesystem::is_regular_file(config_.model) ? sha256_file(config_.model)
+                                                                    : sha256_text(config_.model);
+    }
+    return model_hash_;
+  }
+
+  int count_tokens(std::string_view text) override {
+    return static_cast<int>(model_->tokenizer->encode(text, false).size());
+  }
+
+  void prepare(const std::vector<PolicyChoice>& policies) override {
+    evictor_->prepare(policies, *model_);
+  }
+
+  void begin_sample(const Sample& sample) override {
+    sample_ = sample;
+    const std::string message = sample.context + sample.separator + sample.question;
+    const std::string prompt = apply_chat_template(template_, message);
+    size_t at = prompt.find(message);
+    if (at == std::string::npos) throw RuntimeError("chat template '" + template_ + "' does not contain the message");
+    std::string compressed, tail;
+    if (sample.query_aware || sample.fidelity) {
+      compressed = sample.fidelity ? sample.context : prompt + sample.answer_prefix;
+    } else {
+      compressed = prompt.substr(0, at + sample.context.size());
+      tail = prompt.substr(at + sample.context.size()) + sample.answer_prefix;
+    }
+    prompt_tokens_ = model_->tokenizer->encode(compressed, true, true);
+    tail_tokens_ = tail.empty() ? std::vector<int>{} : model_->tokenizer->encode(tail, false, true);
+    continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
+
+    decoder_->reset();
+    ForwardObserver* recorder = evictor_->start_recording();
+    auto start = Clock::now();
+    prefill_logits_ = decoder_->forward(prompt_tokens_, recorder);
+    prefill_seconds_ = seconds_since(start);
+    ++prefills_;
+    snapshot_ = decoder_->cache();
+    snapshot_position_ = decoder_->position();
+
+    if (sample.fidelity) {
+      // The full cache's teacher-forced distributions and greedy tokens are the reference.
+      decoder_->forward(continuation_tokens_, nullptr, &reference_logits_);
+      restore();
+      reference_greedy_ = greedy(nullptr, sample.greedy_tokens, prefill_logits_, nullptr, nullptr);
+    }
+  }
+
+  RunOutcome run(const PolicyChoice& policy, const Budget& budget) override {
+    RunOutcome outcome;
+    outcome.kv_bytes_full = static_cast<int64_t>(snapshot_.bytes_in_use());
+    const int64_t entries_full = snapshot_.total_entries();
+    auto start = Clock::now();
+    ForwardObserver* decode_observer = evict(policy, budget);
+    const double evict_seconds = seconds_since(start);
+    outcome.kept_ratio = entries_full ? static_cast<double>(decoder_->cache().total_entries()) / entries_full : 1.0;
+    outcome.kv_bytes = static_cast<int64_t>(decoder_->cache().bytes_in_use());
+    outcome.extra["evict_ms"] = evict_seconds * 1e3;
+    outcome.extra["prompt_tokens"] = prompt_tokens_.size();
+
+    if (sample_.fidelity) {
+      std::vector<float> logits;
+      decoder_->forward(continuation_tokens_, decode_observer, &logits);
+      const int vocab = model_->config.vocab_size;
+      const size_t rows = continuation_tokens_.size();
+      double kl = 0, agree = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        kl += kl_divergence(&reference_logits_[r * vocab], &logits[r * vocab], vocab);
+        agree += top1_agrees(&reference_logits_[r * vocab], &logits[r * vocab], vocab) ? 1 : 0;
+      }
+      outcome.kl = rows ? kl / rows : 0;
+      outcome.top1_agreement = rows ? agree / rows : 1;
+      restore();
+      decode_observer = evict(policy, budget);
+      std::vector<int> tokens = greedy(decode_observer, sample_.greedy_tokens, prefill_logits_, nullptr, nullptr);
+      outcome.greedy_agreement = sequence_agreement(reference_greedy_, tokens);
+      outcome.prediction = model_->tokenizer->decode(tokens);
+      outcome.ttft_ms = (prefill_seconds_ + evict_seconds) * 1e3;
+      return outcome;
+    }
+
+    auto tail_start = Clock::now();
+    std::vector<float> first_logits = tail_tokens_.empty() ? prefill_logits_ : decoder_->forward(tail_tokens_);
+    double first_token_seconds = 0, decode_seconds = 0;
+    std::vector<int> tokens = greedy(decode_observer, sample_.max_new_tokens, first_logits, &first_token_seconds,
+                                     &decode_seconds);
+    outcome.ttft_ms = (prefill_seconds_ + evict_seconds + seconds_since(tail_start) - decode_seconds) * 1e3;
+    (void)first_token_seconds;
+    outcome.decode_tok_s = tokens.size() > 1 && decode_seconds > 0 ? (tokens.size() - 1) / decode_seconds : 0;
+    outcome.prediction = model_->tokenizer->decode(tokens);
+    return outcome;
+  }
+
+  int64_t prefill_count() const override { return prefills_; }
+
+ private:
+  void restore() {
+    decoder_->cache() = snapshot_;
+    decoder_->set_position(snapshot_position_);
+  }
+
+  // Restores the snapshot and applies one (policy, budget); returns the observer for decode steps
+  // (null for the full cache or a prefill-only policy).
+  ForwardObserver* evict(const PolicyChoice& policy, const Budget& budget) {
+    restore();
+    if (budget.kind == Budget::Kind::Full) return nullptr;
+    return evictor_->apply(policy, budget, decoder_->cache());
+  }
+
+  // Greedy tokens from `logits` (the first is argmax(logits)); stops at a stop id (not included).
+  // `decode_seconds` receives the time spent after the first token.
+  std::vector<int> greedy(ForwardObserver* observer, int max_tokens, std::vector<float> logits, double* first_seconds,
+                          double* decode_seconds) {
+    std::vector<int> tokens;
+    const auto stops = model_->tokenizer->stop_ids();
+    auto start = Clock::now();
+    for (int i = 0; i < max_tokens; ++i) {
+      int next = argmax(logits);
+      if (i == 0 && first_seconds) *first_seconds = seconds_since(start);
+      if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
+      tokens.push_back(next);
+      if (i == 0) start = Clock::now();
+      if (i + 1 < max_tokens) logits = decoder_->forward(std::vector<int>{next}, observer);
+    }
+    if (decode_seconds) *decode_seconds = tokens.size() > 1 ? seconds_since(start) : 0;
+    return tokens;
+  }
+
+  EvalConfig config_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Decoder> decoder_;
+  std::string template_;
+  std::string model_hash_;
+  std::unique_ptr<PrefillEvictor> evictor_;
+
+  Sample sample_;
+  std::vector<int> prompt_tokens_, tail_tokens_, continuation_tokens_;
+  std::vector<float> prefill_logits_;
+  double prefill_seconds_ = 0;
+  KVCache snapshot_;
+  int snapshot_position_ = 0;
+  std::vector<float> reference_logits_;
+  std::vector<int> reference_greedy_;
+  int64_t prefills_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<SampleRunner> make_decoder_runner(const EvalConfig& config, std::unique_ptr<PrefillEvictor> evictor) {
+  return std::make_unique<ModelRunner>(config, std::move(evictor));
+}
+
+std::unique_ptr<SampleRunner> make_model_runner(const EvalConfig& config) {
+  // The engine first: without it there is nothing to evaluate, and the model need not be loaded.
+  auto evictor = make_engine_evictor(config.seed);
+  return make_decoder_runner(config, std::move(evictor));
+}
+
+}  // namespace kvevict::evals

@@ -1,0 +1,384 @@
+#include "evals/results_store.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "core/util/error.h"
+#include "evals/sqlite_statement.h"
+
+namespace kvevict::evals {
+namespace {
+
+// Migrations: entry i moves the schema from version i to i + 1.
+const char* const kMigrations[] = {
+    R"SQL(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  config_hash TEXT NOT NULL,
+  config_yaml TEXT NOT NULL,
+  kvevict_version TEXT NOT NULL,
+  git_commit TEXT NOT NULL,
+  model TEXT NOT NULL,
+  model_hash TEXT NOT NULL,
+  device TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed'))
+);
+CREATE INDEX runs_identity ON runs(config_hash, model_hash, status);
+CREATE TABLE results (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  task TEXT NOT NULL,
+  sample_key TEXT NOT NULL,
+  policy TEXT NOT NULL,
+  budget TEXT NOT NULL,
+  length INTEGER NOT NULL,
+  depth REAL NOT NULL,
+  sample_index INTEGER NOT NULL,
+  grid_json TEXT NOT NULL,
+  query_aware INTEGER NOT NULL,
+  prediction TEXT NOT NULL,
+  reference TEXT NOT NULL,
+  score REAL NOT NULL,
+  kept_ratio REAL NOT NULL,
+  kv_bytes INTEGER NOT NULL,
+  kv_bytes_full INTEGER NOT NULL,
+  ttft_ms REAL NOT NULL,
+  decode_tok_s REAL NOT NULL,
+  extra_json TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  UNIQUE (run_id, task, sample_key, policy, budget)
+);
+CREATE TABLE aggregates (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  task TEXT NOT NULL,
+  policy TEXT NOT NULL,
+  budget TEXT NOT NULL,
+  samples INTEGER NOT NULL,
+  score REAL NOT NULL,
+  kept_ratio REAL NOT NULL,
+  kv_bytes REAL NOT NULL,
+  kv_bytes_full REAL NOT NULL,
+  ttft_ms REAL NOT NULL,
+  decode_tok_s REAL NOT NULL,
+  PRIMARY KEY (run_id, task, policy, budget)
+);
+)SQL",
+};
+
+std::string now_utc() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[80];
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return text;
+}
+
+RunRecord read_run(const Statement& row) {
+  RunRecord run;
+  run.id = row.int64(0);
+  run.name = row.text(1);
+  run.config_hash = row.text(2);
+  run.config_yaml = row.text(3);
+  run.kvevict_version = row.text(4);
+  run.git_commit = row.text(5);
+  run.model = row.text(6);
+  run.model_hash = row.text(7);
+  run.device = row.text(8);
+  run.seed = static_cast<uint64_t>(row.int64(9));
+  run.started_at = row.text(10);
+  run.finished_at = row.text(11);
+  run.status = row.text(12);
+  return run;
+}
+
+constexpr const char* kRunColumns =
+    "id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device, seed, started_at, "
+    "finished_at, status";
+
+// Aggregates of the newest finished run per (model, task, policy, budget).
+constexpr const char* kLatestAggregates = R"SQL(
+SELECT run_id, model, task, policy, budget, samples, score, kept_ratio, kv_bytes, kv_bytes_full, ttft_ms, decode_tok_s
+FROM (
+  SELECT a.*, r.model AS model,
+         ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.budget
+                            ORDER BY r.finished_at DESC, r.id DESC) AS newest
+  FROM aggregates a JOIN runs r ON r.id = a.run_id
+  WHERE r.status = 'finished' AND (?1 = '' OR a.task = ?1) AND (?2 = '' OR instr(r.model, ?2) > 0)
+    AND (?3 = 0 OR r.id = ?3)
+)
+WHERE newest = 1
+ORDER BY model, task, policy, budget
+)SQL";
+
+// RAII IMMEDIATE transaction: takes the write lock up front so concurrent writers queue on the busy
+// timeout instead of failing on lock upgrade.
+class WriteTransaction {
+ public:
+  WriteTransaction(sqlite3* db, const std::string& path) : db_(db), path_(path) { exec("BEGIN IMMEDIATE"); }
+  ~WriteTransaction() {
+    if (!committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    exec("COMMIT");
+    committed_ = true;
+  }
+
+ private:
+  void exec(const char* sql) {
+    char* message = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+      std::string text = message ? message : "unknown error";
+      sqlite3_free(message);
+      throw RuntimeError(path_ + ": database error: " + text);
+    }
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+ResultsStore::ResultsStore(const std::string& path) : path_(path) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw RuntimeError(path + ": cannot open the results database: " + message);
+  }
+  try {
+    sqlite3_busy_timeout(db_, 60000);
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=NORMAL");
+    exec("PRAGMA foreign_keys=ON");
+    migrate();
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+ResultsStore::~ResultsStore() { sqlite3_close(db_); }
+
+void ResultsStore::exec(const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    std::string text = message ? message : "unknown error";
+    sqlite3_free(message);
+    throw RuntimeError(path_ + ": database error: " + text);
+  }
+}
+
+int ResultsStore::schema_version() {
+  Statement query(db_, path_, "PRAGMA user_version");
+  return query.step() ? static_cast<int>(query.int64(0)) : 0;
+}
+
+void ResultsStore::migrate() {
+  constexpr int latest = static_cast<int>(std::size(kMigrations));
+  static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
+  if (schema_version() == latest) return;
+  WriteTransaction transaction(db_, path_);
+  int version = schema_version();  // re-read under the write lock: another process may have migrated
+  if (version > latest) {
+    throw RuntimeError(path_ + ": results database has schema version " + std::to_string(version) +
+                       ", newer than this kvevict understands (" + std::to_string(latest) + ")");
+  }
+  for (; version < latest; ++version) exec(kMigrations[version]);
+  exec(("PRAGMA user_version=" + std::to_string(latest)).c_str());  // an integer we produced, not input
+  transaction.commit();
+}
+
+std::optional<RunRecord> ResultsStore::find_run(const std::string& config_hash, const std::string& model_hash,
+                                                const std::string& status) {
+  std::string sql = std::string("SELECT ") + kRunColumns +
+                    " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND status = ?3 ORDER BY id DESC LIMIT 1";
+  Statement query(db_, path_, sql.c_str());
+  query.bind(1, config_hash).bind(2, model_hash).bind(3, status);
+  if (!query.step()) return std::nullopt;
+  return read_run(query);
+}
+
+std::optional<RunRecord> ResultsStore::run(int64_t id) {
+  std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs WHERE id = ?1";
+  Statement query(db_, path_, sql.c_str());
+  query.bind(1, id);
+  if (!query.step()) return std::nullopt;
+  return read_run(query);
+}
+
+std::vector<RunRecord> ResultsStore::runs() {
+  std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id";
+  Statement query(db_, path_, sql.c_str());
+  std::vector<RunRecord> all;
+  while (query.step()) all.push_back(read_run(query));
+  return all;
+}
+
+int64_t ResultsStore::create_run(const RunRecord& record) {
+  WriteTransaction transaction(db_, path_);
+  Statement insert(db_, path_,
+                   "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
+                   "device, seed, started_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')");
+  insert.bind(1, record.name).bind(2, record.config_hash).bind(3, record.config_yaml).bind(4, record.kvevict_version);
+  insert.bind(5, record.git_commit).bind(6, record.model).bind(7, record.model_hash).bind(8, record.device);
+  insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc());
+  insert.run();
+  int64_t id = sqlite3_last_insert_rowid(db_);
+  transaction.commit();
+  return id;
+}
+
+void ResultsStore::finish_run(int64_t id, const std::string& status) {
+  WriteTransaction transaction(db_, path_);
+  Statement update(db_, path_, "UPDATE runs SET status = ?1, finished_at = ?2 WHERE id = ?3");
+  update.bind(1, status).bind(2, now_utc()).bind(3, id);
+  update.run();
+  transaction.commit();
+}
+
+std::string ResultsStore::result_key(const std::string& task, const std::string& sample_key, const std::string& policy,
+                                     const std::string& budget) {
+  return task + '\x1f' + sample_key + '\x1f' + policy + '\x1f' + budget;
+}
+
+std::set<std::string> ResultsStore::completed_keys(int64_t run_id) {
+  Statement query(db_, path_, "SELECT task, sample_key, policy, budget FROM results WHERE run_id = ?1");
+  query.bind(1, run_id);
+  std::set<std::string> keys;
+  while (query.step()) keys.insert(result_key(query.text(0), query.text(1), query.text(2), query.text(3)));
+  return keys;
+}
+
+void ResultsStore::insert_results(int64_t run_id, const std::vector<SampleResult>& rows) {
+  if (rows.empty()) return;
+  WriteTransaction transaction(db_, path_);
+  Statement insert(db_, path_,
+                   "INSERT INTO results (run_id, task, sample_key, policy, budget, length, depth, sample_index, "
+                   "grid_json, query_aware, prediction, reference, score, kept_ratio, kv_bytes, kv_bytes_full, "
+                   "ttft_ms, decode_tok_s, extra_json, created_at) VALUES "
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)");
+  std::string now = now_utc();
+  for (const auto& row : rows) {
+    insert.reset();
+    insert.bind(1, run_id).bind(2, row.task).bind(3, row.sample_key).bind(4, row.policy).bind(5, row.budget);
+    insert.bind(6, row.length).bind(7, row.depth).bind(8, row.sample_index).bind(9, row.grid_json);
+    insert.bind(10, row.query_aware ? 1 : 0).bind(11, row.prediction).bind(12, row.reference).bind(13, row.score);
+    insert.bind(14, row.kept_ratio).bind(15, row.kv_bytes).bind(16, row.kv_bytes_full).bind(17, row.ttft_ms);
+    insert.bind(18, row.decode_tok_s).bind(19, row.extra_json).bind(20, now);
+    insert.run();
+  }
+  transaction.commit();
+}
+
+int64_t ResultsStore::count_results(int64_t run_id) {
+  Statement query(db_, path_, "SELECT COUNT(*) FROM results WHERE run_id = ?1");
+  query.bind(1, run_id);
+  return query.step() ? query.int64(0) : 0;
+}
+
+std::vector<SampleResult> ResultsStore::results(int64_t run_id) {
+  Statement query(db_, path_,
+                  "SELECT task, sample_key, policy, budget, length, depth, sample_index, grid_json, query_aware, "
+                  "prediction, reference, score, kept_ratio, kv_bytes, kv_bytes_full, ttft_ms, decode_tok_s, "
+                  "extra_json FROM results WHERE run_id = ?1 ORDER BY id");
+  query.bind(1, run_id);
+  std::vector<SampleResult> rows;
+  while (query.step()) {
+    SampleResult r;
+    r.task = query.text(0);
+    r.sample_key = query.text(1);
+    r.policy = query.text(2);
+    r.budget = query.text(3);
+    r.length = static_cast<int>(query.int64(4));
+    r.depth = query.real(5);
+    r.sample_index = static_cast<int>(query.int64(6));
+    r.grid_json = query.text(7);
+    r.query_aware = query.int64(8) != 0;
+    r.prediction = query.text(9);
+    r.reference = query.text(10);
+    r.score = query.real(11);
+    r.kept_ratio = query.real(12);
+    r.kv_bytes = query.int64(13);
+    r.kv_bytes_full = query.int64(14);
+    r.ttft_ms = query.real(15);
+    r.decode_tok_s = query.real(16);
+    r.extra_json = query.text(17);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+void ResultsStore::update_aggregates(int64_t run_id) {
+  WriteTransaction transaction(db_, path_);
+  Statement clear(db_, path_, "DELETE FROM aggregates WHERE run_id = ?1");
+  clear.bind(1, run_id).run();
+  Statement fill(db_, path_,
+                 "INSERT INTO aggregates (run_id, task, policy, budget, samples, score, kept_ratio, kv_bytes, "
+                 "kv_bytes_full, ttft_ms, decode_tok_s) "
+                 "SELECT run_id, task, policy, budget, COUNT(*), AVG(score), AVG(kept_ratio), AVG(kv_bytes), "
+                 "AVG(kv_bytes_full), AVG(ttft_ms), AVG(decode_tok_s) FROM results WHERE run_id = ?1 "
+                 "GROUP BY task, policy, budget");
+  fill.bind(1, run_id).run();
+  transaction.commit();
+}
+
+std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, const std::string& model, int64_t run_id) {
+  Statement query(db_, path_, kLatestAggregates);
+  query.bind(1, task).bind(2, model).bind(3, run_id);
+  std::vector<AggregateRow> rows;
+  while (query.step()) {
+    AggregateRow row;
+    row.run_id = query.int64(0);
+    row.model = query.text(1);
+    row.task = query.text(2);
+    row.policy = query.text(3);
+    row.budget = query.text(4);
+    row.samples = query.int64(5);
+    row.score = query.real(6);
+    row.kept_ratio = query.real(7);
+    row.kv_bytes = query.real(8);
+    row.kv_bytes_full = query.real(9);
+    row.ttft_ms = query.real(10);
+    row.decode_tok_s = query.real(11);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<GridCell> ResultsStore::grid_cells(const std::string& task, const std::string& model) {
+  std::vector<GridCell> cells;
+  for (const auto& aggregate : leaderboard(task, model)) {
+    Statement query(db_, path_,
+                    "SELECT length, depth, AVG(score), COUNT(*) FROM results WHERE run_id = ?1 AND task = ?2 AND "
+                    "policy = ?3 AND budget = ?4 GROUP BY length, depth ORDER BY length, depth");
+    query.bind(1, aggregate.run_id).bind(2, aggregate.task).bind(3, aggregate.policy).bind(4, aggregate.budget);
+    while (query.step()) {
+      GridCell cell;
+      cell.model = aggregate.model;
+      cell.task = aggregate.task;
+      cell.policy = aggregate.policy;
+      cell.budget = aggregate.budget;
+      cell.length = static_cast<int>(query.int64(0));
+      cell.depth = query.real(1);
+      cell.score = query.real(2);
+      cell.samples = query.int64(3);
+      cells.push_back(cell);
+    }
+  }
+  return cells;
+}
+
+}  // namespace kvevict::evals

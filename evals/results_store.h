@@ -1,0 +1,105 @@
+#pragma once
+// The SQLite results store (default kvevict.db). WAL mode and a busy timeout let several `kvevict
+// eval` processes write one file at once; every write is one IMMEDIATE transaction. The schema
+// version lives in PRAGMA user_version and is migrated forward on open. Every statement is
+// parameterised: nothing from a config or a model is pasted into SQL.
+//
+// Tables:
+//   runs(id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash,
+//        device, seed, started_at, finished_at, status running|finished|failed)
+//   results(run_id, task, sample_key, policy, budget, ... ; UNIQUE(run_id, task, sample_key, policy, budget))
+//   aggregates(run_id, task, policy, budget, samples, score, ... ; PRIMARY KEY(run_id, task, policy, budget))
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace kvevict::evals {
+
+struct RunRecord {
+  int64_t id = 0;
+  std::string name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device;
+  uint64_t seed = 0;
+  std::string started_at, finished_at, status;
+};
+
+struct SampleResult {
+  std::string task, sample_key, policy, budget;
+  int length = 0;
+  double depth = -1;
+  int sample_index = 0;
+  std::string grid_json = "{}";
+  bool query_aware = false;
+  std::string prediction;
+  std::string reference;  // JSON array of the references
+  double score = 0;       // 0-100
+  double kept_ratio = 1;
+  int64_t kv_bytes = 0, kv_bytes_full = 0;
+  double ttft_ms = 0, decode_tok_s = 0;
+  std::string extra_json = "{}";
+};
+
+struct AggregateRow {
+  int64_t run_id = 0;
+  std::string model, task, policy, budget;
+  int64_t samples = 0;
+  double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
+};
+
+// Mean score of one (task, policy, budget, length, depth) cell: needle heatmaps.
+struct GridCell {
+  std::string model, task, policy, budget;
+  int length = 0;
+  double depth = 0;
+  double score = 0;
+  int64_t samples = 0;
+};
+
+class ResultsStore {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens or creates `path` and migrates it. Throws RuntimeError naming the file on failure, or when
+  // the file was written by a newer schema.
+  explicit ResultsStore(const std::string& path);
+  ~ResultsStore();
+  ResultsStore(const ResultsStore&) = delete;
+  ResultsStore& operator=(const ResultsStore&) = delete;
+
+  int schema_version();
+  // The newest run with this identity and status ("finished", "running", ...).
+  std::optional<RunRecord> find_run(const std::string& config_hash, const std::string& model_hash,
+                                    const std::string& status);
+  std::optional<RunRecord> run(int64_t id);
+  std::vector<RunRecord> runs();
+  int64_t create_run(const RunRecord& record);  // status "running", started_at now
+  void finish_run(int64_t id, const std::string& status);
+  // Keys "task\x1fsample_key\x1fpolicy\x1fbudget" already stored for a run.
+  std::set<std::string> completed_keys(int64_t run_id);
+  static std::string result_key(const std::string& task, const std::string& sample_key, const std::string& policy,
+                                const std::string& budget);
+  // Inserts all rows in one transaction (all or nothing). A row whose key exists is an error.
+  void insert_results(int64_t run_id, const std::vector<SampleResult>& rows);
+  int64_t count_results(int64_t run_id);
+  std::vector<SampleResult> results(int64_t run_id);
+  // Recomputes the run's aggregates from its results.
+  void update_aggregates(int64_t run_id);
+
+  // Latest finished run's aggregate for each (model, task, policy, budget); filters match when
+  // empty; `model` matches any run whose model path contains it.
+  std::vector<AggregateRow> leaderboard(const std::string& task = "", const std::string& model = "",
+                                        int64_t run_id = 0);
+  // Per-(length, depth) means of the same runs the leaderboard picks.
+  std::vector<GridCell> grid_cells(const std::string& task = "", const std::string& model = "");
+
+ private:
+  void exec(const char* sql);
+  void migrate();
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace kvevict::evals

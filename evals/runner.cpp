@@ -1,0 +1,151 @@
+#include "evals/runner.h"
+
+#include "core/util/error.h"
+#include "evals/metrics/metrics.h"
+#include "evals/tasks/task.h"
+#include "kvevict_version.h"
+
+namespace kvevict::evals {
+namespace {
+
+std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of('\n');
+  if (start == std::string::npos) return "";
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+std::vector<Sample> generate_samples(const EvalConfig& config, SampleRunner& runner) {
+  TaskContext context;
+  context.seed = config.seed;
+  context.limit = config.limit;
+  context.count_tokens = [&runner](std::string_view text) { return runner.count_tokens(text); };
+  std::vector<Sample> all;
+  for (const auto& task_config : config.tasks) {
+    // Options were validated when the config was loaded; re-reading them cannot add errors.
+    ConfigErrors errors(config.source, {});
+    MapReader reader(errors, task_config.options, task_config.where);
+    if (reader.has("type")) reader.get_string("type", task_config.type);
+    auto task = find_task_type(task_config.type)->make(reader, task_config.name);
+    errors.throw_if_any();
+    auto samples = task->generate(context);
+    all.insert(all.end(), samples.begin(), samples.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::json& extra) {
+  if (sample.fidelity) {
+    extra["kl"] = outcome.kl;
+    extra["top1_agreement"] = outcome.top1_agreement;
+    extra["greedy_agreement"] = outcome.greedy_agreement;
+    return 100.0 * outcome.top1_agreement;
+  }
+  std::string prediction = sample.first_line_only ? first_line(outcome.prediction) : outcome.prediction;
+  extra["metric"] = sample.metric;
+  return 100.0 * score_prediction(sample.metric, prediction, sample.references, sample.all_classes);
+}
+
+EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options) {
+  auto note = [&](const std::string& text) {
+    if (options.note) options.note(text);
+  };
+  EvalSummary summary;
+  const std::string model_hash = runner.model_hash();
+  if (!options.force) {
+    if (auto finished = store.find_run(config.hash, model_hash, "finished")) {
+      summary.run_id = finished->id;
+      summary.skipped = true;
+      note("run #" + std::to_string(finished->id) + " of this config and model finished at " + finished->finished_at +
+           "; skipping (use --force to run it again)");
+      return summary;
+    }
+  }
+  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "running");
+  if (options.resume && unfinished) {
+    summary.run_id = unfinished->id;
+    summary.resumed = true;
+  } else {
+    if (options.resume) note("no unfinished run of this config to resume; starting a new one");
+    else if (unfinished) note("run #" + std::to_string(unfinished->id) + " of this config is unfinished; --resume continues it");
+    RunRecord record;
+    record.name = config.name;
+    record.config_hash = config.hash;
+    record.config_yaml = config.resolved_yaml;
+    record.kvevict_version = KVEVICT_VERSION;
+    record.git_commit = KVEVICT_GIT_COMMIT;
+    record.model = config.model;
+    record.model_hash = model_hash;
+    record.device = runner.device();
+    record.seed = config.seed;
+    summary.run_id = store.create_run(record);
+  }
+
+  runner.prepare(config.policies);
+  std::vector<Sample> samples = generate_samples(config, runner);
+  summary.samples = static_cast<int64_t>(samples.size());
+  const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
+  summary.results_total = summary.samples * per_sample;
+  std::set<std::string> done = store.completed_keys(summary.run_id);
+  if (summary.resumed) {
+    note("resuming run #" + std::to_string(summary.run_id) + ": " + std::to_string(done.size()) + " of " +
+         std::to_string(summary.results_total) + " results already stored");
+  }
+
+  const int64_t prefills_before = runner.prefill_count();
+  Progress progress(options.progress, config.name, summary.results_total, static_cast<int64_t>(done.size()));
+  try {
+    for (const Sample& sample : samples) {
+      std::vector<std::pair<const PolicyChoice*, const Budget*>> missing;
+      for (const auto& policy : config.policies) {
+        for (const auto& budget : config.budgets) {
+          if (!done.count(ResultsStore::result_key(sample.task, sample.key, policy.label, budget.text))) {
+            missing.push_back({&policy, &budget});
+          }
+        }
+      }
+      if (missing.empty()) continue;
+      runner.begin_sample(sample);
+      std::vector<SampleResult> rows;
+      for (const auto& [policy, budget] : missing) {
+        RunOutcome outcome = runner.run(*policy, *budget);
+        nlohmann::json extra = outcome.extra;
+        SampleResult row;
+        row.score = score_outcome(sample, outcome, extra);
+        row.task = sample.task;
+        row.sample_key = sample.key;
+        row.policy = policy->label;
+        row.budget = budget->text;
+        row.length = sample.length;
+        row.depth = sample.depth;
+        row.sample_index = sample.index;
+        row.grid_json = sample.grid.dump();
+        row.query_aware = sample.query_aware;
+        row.prediction = outcome.prediction;
+        row.reference = nlohmann::json(sample.references).dump();
+        row.kept_ratio = outcome.kept_ratio;
+        row.kv_bytes = outcome.kv_bytes;
+        row.kv_bytes_full = outcome.kv_bytes_full;
+        row.ttft_ms = outcome.ttft_ms;
+        row.decode_tok_s = outcome.decode_tok_s;
+        row.extra_json = extra.dump();
+        rows.push_back(std::move(row));
+      }
+      store.insert_results(summary.run_id, rows);
+      summary.results_written += static_cast<int64_t>(rows.size());
+      progress.advance(static_cast<int64_t>(rows.size()));
+    }
+  } catch (...) {
+    progress.finish();
+    // Leave the run "running": what was committed stays, and --resume continues from there.
+    throw;
+  }
+  progress.finish();
+  summary.prefills = runner.prefill_count() - prefills_before;
+  store.update_aggregates(summary.run_id);
+  store.finish_run(summary.run_id, "finished");
+  return summary;
+}
+
+}  // namespace kvevict::evals

@@ -1,0 +1,40 @@
+#pragma once
+// The sweep: every sample of every task, under every (policy, budget), into the results store.
+// For each sample the model prefills once (SampleRunner::begin_sample); each (policy, budget) then
+// restores that cache, evicts and decodes. A sample's results are committed together in one
+// transaction, so a run killed at any moment loses at most the sample in flight and `--resume`
+// redoes exactly what is missing (the store's unique key forbids duplicates).
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "evals/config.h"
+#include "evals/progress.h"
+#include "evals/results_store.h"
+#include "evals/sample_runner.h"
+
+namespace kvevict::evals {
+
+struct EvalOptions {
+  bool resume = false;  // continue the newest unfinished run of this config and model
+  bool force = false;   // run even when an identical finished run exists
+  Progress::Mode progress = Progress::Mode::Quiet;
+  std::function<void(const std::string&)> note;  // one-line messages for the user
+};
+
+struct EvalSummary {
+  int64_t run_id = 0;
+  bool skipped = false;        // an identical finished run exists
+  bool resumed = false;
+  int64_t samples = 0;         // samples generated
+  int64_t results_total = 0;   // samples x policies x budgets
+  int64_t results_written = 0; // written by this invocation
+  int64_t prefills = 0;        // full-cache prefills done by this invocation
+};
+
+EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options);
+
+// Score of a prediction in 0-100 and the metric's details, per the sample's metric.
+double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::json& extra);
+
+}  // namespace kvevict::evals

@@ -1,0 +1,31 @@
+#pragma once
+// CUDA code generation from a policy. The generator consumes the DSL's lowered form
+// (dsl/lowered.h) and emits one kernel source per policy: the prelude (kernel_abi.h), then one
+// device function per lowered definition, each preceded by `#line N "<policy file>"` so that
+// NVRTC's messages cite the policy's own lines, then KVEVICT_SCORE_ENTRY for each indicator.
+// The same text builds as host C++ (host_module.h) for the semantic check against the interpreter.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvevict::jit {
+
+struct GeneratedKernel {
+  std::string name;                       // program name for NVRTC, e.g. "cake.cu"
+  std::string policy_file;                // the policy it came from
+  std::string source;                     // complete CUDA C++ (prelude included)
+  std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
+  // Tensor signals each kernel reads (dsl::TensorSignal values: 0 window attention, 1 accumulated,
+  // 2 current attention, 3 key norm, 4 value norm, 5 position); the runner checks they are given.
+  std::vector<int> score_signals, decode_signals;
+};
+
+// True once the generator is built in (it needs the DSL's lowered form).
+bool code_generator_available();
+
+// Loads the policy (built-in name or path; --set overrides), lowers it and generates its kernels.
+// Throws UsageError for a bad policy, RuntimeError while the generator is not available.
+GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std::map<std::string, std::string>& overrides,
+                                     const std::vector<std::string>& policy_dirs);
+
+}  // namespace kvevict::jit

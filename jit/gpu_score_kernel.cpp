@@ -1,0 +1,47 @@
+// GPU scoring runner; see gpu_score_kernel.h.
+#include "jit/gpu_score_kernel.h"
+
+#include "core/util/error.h"
+
+namespace kvevict::jit {
+
+GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry)
+    : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)) {}
+
+void GpuScoreKernel::ensure(DeviceBuffer& buffer, size_t bytes) {
+  if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes);
+}
+
+void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
+  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
+  args_ = to_kernel_args(in);
+  const size_t T = size_t(in.T), G = size_t(in.group), W = size_t(in.W);
+  auto upload = [&](DeviceBuffer& buffer, const void* host, size_t bytes) -> uint64_t {
+    if (!host) return 0;
+    ensure(buffer, bytes);
+    buffer.upload(host, bytes);
+    return buffer.address();
+  };
+  args_.window_attention = reinterpret_cast<const float*>(upload(window_, in.window_attention, G * W * T * sizeof(float)));
+  args_.accumulated_attention = reinterpret_cast<const float*>(upload(accumulated_, in.accumulated_attention, G * T * sizeof(float)));
+  args_.current_attention = reinterpret_cast<const float*>(upload(current_, in.current_attention, G * T * sizeof(float)));
+  args_.key_norm = reinterpret_cast<const float*>(upload(key_norm_, in.key_norm, T * sizeof(float)));
+  args_.value_norm = reinterpret_cast<const float*>(upload(value_norm_, in.value_norm, T * sizeof(float)));
+  args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
+  ensure(out_, T * sizeof(float));
+  launch_again();
+  synchronize_device();
+  out_.download(out, T * sizeof(float));
+}
+
+void GpuScoreKernel::launch_again() {
+  uint64_t out_address = out_.address();
+  void* params[] = {&args_, &out_address};
+  LaunchShape shape;
+  shape.block_x = kBlock;
+  shape.grid_x = unsigned((size_t(args_.T) + kBlock - 1) / kBlock);
+  if (shape.grid_x == 0) return;
+  launch_kernel(function_, shape, params);
+}
+
+}  // namespace kvevict::jit

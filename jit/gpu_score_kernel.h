@@ -1,0 +1,39 @@
+#pragma once
+// Runs a compiled scoring kernel (KVEVICT_SCORE_ENTRY convention, kernel_abi.h) on the GPU for one
+// (layer, KV head): uploads the inputs ScoreInputs points at, launches one thread per token and
+// downloads the scores. Buffers are kept and grown across calls. The GPU tests and benchmarks use
+// it; the engine's CUDA path will keep its inputs on the device instead of copying them.
+#include <memory>
+#include <string>
+
+#include "core/engine/policy_program.h"
+#include "jit/cuda_driver.h"
+#include "jit/kernel_abi.h"
+#include "jit/kernel_cache.h"
+
+namespace kvevict::jit {
+
+class GpuScoreKernel {
+ public:
+  // `binary` is a cubin or NUL-terminated PTX containing `entry`. The device must be current
+  // (use_cuda_device).
+  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry);
+
+  // Copies the inputs to the device, scores, copies out[0..T) back.
+  void score(const ScoreInputs& in, float* out);
+
+  // Launch only, on inputs already uploaded by the last score() call (for timing).
+  void launch_again();
+
+  static constexpr unsigned kBlock = 256;
+
+ private:
+  void ensure(DeviceBuffer& buffer, size_t bytes);
+
+  CudaModule module_;
+  void* function_ = nullptr;
+  DeviceBuffer window_, accumulated_, current_, key_norm_, value_norm_, position_, out_;
+  KvScoreArgs args_{};
+};
+
+}  // namespace kvevict::jit

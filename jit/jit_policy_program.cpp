@@ -1,0 +1,70 @@
+// JitPolicyProgram; see jit_policy_program.h.
+#include "jit/jit_policy_program.h"
+
+#include <algorithm>
+
+#include "core/util/error.h"
+
+namespace kvevict::jit {
+
+bool JitPolicyProgram::has_entry(const GeneratedKernel& kernel, const std::string& name) const {
+  return std::find(kernel.entry_points.begin(), kernel.entry_points.end(), name) != kernel.entry_points.end();
+}
+
+std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<PolicyProgram> reference,
+                                                          const GeneratedKernel& kernel, const KernelCacheEntry& binary,
+                                                          int ordinal) {
+  std::unique_ptr<JitPolicyProgram> program(new JitPolicyProgram(std::move(reference)));
+  program->score_signals_ = kernel.score_signals;
+  program->decode_signals_ = kernel.decode_signals;
+  program->ordinal_ = ordinal;
+  use_cuda_device(ordinal);
+  if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
+  program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry);
+  if (program->has_entry(kernel, kDecodeScoreEntry))
+    program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry);
+  return program;
+}
+
+std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<PolicyProgram> reference,
+                                                           const GeneratedKernel& kernel, const std::string& work_dir) {
+  std::unique_ptr<JitPolicyProgram> program(new JitPolicyProgram(std::move(reference)));
+  program->score_signals_ = kernel.score_signals;
+  program->decode_signals_ = kernel.decode_signals;
+  program->host_ = std::make_unique<HostModule>(kernel.source, work_dir, "policy");
+  if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
+  program->host_score_ = reinterpret_cast<HostEntry>(program->host_->symbol(kScoreEntry));
+  if (program->has_entry(kernel, kDecodeScoreEntry))
+    program->host_decode_ = reinterpret_cast<HostEntry>(program->host_->symbol(kDecodeScoreEntry));
+  return program;
+}
+
+void JitPolicyProgram::check_signals(const ScoreInputs& in, const std::vector<int>& signals) const {
+  static const char* names[] = {"window attention", "accumulated attention", "current attention", "key norms", "value norms"};
+  const void* given[] = {in.window_attention, in.accumulated_attention, in.current_attention, in.key_norm, in.value_norm};
+  if (in.T <= 0) return;
+  for (int s : signals)
+    if (s >= 0 && s < 5 && !given[s])
+      throw RuntimeError("policy '" + description().name + "' reads " + names[s] + " but the engine did not supply it");
+  if (in.W <= 0 || in.group < 1) {
+    for (int s : signals)
+      if (s == 0) throw RuntimeError("policy '" + description().name + "' reads window attention but W = 0");
+  }
+}
+
+void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) const {
+  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
+  const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
+  check_signals(in, use_decode ? decode_signals_ : score_signals_);
+  if (host_) {
+    const HostEntry entry = use_decode ? host_decode_ : host_score_;
+    const KvScoreArgs args = to_kernel_args(in);
+    entry(&args, out);
+    return;
+  }
+  use_cuda_device(ordinal_);
+  GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
+  kernel.score(in, out);
+}
+
+}  // namespace kvevict::jit

@@ -1,0 +1,55 @@
+#pragma once
+// A PolicyProgram whose per-token scores come from compiled kernels: on the GPU (cubin/PTX through
+// the driver) or on the host (the same kernel text built by the system compiler, for the semantic
+// check). Everything else (the description, layer weights) is delegated to the reference program,
+// normally the DSL interpreter's, so the two can only differ where the kernel differs.
+//
+// Kernel entry points follow kernel_abi.h: `kvevict_score` for the prefill indicator and, when the
+// policy declares one, `kvevict_decode_score` for the decode indicator.
+#include <memory>
+#include <string>
+
+#include "core/engine/policy_program.h"
+#include "jit/codegen.h"
+#include "jit/gpu_score_kernel.h"
+#include "jit/host_module.h"
+
+namespace kvevict::jit {
+
+inline constexpr const char* kScoreEntry = "kvevict_score";
+inline constexpr const char* kDecodeScoreEntry = "kvevict_decode_score";
+
+class JitPolicyProgram : public PolicyProgram {
+ public:
+  // GPU: `binary` compiled from `kernel` for the current device; `ordinal` is made current on use.
+  static std::unique_ptr<JitPolicyProgram> on_gpu(std::unique_ptr<PolicyProgram> reference, const GeneratedKernel& kernel,
+                                                  const KernelCacheEntry& binary, int ordinal);
+  // Host: `kernel`'s text compiled by the system C++ compiler in `work_dir`.
+  static std::unique_ptr<JitPolicyProgram> on_host(std::unique_ptr<PolicyProgram> reference, const GeneratedKernel& kernel,
+                                                   const std::string& work_dir);
+
+  const PolicyDescription& description() const override { return reference_->description(); }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override;
+  double layer_weight(const LayerWeightInputs& in) const override { return reference_->layer_weight(in); }
+  int window_for(int prompt_len) const override { return reference_->window_for(prompt_len); }
+  PolicyProtect protect_for(int prompt_len) const override { return reference_->protect_for(prompt_len); }
+
+ private:
+  explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}
+  bool has_entry(const GeneratedKernel& kernel, const std::string& name) const;
+
+  // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead).
+  void check_signals(const ScoreInputs& in, const std::vector<int>& signals) const;
+
+  std::unique_ptr<PolicyProgram> reference_;
+  std::vector<int> score_signals_, decode_signals_;
+  int ordinal_ = -1;
+  // GPU backend (mutable: buffers are reused across calls; score() is const in the interface).
+  mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_;
+  // Host backend.
+  std::unique_ptr<HostModule> host_;
+  using HostEntry = void (*)(const KvScoreArgs*, float*);
+  HostEntry host_score_ = nullptr, host_decode_ = nullptr;
+};
+
+}  // namespace kvevict::jit

@@ -1,0 +1,44 @@
+#pragma once
+// The binary interface between scoring kernels (generated or hand-written) and their callers.
+// The same struct definition is compiled into kvevict and pasted, as text, at the top of every
+// kernel source (kernel_prelude()), so the layouts cannot drift apart. It mirrors
+// kvevict::ScoreInputs (core/engine/policy_program.h) with device pointers; both sides are LP64.
+//
+// Entry point convention (KVEVICT_SCORE_ENTRY in the prelude):
+//   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread per token t
+//   host: extern "C" void NAME(const KvScoreArgs* args, float* out)      a loop over t
+// out[t] receives the score of cache entry t, for t in 0..T-1.
+#include <string>
+
+#define KVEVICT_DEFINE_KERNEL_ABI                                           \
+  struct KvScoreArgs {                                                      \
+    int layer; int kv_head; int n_layers; int n_kv_heads; int group;        \
+    int head_dim; int T; int prompt_len; int decode_step; int W;            \
+    const float* window_attention;                                          \
+    const float* accumulated_attention;                                     \
+    const float* current_attention;                                         \
+    const float* key_norm;                                                  \
+    const float* value_norm;                                                \
+    const int* position;                                                    \
+    unsigned long long seed;                                                \
+  };
+
+namespace kvevict {
+struct ScoreInputs;
+}
+
+namespace kvevict::jit {
+
+KVEVICT_DEFINE_KERNEL_ABI
+
+static_assert(sizeof(KvScoreArgs) == 40 + 6 * 8 + 8, "KvScoreArgs layout must match the kernel text");
+
+// Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
+// launch on a GPU replace them with device addresses.
+KvScoreArgs to_kernel_args(const ScoreInputs& in);
+
+// The text every kernel source starts with: portability macros (CUDA under NVRTC, plain C++ for
+// the host semantic check), KvScoreArgs, bounded loads and KVEVICT_SCORE_ENTRY.
+const std::string& kernel_prelude();
+
+}  // namespace kvevict::jit

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The one prepared script for an accelerator machine (CUDA toolkit, CMake, Python, no package
+# registry, at most 64 MiB of files with the working tree):
+#   1. unpacks the Debian packages brought in .device-debs/ (scripts/device-fetch-debs.sh) with
+#      `dpkg -x` into a private prefix (never into /); without dpkg, Python unpacks the .deb files
+#   2. configures and builds kvevict with CUDA (tests and benchmarks)
+#   3. runs the GPU tests (every test binary; GPU tests no longer skip here) and the GPU benchmarks
+#   4. prints a summary table; logs go to $OUT (when set) or device-check-out/
+#
+# Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick]
+#   --quick: only the jit tests and bench_jit (when device time is short)
+# Exit status: 0 when every step passed, 1 otherwise.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+debs="$root/.device-debs"
+jobs="$(nproc 2>/dev/null || echo 4)"
+quick=0
+while (( $# )); do
+  case "$1" in
+    --debs) debs="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    *) echo "device-check: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+out="${OUT:-$root/device-check-out}"
+mkdir -p "$out"
+prefix="$root/build-device/prefix"
+build="$root/build-device/build"
+summary="$out/summary.tsv"
+: > "$summary"
+failures=0
+
+# record STEP STATUS SECONDS NOTE
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$summary"; [[ "$2" == FAIL ]] && failures=$((failures + 1)); return 0; }
+
+# step NAME LOGFILE COMMAND...: runs, times and records one step; returns the command's status.
+step() {
+  local name="$1" log="$2"; shift 2
+  local start=$SECONDS
+  echo "== $name"
+  "$@" > "$log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - start))
+  if (( rc == 0 )); then record "$name" ok "$took" "$(basename "$log")"; else record "$name" FAIL "$took" "exit $rc, see $(basename "$log")"; tail -n 25 "$log"; fi
+  return $rc
+}
+
+# ---- 1. private prefix from the .deb files -------------------------------------------------
+unpack_debs() {
+  shopt -s nullglob
+  local files=("$debs"/*.deb)
+  if (( ${#files[@]} == 0 )); then echo "no .deb files in $debs (run scripts/device-fetch-debs.sh first)"; return 1; fi
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for deb in "${files[@]}"; do
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$deb" "$prefix" || return 1
+    else
+      # A .deb is an ar archive holding data.tar.*; unpack that member into the prefix.
+      python3 - "$deb" "$prefix" <<'PY' || return 1
+import io, sys, tarfile
+path, prefix = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+assert data[:8] == b"!<arch>\n", f"{path}: not an ar archive"
+pos = 8
+while pos + 60 <= len(data):
+    name = data[pos:pos + 16].decode().strip().rstrip("/")
+    size = int(data[pos + 48:pos + 58].decode().strip())
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
+            tar.extractall(prefix)
+        break
+    pos += 60 + size + (size & 1)
+else:
+    sys.exit(f"{path}: no data.tar member")
+PY
+    fi
+    echo "unpacked $(basename "$deb")"
+  done
+  # dpkg -x runs no maintainer scripts, so the alternatives that expose OpenBLAS as
+  # libopenblas.so / libblas.so are missing: make them by hand inside the prefix.
+  local lib="$prefix/usr/lib/$multiarch"
+  local lib_name
+  for lib_name in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3; do
+    [[ -e "$lib/openblas-pthread/$lib_name" && ! -e "$lib/$lib_name" ]] && ln -s "openblas-pthread/$lib_name" "$lib/$lib_name"
+  done
+  return 0
+}
+
+multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
+[[ -n "$multiarch" ]] || multiarch=x86_64-linux-gnu
+step "unpack packages" "$out/unpack.log" unpack_debs
+export PATH="$prefix/usr/bin:/usr/local/cuda/bin:$PATH"
+export LD_LIBRARY_PATH="$prefix/usr/lib/$multiarch:$prefix/usr/lib/$multiarch/openblas-pthread:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LIBRARY_PATH="$prefix/usr/lib/$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}"
+
+# ---- 2. configure and build with CUDA ----------------------------------------------------------
+gpu_arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')"
+[[ -n "$gpu_arch" ]] || gpu_arch=90
+generator="Unix Makefiles"
+command -v ninja >/dev/null && generator=Ninja
+configure() {
+  cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix/usr" \
+    -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/$multiarch" \
+    -DKVEVICT_CBLAS_INCLUDE="$prefix/usr/include/$multiarch/openblas-pthread" \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+    -DCMAKE_CUDA_ARCHITECTURES="$gpu_arch" \
+    -DKVEVICT_CUDA=ON -DKVEVICT_TESTS=ON -DKVEVICT_BENCH=ON
+}
+step "configure (CUDA sm_$gpu_arch, $generator)" "$out/configure.log" configure
+if (( quick )); then
+  step "build jit targets" "$out/build.log" cmake --build "$build" -j "$jobs" --target kvevict kvevict_jit_tests bench_jit
+else
+  step "build everything" "$out/build.log" cmake --build "$build" -j "$jobs" ||
+    step "build jit targets (fallback)" "$out/build-jit.log" cmake --build "$build" -j "$jobs" --target kvevict kvevict_jit_tests bench_jit
+fi
+
+# ---- 3. GPU checks -------------------------------------------------------------------------------
+kvevict="$build/kvevict"
+[[ -x "$kvevict" ]] && step "kvevict devices --device cuda" "$out/devices.log" "$kvevict" devices --device cuda
+export KVEVICT_CACHE_DIR="$build/kernel-cache"
+for binary in "$build"/tests/kvevict_*_tests; do
+  [[ -x "$binary" ]] || continue
+  name="$(basename "$binary")"
+  if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
+  # Every test runs: the GPU tests are part of them and skip only without a device.
+  step "$name" "$out/$name.log" "$binary" --gtest_brief=1 --gtest_output="xml:$out/$name.xml"
+  skipped=$(grep -o 'result="skipped"' "$out/$name.xml" 2>/dev/null | wc -l)
+  (( skipped > 0 )) && record "  $name skipped" note 0 "$skipped skipped (see log)"
+done
+for bench in "$build"/bench/bench_jit "$build"/bench/bench_*gpu* "$build"/bench/bench_*cuda*; do
+  [[ -x "$bench" ]] || continue
+  step "$(basename "$bench")" "$out/$(basename "$bench").log" "$bench"
+done
+
+# ---- 4. summary ----------------------------------------------------------------------------------
+echo
+echo "================ kvevict device check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) ================"
+printf '%-44s %-6s %6s  %s\n' STEP STATUS SECONDS NOTE
+while IFS=$'\t' read -r name status seconds note; do
+  printf '%-44s %-6s %6s  %s\n' "$name" "$status" "$seconds" "$note"
+done < "$summary"
+if [[ -f "$out/bench_jit.log" ]]; then
+  echo
+  echo "---- bench_jit figures ----"
+  grep -E "ms|GB/s|skipped" "$out/bench_jit.log"
+fi
+for log in "$out"/kvevict_*_tests.log; do
+  [[ -f "$log" ]] || continue
+  grep -h "max relative error" "$log" | sed 's/^/  /'
+done
+echo "logs: $out"
+(( failures == 0 ))

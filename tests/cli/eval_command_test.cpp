@@ -1,0 +1,236 @@
+// `kvevict eval`, `leaderboard` and `report` as processes: exit codes and messages for bad configs,
+// resume after SIGKILL, several writers on one database, every output format.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "evals/results_store.h"
+#include "process.h"
+
+using kvevict::test::run_shell;
+
+namespace {
+
+struct Workdir {
+  std::filesystem::path path;
+  explicit Workdir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("kvevict_cli_" + name + std::to_string(getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~Workdir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name) << content;
+    return (path / name).string();
+  }
+  std::string db() const { return (path / "kvevict.db").string(); }
+};
+
+std::string cli_command(const std::string& args) { return std::string(KVEVICT_BINARY) + " " + args; }
+
+const char* kFakeConfig =
+    "name: cli\n"
+    "model: \"fake:%s\"\n"
+    "seed: %d\n"
+    "tasks:\n"
+    "  passkey: {lengths: [60, 120], samples: 3}\n"
+    "  needle: {lengths: [100, 200], depths: [0, 50, 100]}\n"
+    "policies: [alpha, beta]\n"
+    "budgets: [\"20%%\", \"40\", full]\n";
+
+std::string fake_config(const std::string& options, int seed) {
+  char text[1024];
+  std::snprintf(text, sizeof(text), kFakeConfig, options.c_str(), seed);
+  return text;
+}
+
+}  // namespace
+
+TEST(EvalCommand, ConfigErrorsExitWith2AndNameTheLocation) {
+  Workdir dir("errors");
+  struct Case {
+    std::string yaml, expected;
+  };
+  std::vector<Case> cases = {
+      {fake_config("", 1) + "colour: blue\n", "bad.yaml:9:1: error: colour: unknown key 'colour'"},
+      {"model: \"fake:\"\nthreads: many\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n",
+       "bad.yaml:2:10: error: threads: expected an integer, got 'many'"},
+      {"model: \"fake:\"\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [\"200%\"]\n",
+       "bad.yaml:4:11: error: budgets[0]: bad budget: '200%'"},
+      {"model: /nowhere/model.gguf\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n",
+       "bad.yaml:1:8: error: model: model file '/nowhere/model.gguf' does not exist"},
+  };
+  for (const auto& c : cases) {
+    std::string path = dir.file("bad.yaml", c.yaml);
+    auto result = run_shell(cli_command("eval -c " + path + " --db " + dir.db()));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find(c.expected), std::string::npos) << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.db())) << "work started before validation finished";
+  }
+  auto missing = run_shell(cli_command("eval -c " + (dir.path / "none.yaml").string()));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("none.yaml: cannot open the config file"), std::string::npos) << missing.output;
+  std::string good = dir.file("good.yaml", fake_config("", 1));
+  auto bad_set = run_shell(cli_command("eval -c " + good + " --db " + dir.db() + " --set tasks.passkey.lengths=[x]"));
+  EXPECT_EQ(bad_set.exit_code, 2);
+  EXPECT_NE(bad_set.output.find("--set tasks.passkey.lengths: error"), std::string::npos) << bad_set.output;
+}
+
+TEST(EvalCommand, RunsPrintsTheLeaderboardAndSkipsARepeat) {
+  Workdir dir("run");
+  std::string config = dir.file("c.yaml", fake_config("", 1));
+  auto result = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --set tasks.passkey.lengths=[80]"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("passkey"), std::string::npos);
+  EXPECT_NE(result.output.find("results written"), std::string::npos);
+  EXPECT_NE(result.output.find("cli: "), std::string::npos) << "plain progress lines when stderr is not a TTY";
+  auto again = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --set tasks.passkey.lengths=[80]"));
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_NE(again.output.find("skipping"), std::string::npos) << again.output;
+  auto quiet = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --quiet --force --limit 1"));
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.output, "");
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_NE(runs[0].config_yaml.find("lengths: [80]"), std::string::npos);
+  EXPECT_NE(runs[1].config_yaml.find("limit: 1"), std::string::npos);
+  EXPECT_EQ(store.count_results(runs[1].id), (2 * 1 + 6 * 1) * 2 * 3);
+}
+
+TEST(EvalCommand, ResumeAfterSigkillLosesAndDuplicatesNothing) {
+  Workdir dir("resume");
+  std::string config = dir.file("c.yaml", fake_config("delay_ms=15", 2));
+  const int64_t total = (6 + 6) * 2 * 3;
+  pid_t pid = kvevict::test::spawn_kvevict({"eval", "-c", config, "--db", dir.db(), "--quiet"});
+  // Wait until some, but not all, results are committed, then kill without warning.
+  int64_t stored = 0;
+  for (int i = 0; i < 400 && stored < total / 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!std::filesystem::exists(dir.db())) continue;
+    kvevict::evals::ResultsStore store(dir.db());
+    auto runs = store.runs();
+    stored = runs.empty() ? 0 : store.count_results(runs[0].id);
+  }
+  kill(pid, SIGKILL);
+  EXPECT_EQ(kvevict::test::wait_exit_code(pid), -SIGKILL);
+  {
+    kvevict::evals::ResultsStore store(dir.db());
+    auto runs = store.runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].status, "running");
+    stored = store.count_results(runs[0].id);
+    EXPECT_GT(stored, 0);
+    EXPECT_LT(stored, total);
+    EXPECT_EQ(stored % 6, 0) << "a sample's results are committed together";
+  }
+  auto resumed = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming run #1"), std::string::npos) << resumed.output;
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "finished");
+  auto rows = store.results(runs[0].id);
+  EXPECT_EQ(static_cast<int64_t>(rows.size()), total);
+  std::set<std::string> keys;
+  for (const auto& row : rows) keys.insert(kvevict::evals::ResultsStore::result_key(row.task, row.sample_key, row.policy, row.budget));
+  EXPECT_EQ(static_cast<int64_t>(keys.size()), total);
+}
+
+TEST(EvalCommand, SeveralProcessesWriteOneDatabase) {
+  Workdir dir("concurrent");
+  const int processes = 4;
+  const int64_t per_run = (6 + 6) * 2 * 3;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < processes; ++p) {
+    const std::string name = "c" + std::to_string(p) + ".yaml";
+    std::string config = dir.file(name, fake_config("delay_ms=3", 100 + p));
+    pids.push_back(kvevict::test::spawn_kvevict({"eval", "-c", config, "--db", dir.db(), "--quiet"}));
+  }
+  for (pid_t pid : pids) EXPECT_EQ(kvevict::test::wait_exit_code(pid), 0);
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), static_cast<size_t>(processes));
+  for (const auto& run : runs) {
+    EXPECT_EQ(run.status, "finished");
+    EXPECT_EQ(store.count_results(run.id), per_run);
+  }
+}
+
+TEST(LeaderboardCommand, EveryFormatAndFilters) {
+  Workdir dir("leaderboard");
+  std::string config = dir.file("c.yaml", fake_config("", 3));
+  ASSERT_EQ(run_shell(cli_command("eval -q -c " + config + " --db " + dir.db())).exit_code, 0);
+  auto json = run_shell(cli_command("leaderboard --db " + dir.db() + " --format json"));
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  auto records = nlohmann::json::parse(json.output);
+  ASSERT_EQ(records.size(), 2u * 2 * 3);
+  for (const auto& record : records) {
+    for (const char* key : {"task", "policy", "budget", "score", "samples", "kv_bytes"}) EXPECT_TRUE(record.contains(key));
+  }
+  auto filtered = nlohmann::json::parse(run_shell(cli_command("leaderboard --db " + dir.db() + " --format json --task needle")).output);
+  EXPECT_EQ(filtered.size(), 2u * 3);
+  auto none = nlohmann::json::parse(run_shell(cli_command("leaderboard --db " + dir.db() + " --format json --model nomatch")).output);
+  EXPECT_EQ(none.size(), 0u);
+  auto csv = run_shell(cli_command("leaderboard --db " + dir.db() + " --format csv"));
+  EXPECT_EQ(csv.output.rfind("model,task,policy,budget,score,samples,kv_bytes", 0), 0u) << csv.output;
+  auto md = run_shell(cli_command("leaderboard --db " + dir.db() + " --format md"));
+  EXPECT_NE(md.output.find("| policy | 20% | 40 | full | mean | samples |"), std::string::npos) << md.output;
+  auto table = run_shell(cli_command("leaderboard --db " + dir.db() + " --metric kv_bytes"));
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.output.find("kv_bytes"), std::string::npos);
+  EXPECT_EQ(run_shell(cli_command("leaderboard --db " + dir.db() + " --format xml")).exit_code, 2);
+  EXPECT_EQ(run_shell(cli_command("leaderboard --db " + (dir.path / "missing.db").string())).exit_code, 2);
+}
+
+TEST(ReportCommand, WritesIndexAndPlots) {
+  Workdir dir("report");
+  std::string config = dir.file("c.yaml", fake_config("", 4));
+  ASSERT_EQ(run_shell(cli_command("eval -q -c " + config + " --db " + dir.db())).exit_code, 0);
+  auto out = dir.path / "report";
+  auto result = run_shell(cli_command("report --db " + dir.db() + " --out " + out.string()));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(std::filesystem::exists(out / "index.html"));
+  int svgs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(out)) svgs += entry.path().extension() == ".svg";
+  EXPECT_EQ(svgs, 2 + 2 * 3);  // score plots for 2 tasks + needle heatmaps for 2 policies x 3 budgets
+}
+
+TEST(EvalCommand, EndToEndOnStories260K) {
+  const std::string models = std::string(KVEVICT_SHARED_DIR) + "/models/stories260K";
+  if (!std::filesystem::exists(models + "/stories260K.bin")) GTEST_SKIP() << "stories260K not found in " << models;
+  Workdir dir("stories");
+  const std::string config = std::string(KVEVICT_TEST_SOURCE_DIR) + "/../configs/stories260k-smoke.yaml";
+  const std::string common = " --db " + dir.db() + " --set model=" + models + "/stories260K.bin --set tokenizer=" +
+                             models + "/tok512.bin";
+  auto result = run_shell(cli_command("eval -c " + config + common));
+  if (result.exit_code == 1 && result.output.find("no eviction engine") != std::string::npos) {
+    GTEST_SKIP() << "this build has no eviction engine yet: " << result.output;
+  }
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "finished");
+  EXPECT_EQ(runs[0].model_hash, "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696");
+  // passkey 2x2 + needle 3 + kv_retrieval 1 + fidelity 1 samples, 3 policies x 3 budgets each.
+  EXPECT_EQ(store.count_results(runs[0].id), (4 + 3 + 1 + 1) * 3 * 3);
+  for (const auto& row : store.results(runs[0].id)) {
+    if (row.budget == "full") {
+      EXPECT_DOUBLE_EQ(row.kept_ratio, 1.0);
+    } else {
+      EXPECT_LT(row.kv_bytes, row.kv_bytes_full) << row.policy << " " << row.budget;
+    }
+    if (row.task == "fidelity" && row.budget == "full") {
+      EXPECT_DOUBLE_EQ(row.score, 100.0);
+    }
+  }
+  auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
+  EXPECT_EQ(json.size(), 4u * 3 * 3);
+}

@@ -1,0 +1,362 @@
+// The CUDA generator against the interpreter, without a GPU: lowered programs of the built-in
+// indicator shapes are generated, built as host C++ (the prelude's host branch) and compared with
+// dsl::evaluate_scores on random inputs; the same sources must compile with NVRTC for sm_80/sm_90.
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "dsl/interpreter.h"
+#include "dsl/program_builder.h"
+#include "jit/cuda_codegen.h"
+#include "jit/host_module.h"
+#include "jit/kernel_abi.h"
+#include "jit_test_support.h"
+
+namespace kvevict::jit {
+namespace {
+
+using namespace kvevict::dsl;
+
+struct NamedProgram {
+  std::string name;
+  LoweredProgram program;
+};
+
+NamedProgram build(const std::string& name, const std::function<int(ProgramBuilder&)>& body) {
+  ProgramBuilder b(false);
+  const int out = body(b);
+  return {name, b.finish(out)};
+}
+
+std::vector<NamedProgram> indicator_programs() {
+  std::vector<NamedProgram> programs;
+  programs.push_back(build("cake", [](ProgramBuilder& b) {
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int m = b.reduce(Reducer::Mean, kAxisQ, A);
+    const int v = b.reduce(Reducer::Var, kAxisQ, A);
+    const int i = b.binary(BinaryFn::Add, m, b.binary(BinaryFn::Mul, b.constant(200.0f), v));
+    return b.reduce(Reducer::Mean, kAxisH, b.window(Reducer::Mean, -2, 2, i));
+  }));
+  programs.push_back(build("snapkv-max", [](ProgramBuilder& b) {
+    const int s = b.reduce(Reducer::Sum, kAxisQ, b.load(TensorSignal::WindowAttention));
+    return b.reduce(Reducer::Mean, kAxisH, b.window(Reducer::Max, -3, 3, s));
+  }));
+  programs.push_back(build("nacl", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisH | kAxisQ, b.load(TensorSignal::WindowAttention));
+  }));
+  programs.push_back(build("h2o", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisH, b.load(TensorSignal::AccumulatedAttention));
+  }));
+  programs.push_back(build("tova-min-max", [](ProgramBuilder& b) {
+    const int now = b.load(TensorSignal::CurrentAttention);
+    return b.binary(BinaryFn::Sub, b.reduce(Reducer::Max, kAxisH, now), b.reduce(Reducer::Min, kAxisH, now));
+  }));
+  programs.push_back(build("knorm", [](ProgramBuilder& b) { return b.unary(UnaryFn::Neg, b.load(TensorSignal::KeyNorm)); }));
+  programs.push_back(build("streaming", [](ProgramBuilder& b) { return b.axis_index(kAxisT); }));
+  programs.push_back(build("random", [](ProgramBuilder& b) { return b.random(); }));
+  programs.push_back(build("mixed", [](ProgramBuilder& b) {
+    // select, comparisons, pow/exp/log/sqrt, entropy over the window, scalars, positions.
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int ent = b.reduce(Reducer::Mean, kAxisH, b.reduce(Reducer::Entropy, kAxisQ, A));
+    const int pos = b.load(TensorSignal::Position);
+    const int recent = b.binary(BinaryFn::Gt, pos, b.binary(BinaryFn::Mul, b.scalar(ScalarSignal::T), b.constant(0.5f)));
+    const int kn = b.unary(UnaryFn::Sqrt, b.load(TensorSignal::KeyNorm));
+    const int vn = b.unary(UnaryFn::Log, b.load(TensorSignal::ValueNorm));
+    const int powed = b.binary(BinaryFn::Pow, kn, b.constant(1.5f));
+    const int mixed = b.binary(BinaryFn::Max, b.binary(BinaryFn::Div, ent, powed), b.unary(UnaryFn::Exp, vn));
+    return b.select(recent, b.binary(BinaryFn::Add, mixed, b.scalar(ScalarSignal::G)), b.window(Reducer::Min, -1, 2, mixed));
+  }));
+  programs.push_back(build("log-of-zero", [](ProgramBuilder& b) {
+    // log(0) - log(0) = NaN: both sides must turn it into -infinity.
+    const int zero = b.binary(BinaryFn::Mul, b.load(TensorSignal::KeyNorm), b.constant(0.0f));
+    return b.binary(BinaryFn::Sub, b.unary(UnaryFn::Log, zero), b.unary(UnaryFn::Log, zero));
+  }));
+  return programs;
+}
+
+EvalInputs eval_inputs(const testing::RandomScoreInputs& r, const std::vector<float>& acc, const std::vector<float>& now) {
+  const ScoreInputs& in = r.inputs;
+  EvalInputs e;
+  e.ext.h = in.group;
+  e.ext.q = in.W;
+  e.ext.t = in.T;
+  e.scalars[int(ScalarSignal::T)] = float(in.T);
+  e.scalars[int(ScalarSignal::W)] = float(in.W);
+  e.scalars[int(ScalarSignal::G)] = float(in.group);
+  e.scalars[int(ScalarSignal::Layer)] = float(in.layer);
+  e.scalars[int(ScalarSignal::NLayers)] = float(in.n_layers);
+  e.scalars[int(ScalarSignal::KvHead)] = float(in.kv_head);
+  e.scalars[int(ScalarSignal::NKvHeads)] = float(in.n_kv_heads);
+  e.scalars[int(ScalarSignal::HeadDim)] = float(in.head_dim);
+  e.scalars[int(ScalarSignal::PromptLen)] = float(in.prompt_len);
+  HeadSignals head;
+  head.tensors[int(TensorSignal::WindowAttention)] = in.window_attention;
+  head.tensors[int(TensorSignal::AccumulatedAttention)] = acc.data();
+  head.tensors[int(TensorSignal::CurrentAttention)] = now.data();
+  head.tensors[int(TensorSignal::KeyNorm)] = in.key_norm;
+  head.tensors[int(TensorSignal::ValueNorm)] = in.value_norm;
+  head.position = in.position;
+  head.kv_head = in.kv_head;
+  e.heads.push_back(head);
+  e.seed = in.seed;
+  e.layer = in.layer;
+  return e;
+}
+
+TEST(CudaCodegen, GeneratedKernelsMatchTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  using Entry = void (*)(const KvScoreArgs*, float*);
+  for (const auto& [name, program] : indicator_programs()) {
+    const GeneratedKernel kernel = generate_score_kernels(name + ".cu", "policies/" + name + ".yaml", program, nullptr);
+    HostModule module(kernel.source, dir.path(), name);
+    auto entry = reinterpret_cast<Entry>(module.symbol("kvevict_score"));
+    uint32_t seed = 100;
+    for (auto [group, W, T] : {std::tuple{1, 1, 1}, {4, 8, 3}, {4, 32, 300}, {2, 5, 1000}}) {
+      testing::RandomScoreInputs random(group, W, T, seed++);
+      random.inputs.layer = 2;
+      random.inputs.kv_head = 1;
+      std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
+      std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
+      random.inputs.accumulated_attention = acc.data();
+      random.inputs.current_attention = now.data();
+      std::vector<float> expected(T), actual(T);
+      evaluate_scores(program, eval_inputs(random, acc, now), expected.data());
+      const KvScoreArgs args = to_kernel_args(random.inputs);
+      entry(&args, actual.data());
+      float worst = 0;
+      for (int t = 0; t < T; ++t) {
+        if (std::isinf(expected[t]) || std::isinf(actual[t])) {
+          EXPECT_EQ(expected[t], actual[t]) << name << " t=" << t;
+          continue;
+        }
+        worst = std::max(worst, std::fabs(actual[t] - expected[t]) / std::max(1e-6f, std::fabs(expected[t])));
+      }
+      EXPECT_LE(worst, 1e-6f) << name << " G=" << group << " W=" << W << " T=" << T;
+    }
+  }
+}
+
+class CodegenArch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CodegenArch, GeneratedKernelsCompileWithNvrtc) {
+  KVEVICT_REQUIRE_NVRTC();
+  const auto programs = indicator_programs();
+  for (size_t i = 0; i < programs.size(); ++i) {
+    const LoweredProgram* decode = i + 1 < programs.size() ? &programs[i + 1].program : nullptr;
+    const GeneratedKernel kernel = generate_score_kernels(programs[i].name + ".cu", "p.yaml", programs[i].program, decode);
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = GetParam();
+    const NvrtcResult result = NvrtcLibrary::instance().compile(request);
+    EXPECT_TRUE(result.ok) << programs[i].name << ":\n" << result.log;
+    EXPECT_EQ(kernel.entry_points.size(), decode ? 2u : 1u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RealArchitectures, CodegenArch, ::testing::Values("sm_80", "sm_90"));
+
+TEST(CudaCodegen, UnsupportedConstructsAreClearErrors) {
+  const auto over_t = build("sum-over-t", [](ProgramBuilder& b) {
+    return b.reduce(Reducer::Sum, kAxisT, b.load(TensorSignal::KeyNorm));
+  });
+  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", over_t.program, nullptr), GenerateError);
+  const auto per_head = build("per-head", [](ProgramBuilder& b) { return b.load(TensorSignal::AccumulatedAttention); });
+  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", per_head.program, nullptr), GenerateError);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+#include "jit/gpu_score_kernel.h"
+#include "jit/jit_compiler.h"
+
+namespace kvevict::jit {
+namespace {
+
+TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
+  const CudaProbe probe = CudaDriver::probe();
+  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
+  KVEVICT_REQUIRE_NVRTC();
+  use_cuda_device(0);
+  testing::TempDir dir;
+  KernelCache::Options options;
+  options.dir = dir.path();
+  KernelCache cache(options);
+  for (const auto& [name, program] : indicator_programs()) {
+    const GeneratedKernel kernel = generate_score_kernels(name + ".cu", "policies/" + name + ".yaml", program, nullptr);
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = probe.devices[0].arch();
+    const JitKernel compiled = compile_cached(request, cache, name);
+    GpuScoreKernel gpu(*compiled.entry, "kvevict_score");
+    uint32_t seed = 300;
+    for (auto [group, W, T] : {std::tuple{1, 1, 1}, {4, 32, 300}, {4, 32, 32768}}) {
+      testing::RandomScoreInputs random(group, W, T, seed++);
+      std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
+      std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
+      random.inputs.accumulated_attention = acc.data();
+      random.inputs.current_attention = now.data();
+      std::vector<float> expected(T), actual(T);
+      evaluate_scores(program, eval_inputs(random, acc, now), expected.data());
+      gpu.score(random.inputs, actual.data());
+      float worst_abs = 0, worst_rel = 0;
+      for (int t = 0; t < T; ++t) {
+        if (std::isinf(expected[t]) || std::isinf(actual[t])) {
+          EXPECT_EQ(expected[t], actual[t]) << name << " t=" << t;
+          continue;
+        }
+        worst_abs = std::max(worst_abs, std::fabs(actual[t] - expected[t]));
+        worst_rel = std::max(worst_rel, std::fabs(actual[t] - expected[t]) / std::max(1e-6f, std::fabs(expected[t])));
+      }
+      std::printf("[ kvevict  ] %s G=%d W=%d T=%d: max absolute error %.3g, max relative error %.3g\n", name.c_str(), group,
+                  W, T, worst_abs, worst_rel);
+      // The GPU's expf/logf/powf/sqrtf may differ from glibc's by a few ulp; everything else is
+      // the same float arithmetic in the same order.
+      EXPECT_LE(worst_rel, 1e-5f) << name << " G=" << group << " W=" << W << " T=" << T;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+#include <filesystem>
+
+#include "dsl/compiled_program.h"
+#include "dsl/policy_file.h"
+#include "jit/jit_policy_program.h"
+
+namespace kvevict::jit {
+namespace {
+
+std::vector<std::string> builtin_policy_files() {
+  std::vector<std::string> files;
+  for (const auto& item : std::filesystem::directory_iterator(KVEVICT_POLICY_DIR))
+    if (item.path().extension() == ".yaml") files.push_back(item.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Scores of `jit` and the interpreter on random inputs, prefill and decode indicators.
+void expect_policy_matches(const std::string& file, const PolicyProgram& jit, const PolicyProgram& interpreted,
+                           float tolerance) {
+  uint32_t seed = 700;
+  for (auto [group, W, T] : {std::tuple{1, 1, 2}, {4, 32, 300}, {2, 8, 2049}}) {
+    testing::RandomScoreInputs random(group, W, T, seed++);
+    random.inputs.layer = 3;
+    random.inputs.kv_head = 1;
+    random.inputs.decode_step = 2;
+    std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
+    std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
+    random.inputs.accumulated_attention = acc.data();
+    random.inputs.current_attention = now.data();
+    for (bool decoding : {false, true}) {
+      std::vector<float> expected(T), actual(T);
+      interpreted.score(random.inputs, decoding, expected.data());
+      jit.score(random.inputs, decoding, actual.data());
+      float worst = 0;
+      for (int t = 0; t < T; ++t) {
+        if (std::isinf(expected[t]) || std::isinf(actual[t])) {
+          ASSERT_EQ(expected[t], actual[t]) << file << " t=" << t;
+          continue;
+        }
+        worst = std::max(worst, std::fabs(actual[t] - expected[t]) / std::max(1e-6f, std::fabs(expected[t])));
+      }
+      EXPECT_LE(worst, tolerance) << file << (decoding ? " decode" : " prefill") << " G=" << group << " W=" << W << " T=" << T;
+    }
+  }
+}
+
+TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  const auto files = builtin_policy_files();
+  ASSERT_GE(files.size(), 10u);
+  for (const auto& file : files) {
+    const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+    auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                         dir.path());
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+    expect_policy_matches(file, *jit, interpreted, 1e-6f);
+  }
+}
+
+TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
+  const CudaProbe probe = CudaDriver::probe();
+  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
+  KVEVICT_REQUIRE_NVRTC();
+  use_cuda_device(0);
+  testing::TempDir dir;
+  KernelCache::Options options;
+  options.dir = dir.path();
+  KernelCache cache(options);
+  for (const auto& file : builtin_policy_files()) {
+    const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = probe.devices[0].arch();
+    const JitKernel compiled = compile_cached(request, cache, kernel.name);
+    auto jit = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                        *compiled.entry, 0);
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+    // GPU expf/logf/powf differ from glibc's by a few ulp.
+    expect_policy_matches(file, *jit, interpreted, 1e-5f);
+  }
+}
+
+TEST(PolicyCodegen, ParameterOverridesChangeTheGeneratedKernel) {
+  const GeneratedKernel base = generate_policy_cuda("cake", {}, {});
+  const GeneratedKernel changed = generate_policy_cuda("cake", {{"gamma", "100"}}, {});
+  EXPECT_NE(base.source, changed.source);
+  EXPECT_THROW(generate_policy_cuda("cake", {{"no_such_param", "1"}}, {}), UsageError);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+namespace kvevict::jit {
+namespace {
+
+TEST(PolicyCodegen, GeneratedCodeCarriesLineDirectivesToThePolicyFile) {
+  const std::string file = std::string(KVEVICT_POLICY_DIR) + "/cake.yaml";
+  const SourceLocation score_at = find_policy_key(file, "score");
+  const SourceLocation decode_at = find_policy_key(file, "decode_score");
+  ASSERT_GT(score_at.line, 0);
+  ASSERT_GT(decode_at.line, score_at.line);
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  EXPECT_NE(kernel.source.find("#line " + std::to_string(score_at.line) + " " + CudaWriter::quote(file)), std::string::npos);
+  EXPECT_NE(kernel.source.find("#line " + std::to_string(decode_at.line) + " " + CudaWriter::quote(file)), std::string::npos);
+  EXPECT_EQ(find_policy_key(file, "no_such_key").line, 0);
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
+
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+namespace kvevict::jit {
+namespace {
+
+TEST(PolicyCodegen, MissingSignalsAreRuntimeErrorsNotFaults) {
+  testing::TempDir dir;
+  const std::string file = std::string(KVEVICT_POLICY_DIR) + "/h2o.yaml";
+  auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)),
+                                       generate_policy_cuda(file, {}, {}), dir.path());
+  testing::RandomScoreInputs random(2, 4, 10, 1);
+  std::vector<float> out(10);
+  EXPECT_THROW(jit->score(random.inputs, false, out.data()), RuntimeError);  // no accumulated attention given
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif

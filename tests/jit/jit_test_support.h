@@ -1,0 +1,99 @@
+#pragma once
+// Helpers shared by the JIT tests: a temporary directory, a scoped environment variable, random
+// window-attention inputs and the NVRTC skip check.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/engine/policy_program.h"
+#include "jit/nvrtc_library.h"
+
+namespace kvevict::jit::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kvevict-jit-test-XXXXXX").string();
+    path_ = mkdtemp(pattern.data()) ? pattern : std::string();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// Random softmax rows shaped like window attention [G][W][T], plus norms and positions.
+struct RandomScoreInputs {
+  std::vector<float> window_attention, key_norm, value_norm;
+  std::vector<int32_t> position;
+  ScoreInputs inputs;
+
+  RandomScoreInputs(int group, int W, int T, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::exponential_distribution<float> logits(1.0f);
+    window_attention.resize(size_t(group) * W * T);
+    for (int row = 0; row < group * W; ++row) {
+      float sum = 0;
+      for (int t = 0; t < T; ++t) {
+        // Heavy-tailed values so some tokens stand out, as in real attention.
+        const float v = std::exp(3.0f * logits(rng));
+        window_attention[size_t(row) * T + t] = v;
+        sum += v;
+      }
+      for (int t = 0; t < T; ++t) window_attention[size_t(row) * T + t] /= sum;
+    }
+    std::uniform_real_distribution<float> norm(0.5f, 4.0f);
+    for (int t = 0; t < T; ++t) {
+      key_norm.push_back(norm(rng));
+      value_norm.push_back(norm(rng));
+      position.push_back(t);
+    }
+    inputs.n_layers = 4;
+    inputs.n_kv_heads = 2;
+    inputs.group = group;
+    inputs.head_dim = 64;
+    inputs.T = T;
+    inputs.prompt_len = T;
+    inputs.W = W;
+    inputs.window_attention = window_attention.data();
+    inputs.key_norm = key_norm.data();
+    inputs.value_norm = value_norm.data();
+    inputs.position = position.data();
+    inputs.seed = seed;
+  }
+};
+
+#define KVEVICT_REQUIRE_NVRTC()                                                     \
+  do {                                                                              \
+    std::string why_;                                                               \
+    if (!::kvevict::jit::NvrtcLibrary::available(&why_)) GTEST_SKIP() << "NVRTC is not available: " << why_; \
+  } while (0)
+
+}  // namespace kvevict::jit::testing
