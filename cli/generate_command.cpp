@@ -7,8 +7,10 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/policy_options.h"
 #include "core/decode/decoder.h"
 #include "core/decode/sampler.h"
+#include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
@@ -27,6 +29,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 2;
   bool json = false;
+  PolicyOptions policy;  // optional: evict with this policy (prefill and decode triggers)
 };
 
 struct Generation {
@@ -75,7 +78,7 @@ bool is_stop(const Tokenizer& tok, int id) {
 
 // Prefill the prompt in one block, then decode token by token. `on_piece` streams the text.
 Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int> prompt,
-                    const std::function<void(const std::string&)>& on_piece) {
+                    const std::function<void(const std::string&)>& on_piece, ForwardObserver* observer = nullptr) {
   using clock = std::chrono::steady_clock;
   const Model& model = decoder.model();
   const Tokenizer& tok = *model.tokenizer;
@@ -83,7 +86,7 @@ Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int>
   Generation g;
   g.prompt_tokens = std::move(prompt);
   auto t0 = clock::now();
-  const std::vector<float>* logits = &decoder.forward(g.prompt_tokens);
+  const std::vector<float>* logits = &decoder.forward(g.prompt_tokens, observer);
   auto t1 = clock::now();
   g.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   int prev = g.prompt_tokens.back();
@@ -96,7 +99,7 @@ Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int>
     if (on_piece) on_piece(piece);
     prev = next;
     if (i + 1 == o.max_tokens || decoder.position() >= model.config.context_length) break;
-    logits = &decoder.forward(std::span<const int>(&next, 1));
+    logits = &decoder.forward(std::span<const int>(&next, 1), observer);
   }
   g.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return g;
@@ -115,23 +118,61 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--seed", o->seed, "Seed of the sampler");
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(CLI::Range(0, 1024));
-  app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON");
+  app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");
+  o->policy.add_to(app);
 
   return [o]() {
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;
+    std::unique_ptr<PolicyProgram> program;
+    if (o->policy.enabled() || !o->policy.set.empty() || !o->policy.budget.empty()) {
+      if (!o->policy.enabled()) throw UsageError("--budget and --set need --policy");
+      program = o->policy.load();  // policy errors before the model loads
+      o->policy.parsed_budget(-1);
+    }
     const auto model = load_model(o->model, load);
     std::vector<int> prompt = build_prompt(*model, *o);
+    std::unique_ptr<EvictionEngine> engine;
+    if (program) {
+      const Budget budget = o->policy.parsed_budget(static_cast<int>(prompt.size()));
+      engine = std::make_unique<EvictionEngine>(*program, model->config, EngineOptions{budget, o->seed});
+    }
     auto decoder = make_cpu_decoder(*model, {.threads = o->threads});
     auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
-    const Generation g = generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream));
+    const Generation g =
+        generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());
+    nlohmann::json cache;
+    if (engine) {
+      const KVCache& c = decoder->cache();
+      int lo = c.length(0, 0), hi = lo;
+      int64_t entries = 0;
+      for (int l = 0; l < model->config.n_layers; ++l)
+        for (int h = 0; h < model->config.n_kv_heads; ++h) {
+          lo = std::min(lo, c.length(l, h));
+          hi = std::max(hi, c.length(l, h));
+          entries += c.length(l, h);
+        }
+      const EvictionReport& r = engine->report();
+      cache = {{"policy", r.policy},         {"budget", r.budget},          {"bytes", c.bytes_in_use()},
+               {"bytes_full", c.bytes_for_uniform_length(decoder->position())},
+               {"tokens_min", lo},           {"tokens_max", hi},            {"entries", entries},
+               {"applications", r.applications}};
+      if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
+    }
     if (o->json) {
       nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text}};
+      if (engine) j["cache"] = cache;
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << "\n";
       std::cerr << "prompt: " << g.prompt_tokens.size() << " tokens in " << g.prefill_seconds << " s; generated "
                 << g.tokens.size() << " tokens in " << g.decode_seconds << " s\n";
+      if (engine) {
+        std::cerr << "cache (" << cache["policy"].get<std::string>() << ", budget " << cache["budget"].get<std::string>()
+                  << "): " << cache["bytes"] << " bytes (full cache " << cache["bytes_full"] << "), "
+                  << cache["tokens_min"] << ".." << cache["tokens_max"] << " tokens per (layer, KV head), "
+                  << cache["applications"] << " evictions\n";
+      }
     }
     return 0;
   };

@@ -394,7 +394,7 @@ class FileCompiler {
         if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + fmt(v));
         else d.select.floor_alpha = v;
       }
-      d.select.scope = choice(select, "scope", {"kv_head", "layer"}, d.select.scope);
+      d.select.scope = choice(select, "scope", {"kv_head", "layer", "layer_shared"}, d.select.scope);
       d.select.kept_order = choice(select, "kept_order", {"positional", "score"}, d.select.kept_order);
     }
     YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value"});

@@ -64,10 +64,13 @@ std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::ve
       if (active[i]) share[i] = static_cast<double>(remaining) * w[i] / wsum;
     break;
   }
-  // Largest remainder over the uncapped items.
+  // Largest remainder over the uncapped items. Shares and remainders equal up to a millionth of a
+  // token count as equal (e.g. Ada-KV's 0.2 * 32 + 0.8 * n, with floor_alpha evaluated in float by
+  // the DSL), so the documented tie rule (lower index) decides, not rounding noise.
+  auto slack = [&](size_t i) { return 1e-6 * std::max(1.0, std::abs(share[i])); };
   int64_t assigned = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (active[i]) out[i] = std::min<int64_t>(cap[i], static_cast<int64_t>(std::floor(share[i])));
+    if (active[i]) out[i] = std::min<int64_t>(cap[i], static_cast<int64_t>(std::floor(share[i] + slack(i))));
     assigned += out[i];
   }
   int64_t left = total - assigned;
@@ -75,7 +78,8 @@ std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::ve
   for (size_t i = 0; i < n; ++i)
     if (active[i]) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return (share[a] - std::floor(share[a])) > (share[b] - std::floor(share[b]));
+    const double ra = share[a] - std::floor(share[a] + slack(a)), rb = share[b] - std::floor(share[b] + slack(b));
+    return ra > rb + std::max(slack(a), slack(b));
   });
   // Rounding can leave more than one unit per item only through float error; loop until exact.
   while (left > 0) {

@@ -3,7 +3,7 @@
 // protected tokens, which count inside the budget); the rest of `total` is split in proportion to
 // `weight[i]`, each item capped at `upper[i]` (what it can hold) with the excess redistributed over
 // the uncapped items (water filling); the fractional shares are rounded by largest remainder, ties
-// to the lower index. Result: lower[i] <= out[i] <= upper[i] and sum(out) == total whenever
+// (remainders within 1e-6 of a token, relative to the share) to the lower index. Result: lower[i] <= out[i] <= upper[i] and sum(out) == total whenever
 // sum(lower) <= total <= sum(upper); above sum(upper) every item gets upper[i]; below sum(lower)
 // the floors are dropped (every lower[i] treated as 0) so that the sum is still exact.
 // Weights that are negative, NaN or infinite count as 0; when every active weight is 0 the split

@@ -77,8 +77,9 @@ struct EvictionEngine::State {
     if (window < 0 || protect.first < 0 || protect.recent < 0 || desc.run.decode_every < 0 ||
         desc.run.decode_slack < 0)
       throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
-    if (desc.select.scope != "kv_head" && desc.select.scope != "layer")
-      throw UsageError("policy " + desc.name + ": select scope must be kv_head or layer, not " + desc.select.scope);
+    if (desc.select.scope != "kv_head" && desc.select.scope != "layer" && desc.select.scope != "layer_shared")
+      throw UsageError("policy " + desc.name + ": select scope must be kv_head, layer or layer_shared, not " +
+                       desc.select.scope);
     if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
       throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
   }
@@ -269,6 +270,19 @@ struct EvictionEngine::State {
                                               protect.recent, desc.select.floor_alpha,
                                               desc.select.kept_order == "score");
       for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept[h]);
+    } else if (desc.select.scope == "layer_shared") {
+      // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
+      // has kept the same positions in the same order so far, so one index list fits all.
+      const int T = cache.length(layer, 0);
+      std::vector<float> mean(T, 0.0f);
+      for (int h = 0; h < Hkv; ++h) {
+        if (cache.length(layer, h) != T)
+          throw std::logic_error("layer_shared selection: KV heads of layer " + std::to_string(layer) + " differ in length");
+        for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hkv);
+      }
+      const auto kept = select_head(std::span<const float>(mean.data(), T),
+                                    std::span<const int32_t>(cache.positions(layer, 0), T), spec_for(layer, 0, budget));
+      for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept);
     } else {
       for (int h = 0; h < Hkv; ++h) {
         const int T = cache.length(layer, h);

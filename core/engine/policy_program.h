@@ -39,6 +39,8 @@ struct PolicySelect {
   // "kv_head": each KV head keeps its own top-k with its own budget.
   // "layer": Ada-KV; the top (n_kv_heads * budget) scores over all heads of the layer decide each
   // head's budget, floored at floor_alpha * budget.
+  // "layer_shared": TOVA; one selection per layer on the mean of the KV heads' scores, applied to
+  // every head (all heads of the layer then hold the same positions).
   std::string scope = "kv_head";
   double floor_alpha = 0.0;
   // Order of survivors in the cache: "positional" (ascending original position) or "score".

@@ -129,6 +129,22 @@ KeptSets full(const PromptData& p) {
   return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
 }
 
+// The DSL's random[t] as documented in dsl/random.h (written here from that formula, not
+// included): SplitMix64 finaliser mix(), key = mix(mix(mix(seed) ^ layer) ^ kv_head) ^ position,
+// uniform = (mix(key) >> 40) * 2^-24.
+static uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+float dsl_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
+  const uint64_t key = mix64(mix64(mix64(seed) ^ static_cast<uint32_t>(layer)) ^ static_cast<uint32_t>(kv_head)) ^
+                       static_cast<uint32_t>(position);
+  return static_cast<float>(static_cast<double>(mix64(key) >> 40) / 16777216.0);
+}
+
 float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
   return counter_uniform(seed, layer, kv_head, position, kScoreStream);
 }
@@ -224,14 +240,22 @@ KeptSets adakv(const PromptData& p, int budget, const SnapParams& sp, double alp
       if (a.second != b.second) return a.second < b.second;
       return a.first < b.first;
     });
-    std::vector<double> want(H, alpha * B);
-    for (int j = 0; j < H * B; ++j) want[all[j].first] += 1.0 - alpha;
-    // Round to the exact total H*B: floors, then the largest fractional parts (lower head on ties).
+    std::vector<int> count(H, 0);
+    for (int j = 0; j < H * B; ++j) ++count[all[j].first];
+    // Computed from the counts in one expression: accumulating (1 - alpha) once per token lets
+    // float noise decide between fractional parts that are mathematically equal.
+    std::vector<double> want(H);
+    for (int h = 0; h < H; ++h) want[h] = alpha * B + (1.0 - alpha) * count[h];
+    // Round to the exact total H*B: floors, then the largest fractional parts; fractional parts
+    // equal up to 1e-9 are ties, and ties go to the lower head.
     std::vector<int> nh(H);
     int sum = 0;
     for (int h = 0; h < H; ++h) sum += (nh[h] = static_cast<int>(std::floor(want[h] + 1e-9)));
     std::vector<int> order = range(0, H);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return want[a] - nh[a] > want[b] - nh[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      const double fa = want[a] - nh[a], fb = want[b] - nh[b];
+      return fa > fb + 1e-9;
+    });
     for (int i = 0; sum < H * B; ++i, ++sum) ++nh[order[i % H]];
     for (int h = 0; h < H; ++h)
       out[l].push_back(sorted_union(top(s[h], range(0, n), nh[h]), range(n, S)));

@@ -110,7 +110,9 @@ TEST(BuiltinPolicies, SnapKvAdaKvPyramidKvScores) {
 
 TEST(BuiltinPolicies, PyramidKvRampMatchesKvCacheFactory) {
   auto p = load_policy("pyramidkv", {{"window", "3"}});
-  const double want[] = {76, 52, 28, 4};  // C = 40, W = 3, beta = 20, S = 100, L = 4
+  // C = 40, W = 3, beta = 20, S = 100, L = 4: the non-window ramp (76, 52, 28, 4 with the window);
+  // the engine adds each layer's window as its floor.
+  const double want[] = {73, 49, 25, 1};
   std::vector<int32_t> pos;
   for (int l = 0; l < 4; ++l) {
     LayerWeightInputs lw;
@@ -136,9 +138,10 @@ TEST(BuiltinPolicies, SpindleKvScoreAndRampBranches) {
     lw.heads = {inputs(k_A, pos)};
     return load_policy("spindlekv", o)->layer_weight(lw);
   };
-  const double mid[] = {72.15, 50.7166667, 29.2833333, 7.85};          // beta < r_c <= alpha
-  const double high[] = {100, 86.6666667, 73.3333333, 60};             // r_c > alpha, corrected
-  const double printed[] = {100, 48.6666667, 3, 3};                    // r_c > alpha, as printed (clamped)
+  // Non-window tokens per layer (the window W = 3 is each layer's floor in the engine).
+  const double mid[] = {69.15, 47.7166667, 26.2833333, 4.85};          // beta < r_c <= alpha
+  const double high[] = {97, 83.6666667, 70.3333333, 57};              // r_c > alpha, corrected
+  const double printed[] = {97, 45.6666667, 0, 0};                     // r_c > alpha, as printed (clamped)
   for (int l = 0; l < 4; ++l) {
     EXPECT_NEAR(weight({{"window", "3"}}, 40, l), mid[l], 1e-3);
     EXPECT_NEAR(weight({{"window", "3"}}, 80, l), high[l], 1e-3);
@@ -150,7 +153,10 @@ TEST(BuiltinPolicies, TovaH2oNaclKnormStreaming) {
   expect_near(scores("tova"), k_tova);
   expect_near(scores("tova", true), k_tova_dec);
   expect_near(scores("h2o"), k_h2o);
-  expect_near(scores("nacl"), k_nacl);
+  std::vector<float> nacl_mean(kT);
+  for (int t = 0; t < kT; ++t) nacl_mean[t] = k_nacl[t] / kG;  // default gqa_agg = mean (spec §6 rule 2)
+  expect_near(scores("nacl"), nacl_mean);
+  expect_near(scores("nacl", false, {{"gqa_agg", "sum"}}), k_nacl);
   std::vector<float> neg(kT);
   for (int t = 0; t < kT; ++t) neg[t] = -k_kn[t];
   expect_near(scores("knorm"), neg);

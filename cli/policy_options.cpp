@@ -1,0 +1,40 @@
+#include "cli/policy_options.h"
+
+#include "core/util/error.h"
+#include "dsl/policy_loader.h"
+
+namespace kvevict::cli {
+
+void PolicyOptions::add_to(CLI::App& app) {
+  app.add_option("--policy", policy, "Eviction policy: a built-in name, a name in --policy-path, or a policy file");
+  app.add_option("--budget", budget, "Cache budget: \"full\", \"N%\" of the prompt, or N tokens per (layer, KV head)");
+  app.add_option("--set", set, "Policy parameter override name=value (repeatable)")->allow_extra_args(false);
+  app.add_option("--policy-path", policy_path, "Extra directory searched for policy names (repeatable)");
+}
+
+std::map<std::string, std::string> PolicyOptions::overrides() const {
+  std::map<std::string, std::string> out;
+  for (const std::string& s : set) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("--set " + s + ": expected name=value (for example --set window=32)");
+    const std::string name = s.substr(0, eq);
+    if (!out.emplace(name, s.substr(eq + 1)).second)
+      throw UsageError("--set " + s + ": parameter '" + name + "' is set twice");
+  }
+  return out;
+}
+
+std::unique_ptr<PolicyProgram> PolicyOptions::load() const {
+  if (!set.empty() && policy.empty()) throw UsageError("--set needs --policy");
+  return load_policy(policy, overrides(), policy_path);
+}
+
+Budget PolicyOptions::parsed_budget(int prompt_len) const {
+  if (budget.empty()) throw UsageError("--policy needs --budget (\"full\", \"N%\" or tokens per layer and KV head)");
+  const Budget b = Budget::parse(budget, "--budget");
+  if (prompt_len >= 0) b.check_prompt(prompt_len, "--budget");
+  return b;
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,35 @@
+#pragma once
+// Options shared by the commands that run a policy (inspect, generate): --policy, --budget,
+// --set name=value (repeatable), --policy-path DIR (repeatable). Every problem with them is a
+// UsageError (exit 2) naming the option and what is wrong.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/engine/budget.h"
+#include "core/engine/policy_program.h"
+
+namespace kvevict::cli {
+
+struct PolicyOptions {
+  std::string policy;
+  std::string budget;
+  std::vector<std::string> set;
+  std::vector<std::string> policy_path;
+
+  bool enabled() const { return !policy.empty(); }
+  // Declares the options on `app`.
+  void add_to(CLI::App& app);
+  // "name=value" pairs; throws UsageError on a missing '=' or an empty name, or a name given twice.
+  std::map<std::string, std::string> overrides() const;
+  // Loads and compiles the policy (unknown policy, unknown parameter, bad value: UsageError).
+  std::unique_ptr<PolicyProgram> load() const;
+  // Parses --budget and checks it against the prompt (a token budget above the prompt is an error);
+  // prompt_len < 0: parse only (to report a bad budget before loading the model).
+  Budget parsed_budget(int prompt_len) const;
+};
+
+}  // namespace kvevict::cli
