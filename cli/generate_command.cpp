@@ -9,11 +9,13 @@
 #include "cli/command.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
+#include "core/decode/make_decoder.h"
 #include "core/decode/sampler.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
+#include "jit/device.h"
 
 namespace kvevict::cli {
 namespace {
@@ -28,6 +30,7 @@ struct GenerateOptions {
   float temperature = 0.0f;
   uint64_t seed = 0;
   int threads = 2;
+  std::string device = "auto";
   bool json = false;
   PolicyOptions policy;  // optional: evict with this policy (prefill and decode triggers)
 };
@@ -118,10 +121,14 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--seed", o->seed, "Seed of the sampler");
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");
   o->policy.add_to(app);
 
   return [o]() {
+    // Resolved before loading: a missing GPU for --device cuda fails fast, and a bad value is a usage error.
+    const jit::DeviceChoice device = jit::resolve_device(o->device);
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;
     std::unique_ptr<PolicyProgram> program;
@@ -137,7 +144,8 @@ std::function<int()> setup_generate(CLI::App& app) {
       const Budget budget = o->policy.parsed_budget(static_cast<int>(prompt.size()));
       engine = std::make_unique<EvictionEngine>(*program, model->config, EngineOptions{budget, o->seed});
     }
-    auto decoder = make_cpu_decoder(*model, {.threads = o->threads});
+    auto decoder = make_decoder(*model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
+                                {.threads = o->threads, .device_ordinal = device.ordinal});
     auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
     const Generation g =
         generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());

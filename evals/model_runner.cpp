@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/decode/decoder.h"
+#include "core/decode/make_decoder.h"
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
@@ -11,6 +12,7 @@
 #include "evals/model_runner.h"
 #include "core/util/sha256.h"
 #include "evals/text_hash.h"
+#include "jit/device.h"
 
 namespace kvevict::evals {
 namespace {
@@ -26,15 +28,16 @@ class ModelRunner : public SampleRunner {
  public:
   ModelRunner(const EvalConfig& config, std::unique_ptr<PrefillEvictor> evictor)
       : config_(config), evictor_(std::move(evictor)) {
-    if (config.device == "cuda") {
-      throw UsageError(config.source + ": device: cuda is not available for decoding in this build; use cpu or auto");
-    }
+    // auto falls back to the CPU with one note; cuda without a usable GPU is a RuntimeError (exit 1).
+    const jit::DeviceChoice device = jit::resolve_device(config.device);
     LoadOptions load_options;
     load_options.tokenizer_path = config.tokenizer;
     model_ = load_model(config.model, load_options);
     DecoderOptions options;
     options.threads = config.threads;
-    decoder_ = make_cpu_decoder(*model_, options);
+    options.device_ordinal = device.ordinal;
+    decoder_ = make_decoder(*model_, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
+                            options);
     template_ = config.chat_template == "auto" ? model_->info.chat_template : config.chat_template;
   }
 

@@ -45,6 +45,7 @@ class ForwardObserver {
 
 struct DecoderOptions {
   int threads = 0;  // 0: OpenMP/BLAS default
+  int device_ordinal = 0;  // CUDA device index for the CUDA backend (make_decoder.h); unused on the CPU
 };
 
 class Decoder {

@@ -1,0 +1,323 @@
+// The CUDA decoder; contract and design in cuda_decoder.h and docs/CUDA.md. The forward pass
+// follows CpuDecoder step by step so the two can be compared operation by operation.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/cuda/cuda_decoder.h"
+#include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/device_memory.h"
+#include "core/decode/rope.h"
+
+namespace kvevict {
+
+namespace {
+
+using cuda::DeviceArray;
+
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw RuntimeError(std::string("CUDA decoder: ") + what + ": cuBLAS status " + std::to_string(int(status)));
+  }
+}
+
+DeviceArray<__half>* upload_half(const std::vector<float>& host, std::vector<std::unique_ptr<DeviceArray<__half>>>& owner) {
+  std::vector<__half> converted(host.size());
+  for (size_t i = 0; i < host.size(); ++i) converted[i] = __float2half(host[i]);
+  owner.push_back(std::make_unique<DeviceArray<__half>>());
+  owner.back()->upload(converted);
+  return owner.back().get();
+}
+
+DeviceArray<float>* upload_float(const std::vector<float>& host, std::vector<std::unique_ptr<DeviceArray<float>>>& owner) {
+  owner.push_back(std::make_unique<DeviceArray<float>>());
+  owner.back()->upload(host);
+  return owner.back().get();
+}
+
+struct DeviceLayer {
+  DeviceArray<__half>*wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+  DeviceArray<float>*attn_norm, *ffn_norm, *bq = nullptr, *bk = nullptr, *bv = nullptr;
+};
+
+class CudaDecoder : public Decoder {
+ public:
+  CudaDecoder(const Model& model, const DecoderOptions& options)
+      : model_(model), config_(model.config), cache_(model.config), rope_(model.config),
+        ordinal_(options.device_ordinal) {
+    cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    const Weights& w = model.weights;
+    embedding_ = upload_float(w.token_embedding, floats_);
+    final_norm_ = upload_float(w.final_norm, floats_);
+    output_ = upload_half(w.output_matrix(), halves_);
+    for (const LayerWeights& l : w.layers) {
+      DeviceLayer d{};
+      d.wq = upload_half(l.wq, halves_);
+      d.wk = upload_half(l.wk, halves_);
+      d.wv = upload_half(l.wv, halves_);
+      d.wo = upload_half(l.wo, halves_);
+      d.w_gate = upload_half(l.w_gate, halves_);
+      d.w_up = upload_half(l.w_up, halves_);
+      d.w_down = upload_half(l.w_down, halves_);
+      d.attn_norm = upload_float(l.attn_norm, floats_);
+      d.ffn_norm = upload_float(l.ffn_norm, floats_);
+      if (config_.qkv_bias) {
+        d.bq = upload_float(l.bq, floats_);
+        d.bk = upload_float(l.bk, floats_);
+        d.bv = upload_float(l.bv, floats_);
+      }
+      layers_.push_back(d);
+    }
+  }
+  ~CudaDecoder() override { cublasDestroy(blas_); }
+
+  const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer,
+                                    std::vector<float>* all_logits) override;
+  KVCache& cache() override { return cache_; }
+  int position() const override { return position_; }
+  void set_position(int position) override {
+    if (position < 0) throw std::invalid_argument("set_position: negative position");
+    position_ = position;
+  }
+  void reset() override {
+    cache_.clear();
+    position_ = 0;
+  }
+  std::string device_name() const override { return "cuda:" + std::to_string(ordinal_); }
+  const Model& model() const override { return model_; }
+
+ private:
+  // y[n][out] = x[n][in] · W^T, W stored [out][in] row-major (= column-major [in][out], op T).
+  void gemm(const __half* x, int n, int in, const __half* w, int out, float* y) {
+    const float alpha = 1.0f, beta = 0.0f;
+    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16F, in, x, CUDA_R_16F, in,
+                            &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+  }
+  void upload_rope_table(int first, int n);
+  void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
+  void feed_forward_layer(int layer, int n);
+  cuda::PackedLayer pack_layer(int layer);
+
+  const Model& model_;
+  const ModelConfig& config_;
+  KVCache cache_;
+  Rope rope_;
+  int ordinal_ = 0;
+  int position_ = 0;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<std::unique_ptr<DeviceArray<__half>>> halves_;
+  std::vector<std::unique_ptr<DeviceArray<float>>> floats_;
+  DeviceArray<float>*embedding_ = nullptr, *final_norm_ = nullptr;
+  DeviceArray<__half>* output_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+
+  // Activations of the current block ([n][...]), and the packed cache of the layer being attended.
+  DeviceArray<int> tokens_;
+  DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_d_, cos_, sin_, row_max_, row_sum_, column_d_;
+  DeviceArray<__half> half_in_;
+  DeviceArray<float> packed_keys_, packed_values_;
+  DeviceArray<int64_t> offsets_;
+  DeviceArray<int> lengths_;
+  std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
+  std::vector<std::vector<float>> column_sums_;
+};
+
+void CudaDecoder::upload_rope_table(int first, int n) {
+  const int half = config_.head_dim / 2;
+  std::vector<float> c(static_cast<size_t>(n) * half), s(c.size());
+  for (int i = 0; i < n; ++i) {
+    for (int p = 0; p < half; ++p) {
+      // As Rope does: the angle in double, rounded to float once.
+      const double angle = static_cast<double>(first + i) * rope_.inverse_frequency(p);
+      c[static_cast<size_t>(i) * half + p] = static_cast<float>(std::cos(angle));
+      s[static_cast<size_t>(i) * half + p] = static_cast<float>(std::sin(angle));
+    }
+  }
+  cos_.upload(c);
+  sin_.upload(s);
+}
+
+const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
+                                               std::vector<float>* all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward: empty token block");
+  const int dim = config_.dim, vocab = config_.vocab_size;
+  for (int t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw std::out_of_range("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
+  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+  tokens_.resize(n);
+  tokens_.upload(tokens.data(), n);
+  x_.resize(static_cast<size_t>(n) * dim);
+  cuda::embed(embedding_->data(), tokens_.data(), n, dim, x_.data());
+  upload_rope_table(position_, n);
+
+  for (int layer = 0; layer < config_.n_layers; ++layer) {
+    attention_layer(layer, n, request, observer);
+    feed_forward_layer(layer, n);
+  }
+  position_ += n;
+
+  const int rows = all_logits ? n : 1;
+  xn_.resize(static_cast<size_t>(rows) * dim);
+  half_in_.resize(static_cast<size_t>(rows) * dim);
+  cuda::rmsnorm(x_.data() + static_cast<size_t>(n - rows) * dim, final_norm_->data(), rows, dim, config_.norm_eps,
+                xn_.data(), half_in_.data());
+  logits_d_.resize(static_cast<size_t>(rows) * vocab);
+  gemm(half_in_.data(), rows, dim, output_->data(), vocab, logits_d_.data());
+  if (all_logits) {
+    all_logits->resize(static_cast<size_t>(n) * vocab);
+    logits_d_.download(all_logits->data(), all_logits->size());
+    logits_.assign(all_logits->end() - vocab, all_logits->end());
+  } else {
+    logits_.resize(vocab);
+    logits_d_.download(logits_.data(), vocab);
+  }
+  if (observer) observer->after_forward(n, cache_);
+  return logits_;
+}
+
+// Copies the layer's host cache (the source of truth, possibly compacted by eviction since the
+// last call) into one packed device buffer: O(layer cache bytes) host->device per call.
+cuda::PackedLayer CudaDecoder::pack_layer(int layer) {
+  const int heads = config_.n_kv_heads, hd = config_.head_dim;
+  std::vector<int64_t> offsets(heads);
+  std::vector<int> lengths(heads);
+  int64_t total = 0;
+  for (int h = 0; h < heads; ++h) {
+    offsets[h] = total;
+    lengths[h] = cache_.length(layer, h);
+    total += lengths[h];
+  }
+  packed_keys_.resize(static_cast<size_t>(total) * hd);
+  packed_values_.resize(static_cast<size_t>(total) * hd);
+  for (int h = 0; h < heads; ++h) {
+    const size_t count = static_cast<size_t>(lengths[h]) * hd, at = static_cast<size_t>(offsets[h]) * hd;
+    if (count == 0) continue;
+    packed_keys_.upload(cache_.keys(layer, h), count, at);
+    packed_values_.upload(cache_.values(layer, h), count, at);
+  }
+  offsets_.upload(offsets);
+  lengths_.upload(lengths);
+  return {packed_keys_.data(), packed_values_.data(), offsets_.data(), lengths_.data()};
+}
+
+void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
+  const DeviceLayer& w = layers_[layer];
+  const int dim = config_.dim, hd = config_.head_dim;
+  const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const size_t rows = static_cast<size_t>(n);
+  xn_.resize(rows * dim);
+  half_in_.resize(rows * std::max(dim, q_dim));
+  q_.resize(rows * q_dim);
+  k_.resize(rows * kv_dim);
+  v_.resize(rows * kv_dim);
+  att_.resize(rows * q_dim);
+  proj_.resize(rows * dim);
+
+  cuda::rmsnorm(x_.data(), w.attn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
+  gemm(half_in_.data(), n, dim, w.wq->data(), q_dim, q_.data());
+  gemm(half_in_.data(), n, dim, w.wk->data(), kv_dim, k_.data());
+  gemm(half_in_.data(), n, dim, w.wv->data(), kv_dim, v_.data());
+  if (config_.qkv_bias) {
+    cuda::add_bias_rows(q_.data(), w.bq->data(), n, q_dim);
+    cuda::add_bias_rows(k_.data(), w.bk->data(), n, kv_dim);
+    cuda::add_bias_rows(v_.data(), w.bv->data(), n, kv_dim);
+  }
+  const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
+  cuda::rope(q_.data(), n, config_.n_heads, hd, cos_.data(), sin_.data(), adjacent);
+  cuda::rope(k_.data(), n, config_.n_kv_heads, hd, cos_.data(), sin_.data(), adjacent);
+
+  // The host cache stays authoritative: the block's K/V go there first, then the layer is packed.
+  host_k_.resize(rows * kv_dim);
+  host_v_.resize(rows * kv_dim);
+  k_.download(host_k_.data(), host_k_.size());
+  v_.download(host_v_.data(), host_v_.size());
+  const int first = position_;
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    for (int i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * hd;
+      cache_.append(layer, h, first + i, host_k_.data() + at, host_v_.data() + at);
+    }
+  }
+  const cuda::PackedLayer packed = pack_layer(layer);
+
+  const bool want_columns = request.accumulated_attention;
+  if (want_columns) {
+    row_max_.resize(rows * config_.n_heads);
+    row_sum_.resize(rows * config_.n_heads);
+  }
+  cuda::attention(packed, q_.data(), n, config_.n_heads, config_.group_size(), hd, att_.data(),
+                  want_columns ? row_max_.data() : nullptr, want_columns ? row_sum_.data() : nullptr);
+  if (want_columns) {
+    int max_len = 0;
+    for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
+    column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
+    cuda::attention_column_sums(packed, q_.data(), n, config_.n_heads, config_.group_size(), hd, row_max_.data(),
+                                row_sum_.data(), max_len, column_d_.data());
+    host_columns_.resize(column_d_.size());
+    column_d_.download(host_columns_.data(), host_columns_.size());
+    column_sums_.resize(config_.n_heads);
+    for (int h = 0; h < config_.n_heads; ++h) {
+      const int len = cache_.length(layer, h / config_.group_size());
+      const float* row = host_columns_.data() + static_cast<size_t>(h) * max_len;
+      column_sums_[h].assign(row, row + len);
+    }
+  }
+
+  cuda::to_half(att_.data(), rows * q_dim, half_in_.data());
+  gemm(half_in_.data(), n, q_dim, w.wo->data(), dim, proj_.data());
+  cuda::add_inplace(x_.data(), proj_.data(), rows * dim);
+
+  if (observer) {
+    LayerSignals signals;
+    signals.layer = layer;
+    signals.first_position = first;
+    signals.n_tokens = n;
+    const int window = std::min(request.window, n);
+    if (window > 0) {
+      signals.window = window;
+      window_queries_.resize(static_cast<size_t>(window) * q_dim);
+      q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
+      signals.window_queries = std::span<const float>(window_queries_);
+    }
+    if (want_columns) signals.accumulated_attention = &column_sums_;
+    observer->after_layer(signals, cache_);
+  }
+}
+
+void CudaDecoder::feed_forward_layer(int layer, int n) {
+  const DeviceLayer& w = layers_[layer];
+  const int dim = config_.dim, hidden = config_.hidden_dim;
+  const size_t rows = static_cast<size_t>(n);
+  xn_.resize(rows * dim);
+  half_in_.resize(rows * std::max(dim, hidden));
+  gate_.resize(rows * hidden);
+  up_.resize(rows * hidden);
+  proj_.resize(rows * dim);
+  cuda::rmsnorm(x_.data(), w.ffn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
+  gemm(half_in_.data(), n, dim, w.w_gate->data(), hidden, gate_.data());
+  gemm(half_in_.data(), n, dim, w.w_up->data(), hidden, up_.data());
+  cuda::swiglu(gate_.data(), up_.data(), rows * hidden, half_in_.data());
+  gemm(half_in_.data(), n, hidden, w.w_down->data(), dim, proj_.data());
+  cuda::add_inplace(x_.data(), proj_.data(), rows * dim);
+}
+
+}  // namespace
+
+std::unique_ptr<Decoder> make_cuda_decoder(const Model& model, const DecoderOptions& options) {
+  return std::make_unique<CudaDecoder>(model, options);
+}
+
+}  // namespace kvevict

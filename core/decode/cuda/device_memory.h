@@ -1,0 +1,57 @@
+#pragma once
+// Typed device arrays for the CUDA decoder (CUDA runtime; freed on destruction) and the error check
+// that turns a failing runtime or cuBLAS call into RuntimeError naming the call.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/util/error.h"
+
+namespace kvevict::cuda {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA decoder: ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count) { resize(count); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  // Grows (never shrinks) the allocation; contents are not preserved when it grows.
+  void resize(size_t count) {
+    if (count <= capacity_) {
+      size_ = count;
+      return;
+    }
+    cudaFree(data_);
+    data_ = nullptr;
+    check(cudaMalloc(&data_, count * sizeof(T)), "cudaMalloc");
+    capacity_ = size_ = count;
+  }
+  void upload(const T* host, size_t count, size_t offset = 0) {
+    check(cudaMemcpy(data_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  void upload(const std::vector<T>& host) {
+    resize(host.size());
+    if (!host.empty()) upload(host.data(), host.size());
+  }
+  void download(T* host, size_t count, size_t offset = 0) const {
+    check(cudaMemcpy(host, data_ + offset, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0, capacity_ = 0;
+};
+
+}  // namespace kvevict::cuda

@@ -1,0 +1,22 @@
+#pragma once
+// Chooses the decoder backend. The caller resolves `--device auto|cpu|cuda[:N]` first (jit's
+// resolve_device probes the driver; core does not depend on jit) and passes the outcome here.
+//   Cpu:  the reference CPU decoder (make_cpu_decoder).
+//   Cuda: the CUDA decoder (core/decode/cuda/cuda_decoder.h) on device `options.device_ordinal`;
+//         RuntimeError (exit 1) when this kvevict was built without the CUDA toolkit.
+// The CUDA backend compiles in CI but has never run on a GPU in this project's development; see
+// docs/CUDA.md before trusting its numbers.
+#include <memory>
+
+#include "core/decode/decoder.h"
+
+namespace kvevict {
+
+enum class DecoderDevice { Cpu, Cuda };
+
+std::unique_ptr<Decoder> make_decoder(const Model& model, DecoderDevice device, const DecoderOptions& options = {});
+
+// Whether this build contains the CUDA decoder (KVEVICT_HAVE_CUDA at build time).
+bool cuda_decoder_built();
+
+}  // namespace kvevict

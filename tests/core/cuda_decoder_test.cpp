@@ -1,0 +1,199 @@
+// The CUDA decoder against the CPU decoder (GPU only; skipped with the reason when no GPU is usable
+// or the build has no CUDA). Never run during development: no GPU was available (docs/CUDA.md).
+//
+// Tolerance. The CUDA backend rounds weights and GEMM inputs to fp16 (unit roundoff u = 2^-11,
+// about 4.9e-4) and accumulates in fp32; everything else is fp32 as on the CPU. Each product then
+// carries a relative error of about 2u from its two rounded operands, and a forward pass chains
+// about 7 products per layer through the residual stream. For the small models here (2-5 layers)
+// that is on the order of 10-35 u relative to the logits' scale, so we allow
+//   max |logit_cuda - logit_cpu| <= 0.02 * (1 + max |logit_cpu|),
+// and greedy tokens must agree wherever the CPU's top-2 margin exceeds that bound (closer calls
+// are counted and printed, not failed: fp16 rounding may legitimately flip a near tie).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/decode/make_decoder.h"
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+#include "core/model/synthetic_model.h"
+#include "hand_policies.h"
+#include "jit/cuda_driver.h"
+#include "test_models.h"
+
+namespace kvevict {
+namespace {
+
+std::string gpu_missing_reason() {
+  if (!cuda_decoder_built()) return "this kvevict was built without the CUDA toolkit";
+  const jit::CudaProbe probe = jit::CudaDriver::probe();
+  if (!probe.usable) return "no usable CUDA device: " + probe.reason;
+  return "";
+}
+
+#define SKIP_WITHOUT_GPU()                                                  \
+  do {                                                                      \
+    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+float logit_bound(const std::vector<float>& cpu) {
+  float scale = 0;
+  for (float v : cpu) scale = std::max(scale, std::abs(v));
+  return 0.02f * (1.0f + scale);
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+float top2_margin(std::vector<float> v) {
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+  return v[0] - v[1];
+}
+
+// Teacher-forced greedy decoding: both decoders see the CPU's tokens, so one flipped near tie
+// does not derail the rest of the comparison.
+void compare_greedy(const Model& model, const std::vector<std::vector<int>>& prompts, int steps) {
+  int near_ties = 0, compared = 0;
+  float worst = 0;
+  for (const auto& prompt : prompts) {
+    auto cpu = make_decoder(model, DecoderDevice::Cpu, {.threads = 1});
+    auto gpu = make_decoder(model, DecoderDevice::Cuda);
+    std::vector<float> cpu_all, gpu_all;
+    cpu->forward(prompt, nullptr, &cpu_all);
+    gpu->forward(prompt, nullptr, &gpu_all);
+    ASSERT_EQ(cpu_all.size(), gpu_all.size());
+    worst = std::max(worst, max_abs_diff(cpu_all, gpu_all));
+    ASSERT_LE(max_abs_diff(cpu_all, gpu_all), logit_bound(cpu_all)) << "prefill logits";
+    std::vector<float> c = std::vector<float>(cpu_all.end() - model.config.vocab_size, cpu_all.end());
+    std::vector<float> g = std::vector<float>(gpu_all.end() - model.config.vocab_size, gpu_all.end());
+    for (int s = 0; s < steps; ++s) {
+      const float bound = logit_bound(c);
+      ASSERT_LE(max_abs_diff(c, g), bound) << "step " << s;
+      worst = std::max(worst, max_abs_diff(c, g));
+      const int next = argmax(c);
+      ++compared;
+      if (top2_margin(c) > bound) {
+        EXPECT_EQ(argmax(g), next) << "step " << s;
+      } else {
+        ++near_ties;
+      }
+      c = cpu->forward(std::span<const int>(&next, 1));
+      g = gpu->forward(std::span<const int>(&next, 1));
+    }
+    EXPECT_EQ(cpu->cache().total_entries(), gpu->cache().total_entries());
+  }
+  std::printf("greedy: %d steps compared, %d near ties skipped, max |dlogit| = %g\n", compared, near_ties, worst);
+}
+
+std::vector<std::vector<int>> random_prompts(int vocab, int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int>> prompts;
+  for (int p = 0; p < count; ++p) {
+    std::vector<int> t(8 + 13 * p);
+    for (int& v : t) v = int(rng() % vocab);
+    prompts.push_back(t);
+  }
+  return prompts;
+}
+
+ModelConfig gqa_config() {
+  ModelConfig c;
+  c.name = "cuda-test";
+  c.n_layers = 3, c.dim = 96, c.n_heads = 6, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 160;
+  c.vocab_size = 300, c.context_length = 512;
+  return c;
+}
+
+TEST(CudaDecoder, SyntheticTinyMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_synthetic_model("synthetic:tiny:7");
+  compare_greedy(*model, random_prompts(model->config.vocab_size, 3, 11), 24);
+}
+
+TEST(CudaDecoder, HalfSplitRopeBiasAndUntiedOutputMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig c = gqa_config();
+  c.rope_style = RopeStyle::HalfSplit;
+  c.qkv_bias = true;
+  c.tied_embeddings = false;
+  const auto model = make_random_model(c, 5);
+  compare_greedy(*model, random_prompts(c.vocab_size, 2, 3), 16);
+}
+
+TEST(CudaDecoder, Stories260KMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto model = load_model(test::stories_checkpoint(), {.tokenizer_path = test::stories_tokenizer()});
+  std::vector<std::vector<int>> prompts;
+  for (const char* text : {"Once upon a time", "The little dog", "Lily wanted to play with"}) {
+    prompts.push_back(model->tokenizer->encode(text, true));
+  }
+  compare_greedy(*model, prompts, 40);
+}
+
+// Records what each layer's observer call saw, for comparison between backends.
+class Recorder : public ForwardObserver {
+ public:
+  ObservationRequest request() const override { return {.window = 4, .accumulated_attention = true}; }
+  void after_layer(const LayerSignals& s, KVCache&) override {
+    queries.emplace_back(s.window_queries.begin(), s.window_queries.end());
+    columns.push_back(*s.accumulated_attention);
+  }
+  std::vector<std::vector<float>> queries;
+  std::vector<std::vector<std::vector<float>>> columns;
+};
+
+TEST(CudaDecoder, ObserverSignalsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(gqa_config(), 9);
+  const auto prompt = random_prompts(300, 1, 4)[0];
+  Recorder cpu_seen, gpu_seen;
+  make_decoder(*model, DecoderDevice::Cpu, {.threads = 1})->forward(prompt, &cpu_seen);
+  make_decoder(*model, DecoderDevice::Cuda)->forward(prompt, &gpu_seen);
+  ASSERT_EQ(cpu_seen.queries.size(), gpu_seen.queries.size());
+  for (size_t l = 0; l < cpu_seen.queries.size(); ++l) {
+    ASSERT_EQ(cpu_seen.queries[l].size(), gpu_seen.queries[l].size());
+    EXPECT_LE(max_abs_diff(cpu_seen.queries[l], gpu_seen.queries[l]), logit_bound(cpu_seen.queries[l])) << l;
+    ASSERT_EQ(cpu_seen.columns[l].size(), gpu_seen.columns[l].size());
+    for (size_t h = 0; h < cpu_seen.columns[l].size(); ++h) {
+      ASSERT_EQ(cpu_seen.columns[l][h].size(), gpu_seen.columns[l][h].size());
+      // Column sums of probabilities: each is at most n; fp16-rounded scores move them by ~1e-3 of that.
+      EXPECT_LE(max_abs_diff(cpu_seen.columns[l][h], gpu_seen.columns[l][h]), 0.01f * float(prompt.size()) / 8)
+          << "layer " << l << " head " << h;
+    }
+  }
+}
+
+TEST(CudaDecoder, EvictionDecisionsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(gqa_config(), 13);
+  const test::HandPolicy policy = test::cake_policy(8, 200.0, true);
+  std::mt19937 rng(2);
+  std::vector<int> prompt(160);
+  for (int& t : prompt) t = int(rng() % 300);
+  auto cpu = make_decoder(*model, DecoderDevice::Cpu, {.threads = 1});
+  auto gpu = make_decoder(*model, DecoderDevice::Cuda);
+  EvictionEngine cpu_engine(policy, model->config, {Budget::parse("48"), 0});
+  EvictionEngine gpu_engine(policy, model->config, {Budget::parse("48"), 0});
+  cpu->forward(prompt, &cpu_engine);
+  gpu->forward(prompt, &gpu_engine);
+  for (int l = 0; l < model->config.n_layers; ++l) {
+    for (int h = 0; h < model->config.n_kv_heads; ++h) {
+      const int len = cpu->cache().length(l, h);
+      ASSERT_EQ(len, gpu->cache().length(l, h)) << "layer " << l << " head " << h;
+      const int32_t* a = cpu->cache().positions(l, h);
+      const int32_t* b = gpu->cache().positions(l, h);
+      EXPECT_TRUE(std::equal(a, a + len, b)) << "kept positions differ at layer " << l << " head " << h;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvevict
