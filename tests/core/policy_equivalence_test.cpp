@@ -128,8 +128,8 @@ TEST_F(PolicyEquivalence, Full) {
 }
 
 TEST_F(PolicyEquivalence, Random) {
-  expect_same(run("random", {}, "40", 3), reference::random_policy(*data_, 40, 3, reference::dsl_score_uniform), "random seed 3");
-  expect_same(run("random", {}, "40", 4), reference::random_policy(*data_, 40, 4, reference::dsl_score_uniform), "random seed 4");
+  expect_same(run("random", {}, "40", 3), reference::random_policy(*data_, 40, 3), "random seed 3");
+  expect_same(run("random", {}, "40", 4), reference::random_policy(*data_, 40, 4), "random seed 4");
 }
 
 TEST_F(PolicyEquivalence, StreamingLLM) {

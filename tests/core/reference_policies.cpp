@@ -129,22 +129,8 @@ KeptSets full(const PromptData& p) {
   return per_head(p, [](int, int, const HeadData& h) { return range(0, h.S); });
 }
 
-// The DSL's random[t] as documented in dsl/random.h (written here from that formula, not
-// included): SplitMix64 finaliser mix(), key = mix(mix(mix(seed) ^ layer) ^ kv_head) ^ position,
-// uniform = (mix(key) >> 40) * 2^-24.
-static uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-float dsl_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
-  const uint64_t key = mix64(mix64(mix64(seed) ^ static_cast<uint32_t>(layer)) ^ static_cast<uint32_t>(kv_head)) ^
-                       static_cast<uint32_t>(position);
-  return static_cast<float>(static_cast<double>(mix64(key) >> 40) / 16777216.0);
-}
-
+// The DSL's random[t]: Philox4x32-10 on score stream 1, counter (position, kv_head, layer, stream),
+// key = the seed's two 32-bit halves (docs/DSL.md §7). Its known-answer vectors are tested separately.
 float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position) {
   return counter_uniform(seed, layer, kv_head, position, kScoreStream);
 }

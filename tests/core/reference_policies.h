@@ -31,7 +31,6 @@ KeptSets full(const PromptData& p);
 // also the DSL's random() (docs/DSL.md §7); the parameter lets a test pass another draw.
 using UniformFn = float (*)(uint64_t seed, int layer, int kv_head, int position);
 float philox_score_uniform(uint64_t seed, int layer, int kv_head, int position);
-float dsl_score_uniform(uint64_t seed, int layer, int kv_head, int position);  // dsl/random.h's formula
 KeptSets random_policy(const PromptData& p, int budget, uint64_t seed,
                        UniformFn uniform = philox_score_uniform);                         // §5.7
 KeptSets streamingllm(const PromptData& p, int budget, int n_sink);                      // §5.1
