@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's second command: install what is missing, build, and run every test: the CTest suite
-# (unit, CLI and end-to-end tests; GPU tests skip with a reason when no GPU is present), then the
-# policy-language fuzzer for a fixed number of iterations under ASan/UBSan.
+# The README's second command: install what is missing, build, and run every test: the policy-language
+# fuzzer for a fixed number of iterations under ASan/UBSan, then the CTest suite (unit, CLI and
+# end-to-end tests; GPU tests skip with a reason when no GPU is present), whose summary ends the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Idle OpenMP threads sleep instead of spinning: on a small or shared machine spinning threads
@@ -9,5 +9,6 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 bash scripts/setup.sh
 bash scripts/build.sh
-(cd build && ctest --output-on-failure -j "$(nproc)" --timeout 1200)
 bash scripts/fuzz.sh
+cd build
+ctest --output-on-failure -j "$(nproc)" --timeout 1200
