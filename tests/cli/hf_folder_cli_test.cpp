@@ -2,6 +2,8 @@
 // code and message for broken folders.
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,28 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-CliResult kvevict_cli(const std::string& args) {
-  static int calls = 0;
-  const std::string err_file =
-      ::testing::TempDir() + "/kvevict_hf_cli_" + std::to_string(::getpid()) + "_" + std::to_string(calls++) + ".txt";
-  FILE* pipe = popen((std::string(KVEVICT_BINARY) + " " + args + " 2>" + err_file).c_str(), "r");
-  CliResult r;
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(err), {});
-  std::remove(err_file.c_str());
-  return r;
-}
+using CliResult = test::CliRun;
+const auto& kvevict_cli = test::run_kvevict;
 
 fs::path tiny_folder(const std::string& name) {
   ModelConfig c = test::tiny_config(6, 2, 4, "qwen2");

@@ -4,6 +4,8 @@
 // a message that names the problem.
 #include <gtest/gtest.h>
 
+#include "cli_run.h"
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -17,30 +19,8 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run_kvevict(const std::string& args) {
-  static int calls = 0;
-  const std::string err_file = ::testing::TempDir() + "/kvevict_policy_cli_stderr_" + std::to_string(::getpid()) +
-                               "_" + std::to_string(calls++) + ".txt";
-  const std::string command = std::string(KVEVICT_BINARY) + " " + args + " 2>" + err_file;
-  FILE* pipe = popen(command.c_str(), "r");
-  CliRun r{-1, "", ""};
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(err), {});
-  std::remove(err_file.c_str());
-  return r;
-}
+using kvevict::test::CliRun;
+using kvevict::test::run_kvevict;
 
 std::string prompt_file() {
   const std::string path = ::testing::TempDir() + "/kvevict_policy_prompt_" + std::to_string(::getpid()) + ".txt";
