@@ -1,7 +1,9 @@
 #pragma once
 // The scalar semantics of every elementwise function of the lowered form, shared by the
 // interpreter's loops and the compile-time constant folder so both agree bit for bit. The CUDA
-// code generator emits the same expressions (expf, logf, ... in float).
+// code generator emits the same expressions (expf, logf, ... in float). One exception: the
+// interpreter takes log of arrays with a vectorised log within 2 ulp of this one
+// (core/decode/simd_math.h log_array), the same bound as CUDA's logf.
 #include <cmath>
 
 #include "dsl/lowered.h"

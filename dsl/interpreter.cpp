@@ -1,9 +1,12 @@
 #include "dsl/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#pragma GCC diagnostic ignored "-Wpsabi"  // simd_math.h uses 64-byte vectors in static inline functions only
+#include "core/decode/simd_math.h"
 #include "core/engine/counter_rng.h"
 #include "core/util/error.h"
 #include "dsl/elementwise.h"
@@ -17,6 +20,48 @@ struct Buf {
   const float* data = nullptr;
   std::vector<float> own;
 };
+
+// Recycles the arrays of intermediate nodes across evaluations on the same thread. A policy is
+// evaluated once per (layer, KV head) with the same shapes, and fresh multi-megabyte vectors come
+// from mmap: a page fault per 4 KiB and an munmap each time cost more than the arithmetic (CAKE's
+// layer weight). Bounded, so that one evaluation at a long context does not stay pinned.
+class BufferPool {
+ public:
+  static constexpr size_t kMaxPooledFloats = size_t(16) << 20;  // 64 MiB per thread
+
+  // An array of n floats, reusing the smallest pooled one that fits. Its contents are unspecified:
+  // every node writes all of its output elements.
+  std::vector<float> take(size_t n) {
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i].capacity() >= n && (best == free_.size() || free_[i].capacity() < free_[best].capacity())) best = i;
+    std::vector<float> v;
+    if (best != free_.size()) {
+      v.swap(free_[best]);
+      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+      pooled_ -= v.capacity();
+    }
+    v.resize(n);
+    return v;
+  }
+
+  void give(std::vector<float>& v) {
+    if (v.capacity() >= 1024 && pooled_ + v.capacity() <= kMaxPooledFloats) {
+      pooled_ += v.capacity();
+      free_.push_back(std::move(v));
+    }
+    v = std::vector<float>();
+  }
+
+ private:
+  std::vector<std::vector<float>> free_;
+  size_t pooled_ = 0;
+};
+
+BufferPool& buffer_pool() {
+  static thread_local BufferPool pool;
+  return pool;
+}
 
 struct Layout {
   int ext[4];  // extents of g, h, q, t
@@ -186,28 +231,47 @@ void reduce_with_t(const Layout& L, const Node& nd, const Buf& A, float* out) {
   const Reducer r = nd.reducer;
   const int e[4] = {(A.shape & kAxisG) ? L.ext[0] : 1, (A.shape & kAxisH) ? L.ext[1] : 1, (A.shape & kAxisQ) ? L.ext[2] : 1,
                     (A.shape & kAxisT) ? L.ext[3] : 1};
-  auto visit = [&](auto&& f) {
+  // t is reduced, so each (g, h, q) row of A feeds one accumulator: keep it in a register for the
+  // row (the same additions in the same order as element by element, hence the same bits).
+  auto visit_rows = [&](auto&& f) {
     for (int g = 0; g < e[0]; ++g)
       for (int h = 0; h < e[1]; ++h)
-        for (int q = 0; q < e[2]; ++q) {
-          const float* x = A.data + g * ast[0] + h * ast[1] + q * ast[2];
-          const int64_t o = g * ost[0] + h * ost[1] + q * ost[2];
-          for (int t = 0; t < e[3]; ++t) f(o + t * ost[3], static_cast<double>(x[t]));
-        }
+        for (int q = 0; q < e[2]; ++q)
+          f(g * ost[0] + h * ost[1] + q * ost[2], A.data + g * ast[0] + h * ast[1] + q * ast[2]);
   };
+  const int n = e[3];
   if (r == Reducer::Max || r == Reducer::Min) {
     const double init = r == Reducer::Max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
     for (auto& a : acc) a = init;
-    visit([&](int64_t o, double x) { acc[o] = r == Reducer::Max ? (x > acc[o] ? x : acc[o]) : (x < acc[o] ? x : acc[o]); });
+    visit_rows([&](int64_t o, const float* x) {
+      double m = acc[o];
+      if (r == Reducer::Max) for (int t = 0; t < n; ++t) m = x[t] > m ? x[t] : m;
+      else for (int t = 0; t < n; ++t) m = x[t] < m ? x[t] : m;
+      acc[o] = m;
+    });
     if (L.size(A.shape) == 0) for (auto& a : acc) a = 0.0;  // empty reduction (T = 0): 0
   } else if (r == Reducer::Entropy) {
-    visit([&](int64_t o, double x) { acc[o] -= x > 0.0 ? x * std::log(x) : 0.0; });
+    visit_rows([&](int64_t o, const float* x) {
+      double s = acc[o];
+      for (int t = 0; t < n; ++t) s -= x[t] > 0.0f ? static_cast<double>(x[t]) * std::log(static_cast<double>(x[t])) : 0.0;
+      acc[o] = s;
+    });
   } else {
-    visit([&](int64_t o, double x) { acc[o] += x; ++cnt[o]; });
+    visit_rows([&](int64_t o, const float* x) {
+      double s = acc[o];
+      for (int t = 0; t < n; ++t) s += x[t];
+      acc[o] = s;
+      cnt[o] += n;
+    });
     if (r != Reducer::Sum)
       for (int64_t i = 0; i < out_size; ++i) acc[i] = cnt[i] ? acc[i] / static_cast<double>(cnt[i]) : 0.0;
     if (r == Reducer::Var) {
-      visit([&](int64_t o, double x) { acc2[o] += (x - acc[o]) * (x - acc[o]); });
+      visit_rows([&](int64_t o, const float* x) {
+        const double m = acc[o];
+        double s = acc2[o];
+        for (int t = 0; t < n; ++t) s += (x[t] - m) * (x[t] - m);
+        acc2[o] = s;
+      });
       for (int64_t i = 0; i < out_size; ++i) acc[i] = cnt[i] > 1 ? acc2[i] / static_cast<double>(cnt[i] - 1) : 0.0;
     }
   }
@@ -273,12 +337,13 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
     for (int o : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
       if (o >= 0) last_use[o] = static_cast<int>(i);
   std::vector<Buf> bufs(p.nodes.size());
+  BufferPool& pool = buffer_pool();
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const Node& nd = p.nodes[i];
     Buf& B = bufs[i];
     B.shape = nd.shape;
     const int64_t size = L.size(nd.shape);
-    auto alloc = [&] { B.own.assign(static_cast<size_t>(size), 0.0f); B.data = B.own.data(); return B.own.data(); };
+    auto alloc = [&] { B.own = pool.take(static_cast<size_t>(size)); B.data = B.own.data(); return B.own.data(); };
     switch (nd.op) {
       case NodeOp::Const: alloc()[0] = nd.value; break;
       case NodeOp::Scalar: alloc()[0] = in.scalars[static_cast<int>(nd.scalar)]; break;
@@ -295,7 +360,9 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         for (int g = 0; g < G; ++g)
           if (!in.heads[g].tensors[s] && per_head > 0)
             throw RuntimeError(std::string("policy reads ") + signal_name(nd.tensor) + " but the engine did not supply it");
-        if (G == 1) { B.data = in.heads[0].tensors[s]; break; }
+        bool contiguous = true;  // the engine lays a layer's heads side by side: read them in place
+        for (int g = 1; g < G; ++g) contiguous = contiguous && in.heads[g].tensors[s] == in.heads[0].tensors[s] + g * per_head;
+        if (contiguous) { B.data = in.heads[0].tensors[s]; break; }
         float* o = alloc();
         for (int g = 0; g < G; ++g) std::copy(in.heads[g].tensors[s], in.heads[g].tensors[s] + per_head, o + g * per_head);
         break;
@@ -320,6 +387,13 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         float* o = alloc();
         const float* a = bufs[nd.a].data;
         const UnaryFn f = nd.unary;
+        if (f == UnaryFn::Log) {  // CAKE's entropy takes a log of every window-attention entry
+          constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (size >= (1 << 18))
+          for (int64_t j = 0; j < size; j += kChunk)
+            simd::log_array(a + j, std::min(kChunk, size - j), o + j, [](float x) { return apply_unary(UnaryFn::Log, x); });
+          break;
+        }
 #pragma omp parallel for schedule(static) if (size >= (1 << 18))
         for (int64_t j = 0; j < size; ++j) o[j] = apply_unary(f, a[j]);
         break;
@@ -334,13 +408,12 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
     }
     for (int o : {nd.a, nd.b, nd.c})
-      if (o >= 0 && last_use[o] == static_cast<int>(i) && o != p.output) {
-        bufs[o].own.clear();
-        bufs[o].own.shrink_to_fit();
-      }
+      if (o >= 0 && last_use[o] == static_cast<int>(i) && o != p.output) pool.give(bufs[o].own);
   }
   const Buf& out = bufs[p.output];
-  return std::vector<float>(out.data, out.data + L.size(out.shape));
+  std::vector<float> result(out.data, out.data + L.size(out.shape));
+  for (Buf& b : bufs) pool.give(b.own);
+  return result;
 }
 
 void evaluate_scores(const LoweredProgram& p, const EvalInputs& in, float* out) {

@@ -57,6 +57,52 @@ static inline float exp_nonpositive(float x) {
   return p * scale;
 }
 
+// Natural log of 16 positive normal floats, ~1 ulp: x = m 2^e with m in [sqrt(1/2), sqrt(2))
+// (found on the bits: subtracting the bits of sqrt(1/2) before the shift moves the exponent
+// boundary there, branch-free), log m = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172, by its
+// odd series to s^9 (the next term is below 1e-9); e ln 2 is added in two parts so that results
+// near 0 (x near 1, e = 0) keep their relative accuracy. Lanes that are not positive normal finite
+// numbers give garbage and must be patched by the caller (see log_array).
+static constexpr int32_t kBitsSqrtHalf = 0x3f3504f3;
+
+__attribute__((always_inline)) static inline f16 log_positive_normal(f16 x) {
+  i16 bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const i16 e = (bits - kBitsSqrtHalf) >> 23;
+  const i16 mant_bits = bits - (e << 23);
+  f16 m;
+  std::memcpy(&m, &mant_bits, sizeof m);
+  const f16 s = (m - 1.0f) / (m + 1.0f);
+  const f16 s2 = s * s;
+  f16 p = splat(1.0f / 9.0f);
+  p = p * s2 + 1.0f / 7.0f;
+  p = p * s2 + 1.0f / 5.0f;
+  p = p * s2 + 1.0f / 3.0f;
+  p = p * s2 + 1.0f;
+  const f16 ef = __builtin_convertvector(e, f16);
+  return ef * 0.693145752f + (2.0f * s * p + ef * 1.42860677e-6f);
+}
+
+static inline float log_positive_normal(float x) {
+  int32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int32_t e = (bits - kBitsSqrtHalf) >> 23;
+  const int32_t mant_bits = bits - static_cast<int32_t>(static_cast<uint32_t>(e) << 23);
+  float m;
+  std::memcpy(&m, &mant_bits, sizeof m);
+  const float s = (m - 1.0f) / (m + 1.0f);
+  const float s2 = s * s;
+  float p = 1.0f / 9.0f;
+  p = p * s2 + 1.0f / 7.0f;
+  p = p * s2 + 1.0f / 5.0f;
+  p = p * s2 + 1.0f / 3.0f;
+  p = p * s2 + 1.0f;
+  const float ef = static_cast<float>(e);
+  return ef * 0.693145752f + (2.0f * s * p + ef * 1.42860677e-6f);
+}
+
+static inline bool positive_normal(float x) { return x >= 1.17549435e-38f && x <= 3.40282347e38f; }
+
 static inline float hsum(f16 v) {
   float s = 0.0f;
   for (int j = 0; j < 16; ++j) s += v[j];
@@ -101,6 +147,32 @@ static inline void exp_shift_scale_add(const float* x, int n, float shift, float
   int i = 0;
   for (; i + 16 <= n; i += 16) store(out + i, load(out + i) + exp_nonpositive(load(x + i) - shift) * scale);
   for (; i < n; ++i) out[i] += exp_nonpositive(x[i] - shift) * scale;
+}
+
+// out[i] = log(x[i]); zero, negative, subnormal, infinite and NaN inputs take libm's answer
+// (log_fallback, normally std::log) so that the special values stay exact. Positive normal finite
+// floats are exactly those whose bits minus the smallest normal's lie in [0, 0x7f000000).
+template <class Fallback>
+static inline void log_array(const float* x, long n, float* out, Fallback log_fallback) {
+  i16 bad = {};
+  long i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const f16 v = load(x + i);
+    i16 bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const i16 k = bits - 0x00800000;
+    bad |= (k < 0) | (k >= 0x7f000000);
+    store(out + i, log_positive_normal(v));
+  }
+  bool any_bad = false;
+  for (int j = 0; j < 16; ++j) any_bad |= bad[j] != 0;
+  for (; i < n; ++i) {
+    out[i] = log_positive_normal(x[i]);
+    any_bad |= !positive_normal(x[i]);
+  }
+  if (!any_bad) return;
+  for (i = 0; i < n; ++i)
+    if (!positive_normal(x[i])) out[i] = log_fallback(x[i]);
 }
 
 static inline float dot(const float* a, const float* b, int n) {

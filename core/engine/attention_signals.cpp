@@ -1,45 +1,86 @@
 #include "core/engine/attention_signals.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
+
+#include "core/decode/simd_math.h"
 
 namespace kvevict {
 
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Cache entries are in ascending position order after prefill and after positional selection;
+// then a query sees a prefix of the entries and the softmax needs no per-entry mask.
+bool ascending(const int32_t* positions, int T) {
+  for (int t = 1; t < T; ++t)
+    if (positions[t] < positions[t - 1]) return false;
+  return true;
+}
+
+// row[0, n) = softmax(row[0, n)) (logits already scaled), row[n, T) = 0.
+void softmax_prefix(float* row, int n, int T) {
+  std::fill(row + n, row + T, 0.0f);
+  if (n == 0) return;
+  const float m = simd::max(row, n);
+  const float sum = simd::exp_shift_sum(row, n, m);
+  simd::scale(row, n, 1.0f / sum);
+}
+
+// Softmax over the entries visible to a query at `qpos` when positions are in any order.
+void softmax_masked(float* row, const int32_t* positions, int32_t qpos, int T) {
+  float m = kNegInf;
+  for (int t = 0; t < T; ++t)
+    if (positions[t] <= qpos) m = std::max(m, row[t]);
+  if (m == kNegInf) {  // nothing visible
+    std::fill(row, row + T, 0.0f);
+    return;
+  }
+  for (int t = 0; t < T; ++t)
+    if (positions[t] > qpos) row[t] = m;  // any finite value; zeroed below
+  simd::exp_shift_sum(row, T, m);
+  float sum = 0.0f;
+  for (int t = 0; t < T; ++t) {
+    if (positions[t] > qpos) row[t] = 0.0f;
+    sum += row[t];
+  }
+  simd::scale(row, T, 1.0f / sum);
+}
+
+}  // namespace
+
 void compute_window_attention(const float* queries, int W, int n_heads, int query_position0, int kv_head, int group,
                               const float* keys, const int32_t* positions, int T, int d, float* out) {
+  if (W <= 0 || group <= 0) return;
+  if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> logits(T);
+  // All logits of the group in one product, [G*W][d] x [T][d]^T -> out [G*W][T], so that BLAS
+  // packs the T keys once per KV head (not once per query head); the group's query rows are
+  // gathered first because a head's window rows lie n_heads * d apart.
+  static thread_local std::vector<float> gathered;
+  gathered.resize(static_cast<size_t>(group) * W * d);
+  for (int g = 0; g < group; ++g)
+    for (int w = 0; w < W; ++w)
+      std::memcpy(gathered.data() + (static_cast<size_t>(g) * W + w) * d,
+                  queries + (static_cast<size_t>(w) * n_heads + kv_head * group + g) * d, sizeof(float) * d);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * W, T, d, scale, gathered.data(), d, keys, d, 0.0f, out, T);
+  const bool sorted = ascending(positions, T);
   for (int g = 0; g < group; ++g) {
-    const int h = kv_head * group + g;
     for (int w = 0; w < W; ++w) {
-      const float* q = queries + (static_cast<size_t>(w) * n_heads + h) * d;
-      const int32_t qpos = query_position0 + w;
       float* row = out + (static_cast<size_t>(g) * W + w) * T;
-      float max_logit = -std::numeric_limits<float>::infinity();
-      for (int t = 0; t < T; ++t) {
-        if (positions[t] > qpos) {
-          logits[t] = -std::numeric_limits<float>::infinity();
-          continue;
-        }
-        const float* k = keys + static_cast<size_t>(t) * d;
-        float dot = 0.0f;
-        for (int i = 0; i < d; ++i) dot += q[i] * k[i];
-        logits[t] = dot * scale;
-        max_logit = std::max(max_logit, logits[t]);
+      const int32_t qpos = query_position0 + w;
+      if (sorted) {
+        const int visible = static_cast<int>(std::upper_bound(positions, positions + T, qpos) - positions);
+        softmax_prefix(row, visible, T);
+      } else {
+        softmax_masked(row, positions, qpos, T);
       }
-      if (max_logit == -std::numeric_limits<float>::infinity()) {  // nothing visible
-        std::fill(row, row + T, 0.0f);
-        continue;
-      }
-      float sum = 0.0f;
-      for (int t = 0; t < T; ++t) {
-        const float e = positions[t] > qpos ? 0.0f : std::exp(logits[t] - max_logit);
-        row[t] = e;
-        sum += e;
-      }
-      const float inv = 1.0f / sum;
-      for (int t = 0; t < T; ++t) row[t] *= inv;
     }
   }
 }

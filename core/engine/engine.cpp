@@ -137,7 +137,9 @@ struct EvictionEngine::State {
     }
   }
 
-  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding) {
+  // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
+  // instead of the head's own vector.
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr) {
     HeadSignals hs;
     const int T = cache.length(layer, kv_head);
     ScoreInputs& in = hs.in;
@@ -159,11 +161,14 @@ struct EvictionEngine::State {
     if (want_window && rows > 0) {
       const int W = std::min(window, rows);
       const int skip = rows - W;
-      hs.window_attention.resize(static_cast<size_t>(G) * W * T);
+      if (!window_out) {
+        hs.window_attention.resize(static_cast<size_t>(G) * W * T);
+        window_out = hs.window_attention.data();
+      }
       compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip, kv_head,
-                               G, keys, in.position, T, d, hs.window_attention.data());
+                               G, keys, in.position, T, d, window_out);
       in.W = W;
-      in.window_attention = hs.window_attention.data();
+      in.window_attention = window_out;
     }
     if (desc.needs_current_attention && rows > 0) {
       hs.current_attention.resize(static_cast<size_t>(G) * T);
@@ -199,8 +204,16 @@ struct EvictionEngine::State {
     // The W x T window products dominate; heads are independent. Scores stay serial (a policy
     // program need not be thread-safe).
     std::vector<HeadSignals> heads(Hkv);
+    // The heads' window attention side by side in one buffer, so that a layer-level program
+    // (CAKE's layer weight) reads them in place instead of copying them together.
+    const int T = cache.length(layer, 0);
+    bool same_length = true;
+    for (int h = 1; h < Hkv; ++h) same_length = same_length && cache.length(layer, h) == T;
+    const size_t per_head = static_cast<size_t>(G) * std::min(window, query_rows[layer]) * T;
+    std::vector<float> layer_window_attention(same_length ? per_head * Hkv : 0);  // [Hkv][G][W][T]
 #pragma omp parallel for schedule(static) if (Hkv > 1 && cache.length(layer, 0) * window > 65536)
-    for (int h = 0; h < Hkv; ++h) heads[h] = signals_for(layer, h, cache, false);
+    for (int h = 0; h < Hkv; ++h)
+      heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
     for (int h = 0; h < Hkv; ++h) scores[layer][h] = score(heads[h], false);
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // the helpers use 64-byte vector types
@@ -60,6 +61,37 @@ TEST(SimdMath, MaxDotAxpyScale) {
     simd::axpy(0.5f, a.data(), y.data(), n);
     simd::scale(y.data(), n, 2.0f);
     for (int i = 0; i < n; ++i) EXPECT_FLOAT_EQ(y[i], 2.0f * (b[i] + 0.5f * a[i]));
+  }
+}
+
+
+TEST(SimdMath, LogMatchesLibmToAboutOneUlp) {
+  // Wide magnitudes, values next to 1 (results near 0 must keep relative accuracy), and the
+  // special inputs that must take the fallback exactly.
+  std::vector<float> x;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> expo(-120.0f, 120.0f), near(-1e-3f, 1e-3f);
+  for (int i = 0; i < 4000; ++i) x.push_back(std::exp2(expo(rng)));
+  for (int i = 0; i < 1000; ++i) x.push_back(1.0f + near(rng));
+  for (float v : {1.0f, 2.0f, 0.5f, 1.41421356f, 1.41421368f, 0.70710677f, 1e-10f, 1e-10f + 1e-17f, 3.4e38f})
+    x.push_back(v);
+  const float specials[] = {0.0f, -0.0f, -1.0f, 1e-40f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (float v : specials) x.push_back(v);
+  std::vector<float> y(x.size());
+  simd::log_array(x.data(), static_cast<long>(x.size()), y.data(), [](float v) { return std::log(v); });
+  double worst_ulps = 0;
+  for (size_t i = 0; i + std::size(specials) < x.size(); ++i) {
+    const double want = std::log(static_cast<double>(x[i]));
+    const double ulp = std::max(std::abs(want), 1e-30) * 1.1920929e-7;
+    worst_ulps = std::max(worst_ulps, std::abs(y[i] - want) / ulp);
+  }
+  EXPECT_LT(worst_ulps, 2.0);
+  for (size_t k = 0; k < std::size(specials); ++k) {
+    const size_t i = x.size() - std::size(specials) + k;
+    const float want = std::log(x[i]);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(y[i])) << x[i];
+    else EXPECT_EQ(y[i], want) << x[i];
   }
 }
 
