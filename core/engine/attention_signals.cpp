@@ -7,7 +7,8 @@
 namespace kvevict {
 
 void compute_window_attention(const float* queries, int W, int n_heads, int query_position0, int kv_head, int group,
-                              const float* keys, const int32_t* positions, int T, int d, float* out) {
+                              const float* keys, const int32_t* positions, int T, int d, float* out,
+                              bool causal) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> logits(T);
   for (int g = 0; g < group; ++g) {
@@ -18,7 +19,7 @@ void compute_window_attention(const float* queries, int W, int n_heads, int quer
       float* row = out + (static_cast<size_t>(g) * W + w) * T;
       float max_logit = -std::numeric_limits<float>::infinity();
       for (int t = 0; t < T; ++t) {
-        if (positions[t] > qpos) {
+        if (causal && positions[t] > qpos) {
           logits[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
@@ -34,7 +35,7 @@ void compute_window_attention(const float* queries, int W, int n_heads, int quer
       }
       float sum = 0.0f;
       for (int t = 0; t < T; ++t) {
-        const float e = positions[t] > qpos ? 0.0f : std::exp(logits[t] - max_logit);
+        const float e = causal && positions[t] > qpos ? 0.0f : std::exp(logits[t] - max_logit);
         row[t] = e;
         sum += e;
       }
