@@ -166,7 +166,7 @@ struct EvictionEngine::State {
       const int W = std::min(window, rows);
       const int skip = rows - W;
       const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip};
-      in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, hs.window_attention);
+      in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, keys, hs.window_attention);
       in.W = W;
       in.window_attention = hs.window_attention.data();
     }

@@ -10,13 +10,11 @@
 namespace kvevict {
 
 int observe_window_attention(const PolicyObserve& observe, const WindowQueries& queries, const KVCache& cache,
-                             int layer, int kv_head, int group, std::vector<float>& out) {
+                             int layer, int kv_head, int group, const float* keys, std::vector<float>& out) {
   const int T = cache.length(layer, kv_head), W = queries.W, d = cache.head_dim();
   const int32_t* positions = cache.positions(layer, kv_head);
   if (!observe.same_index_head) {
-    std::vector<float> scratch;
-    const float* keys = cache.keys_or_reconstruct(layer, kv_head, scratch);
-    out.assign(static_cast<size_t>(group) * W * T, 0.0f);
+    out.resize(static_cast<size_t>(group) * W * T, 0.0f);
     compute_window_attention(queries.rows, W, queries.n_heads, queries.position0, kv_head, group, keys, positions, T,
                              d, out.data(), observe.causal);
     return group;
@@ -30,10 +28,10 @@ int observe_window_attention(const PolicyObserve& observe, const WindowQueries& 
   const int Ts = cache.length(layer, source);
   const int32_t* source_positions = cache.positions(layer, source);
   std::vector<float> scratch;
-  const float* keys = cache.keys_or_reconstruct(layer, source, scratch);
+  const float* source_keys = source == kv_head ? keys : cache.keys_or_reconstruct(layer, source, scratch);
   std::vector<float> a(static_cast<size_t>(W) * Ts);
-  compute_window_attention(queries.rows, W, queries.n_heads, queries.position0, query_head, 1, keys, source_positions,
-                           Ts, d, a.data(), observe.causal);
+  compute_window_attention(queries.rows, W, queries.n_heads, queries.position0, query_head, 1, source_keys,
+                           source_positions, Ts, d, a.data(), observe.causal);
   if (Ts == T && std::equal(positions, positions + T, source_positions)) {  // always so at prefill
     out.swap(a);
     return 1;

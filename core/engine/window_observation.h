@@ -25,8 +25,9 @@ struct WindowQueries {
 // query heads kv_head*G .. kv_head*G+G-1), or 1 with observe.same_index_head (query head kv_head,
 // attending over the entries of its own KV head kv_head / G; an entry of kv_head that the source
 // head no longer holds gets 0). Softmax over the source head's entries, as the model's attention.
+// `keys` are kv_head's keys as the caller already holds them (dense, or reconstructed from a codebook).
 int observe_window_attention(const PolicyObserve& observe, const WindowQueries& queries, const KVCache& cache,
-                             int layer, int kv_head, int group, std::vector<float>& out);
+                             int layer, int kv_head, int group, const float* keys, std::vector<float>& out);
 
 // The seed of the random share (NACL's sampling) for an eviction at decode step `step` (1-based;
 // 0 = prefill, which uses `seed` itself). Each decode-time application draws afresh, as the paper's
