@@ -360,13 +360,15 @@ class FileCompiler {
 
   void settings(const YAML::Node& root) {
     PolicyDescription& d = out_.desc;
-    YAML::Node observe = section(root, "observe", {"window"});
+    YAML::Node observe = section(root, "observe", {"window", "causal", "same_index_head"});
     int_setting(observe, "window", out_.window, d.window);
+    double v;
+    if (constant_setting(observe, "causal", true, v)) d.observe.causal = v != 0;
+    if (constant_setting(observe, "same_index_head", true, v)) d.observe.same_index_head = v != 0;
     YAML::Node protect = section(root, "protect", {"first", "recent"});
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
     YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window"});
-    double v;
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
       if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;

@@ -7,7 +7,7 @@
 // Keys (docs/DSL.md has the full reference):
 //   name, about                                   required strings
 //   params:  NAME: {int|float|bool|fraction: DEFAULT, min:, max:, doc:} | {enum: [A, B], default: A, doc:}
-//   observe: {window: EXPR}                       rows of window attention A[h, q, t]
+//   observe: {window: EXPR, causal: BOOL, same_index_head: BOOL}   window attention A[h, q, t]
 //   protect: {first: EXPR, recent: EXPR}          EXPR over params and prompt_len
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
 //             skip_margin_includes_window: BOOL}

@@ -56,7 +56,7 @@ void softmax_masked(float* row, const int32_t* positions, int32_t qpos, int T) {
 }  // namespace
 
 void compute_window_attention(const float* queries, int W, int n_heads, int query_position0, int kv_head, int group,
-                              const float* keys, const int32_t* positions, int T, int d, float* out) {
+                              const float* keys, const int32_t* positions, int T, int d, float* out, bool causal) {
   if (W <= 0 || group <= 0) return;
   if (T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -70,12 +70,14 @@ void compute_window_attention(const float* queries, int W, int n_heads, int quer
       std::memcpy(gathered.data() + (static_cast<size_t>(g) * W + w) * d,
                   queries + (static_cast<size_t>(w) * n_heads + kv_head * group + g) * d, sizeof(float) * d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, group * W, T, d, scale, gathered.data(), d, keys, d, 0.0f, out, T);
-  const bool sorted = ascending(positions, T);
+  const bool sorted = !causal || ascending(positions, T);
   for (int g = 0; g < group; ++g) {
     for (int w = 0; w < W; ++w) {
       float* row = out + (static_cast<size_t>(g) * W + w) * T;
       const int32_t qpos = query_position0 + w;
-      if (sorted) {
+      if (!causal) {
+        softmax_prefix(row, T, T);  // every entry visible (NACL's proxy rows see later proxy tokens)
+      } else if (sorted) {
         const int visible = static_cast<int>(std::upper_bound(positions, positions + T, qpos) - positions);
         softmax_prefix(row, visible, T);
       } else {

@@ -14,6 +14,7 @@
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook.h"
 #include "core/engine/selection.h"
+#include "core/engine/window_observation.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -60,6 +61,7 @@ struct EvictionEngine::State {
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
   std::vector<std::vector<float>> queries;               // [layer] rolling [rows][Hq][d] newest queries
   std::vector<int> query_rows, query_position0;          // rows held and position of the first row
+  uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
 
   State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
       : policy(p), desc(p.description()), config(c), options(std::move(o)) {
@@ -82,6 +84,9 @@ struct EvictionEngine::State {
                        desc.select.scope);
     if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
       throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
+    if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
+      throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
+                       "must not also read A_acc or A_now");
   }
 
   int query_window() const { return std::max(window, desc.needs_current_attention ? 1 : 0); }
@@ -92,6 +97,7 @@ struct EvictionEngine::State {
     report.budget = options.budget.text;
     in_prefill = prefill_done = false;
     prompt_len = decode_step = 0;
+    sampling_seed = options.seed;
     layer_budget.assign(L, 0);
     layer_weight.assign(L, 1.0);
     scores.assign(L, std::vector<std::vector<float>>(Hkv));
@@ -161,12 +167,14 @@ struct EvictionEngine::State {
     if (want_window && rows > 0) {
       const int W = std::min(window, rows);
       const int skip = rows - W;
-      if (!window_out) {
-        hs.window_attention.resize(static_cast<size_t>(G) * W * T);
+      if (window_out && !desc.observe.same_index_head) {  // the layer's shared buffer
+        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip,
+                                 kv_head, G, keys, in.position, T, d, window_out, desc.observe.causal);
+      } else {
+        const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip};
+        in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, keys, hs.window_attention);
         window_out = hs.window_attention.data();
       }
-      compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip, kv_head,
-                               G, keys, in.position, T, d, window_out);
       in.W = W;
       in.window_attention = window_out;
     }
@@ -207,7 +215,7 @@ struct EvictionEngine::State {
     // The heads' window attention side by side in one buffer, so that a layer-level program
     // (CAKE's layer weight) reads them in place instead of copying them together.
     const int T = cache.length(layer, 0);
-    bool same_length = true;
+    bool same_length = !desc.observe.same_index_head;  // same_index_head gives one head, not G
     for (int h = 1; h < Hkv; ++h) same_length = same_length && cache.length(layer, h) == T;
     const size_t per_head = static_cast<size_t>(G) * std::min(window, query_rows[layer]) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hkv : 0);  // [Hkv][G][W][T]
@@ -264,7 +272,7 @@ struct EvictionEngine::State {
     s.random_share = desc.select.random_share;
     s.temperature = desc.select.temperature;
     s.score_order = desc.select.kept_order == "score";
-    s.seed = options.seed;
+    s.seed = sampling_seed;
     s.layer = layer;
     s.kv_head = kv_head;
     return s;
@@ -419,6 +427,7 @@ struct EvictionEngine::State {
     if (!over) return;
     std::vector<std::vector<float>> sc(Hkv);
     for (int h = 0; h < Hkv; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
+    sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc);
     ++report.applications;
   }

@@ -54,6 +54,19 @@ struct PolicyMerge {
   double theta_value = 0.95;
 };
 
+// Added. How the window attention A is observed (policy file `observe:`; docs/ENGINE.md "Signals").
+struct PolicyObserve {
+  // true: a window query at position p sees the entries at positions <= p. false: every window
+  // query sees every cache entry (NACL's official proxy scoring, spec §3.5 item 3).
+  bool causal = true;
+  // false: KV head j is scored by the G query heads of its own group (j*G .. j*G+G-1).
+  // true: by query head j alone (A then has one head, ScoreInputs::group = 1), which attends over
+  // the keys of its own KV head j / G; the scores are matched to KV head j's entries by position.
+  // This reproduces the official NACL code's row mix-up (spec §3.5 item 1); it needs a policy that
+  // reads no other per-query-head signal (A_acc, A_now), which the engine checks.
+  bool same_index_head = false;
+};
+
 struct PolicyDescription {
   std::string name;
   std::string about;
@@ -69,6 +82,7 @@ struct PolicyDescription {
   bool depends_on_prompt_len = false;
   bool has_layer_weight = false;      // false: uniform budgets across layers
   bool has_decode_score = false;      // a separate indicator used while decoding
+  PolicyObserve observe;
   PolicyRun run;
   PolicyProtect protect;
   PolicySelect select;
@@ -77,7 +91,8 @@ struct PolicyDescription {
 };
 
 // What the score program of one (layer, KV head) may read. Arrays run over the head's cache
-// entries t = 0..T-1 in cache order; `group` is the number of query heads G of this KV head.
+// entries t = 0..T-1 in cache order; `group` is the number of query heads G of this KV head (1 with
+// PolicyObserve::same_index_head).
 // A pointer is null when the description did not ask for that signal.
 struct ScoreInputs {
   int layer = 0, kv_head = 0;
@@ -86,7 +101,7 @@ struct ScoreInputs {
   int prompt_len = 0;
   int decode_step = 0;        // 0 during prefill
   int W = 0;                  // rows of window_attention
-  const float* window_attention = nullptr;       // [G][W][T] softmax rows of the last W queries
+  const float* window_attention = nullptr;       // [G][W][T] softmax rows of the last W queries (G = group)
   const float* accumulated_attention = nullptr;  // [G][T]
   const float* current_attention = nullptr;      // [G][T]
   const float* key_norm = nullptr;               // [T]  L2 norm of each key

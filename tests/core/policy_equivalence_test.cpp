@@ -18,6 +18,7 @@
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
+#include "reference_nacl.h"
 #include "reference_policies.h"
 #include "test_models.h"
 
@@ -188,13 +189,18 @@ TEST_F(PolicyEquivalence, CakeCascadingEqualsOneShotUpToRounding) {
 
 TEST_F(PolicyEquivalence, NaclSeededRandomShare) {
   // Budget 32 = 4 sinks + 8 recent + 20 free, half of it sampled: 10 top-k + 10 random; 16 proxy rows.
-  const std::map<std::string, std::string> set = {
+  // The file's default proxy_causal = false is the official code's scoring (spec §3.5 item 3): the
+  // proxy rows see every prompt token; proxy_causal = true is the causal attention of data_.
+  const reference::PromptData noncausal = reference::collect_noncausal(*model_, tokens_, kWindow);
+  std::map<std::string, std::string> set = {
       {"budget_split", "explicit"}, {"explicit_proxy", share_of_prompt(kWindow)}, {"explicit_sinks", "4"},
       {"explicit_protect", share_of_prompt(12)}, {"explicit_top", "0.1"}, {"explicit_random", "0.1"}};
   for (uint64_t seed : {1u, 2u}) {
-    expect_same(run("nacl", set, "32", seed), reference::nacl(*data_, {4, 8, 10, 10, 1.0, seed}),
+    expect_same(run("nacl", set, "32", seed), reference::nacl(noncausal, {4, 8, 10, 10, 1.0, seed}),
                 "nacl seed " + std::to_string(seed));
   }
+  set["proxy_causal"] = "true";
+  expect_same(run("nacl", set, "32", 1), reference::nacl(*data_, {4, 8, 10, 10, 1.0, 1}), "nacl causal seed 1");
 }
 
 TEST_F(PolicyEquivalence, SpindleKVEviction) {

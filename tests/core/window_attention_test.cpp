@@ -69,7 +69,9 @@ TEST_P(WindowAttention, MatchesScalarSoftmax) {
     const auto want = reference(q, c.W, c.n_heads, q0, kv, c.group, k, pos, c.T, c.d);
     double max_err = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      if (want[i] == 0.0) ASSERT_EQ(out[i], 0.0f) << "invisible entry " << i << " not exactly 0";
+      if (want[i] == 0.0) {
+        ASSERT_EQ(out[i], 0.0f) << "invisible entry " << i << " not exactly 0";
+      }
       max_err = std::max(max_err, std::abs(out[i] - want[i]));
     }
     EXPECT_LT(max_err, 2e-6) << "kv head " << kv;
