@@ -71,6 +71,14 @@ class Stories : public ::testing::Test {
   std::unique_ptr<PolicyProgram> policy_;
 };
 
+// Keeps the accumulated attention (column sums) the decoder reports for each layer.
+class ColumnRecorder : public ForwardObserver {
+ public:
+  ObservationRequest request() const override { return {0, true}; }
+  void after_layer(const LayerSignals& s, KVCache&) override { columns.push_back(*s.accumulated_attention); }
+  std::vector<std::vector<std::vector<float>>> columns;  // [layer][query head][entry]
+};
+
 TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   const ModelConfig& c = model_->config;
   ASSERT_EQ(c.group_size(), 2);
@@ -86,9 +94,14 @@ TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   EXPECT_EQ(unfolded->cache().bytes_in_use(), 2 * folded->cache().bytes_in_use());
   // A multi-token block (prefill tiles, G = 1 per stored head) ...
   std::vector<float> a, b;
-  folded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), nullptr, &a);
-  unfolded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), nullptr, &b);
+  ColumnRecorder ca, cb;
+  folded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), &ca, &a);
+  unfolded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), &cb, &b);
   EXPECT_LT(max_abs_diff(a, b), 1e-5);
+  // Column sums: query head h's row is over its own stored head, the same entries as KV head h / G.
+  ASSERT_EQ(ca.columns.size(), cb.columns.size());
+  for (size_t l = 0; l < ca.columns.size(); ++l)
+    for (int h = 0; h < c.n_heads; ++h) EXPECT_LT(max_abs_diff(ca.columns[l][h], cb.columns[l][h]), 1e-5) << l << " " << h;
   EXPECT_EQ(unfolded->cache().total_entries(), 2 * folded->cache().total_entries());
   // ... then one token at a time (decode chunks); each append lands in both copies.
   int token = argmax(std::vector<float>(a.end() - c.vocab_size, a.end()));
@@ -255,6 +268,32 @@ TEST_F(Stories, UnfoldWithSharedCodebookAfterEvictionThenDecode) {
       EXPECT_EQ(a->key_index.back(), b->key_index.back());
       EXPECT_EQ(a->value_index.back(), b->value_index.back());
     }
+}
+
+TEST_F(Stories, UnfoldReplayedFromARecorderEqualsTheLiveRun) {
+  // The eval sweep path: record one full-cache prefill, restore a copy, apply the policy.
+  EvictionReport live;
+  const std::map<std::string, std::string> set = {{"gqa_mode", "unfold"}, {"codebook_scope", "per_layer_across_heads"}};
+  auto d_live = prefill(set, "40%", &live);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  PrefillRecorder rec(32, false);
+  decoder->forward(std::span<const int>(tokens_), &rec);
+  KVCache copy = decoder->cache();
+  EvictionEngine engine(*policy_, model_->config, {Budget::parse("40%"), 0});
+  engine.apply_after_prefill(rec, copy);
+  const EvictionReport& replay = engine.report();
+  ASSERT_TRUE(copy.unfolded());
+  ASSERT_EQ(replay.layers.size(), live.layers.size());
+  for (size_t l = 0; l < live.layers.size(); ++l) {
+    ASSERT_EQ(replay.layers[l].size(), static_cast<size_t>(model_->config.n_heads));
+    for (size_t h = 0; h < live.layers[l].size(); ++h)
+      EXPECT_EQ(replay.layers[l][h].kept_positions, live.layers[l][h].kept_positions) << l << " " << h;
+  }
+  EXPECT_EQ(replay.bytes_kept, live.bytes_kept);
+  EXPECT_EQ(copy.bytes_in_use(), d_live->cache().bytes_in_use());
+  // The sweep then restores the folded snapshot for the next policy.
+  copy = decoder->cache();
+  EXPECT_FALSE(copy.unfolded());
 }
 
 TEST_F(Stories, CodebookLayerRange) {
