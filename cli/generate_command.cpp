@@ -135,6 +135,9 @@ std::function<int()> setup_generate(CLI::App& app) {
     if (o->policy.enabled() || !o->policy.set.empty() || !o->policy.budget.empty()) {
       if (!o->policy.enabled()) throw UsageError("--budget and --set need --policy");
       program = o->policy.load();  // policy errors before the model loads
+      if (program->description().select.unfold_gqa && device.kind == jit::DeviceKind::Cuda)
+        throw UsageError("policy " + program->description().name +
+                         ": gqa_mode unfold (one stored head per query head) runs on the CPU decoder only; use --device cpu");
       o->policy.parsed_budget(-1);
     }
     const auto model = load_model(o->model, load);
@@ -155,7 +158,7 @@ std::function<int()> setup_generate(CLI::App& app) {
       int lo = c.length(0, 0), hi = lo;
       int64_t entries = 0;
       for (int l = 0; l < model->config.n_layers; ++l)
-        for (int h = 0; h < model->config.n_kv_heads; ++h) {
+        for (int h = 0; h < c.n_stored_heads(); ++h) {  // query heads when the policy unfolded GQA
           lo = std::min(lo, c.length(l, h));
           hi = std::max(hi, c.length(l, h));
           entries += c.length(l, h);

@@ -1,8 +1,11 @@
 // `kvevict inspect`: runs a prompt's prefill with a policy applied and shows what it kept: per layer
 // and KV head the budget and the original positions of the kept tokens (ascending), plus the
 // cache bytes before and after. --json prints one object:
-// {"policy","budget","prompt_tokens","layers":[{"layer","heads":[{"kv_head","budget","kept"}]}],
+// {"policy","budget","prompt_tokens","gqa_mode","layers":[{"layer","heads":[{"kv_head","budget","kept"}]}],
 //  "bytes_full","bytes_kept"} (and, for a codebook policy, "bytes_codebook").
+// "kv_head" is the index of the stored head: the KV head ("gqa_mode": "kv_head"), or, for a policy
+// that unfolds GQA ("gqa_mode": "unfold"), the query head, which then also has "query_head" (the
+// same index) and "source_kv_head" (query_head / G, the KV head its entries were copied from).
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -43,28 +46,37 @@ std::vector<int> encode_prompt(const Model& model, const InspectOptions& o) {
   return ids;
 }
 
-nlohmann::json to_json(const EvictionReport& r) {
+nlohmann::json to_json(const EvictionReport& r, int group) {
   nlohmann::json layers = nlohmann::json::array();
   for (size_t l = 0; l < r.layers.size(); ++l) {
     nlohmann::json heads = nlohmann::json::array();
-    for (size_t h = 0; h < r.layers[l].size(); ++h)
-      heads.push_back({{"kv_head", h}, {"budget", r.layers[l][h].budget}, {"kept", r.layers[l][h].kept_positions}});
+    for (size_t h = 0; h < r.layers[l].size(); ++h) {
+      nlohmann::json head = {{"kv_head", h}, {"budget", r.layers[l][h].budget}, {"kept", r.layers[l][h].kept_positions}};
+      if (r.gqa_unfolded) {
+        head["query_head"] = h;
+        head["source_kv_head"] = h / group;
+      }
+      heads.push_back(head);
+    }
     layers.push_back({{"layer", l}, {"heads", heads}});
   }
   nlohmann::json j = {{"policy", r.policy},          {"budget", r.budget},       {"prompt_tokens", r.prompt_len},
-                      {"layers", layers},            {"bytes_full", r.bytes_full}, {"bytes_kept", r.bytes_kept}};
+                      {"layers", layers},            {"bytes_full", r.bytes_full}, {"bytes_kept", r.bytes_kept},
+                      {"gqa_mode", r.gqa_unfolded ? "unfold" : "kv_head"}};
   if (r.bytes_codebook > 0) j["bytes_codebook"] = r.bytes_codebook;
   return j;
 }
 
-void print_text(const EvictionReport& r) {
+void print_text(const EvictionReport& r, int group) {
   std::cout << "policy " << r.policy << ", budget " << r.budget << ", prompt " << r.prompt_len << " tokens"
             << (r.prefill_evicted ? "" : " (no prefill eviction: the prompt fits the budget or the policy has none)")
             << "\n";
   for (size_t l = 0; l < r.layers.size(); ++l) {
     for (size_t h = 0; h < r.layers[l].size(); ++h) {
       const HeadReport& head = r.layers[l][h];
-      std::cout << "layer " << l << " kv_head " << h << " budget " << head.budget << " kept "
+      if (r.gqa_unfolded) std::cout << "layer " << l << " query_head " << h << " (KV head " << h / group << ")";
+      else std::cout << "layer " << l << " kv_head " << h;
+      std::cout << " budget " << head.budget << " kept "
                 << head.kept_positions.size() << ":";
       for (int32_t p : head.kept_positions) std::cout << ' ' << p;
       std::cout << "\n";
@@ -107,9 +119,9 @@ std::function<int()> setup_inspect(CLI::App& app) {
     decoder->forward(tokens, &engine);
     const EvictionReport& r = engine.report();
     if (o->json) {
-      std::cout << to_json(r).dump() << "\n";
+      std::cout << to_json(r, model->config.group_size()).dump() << "\n";
     } else {
-      print_text(r);
+      print_text(r, model->config.group_size());
     }
     return 0;
   };

@@ -382,7 +382,8 @@ class FileCompiler {
         else d.run.decode_slack = static_cast<int>(v);
       }
     }
-    YAML::Node select = section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order"});
+    YAML::Node select =
+        section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa"});
     if (select.IsMap()) {
       if (constant_setting(select, "random_share", false, v)) {
         if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + fmt(v));
@@ -398,8 +399,9 @@ class FileCompiler {
       }
       d.select.scope = choice(select, "scope", {"kv_head", "layer", "layer_shared"}, d.select.scope);
       d.select.kept_order = choice(select, "kept_order", {"positional", "score"}, d.select.kept_order);
+      if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
     }
-    YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value"});
+    YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"});
     if (merge.IsMap()) {
       d.merge.enabled = true;
       if (constant_setting(merge, "enabled", true, v)) d.merge.enabled = v != 0;
@@ -407,6 +409,14 @@ class FileCompiler {
         if (constant_setting(merge, k, false, v)) {
           if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a cosine similarity threshold in -1..1");
           else (k[6] == 'k' ? d.merge.theta_key : d.merge.theta_value) = v;
+        }
+      d.merge.scope = choice(merge, "scope", {"per_head", "per_layer_across_heads"}, d.merge.scope);
+      for (const char* k : {"first_layer", "last_layer"})
+        if (constant_setting(merge, k, false, v)) {
+          const bool first = k[0] == 'f';
+          if (v != std::floor(v) || v < (first ? 0 : -1) || v > 1e6)
+            diag_.error(pos_of(merge[k]), std::string("'") + k + "' must be a whole number >= " + (first ? "0" : "-1"));
+          else (first ? d.merge.first_layer : d.merge.last_layer) = static_cast<int>(v);
         }
     }
   }

@@ -12,8 +12,10 @@
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
 //             skip_margin_includes_window: BOOL}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
-//   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score}
-//   merge:   {enabled: BOOL, theta_key:, theta_value:}
+//   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score,
+//             unfold_gqa: BOOL}
+//   merge:   {enabled: BOOL, theta_key:, theta_value:, scope: per_head|per_layer_across_heads,
+//             first_layer: EXPR, last_layer: EXPR}
 #include <map>
 #include <string>
 #include <vector>

@@ -6,6 +6,8 @@
 //    the chunks' partial softmaxes are merged, so both threads stream the cache.
 // Accumulated attention (column sums) needs the final normaliser, so it costs a second pass over the
 // scores; it is only done when an observer asks.
+// Heads are the cache's stored heads: one per KV head (G query heads each), or one per query head
+// when the cache is unfolded (G = 1 then; args.group must say so).
 // A codebook-backed head (SpindleKV) is reconstructed one key block / decode chunk at a time into
 // per-thread scratch, so the cache itself stays compressed.
 #include "core/decode/block_attention.h"
@@ -175,7 +177,7 @@ struct DecodeItem {
 
 // Heads may be ragged after eviction: each KV head's length gives its own chunks.
 void decode_attention(const KVCache& cache, const BlockAttentionArgs& a, float scale) {
-  const int n_kv = cache.n_kv_heads(), G = a.group, d = cache.head_dim();
+  const int n_kv = cache.n_stored_heads(), G = a.group, d = cache.head_dim();
   std::vector<DecodeItem> items;
   std::vector<int> first_item(n_kv + 1);
   double macs = 0;
@@ -234,7 +236,7 @@ void decode_attention(const KVCache& cache, const BlockAttentionArgs& a, float s
 }
 
 void prefill_attention(const KVCache& cache, const BlockAttentionArgs& a, float scale) {
-  const int n_kv = cache.n_kv_heads(), d = cache.head_dim();
+  const int n_kv = cache.n_stored_heads(), d = cache.head_dim();
   const int tiles = (a.n + kQueryTile - 1) / kQueryTile;
   const int n_items = n_kv * tiles;
   double macs = 0;
@@ -278,8 +280,9 @@ void prefill_attention(const KVCache& cache, const BlockAttentionArgs& a, float 
 }  // namespace
 
 void block_attention(const KVCache& cache, const BlockAttentionArgs& a) {
-  if (a.n_heads != cache.n_kv_heads() * a.group) throw std::logic_error("block_attention: n_heads != n_kv_heads * group");
-  for (int kv = 0; kv < cache.n_kv_heads(); ++kv) {
+  if (a.n_heads != cache.n_stored_heads() * a.group)
+    throw std::logic_error("block_attention: n_heads != stored heads * group");
+  for (int kv = 0; kv < cache.n_stored_heads(); ++kv) {
     if (cache.length(a.layer, kv) < a.n) throw std::logic_error("block_attention: block K/V not in the cache");
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(cache.head_dim()));

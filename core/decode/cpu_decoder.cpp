@@ -139,7 +139,7 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   args.queries = q_.data();
   args.n = n;
   args.n_heads = config_.n_heads;
-  args.group = config_.group_size();
+  args.group = config_.n_heads / cache_.n_stored_heads();  // 1 once the engine unfolded the cache
   args.out = att_.data();
   args.column_sums = request.accumulated_attention ? &column_sums_ : nullptr;
   block_attention(cache_, args);

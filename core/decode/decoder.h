@@ -28,7 +28,8 @@ struct LayerSignals {
   std::span<const float> window_queries;
   int window = 0;
   // accumulated_attention[h][t]: sum over the block's queries of the attention probability that
-  // query head h gave cache entry t of KV head h / G (cache order, the block's own entries included).
+  // query head h gave cache entry t of its stored head (cache.stored_head_of_query(h): KV head h / G,
+  // or h itself in an unfolded cache), in cache order, the block's own entries included.
   // Empty if not requested. For a one-token block this is the current query's attention.
   const std::vector<std::vector<float>>* accumulated_attention = nullptr;
 };

@@ -14,8 +14,18 @@ KVCache::KVCache(const ModelConfig& config)
       n_layers_(config.n_layers),
       n_kv_heads_(config.n_kv_heads),
       head_dim_(config.head_dim),
+      group_(config.n_kv_heads > 0 ? config.n_heads / config.n_kv_heads : 1),
+      n_stored_(config.n_kv_heads),
       heads_(static_cast<size_t>(config.n_layers) * config.n_kv_heads),
+      layer_codes_(config.n_layers),
       rope_(config) {}
+
+void KVCache::check_head(const char* what, int layer, int stored) const {
+  if (layer < 0 || layer >= n_layers_ || stored < 0 || stored >= n_stored_) {
+    throw std::invalid_argument(std::string("KVCache::") + what + ": no (layer " + std::to_string(layer) +
+                                ", stored head " + std::to_string(stored) + ")");
+  }
+}
 
 int64_t KVCache::total_entries() const {
   int64_t total = 0;
@@ -25,7 +35,7 @@ int64_t KVCache::total_entries() const {
 
 std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
   const Head& h = head(layer, kv_head);
-  if (h.codebook) return codebook_keys_pre_rope(*h.codebook, head_dim_);
+  if (h.codebook) return codebook_keys_pre_rope(layer, *h.codebook);
   std::vector<float> out(h.keys);
   // Rotating back by the entry's own position needs no table; the angles are the same doubles
   // the decoder used, so the result is the pre-RoPE key up to float rounding.
@@ -35,6 +45,14 @@ std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
 }
 
 void KVCache::append(int layer, int kv_head, int32_t position, const float* key, const float* value) {
+  if (!unfolded_) {
+    append_one(layer, kv_head, position, key, value);
+    return;
+  }
+  for (int g = 0; g < group_; ++g) append_one(layer, kv_head * group_ + g, position, key, value);
+}
+
+void KVCache::append_one(int layer, int kv_head, int32_t position, const float* key, const float* value) {
   Head& h = head(layer, kv_head);
   if (h.codebook) {
     append_codebook_entry(layer, kv_head, position, key, value);
@@ -46,10 +64,7 @@ void KVCache::append(int layer, int kv_head, int32_t position, const float* key,
 }
 
 void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
-  if (layer < 0 || layer >= n_layers_ || kv_head < 0 || kv_head >= n_kv_heads_) {
-    throw std::invalid_argument("KVCache::keep: no (layer " + std::to_string(layer) + ", KV head " +
-                                std::to_string(kv_head) + ")");
-  }
+  check_head("keep", layer, kv_head);
   Head& h = head(layer, kv_head);
   const int len = static_cast<int>(h.positions.size());
   std::vector<char> seen(len, 0);
@@ -111,8 +126,10 @@ size_t KVCache::head_bytes_in_use(int layer, int kv_head) const {
 
 size_t KVCache::bytes_in_use() const {
   size_t total = 0;
-  for (int l = 0; l < n_layers_; ++l)
-    for (int h = 0; h < n_kv_heads_; ++h) total += head_bytes_in_use(l, h);
+  for (int l = 0; l < n_layers_; ++l) {
+    for (int h = 0; h < n_stored_; ++h) total += head_bytes_in_use(l, h);
+    if (layer_codebook(l)) total += (layer_codes_[l].key_codes.size() + layer_codes_[l].value_codes.size()) * sizeof(float);
+  }
   return total;
 }
 
@@ -127,12 +144,13 @@ size_t KVCache::bytes_reserved() const {
                (cb.key_index.capacity() + cb.value_index.capacity()) * sizeof(int32_t);
     }
   }
+  for (const LayerCodebook& c : layer_codes_) total += (c.key_codes.capacity() + c.value_codes.capacity()) * sizeof(float);
   return total;
 }
 
 size_t KVCache::bytes_for_uniform_length(int64_t tokens) const {
   const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t);
-  return static_cast<size_t>(tokens) * per_entry * heads_.size();
+  return static_cast<size_t>(tokens) * per_entry * static_cast<size_t>(n_layers_) * n_kv_heads_;
 }
 
 void KVCache::shrink_to_fit() {
@@ -147,15 +165,25 @@ void KVCache::shrink_to_fit() {
       cb.value_index.shrink_to_fit();
     }
   }
+  for (LayerCodebook& c : layer_codes_) {
+    c.key_codes.shrink_to_fit();
+    c.value_codes.shrink_to_fit();
+  }
 }
 
 void KVCache::clear() {
+  if (unfolded_) {  // back to one stored head per KV head; the released copies free their memory
+    unfolded_ = false;
+    n_stored_ = n_kv_heads_;
+    heads_ = std::vector<Head>(static_cast<size_t>(n_layers_) * n_kv_heads_);
+  }
   for (Head& h : heads_) {
     h.keys.clear();
     h.values.clear();
     h.positions.clear();
     h.codebook.reset();
   }
+  for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
 }
 
 }  // namespace kvevict

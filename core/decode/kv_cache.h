@@ -10,6 +10,14 @@
 // readers reconstruct entries on demand (`reconstruct_keys/values`, `keys_or_reconstruct`).
 // `keys()`/`values()`/`mutable_*` only exist for dense heads and throw std::logic_error otherwise,
 // because a pointer into float storage that is not there would be a lie.
+//
+// Stored heads. Every per-head accessor takes a *stored head* index. By default there is one
+// stored head per KV head (stored head == KV head, the GQA-true layout of spec policies.md §6).
+// `unfold_keep` / `unfold` switch the cache to one stored head per *query head* (SpindleKV's "fully
+// unfold GQA", gqa_mode = unfold): stored head h holds its own copy of KV head h / G's entries, may
+// keep a different subset of them, and is what query head h attends to. `append` always takes a
+// KV head and writes to every stored head that copies it. Byte counts are what is stored (H copies
+// when unfolded), never the folded equivalent. `clear` returns to one stored head per KV head.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -32,6 +40,15 @@ struct CodebookHead {
   std::vector<int32_t> key_index, value_index;  // [len]
   std::vector<float> key_norm, value_norm;      // [len]
   double theta_key = 1.0, theta_value = 1.0;
+  // true: key_codes / value_codes are empty and the codes are the layer's shared ones
+  // (KVCache::layer_codebook, codebook_scope = per_layer_across_heads).
+  bool shared_codes = false;
+};
+
+// Codes shared by every stored head of one layer (spec §4.2 eq. 15 r2: the codebook spans heads,
+// which lets the G identical copies of an unfolded cache collapse to one code).
+struct LayerCodebook {
+  std::vector<float> key_codes, value_codes;  // [n_codes][head_dim], unit vectors
 };
 
 class KVCache {
@@ -42,6 +59,20 @@ class KVCache {
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
+  // Heads stored per layer: n_kv_heads, or n_heads once unfolded.
+  int n_stored_heads() const { return n_stored_; }
+  bool unfolded() const { return unfolded_; }
+  int kv_head_of_stored(int stored) const { return unfolded_ ? stored / group_ : stored; }
+  int stored_head_of_query(int query_head) const { return unfolded_ ? query_head : query_head / group_; }
+
+  // Switches to one stored head per query head: stored head h of layer l keeps the entries
+  // kept[l][h] (indices into KV head h / G's entries, in the order given, each in range, no
+  // duplicates). Each folded head is released once its copies are built.
+  // Throws std::logic_error when already unfolded or a head is codebook-backed,
+  // std::invalid_argument on bad shapes or indices.
+  void unfold_keep(const std::vector<std::vector<std::vector<int>>>& kept);
+  // unfold_keep with every entry kept: G identical copies of each KV head.
+  void unfold();
 
   int length(int layer, int kv_head) const { return static_cast<int>(head(layer, kv_head).positions.size()); }
   int64_t total_entries() const;  // sum of lengths over all (layer, KV head)
@@ -73,8 +104,15 @@ class KVCache {
   // Replaces the head's K/V by `cb` (indices and norms for its current entries, positions kept) and
   // releases the dense arrays. Throws std::invalid_argument when sizes or indices do not fit.
   void set_codebook(int layer, int kv_head, CodebookHead cb);
+  // Makes every stored head of `layer` codebook-backed with one set of codes for the whole layer:
+  // heads[h] holds head h's indices and norms (its own code arrays must be empty), indices refer to
+  // `codes`. Codes are counted once per layer in the byte counts. Throws std::invalid_argument.
+  void set_layer_codebook(int layer, LayerCodebook codes, std::vector<CodebookHead> heads);
+  // The layer's shared codes, or nullptr when its heads have none.
+  const LayerCodebook* layer_codebook(int layer) const;
 
-  // Appends one entry. `key` is post-RoPE. On a codebook head it is matched against the codes.
+  // Appends one entry of KV head `kv_head` to every stored head holding that KV head (one, or G
+  // copies when unfolded). `key` is post-RoPE. On a codebook head it is matched against the codes.
   void append(int layer, int kv_head, int32_t position, const float* key, const float* value);
 
   // Keeps exactly the entries at `indices` (cache order, each in [0, length), no duplicates), in the
@@ -82,17 +120,19 @@ class KVCache {
   // On a codebook head, codes no survivor refers to are dropped (indices renumbered, order kept).
   void keep(int layer, int kv_head, std::span<const int> indices);
 
-  // Bytes held by live entries, summed over heads. Dense head: 2 * len * head_dim * sizeof(float) +
-  // len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim * sizeof(float) +
-  // len * (2 * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)).
+  // Bytes held by live entries, summed over stored heads. Dense head: 2 * len * head_dim *
+  // sizeof(float) + len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim *
+  // sizeof(float) + len * (2 * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)); shared layer
+  // codes are not in any head's count and are added once per layer to bytes_in_use.
   size_t bytes_in_use() const;
   size_t head_bytes_in_use(int layer, int kv_head) const;
   // Bytes reserved by the containers (>= bytes_in_use).
   size_t bytes_reserved() const;
-  // Bytes a cache holding `tokens` entries in every (layer, KV head) would use.
+  // Bytes a dense, folded cache (one stored head per KV head) holding `tokens` entries in every
+  // (layer, KV head) would use: the reference a full cache is compared with, unfolded or not.
   size_t bytes_for_uniform_length(int64_t tokens) const;
   void shrink_to_fit();
-  // Empties every head and makes it dense again.
+  // Empties every head, makes it dense and returns to one stored head per KV head.
   void clear();
 
  private:
@@ -106,17 +146,29 @@ class KVCache {
   Head& dense(int layer, int kv_head);
   void reserve_rope(int32_t position);
   // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
-  static std::vector<float> codebook_keys_pre_rope(const CodebookHead& cb, int head_dim);
+  std::vector<float> codebook_keys_pre_rope(int layer, const CodebookHead& cb) const;
+  const std::vector<float>& key_codes(int layer, const CodebookHead& cb) const {
+    return cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
+  }
+  const std::vector<float>& value_codes(int layer, const CodebookHead& cb) const {
+    return cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
+  }
+  void append_one(int layer, int stored, int32_t position, const float* key, const float* value);
   void append_codebook_entry(int layer, int kv_head, int32_t position, const float* key, const float* value);
   void keep_codebook(int layer, int kv_head, std::span<const int> indices);
-  const Head& head(int layer, int kv_head) const { return heads_[static_cast<size_t>(layer) * n_kv_heads_ + kv_head]; }
-  Head& head(int layer, int kv_head) { return heads_[static_cast<size_t>(layer) * n_kv_heads_ + kv_head]; }
+  void check_head(const char* what, int layer, int stored) const;
+  const Head& head(int layer, int kv_head) const { return heads_[static_cast<size_t>(layer) * n_stored_ + kv_head]; }
+  Head& head(int layer, int kv_head) { return heads_[static_cast<size_t>(layer) * n_stored_ + kv_head]; }
 
   ModelConfig config_;
   int n_layers_ = 0;
   int n_kv_heads_ = 0;
   int head_dim_ = 0;
-  std::vector<Head> heads_;
+  int group_ = 1;          // query heads per KV head
+  int n_stored_ = 0;       // stored heads per layer
+  bool unfolded_ = false;
+  std::vector<Head> heads_;                // [layer][stored head]
+  std::vector<LayerCodebook> layer_codes_;  // [layer]; used by heads with shared_codes
   Rope rope_;               // re-applies RoPE to codebook keys; grown only by mutators
   int rope_positions_ = 0;  // positions rope_ has tabulated
 };

@@ -12,7 +12,7 @@ namespace kvevict {
 namespace {
 
 std::string where(int layer, int kv_head) {
-  return "(layer " + std::to_string(layer) + ", KV head " + std::to_string(kv_head) + ")";
+  return "(layer " + std::to_string(layer) + ", stored head " + std::to_string(kv_head) + ")";
 }
 
 void check_codes(const std::vector<float>& codes, const std::vector<int32_t>& index, const std::vector<float>& norm,
@@ -93,11 +93,13 @@ void KVCache::reserve_rope(int32_t position) {
   rope_.reserve(rope_positions_);
 }
 
-std::vector<float> KVCache::codebook_keys_pre_rope(const CodebookHead& cb, int d) {
+std::vector<float> KVCache::codebook_keys_pre_rope(int layer, const CodebookHead& cb) const {
+  const int d = head_dim_;
   const size_t len = cb.key_index.size();
+  const std::vector<float>& codes = key_codes(layer, cb);
   std::vector<float> out(len * d);
   for (size_t t = 0; t < len; ++t) {
-    const float* code = cb.key_codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
+    const float* code = codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
     for (int i = 0; i < d; ++i) out[t * d + i] = code[i] * cb.key_norm[t];
   }
   return out;
@@ -111,9 +113,10 @@ void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* ou
     return;
   }
   const CodebookHead& cb = *h.codebook;
+  const std::vector<float>& codes = key_codes(layer, cb);
   for (int t = t0; t < t1; ++t) {
     float* k = out + (t - t0) * d;
-    const float* code = cb.key_codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
+    const float* code = codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
     const float m = cb.key_norm[t];
     for (size_t i = 0; i < d; ++i) k[i] = code[i] * m;
     rope_.forward(k, h.positions[t]);
@@ -128,8 +131,9 @@ void KVCache::reconstruct_values(int layer, int kv_head, int t0, int t1, float* 
     return;
   }
   const CodebookHead& cb = *h.codebook;
+  const std::vector<float>& codes = value_codes(layer, cb);
   for (int t = t0; t < t1; ++t) {
-    const float* code = cb.value_codes.data() + static_cast<size_t>(cb.value_index[t]) * d;
+    const float* code = codes.data() + static_cast<size_t>(cb.value_index[t]) * d;
     const float m = cb.value_norm[t];
     for (size_t i = 0; i < d; ++i) out[(t - t0) * d + i] = code[i] * m;
   }
@@ -152,8 +156,8 @@ const float* KVCache::values_or_reconstruct(int layer, int kv_head, std::vector<
 }
 
 void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
-  if (layer < 0 || layer >= n_layers_ || kv_head < 0 || kv_head >= n_kv_heads_)
-    throw std::invalid_argument("KVCache::set_codebook: no " + where(layer, kv_head));
+  check_head("set_codebook", layer, kv_head);
+  if (cb.shared_codes) throw std::invalid_argument("KVCache::set_codebook: shared codes go through set_layer_codebook");
   Head& h = head(layer, kv_head);
   const std::string what = "KVCache::set_codebook " + where(layer, kv_head);
   check_codes(cb.key_codes, cb.key_index, cb.key_norm, h.positions.size(), head_dim_, what + " keys");
@@ -165,17 +169,51 @@ void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
   std::vector<float>().swap(h.values);
 }
 
+void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<CodebookHead> heads) {
+  check_head("set_layer_codebook", layer, 0);
+  if (static_cast<int>(heads.size()) != n_stored_)
+    throw std::invalid_argument("KVCache::set_layer_codebook: " + std::to_string(heads.size()) + " heads for " +
+                                std::to_string(n_stored_) + " stored heads");
+  for (int s = 0; s < n_stored_; ++s) {
+    const std::string what = "KVCache::set_layer_codebook " + where(layer, s);
+    if (!heads[s].key_codes.empty() || !heads[s].value_codes.empty())
+      throw std::invalid_argument(what + ": a head of a shared codebook has codes of its own");
+    const size_t len = head(layer, s).positions.size();
+    check_codes(codes.key_codes, heads[s].key_index, heads[s].key_norm, len, head_dim_, what + " keys");
+    check_codes(codes.value_codes, heads[s].value_index, heads[s].value_norm, len, head_dim_, what + " values");
+  }
+  layer_codes_[layer] = std::move(codes);
+  for (int s = 0; s < n_stored_; ++s) {
+    Head& h = head(layer, s);
+    for (int32_t p : h.positions) reserve_rope(p);
+    h.codebook = std::move(heads[s]);
+    h.codebook->shared_codes = true;
+    std::vector<float>().swap(h.keys);
+    std::vector<float>().swap(h.values);
+  }
+}
+
+const LayerCodebook* KVCache::layer_codebook(int layer) const {
+  if (layer < 0 || layer >= n_layers_ || n_stored_ == 0) return nullptr;
+  const Head& h = head(layer, 0);
+  return h.codebook && h.codebook->shared_codes ? &layer_codes_[layer] : nullptr;
+}
+
 void KVCache::append_codebook_entry(int layer, int kv_head, int32_t position, const float* key, const float* value) {
   Head& h = head(layer, kv_head);
   CodebookHead& cb = *h.codebook;
+  // Shared codes: the first copy of an unfolded KV head may add a code; the other copies then
+  // match it with cosine 1 (> theta), so identical copies cost no extra code.
+  std::vector<float>& kc = cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
+  std::vector<float>& vc = cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
   const int d = head_dim_;
   std::vector<float> pre(key, key + d), unit(d);
   reserve_rope(position);
   rope_.inverse(pre.data(), position);
   cb.key_norm.push_back(normalise(pre.data(), d, unit.data()));
-  cb.key_index.push_back(match_or_add(cb.key_codes, unit.data(), d, cb.theta_key));
+  cb.key_index.push_back(match_or_add(kc, unit.data(), d, cb.theta_key));
   cb.value_norm.push_back(normalise(value, d, unit.data()));
-  cb.value_index.push_back(match_or_add(cb.value_codes, unit.data(), d, cb.theta_value));
+  cb.value_index.push_back(match_or_add(vc, unit.data(), d, cb.theta_value));
   h.positions.push_back(position);
 }
 
@@ -199,8 +237,27 @@ void KVCache::keep_codebook(int layer, int kv_head, std::span<const int> indices
   cb.key_norm.assign(key_norm.begin(), key_norm.end());
   cb.value_norm.assign(value_norm.begin(), value_norm.end());
   h.positions.assign(positions.begin(), positions.end());
-  drop_unreferenced(cb.key_codes, cb.key_index, head_dim_);
-  drop_unreferenced(cb.value_codes, cb.value_index, head_dim_);
+  if (!cb.shared_codes) {
+    drop_unreferenced(cb.key_codes, cb.key_index, head_dim_);
+    drop_unreferenced(cb.value_codes, cb.value_index, head_dim_);
+    return;
+  }
+  // Shared codes: a code is dropped only when no head of the layer refers to it any more.
+  std::vector<int32_t> all_keys, all_values;
+  for (int s = 0; s < n_stored_; ++s) {
+    const CodebookHead& c = *head(layer, s).codebook;
+    all_keys.insert(all_keys.end(), c.key_index.begin(), c.key_index.end());
+    all_values.insert(all_values.end(), c.value_index.begin(), c.value_index.end());
+  }
+  drop_unreferenced(layer_codes_[layer].key_codes, all_keys, head_dim_);
+  drop_unreferenced(layer_codes_[layer].value_codes, all_values, head_dim_);
+  size_t at = 0;
+  for (int s = 0; s < n_stored_; ++s) {
+    CodebookHead& c = *head(layer, s).codebook;
+    std::copy_n(all_keys.begin() + at, c.key_index.size(), c.key_index.begin());
+    std::copy_n(all_values.begin() + at, c.value_index.size(), c.value_index.begin());
+    at += c.key_index.size();
+  }
 }
 
 }  // namespace kvevict

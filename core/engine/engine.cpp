@@ -12,7 +12,7 @@
 
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
-#include "core/engine/codebook.h"
+#include "core/engine/codebook_stage.h"
 #include "core/engine/selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
@@ -46,6 +46,10 @@ struct EvictionEngine::State {
   EngineOptions options;
   EvictionReport report;
   int L = 0, Hkv = 0, Hq = 0, G = 1, d = 0;
+  // Heads the policy selects for: KV heads (Gs = G query heads each), or query heads when the
+  // policy unfolds GQA (Hs = Hq, Gs = 1; the cache is unfolded at the end of prefill).
+  bool unfold = false;
+  int Hs = 0, Gs = 1;
 
   // Observation window and protected sets resolved for the current prompt (policies may make them
   // depend on the prompt length: PolicyProgram::window_for / protect_for).
@@ -87,7 +91,24 @@ struct EvictionEngine::State {
     if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
       throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
                        "must not also read A_acc or A_now");
+    unfold = desc.select.unfold_gqa;
+    Hs = unfold ? Hq : Hkv;
+    Gs = unfold ? 1 : G;
+    if (unfold && (desc.select.scope != "kv_head" || desc.run.cascading))
+      throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");
+    if (desc.merge.enabled) {
+      int first = 0, last = 0;
+      codebook_layer_range(desc.merge, L, desc.name, first, last);
+      if (desc.merge.scope != "per_head" && desc.merge.scope != "per_layer_across_heads")
+        throw UsageError("policy " + desc.name + ": merge scope must be per_head or per_layer_across_heads");
+    }
+    if (unfold && desc.observe.same_index_head)
+      throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
   }
+
+  // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
+  // is still folded (during prefill), s itself otherwise.
+  int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
 
   int query_window() const { return std::max(window, desc.needs_current_attention ? 1 : 0); }
 
@@ -100,7 +121,7 @@ struct EvictionEngine::State {
     sampling_seed = options.seed;
     layer_budget.assign(L, 0);
     layer_weight.assign(L, 1.0);
-    scores.assign(L, std::vector<std::vector<float>>(Hkv));
+    scores.assign(L, std::vector<std::vector<float>>(Hs));
     accumulated.assign(L, std::vector<std::vector<float>>());
     queries.assign(L, {});
     query_rows.assign(L, 0);
@@ -137,7 +158,7 @@ struct EvictionEngine::State {
     acc.resize(Hq);
     for (int h = 0; h < Hq; ++h) {
       const std::vector<float>& add = (*s.accumulated_attention)[h];
-      const int T = cache.length(s.layer, h / G);
+      const int T = cache.length(s.layer, cache.stored_head_of_query(h));
       acc[h].resize(T, 0.0f);
       for (int t = 0; t < T && t < static_cast<int>(add.size()); ++t) acc[h][t] += add[t];
     }
@@ -147,20 +168,21 @@ struct EvictionEngine::State {
   // instead of the head's own vector.
   HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr) {
     HeadSignals hs;
-    const int T = cache.length(layer, kv_head);
+    const int src = cache_head(kv_head, cache);
+    const int T = cache.length(layer, src);
     ScoreInputs& in = hs.in;
     in.layer = layer;
     in.kv_head = kv_head;
     in.n_layers = L;
-    in.n_kv_heads = Hkv;
-    in.group = G;
+    in.n_kv_heads = Hs;
+    in.group = Gs;
     in.head_dim = d;
     in.T = T;
     in.prompt_len = prompt_len;
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
-    in.position = cache.positions(layer, kv_head);
-    const float* keys = cache.keys_or_reconstruct(layer, kv_head, hs.key_scratch);
+    in.position = cache.positions(layer, src);
+    const float* keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
     const int rows = query_rows[layer];
     const float* q = queries[layer].data();
     const bool want_window = window > 0 && (!decoding || desc.run.decode_uses_window_attention);
@@ -169,8 +191,13 @@ struct EvictionEngine::State {
       const int skip = rows - W;
       if (window_out && !desc.observe.same_index_head) {  // the layer's shared buffer
         compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip,
-                                 kv_head, G, keys, in.position, T, d, window_out, desc.observe.causal);
-      } else {
+                                 kv_head, Gs, keys, in.position, T, d, window_out, desc.observe.causal);
+      } else if (!desc.observe.same_index_head) {
+        hs.window_attention.resize(static_cast<size_t>(Gs) * W * T);
+        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip,
+                                 kv_head, Gs, keys, in.position, T, d, hs.window_attention.data(), desc.observe.causal);
+        window_out = hs.window_attention.data();
+      } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
         const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip};
         in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, keys, hs.window_attention);
         window_out = hs.window_attention.data();
@@ -179,15 +206,15 @@ struct EvictionEngine::State {
       in.window_attention = window_out;
     }
     if (desc.needs_current_attention && rows > 0) {
-      hs.current_attention.resize(static_cast<size_t>(G) * T);
+      hs.current_attention.resize(static_cast<size_t>(Gs) * T);
       compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, query_position0[layer] + rows - 1,
-                               kv_head, G, keys, in.position, T, d, hs.current_attention.data());
+                               kv_head, Gs, keys, in.position, T, d, hs.current_attention.data());
       in.current_attention = hs.current_attention.data();
     }
     if (desc.needs_accumulated_attention) {
-      hs.accumulated.resize(static_cast<size_t>(G) * T);
-      for (int g = 0; g < G; ++g) {
-        const auto& a = accumulated[layer][kv_head * G + g];
+      hs.accumulated.resize(static_cast<size_t>(Gs) * T);
+      for (int g = 0; g < Gs; ++g) {
+        const auto& a = accumulated[layer][kv_head * Gs + g];
         std::copy_n(a.data(), T, hs.accumulated.data() + static_cast<size_t>(g) * T);
       }
       in.accumulated_attention = hs.accumulated.data();
@@ -195,7 +222,7 @@ struct EvictionEngine::State {
     hs.key_norm.resize(T);
     hs.value_norm.resize(T);
     compute_row_norms(keys, T, d, hs.key_norm.data());
-    compute_row_norms(cache.values_or_reconstruct(layer, kv_head, hs.value_scratch), T, d, hs.value_norm.data());
+    compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, hs.value_norm.data());
     in.key_norm = hs.key_norm.data();
     in.value_norm = hs.value_norm.data();
     return hs;
@@ -211,18 +238,18 @@ struct EvictionEngine::State {
   void score_layer_at_prefill(int layer, const KVCache& cache) {
     // The W x T window products dominate; heads are independent. Scores stay serial (a policy
     // program need not be thread-safe).
-    std::vector<HeadSignals> heads(Hkv);
+    std::vector<HeadSignals> heads(Hs);
     // The heads' window attention side by side in one buffer, so that a layer-level program
     // (CAKE's layer weight) reads them in place instead of copying them together.
-    const int T = cache.length(layer, 0);
+    const int T = cache.length(layer, cache_head(0, cache));
     bool same_length = !desc.observe.same_index_head;  // same_index_head gives one head, not G
-    for (int h = 1; h < Hkv; ++h) same_length = same_length && cache.length(layer, h) == T;
-    const size_t per_head = static_cast<size_t>(G) * std::min(window, query_rows[layer]) * T;
-    std::vector<float> layer_window_attention(same_length ? per_head * Hkv : 0);  // [Hkv][G][W][T]
-#pragma omp parallel for schedule(static) if (Hkv > 1 && cache.length(layer, 0) * window > 65536)
-    for (int h = 0; h < Hkv; ++h)
+    for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
+    const size_t per_head = static_cast<size_t>(Gs) * std::min(window, query_rows[layer]) * T;
+    std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
+#pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * window > 65536)
+    for (int h = 0; h < Hs; ++h)
       heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
-    for (int h = 0; h < Hkv; ++h) scores[layer][h] = score(heads[h], false);
+    for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;
       lw.layer = layer;
@@ -245,7 +272,7 @@ struct EvictionEngine::State {
     for (int k = 0; k <= last; ++k) {
       w[k] = desc.has_layer_weight ? layer_weight[k] : 1.0;
       hi[k] = cache.length(k, 0);
-      for (int h = 1; h < Hkv; ++h) hi[k] = std::min<int64_t>(hi[k], cache.length(k, h));
+      for (int h = 1; h < cache.n_stored_heads(); ++h) hi[k] = std::min<int64_t>(hi[k], cache.length(k, h));
       lo[k] = protected_count(prompt_len);
     }
     return allocate_budgets(w, lo, hi, stage_total);
@@ -253,6 +280,12 @@ struct EvictionEngine::State {
 
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     cache.keep(layer, kv_head, kept);
+    permute_aligned(layer, kv_head, kept);
+  }
+
+  // Keeps the stored prefill scores and accumulated attention of stored head `kv_head` aligned
+  // with its cache entries after they were reduced to `kept`.
+  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept) {
     auto permute = [&](std::vector<float>& v) {
       if (v.empty()) return;
       std::vector<float> next(kept.size());
@@ -261,7 +294,7 @@ struct EvictionEngine::State {
     };
     permute(scores[layer][kv_head]);
     if (!accumulated[layer].empty())
-      for (int g = 0; g < G; ++g) permute(accumulated[layer][kv_head * G + g]);
+      for (int g = 0; g < Gs; ++g) permute(accumulated[layer][kv_head * Gs + g]);
   }
 
   HeadSelectionSpec spec_for(int layer, int kv_head, int budget) const {
@@ -283,29 +316,29 @@ struct EvictionEngine::State {
     if (desc.select.scope == "layer") {
       std::vector<std::span<const float>> sc;
       std::vector<std::span<const int32_t>> pos;
-      for (int h = 0; h < Hkv; ++h) {
+      for (int h = 0; h < Hs; ++h) {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
         pos.emplace_back(cache.positions(layer, h), cache.length(layer, h));
       }
-      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hkv, budget), protect.first,
+      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), protect.first,
                                               protect.recent, desc.select.floor_alpha,
                                               desc.select.kept_order == "score");
-      for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept[h]);
+      for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h]);
     } else if (desc.select.scope == "layer_shared") {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
       // has kept the same positions in the same order so far, so one index list fits all.
       const int T = cache.length(layer, 0);
       std::vector<float> mean(T, 0.0f);
-      for (int h = 0; h < Hkv; ++h) {
+      for (int h = 0; h < Hs; ++h) {
         if (cache.length(layer, h) != T)
           throw std::logic_error("layer_shared selection: KV heads of layer " + std::to_string(layer) + " differ in length");
-        for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hkv);
+        for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hs);
       }
       const auto kept = select_head(std::span<const float>(mean.data(), T),
                                     std::span<const int32_t>(cache.positions(layer, 0), T), spec_for(layer, 0, budget));
-      for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept);
+      for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
     } else {
-      for (int h = 0; h < Hkv; ++h) {
+      for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
         const auto kept = select_head(std::span<const float>(head_scores[h].data(), T),
                                       std::span<const int32_t>(cache.positions(layer, h), T), spec_for(layer, h, budget));
@@ -350,12 +383,29 @@ struct EvictionEngine::State {
     // seen layers; each layer also keeps its window), so the last stage splits exactly total_budget.
     const int64_t stage_total = total_budget - static_cast<int64_t>(L - 1 - l) * protected_count(prompt_len);
     const auto budgets = split(l, stage_total, cache);
-    for (int k = 0; k <= l; ++k) {
-      layer_budget[k] = static_cast<int>(budgets[k]);
-      evict_layer(cache, k, layer_budget[k], scores[k]);
+    for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
+    if (unfold) {
+      unfold_and_evict(cache);
+    } else {
+      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k]);
     }
     report.prefill_evicted = true;
     ++report.applications;
+  }
+
+  // gqa unfold, one-shot: each query head keeps its own top-k of its KV head's entries (scores
+  // were computed per query head), then the cache becomes one stored head per query head.
+  void unfold_and_evict(KVCache& cache) {
+    std::vector<std::vector<std::vector<int>>> kept(L, std::vector<std::vector<int>>(Hs));
+    for (int k = 0; k < L; ++k)
+      for (int s = 0; s < Hs; ++s) {
+        const int src = cache_head(s, cache), T = cache.length(k, src);
+        kept[k][s] = select_head(std::span<const float>(scores[k][s].data(), T),
+                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k]));
+      }
+    cache.unfold_keep(kept);
+    for (int k = 0; k < L; ++k)
+      for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s]);
   }
 
   void finish_prefill(KVCache& cache) {
@@ -365,46 +415,31 @@ struct EvictionEngine::State {
       const auto budgets = split(L - 1, total_budget, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
+    if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy
+      cache.unfold();
+      report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
+    }
     if (desc.merge.enabled) apply_codebook(cache);
     fill_report(cache);
   }
 
-  // Replaces every head by its codebook (pre-RoPE keys, values); the cache then holds only codes,
-  // indices, norms and positions, and its own byte count is the report's.
+  // Makes heads codebook-backed (codebook_stage.h); the cache's own byte counts are the report's.
   void apply_codebook(KVCache& cache) {
     Stopwatch sw(&report.codebook_seconds);
-    report.bytes_before_codebook = cache.bytes_in_use();
-    report.key_codes = report.value_codes = report.codebook_tokens = 0;
-    for (int l = 0; l < L; ++l) {
-      for (int h = 0; h < Hkv; ++h) {
-        const int T = cache.length(l, h);
-        const std::vector<float> pre = cache.keys_pre_rope(l, h);
-        std::vector<float> values_scratch;
-        const float* values = cache.values_or_reconstruct(l, h, values_scratch);
-        Codebook ck = build_codebook(pre.data(), T, d, desc.merge.theta_key);
-        Codebook cv = build_codebook(values, T, d, desc.merge.theta_value);
-        report.key_codes += ck.n_codes();
-        report.value_codes += cv.n_codes();
-        report.codebook_tokens += T;
-        CodebookHead head;
-        head.key_codes = std::move(ck.codes);
-        head.key_index = std::move(ck.index);
-        head.key_norm = std::move(ck.norm);
-        head.value_codes = std::move(cv.codes);
-        head.value_index = std::move(cv.index);
-        head.value_norm = std::move(cv.norm);
-        head.theta_key = desc.merge.theta_key;
-        head.theta_value = desc.merge.theta_value;
-        cache.set_codebook(l, h, std::move(head));
-      }
-    }
-    report.bytes_codebook = cache.bytes_in_use();
+    const CodebookStageResult r = apply_codebook_stage(desc.merge, cache);
+    report.bytes_before_codebook = r.bytes_before;
+    report.bytes_codebook = r.bytes_after;
+    report.key_codes = r.key_codes;
+    report.value_codes = r.value_codes;
+    report.codebook_tokens = r.tokens;
   }
 
   void fill_report(const KVCache& cache) {
-    report.layers.assign(L, std::vector<HeadReport>(Hkv));
+    report.stored_heads = cache.n_stored_heads();
+    report.gqa_unfolded = cache.unfolded();
+    report.layers.assign(L, std::vector<HeadReport>(cache.n_stored_heads()));
     for (int l = 0; l < L; ++l) {
-      for (int h = 0; h < Hkv; ++h) {
+      for (int h = 0; h < cache.n_stored_heads(); ++h) {
         HeadReport& r = report.layers[l][h];
         r.budget = layer_budget[l];
         r.kept = cache.length(l, h);
@@ -423,10 +458,10 @@ struct EvictionEngine::State {
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = layer_budget[l];
     bool over = false;
-    for (int h = 0; h < Hkv; ++h) over |= cache.length(l, h) > budget + desc.run.decode_slack;
+    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budget + desc.run.decode_slack;
     if (!over) return;
-    std::vector<std::vector<float>> sc(Hkv);
-    for (int h = 0; h < Hkv; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
+    std::vector<std::vector<float>> sc(Hs);
+    for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc);
     ++report.applications;
@@ -469,7 +504,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   state_->report.decode_steps = state_->decode_step;
   state_->report.bytes_kept = cache.bytes_in_use();
   for (int l = 0; l < state_->L; ++l)
-    for (int h = 0; h < state_->Hkv; ++h) {
+    for (int h = 0; h < cache.n_stored_heads(); ++h) {
       HeadReport& r = state_->report.layers[l][h];
       r.kept = cache.length(l, h);
       r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);

@@ -30,8 +30,11 @@ struct EvictionReport {
   std::string policy;
   std::string budget;
   int prompt_len = 0;
-  std::vector<std::vector<HeadReport>> layers;  // [layer][kv_head]
-  size_t bytes_full = 0;  // cache bytes before the first application
+  // [layer][stored head]: KV heads, or query heads when the policy unfolds GQA (gqa_unfolded).
+  std::vector<std::vector<HeadReport>> layers;
+  int stored_heads = 0;       // heads per layer as stored (n_kv_heads, or n_heads when unfolded)
+  bool gqa_unfolded = false;  // the cache holds one stored head per query head (unfold_gqa)
+  size_t bytes_full = 0;  // cache bytes before the first application (the folded, per-KV-head cache)
   size_t bytes_kept = 0;  // cache bytes after the latest application
   size_t peak_bytes = 0;  // largest cache size seen during prefill
   double seconds = 0;     // time spent inside the engine

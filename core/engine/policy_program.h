@@ -45,13 +45,26 @@ struct PolicySelect {
   double floor_alpha = 0.0;
   // Order of survivors in the cache: "positional" (ascending original position) or "score".
   std::string kept_order = "positional";
+  // Added. SpindleKV's "fully unfold GQA" (spec §4.1 option B, §6 rule 3, §8 gqa_mode = unfold):
+  // the score program runs per query head (ScoreInputs::group = 1, kv_head = the query head) and
+  // each query head keeps its own top-k in its own copy of the KV head's entries; at the end of
+  // prefill the cache holds one stored head per query head (KVCache::unfold_keep) and its bytes
+  // are reported as stored. Needs scope "kv_head" and no cascading. false: per KV head (default).
+  bool unfold_gqa = false;
 };
 
-// SpindleKV's codebook stage: merge near-duplicate pre-RoPE keys / values per (layer, KV head).
+// SpindleKV's codebook stage: merge near-duplicate pre-RoPE keys / values.
 struct PolicyMerge {
   bool enabled = false;
   double theta_key = 0.98;
   double theta_value = 0.95;
+  // Added. "per_head": one codebook per (layer, stored head). "per_layer_across_heads": one per
+  // layer shared by all its stored heads (spec §4.2 eq. 15 r2), codes counted once per layer.
+  std::string scope = "per_head";
+  // Added. Layers that get a codebook: first_layer .. last_layer inclusive (last_layer -1 or past
+  // the model's last layer: up to the last layer). Other layers stay dense.
+  int first_layer = 0;
+  int last_layer = -1;
 };
 
 // Added. How the window attention A is observed (policy file `observe:`; docs/ENGINE.md "Signals").
@@ -92,7 +105,8 @@ struct PolicyDescription {
 
 // What the score program of one (layer, KV head) may read. Arrays run over the head's cache
 // entries t = 0..T-1 in cache order; `group` is the number of query heads G of this KV head (1 with
-// PolicyObserve::same_index_head).
+// PolicyObserve::same_index_head). With PolicySelect::unfold_gqa the program runs per stored head =
+// query head: kv_head is the query head, n_kv_heads = n_heads, group = 1.
 // A pointer is null when the description did not ask for that signal.
 struct ScoreInputs {
   int layer = 0, kv_head = 0;

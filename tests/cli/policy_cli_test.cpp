@@ -65,6 +65,34 @@ TEST_F(PolicyCli, InspectJsonKeepsTheBudgetAndTheWindow) {
   EXPECT_NEAR(kept / full, 40.0 / S, 0.02 * 40.0 / S);
 }
 
+TEST_F(PolicyCli, InspectJsonWithUnfoldedGqaListsQueryHeads) {
+  // gqa_mode = unfold: one stored head per query head (stories260K: 8 query heads, G = 2); each
+  // head object's "kv_head" is the stored head's index, i.e. the query head, with its source KV head.
+  const CliRun r = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ +
+                               " --policy spindlekv --budget 40% --set gqa_mode=unfold --set codebook=false --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["gqa_mode"], "unfold");
+  ASSERT_EQ(j["layers"].size(), 5u);
+  size_t entries = 0;
+  for (const auto& layer : j["layers"]) {
+    ASSERT_EQ(layer["heads"].size(), 8u);
+    for (size_t h = 0; h < 8; ++h) {
+      const auto& head = layer["heads"][h];
+      EXPECT_EQ(head["kv_head"], h);
+      EXPECT_EQ(head["query_head"], h);
+      EXPECT_EQ(head["source_kv_head"], h / 2);
+      entries += head["kept"].size();
+    }
+  }
+  // Bytes as stored: every kept entry of every query head, 8 d + 4 bytes each (d = 8).
+  EXPECT_EQ(j["bytes_kept"].get<size_t>(), entries * (8 * 8 + 4));
+  const CliRun folded = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ +
+                                    " --policy spindlekv --budget 40% --set codebook=false --json");
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_EQ(nlohmann::json::parse(folded.out)["gqa_mode"], "kv_head");
+}
+
 TEST_F(PolicyCli, InspectTextListsEveryHead) {
   const CliRun r = run_kvevict("inspect -m " + model_ + " -p \"Once upon a time there was a cat. The cat liked milk.\"" +
                                " --policy streamingllm --budget 8");

@@ -216,5 +216,47 @@ TEST_F(PolicyEquivalence, SpindleKVEviction) {
   expect_nested(r, reference::spindlekv_eviction(*data_, sp), 1, "spindlekv");
 }
 
+TEST_F(PolicyEquivalence, SpindleKVUnfoldSelectsPerQueryHead) {
+  // gqa_mode = unfold (the paper's "fully unfold GQA"): every query head keeps its own top-k of
+  // its KV head's entries; the reference computes each query head's eq. 2 indicator directly.
+  reference::SpindleParams sp;
+  sp.window = kWindow;
+  sp.unfold = true;
+  const auto r = run("spindlekv", {{"window", "16"}, {"codebook", "false"}, {"gqa_mode", "unfold"}}, "40%");
+  const int G = model_->config.group_size();
+  ASSERT_EQ(G, 2);
+  EXPECT_TRUE(r.gqa_unfolded);
+  EXPECT_EQ(r.stored_heads, model_->config.n_heads);
+  const auto want = reference::spindlekv_eviction(*data_, sp);
+  expect_nested(r, want, 1, "spindlekv unfold");
+  // The two query heads of a group must disagree somewhere, or per-query-head selection was not tested.
+  int differing = 0;
+  for (const auto& layer : want)
+    for (size_t h = 0; h + 1 < layer.size(); h += G) differing += layer[h] != layer[h + 1];
+  EXPECT_GT(differing, 0);
+}
+
+TEST_F(PolicyEquivalence, SpindleKVSinksAndPooling) {
+  for (const char* pool : {"avg", "max"}) {
+    reference::SpindleParams sp;
+    sp.window = kWindow;
+    sp.unfold = false;
+    sp.sinks = 4;
+    sp.kernel = 5;
+    sp.max_pool = std::string(pool) == "max";
+    const auto r = run("spindlekv",
+                       {{"window", "16"}, {"codebook", "false"}, {"sinks", "4"}, {"pool", pool}, {"pool_kernel", "5"}}, "40%");
+    expect_nested(r, reference::spindlekv_eviction(*data_, sp), 1, std::string("spindlekv sinks+pool ") + pool);
+    // Without pooling and sinks the reference keeps different tokens: the options are not no-ops.
+    reference::SpindleParams plain = sp;
+    plain.sinks = 0;
+    plain.kernel = 0;
+    EXPECT_NE(reference::spindlekv_eviction(*data_, plain), reference::spindlekv_eviction(*data_, sp));
+    for (const auto& layer : r.layers)
+      for (const auto& h : layer)
+        for (int32_t p = 0; p < 4; ++p) EXPECT_TRUE(std::count(h.kept_positions.begin(), h.kept_positions.end(), p)) << p;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

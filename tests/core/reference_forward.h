@@ -19,6 +19,8 @@ struct ReferenceResult {
 };
 
 using Visibility = std::function<bool(int layer, int kv_head, int query_pos, int key_pos)>;
+// Per query head (an unfolded cache, where each query head keeps its own set); consulted as well.
+using QueryHeadVisibility = std::function<bool(int layer, int q_head, int query_pos, int key_pos)>;
 
 inline std::vector<double> ref_rope(std::vector<double> x, int pos, const ModelConfig& c) {
   const int d = c.head_dim, half = d / 2;
@@ -45,7 +47,8 @@ inline std::vector<double> ref_rope(std::vector<double> x, int pos, const ModelC
   return x;
 }
 
-inline ReferenceResult reference_forward(const Model& m, const std::vector<int>& tokens, Visibility visible = nullptr) {
+inline ReferenceResult reference_forward(const Model& m, const std::vector<int>& tokens, Visibility visible = nullptr,
+                                         QueryHeadVisibility visible_q = nullptr) {
   const ModelConfig& c = m.config;
   const Weights& w = m.weights;
   const int n = static_cast<int>(tokens.size()), D = c.dim, hd = c.head_dim, G = c.group_size();
@@ -102,6 +105,7 @@ inline ReferenceResult reference_forward(const Model& m, const std::vector<int>&
         double mx = -INFINITY;
         for (int u = 0; u <= t; ++u) {
           if (visible && !visible(l, kvh, t, u)) continue;
+          if (visible_q && !visible_q(l, h, t, u)) continue;
           double dot = 0;
           for (int i = 0; i < hd; ++i) dot += q[t][h * hd + i] * k[u][kvh * hd + i];
           s[u] = dot / std::sqrt(double(hd));

@@ -390,30 +390,36 @@ std::vector<int> spindle_layer_keep(int L, int S, const SpindleParams& sp) {
   const double rc = (sp.ratio * S - sp.window) / lc;
   const bool low = sp.beta < rc && rc <= alpha;
   const double r0 = low ? 2 * rc - sp.beta : 1.0, rl = low ? sp.beta : 2 * rc - 1;
+  // Sinks are kept and counted in the budget: the ramp's share of each layer shrinks in proportion.
+  const double share = sp.sinks > 0 ? (sp.ratio * S - sp.window - sp.sinks) / (sp.ratio * S - sp.window) : 1.0;
   std::vector<int> out(L);
-  for (int l = 0; l < L; ++l) out[l] = static_cast<int>(std::floor((r0 + (rl - r0) * l / (L - 1)) * lc));
+  for (int l = 0; l < L; ++l) out[l] = static_cast<int>(std::floor((r0 + (rl - r0) * l / (L - 1)) * lc * share));
   return out;
 }
 
 KeptSets spindlekv_eviction(const PromptData& p, const SpindleParams& sp) {
   const int L = static_cast<int>(p.size()), S = p[0][0].S, n = S - sp.window;
   const auto keep = spindle_layer_keep(L, S, sp);
+  const std::vector<int> protect = sorted_union(range(0, sp.sinks), range(n, S));
+  const std::vector<int> cands = range(sp.sinks, n);
   KeptSets out(L);
   for (int l = 0; l < L; ++l)
     for (const HeadData& h : p[l]) {
       std::vector<std::vector<double>> ac(h.G, std::vector<double>(n, 0.0));
-      for (int g = 0; g < h.G; ++g)
+      for (int g = 0; g < h.G; ++g) {
         for (int a = 0; a < n; ++a) {
           for (int w = h.W - sp.window; w < h.W; ++w) ac[g][a] += wa(h, g, w, a);
           ac[g][a] /= (S - a);  // eq. 2: queries that can see token a
         }
+        if (sp.kernel > 0) ac[g] = pool(ac[g], sp.kernel, sp.max_pool);
+      }
       if (sp.unfold) {
-        for (int g = 0; g < h.G; ++g) out[l].push_back(sorted_union(top(ac[g], range(0, n), keep[l]), range(n, S)));
+        for (int g = 0; g < h.G; ++g) out[l].push_back(sorted_union(top(ac[g], cands, keep[l]), protect));
       } else {
         std::vector<double> m(n, 0.0);
         for (int g = 0; g < h.G; ++g)
           for (int a = 0; a < n; ++a) m[a] += ac[g][a] / h.G;
-        out[l].push_back(sorted_union(top(m, range(0, n), keep[l]), range(n, S)));
+        out[l].push_back(sorted_union(top(m, cands, keep[l]), protect));
       }
     }
   return out;

@@ -52,7 +52,16 @@ KeptSets cake(const PromptData& p, int budget, const CakeParams& cp);
 struct NaclParams { int sinks = 4, recent = 8, top = 10, random = 10; double temperature = 1; uint64_t seed = 0; };
 KeptSets nacl(const PromptData& p, const NaclParams& np);                                 // §3.2, proxy = window rows
 
-struct SpindleParams { int window = 8; double ratio = 0.4, beta = 0.05; bool unfold = true; };
+// sinks: first tokens protected inside the budget (the ramp then shares out what the window and the
+// sinks leave); kernel > 0: the per-query-head indicator of the non-window tokens is pooled first
+// (avg counting zero padding, or max), as kvevict's spindle.pool option defines it.
+struct SpindleParams {
+  int window = 8;
+  double ratio = 0.4, beta = 0.05;
+  bool unfold = true;
+  int sinks = 0, kernel = 0;
+  bool max_pool = false;
+};
 std::vector<int> spindle_layer_keep(int L, int S, const SpindleParams& sp);              // §4.1 non-window per layer
 KeptSets spindlekv_eviction(const PromptData& p, const SpindleParams& sp);               // [layer][query head] if unfold
 

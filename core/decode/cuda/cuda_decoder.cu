@@ -191,6 +191,11 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
 // Copies the layer's host cache (the source of truth, possibly compacted by eviction since the
 // last call) into one packed device buffer: O(layer cache bytes) host->device per call.
 cuda::PackedLayer CudaDecoder::pack_layer(int layer) {
+  // The packed layout and the kernels index KV heads by h / G; a per-query-head cache would be
+  // read wrongly, so refuse it rather than compute silently wrong attention.
+  if (cache_.unfolded())
+    throw UsageError("the CUDA decoder does not support an unfolded KV cache (gqa_mode = unfold: one stored head "
+                     "per query head); use --device cpu");
   const int heads = config_.n_kv_heads, hd = config_.head_dim;
   std::vector<int64_t> offsets(heads);
   std::vector<int> lengths(heads);
