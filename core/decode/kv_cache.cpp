@@ -155,6 +155,7 @@ void KVCache::clear() {
     h.values.clear();
     h.positions.clear();
     h.codebook.reset();
+    h.reassigned = false;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook.h"
+#include "core/engine/original_positions.h"
 #include "core/engine/selection.h"
 #include "core/util/error.h"
 
@@ -60,6 +61,12 @@ struct EvictionEngine::State {
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
   std::vector<std::vector<float>> queries;               // [layer] rolling [rows][Hq][d] newest queries
   std::vector<int> query_rows, query_position0;          // rows held and position of the first row
+  OriginalPositions original;  // active once the policy re-assigned the cache's positions
+
+  // Original positions of a head's entries (the cache's own unless they were re-assigned).
+  const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
+    return original.active() ? original.of(layer, kv_head) : cache.positions(layer, kv_head);
+  }
 
   State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
       : policy(p), desc(p.description()), config(c), options(std::move(o)) {
@@ -99,6 +106,7 @@ struct EvictionEngine::State {
     queries.assign(L, {});
     query_rows.assign(L, 0);
     query_position0.assign(L, 0);
+    original.clear();
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
@@ -151,7 +159,7 @@ struct EvictionEngine::State {
     in.prompt_len = prompt_len;
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
-    in.position = cache.positions(layer, kv_head);
+    in.position = positions(cache, layer, kv_head);
     const float* keys = cache.keys_or_reconstruct(layer, kv_head, hs.key_scratch);
     const int rows = query_rows[layer];
     const float* q = queries[layer].data();
@@ -232,6 +240,7 @@ struct EvictionEngine::State {
 
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     cache.keep(layer, kv_head, kept);
+    original.kept(layer, kv_head, kept);
     auto permute = [&](std::vector<float>& v) {
       if (v.empty()) return;
       std::vector<float> next(kept.size());
@@ -264,7 +273,7 @@ struct EvictionEngine::State {
       std::vector<std::span<const int32_t>> pos;
       for (int h = 0; h < Hkv; ++h) {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
-        pos.emplace_back(cache.positions(layer, h), cache.length(layer, h));
+        pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
       const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hkv, budget), protect.first,
                                               protect.recent, desc.select.floor_alpha,
@@ -281,13 +290,13 @@ struct EvictionEngine::State {
         for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hkv);
       }
       const auto kept = select_head(std::span<const float>(mean.data(), T),
-                                    std::span<const int32_t>(cache.positions(layer, 0), T), spec_for(layer, 0, budget));
+                                    std::span<const int32_t>(positions(cache, layer, 0), T), spec_for(layer, 0, budget));
       for (int h = 0; h < Hkv; ++h) keep(cache, layer, h, kept);
     } else {
       for (int h = 0; h < Hkv; ++h) {
         const int T = cache.length(layer, h);
         const auto kept = select_head(std::span<const float>(head_scores[h].data(), T),
-                                      std::span<const int32_t>(cache.positions(layer, h), T), spec_for(layer, h, budget));
+                                      std::span<const int32_t>(positions(cache, layer, h), T), spec_for(layer, h, budget));
         keep(cache, layer, h, kept);
       }
     }
@@ -345,6 +354,9 @@ struct EvictionEngine::State {
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
     if (desc.merge.enabled) apply_codebook(cache);
+    // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
+    // appends at the cache length, as StreamingLLM's official code does.
+    if (desc.run.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
   }
 
@@ -387,7 +399,8 @@ struct EvictionEngine::State {
         HeadReport& r = report.layers[l][h];
         r.budget = layer_budget[l];
         r.kept = cache.length(l, h);
-        r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+        const int32_t* pos = positions(cache, l, h);
+        r.kept_positions.assign(pos, pos + r.kept);
         std::sort(r.kept_positions.begin(), r.kept_positions.end());
       }
     }
@@ -396,6 +409,7 @@ struct EvictionEngine::State {
 
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
+    original.appended(l, cache, s.first_position);
     record_queries(s);
     record_accumulated(s, cache);
     const int step = decode_step + 1;
@@ -407,6 +421,7 @@ struct EvictionEngine::State {
     std::vector<std::vector<float>> sc(Hkv);
     for (int h = 0; h < Hkv; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     evict_layer(cache, l, budget, sc);
+    if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }
 };
@@ -450,7 +465,8 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
     for (int h = 0; h < state_->Hkv; ++h) {
       HeadReport& r = state_->report.layers[l][h];
       r.kept = cache.length(l, h);
-      r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+      const int32_t* pos = state_->positions(cache, l, h);
+      r.kept_positions.assign(pos, pos + r.kept);
       std::sort(r.kept_positions.begin(), r.kept_positions.end());
     }
 }
