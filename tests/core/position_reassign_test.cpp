@@ -308,5 +308,34 @@ TEST_F(StoriesReassign, LogitsAfterEvictionMatchAnIndependentStreamingLLM) {
   }
 }
 
+// The eval sweep's path (evals/engine_evictor.cpp): record a full prefill, restore the full cache,
+// apply_after_prefill, decode without the engine (one-shot mode). It must equal a live run: the
+// re-assigned mark travels with the cache, so the decoder continues at the cache length.
+TEST_F(StoriesReassign, SweepReplayEqualsALiveRun) {
+  const auto program = load_policy("streamingllm", {{"mode", "prefill_one_shot"}});
+  ASSERT_TRUE(program->description().run.reassign_positions);
+  const Budget budget = Budget::parse(std::to_string(kBudget));
+  auto live = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine live_engine(*program, model_->config, {budget, 0});
+  std::vector<float> a = live->forward(std::span<const int>(tokens_), &live_engine);
+
+  auto sweep = make_cpu_decoder(*model_, {.threads = 1});
+  PrefillRecorder recorder(0, false);
+  std::vector<float> b = sweep->forward(std::span<const int>(tokens_), &recorder);
+  const KVCache snapshot = sweep->cache();
+  sweep->cache() = snapshot;
+  sweep->set_position(S());
+  EvictionEngine replay(*program, model_->config, {budget, 0});
+  replay.apply_after_prefill(recorder, sweep->cache());
+  ASSERT_TRUE(sweep->cache().positions_reassigned(0, 0));
+  EXPECT_EQ(replay.report().layers[0][0].kept_positions, live_engine.report().layers[0][0].kept_positions);
+  for (const int next : continuation(5)) {
+    a = live->forward(std::vector<int>{next});
+    b = sweep->forward(std::vector<int>{next});
+    ASSERT_EQ(a, b);
+  }
+  EXPECT_EQ(sweep->cache().positions(0, 0)[kBudget + 4], kBudget + 4);
+}
+
 }  // namespace
 }  // namespace kvevict
