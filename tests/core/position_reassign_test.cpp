@@ -75,6 +75,43 @@ TEST(PositionReassign, StoredKeysAreRopeOfPreRopeKeyAtCacheIndex) {
   }
 }
 
+// A codebook head (SpindleKV storage) re-assigns positions only: its keys are rebuilt from pre-RoPE
+// codes, so after re-assignment entry t reconstructs as RoPE(code * norm, t).
+TEST(PositionReassign, CodebookHeadReconstructsAtTheNewPositions) {
+  const ModelConfig c = small_config();
+  KVCache cache(c);
+  const std::vector<int32_t> positions = {0, 5, 9, 40};
+  std::vector<float> zero(c.head_dim, 0.0f);
+  for (int32_t p : positions) cache.append(0, 0, p, zero.data(), zero.data());
+  CodebookHead cb;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (int code = 0; code < 2; ++code) {
+    std::vector<float> v(c.head_dim);
+    double n2 = 0;
+    for (float& x : v) {
+      x = normal(rng);
+      n2 += double(x) * x;
+    }
+    for (float& x : v) x = static_cast<float>(x / std::sqrt(n2));
+    cb.key_codes.insert(cb.key_codes.end(), v.begin(), v.end());
+    cb.value_codes.insert(cb.value_codes.end(), v.begin(), v.end());
+  }
+  cb.key_index = cb.value_index = {0, 1, 1, 0};
+  cb.key_norm = cb.value_norm = {1.5f, 2.0f, 0.5f, 3.0f};
+  cache.set_codebook(0, 0, cb);
+  cache.reassign_positions(0, 0);
+  std::vector<float> keys(positions.size() * c.head_dim);
+  cache.reconstruct_keys(0, 0, 0, static_cast<int>(positions.size()), keys.data());
+  for (size_t t = 0; t < positions.size(); ++t) {
+    EXPECT_EQ(cache.positions(0, 0)[t], static_cast<int32_t>(t));
+    std::vector<double> pre(c.head_dim);
+    for (int i = 0; i < c.head_dim; ++i) pre[i] = double(cb.key_codes[cb.key_index[t] * c.head_dim + i]) * cb.key_norm[t];
+    const std::vector<double> want = test::ref_rope(pre, int(t), c);
+    for (int i = 0; i < c.head_dim; ++i) EXPECT_NEAR(keys[t * c.head_dim + i], want[i], 1e-5) << "entry " << t;
+  }
+}
+
 // ---- stories260K ----------------------------------------------------------------------------
 
 constexpr int kSinks = 4;
