@@ -21,6 +21,7 @@ std::string summary(const dsl::CompiledPolicy& c) {
   s << "; prefill " << (d.run.at_prefill ? "yes" : "no") << ", decode every " << d.run.decode_every;
   if (d.select.random_share > 0) s << "; random share " << d.select.random_share;
   if (d.merge.enabled) s << "; merge";
+  if (d.run.reassign_positions) s << "; positions re-assigned";
   s << ")";
   return s.str();
 }

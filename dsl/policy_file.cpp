@@ -368,11 +368,13 @@ class FileCompiler {
     YAML::Node protect = section(root, "protect", {"first", "recent"});
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
-    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window"});
+    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window",
+                                            "reassign_positions"});
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
       if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;
       if (constant_setting(run, "skip_margin_includes_window", true, v)) d.run.skip_margin_includes_window = v != 0;
+      if (constant_setting(run, "reassign_positions", true, v)) d.run.reassign_positions = v != 0;
       if (constant_setting(run, "decode_every", false, v)) {
         if (v < 0 || v > 1e6 || v != std::floor(v)) diag_.error(pos_of(run["decode_every"]), "'decode_every' must be a whole number >= 0");
         else d.run.decode_every = static_cast<int>(v);

@@ -10,7 +10,7 @@
 //   observe: {window: EXPR, causal: BOOL, same_index_head: BOOL}   window attention A[h, q, t]
 //   protect: {first: EXPR, recent: EXPR}          EXPR over params and prompt_len
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
-//             skip_margin_includes_window: BOOL}
+//             skip_margin_includes_window: BOOL, reassign_positions: BOOL}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}

@@ -53,6 +53,7 @@ class CpuDecoder : public Decoder {
   // Activations of the current block, row-major [n][...].
   std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_;
   std::vector<std::vector<float>> column_sums_;
+  std::vector<int> rotary_first_;  // [n_kv_heads] RoPE position of the block's first token
 };
 
 const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -122,14 +123,22 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
     cpu::add_bias_rows(v_.data(), w.bv.data(), n, kv_dim);
   }
   const int first = position_;
+  // Rotary position of the block's first token per KV head: its index in the sequence, or the
+  // head's cache length once the engine re-assigned the head's positions (KVCache::next_position).
+  // Query heads take their KV head's position.
+  rotary_first_.resize(config_.n_kv_heads);
+  for (int h = 0; h < config_.n_kv_heads; ++h) rotary_first_[h] = cache_.next_position(layer, h, first);
+  const int group = config_.group_size();
 #pragma omp parallel for if (n > 8) schedule(static)
   for (int i = 0; i < n; ++i) {
-    for (int h = 0; h < config_.n_heads; ++h) rope_.forward(q_.data() + rows_offset(i, q_dim) + h * hd, first + i);
-    for (int h = 0; h < config_.n_kv_heads; ++h) rope_.forward(k_.data() + rows_offset(i, kv_dim) + h * hd, first + i);
+    for (int h = 0; h < config_.n_heads; ++h)
+      rope_.forward(q_.data() + rows_offset(i, q_dim) + h * hd, rotary_first_[h / group] + i);
+    for (int h = 0; h < config_.n_kv_heads; ++h)
+      rope_.forward(k_.data() + rows_offset(i, kv_dim) + h * hd, rotary_first_[h] + i);
   }
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     for (int i = 0; i < n; ++i) {
-      cache_.append(layer, h, first + i, k_.data() + rows_offset(i, kv_dim) + h * hd,
+      cache_.append(layer, h, rotary_first_[h] + i, k_.data() + rows_offset(i, kv_dim) + h * hd,
                     v_.data() + rows_offset(i, kv_dim) + h * hd);
     }
   }

@@ -182,6 +182,7 @@ void KVCache::clear() {
     h.values.clear();
     h.positions.clear();
     h.codebook.reset();
+    h.reassigned = false;
   }
   for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
 }

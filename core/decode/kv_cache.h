@@ -115,6 +115,23 @@ class KVCache {
   // copies when unfolded). `key` is post-RoPE. On a codebook head it is matched against the codes.
   void append(int layer, int kv_head, int32_t position, const float* key, const float* value);
 
+  // Position re-assignment (StreamingLLM's official pos_shift, kvpress key re-rotation; spec
+  // policies.md §5.1, §7), kv_cache_positions.cpp. Entry t of the head gets position t (cache order)
+  // and its key is re-rotated to match: dense key = RoPE(RoPE^-1(key, old position), t); a codebook
+  // head only rewrites positions (its keys are rebuilt from pre-RoPE codes). Entries already at
+  // their index stay bit-identical. The head is then marked re-assigned: next_position() becomes
+  // its length, so appended tokens continue at the cache length. `keep` does not re-assign by
+  // itself: whoever evicts from a re-assigned head re-assigns it before the next append (the
+  // engine does, with run.reassign_positions). clear() drops the mark.
+  void reassign_positions(int layer, int kv_head);
+  bool positions_reassigned(int layer, int kv_head) const { return head(layer, kv_head).reassigned; }
+  bool any_positions_reassigned() const;
+  // Position of the next entry appended to the head, for a token at index `absolute` of the
+  // sequence: `absolute`, or the head's length once its positions were re-assigned.
+  int32_t next_position(int layer, int kv_head, int32_t absolute) const {
+    return positions_reassigned(layer, kv_head) ? length(layer, kv_head) : absolute;
+  }
+
   // Keeps exactly the entries at `indices` (cache order, each in [0, length), no duplicates), in the
   // order given, moving them to the front in place. Throws std::invalid_argument on a bad index.
   // On a codebook head, codes no survivor refers to are dropped (indices renumbered, order kept).
@@ -141,6 +158,7 @@ class KVCache {
     std::vector<float> values;
     std::vector<int32_t> positions;
     std::optional<CodebookHead> codebook;  // set: keys/values are empty
+    bool reassigned = false;  // positions are cache indices (reassign_positions)
   };
   const Head& dense(int layer, int kv_head) const;
   Head& dense(int layer, int kv_head);

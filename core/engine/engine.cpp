@@ -13,6 +13,7 @@
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook_stage.h"
+#include "core/engine/original_positions.h"
 #include "core/engine/selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
@@ -66,6 +67,12 @@ struct EvictionEngine::State {
   std::vector<std::vector<float>> queries;               // [layer] rolling [rows][Hq][d] newest queries
   std::vector<int> query_rows, query_position0;          // rows held and position of the first row
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
+  OriginalPositions original;  // active once the policy re-assigned the cache's positions
+
+  // Original positions of a head's entries (the cache's own unless they were re-assigned).
+  const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
+    return original.active() ? original.of(layer, kv_head) : cache.positions(layer, kv_head);
+  }
 
   State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
       : policy(p), desc(p.description()), config(c), options(std::move(o)) {
@@ -102,6 +109,8 @@ struct EvictionEngine::State {
       if (desc.merge.scope != "per_head" && desc.merge.scope != "per_layer_across_heads")
         throw UsageError("policy " + desc.name + ": merge scope must be per_head or per_layer_across_heads");
     }
+    if (unfold && desc.run.reassign_positions)
+      throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
     if (unfold && desc.observe.same_index_head)
       throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
   }
@@ -126,6 +135,7 @@ struct EvictionEngine::State {
     queries.assign(L, {});
     query_rows.assign(L, 0);
     query_position0.assign(L, 0);
+    original.clear();
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
@@ -181,7 +191,7 @@ struct EvictionEngine::State {
     in.prompt_len = prompt_len;
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
-    in.position = cache.positions(layer, src);
+    in.position = positions(cache, layer, src);
     const float* keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
     const int rows = query_rows[layer];
     const float* q = queries[layer].data();
@@ -281,6 +291,7 @@ struct EvictionEngine::State {
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     cache.keep(layer, kv_head, kept);
     permute_aligned(layer, kv_head, kept);
+    original.kept(layer, kv_head, kept);
   }
 
   // Keeps the stored prefill scores and accumulated attention of stored head `kv_head` aligned
@@ -318,7 +329,7 @@ struct EvictionEngine::State {
       std::vector<std::span<const int32_t>> pos;
       for (int h = 0; h < Hs; ++h) {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
-        pos.emplace_back(cache.positions(layer, h), cache.length(layer, h));
+        pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
       const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), protect.first,
                                               protect.recent, desc.select.floor_alpha,
@@ -335,13 +346,13 @@ struct EvictionEngine::State {
         for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hs);
       }
       const auto kept = select_head(std::span<const float>(mean.data(), T),
-                                    std::span<const int32_t>(cache.positions(layer, 0), T), spec_for(layer, 0, budget));
+                                    std::span<const int32_t>(positions(cache, layer, 0), T), spec_for(layer, 0, budget));
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
     } else {
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
         const auto kept = select_head(std::span<const float>(head_scores[h].data(), T),
-                                      std::span<const int32_t>(cache.positions(layer, h), T), spec_for(layer, h, budget));
+                                      std::span<const int32_t>(positions(cache, layer, h), T), spec_for(layer, h, budget));
         keep(cache, layer, h, kept);
       }
     }
@@ -420,6 +431,9 @@ struct EvictionEngine::State {
       report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
     }
     if (desc.merge.enabled) apply_codebook(cache);
+    // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
+    // appends at the cache length, as StreamingLLM's official code does.
+    if (desc.run.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
   }
 
@@ -443,7 +457,8 @@ struct EvictionEngine::State {
         HeadReport& r = report.layers[l][h];
         r.budget = layer_budget[l];
         r.kept = cache.length(l, h);
-        r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+        const int32_t* pos = positions(cache, l, h);
+        r.kept_positions.assign(pos, pos + r.kept);
         std::sort(r.kept_positions.begin(), r.kept_positions.end());
       }
     }
@@ -452,6 +467,7 @@ struct EvictionEngine::State {
 
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
+    original.appended(l, cache, s.first_position);
     record_queries(s);
     record_accumulated(s, cache);
     const int step = decode_step + 1;
@@ -464,6 +480,7 @@ struct EvictionEngine::State {
     for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc);
+    if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }
 };
@@ -507,7 +524,8 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
     for (int h = 0; h < cache.n_stored_heads(); ++h) {
       HeadReport& r = state_->report.layers[l][h];
       r.kept = cache.length(l, h);
-      r.kept_positions.assign(cache.positions(l, h), cache.positions(l, h) + r.kept);
+      const int32_t* pos = state_->positions(cache, l, h);
+      r.kept_positions.assign(pos, pos + r.kept);
       std::sort(r.kept_positions.begin(), r.kept_positions.end());
     }
 }

@@ -23,6 +23,12 @@ struct PolicyRun {
   // Added. Whether the decode-time score reads window_attention (false saves W x T work per step
   // when the decode indicator only uses current_attention, as CAKE's released code does).
   bool decode_uses_window_attention = true;
+  // Added. StreamingLLM's official position handling (spec §5.1, §8 `streaming.position_mode`):
+  // after every eviction the engine re-assigns each evicted layer's positions to 0..n-1 in cache
+  // order (keys re-rotated, KVCache::reassign_positions) and new tokens take position = cache
+  // length. false keeps true positions (RoPE as applied when the token entered). Scores, selection
+  // and reports still see original positions (the engine tracks them).
+  bool reassign_positions = false;
 };
 
 // Tokens that are never candidates for eviction; they count inside the budget.

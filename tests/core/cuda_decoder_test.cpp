@@ -195,5 +195,35 @@ TEST(CudaDecoder, EvictionDecisionsMatchTheCpu) {
   }
 }
 
+// StreamingLLM's position re-assignment (run.reassign_positions): the CUDA backend re-uploads its
+// RoPE table at the cache length per layer; per step its logits follow the CPU's (teacher forced)
+// and both caches hold positions 0..n-1 of the same length.
+TEST(CudaDecoder, ReassignedPositionsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(gqa_config(), 17);
+  test::HandPolicy policy = test::streaming_policy(4);
+  policy.desc.run.decode_every = 1;
+  policy.desc.run.reassign_positions = true;
+  std::mt19937 rng(3);
+  std::vector<int> prompt(120);
+  for (int& t : prompt) t = int(rng() % 300);
+  auto cpu = make_decoder(*model, DecoderDevice::Cpu, {.threads = 1});
+  auto gpu = make_decoder(*model, DecoderDevice::Cuda);
+  EvictionEngine cpu_engine(policy, model->config, {Budget::parse("32"), 0});
+  EvictionEngine gpu_engine(policy, model->config, {Budget::parse("32"), 0});
+  std::vector<float> c = cpu->forward(prompt, &cpu_engine);
+  std::vector<float> g = gpu->forward(prompt, &gpu_engine);
+  for (int s = 0; s < 16; ++s) {
+    ASSERT_LE(max_abs_diff(c, g), logit_bound(c)) << "step " << s;
+    const int next = argmax(c);
+    c = cpu->forward(std::vector<int>{next}, &cpu_engine);
+    g = gpu->forward(std::vector<int>{next}, &gpu_engine);
+  }
+  for (int l = 0; l < model->config.n_layers; ++l) {
+    ASSERT_EQ(gpu->cache().length(l, 0), 32);
+    for (int t = 0; t < 32; ++t) ASSERT_EQ(gpu->cache().positions(l, 0)[t], t);
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -163,11 +163,13 @@ void expect_held_at_budget(const Model& model, const std::vector<int>& prompt, c
   }
   EXPECT_EQ(engine.report().decode_steps, 200);
   EXPECT_GE(engine.report().applications, 200);
-  // Positions stay unique and the newest token is always in the cache.
+  // Original positions (the report's: streamingllm re-assigns the cache's own positions by
+  // default) stay unique and the newest token is always in the cache.
   const KVCache& c = decoder->cache();
   for (int l = 0; l < model.config.n_layers; ++l) {
-    const int32_t* pos = c.positions(l, 0);
-    std::set<int32_t> seen(pos, pos + c.length(l, 0));
+    const std::vector<int32_t>& pos = engine.report().layers[l][0].kept_positions;
+    ASSERT_EQ(static_cast<int>(pos.size()), c.length(l, 0));
+    std::set<int32_t> seen(pos.begin(), pos.end());
     EXPECT_EQ(static_cast<int>(seen.size()), c.length(l, 0));
     EXPECT_TRUE(seen.count(decoder->position() - 1));
   }

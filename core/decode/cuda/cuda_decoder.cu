@@ -111,6 +111,7 @@ class CudaDecoder : public Decoder {
   Rope rope_;
   int ordinal_ = 0;
   int position_ = 0;
+  int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
   cublasHandle_t blas_ = nullptr;
   std::vector<std::unique_ptr<DeviceArray<__half>>> halves_;
   std::vector<std::unique_ptr<DeviceArray<float>>> floats_;
@@ -142,6 +143,7 @@ void CudaDecoder::upload_rope_table(int first, int n) {
   }
   cos_.upload(c);
   sin_.upload(s);
+  table_first_ = first;
 }
 
 const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -240,6 +242,16 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     cuda::add_bias_rows(k_.data(), w.bk->data(), n, kv_dim);
     cuda::add_bias_rows(v_.data(), w.bv->data(), n, kv_dim);
   }
+  // Re-assigned positions (KVCache::next_position, StreamingLLM's reassign_in_cache): the RoPE table
+  // holds one run of positions for all heads, so every KV head of the layer must continue at the
+  // same position (StreamingLLM's heads all hold the same count); otherwise this backend refuses.
+  const int rotary_first = cache_.next_position(layer, 0, position_);
+  for (int h = 1; h < config_.n_kv_heads; ++h) {
+    if (cache_.next_position(layer, h, position_) != rotary_first)
+      throw UsageError("the CUDA decoder re-assigns positions (position_mode=reassign_in_cache) only when all KV heads "
+                       "of a layer hold the same number of entries; use --device cpu");
+  }
+  if (rotary_first != table_first_) upload_rope_table(rotary_first, n);
   const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
   cuda::rope(q_.data(), n, config_.n_heads, hd, cos_.data(), sin_.data(), adjacent);
   cuda::rope(k_.data(), n, config_.n_kv_heads, hd, cos_.data(), sin_.data(), adjacent);
@@ -253,7 +265,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   for (int h = 0; h < config_.n_kv_heads; ++h) {
     for (int i = 0; i < n; ++i) {
       const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * hd;
-      cache_.append(layer, h, first + i, host_k_.data() + at, host_v_.data() + at);
+      cache_.append(layer, h, rotary_first + i, host_k_.data() + at, host_v_.data() + at);
     }
   }
   const cuda::PackedLayer packed = pack_layer(layer);
