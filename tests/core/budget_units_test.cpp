@@ -7,6 +7,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "evals/budget_text.h"
 #include "policy_test_prompt.h"
 #include "test_models.h"
 
@@ -39,6 +40,10 @@ TEST(BudgetUnits, ParseAndResolve) {
   EXPECT_THROW(t.check_model(5, 7), UsageError);
   EXPECT_NO_THROW(t.check_model(5, 4));
   EXPECT_THROW(Budget::parse("excl_window:400").check_prompt(300), UsageError);
+  // Display order in leaderboards: ratios, per-head counts, totals, full.
+  const char* order[] = {"10%", "64", "excl_window:64", "128", "total:512", "total:4096", "full"};
+  for (size_t i = 1; i < std::size(order); ++i)
+    EXPECT_LT(evals::budget_sort_key(order[i - 1]), evals::budget_sort_key(order[i])) << order[i];
 }
 
 class BudgetUnitsEngine : public ::testing::Test {
