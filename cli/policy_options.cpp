@@ -7,7 +7,8 @@ namespace kvevict::cli {
 
 void PolicyOptions::add_to(CLI::App& app) {
   app.add_option("--policy", policy, "Eviction policy: a built-in name, a name in --policy-path, or a policy file");
-  app.add_option("--budget", budget, "Cache budget: \"full\", \"N%\" of the prompt, or N tokens per (layer, KV head)");
+  app.add_option("--budget", budget, "Cache budget: \"full\", \"N%\" of the prompt, N tokens per (layer, KV head) window included, "
+                 "\"excl_window:N\" (per layer and KV head besides the window) or \"total:N\" (all layers and KV heads)");
   app.add_option("--set", set, "Policy parameter override name=value (repeatable)")->allow_extra_args(false);
   app.add_option("--policy-path", policy_path, "Extra directory searched for policy names (repeatable)");
 }
@@ -31,7 +32,7 @@ std::unique_ptr<PolicyProgram> PolicyOptions::load() const {
 }
 
 Budget PolicyOptions::parsed_budget(int prompt_len) const {
-  if (budget.empty()) throw UsageError("--policy needs --budget (\"full\", \"N%\" or tokens per layer and KV head)");
+  if (budget.empty()) throw UsageError("--policy needs --budget (\"full\", \"N%\", tokens per layer and KV head, \"excl_window:N\" or \"total:N\")");
   const Budget b = Budget::parse(budget, "--budget");
   if (prompt_len >= 0) b.check_prompt(prompt_len, "--budget");
   return b;

@@ -108,9 +108,14 @@ class FileCompiler {
         }
     }
     params(root["params"]);
+    const int implicit_kept_order = add_implicit_kept_order(root);
     apply_overrides(overrides);
     opts_.params = out_.bindings;
     settings(root);
+    if (implicit_kept_order >= 0) {
+      const ParamBinding& b = out_.bindings[static_cast<size_t>(implicit_kept_order)];
+      out_.desc.select.kept_order = b.options[static_cast<size_t>(b.value)];
+    }
     programs(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
@@ -196,6 +201,33 @@ class FileCompiler {
       // uses are not reported again as unknown names.
       register_param(d, at);
     }
+  }
+
+  // kept_order is an engine mechanism every policy has (spec §8 "kept_order (all policies)"), so
+  // it is a parameter of every file without a declaration in each: unless the file declares its
+  // own `kept_order` parameter or points select.kept_order at another enum parameter, an enum
+  // parameter kept_order [positional, score] is added whose default is the file's literal
+  // select.kept_order (else positional). It is overridable and recorded like any parameter.
+  // Returns its binding index, or -1 when the file governs kept_order itself.
+  int add_implicit_kept_order(const YAML::Node& root) {
+    for (const auto& p : out_.params)
+      if (p.name == "kept_order") return -1;
+    std::string literal = "positional";
+    const YAML::Node select = root["select"];
+    if (select && select.IsMap() && select["kept_order"]) {
+      if (!select["kept_order"].IsScalar()) return -1;  // settings() reports it
+      literal = select["kept_order"].Scalar();
+      if (literal != "positional" && literal != "score") return -1;  // another parameter, or an error
+    }
+    ParamDecl d;
+    d.name = "kept_order";
+    d.type = "enum";
+    d.options = {"positional", "score"};
+    d.default_value = literal == "score" ? 1 : 0;
+    d.doc = "order of the survivors in the cache, every policy (engine): positional (ascending position; "
+            "NACL, H2O, TOVA code) or score (top-k rank, sampled, then protected; CAKE code)";
+    register_param(d, {0, 0});
+    return static_cast<int>(out_.params.size()) - 1;
   }
 
   void register_param(const ParamDecl& d, FilePos at) {

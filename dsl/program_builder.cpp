@@ -1,6 +1,8 @@
 #include "dsl/program_builder.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "dsl/elementwise.h"
@@ -158,8 +160,37 @@ int ProgramBuilder::normalise(int a) {
 }
 
 LoweredProgram ProgramBuilder::finish(int output) {
-  program_.output = output;
-  return program_;
+  // Keep only the nodes the output depends on. A branch dropped by a constant condition (an enum
+  // parameter such as cake's decode_indicator) must neither run nor count as a signal the policy
+  // reads: the engine computes, and the interpreter demands, exactly the signals in `uses`.
+  LoweredProgram out;
+  out.layer_context = program_.layer_context;
+  if (output < 0) {
+    out.nodes = program_.nodes;
+    std::copy(std::begin(program_.uses), std::end(program_.uses), std::begin(out.uses));
+    out.uses_random = program_.uses_random;
+    return out;
+  }
+  std::vector<bool> live(program_.nodes.size(), false);
+  live[output] = true;
+  for (int i = output; i >= 0; --i) {  // operands precede their users (topological order)
+    if (!live[i]) continue;
+    for (int o : {program_.nodes[i].a, program_.nodes[i].b, program_.nodes[i].c})
+      if (o >= 0) live[o] = true;
+  }
+  std::vector<int> remap(program_.nodes.size(), -1);
+  for (int i = 0; i <= output; ++i) {
+    if (!live[i]) continue;
+    Node n = program_.nodes[i];
+    for (int* o : {&n.a, &n.b, &n.c})
+      if (*o >= 0) *o = remap[*o];
+    if (n.op == NodeOp::Load) out.uses[static_cast<int>(n.tensor)] = true;
+    if (n.op == NodeOp::Random) out.uses_random = out.uses[static_cast<int>(TensorSignal::Position)] = true;
+    remap[i] = static_cast<int>(out.nodes.size());
+    out.nodes.push_back(n);
+  }
+  out.output = remap[output];
+  return out;
 }
 
 std::string LoweredProgram::dump() const {

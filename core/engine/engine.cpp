@@ -113,11 +113,15 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
     if (unfold && desc.observe.same_index_head)
       throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
+    options.budget.check_model(L, Hkv);
   }
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.
   int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
+
+  // What the budget's unit needs to resolve (budget.h): the model and this prompt's window.
+  Budget::Geometry geometry() const { return {L, Hkv, window}; }
 
   int query_window() const { return std::max(window, desc.needs_current_attention ? 1 : 0); }
 
@@ -265,7 +269,7 @@ struct EvictionEngine::State {
       lw.layer = layer;
       lw.n_layers = L;
       lw.prompt_len = prompt_len;
-      lw.budget = options.budget.tokens_per_head(prompt_len);
+      lw.budget = options.budget.tokens_per_head(prompt_len, geometry());
       for (auto& h : heads) lw.heads.push_back(h.in);
       layer_weight[layer] = policy.layer_weight(lw);
     }
@@ -367,7 +371,7 @@ struct EvictionEngine::State {
   }
 
   bool skip_prefill() const {
-    const double b = options.budget.tokens_per_head(prompt_len);
+    const double b = options.budget.tokens_per_head(prompt_len, geometry());
     const double margin = b + (desc.run.skip_margin_includes_window ? window : 0);
     return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
   }
@@ -379,7 +383,7 @@ struct EvictionEngine::State {
       in_prefill = true;
       prompt_len = s.first_position + s.n_tokens;
       resolve_for_prompt();
-      total_budget = std::llround(options.budget.tokens_per_head(prompt_len) * L);
+      total_budget = options.budget.total_per_kv_head(prompt_len, geometry());
       report.prompt_len = prompt_len;
       report.bytes_full = cache.bytes_for_uniform_length(cache.length(0, 0));
     }

@@ -168,4 +168,23 @@ TEST_F(PolicyCli, BadPolicyOptionsExitTwoWithAClearMessage) {
   EXPECT_EQ(run_kvevict("inspect -m " + model_ + " --policy snapkv --budget 40").exit_code, 2);  // no prompt
 }
 
+TEST_F(PolicyCli, BudgetUnitsAndKeptOrderOnTheCommandLine) {
+  // stories260K: 5 layers x 4 KV heads, so total:800 is 40 per (layer, KV head).
+  const CliRun total = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ +
+                                   " --policy snapkv --budget total:800 --set window=8 --set kept_order=score --json");
+  ASSERT_EQ(total.exit_code, 0) << total.err;
+  const auto j = nlohmann::json::parse(total.out);
+  EXPECT_EQ(j["budget"], "total:800");
+  for (const auto& layer : j["layers"])
+    for (const auto& head : layer["heads"]) EXPECT_EQ(head["budget"], 40);
+  const CliRun odd = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ + " --policy snapkv --budget total:801");
+  EXPECT_EQ(odd.exit_code, 2);
+  EXPECT_NE(odd.err.find("total:801 is not a multiple of the model's 4 KV heads"), std::string::npos) << odd.err;
+  const CliRun bad = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ + " --policy snapkv --budget total:x");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--budget"), std::string::npos) << bad.err;
+  EXPECT_EQ(run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ +
+                        " --policy snapkv --budget 40 --set kept_order=sideways").exit_code, 2);
+}
+
 }  // namespace

@@ -271,18 +271,26 @@ std::vector<double> cake_preferences(const PromptData& p, const CakeParams& cp) 
     double H = 0, V = 0;
     for (const HeadData& h : layer) {
       const int n = h.S - cp.window, w0 = h.W - cp.window;
-      for (int g = 0; g < h.G; ++g)
+      for (int g = 0; g < h.G; ++g) {
+        std::vector<double> row_sum(h.W, 1.0);  // renormalise_rows: mass of each row on non-window keys
+        if (cp.renormalise_rows)
+          for (int w = w0; w < h.W; ++w) {
+            row_sum[w] = 0;
+            for (int i = 0; i < n; ++i) row_sum[w] += wa(h, g, w, i);
+          }
+        auto at = [&](int w, int i) { return wa(h, g, w, i) / row_sum[w]; };
         for (int i = 0; i < n; ++i) {
           double mean = 0;
           for (int w = w0; w < h.W; ++w) {
-            const double a = wa(h, g, w, i);
+            const double a = at(w, i);
             H -= a * std::log(a + 1e-10);
             mean += a / cp.window;
           }
           double var = 0;
-          for (int w = w0; w < h.W; ++w) var += (wa(h, g, w, i) - mean) * (wa(h, g, w, i) - mean);
+          for (int w = w0; w < h.W; ++w) var += (at(w, i) - mean) * (at(w, i) - mean);
           V += var / (cp.window - 1);
         }
+      }
     }
     pref.push_back(std::pow(H, 1.0 / cp.tau1) * std::pow(V, 1.0 / cp.tau2));
   }
@@ -300,9 +308,14 @@ std::vector<std::vector<double>> cake_indicator(const HeadData& h, const CakePar
       for (int w = w0; w < h.W; ++w) var += (wa(h, g, w, i) - mean) * (wa(h, g, w, i) - mean);
       I[i] = mean + cp.gamma * var / (cp.window - 1);
     }
-    out.push_back(pool(I, 5, false));
+    out.push_back(cake_pool(I, cp));
   }
   return out;
+}
+
+std::vector<double> cake_pool(const std::vector<double>& x, const CakeParams& cp) {
+  if (cp.pool == CakeParams::Pool::None) return x;
+  return pool(x, cp.kernel, cp.pool == CakeParams::Pool::Max);
 }
 
 std::vector<int> cake_budgets(const std::vector<double>& pref, int S, int budget, const CakeParams& cp) {

@@ -43,7 +43,17 @@ KeptSets pyramidkv(const PromptData& p, int budget, const SnapParams& sp, int be
 KeptSets adakv(const PromptData& p, int budget, const SnapParams& sp, double floor_alpha);  // §5.6
 KeptSets knorm(const PromptData& p, int budget);                                         // §5.8
 
-struct CakeParams { int window = 32; double gamma = 200, tau1 = 1, tau2 = 1; bool code_rounding = false; };
+struct CakeParams {
+  int window = 32;
+  double gamma = 200, tau1 = 1, tau2 = 1;
+  bool code_rounding = false;
+  enum class Pool { Avg, Max, None } pool = Pool::Avg;  // §8 cake.pool (avg: zero padding counted)
+  int kernel = 5;
+  bool renormalise_rows = false;  // §8 cake.renormalise_rows: rows of A_sub divided by their sum
+};
+// 1-D pooling along a sequence, stride 1, padding kernel/2: avg counts the zero padding, max
+// ignores it (max_pool1d's -inf padding), none returns x.
+std::vector<double> cake_pool(const std::vector<double>& x, const CakeParams& cp);
 std::vector<double> cake_preferences(const PromptData& p, const CakeParams& cp);          // §2.3
 std::vector<std::vector<double>> cake_indicator(const HeadData& h, const CakeParams& cp);  // §2.4 [G][S-W] pooled
 std::vector<int> cake_budgets(const std::vector<double>& pref, int S, int budget, const CakeParams& cp);  // §2.5 non-window

@@ -260,10 +260,12 @@ TEST(PolicySearch, ExtraDirectoriesComeFirstAndListParameters) {
     if (p.name == "mine") {
       found_mine = true;
       EXPECT_FALSE(p.builtin);
-      ASSERT_EQ(p.params.size(), 1u);
+      ASSERT_EQ(p.params.size(), 2u);  // its own, then the implicit kept_order every policy has
       EXPECT_EQ(p.params[0].default_value, "3");
       EXPECT_EQ(p.params[0].range, "min 1");
       EXPECT_EQ(p.params[0].doc, "rows");
+      EXPECT_EQ(p.params[1].name, "kept_order");
+      EXPECT_EQ(p.params[1].default_value, "positional");
     }
   }
   EXPECT_TRUE(found_mine);
