@@ -157,6 +157,16 @@ int ProgramBuilder::normalise(int a) {
   return add(n);
 }
 
+void ProgramBuilder::locate(int first, int line, int col) {
+  for (int i = first; i < size(); ++i) {
+    Node& n = program_.nodes[i];
+    if (n.line == 0) {
+      n.line = line;
+      n.col = col;
+    }
+  }
+}
+
 LoweredProgram ProgramBuilder::finish(int output) {
   program_.output = output;
   return program_;
