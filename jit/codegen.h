@@ -18,6 +18,9 @@ struct GeneratedKernel {
   // Tensor signals each kernel reads (dsl::TensorSignal values: 0 window attention, 1 accumulated,
   // 2 current attention, 3 key norm, 4 value norm, 5 position); the runner checks they are given.
   std::vector<int> score_signals, decode_signals;
+  // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token
+  // kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.
+  int score_stages = 0, decode_stages = 0;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).
