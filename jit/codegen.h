@@ -1,8 +1,9 @@
 #pragma once
 // CUDA code generation from a policy. The generator consumes the DSL's lowered form
 // (dsl/lowered.h) and emits one kernel source per policy: the prelude (kernel_abi.h), then one
-// device function per lowered definition, each preceded by `#line N "<policy file>"` so that
-// NVRTC's messages cite the policy's own lines, then KVEVICT_SCORE_ENTRY for each indicator.
+// device function per lowered node that needs one, each line preceded by `#line N "<policy
+// file>"` for the expression it implements so that NVRTC's messages cite the policy's own lines,
+// then KVEVICT_SCORE_ENTRY (or KVEVICT_STAGED_SCORE_ENTRY) for each indicator.
 // The same text builds as host C++ (host_module.h) for the semantic check against the interpreter.
 #include <map>
 #include <string>
