@@ -100,8 +100,11 @@ class PolicyGenerator {
     std::vector<std::string> out;
     for (const auto& t : signals)
       if ((t.axes & ~s.bound) == 0 && (!need_t || (t.axes & kT))) out.push_back(t.name + axis_list(t.axes, s));
-    for (const auto& [name, axes] : defs_)
-      if ((axes & ~s.bound) == 0 && (!need_t || (axes & kT))) out.push_back(name + axis_list(axes, s));
+    // A definition declared with t may still hold a value without it (broadcast), so anchors
+    // (need_t) use signals only.
+    if (!need_t)
+      for (const auto& [name, axes] : defs_)
+        if ((axes & ~s.bound) == 0) out.push_back(name + axis_list(axes, s));
     return out;
   }
 
