@@ -173,7 +173,16 @@ class Checker {
     return ok ? v.node : -1;
   }
 
+  // Lowers e; every node it creates that an operand did not already claim gets e's position, so
+  // generated code can cite the policy line of each expression (#line in the CUDA generator).
   Value check(const Expr& e, Scope& scope) {
+    const int first = b_.size();
+    Value v = check_expr(e, scope);
+    b_.locate(first, e.pos.line, e.pos.col);
+    return v;
+  }
+
+  Value check_expr(const Expr& e, Scope& scope) {
     switch (e.kind) {
       case ExprKind::Number: return Value{b_.constant(static_cast<float>(e.number)), Type::Number, 0};
       case ExprKind::String: { Value v; v.type = Type::String; v.text = e.text; v.node = -1; return v; }

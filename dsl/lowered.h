@@ -94,6 +94,10 @@ struct Node {
   Reducer reducer = Reducer::Sum;
   unsigned axes = 0;              // Reduce: the reduced axes; AxisIndex: the axis
   int lo = 0, hi = 0;             // Window: offsets, lo <= hi
+  // Where the expression that created the node starts in the policy file (1-based; 0 = unknown,
+  // e.g. programs built directly). Not part of a node's identity: a shared sub-expression keeps
+  // the position of its first occurrence. The CUDA generator turns it into #line directives.
+  int line = 0, col = 0;
 };
 
 struct LoweredProgram {

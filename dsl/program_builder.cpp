@@ -159,6 +159,16 @@ int ProgramBuilder::normalise(int a) {
   return add(n);
 }
 
+void ProgramBuilder::locate(int first, int line, int col) {
+  for (int i = first; i < size(); ++i) {
+    Node& n = program_.nodes[i];
+    if (n.line == 0) {
+      n.line = line;
+      n.col = col;
+    }
+  }
+}
+
 LoweredProgram ProgramBuilder::finish(int output) {
   // Keep only the nodes the output depends on. A branch dropped by a constant condition (an enum
   // parameter such as cake's decode_indicator) must neither run nor count as a signal the policy

@@ -26,6 +26,10 @@ class ProgramBuilder {
   int window(Reducer r, int lo, int hi, int a);
   int normalise(int a);
   const Node& node(int i) const { return program_.nodes[i]; }
+  int size() const { return static_cast<int>(program_.nodes.size()); }
+  // Gives nodes [first, size()) that have no position yet the position (line, col): called after
+  // an expression is lowered, so operands keep their own (inner) positions.
+  void locate(int first, int line, int col);
   bool is_constant(int i) const { return program_.nodes[i].op == NodeOp::Const; }
   LoweredProgram finish(int output);
 

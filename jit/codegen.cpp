@@ -23,13 +23,9 @@ GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std:
   const std::string path = resolve_policy_path(name_or_path, policy_dirs);
   const dsl::CompiledPolicy compiled = dsl::compile_policy_file(path, overrides);
   const std::string name = compiled.desc.name.empty() ? std::filesystem::path(path).stem().string() : compiled.desc.name;
-  try {
-    return generate_score_kernels(name + ".cu", path, compiled.score,
-                                  compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
-                                  find_policy_key(path, "score"), find_policy_key(path, "decode_score"));
-  } catch (const GenerateError& e) {
-    throw GenerateError(std::string("cannot generate CUDA for policy '") + name + "': " + e.what());
-  }
+  // GenerateError messages already cite the policy file, line and column.
+  return generate_score_kernels(name + ".cu", path, compiled.score, compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
+                                find_policy_key(path, "score"), find_policy_key(path, "decode_score"));
 }
 
 #else

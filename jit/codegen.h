@@ -1,8 +1,9 @@
 #pragma once
 // CUDA code generation from a policy. The generator consumes the DSL's lowered form
 // (dsl/lowered.h) and emits one kernel source per policy: the prelude (kernel_abi.h), then one
-// device function per lowered definition, each preceded by `#line N "<policy file>"` so that
-// NVRTC's messages cite the policy's own lines, then KVEVICT_SCORE_ENTRY for each indicator.
+// device function per lowered node that needs one, each line preceded by `#line N "<policy
+// file>"` for the expression it implements so that NVRTC's messages cite the policy's own lines,
+// then KVEVICT_SCORE_ENTRY (or KVEVICT_STAGED_SCORE_ENTRY) for each indicator.
 // The same text builds as host C++ (host_module.h) for the semantic check against the interpreter.
 #include <map>
 #include <string>
@@ -18,6 +19,9 @@ struct GeneratedKernel {
   // Tensor signals each kernel reads (dsl::TensorSignal values: 0 window attention, 1 accumulated,
   // 2 current attention, 3 key norm, 4 value norm, 5 position); the runner checks they are given.
   std::vector<int> score_signals, decode_signals;
+  // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token
+  // kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.
+  int score_stages = 0, decode_stages = 0;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

@@ -3,77 +3,98 @@
 #ifdef KVEVICT_HAVE_LOWERED_FORM
 #include "jit/cuda_codegen.h"
 
-#include <cstdio>
-#include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <vector>
 
+#include "jit/cuda_expressions.h"
 #include "jit/kernel_abi.h"
 
 namespace kvevict::jit {
 
 namespace {
 
-using dsl::BinaryFn;
 using dsl::LoweredProgram;
 using dsl::Node;
 using dsl::NodeOp;
 using dsl::Reducer;
-using dsl::ScalarSignal;
-using dsl::TensorSignal;
-using dsl::UnaryFn;
 
+// A node whose value at (h, q, t) is not a function of its operands at the same indices: calls
+// to it stop the inlining of elementwise operands.
 bool is_boundary(const Node& n) { return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise; }
-
-std::string float_literal(float value) {
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  char text[64];
-  std::snprintf(text, sizeof text, "kv_from_bits(0x%08xu) /* %.9g */", bits, double(value));
-  return text;
-}
+// A node that needs every token before any token's score: computed by a stage into scratch.
+bool is_staged(const Node& n) { return (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise; }
 
 class ProgramEmitter {
  public:
   ProgramEmitter(CudaWriter& w, const LoweredProgram& p, std::string prefix, std::string file, SourceLocation where)
       : w_(w), p_(p), prefix_(std::move(prefix)), file_(std::move(file)), where_(std::move(where)) {}
 
-  std::string emit() {
-    if (p_.output < 0 || p_.output >= int(p_.nodes.size())) throw GenerateError(where() + "the program is empty");
-    if (p_.layer_context) throw GenerateError(where() + "layer_weight programs are evaluated on the CPU, not generated");
+  EmittedProgram emit() {
+    if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
+    if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
     const Node& out = p_.nodes[p_.output];
     if (out.shape & ~unsigned(dsl::kAxisT))
-      throw GenerateError(where() + "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));
-    // Functions needed: the output, every reduction/window node it reaches, and their operands.
+      fail(p_.output, "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));
+    // Functions needed: the output, every boundary node it reaches, and their operands.
     std::set<int> functions = {p_.output};
     for (int i = int(p_.nodes.size()) - 1; i >= 0; --i) {
       if (!functions.count(i)) continue;
-      for (int j : inline_closure(i)) {
+      for (int j : inline_closure(i))
         if (j != i && is_boundary(p_.nodes[j])) functions.insert(j);
-      }
       if (is_boundary(p_.nodes[i])) functions.insert(p_.nodes[i].a);
     }
+    // Staged nodes in index (= topological) order: a stage may read earlier stages' slots.
+    for (int i : functions)
+      if (is_staged(p_.nodes[i])) stage_of_[i] = int(stages_.size()), stages_.push_back(i);
     for (int i : functions) emit_function(i);
-    const std::string token = prefix_ + "_token";
-    line("KVEVICT_FN float " + token + "(const KvScoreArgs& a, int t) {");
+    for (size_t s = 0; s < stages_.size(); ++s) emit_stage(int(s), stages_[s]);
+    EmittedProgram result;
+    result.stage_count = int(stages_.size());
+    if (!stages_.empty()) {
+      result.stage_function = prefix_ + "_stage";
+      line("KVEVICT_FN void " + result.stage_function + "(const KvScoreArgs& a, int stage, int h, int q) {", where_);
+      w_.indent();
+      line("switch (stage) {", where_);
+      for (size_t s = 0; s < stages_.size(); ++s)
+        line("  case " + std::to_string(s) + ": " + stage_name(int(s)) + "(a, h, q); break;", where_);
+      line("  default: break;", where_);
+      line("}", where_);
+      w_.dedent();
+      line("}", where_);
+    }
+    result.token_function = prefix_ + "_token";
+    line("KVEVICT_FN float " + result.token_function + "(const KvScoreArgs& a, int t) {", where_);
     w_.indent();
-    line("const float v = " + fn(p_.output) + "(a, 0, 0, t);");
-    line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score");
+    line("const float v = " + fn(p_.output) + "(a, 0, 0, t);", where_);
+    line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score", where_);
     w_.dedent();
-    line("}");
-    return token;
+    line("}", where_);
+    return result;
   }
 
  private:
-  std::string where() const { return file_ + ": " + prefix_ + ": "; }
-  // Every line of the program is attributed to its place in the policy file (see the header).
-  void line(const std::string& text) { w_.line(text, where_); }
+  // Where node i came from: its own expression in the policy file when known, else the program.
+  SourceLocation at(int i) const {
+    if (i >= 0 && i < int(p_.nodes.size()) && p_.nodes[i].line > 0 && !file_.empty()) return {file_, p_.nodes[i].line};
+    return where_;
+  }
+  [[noreturn]] void fail(int i, const std::string& what) const {
+    std::string pos = file_;
+    if (i >= 0 && i < int(p_.nodes.size()) && p_.nodes[i].line > 0)
+      pos += ":" + std::to_string(p_.nodes[i].line) + ":" + std::to_string(p_.nodes[i].col);
+    else if (where_.line > 0)
+      pos += ":" + std::to_string(where_.line) + ":1";
+    throw GenerateError(pos + ": error: cannot generate CUDA for the " + prefix_ + " program: " + what);
+  }
+  void line(const std::string& text, const SourceLocation& where) { w_.line(text, where); }
   std::string fn(int i) const { return prefix_ + "_n" + std::to_string(i); }
   std::string var(int i) const { return "v" + std::to_string(i); }
+  std::string stage_name(int s) const { return prefix_ + "_stage" + std::to_string(s); }
 
   // Nodes computed inline in node i's function: i and, through elementwise edges, its operands,
-  // stopping at (and including, as calls) reductions and windows. Sorted, so operands come first.
+  // stopping at (and including, as calls) boundary nodes. Sorted, so operands come first.
   std::vector<int> inline_closure(int i) const {
     std::set<int> seen;
     std::vector<int> stack = {i};
@@ -82,94 +103,45 @@ class ProgramEmitter {
       stack.pop_back();
       if (!seen.insert(j).second) continue;
       const Node& n = p_.nodes[j];
-      // A reduction or window is a call (j != i) or a loop whose operand is its own function.
-      if (is_boundary(n)) continue;
+      if (is_boundary(n)) continue;  // a call (j != i) or a loop whose operand is its own function
       for (int o : {n.a, n.b, n.c})
         if (o >= 0) stack.push_back(o);
     }
     return std::vector<int>(seen.begin(), seen.end());
   }
 
-  std::string scalar(ScalarSignal s) const {
-    switch (s) {
-      case ScalarSignal::T: return "(float)a.T";
-      case ScalarSignal::W: return "(float)a.W";
-      case ScalarSignal::G: return "(float)a.group";
-      case ScalarSignal::Layer: return "(float)a.layer";
-      case ScalarSignal::NLayers: return "(float)a.n_layers";
-      case ScalarSignal::KvHead: return "(float)a.kv_head";
-      case ScalarSignal::NKvHeads: return "(float)a.n_kv_heads";
-      case ScalarSignal::HeadDim: return "(float)a.head_dim";
-      case ScalarSignal::PromptLen: return "(float)a.prompt_len";
-      case ScalarSignal::DecodeStep: return "(float)a.decode_step";
-      case ScalarSignal::Budget: break;
-    }
-    throw GenerateError(where() + "the budget signal is not available in score kernels");
-  }
-
-  std::string load(TensorSignal s) const {
-    switch (s) {
-      case TensorSignal::WindowAttention: return "a.window_attention[((size_t)h * a.W + q) * a.T + t]";
-      case TensorSignal::AccumulatedAttention: return "a.accumulated_attention[(size_t)h * a.T + t]";
-      case TensorSignal::CurrentAttention: return "a.current_attention[(size_t)h * a.T + t]";
-      case TensorSignal::KeyNorm: return "a.key_norm[t]";
-      case TensorSignal::ValueNorm: return "a.value_norm[t]";
-      case TensorSignal::Position: return "(float)(a.position ? a.position[t] : t)";
-    }
-    throw GenerateError(where() + "unknown tensor signal");
-  }
-
-  std::string unary(UnaryFn f, const std::string& x) const {
-    switch (f) {
-      case UnaryFn::Neg: return "-" + x;
-      case UnaryFn::Not: return "(" + x + " != 0.0f ? 0.0f : 1.0f)";
-      case UnaryFn::Exp: return "expf(" + x + ")";
-      case UnaryFn::Log: return "logf(" + x + ")";
-      case UnaryFn::Sqrt: return "sqrtf(" + x + ")";
-      case UnaryFn::Abs: return "fabsf(" + x + ")";
-      case UnaryFn::Floor: return "floorf(" + x + ")";
-      case UnaryFn::Ceil: return "ceilf(" + x + ")";
-      case UnaryFn::Round: return "roundf(" + x + ")";
-    }
-    throw GenerateError(where() + "unknown unary function");
-  }
-
-  std::string binary(BinaryFn f, const std::string& x, const std::string& y) const {
-    switch (f) {
-      case BinaryFn::Add: return x + " + " + y;
-      case BinaryFn::Sub: return x + " - " + y;
-      case BinaryFn::Mul: return x + " * " + y;
-      case BinaryFn::Div: return x + " / " + y;
-      case BinaryFn::Pow: return "powf(" + x + ", " + y + ")";
-      case BinaryFn::Min: return "(" + y + " < " + x + " ? " + y + " : " + x + ")";
-      case BinaryFn::Max: return "(" + y + " > " + x + " ? " + y + " : " + x + ")";
-      case BinaryFn::Lt: return "(" + x + " < " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::Le: return "(" + x + " <= " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::Gt: return "(" + x + " > " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::Ge: return "(" + x + " >= " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::Eq: return "(" + x + " == " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::Ne: return "(" + x + " != " + y + " ? 1.0f : 0.0f)";
-      case BinaryFn::And: return "((" + x + " != 0.0f && " + y + " != 0.0f) ? 1.0f : 0.0f)";
-      case BinaryFn::Or: return "((" + x + " != 0.0f || " + y + " != 0.0f) ? 1.0f : 0.0f)";
-    }
-    throw GenerateError(where() + "unknown binary function");
+  // The scratch element of staged node i at (h, q): its stage's block, then h * Wp + q for the
+  // axes the value has (the others are 0).
+  std::string slot(int i) const {
+    const unsigned shape = p_.nodes[i].shape;
+    return "a.scratch[(size_t)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " +
+           ((shape & dsl::kAxisH) ? "(size_t)h" : "(size_t)0") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0") + "]";
   }
 
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
-    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int t) {");
+    const SourceLocation here = at(i);
+    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int t) {", here);
     w_.indent();
-    line("(void)a; (void)h; (void)q; (void)t;");
-    if (n.op == NodeOp::Reduce) emit_reduce(n);
-    else if (n.op == NodeOp::Window) emit_window(n);
-    else if (n.op == NodeOp::Normalise)
-      throw GenerateError(where() + "normalise() over tokens is not supported in kernels yet");
-    else emit_inline(i);
+    line("(void)a; (void)h; (void)q; (void)t;", here);
+    if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) {
+      line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
+    } else if (n.op == NodeOp::Normalise) {
+      // The stage stores 1 / sum over t (0 for a zero sum), exactly as the interpreter rounds it.
+      line("return " + fn(n.a) + "(a, h, q, t) * " + slot(i) + ";", here);
+    } else if (n.op == NodeOp::Reduce) {
+      emit_reduce(i);
+    } else if (n.op == NodeOp::Window) {
+      emit_window(i);
+    } else {
+      emit_inline(i);
+    }
     w_.dedent();
-    line("}");
+    line("}", here);
   }
 
-  // Elementwise closure of node i as locals in operand order; reductions and windows are calls.
+  // Elementwise closure of node i as locals in operand order; boundary nodes are calls. Each
+  // local is attributed to its own expression's line in the policy file.
   void emit_inline(int i) {
     for (int j : inline_closure(i)) {
       const Node& n = p_.nodes[j];
@@ -178,124 +150,192 @@ class ProgramEmitter {
         value = fn(j) + "(a, h, q, t)";
       } else {
         switch (n.op) {
-          case NodeOp::Const: value = float_literal(n.value); break;
-          case NodeOp::Scalar: value = scalar(n.scalar); break;
-          case NodeOp::Load: value = load(n.tensor); break;
+          case NodeOp::Const: value = cuda_float_literal(n.value); break;
+          case NodeOp::Scalar:
+            value = cuda_scalar(n.scalar);
+            if (value.empty()) fail(j, "the budget signal exists only in layer_weight programs");
+            break;
+          case NodeOp::Load: value = cuda_load(n.tensor); break;
           case NodeOp::AxisIndex:
             value = n.axes == dsl::kAxisT ? "(float)t" : n.axes == dsl::kAxisQ ? "(float)q" : n.axes == dsl::kAxisH ? "(float)h" : "";
-            if (value.empty()) throw GenerateError(where() + "index of axis " + dsl::shape_name(n.axes) + " in a score kernel");
+            if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
             break;
           case NodeOp::Random: value = "kv_random(a, t)"; break;
-          case NodeOp::Unary: value = unary(n.unary, var(n.a)); break;
-          case NodeOp::Binary: value = binary(n.binary, var(n.a), var(n.b)); break;
+          case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
+          case NodeOp::Binary: value = cuda_binary(n.binary, var(n.a), var(n.b)); break;
           case NodeOp::Select: value = "(" + var(n.a) + " != 0.0f ? " + var(n.b) + " : " + var(n.c) + ")"; break;
-          default: throw GenerateError(where() + "unexpected node in an elementwise closure");
+          default: fail(j, "unexpected node in an elementwise closure");
         }
+        if (value.empty()) fail(j, "unknown operation");
       }
-      line("const float " + var(j) + " = " + value + ";");
+      line("const float " + var(j) + " = " + value + ";", at(j));
     }
-    line("return " + var(i) + ";");
+    line("return " + var(i) + ";", at(i));
   }
 
   // Reduction over h and/or q: float accumulation, h outer and q inner, in increasing order.
-  void emit_reduce(const Node& n) {
-    if (n.axes & (dsl::kAxisT | dsl::kAxisG))
-      throw GenerateError(where() + "reductions over " + dsl::shape_name(n.axes & (dsl::kAxisT | dsl::kAxisG)) +
-                          " are not supported in kernels yet");
+  void emit_reduce(int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    if (n.axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
     const bool over_h = n.axes & dsl::kAxisH, over_q = n.axes & dsl::kAxisQ;
     const std::string count = std::string("(") + (over_h ? "a.group" : "1") + " * " + (over_q ? "a.W" : "1") + ")";
     const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", t)";
     auto loops = [&](const std::string& body) {
-      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {");
+      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {", here);
       w_.indent();
-      line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {");
+      line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {", here);
       w_.indent();
-      line("const float x = " + call + ";");
-      line(body);
+      line("const float x = " + call + ";", here);
+      line(body, here);
       w_.dedent();
-      line("}");
+      line("}", here);
       w_.dedent();
-      line("}");
+      line("}", here);
     };
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
       case Reducer::Var:
-        line("float s = 0.0f;");
+        line("float s = 0.0f;", here);
         loops("s += x;");
-        if (n.reducer == Reducer::Sum) {
-          line("return s;");
-          return;
-        }
-        line("const int count = " + count + ";");
-        line("const float mean = s * (1.0f / (float)count);");
-        if (n.reducer == Reducer::Mean) {
-          line("return mean;");
-          return;
-        }
-        line("float s2 = 0.0f;");
+        if (n.reducer == Reducer::Sum) return line("return s;", here);
+        line("const int count = " + count + ";", here);
+        line("const float mean = s * (1.0f / (float)count);", here);
+        if (n.reducer == Reducer::Mean) return line("return mean;", here);
+        line("float s2 = 0.0f;", here);
         loops("const float d = x - mean; s2 += d * d;");
-        line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);");
-        return;
+        return line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);", here);
       case Reducer::Max:
-      case Reducer::Min: {
-        const char* better = n.reducer == Reducer::Max ? "x > m" : "x < m";
-        line("float m = 0.0f;");
-        line("bool first = true;");
-        loops(std::string("if (first) { m = x; first = false; } else { m = ") + better + " ? x : m; }");
-        line("return m;");
-        return;
-      }
+      case Reducer::Min:
+        line("float m = 0.0f;", here);
+        line("bool first = true;", here);
+        loops(std::string("if (first) { m = x; first = false; } else { m = ") + (n.reducer == Reducer::Max ? "x > m" : "x < m") +
+              " ? x : m; }");
+        return line("return m;", here);
       case Reducer::Entropy:
-        line("float s = 0.0f;");
+        line("float s = 0.0f;", here);
         loops("s -= x > 0.0f ? x * logf(x) : 0.0f;");
-        line("return s;");
-        return;
+        return line("return s;", here);
     }
   }
 
   // Window over token offsets lo..hi with the padding rule of lowered.h.
-  void emit_window(const Node& n) {
+  void emit_window(int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
     const std::string lo = std::to_string(n.lo), hi = std::to_string(n.hi);
     const std::string call = fn(n.a) + "(a, h, q, t + k)";
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
-        line("float s = 0.0f;");
-        line("for (int k = " + lo + "; k <= " + hi + "; ++k)");
-        line("  if (t + k >= 0 && t + k < a.T) s += " + call + ";");
-        line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)(" + hi + " - (" + lo + ") + 1));");
-        return;
+        line("float s = 0.0f;", here);
+        line("for (int k = " + lo + "; k <= " + hi + "; ++k)", here);
+        line("  if (t + k >= 0 && t + k < a.T) s += " + call + ";", here);
+        return line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)(" + hi + " - (" + lo + ") + 1));", here);
       case Reducer::Max:
       case Reducer::Min: {
         const bool is_max = n.reducer == Reducer::Max;
-        line("if (t + (" + hi + ") < 0 || t + (" + lo + ") >= a.T) return 0.0f;  // no offset in range");
-        line(std::string("float m = ") + (is_max ? "-" : "") + "KVEVICT_INFINITY;");
-        line("for (int k = " + lo + "; k <= " + hi + "; ++k) {");
+        line("if (t + (" + hi + ") < 0 || t + (" + lo + ") >= a.T) return 0.0f;  // no offset in range", here);
+        line(std::string("float m = ") + (is_max ? "-" : "") + "KVEVICT_INFINITY;", here);
+        line("for (int k = " + lo + "; k <= " + hi + "; ++k) {", here);
         w_.indent();
-        line("if (t + k < 0 || t + k >= a.T) continue;");
-        line("const float x = " + call + ";");
-        line(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;");
+        line("if (t + k < 0 || t + k >= a.T) continue;", here);
+        line("const float x = " + call + ";", here);
+        line(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;", here);
         w_.dedent();
-        line("}");
-        line("return m;");
-        return;
+        line("}", here);
+        return line("return m;", here);
       }
-      default:
-        throw GenerateError(where() + "a token window supports sum, mean, max and min only");
+      default: fail(i, "a token window supports sum, mean, max and min only");
     }
+  }
+
+  // Stage s computes staged node i at the slot (h, q). Like the interpreter's reductions over t:
+  // double accumulation over the operand in canonical order h, q, t; each lane takes the tokens
+  // t = lane, lane + lanes, ... and kv_block_combine adds the lanes (on the host there is one
+  // lane, so the order is exactly the interpreter's).
+  void emit_stage(int s, int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    const bool is_normalise = n.op == NodeOp::Normalise;
+    const unsigned axes = is_normalise ? unsigned(dsl::kAxisT) : n.axes;
+    if (axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
+    const bool over_h = axes & dsl::kAxisH, over_q = axes & dsl::kAxisQ;
+    const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ;
+    line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q) {", here);
+    w_.indent();
+    // Slots outside the value's shape are never read (block-uniform: every lane returns).
+    line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + ") return;", here);
+    line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
+    line(std::string("const double count = (double)") + (over_h ? "a.group" : "1") + " * (double)" + (over_q ? "a.W" : "1") +
+             " * (double)a.T;", here);
+    line("(void)count;", here);
+    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", rt)";
+    auto loops = [&](const std::string& body) {
+      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh)", here);
+      line(std::string("  for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq)", here);
+      line("    for (int rt = lane; rt < a.T; rt += lanes) {", here);
+      line("      const double x = (double)" + call + ";", here);
+      line("      " + body, here);
+      line("    }", here);
+    };
+    const Reducer r = is_normalise ? Reducer::Sum : n.reducer;
+    std::string result;
+    switch (r) {
+      case Reducer::Sum:
+      case Reducer::Mean:
+      case Reducer::Var:
+        line("double s = 0.0;", here);
+        loops("s += x;");
+        line("s = kv_block_combine(s, 0);", here);
+        if (r == Reducer::Sum) {
+          result = is_normalise ? "s != 0.0 ? (float)(1.0 / s) : 0.0f" : "(float)s";
+          break;
+        }
+        line("const double mean = count > 0.0 ? s / count : 0.0;", here);
+        if (r == Reducer::Mean) {
+          result = "(float)mean";
+          break;
+        }
+        line("double s2 = 0.0;", here);
+        loops("s2 += (x - mean) * (x - mean);");
+        line("s2 = kv_block_combine(s2, 0);", here);
+        result = "count > 1.0 ? (float)(s2 / (count - 1.0)) : 0.0f";
+        break;
+      case Reducer::Max:
+      case Reducer::Min: {
+        const bool is_max = r == Reducer::Max;
+        line(std::string("double m = ") + (is_max ? "-" : "") + "(double)KVEVICT_INFINITY;", here);
+        loops(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;");
+        line(std::string("m = kv_block_combine(m, ") + (is_max ? "1" : "2") + ");", here);
+        result = "count > 0.0 ? (float)m : 0.0f  /* an empty reduction is 0 */";
+        break;
+      }
+      case Reducer::Entropy:
+        line("double s = 0.0;", here);
+        loops("s -= x > 0.0 ? x * log(x) : 0.0;");
+        line("s = kv_block_combine(s, 0);", here);
+        result = "(float)s";
+        break;
+    }
+    line("if (lane == 0) " + slot(i) + " = " + result + ";", here);
+    w_.dedent();
+    line("}", here);
   }
 
   CudaWriter& w_;
   const LoweredProgram& p_;
   std::string prefix_, file_;
   SourceLocation where_;
+  std::vector<int> stages_;      // staged node indices, in stage order
+  std::map<int, int> stage_of_;  // staged node -> its stage
 };
 
 }  // namespace
 
-std::string emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                               const std::string& policy_file, const SourceLocation& where) {
+EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
+                                  const std::string& policy_file, const SourceLocation& where) {
   return ProgramEmitter(writer, program, prefix, policy_file, where).emit();
 }
 
@@ -319,20 +359,28 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   CudaWriter writer(name);
   writer.block("// Generated by kvevict from " + policy_file + "; do not edit.\n");
   writer.block(kernel_prelude());
-  const std::string score_token = emit_score_program(writer, score, "score", policy_file, score_at);
-  writer.line("KVEVICT_SCORE_ENTRY(kvevict_score, " + score_token + ")");
-  kernel.entry_points.push_back("kvevict_score");
+  // A staged program gets the staged entry (NAME and NAME_stages); others keep the plain one.
+  auto entry = [&writer](const std::string& entry_name, const EmittedProgram& p) {
+    if (p.stage_count == 0) return writer.line("KVEVICT_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ")");
+    writer.line("KVEVICT_STAGED_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ", " + p.stage_function + ", " +
+                std::to_string(p.stage_count) + ")");
+  };
   auto signals = [](const dsl::LoweredProgram& p) {
     std::vector<int> read;
     for (int s = 0; s < dsl::kNumTensorSignals; ++s)
       if (p.uses[s]) read.push_back(s);
     return read;
   };
+  const EmittedProgram score_program = emit_score_program(writer, score, "score", policy_file, score_at);
+  entry("kvevict_score", score_program);
+  kernel.entry_points.push_back("kvevict_score");
+  kernel.score_stages = score_program.stage_count;
   kernel.score_signals = signals(score);
   if (decode && !decode->nodes.empty()) {
-    const std::string decode_token = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
-    writer.line("KVEVICT_SCORE_ENTRY(kvevict_decode_score, " + decode_token + ")");
+    const EmittedProgram decode_program = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
+    entry("kvevict_decode_score", decode_program);
     kernel.entry_points.push_back("kvevict_decode_score");
+    kernel.decode_stages = decode_program.stage_count;
     kernel.decode_signals = signals(*decode);
   }
   kernel.source = writer.text();

@@ -13,9 +13,21 @@
 // mean as sum times the reciprocal of the count, unbiased variance by a second pass, windows with
 // the padding rule of lowered.h, NaN scores replaced by -infinity.
 //
-// Not supported in kernels yet (GenerateError says so): reductions over t and Normalise inside a
-// score program (they need a grid-wide reduction before the per-token pass), the Budget signal,
-// and layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them).
+// Values that need every token before any token's score (reductions whose axes include t, and
+// normalise(), whose divisor is a sum over t) are STAGES: each is computed once per (h, q) slot
+// into the scratch buffer (kernel_abi.h: KVEVICT_STAGED_SCORE_ENTRY), in node order, before the
+// per-token pass reads it. Stages accumulate in double over h, q, t like the interpreter; on the
+// GPU a block's lanes split the tokens and are combined by a fixed tree, so only the order of the
+// double additions differs (far below float resolution).
+//
+// #line: every emitted line is attributed to the policy-file line of the expression it
+// implements (Node::line, set by the DSL checker); nodes without a position (programs built
+// directly) fall back to the program's key (`score:`, `decode_score:`).
+//
+// Not generated (GenerateError, a UsageError whose message starts `file:line:col: error:`):
+// layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them) and the
+// constructs that exist only there: the `budget` signal, axis g. The DSL checker already rejects
+// them in score programs, so no policy file reaches these errors.
 #include <string>
 
 #include "core/util/error.h"
@@ -25,21 +37,29 @@
 
 namespace kvevict::jit {
 
-// The program cannot be turned into a kernel; the message says which construct.
-class GenerateError : public RuntimeError {
+// The program cannot be turned into a kernel; the message names the policy file, the line and
+// column of the construct, and the construct. Bad input to `kvevict compile`: exit 2.
+class GenerateError : public UsageError {
  public:
-  using RuntimeError::RuntimeError;
+  using UsageError::UsageError;
 };
 
-// Appends the device functions of `program` to `writer` and returns the name of the per-token
-// function `float <prefix>_token(const KvScoreArgs&, int t)`. Every line is preceded by
-// `#line <where.line> "<where.file>"` (when `where` is set): the lowered form carries no per-node
-// source positions, so NVRTC messages cite the program's key in the policy file (e.g. `score:`).
-std::string emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                               const std::string& policy_file, const SourceLocation& where = {});
+// What emit_score_program appended.
+struct EmittedProgram {
+  std::string token_function;  // float <prefix>_token(const KvScoreArgs&, int t)
+  std::string stage_function;  // void <prefix>_stage(const KvScoreArgs&, int stage, int h, int q); empty without stages
+  int stage_count = 0;         // stages to run, 0 .. stage_count - 1 in order, before the tokens
+};
+
+// Appends the device functions of `program` to `writer`. Lines are preceded by `#line N
+// "<policy_file>"` for the expression they implement (or `where`, the program's key, for nodes
+// without a position and for the program's own scaffolding).
+EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
+                                  const std::string& policy_file, const SourceLocation& where = {});
 
 // A complete kernel source: prelude, the score program as `kvevict_score` and, when `decode` has
-// nodes, the decode program as `kvevict_decode_score`.
+// nodes, the decode program as `kvevict_decode_score` (each with `<entry>_stages` on the GPU when
+// it has stages; GeneratedKernel::score_stages / decode_stages say how many).
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
                                        const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
                                        const SourceLocation& score_at = {}, const SourceLocation& decode_at = {});

@@ -5,8 +5,11 @@
 
 namespace kvevict::jit {
 
-GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry)
-    : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)) {}
+GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages)
+    : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages) {
+  if (stages_ < 0) throw RuntimeError("GpuScoreKernel: negative stage count");
+  if (stages_ > 0) stage_function_ = module_.function(entry + "_stages");
+}
 
 void GpuScoreKernel::ensure(DeviceBuffer& buffer, size_t bytes) {
   if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes);
@@ -29,6 +32,12 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   args_.value_norm = reinterpret_cast<const float*>(upload(value_norm_, in.value_norm, T * sizeof(float)));
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
   ensure(out_, T * sizeof(float));
+  args_.scratch = nullptr;
+  if (stages_ > 0) {
+    const size_t slots = G * (W > 0 ? W : 1);
+    ensure(scratch_, size_t(stages_) * slots * sizeof(float));
+    args_.scratch = reinterpret_cast<float*>(scratch_.address());
+  }
   launch_again();
   synchronize_device();
   out_.download(out, T * sizeof(float));
@@ -37,10 +46,18 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
 void GpuScoreKernel::launch_again() {
   uint64_t out_address = out_.address();
   void* params[] = {&args_, &out_address};
+  if (args_.T <= 0) return;
+  // Stages in order on the default stream: each sees the slots of the ones before it.
+  for (int stage = 0; stage < stages_; ++stage) {
+    void* stage_params[] = {&args_, &stage};
+    LaunchShape stage_shape;
+    stage_shape.block_x = kStageThreads;
+    stage_shape.grid_x = unsigned(size_t(args_.group) * size_t(args_.W > 0 ? args_.W : 1));
+    launch_kernel(stage_function_, stage_shape, stage_params);
+  }
   LaunchShape shape;
   shape.block_x = kBlock;
   shape.grid_x = unsigned((size_t(args_.T) + kBlock - 1) / kBlock);
-  if (shape.grid_x == 0) return;
   launch_kernel(function_, shape, params);
 }
 

@@ -15,14 +15,14 @@ namespace kvevict::jit {
 
 class GpuScoreKernel {
  public:
-  // `binary` is a cubin or NUL-terminated PTX containing `entry`. The device must be current
-  // (use_cuda_device).
-  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry);
+  // `binary` is a cubin or NUL-terminated PTX containing `entry` (and `entry`_stages when
+  // `stages` > 0: a staged kernel, kernel_abi.h). The device must be current (use_cuda_device).
+  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0);
 
   // Copies the inputs to the device, scores, copies out[0..T) back.
   void score(const ScoreInputs& in, float* out);
 
-  // Launch only, on inputs already uploaded by the last score() call (for timing).
+  // Launch only (stages, then the tokens), on inputs already uploaded by the last score() call.
   void launch_again();
 
   static constexpr unsigned kBlock = 256;
@@ -32,7 +32,9 @@ class GpuScoreKernel {
 
   CudaModule module_;
   void* function_ = nullptr;
-  DeviceBuffer window_, accumulated_, current_, key_norm_, value_norm_, position_, out_;
+  void* stage_function_ = nullptr;
+  int stages_ = 0;
+  DeviceBuffer window_, accumulated_, current_, key_norm_, value_norm_, position_, out_, scratch_;
   KvScoreArgs args_{};
 };
 

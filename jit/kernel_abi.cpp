@@ -4,6 +4,8 @@
 #include "core/engine/counter_rng.h"
 #include "core/engine/policy_program.h"
 
+#include <string>
+
 #define KVEVICT_STRINGIFY2(...) #__VA_ARGS__
 #define KVEVICT_STRINGIFY(...) KVEVICT_STRINGIFY2(__VA_ARGS__)
 
@@ -44,6 +46,15 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
     const int t = int(blockIdx.x * blockDim.x + threadIdx.x);                    \
     if (t < args.T) out[t] = token_score(args, t);                               \
   }
+// Stages: one block per scratch slot; the block's threads split the tokens (lanes).
+#define KVEVICT_LANE ((int)threadIdx.x)
+#define KVEVICT_LANES ((int)blockDim.x)
+#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages)         \
+  KVEVICT_SCORE_ENTRY(entry, token_score)                                        \
+  extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
+    const int wp = kv_stage_wp(args);                                            \
+    stage_fn(args, stage, int(blockIdx.x) / wp, int(blockIdx.x) % wp);           \
+  }
 #else
 #include <math.h>
 #include <string.h>
@@ -53,6 +64,20 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
 #define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
   extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
     for (int t = 0; t < args->T; ++t) out[t] = token_score(*args, t);            \
+  }
+// Stages on the host: one lane does every token, slots and stages run in order, then the tokens.
+#include <vector>
+#define KVEVICT_LANE 0
+#define KVEVICT_LANES 1
+#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages)         \
+  extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
+    KvScoreArgs a = *args;                                                       \
+    const long slots = kv_stage_slots(a);                                        \
+    std::vector<float> scratch((size_t)(n_stages * slots), 0.0f);                \
+    a.scratch = scratch.data();                                                  \
+    for (int s = 0; s < n_stages; ++s)                                           \
+      for (long k = 0; k < slots; ++k) stage_fn(a, s, int(k / kv_stage_wp(a)), int(k % kv_stage_wp(a))); \
+    for (int t = 0; t < a.T; ++t) out[t] = token_score(a, t);                    \
   }
 #endif
 )") + KVEVICT_STRINGIFY(KVEVICT_DEFINE_KERNEL_ABI) + R"(
@@ -65,6 +90,32 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
   const unsigned position = (unsigned)(a.position ? a.position[t] : t);
   return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
+// Stage slots (kernel_abi.h): group * max(W, 1) per stage, slot h * max(W, 1) + q.
+KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }
+KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)a.group * kv_stage_wp(a); }
+// One double per lane combined into one value for the block (op 0 sum, 1 max, 2 min). On the GPU
+// every thread of the block must call it and gets the result; the tree has a fixed shape, so a
+// given launch always gives the same bits. On the host there is one lane: the value itself.
+#if defined(__CUDACC__)
+KVEVICT_FN double kv_block_combine(double v, int op) {
+  __shared__ double buffer[)" + std::to_string(kStageThreads) + R"(];
+  const int lane = (int)threadIdx.x;
+  buffer[lane] = v;
+  __syncthreads();
+  for (int half = (int)blockDim.x / 2; half > 0; half /= 2) {
+    if (lane < half) {
+      const double x = buffer[lane], y = buffer[lane + half];
+      buffer[lane] = op == 0 ? x + y : op == 1 ? (y > x ? y : x) : (y < x ? y : x);
+    }
+    __syncthreads();
+  }
+  const double result = buffer[0];
+  __syncthreads();  // the buffer is reused by the next call
+  return result;
+}
+#else
+KVEVICT_FN double kv_block_combine(double v, int) { return v; }
+#endif
 // ---- end of prelude ----
 )";
   return text;

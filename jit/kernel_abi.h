@@ -8,6 +8,16 @@
 //   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread per token t
 //   host: extern "C" void NAME(const KvScoreArgs* args, float* out)      a loop over t
 // out[t] receives the score of cache entry t, for t in 0..T-1.
+//
+// Staged programs (reductions over the token axis t, normalise(); KVEVICT_STAGED_SCORE_ENTRY):
+// values that need every token are computed first, by stages, into `scratch`, then the per-token
+// kernel reads them. Slot k of stage s is scratch[s * kv_stage_slots(args) + k], k = h * Wp + q
+// with Wp = max(W, 1), so the scratch holds n_stages * group * max(W, 1) floats.
+//   CUDA: extern "C" __global__ void NAME_stages(KvScoreArgs args, int stage)   launched once per
+//         stage in increasing order, grid = group * max(W, 1) blocks (one per slot) of exactly
+//         kStageThreads threads, then NAME as above; args.scratch must point at the scratch.
+//   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
+//         token loop: the host ABI does not change.
 #include <string>
 
 #define KVEVICT_DEFINE_KERNEL_ABI                                           \
@@ -21,6 +31,7 @@
     const float* value_norm;                                                \
     const int* position;                                                    \
     unsigned long long seed;                                                \
+    float* scratch;                                                         \
   };
 
 namespace kvevict {
@@ -31,10 +42,13 @@ namespace kvevict::jit {
 
 KVEVICT_DEFINE_KERNEL_ABI
 
-static_assert(sizeof(KvScoreArgs) == 40 + 6 * 8 + 8, "KvScoreArgs layout must match the kernel text");
+static_assert(sizeof(KvScoreArgs) == 40 + 6 * 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
+
+// Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
+inline constexpr unsigned kStageThreads = 256;
 
 // Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
-// launch on a GPU replace them with device addresses.
+// launch on a GPU replace them with device addresses. `scratch` is null.
 KvScoreArgs to_kernel_args(const ScoreInputs& in);
 
 // The text every kernel source starts with: portability macros (CUDA under NVRTC, plain C++ for

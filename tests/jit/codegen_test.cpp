@@ -68,6 +68,18 @@ std::vector<NamedProgram> indicator_programs() {
     const int mixed = b.binary(BinaryFn::Max, b.binary(BinaryFn::Div, ent, powed), b.unary(UnaryFn::Exp, vn));
     return b.select(recent, b.binary(BinaryFn::Add, mixed, b.scalar(ScalarSignal::G)), b.window(Reducer::Min, -1, 2, mixed));
   }));
+  programs.push_back(build("staged", [](ProgramBuilder& b) {
+    // Stages: a sum over every window entry per head, a var over tokens, a normalise, and a
+    // max over tokens of a value that itself reads a stage.
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int per_head = b.reduce(Reducer::Sum, kAxisQ | kAxisT, A);
+    const int share = b.binary(BinaryFn::Div, b.reduce(Reducer::Sum, kAxisQ, A), per_head);
+    const int spread = b.reduce(Reducer::Var, kAxisT, b.load(TensorSignal::KeyNorm));
+    const int n = b.normalise(b.load(TensorSignal::ValueNorm));
+    const int peak = b.reduce(Reducer::Max, kAxisT, n);
+    const int mixed = b.binary(BinaryFn::Add, b.reduce(Reducer::Mean, kAxisH, share), b.binary(BinaryFn::Mul, spread, n));
+    return b.binary(BinaryFn::Div, mixed, peak);
+  }));
   programs.push_back(build("log-of-zero", [](ProgramBuilder& b) {
     // log(0) - log(0) = NaN: both sides must turn it into -infinity.
     const int zero = b.binary(BinaryFn::Mul, b.load(TensorSignal::KeyNorm), b.constant(0.0f));
@@ -159,12 +171,14 @@ TEST_P(CodegenArch, GeneratedKernelsCompileWithNvrtc) {
 INSTANTIATE_TEST_SUITE_P(RealArchitectures, CodegenArch, ::testing::Values("sm_80", "sm_90"));
 
 TEST(CudaCodegen, UnsupportedConstructsAreClearErrors) {
+  // A score has one value per token: a per-head output is refused, not silently reduced.
+  const auto per_head = build("per-head", [](ProgramBuilder& b) { return b.load(TensorSignal::AccumulatedAttention); });
+  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", per_head.program, nullptr), GenerateError);
+  // Staged constructs are generated (they used to be refused).
   const auto over_t = build("sum-over-t", [](ProgramBuilder& b) {
     return b.reduce(Reducer::Sum, kAxisT, b.load(TensorSignal::KeyNorm));
   });
-  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", over_t.program, nullptr), GenerateError);
-  const auto per_head = build("per-head", [](ProgramBuilder& b) { return b.load(TensorSignal::AccumulatedAttention); });
-  EXPECT_THROW(generate_score_kernels("x.cu", "x.yaml", per_head.program, nullptr), GenerateError);
+  EXPECT_EQ(generate_score_kernels("x.cu", "x.yaml", over_t.program, nullptr).score_stages, 1);
 }
 
 }  // namespace
@@ -194,7 +208,7 @@ TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
     request.source = kernel.source;
     request.arch = probe.devices[0].arch();
     const JitKernel compiled = compile_cached(request, cache, name);
-    GpuScoreKernel gpu(*compiled.entry, "kvevict_score");
+    GpuScoreKernel gpu(*compiled.entry, "kvevict_score", kernel.score_stages);
     uint32_t seed = 300;
     for (auto [group, W, T] : {std::tuple{1, 1, 1}, {4, 32, 300}, {4, 32, 32768}}) {
       testing::RandomScoreInputs random(group, W, T, seed++);

@@ -179,3 +179,23 @@ TEST_F(CompileCli, BuiltInPolicyPrintsItsGeneratedCuda) {
 
 }  // namespace
 }  // namespace kvevict::jit
+
+namespace kvevict::jit {
+namespace {
+
+TEST_F(CompileCli, PolicyWithTokenReductionsEmitsStageKernels) {
+  if (!code_generator_available()) GTEST_SKIP() << "no code generator in this build";
+  // A sum over tokens and a normalise in the decode indicator: the PTX carries the stage entry.
+  const std::string policy = scratch_.path() + "/staged.yaml";
+  std::ofstream(policy) << "name: staged\nabout: token reductions\nscore: |\n  score[t] = -key_norm[t]\n"
+                           "decode_score: |\n  s = sum(t: key_norm[t])\n  score[t] = normalise(key_norm[t]) * s\n";
+  const std::string output = scratch_.path() + "/staged.ptx";
+  const CliRun run = kvevict("compile " + policy + " --arch sm_90 --emit ptx -o " + output);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string ptx = read_text(output);
+  EXPECT_NE(ptx.find(".entry kvevict_decode_score_stages"), std::string::npos) << ptx;
+  EXPECT_EQ(ptx.find(".entry kvevict_score_stages"), std::string::npos) << "the prefill indicator needs no stage";
+}
+
+}  // namespace
+}  // namespace kvevict::jit

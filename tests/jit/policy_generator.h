@@ -1,0 +1,224 @@
+#pragma once
+// Random, always-valid score programs for the generator's property test: policy files whose
+// `score` (and sometimes `decode_score`) programs mix every construct of the language's score
+// context (tensor and scalar signals, axis values, every unary and binary function, if, min/max/
+// clamp/pow, every reducer over h, q and t, token windows shifted by t + k and t - k, normalise,
+// parameters, definitions of every shape). Expressions are built shape-correct by construction:
+// every read uses axes bound at that point, every reduction's body depends on the reduced axes
+// (an "anchor" term), every window body reads a token at t + k (or t - k).
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kvevict::jit::testing {
+
+class PolicyGenerator {
+ public:
+  explicit PolicyGenerator(uint32_t seed) : rng_(seed) {}
+
+  // A whole policy file named `name`.
+  std::string policy(const std::string& name) {
+    std::string text = "name: " + name + "\nabout: random policy for the generator's property test\n";
+    text += "params:\n  gamma: {float: 1.5}\n  kernel: {int: 5, min: 1, max: 31}\n";
+    text += "  mode: {enum: [a, b], default: a}\n";
+    text += "observe: {window: 8}\n";
+    text += "score: |\n" + program();
+    if (pick(2) == 0) text += "decode_score: |\n" + program();
+    return text;
+  }
+
+ private:
+  static constexpr unsigned kH = 2, kQ = 4, kT = 8;
+
+  struct Scope {
+    unsigned bound = 0;    // axes that can be read
+    bool window = false;   // inside a token window: tokens are read at t + k (or t - k)
+    bool negative = false; // t - k instead of t + k
+  };
+
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+  template <size_t N>
+  const char* one_of(const char* const (&options)[N]) { return options[pick(int(N))]; }
+
+  // Two to four definitions of random shapes, then the score.
+  std::string program() {
+    defs_.clear();
+    std::string text;
+    const int count = 1 + pick(3);
+    for (int i = 0; i < count; ++i) {
+      const unsigned axes = unsigned(pick(8)) << 1;  // any subset of h, q, t
+      const std::string name = "d" + std::to_string(i);
+      Scope scope;
+      scope.bound = axes;
+      text += "  " + name + axis_list(axes, scope) + " = " + expr(scope, 3) + "\n";
+      defs_[name] = axes;
+    }
+    // A focus definition and window cycle through every reducer over t, every unary function
+    // and every window reducer and offset kind, so a modest sample covers them all.
+    static const char* const reducers[] = {"sum", "mean", "var", "max", "min", "entropy"};
+    static const char* const unaries[] = {"exp", "log", "sqrt", "abs", "floor", "ceil", "round", "-"};
+    static const char* const windows[] = {"sum", "mean", "max", "min"};
+    static const char* const offsets[] = {"-1 .. 1", "2 .. 5", "-floor(kernel / 2) .. floor(kernel / 2)", "-6 .. -3", "0 .. 0"};
+    const int f = focus_++;
+    Scope inner;
+    inner.bound = kT | ((unsigned(pick(4)) << 1) & (kH | kQ));
+    std::string list = std::string((inner.bound & kH) ? "h, " : "") + ((inner.bound & kQ) ? "q, " : "") + "t";
+    text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 8] + "(abs(" + expr(inner, 2) +
+            ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
+    Scope scope;
+    scope.bound = kT;
+    Scope window_body = scope;
+    window_body.window = true;
+    window_body.negative = f % 3 == 0;
+    text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")\n";
+    return text;
+  }
+
+  // "[h, q, t]" for the axes (empty for a scalar); tokens as t + k inside a window.
+  std::string axis_list(unsigned axes, const Scope& s) const {
+    std::vector<std::string> parts;
+    if (axes & kH) parts.push_back("h");
+    if (axes & kQ) parts.push_back("q");
+    if (axes & kT) parts.push_back(s.window ? (s.negative ? "t - k" : "t + k") : "t");
+    if (parts.empty()) return "";
+    std::string text = "[";
+    for (size_t i = 0; i < parts.size(); ++i) text += (i ? ", " : "") + parts[i];
+    return text + "]";
+  }
+
+  // Tensor reads (signals and definitions) possible in this scope, optionally only those with t.
+  std::vector<std::string> reads(const Scope& s, bool need_t) const {
+    struct Tensor {
+      const char* name;
+      unsigned axes;
+    };
+    static const Tensor signals[] = {{"A", kH | kQ | kT}, {"A_acc", kH | kT}, {"A_now", kH | kT}, {"key_norm", kT},
+                                     {"value_norm", kT},  {"pos", kT},        {"random", kT}};
+    std::vector<std::string> out;
+    for (const auto& t : signals)
+      if ((t.axes & ~s.bound) == 0 && (!need_t || (t.axes & kT))) out.push_back(t.name + axis_list(t.axes, s));
+    // A definition declared with t may still hold a value without it (broadcast), so anchors
+    // (need_t) use signals only.
+    if (!need_t)
+      for (const auto& [name, axes] : defs_)
+        if ((axes & ~s.bound) == 0) out.push_back(name + axis_list(axes, s));
+    return out;
+  }
+
+  std::string leaf(const Scope& s) {
+    switch (pick(5)) {
+      case 0: return one_of({"0.5", "2", "3.25", "1e-3", "0", "7", "(1 / 3)"});
+      case 1:
+        return one_of({"T", "W", "G", "layer", "n_layers", "kv_head", "n_kv_heads", "head_dim", "prompt_len", "decode_step",
+                       "gamma", "kernel"});
+      case 2: {
+        std::vector<std::string> axes;
+        if (s.bound & kH) axes.push_back("h");
+        if (s.bound & kQ) axes.push_back("q");
+        if ((s.bound & kT) && !s.window) axes.push_back("t");  // a window reads tokens only at t + k
+        if (!axes.empty()) return axes[size_t(pick(int(axes.size())))];
+        [[fallthrough]];
+      }
+      default: {
+        const auto options = reads(s, false);
+        if (options.empty()) return "prompt_len";  // a scalar scope without scalar definitions
+        return options[size_t(pick(int(options.size())))];
+      }
+    }
+  }
+
+  // A term that depends on every axis in `need` (all bound in s).
+  std::string anchor(const Scope& s, unsigned need) {
+    std::vector<std::string> parts;
+    if (need & kT) {
+      auto options = reads(s, true);
+      if (!s.window) options.push_back("t");
+      parts.push_back(options[size_t(pick(int(options.size())))]);
+    }
+    if (need & kH) parts.push_back(pick(2) && (s.bound & kT) ? "A_now" + axis_list(kH | kT, s) : "h");
+    if (need & kQ) parts.push_back(pick(2) && (s.bound & (kH | kT)) == (kH | kT) ? "A" + axis_list(kH | kQ | kT, s) : "q");
+    std::string text = "(";
+    for (size_t i = 0; i < parts.size(); ++i) text += (i ? one_of({" + ", " * ", " - "}) : "") + parts[i];
+    return text + ")";
+  }
+
+  std::string condition(const Scope& s, int depth) {
+    if (depth <= 0) return leaf(s) + " < " + leaf(s);
+    switch (pick(6)) {
+      case 0: return "not (" + condition(s, depth - 1) + ")";
+      case 1: return "(" + condition(s, depth - 1) + " and " + condition(s, depth - 1) + ")";
+      case 2: return "(" + condition(s, depth - 1) + " or " + condition(s, depth - 1) + ")";
+      case 3: return "mode == \"" + std::string(one_of({"a", "b"})) + "\"";
+      default:
+        return expr(s, depth - 1) + " " + one_of({"<", "<=", ">", ">=", "==", "!="}) + " " + expr(s, depth - 1);
+    }
+  }
+
+  std::string expr(const Scope& s, int depth) {
+    if (depth <= 0) return leaf(s);
+    switch (pick(13)) {
+      case 0: return leaf(s);
+      case 1: return "-" + leaf(s);
+      case 2:
+        return std::string(one_of({"exp", "log", "sqrt", "abs", "floor", "ceil", "round"})) + "(" + expr(s, depth - 1) + ")";
+      case 3:
+      case 4:
+        return "(" + expr(s, depth - 1) + " " + one_of({"+", "-", "*", "/", "^"}) + " " + expr(s, depth - 1) + ")";
+      case 5: return "if(" + condition(s, depth) + ", " + expr(s, depth - 1) + ", " + expr(s, depth - 1) + ")";
+      case 6:
+        switch (pick(4)) {
+          case 0: return "pow(" + expr(s, depth - 1) + ", " + leaf(s) + ")";
+          case 1: return "clamp(" + expr(s, depth - 1) + ", " + leaf(s) + ", " + leaf(s) + ")";
+          default:
+            return std::string(one_of({"min", "max"})) + "(" + expr(s, depth - 1) + ", " + expr(s, depth - 1) +
+                   (pick(2) ? ", " + leaf(s) : std::string()) + ")";
+        }
+      case 7:
+      case 8:
+      case 9: return reduction(s, depth);
+      case 10: return window(s, depth);
+      case 11: return normalise(s, depth);
+      default: return "if(" + condition(s, depth) + ", " + leaf(s) + ", " + leaf(s) + ")";
+    }
+  }
+
+  std::string reduction(const Scope& s, int depth) {
+    const unsigned free_axes = (kH | kQ | kT) & ~s.bound;
+    if (!free_axes) return expr(s, depth - 1);
+    unsigned axes = 0;
+    while (!axes) axes = free_axes & (unsigned(pick(8)) << 1);
+    Scope inner = s;
+    inner.bound |= axes;
+    std::string list;
+    for (const char* axis : {"h", "q", "t"}) {
+      const unsigned bit = axis[0] == 'h' ? kH : axis[0] == 'q' ? kQ : kT;
+      if (axes & bit) list += (list.empty() ? "" : ", ") + std::string(axis);
+    }
+    return std::string(one_of({"sum", "mean", "var", "max", "min", "entropy"})) + "(" + list + ": (" + expr(inner, depth - 1) +
+           ") " + one_of({"+", "*"}) + " " + anchor(inner, axes) + ")";
+  }
+
+  std::string window(const Scope& s, int depth) {
+    if (!(s.bound & kT) || s.window) return expr(s, depth - 1);
+    Scope inner = s;
+    inner.window = true;
+    inner.negative = pick(3) == 0;
+    return std::string(one_of({"sum", "mean", "max", "min"})) + "(k in " +
+           one_of({"-1 .. 1", "-floor(kernel / 2) .. floor(kernel / 2)", "0 .. 3", "-4 .. 0", "2 .. 5", "-6 .. -3"}) + ": (" +
+           expr(inner, depth - 1) + ") + " + anchor(inner, kT) + ")";
+  }
+
+  std::string normalise(const Scope& s, int depth) {
+    if (!(s.bound & kT) || s.window) return expr(s, depth - 1);
+    return "normalise(" + expr(s, depth - 1) + " + " + anchor(s, kT) + ")";
+  }
+
+  std::mt19937 rng_;
+  int focus_ = 0;
+  std::map<std::string, unsigned> defs_;  // definitions so far: name -> axes
+};
+
+}  // namespace kvevict::jit::testing
