@@ -189,7 +189,9 @@ class FileCompiler {
           numeric.type = d.type == "int" ? "int" : "float";
           numeric.has_min = numeric.has_max = false;
           if (!parse_value(numeric, spec[bound].Scalar(), v, pos_of(spec[bound]), bound)) continue;
-          if (bound[1] == 'i') d.has_min = true, d.min = std::max(d.min, v);
+          // A fraction's declared range narrows [0, 1]; any other type takes the bound as written
+          // (negative minimums included: SpindleKV's cosine thresholds go down to -1).
+          if (bound[1] == 'i') d.has_min = true, d.min = d.type == "fraction" ? std::max(d.min, v) : v;
           else d.has_max = true, d.max = d.type == "fraction" ? std::min(d.max, v) : v;
         }
         if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); register_param(d, at); continue; }

@@ -155,6 +155,15 @@ TEST(DslPolicyFile, OverridesAreTypeAndRangeChecked) {
   }
 }
 
+TEST(DslPolicyFile, NegativeMinimumIsKept) {
+  // A declared minimum below 0 must hold as written (it was once raised to 0 silently).
+  const std::string text = "name: p\nabout: x\nparams:\n  c: {float: 0.5, min: -1, max: 1}\n"
+                           "  f: {fraction: 0.5, min: -3}\nscore: |\n  score[t] = c + f\n";
+  EXPECT_EQ(compile_policy_text("p.yaml", text, {{"c", "-0.75"}}).desc.params.at("c"), "-0.75");
+  EXPECT_THROW(compile_policy_text("p.yaml", text, {{"c", "-1.5"}}), UsageError);
+  EXPECT_THROW(compile_policy_text("p.yaml", text, {{"f", "-0.1"}}), UsageError) << "a fraction stays within [0, 1]";
+}
+
 TEST(DslPolicyFile, PromptLengthSettings) {
   const std::string text = "name: p\nabout: x\nparams:\n  r: {fraction: 0.1}\n"
                            "protect: {first: 2, recent: \"max(0, floor(r * prompt_len) - 2)\"}\nscore: |\n  score[t] = 1\n";
