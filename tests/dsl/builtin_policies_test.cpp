@@ -178,6 +178,16 @@ TEST(BuiltinPolicies, NaclBudgetSplits) {
   EXPECT_EQ(old->window_for(10000), 1800);
   EXPECT_EQ(old->protect_for(10000).first, 50);
   EXPECT_EQ(old->protect_for(10000).recent, 150);
+  // Paper Table 4 columns (spec §3.1): protect / no-protect proxy / C_p / C_r as shares of S.
+  struct Column { const char* split; int window, recent; double random_share; };
+  for (const Column& c : {Column{"paper_table4_10", 300, 100 - 50, 0.07 / 0.09}, Column{"paper_table4_20", 1800, 200 - 50, 0.12 / 0.18},
+                          Column{"paper_table4_30", 2000, 150 - 50, 0.18 / 0.285}}) {
+    auto p = load_policy("nacl", {{"budget_split", c.split}});
+    EXPECT_EQ(p->window_for(10000), c.window) << c.split;
+    EXPECT_EQ(p->protect_for(10000).first, 50) << c.split;
+    EXPECT_EQ(p->protect_for(10000).recent, c.recent) << c.split;
+    EXPECT_NEAR(p->description().select.random_share, c.random_share, 1e-6) << c.split;
+  }
 }
 
 TEST(BuiltinPolicies, RandomIsCounterBasedOnSeedLayerHeadPosition) {
