@@ -9,6 +9,7 @@
 #include "dsl/policy_loader.h"
 #include "evals/budget_text.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -46,18 +47,13 @@ TEST(BudgetUnits, ParseAndResolve) {
     EXPECT_LT(evals::budget_sort_key(order[i - 1]), evals::budget_sort_key(order[i])) << order[i];
 }
 
-class BudgetUnitsEngine : public ::testing::Test {
+class BudgetUnitsEngine : public test::StoriesPromptTest {
  protected:
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-    model_ = load_model(test::stories_checkpoint());
-    prompt_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-  }
   EvictionReport run(const std::string& policy, const std::string& budget) {
     const auto p = load_policy(policy, {{"window", "16"}});
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(*p, model_->config, {Budget::parse(budget), 0});
-    decoder->forward(std::span<const int>(prompt_), &engine);
+    decoder->forward(std::span<const int>(tokens_), &engine);
     return engine.report();
   }
   static int64_t kept(const EvictionReport& r) {
@@ -66,8 +62,6 @@ class BudgetUnitsEngine : public ::testing::Test {
       for (const auto& h : layer) n += h.kept;
     return n;
   }
-  std::unique_ptr<Model> model_;
-  std::vector<int> prompt_;
 };
 
 TEST_F(BudgetUnitsEngine, TotalKeepsExactlyNTokensOverAllLayersAndHeads) {

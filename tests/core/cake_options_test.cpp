@@ -14,6 +14,7 @@
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
 #include "reference_policies.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -21,24 +22,17 @@ namespace {
 
 constexpr int kWindow = 16;
 
-class CakeOptions : public ::testing::Test {
+class CakeOptions : public test::StoriesPromptTest {
  protected:
   static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
+    if (!load()) return;
     data_ = new reference::PromptData(reference::collect(*model_, tokens_, kWindow));
   }
   static void TearDownTestSuite() {
     delete data_;
-    delete model_;
     data_ = nullptr;
-    model_ = nullptr;
+    unload();
   }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
 
   static reference::CakeParams params() {
     reference::CakeParams cp;
@@ -94,13 +88,9 @@ class CakeOptions : public ::testing::Test {
     return program->layer_weight(lw);
   }
 
-  static Model* model_;
-  static std::vector<int> tokens_;
   static reference::PromptData* data_;
 };
 
-Model* CakeOptions::model_ = nullptr;
-std::vector<int> CakeOptions::tokens_;
 reference::PromptData* CakeOptions::data_ = nullptr;
 
 TEST_F(CakeOptions, PoolMaxAndNoneMatchTheReference) {

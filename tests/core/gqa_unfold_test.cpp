@@ -18,6 +18,7 @@
 #include "hand_policies.h"
 #include "policy_test_prompt.h"
 #include "reference_forward.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -48,13 +49,8 @@ size_t hand_bytes(const KVCache& c) {
   return total;
 }
 
-class Stories : public ::testing::Test {
+class Stories : public test::StoriesPromptTest {
  protected:
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-    model_ = load_model(test::stories_checkpoint());
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-  }
   // Prefill with `policy` and return the decoder (cache as the engine left it) and the report.
   std::unique_ptr<Decoder> prefill(const std::map<std::string, std::string>& set, const std::string& budget,
                                    EvictionReport* report, std::unique_ptr<EvictionEngine>* keep_engine = nullptr) {
@@ -66,8 +62,6 @@ class Stories : public ::testing::Test {
     if (keep_engine) *keep_engine = std::move(engine);
     return decoder;
   }
-  std::unique_ptr<Model> model_;
-  std::vector<int> tokens_;
   std::unique_ptr<PolicyProgram> policy_;
 };
 

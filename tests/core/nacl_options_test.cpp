@@ -20,6 +20,7 @@
 #include "hand_policies.h"
 #include "policy_test_prompt.h"
 #include "reference_nacl.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -30,12 +31,10 @@ constexpr int kBudget = 32;  // 4 sinks + 8 recent + 20 free, half of the free b
 
 using Set = std::map<std::string, std::string>;
 
-class NaclOptions : public ::testing::Test {
+class NaclOptions : public test::StoriesPromptTest {
  protected:
   static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
+    if (!load()) return;
     forced_ = model_->tokenizer->encode(" Tom and Lily looked under the big tree and found a small box.", false);
     causal_ = new reference::PromptData(reference::collect(*model_, tokens_, kProxy));
     noncausal_ = new reference::PromptData(reference::collect_noncausal(*model_, tokens_, kProxy));
@@ -43,23 +42,10 @@ class NaclOptions : public ::testing::Test {
   static void TearDownTestSuite() {
     delete causal_;
     delete noncausal_;
-    delete model_;
     causal_ = noncausal_ = nullptr;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
+    unload();
   }
 
-  static int S() { return static_cast<int>(tokens_.size()); }
-
-  // A fraction x with floor(x * S) == n.
-  static std::string share_of_prompt(int n) {
-    std::ostringstream s;
-    s.precision(12);
-    s << (n + 0.5) / S();
-    return s.str();
-  }
 
   // The explicit split every test starts from: 16 proxy rows, 4 sinks, protect 12 (= 4 sinks + 8
   // recent), top and random 1:1.
@@ -112,13 +98,11 @@ class NaclOptions : public ::testing::Test {
     return n;
   }
 
-  static Model* model_;
-  static std::vector<int> tokens_, forced_;
+  static std::vector<int> forced_;
   static reference::PromptData *causal_, *noncausal_;
 };
 
-Model* NaclOptions::model_ = nullptr;
-std::vector<int> NaclOptions::tokens_, NaclOptions::forced_;
+std::vector<int> NaclOptions::forced_;
 reference::PromptData* NaclOptions::causal_ = nullptr;
 reference::PromptData* NaclOptions::noncausal_ = nullptr;
 

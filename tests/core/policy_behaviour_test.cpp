@@ -15,26 +15,14 @@
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
 namespace {
 
-class PolicyBehaviour : public ::testing::Test {
+class PolicyBehaviour : public test::StoriesPromptTest {
  protected:
-  static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
 
   static EvictionReport prefill(const PolicyProgram& p, const std::string& budget, uint64_t seed = 0) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
@@ -42,13 +30,7 @@ class PolicyBehaviour : public ::testing::Test {
     decoder->forward(std::span<const int>(tokens_), &engine);
     return engine.report();
   }
-
-  static Model* model_;
-  static std::vector<int> tokens_;
 };
-
-Model* PolicyBehaviour::model_ = nullptr;
-std::vector<int> PolicyBehaviour::tokens_;
 
 const std::vector<std::string> kEvicting = {"random", "streamingllm", "h2o", "tova",  "snapkv",   "pyramidkv",
                                             "adakv",  "knorm",        "cake", "nacl", "spindlekv"};

@@ -20,6 +20,7 @@
 #include "policy_test_prompt.h"
 #include "reference_nacl.h"
 #include "reference_policies.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -27,33 +28,18 @@ namespace {
 
 constexpr int kWindow = 16;
 
-class PolicyEquivalence : public ::testing::Test {
+class PolicyEquivalence : public test::StoriesPromptTest {
  protected:
   static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
+    if (!load()) return;
     data_ = new reference::PromptData(reference::collect(*model_, tokens_, kWindow));
   }
   static void TearDownTestSuite() {
     delete data_;
-    delete model_;
     data_ = nullptr;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
+    unload();
   }
 
-  static int S() { return static_cast<int>(tokens_.size()); }
-
-  // A fraction parameter x such that floor(x * S) == n (NACL's and H2O's shares of the prompt).
-  static std::string share_of_prompt(int n) {
-    std::ostringstream s;
-    s.precision(12);
-    s << (n + 0.5) / S();
-    return s.str();
-  }
 
   static EvictionReport run(const std::string& policy, const std::map<std::string, std::string>& set,
                             const std::string& budget, uint64_t seed = 0) {
@@ -108,13 +94,9 @@ class PolicyEquivalence : public ::testing::Test {
     return n;
   }
 
-  static Model* model_;
-  static std::vector<int> tokens_;
   static reference::PromptData* data_;
 };
 
-Model* PolicyEquivalence::model_ = nullptr;
-std::vector<int> PolicyEquivalence::tokens_;
 reference::PromptData* PolicyEquivalence::data_ = nullptr;
 
 TEST_F(PolicyEquivalence, PromptIsAFewHundredTokens) {

@@ -15,6 +15,7 @@
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
 #include "reference_forward.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -117,27 +118,7 @@ TEST(PositionReassign, CodebookHeadReconstructsAtTheNewPositions) {
 constexpr int kSinks = 4;
 constexpr int kBudget = 40;
 
-class StoriesReassign : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
-
-  static Model* model_;
-  static std::vector<int> tokens_;
-};
-Model* StoriesReassign::model_ = nullptr;
-std::vector<int> StoriesReassign::tokens_;
+using StoriesReassign = test::StoriesPromptTest;
 
 // Tokens fed after the prompt (teacher forcing keeps both runs on the same inputs).
 std::vector<int> continuation(int n) {
