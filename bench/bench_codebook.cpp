@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
@@ -20,13 +21,6 @@ using namespace kvevict;
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-std::string default_model() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  return std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
-         "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
@@ -67,7 +61,7 @@ Run run(const Model& model, const std::vector<int>& prompt, const std::string& b
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const std::string path = argc > 1 && *argv[1] ? argv[1] : default_model();
+  const std::string path = argc > 1 && *argv[1] ? argv[1] : bench::default_smollm2_path();
   const int n = argc > 2 ? std::atoi(argv[2]) : 1024;
   const std::string budget = argc > 3 ? argv[3] : "40%";
   const int decode_tokens = argc > 4 ? std::atoi(argv[4]) : 64;

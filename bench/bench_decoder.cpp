@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/decode/cpu_ops.h"
 #include "core/decode/decoder.h"
 #include "core/model/model.h"
@@ -97,10 +98,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 std::unique_ptr<Model> load_default_model() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  const std::string gguf = std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
-                           "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string gguf = bench::default_smollm2_path();
   try {
     return load_model(gguf);
   } catch (const std::exception& e) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
@@ -29,19 +30,8 @@ using namespace kvevict;
 
 namespace {
 
-double wall() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double cpu() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-std::string default_model() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  return std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
-         "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+double wall() { return bench::wall_seconds(); }
+double cpu() { return bench::process_cpu_seconds(); }
 
 // Forwards to the engine and times what happens inside its callbacks.
 class TimedObserver : public ForwardObserver {
@@ -69,7 +59,7 @@ class TimedObserver : public ForwardObserver {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string path = argc > 1 ? argv[1] : default_model();
+  const std::string path = argc > 1 ? argv[1] : bench::default_smollm2_path();
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
   const std::string budget_text = argc > 3 ? argv[3] : "10%";
   std::vector<std::string> names;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
@@ -23,18 +24,11 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::string default_model() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  return std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
-         "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows line by line when redirected
-  const std::string path = argc > 1 ? argv[1] : default_model();
+  const std::string path = argc > 1 ? argv[1] : bench::default_smollm2_path();
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
   const std::string budget_text = argc > 3 ? argv[3] : "10%";
   auto model = load_model(path);

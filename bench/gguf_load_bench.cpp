@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench_common.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
 
@@ -16,17 +17,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string default_model() {
-  const char* dir = std::getenv("KVEVICT_MODEL_DIR");
-  const char* home = std::getenv("HOME");
-  return std::string(dir ? dir : std::string(home ? home : "") + "/.cache/kvevict/models") +
-         "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string path = argc > 1 ? argv[1] : default_model();
+  const std::string path = argc > 1 ? argv[1] : kvevict::bench::default_smollm2_path();
   try {
     // Wall time and process CPU time (the latter is what matters on a shared, loaded machine).
     double best_load = 1e30, best_cpu = 1e30;
