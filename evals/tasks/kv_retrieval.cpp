@@ -4,6 +4,7 @@
 // Options: lengths, depths (percent position of the asked pair; default a seeded random one), samples, question.
 #include <set>
 
+#include "evals/tasks/grid_task.h"
 #include "evals/tasks/task_types.h"
 #include "evals/util/rng.h"
 
@@ -17,78 +18,52 @@ std::string hex_word(Rng& rng, int digits) {
   return out;
 }
 
-class KvRetrievalTask : public Task {
+class KvRetrievalTask : public LengthDepthGridTask {
  public:
-  KvRetrievalTask(std::string name, std::vector<int64_t> lengths, std::vector<double> depths, CommonTaskOptions common)
-      : name_(std::move(name)), lengths_(std::move(lengths)), depths_(std::move(depths)), common_(common) {}
+  using LengthDepthGridTask::LengthDepthGridTask;
 
-  std::vector<Sample> generate(const TaskContext& context) const override {
-    std::vector<Sample> samples;
-    const int per_point = context.limit > 0 ? std::min(context.limit, common_.samples) : common_.samples;
-    std::vector<double> depth_axis = depths_.empty() ? std::vector<double>{-1} : depths_;
+ protected:
+  void fill_sample(const TaskContext& context, Rng& rng, Sample& sample) const override {
     const std::string head = "JSON data:\n{";
-    for (int64_t length : lengths_) {
-      for (double grid_depth : depth_axis) {
-        for (int i = 0; i < per_point; ++i) {
-          std::string key = "len=" + std::to_string(length) + "/depth=" + format_depth(grid_depth) + "/i=" + std::to_string(i);
-          Rng rng(derive_seed(context.seed, name_ + "/" + key));
-          std::vector<std::string> lines;
-          std::set<std::string> seen;
-          int budget = static_cast<int>(length) - context.count_tokens(head + "}");
-          int total = 0;
-          while (true) {
-            std::string k = hex_word(rng, 8);
-            if (!seen.insert(k).second) continue;
-            std::string line = "\"" + k + "\": \"" + hex_word(rng, 8) + "\"";
-            int tokens = context.count_tokens(line + ", ");
-            if (total + tokens > budget && !lines.empty()) break;
-            lines.push_back(line);
-            total += tokens;
-          }
-          auto assemble = [&] {
-            std::string text = head;
-            for (size_t j = 0; j < lines.size(); ++j) text += lines[j] + (j + 1 < lines.size() ? ", " : "");
-            return text + "}";
-          };
-          std::string text = assemble();
-          while (context.count_tokens(text) > length && lines.size() > 1) {
-            lines.pop_back();
-            text = assemble();
-          }
-          double depth = grid_depth >= 0 ? grid_depth : static_cast<double>(rng.below(101));
-          size_t target = static_cast<size_t>(depth / 100.0 * (lines.size() - 1) + 0.5);
-          const std::string& line = lines[target];
-          std::string asked = line.substr(1, 8);
-          std::string value = line.substr(line.size() - 9, 8);
-
-          Sample sample;
-          sample.task = name_;
-          sample.key = key;
-          sample.length = static_cast<int>(length);
-          sample.depth = grid_depth;  // -1 when drawn at random (the drawn depth is in `grid`)
-          sample.index = i;
-          sample.context = "Extract the value corresponding to the specified key in the JSON object below.\n\n" + text;
-          sample.question = "Key: \"" + asked + "\"\nThe value associated with the specified key is:";
-          sample.answer_prefix = "";
-          sample.query_aware = common_.query_aware;
-          sample.references = {value};
-          sample.metric = "contains";
-          sample.max_new_tokens = 12;
-          sample.grid = {{"length", length}, {"depth", depth},        {"pairs", lines.size()},
-                         {"target_pair", target}, {"context_tokens", context.count_tokens(sample.context)},
-                         {"question", common_.query_aware ? "query_aware" : "agnostic"}};
-          samples.push_back(std::move(sample));
-        }
-      }
+    std::vector<std::string> lines;
+    std::set<std::string> seen;
+    int budget = sample.length - context.count_tokens(head + "}");
+    int total = 0;
+    while (true) {
+      std::string k = hex_word(rng, 8);
+      if (!seen.insert(k).second) continue;
+      std::string line = "\"" + k + "\": \"" + hex_word(rng, 8) + "\"";
+      int tokens = context.count_tokens(line + ", ");
+      if (total + tokens > budget && !lines.empty()) break;
+      lines.push_back(line);
+      total += tokens;
     }
-    return samples;
-  }
+    auto assemble = [&] {
+      std::string text = head;
+      for (size_t j = 0; j < lines.size(); ++j) text += lines[j] + (j + 1 < lines.size() ? ", " : "");
+      return text + "}";
+    };
+    std::string text = assemble();
+    while (context.count_tokens(text) > sample.length && lines.size() > 1) {
+      lines.pop_back();
+      text = assemble();
+    }
+    const double depth = depth_or_draw(sample.depth, rng);
+    size_t target = static_cast<size_t>(depth / 100.0 * (lines.size() - 1) + 0.5);
+    const std::string& line = lines[target];
+    std::string asked = line.substr(1, 8);
+    std::string value = line.substr(line.size() - 9, 8);
 
- private:
-  std::string name_;
-  std::vector<int64_t> lengths_;
-  std::vector<double> depths_;
-  CommonTaskOptions common_;
+    sample.context = "Extract the value corresponding to the specified key in the JSON object below.\n\n" + text;
+    sample.question = "Key: \"" + asked + "\"\nThe value associated with the specified key is:";
+    sample.answer_prefix = "";
+    sample.references = {value};
+    sample.metric = "contains";
+    sample.max_new_tokens = 12;
+    sample.grid = {{"length", sample.length}, {"depth", depth}, {"pairs", lines.size()},
+                   {"target_pair", target}, {"context_tokens", context.count_tokens(sample.context)},
+                   {"question", question_mode()}};
+  }
 };
 
 }  // namespace
