@@ -13,7 +13,9 @@
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook_stage.h"
+#include "core/engine/engine_checks.h"
 #include "core/engine/original_positions.h"
+#include "core/engine/recent_queries.h"
 #include "core/engine/selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
@@ -64,8 +66,7 @@ struct EvictionEngine::State {
   std::vector<double> layer_weight;                      // P_l when the policy has one
   std::vector<std::vector<std::vector<float>>> scores;   // [layer][kv_head][cache entry] prefill scores
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
-  std::vector<std::vector<float>> queries;               // [layer] rolling [rows][Hq][d] newest queries
-  std::vector<int> query_rows, query_position0;          // rows held and position of the first row
+  RecentQueries recent;                                  // the newest query rows of each layer
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
 
@@ -81,39 +82,12 @@ struct EvictionEngine::State {
     Hq = c.n_heads;
     G = c.group_size();
     d = c.head_dim;
-    if (desc.select.random_share < 0 || desc.select.random_share > 1)
-      throw UsageError("policy " + desc.name + ": random_share must be in [0, 1]");
-    if (desc.select.random_share > 0 && !(desc.select.temperature > 0))
-      throw UsageError("policy " + desc.name + ": temperature must be > 0");
+    check_engine_supports(desc, c, options.budget);
     window = desc.window;
     protect = desc.protect;
-    if (window < 0 || protect.first < 0 || protect.recent < 0 || desc.run.decode_every < 0 ||
-        desc.run.decode_slack < 0)
-      throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
-    if (desc.select.scope != "kv_head" && desc.select.scope != "layer" && desc.select.scope != "layer_shared")
-      throw UsageError("policy " + desc.name + ": select scope must be kv_head, layer or layer_shared, not " +
-                       desc.select.scope);
-    if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
-      throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
-    if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
-      throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
-                       "must not also read A_acc or A_now");
     unfold = desc.select.unfold_gqa;
     Hs = unfold ? Hq : Hkv;
     Gs = unfold ? 1 : G;
-    if (unfold && (desc.select.scope != "kv_head" || desc.run.cascading))
-      throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");
-    if (desc.merge.enabled) {
-      int first = 0, last = 0;
-      codebook_layer_range(desc.merge, L, desc.name, first, last);
-      if (desc.merge.scope != "per_head" && desc.merge.scope != "per_layer_across_heads")
-        throw UsageError("policy " + desc.name + ": merge scope must be per_head or per_layer_across_heads");
-    }
-    if (unfold && desc.run.reassign_positions)
-      throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
-    if (unfold && desc.observe.same_index_head)
-      throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
-    options.budget.check_model(L, Hkv);
   }
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
@@ -136,32 +110,13 @@ struct EvictionEngine::State {
     layer_weight.assign(L, 1.0);
     scores.assign(L, std::vector<std::vector<float>>(Hs));
     accumulated.assign(L, std::vector<std::vector<float>>());
-    queries.assign(L, {});
-    query_rows.assign(L, 0);
-    query_position0.assign(L, 0);
+    recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
   void record_queries(const LayerSignals& s) {
-    const int keep = query_window();
-    if (keep == 0 || s.window == 0) return;
-    const size_t row = static_cast<size_t>(Hq) * d;
-    std::vector<float>& q = queries[s.layer];
-    const int new_first = s.first_position + s.n_tokens - s.window;
-    if (query_rows[s.layer] > 0 && query_position0[s.layer] + query_rows[s.layer] != new_first) {
-      q.clear();  // not contiguous (a new prompt): start over
-      query_rows[s.layer] = 0;
-    }
-    if (query_rows[s.layer] == 0) query_position0[s.layer] = new_first;
-    q.insert(q.end(), s.window_queries.begin(), s.window_queries.begin() + static_cast<size_t>(s.window) * row);
-    query_rows[s.layer] += s.window;
-    if (query_rows[s.layer] > keep) {
-      const int drop = query_rows[s.layer] - keep;
-      q.erase(q.begin(), q.begin() + static_cast<size_t>(drop) * row);
-      query_rows[s.layer] = keep;
-      query_position0[s.layer] += drop;
-    }
+    recent.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window, query_window());
   }
 
   // Adds the block's attention column sums to the stored accumulated attention of the layer.
@@ -197,22 +152,22 @@ struct EvictionEngine::State {
     in.seed = options.seed;
     in.position = positions(cache, layer, src);
     const float* keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
-    const int rows = query_rows[layer];
-    const float* q = queries[layer].data();
+    const int rows = recent.rows(layer);
+    const float* q = recent.data(layer);
     const bool want_window = window > 0 && (!decoding || desc.run.decode_uses_window_attention);
     if (want_window && rows > 0) {
       const int W = std::min(window, rows);
       const int skip = rows - W;
       if (window_out && !desc.observe.same_index_head) {  // the layer's shared buffer
-        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip,
+        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip,
                                  kv_head, Gs, keys, in.position, T, d, window_out, desc.observe.causal);
       } else if (!desc.observe.same_index_head) {
         hs.window_attention.resize(static_cast<size_t>(Gs) * W * T);
-        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip,
+        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip,
                                  kv_head, Gs, keys, in.position, T, d, hs.window_attention.data(), desc.observe.causal);
         window_out = hs.window_attention.data();
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
-        const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, query_position0[layer] + skip};
+        const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip};
         in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, keys, hs.window_attention);
         window_out = hs.window_attention.data();
       }
@@ -221,7 +176,7 @@ struct EvictionEngine::State {
     }
     if (desc.needs_current_attention && rows > 0) {
       hs.current_attention.resize(static_cast<size_t>(Gs) * T);
-      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, query_position0[layer] + rows - 1,
+      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, recent.first_position(layer) + rows - 1,
                                kv_head, Gs, keys, in.position, T, d, hs.current_attention.data());
       in.current_attention = hs.current_attention.data();
     }
@@ -258,7 +213,7 @@ struct EvictionEngine::State {
     const int T = cache.length(layer, cache_head(0, cache));
     bool same_length = !desc.observe.same_index_head;  // same_index_head gives one head, not G
     for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
-    const size_t per_head = static_cast<size_t>(Gs) * std::min(window, query_rows[layer]) * T;
+    const size_t per_head = static_cast<size_t>(Gs) * std::min(window, recent.rows(layer)) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * window > 65536)
     for (int h = 0; h < Hs; ++h)

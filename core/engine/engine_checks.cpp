@@ -1,0 +1,40 @@
+#include "core/engine/engine_checks.h"
+
+#include "core/engine/codebook_stage.h"
+#include "core/util/error.h"
+
+namespace kvevict {
+
+void check_engine_supports(const PolicyDescription& desc, const ModelConfig& config, const Budget& budget) {
+  if (desc.select.random_share < 0 || desc.select.random_share > 1)
+    throw UsageError("policy " + desc.name + ": random_share must be in [0, 1]");
+  if (desc.select.random_share > 0 && !(desc.select.temperature > 0))
+    throw UsageError("policy " + desc.name + ": temperature must be > 0");
+  if (desc.window < 0 || desc.protect.first < 0 || desc.protect.recent < 0 || desc.run.decode_every < 0 ||
+      desc.run.decode_slack < 0)
+    throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
+  if (desc.select.scope != "kv_head" && desc.select.scope != "layer" && desc.select.scope != "layer_shared")
+    throw UsageError("policy " + desc.name + ": select scope must be kv_head, layer or layer_shared, not " +
+                     desc.select.scope);
+  if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
+    throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
+  if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
+    throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
+                     "must not also read A_acc or A_now");
+  const bool unfold = desc.select.unfold_gqa;
+  if (unfold && (desc.select.scope != "kv_head" || desc.run.cascading))
+    throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");
+  if (desc.merge.enabled) {
+    int first = 0, last = 0;
+    codebook_layer_range(desc.merge, config.n_layers, desc.name, first, last);
+    if (desc.merge.scope != "per_head" && desc.merge.scope != "per_layer_across_heads")
+      throw UsageError("policy " + desc.name + ": merge scope must be per_head or per_layer_across_heads");
+  }
+  if (unfold && desc.run.reassign_positions)
+    throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
+  if (unfold && desc.observe.same_index_head)
+    throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
+  budget.check_model(config.n_layers, config.n_kv_heads);
+}
+
+}  // namespace kvevict
