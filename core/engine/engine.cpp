@@ -158,17 +158,18 @@ struct EvictionEngine::State {
     if (want_window && rows > 0) {
       const int W = std::min(window, rows);
       const int skip = rows - W;
-      if (window_out && !desc.observe.same_index_head) {  // the layer's shared buffer
-        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip,
-                                 kv_head, Gs, keys, in.position, T, d, window_out, desc.observe.causal);
-      } else if (!desc.observe.same_index_head) {
-        hs.window_attention.resize(static_cast<size_t>(Gs) * W * T);
-        compute_window_attention(q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip,
-                                 kv_head, Gs, keys, in.position, T, d, hs.window_attention.data(), desc.observe.causal);
-        window_out = hs.window_attention.data();
+      const float* window_rows = q + static_cast<size_t>(skip) * Hq * d;
+      const int first = recent.first_position(layer) + skip;
+      if (!desc.observe.same_index_head) {
+        if (!window_out) {  // no layer-shared buffer: the head's own
+          hs.window_attention.resize(static_cast<size_t>(Gs) * W * T);
+          window_out = hs.window_attention.data();
+        }
+        compute_window_attention(window_rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
+                                 desc.observe.causal);
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
-        const WindowQueries wq{q + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip};
-        in.group = observe_window_attention(desc.observe, wq, cache, layer, kv_head, G, keys, hs.window_attention);
+        in.group = observe_same_index_head(desc.observe.causal, WindowQueries{window_rows, W, Hq, first}, cache, layer,
+                                           kv_head, G, keys, hs.window_attention);
         window_out = hs.window_attention.data();
       }
       in.W = W;

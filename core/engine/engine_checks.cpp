@@ -21,6 +21,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
     throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
                      "must not also read A_acc or A_now");
+  if (desc.observe.same_index_head && desc.run.reassign_positions)  // it masks by the cache's own positions
+    throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with run.reassign_positions");
   const bool unfold = desc.select.unfold_gqa;
   if (unfold && (desc.select.scope != "kv_head" || desc.run.cascading))
     throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");

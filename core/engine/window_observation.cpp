@@ -9,16 +9,10 @@
 
 namespace kvevict {
 
-int observe_window_attention(const PolicyObserve& observe, const WindowQueries& queries, const KVCache& cache,
-                             int layer, int kv_head, int group, const float* keys, std::vector<float>& out) {
+int observe_same_index_head(bool causal, const WindowQueries& queries, const KVCache& cache, int layer, int kv_head,
+                            int group, const float* keys, std::vector<float>& out) {
   const int T = cache.length(layer, kv_head), W = queries.W, d = cache.head_dim();
   const int32_t* positions = cache.positions(layer, kv_head);
-  if (!observe.same_index_head) {
-    out.resize(static_cast<size_t>(group) * W * T, 0.0f);
-    compute_window_attention(queries.rows, W, queries.n_heads, queries.position0, kv_head, group, keys, positions, T,
-                             d, out.data(), observe.causal);
-    return group;
-  }
   // Query head j = kv_head belongs to KV head j / G and attends over that head's entries, as in
   // the model's own attention; group = 1 with kv_head = j selects exactly query head j.
   const int query_head = kv_head;
@@ -31,7 +25,7 @@ int observe_window_attention(const PolicyObserve& observe, const WindowQueries& 
   const float* source_keys = source == kv_head ? keys : cache.keys_or_reconstruct(layer, source, scratch);
   std::vector<float> a(static_cast<size_t>(W) * Ts);
   compute_window_attention(queries.rows, W, queries.n_heads, queries.position0, query_head, 1, source_keys,
-                           source_positions, Ts, d, a.data(), observe.causal);
+                           source_positions, Ts, d, a.data(), causal);
   if (Ts == T && std::equal(positions, positions + T, source_positions)) {  // always so at prefill
     out.swap(a);
     return 1;

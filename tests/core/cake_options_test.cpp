@@ -22,17 +22,8 @@ namespace {
 
 constexpr int kWindow = 16;
 
-class CakeOptions : public test::StoriesPromptTest {
+class CakeOptions : public test::StoriesAttentionTest<kWindow> {
  protected:
-  static void SetUpTestSuite() {
-    if (!load()) return;
-    data_ = new reference::PromptData(reference::collect(*model_, tokens_, kWindow));
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    data_ = nullptr;
-    unload();
-  }
 
   static reference::CakeParams params() {
     reference::CakeParams cp;
@@ -88,10 +79,8 @@ class CakeOptions : public test::StoriesPromptTest {
     return program->layer_weight(lw);
   }
 
-  static reference::PromptData* data_;
 };
 
-reference::PromptData* CakeOptions::data_ = nullptr;
 
 TEST_F(CakeOptions, PoolMaxAndNoneMatchTheReference) {
   ASSERT_GT(S(), 40 + kWindow);

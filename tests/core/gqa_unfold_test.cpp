@@ -331,5 +331,40 @@ TEST(GqaUnfold, UnfoldNeedsPerHeadScopeAndNoCascading) {
   EXPECT_THROW(load_policy("spindlekv", {{"codebook_to_layer", "-1"}}), UsageError);
 }
 
+// Combinations the engine cannot honour together are usage errors naming both settings; each
+// setting alone is accepted.
+TEST(GqaUnfold, CombinationsTheEngineRefuses) {
+  const ModelConfig c = gqa3_config();
+  test::HandPolicy base;
+  base.desc.name = "combo";
+  base.desc.window = 2;
+  base.score_fn = [](const ScoreInputs&, bool, float*) {};
+  auto expect_refused = [&](const test::HandPolicy& p, const std::string& a, const std::string& b) {
+    try {
+      EvictionEngine engine(p, c, {Budget::parse("10"), 0});
+      ADD_FAILURE() << a << " with " << b << " accepted";
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(a), std::string::npos) << what;
+      EXPECT_NE(what.find(b), std::string::npos) << what;
+    }
+  };
+  test::HandPolicy unfold = base, reassign = base, same_index = base;
+  unfold.desc.select.unfold_gqa = true;
+  reassign.desc.run.reassign_positions = true;
+  same_index.desc.observe.same_index_head = true;
+  for (const test::HandPolicy* alone : {&unfold, &reassign, &same_index})
+    EXPECT_NO_THROW(EvictionEngine(*alone, c, {Budget::parse("10"), 0}));
+  test::HandPolicy p = unfold;
+  p.desc.run.reassign_positions = true;
+  expect_refused(p, "reassign_positions", "unfold_gqa");
+  p = unfold;
+  p.desc.observe.same_index_head = true;
+  expect_refused(p, "same_index_head", "unfold_gqa");
+  p = same_index;
+  p.desc.run.reassign_positions = true;
+  expect_refused(p, "same_index_head", "reassign_positions");
+}
+
 }  // namespace
 }  // namespace kvevict

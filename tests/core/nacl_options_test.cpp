@@ -37,7 +37,7 @@ class NaclOptions : public test::StoriesPromptTest {
     if (!load()) return;
     forced_ = model_->tokenizer->encode(" Tom and Lily looked under the big tree and found a small box.", false);
     causal_ = new reference::PromptData(reference::collect(*model_, tokens_, kProxy));
-    noncausal_ = new reference::PromptData(reference::collect_noncausal(*model_, tokens_, kProxy));
+    noncausal_ = new reference::PromptData(reference::collect(*model_, tokens_, kProxy, /*causal_window=*/false));
   }
   static void TearDownTestSuite() {
     delete causal_;

@@ -28,17 +28,8 @@ namespace {
 
 constexpr int kWindow = 16;
 
-class PolicyEquivalence : public test::StoriesPromptTest {
+class PolicyEquivalence : public test::StoriesAttentionTest<kWindow> {
  protected:
-  static void SetUpTestSuite() {
-    if (!load()) return;
-    data_ = new reference::PromptData(reference::collect(*model_, tokens_, kWindow));
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    data_ = nullptr;
-    unload();
-  }
 
 
   static EvictionReport run(const std::string& policy, const std::map<std::string, std::string>& set,
@@ -94,10 +85,8 @@ class PolicyEquivalence : public test::StoriesPromptTest {
     return n;
   }
 
-  static reference::PromptData* data_;
 };
 
-reference::PromptData* PolicyEquivalence::data_ = nullptr;
 
 TEST_F(PolicyEquivalence, PromptIsAFewHundredTokens) {
   EXPECT_GE(S(), 200);
@@ -173,7 +162,7 @@ TEST_F(PolicyEquivalence, NaclSeededRandomShare) {
   // Budget 32 = 4 sinks + 8 recent + 20 free, half of it sampled: 10 top-k + 10 random; 16 proxy rows.
   // The file's default proxy_causal = false is the official code's scoring (spec §3.5 item 3): the
   // proxy rows see every prompt token; proxy_causal = true is the causal attention of data_.
-  const reference::PromptData noncausal = reference::collect_noncausal(*model_, tokens_, kWindow);
+  const reference::PromptData noncausal = reference::collect(*model_, tokens_, kWindow, /*causal_window=*/false);
   std::map<std::string, std::string> set = {
       {"budget_split", "explicit"}, {"explicit_proxy", share_of_prompt(kWindow)}, {"explicit_sinks", "4"},
       {"explicit_protect", share_of_prompt(12)}, {"explicit_top", "0.1"}, {"explicit_random", "0.1"}};

@@ -153,38 +153,6 @@ class DecodeReference : public ForwardObserver {
 
 }  // namespace
 
-PromptData collect_noncausal(const Model& model, const std::vector<int>& tokens, int window) {
-  const ModelConfig& c = model.config;
-  const int S = static_cast<int>(tokens.size());
-  auto decoder = make_cpu_decoder(model, {.threads = 1});
-  PrefillRecorder rec(S, false);
-  decoder->forward(std::span<const int>(tokens), &rec);
-  const KVCache& cache = decoder->cache();
-  const int G = c.group_size(), d = c.head_dim, Hq = c.n_heads;
-  PromptData p(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::vector<float>& q = rec.layers()[l].window_queries;  // [S][Hq][d]
-    for (int kv = 0; kv < c.n_kv_heads; ++kv) {
-      HeadData h;
-      h.S = S;
-      h.G = G;
-      h.W = window;
-      h.d = d;
-      h.keys.assign(cache.keys(l, kv), cache.keys(l, kv) + static_cast<size_t>(S) * d);
-      h.window_attention.assign(static_cast<size_t>(G) * window * S, 0.0);
-      for (int g = 0; g < G; ++g)
-        for (int w = 0; w < window; ++w) {
-          const int i = S - window + w;
-          const auto a = attention_row(q.data() + (static_cast<size_t>(i) * Hq + kv * G + g) * d, h.keys.data(),
-                                       cache.positions(l, kv), S, d, i, /*causal=*/false);
-          std::copy(a.begin(), a.end(), h.window_attention.begin() + (static_cast<size_t>(g) * window + w) * S);
-        }
-      p[l].push_back(std::move(h));
-    }
-  }
-  return p;
-}
-
 KeptSets nacl_variant(const PromptData& p, const NaclVariant& v) {
   KeptSets out(p.size());
   for (size_t l = 0; l < p.size(); ++l) {

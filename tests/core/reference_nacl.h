@@ -19,10 +19,6 @@
 
 namespace kvevict::reference {
 
-// Like collect(), but the `window` proxy rows see all S keys (no causal mask). Only
-// window_attention (and keys) are filled.
-PromptData collect_noncausal(const Model& model, const std::vector<int>& tokens, int window);
-
 struct NaclVariant {
   int budget = 32;              // per (layer, KV head), protected entries included
   int sinks = 4, recent = 8;    // protected: positions < sinks and the `recent` newest entries
@@ -34,7 +30,7 @@ struct NaclVariant {
 };
 
 // The prefill decision from one prompt's attention data (causal or not: the caller's choice of
-// collect / collect_noncausal).
+// collect with causal_window true or false).
 KeptSets nacl_variant(const PromptData& p, const NaclVariant& v);
 
 struct NaclDecodeParams {

@@ -78,7 +78,7 @@ KeptSets per_head(const PromptData& p, const std::function<std::vector<int>(int,
 
 }  // namespace
 
-PromptData collect(const Model& model, const std::vector<int>& tokens, int window) {
+PromptData collect(const Model& model, const std::vector<int>& tokens, int window, bool causal_window) {
   const ModelConfig& c = model.config;
   const int S = static_cast<int>(tokens.size());
   auto decoder = make_cpu_decoder(model, {.threads = 1});
@@ -98,25 +98,30 @@ PromptData collect(const Model& model, const std::vector<int>& tokens, int windo
       h.keys.assign(cache.keys(l, kv), cache.keys(l, kv) + static_cast<size_t>(S) * d);
       h.window_attention.assign(static_cast<size_t>(G) * window * S, 0.0);
       h.accumulated.assign(static_cast<size_t>(G) * S, 0.0);
+      // softmax over keys 0..n-1 of query row i of query head qh
+      auto attention = [&](int qh, int i, int n) {
+        std::vector<double> a(n);
+        double mx = -INFINITY;
+        for (int j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int e = 0; e < d; ++e) dot += static_cast<double>(q[(static_cast<size_t>(i) * Hq + qh) * d + e]) * h.keys[static_cast<size_t>(j) * d + e];
+          a[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, a[j]);
+        }
+        double z = 0;
+        for (double& v : a) z += (v = std::exp(v - mx));
+        for (double& v : a) v /= z;
+        return a;
+      };
       for (int g = 0; g < G; ++g) {
         const int qh = kv * G + g;
         for (int i = 0; i < S; ++i) {  // query at position i sees keys 0..i
-          std::vector<double> logit(i + 1);
-          double mx = -INFINITY;
-          for (int j = 0; j <= i; ++j) {
-            double dot = 0;
-            for (int e = 0; e < d; ++e) dot += static_cast<double>(q[(static_cast<size_t>(i) * Hq + qh) * d + e]) * h.keys[static_cast<size_t>(j) * d + e];
-            logit[j] = dot / std::sqrt(static_cast<double>(d));
-            mx = std::max(mx, logit[j]);
-          }
-          double z = 0;
-          for (double& v : logit) z += (v = std::exp(v - mx));
-          for (int j = 0; j <= i; ++j) {
-            const double a = logit[j] / z;
-            h.accumulated[static_cast<size_t>(g) * S + j] += a;
-            const int w = i - (S - window);
-            if (w >= 0) h.window_attention[(static_cast<size_t>(g) * window + w) * S + j] = a;
-          }
+          const int w = i - (S - window);
+          const std::vector<double> a = attention(qh, i, i + 1);
+          for (int j = 0; j <= i; ++j) h.accumulated[static_cast<size_t>(g) * S + j] += a[j];
+          // A non-causal window row sees every key of the prompt (NACL's proxy rows).
+          const std::vector<double> row = w < 0 ? std::vector<double>() : causal_window ? a : attention(qh, i, S);
+          std::copy(row.begin(), row.end(), h.window_attention.begin() + (static_cast<size_t>(g) * window + w) * S);
         }
       }
       p[l].push_back(std::move(h));

@@ -23,8 +23,10 @@ using PromptData = std::vector<std::vector<HeadData>>;  // [layer][kv_head]
 using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored head] ascending positions
 
 // Runs the prompt through the CPU decoder (full cache) and computes every head's attention in double
-// directly from the recorded queries and cached keys. `window` rows of window attention.
-PromptData collect(const Model& model, const std::vector<int>& tokens, int window);
+// directly from the recorded queries and cached keys. `window` rows of window attention, causal, or
+// with causal_window = false seeing all S keys (NACL's official proxy scoring); the accumulated
+// attention is always causal.
+PromptData collect(const Model& model, const std::vector<int>& tokens, int window, bool causal_window = true);
 
 KeptSets full(const PromptData& p);
 // The uniform draw of the `random` score. Default: Philox (counter_rng.h, kScoreStream), which is

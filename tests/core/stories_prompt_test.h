@@ -1,8 +1,9 @@
 #pragma once
-// Fixture base for the policy tests on real stories260K attention: the model and the policy test
+// Fixture bases for the policy tests on real stories260K attention: the model and the policy test
 // prompt (policy_test_prompt.h), loaded once per test suite; every test skips with the reason when
-// the checkpoint is absent. A derived suite that records more (reference attention, forced
-// continuations) calls load() first in its own SetUpTestSuite and unload() last in its teardown.
+// the checkpoint is absent. StoriesAttentionTest<W> adds the reference's record of the prompt's
+// attention (reference_policies.h, W window rows). A derived suite that records more calls load()
+// first in its own SetUpTestSuite and unload() last in its teardown.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -11,6 +12,7 @@
 
 #include "core/model/model.h"
 #include "policy_test_prompt.h"
+#include "reference_policies.h"
 #include "test_models.h"
 
 namespace kvevict::test {
@@ -47,6 +49,21 @@ class StoriesPromptTest : public ::testing::Test {
 
   static inline Model* model_ = nullptr;
   static inline std::vector<int> tokens_;
+};
+
+template <int kWindowRows>
+class StoriesAttentionTest : public StoriesPromptTest {
+ protected:
+  static void SetUpTestSuite() {
+    if (load()) data_ = new reference::PromptData(reference::collect(*model_, tokens_, kWindowRows));
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+    unload();
+  }
+
+  static inline reference::PromptData* data_ = nullptr;
 };
 
 }  // namespace kvevict::test
