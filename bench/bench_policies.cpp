@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,7 @@ class TimedObserver : public ForwardObserver {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string path = argc > 1 ? argv[1] : bench::default_smollm2_path();
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
   const std::string budget_text = argc > 3 ? argv[3] : "10%";
@@ -116,4 +117,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return 0;
+} catch (const std::exception& e) {  // a missing model or a bad policy: say which, no abort
+  std::fprintf(stderr, "bench_policies: %s\n", e.what());
+  return 1;
 }
