@@ -1,6 +1,8 @@
 #pragma once
 // Error types shared by every part of kvevict. Each carries the process exit code it maps to:
 //   UsageError   (2) bad command line, bad config or policy file, bad parameter value
+//   InputError   (2) a file a user named that cannot be used as input (missing, not a regular file,
+//                    too large); the message reads "<file>: <what>"
 //   ModelError   (1) a model or tokenizer file that is malformed, truncated or unsupported
 //   RuntimeError (1) anything else that fails at run time (I/O, device, database)
 // Messages name the file (and line:col where there is one) and say what is wrong.
@@ -27,6 +29,12 @@ class ModelError : public Error {
  public:
   // `file` is the offending file; the message reads "<file>: <what>".
   ModelError(const std::string& file, const std::string& what) : Error(file + ": " + what, 1) {}
+};
+
+class InputError : public Error {
+ public:
+  // `file` is the offending file; the message reads "<file>: <what>".
+  InputError(const std::string& file, const std::string& what) : Error(file + ": " + what, 2) {}
 };
 
 class RuntimeError : public Error {
