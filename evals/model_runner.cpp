@@ -51,6 +51,8 @@ class ModelRunner : public SampleRunner {
     return model_hash_;
   }
 
+  int context_length() const override { return model_->config.context_length; }
+
   int count_tokens(std::string_view text) override {
     return static_cast<int>(model_->tokenizer->encode(text, false).size());
   }
