@@ -10,7 +10,9 @@ namespace kvevict::evals {
 
 std::string ConfigErrors::where(const YAML::Node& node, const std::string& path) const {
   for (const auto& overridden : override_paths_) {
-    if (path == overridden || path.rfind(overridden + ".", 0) == 0) return "--set " + overridden;
+    if (path == overridden || path.rfind(overridden + ".", 0) == 0 || path.rfind(overridden + "[", 0) == 0) {
+      return "--set " + overridden;
+    }
   }
   // Keys above an override path were created by it when they did not exist in the file.
   for (const auto& overridden : override_paths_) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -123,6 +124,24 @@ void require_persistent_path(const std::string& path) {
   }
 }
 
+// " (<strerror>)" when the last SQLite error came with an operating-system error, else "".
+std::string os_reason(sqlite3* db) {
+  std::string full = sqlite_error_text(db), plain = sqlite3_errmsg(db);
+  return full.size() > plain.size() ? full.substr(plain.size()) : "";
+}
+
+// " (read-only: <reason>)" when `path` (or, before it exists, its folder) cannot be written: SQLite
+// only says "unable to open database file" or "attempt to write a readonly database".
+std::string writability_hint(const std::string& path) {
+  std::string target = path;
+  if (access(path.c_str(), F_OK) != 0) {
+    size_t slash = path.rfind('/');
+    target = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  }
+  if (access(target.c_str(), W_OK) == 0) return "";
+  return " (" + target + " is not writable: " + std::strerror(errno) + ")";
+}
+
 std::string now_utc() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -192,7 +211,7 @@ class WriteTransaction {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
       std::string text = message ? message : "unknown error";
       sqlite3_free(message);
-      throw RuntimeError(path_ + ": database error: " + text);
+      throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
     }
   }
   sqlite3* db_;
@@ -206,10 +225,10 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
   require_persistent_path(path);
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
       SQLITE_OK) {
-    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    std::string message = db_ ? sqlite_error_text(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw RuntimeError(path + ": cannot open the results database: " + message);
+    throw RuntimeError(path + ": cannot open the results database: " + message + writability_hint(path));
   }
   try {
     sqlite3_busy_timeout(db_, 60000);
@@ -217,6 +236,10 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
     exec("PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=ON");
     migrate();
+  } catch (const RuntimeError& e) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw RuntimeError(e.what() + writability_hint(path));
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -231,7 +254,7 @@ void ResultsStore::exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
     std::string text = message ? message : "unknown error";
     sqlite3_free(message);
-    throw RuntimeError(path_ + ": database error: " + text);
+    throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
   }
 }
 
