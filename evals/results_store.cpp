@@ -231,6 +231,8 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
     throw RuntimeError(path + ": cannot open the results database: " + message + writability_hint(path));
   }
   try {
+    // SQLite quietly opens a file it cannot write read-only; the first write would fail mid-run.
+    if (sqlite3_db_readonly(db_, "main") == 1) throw RuntimeError(path + ": the results database is read-only");
     sqlite3_busy_timeout(db_, 60000);
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
