@@ -231,8 +231,6 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
     throw RuntimeError(path + ": cannot open the results database: " + message + writability_hint(path));
   }
   try {
-    // SQLite quietly opens a file it cannot write read-only; the first write would fail mid-run.
-    if (sqlite3_db_readonly(db_, "main") == 1) throw RuntimeError(path + ": the results database is read-only");
     sqlite3_busy_timeout(db_, 60000);
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
@@ -311,7 +309,16 @@ std::vector<RunRecord> ResultsStore::runs() {
   return all;
 }
 
+void ResultsStore::require_writable() {
+  // SQLite quietly opens a file it cannot write read-only (leaderboard and report only read); a run
+  // must not start on one.
+  if (sqlite3_db_readonly(db_, "main") == 1) {
+    throw RuntimeError(path_ + ": the results database is read-only" + writability_hint(path_));
+  }
+}
+
 int64_t ResultsStore::create_run(const RunRecord& record) {
+  require_writable();
   WriteTransaction transaction(db_, path_);
   Statement insert(db_, path_,
                    "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
@@ -335,6 +342,7 @@ void ResultsStore::finish_run(int64_t id, const std::string& status, const std::
 }
 
 void ResultsStore::claim_run(int64_t id) {
+  require_writable();
   WriteTransaction transaction(db_, path_);
   Statement query(db_, path_, "SELECT owner FROM runs WHERE id = ?1");
   query.bind(1, id);

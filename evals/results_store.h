@@ -79,7 +79,9 @@ class ResultsStore {
                                     const std::string& status);
   std::optional<RunRecord> run(int64_t id);
   std::vector<RunRecord> runs();
-  int64_t create_run(const RunRecord& record);  // status "running", started_at now, owned by this process
+  // Status "running", started_at now, owned by this process. create_run and claim_run throw
+  // RuntimeError when the database is read-only (file, folder or mount), before writing anything.
+  int64_t create_run(const RunRecord& record);
   // Sets status ("finished" or "failed", with the reason) and releases ownership.
   void finish_run(int64_t id, const std::string& status, const std::string& reason = "");
   // Makes this process the run's writer (status "running", reason cleared) before a resume. Throws
@@ -107,6 +109,7 @@ class ResultsStore {
  private:
   void exec(const char* sql);
   void migrate();
+  void require_writable();  // RuntimeError when SQLite opened the file read-only
   sqlite3* db_ = nullptr;
   std::string path_;
 };
