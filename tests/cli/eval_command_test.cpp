@@ -74,7 +74,7 @@ TEST(EvalCommand, ConfigErrorsExitWith2AndNameTheLocation) {
   }
   auto missing = run_shell(cli_command("eval -c " + (dir.path / "none.yaml").string()));
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.output.find("none.yaml: cannot open the config file"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("none.yaml: cannot open config file"), std::string::npos) << missing.output;
   std::string good = dir.file("good.yaml", fake_config("", 1));
   auto bad_set = run_shell(cli_command("eval -c " + good + " --db " + dir.db() + " --set tasks.passkey.lengths=[x]"));
   EXPECT_EQ(bad_set.exit_code, 2);
