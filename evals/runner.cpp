@@ -35,7 +35,35 @@ std::vector<Sample> generate_samples(const EvalConfig& config, SampleRunner& run
   return all;
 }
 
+// Every sample's prompt, question and answer must fit the model's context; a sample that does not
+// would decode past the positions the model was trained for. UsageError at the task's `lengths`.
+void check_samples_fit(const EvalConfig& config, SampleRunner& runner, const std::vector<Sample>& samples) {
+  const int context = runner.context_length();
+  if (context <= 0) return;
+  ConfigErrors errors(config.source, config.overridden);
+  for (const Sample& sample : samples) {
+    const int needed = runner.positions_needed(sample);
+    if (needed <= context) continue;
+    for (const auto& task : config.tasks) {
+      if (task.name != sample.task) continue;
+      YAML::Node at = task.options.IsMap() && task.options["lengths"] ? task.options["lengths"] : task.options;
+      errors.error(at, task.where + ".lengths",
+                   "sample " + sample.key + " needs " + std::to_string(needed) +
+                       " positions (prompt, question and answer), more than the model's context of " +
+                       std::to_string(context) + " tokens");
+    }
+  }
+  errors.throw_if_any();
+}
+
 }  // namespace
+
+std::vector<Sample> plan_samples(const EvalConfig& config, SampleRunner& runner) {
+  runner.prepare(config.policies);
+  std::vector<Sample> samples = generate_samples(config, runner);
+  check_samples_fit(config, runner, samples);
+  return samples;
+}
 
 double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::json& extra) {
   if (sample.fidelity) {
@@ -83,6 +111,9 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
     if (options.note) options.note(text);
   };
   EvalSummary summary;
+  // Policies load and samples are generated (and checked against the model's context) before the
+  // run is recorded: nothing is written for a run that cannot start.
+  const std::vector<Sample> samples = options.samples ? *options.samples : plan_samples(config, runner);
   const std::string model_hash = runner.model_hash();
   if (!options.force) {
     if (auto finished = store.find_run(config.hash, model_hash, "finished")) {
@@ -125,8 +156,6 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   };
   std::optional<Progress> progress;
   try {
-    runner.prepare(config.policies);
-    std::vector<Sample> samples = generate_samples(config, runner);
     summary.samples = static_cast<int64_t>(samples.size());
     const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
     summary.results_total = summary.samples * per_sample;

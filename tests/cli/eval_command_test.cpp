@@ -289,6 +289,18 @@ TEST(EvalCommand, LengthsAboveTheModelsContextExitWith2BeforeWork) {
             std::string::npos)
       << result.output;
   EXPECT_FALSE(std::filesystem::exists(dir.db())) << "the database was touched";
+  // A length that fits, but whose question and answer do not: refused once the samples are built,
+  // still before the database is opened (it used to decode past the model's 512 positions).
+  std::string near = dir.file("near.yaml", "model: " + models + "/stories260K.bin\ntokenizer: " + models +
+                                               "/tok512.bin\ndevice: cpu\ntasks:\n  needle: {lengths: [500], "
+                                               "depths: [50], needles: 8}\npolicies: [h2o]\nbudgets: [full]\n");
+  auto over = run_shell(cli_command("eval -c " + near + " --db " + dir.db()));
+  EXPECT_EQ(over.exit_code, 2) << over.output;
+  EXPECT_NE(over.output.find("near.yaml:5:21: error: tasks.needle.lengths: sample len=500/depth=50/i=0 needs"),
+            std::string::npos)
+      << over.output;
+  EXPECT_NE(over.output.find("more than the model's context of 512 tokens"), std::string::npos) << over.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.db())) << "the database was touched";
 }
 
 TEST(EvalCommand, ASecondResumeOfOneRunExitsWithAClearMessage) {

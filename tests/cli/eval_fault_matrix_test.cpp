@@ -242,7 +242,8 @@ TEST_F(EvalFaultMatrix, TwoWritersBothComplete) {
   Dir dir("writers");
   std::string a = dir.file("a.yaml", config_text("fault"));
   std::string db = (dir.path / "r.db").string();
-  pid_t first = kvevict::test::spawn_kvevict({"eval", "-q", "-c", a, "--db", db});
+  // --force on both: without it, whichever starts second could find the other finished and skip.
+  pid_t first = kvevict::test::spawn_kvevict({"eval", "-q", "-c", a, "--db", db, "--force"});
   pid_t second = kvevict::test::spawn_kvevict({"eval", "-q", "-c", a, "--db", db, "--force"});
   EXPECT_EQ(kvevict::test::wait_exit_code(first), 0);
   EXPECT_EQ(kvevict::test::wait_exit_code(second), 0);
