@@ -98,7 +98,8 @@ std::vector<Bar> iso_bars(const LeaderboardGroup& group) {
   options.sort = LeaderboardSort::Iso;
   for (const LeaderboardRow* row : sorted_rows(group, options)) {
     double value = row->iso.position == IsoPosition::Undefined ? std::nan("") : row->iso.kept_fraction;
-    bars.push_back({row->policy, value, iso_quality_text(row->iso)});
+    const size_t colour = static_cast<size_t>(row - group.rows.data());  // the row's line in score_curves
+    bars.push_back({row->policy, value, iso_quality_text(row->iso), row->iso.position != IsoPosition::Inside, colour});
   }
   return bars;
 }

@@ -163,7 +163,8 @@ std::string svg_bar_chart(const std::string& title, const std::string& x_label, 
     if (!std::isnan(bars[i].value)) {
       const double w = plot_w * std::clamp(bars[i].value, 0.0, 1.0);
       svg << "<rect class=\"bar\" x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << number(w) << "\" height=\""
-          << bar_h - 6 << "\" fill=\"" << kPalette[i % std::size(kPalette)] << "\"/>\n";
+          << bar_h - 6 << "\" fill=\"" << kPalette[bars[i].colour % std::size(kPalette)] << "\""
+          << (bars[i].bound ? " fill-opacity=\"0.35\"" : "") << "/>\n";
       end += w;
     }
     svg << "<text x=\"" << number(end + 6) << "\" y=\"" << y + bar_h / 2 + 4 << "\">" << xml_escape(bars[i].text)

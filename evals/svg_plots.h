@@ -21,11 +21,14 @@ std::string svg_log_fraction_chart(const std::string& title, const std::string& 
                                    const std::vector<CurveSeries>& series, double y_min, double y_max);
 
 // Horizontal bars, one per label, value in [0, 1] drawn as percent of the axis; `text` is printed
-// after the bar (NaN value: no bar, only the text).
+// after the bar (NaN value: no bar, only the text). A `bound` bar (the value is a limit, not a
+// measurement) is drawn lighter.
 struct Bar {
   std::string label;
   double value = 0;
   std::string text;
+  bool bound = false;
+  size_t colour = 0;  // palette index: pass the series index so a policy keeps its line's colour
 };
 std::string svg_bar_chart(const std::string& title, const std::string& x_label, const std::vector<Bar>& bars);
 
