@@ -1,4 +1,5 @@
-// `kvevict leaderboard [--db FILE] [--task T] [--model M] [--format table|md|csv|json] [--metric M]`.
+// `kvevict leaderboard [--db FILE] [--task T] [--model M] [--format table|md|csv|json] [--metric M]
+//                      [--sort mean|iso] [--iso-threshold F]`.
 #include <filesystem>
 #include <iostream>
 
@@ -11,7 +12,8 @@ namespace {
 
 struct LeaderboardArgs {
   std::string db = "kvevict.db";
-  std::string task, model, format = "table", metric = "score";
+  std::string task, model, format = "table", metric = "score", sort = "mean";
+  double iso_threshold = kvevict::evals::kDefaultIsoThreshold;
 };
 
 std::function<int()> setup_leaderboard(CLI::App& app) {
@@ -25,15 +27,30 @@ std::function<int()> setup_leaderboard(CLI::App& app) {
   app.add_option("--metric", args->metric, "Cell value for table/md: score, kv_bytes, kept_ratio, ttft_ms, decode_tok_s")
       ->check(CLI::IsMember({"score", "kv_bytes", "kept_ratio", "ttft_ms", "decode_tok_s"}))
       ->capture_default_str();
+  app.add_option("--sort", args->sort, "Row order: mean (best mean over compressed budgets) or iso (smallest "
+                                       "iso-quality budget first)")
+      ->check(CLI::IsMember({"mean", "iso"}))
+      ->capture_default_str();
+  app.add_option("--iso-threshold", args->iso_threshold,
+                 "Share of the full-cache score the iso-quality budget keeps (0 < F <= 1)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   return [args] {
     using namespace kvevict::evals;
+    if (!(args->iso_threshold > 0)) throw kvevict::UsageError("--iso-threshold: must be above 0");
     if (!std::filesystem::exists(args->db)) throw kvevict::UsageError(args->db + ": no such results database");
     ResultsStore store(args->db);
     LeaderboardFormat format = args->format == "md"    ? LeaderboardFormat::Markdown
                                : args->format == "csv" ? LeaderboardFormat::Csv
                                : args->format == "json" ? LeaderboardFormat::Json
                                                         : LeaderboardFormat::Table;
-    std::cout << render_leaderboard(store.leaderboard(args->task, args->model), format, args->metric);
+    LeaderboardOptions options;
+    options.metric = *parse_leaderboard_metric(args->metric);  // CLI::IsMember checked the name
+    options.sort = args->sort == "iso" ? LeaderboardSort::Iso : LeaderboardSort::Mean;
+    options.iso_threshold = args->iso_threshold;
+    auto groups = build_leaderboard(store.leaderboard(args->task, args->model), store_sample_scores(store),
+                                    args->iso_threshold);
+    std::cout << render_leaderboard(groups, format, options);
     return 0;
   };
 }

@@ -1,11 +1,19 @@
 #pragma once
-// `kvevict report`: writes into `out_dir` one SVG per (model, task) plotting score against budget
-// (one line per policy), one needle heatmap (depth x length) per (model, task, policy, budget) for
-// tasks with a depth grid, and index.html showing the leaderboard tables with the plots.
+// `kvevict report`: writes into `out_dir` an index.html that a browser opens from disk, with
+//  - a provenance table: per run shown, its name, model path and SHA-256, kvevict version and git
+//    commit, config hash, start and finish time, device and backend (the runs table has no backend
+//    column yet: the device column is shown for both);
+//  - per (model, task): the leaderboard (score [95% interval], paired difference to full, mean over
+//    compressed budgets, iso-quality budget, n), KV-cache bytes in binary units and decode speed;
+//  - per (model, task) one SVG of score against the measured kept fraction of the cache (log x
+//    axis, one line per policy, interval bands) and one of iso-quality bars;
+//  - depth x length heatmaps per (policy, budget), only where the grid has more than one cell and
+//    its scores are not all equal (the others are named in one line).
 #include <string>
 #include <vector>
 
 #include "evals/results_store.h"
+#include "evals/stats_iso_quality.h"
 
 namespace kvevict::evals {
 
@@ -15,6 +23,6 @@ struct ReportFiles {
 };
 
 // Throws RuntimeError naming the folder or file that cannot be written.
-ReportFiles write_report(ResultsStore& store, const std::string& out_dir);
+ReportFiles write_report(ResultsStore& store, const std::string& out_dir, double iso_threshold = kDefaultIsoThreshold);
 
 }  // namespace kvevict::evals

@@ -46,28 +46,56 @@ std::string xml_escape(const std::string& text) {
   return out;
 }
 
-std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
-                           const std::vector<std::string>& x_ticks, const std::vector<LineSeries>& series,
-                           double y_min, double y_max) {
-  const double width = 720, height = 420, left = 60, right = 200, top = 40, bottom = 60;
-  const double plot_w = width - left - right, plot_h = height - top - bottom;
-  auto x_at = [&](size_t i) { return left + (x_ticks.size() <= 1 ? plot_w / 2 : plot_w * i / (x_ticks.size() - 1)); };
-  auto y_at = [&](double v) { return top + plot_h * (1 - (v - y_min) / (y_max - y_min)); };
-  std::ostringstream svg;
+namespace {
+
+void open_svg(std::ostringstream& svg, double width, double height, const std::string& title) {
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg << "<title>" << xml_escape(title) << "</title>\n";
   svg << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << xml_escape(title)
       << "</text>\n";
+}
+
+std::string percent_tick(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), fraction * 100 >= 1 ? "%.0f%%" : "%.1f%%", fraction * 100);
+  return text;
+}
+
+}  // namespace
+
+std::string svg_log_fraction_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                                   const std::vector<CurveSeries>& series, double y_min, double y_max) {
+  const double width = 760, height = 440, left = 60, right = 220, top = 40, bottom = 60;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  double x_min = 1;
+  for (const auto& s : series) {
+    for (const auto& p : s.points) {
+      if (p.x > 0) x_min = std::min(x_min, p.x);
+    }
+  }
+  const double log_lo = std::log10(x_min) - 0.1, log_hi = 0.02;  // a margin so end points are not on the frame
+  auto x_at = [&](double x) { return left + plot_w * (std::log10(x) - log_lo) / (log_hi - log_lo); };
+  auto y_at = [&](double v) { return top + plot_h * (1 - (std::clamp(v, y_min, y_max) - y_min) / (y_max - y_min)); };
+  std::ostringstream svg;
+  open_svg(svg, width, height, title);
   for (int k = 0; k <= 5; ++k) {
     double v = y_min + (y_max - y_min) * k / 5;
     svg << "<line x1=\"" << left << "\" y1=\"" << y_at(v) << "\" x2=\"" << left + plot_w << "\" y2=\"" << y_at(v)
         << "\" stroke=\"#e0e0e0\"/>\n";
     svg << "<text x=\"" << left - 6 << "\" y=\"" << y_at(v) + 4 << "\" text-anchor=\"end\">" << number(v) << "</text>\n";
   }
-  for (size_t i = 0; i < x_ticks.size(); ++i) {
-    svg << "<text x=\"" << x_at(i) << "\" y=\"" << top + plot_h + 18 << "\" text-anchor=\"middle\">"
-        << xml_escape(x_ticks[i]) << "</text>\n";
+  // Ticks at 1-2-5 steps of each decade within the axis.
+  for (int decade = static_cast<int>(std::floor(log_lo)); decade <= 0; ++decade) {
+    for (double step : {1.0, 2.0, 5.0}) {
+      double x = step * std::pow(10.0, decade);
+      if (std::log10(x) < log_lo || x > 1.0 + 1e-9) continue;
+      svg << "<line x1=\"" << number(x_at(x)) << "\" y1=\"" << top << "\" x2=\"" << number(x_at(x)) << "\" y2=\""
+          << top + plot_h << "\" stroke=\"#eeeeee\"/>\n";
+      svg << "<text x=\"" << number(x_at(x)) << "\" y=\"" << top + plot_h + 18 << "\" text-anchor=\"middle\">"
+          << percent_tick(x) << "</text>\n";
+    }
   }
   svg << "<line x1=\"" << left << "\" y1=\"" << top + plot_h << "\" x2=\"" << left + plot_w << "\" y2=\"" << top + plot_h
       << "\" stroke=\"black\"/>\n";
@@ -79,23 +107,71 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
       << top + plot_h / 2 << ")\">" << xml_escape(y_label) << "</text>\n";
   for (size_t s = 0; s < series.size(); ++s) {
     const char* colour = kPalette[s % std::size(kPalette)];
-    std::string points;
-    for (size_t i = 0; i < series[s].values.size() && i < x_ticks.size(); ++i) {
-      double v = series[s].values[i];
-      if (std::isnan(v)) continue;
-      points += number(x_at(i)) + "," + number(y_at(v)) + " ";
-      svg << "<circle cx=\"" << number(x_at(i)) << "\" cy=\"" << number(y_at(v)) << "\" r=\"3\" fill=\"" << colour
+    std::vector<CurvePoint> points;
+    for (const auto& p : series[s].points) {
+      if (p.x > 0) points.push_back(p);
+    }
+    std::string upper, lower, line;
+    for (const auto& p : points) {
+      line += number(x_at(p.x)) + "," + number(y_at(p.y)) + " ";
+      if (!std::isnan(p.low) && !std::isnan(p.high)) {
+        upper += number(x_at(p.x)) + "," + number(y_at(p.high)) + " ";
+        lower = number(x_at(p.x)) + "," + number(y_at(p.low)) + " " + lower;
+      }
+    }
+    svg << "<g class=\"series\" data-policy=\"" << xml_escape(series[s].name) << "\">\n";
+    if (!upper.empty()) {
+      svg << "<polygon class=\"band\" fill=\"" << colour << "\" fill-opacity=\"0.12\" stroke=\"none\" points=\"" << upper
+          << lower << "\"/>\n";
+    }
+    if (!line.empty()) {
+      svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << line << "\"/>\n";
+    }
+    for (const auto& p : points) {
+      svg << "<circle cx=\"" << number(x_at(p.x)) << "\" cy=\"" << number(y_at(p.y)) << "\" r=\"3\" fill=\"" << colour
           << "\"/>\n";
     }
-    if (!points.empty()) {
-      svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"" << points << "\"/>\n";
-    }
+    svg << "</g>\n";
     double legend_y = top + 10 + 18 * s;
     svg << "<line x1=\"" << width - right + 15 << "\" y1=\"" << legend_y << "\" x2=\"" << width - right + 35
         << "\" y2=\"" << legend_y << "\" stroke=\"" << colour << "\" stroke-width=\"3\"/>\n";
     svg << "<text x=\"" << width - right + 40 << "\" y=\"" << legend_y + 4 << "\">" << xml_escape(series[s].name)
         << "</text>\n";
   }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+std::string svg_bar_chart(const std::string& title, const std::string& x_label, const std::vector<Bar>& bars) {
+  const double bar_h = 22, left = 150, right = 110, top = 40, bottom = 50, width = 760;
+  const double plot_w = width - left - right;
+  const double height = top + bar_h * std::max<size_t>(1, bars.size()) + bottom;
+  std::ostringstream svg;
+  open_svg(svg, width, height, title);
+  const double plot_bottom = top + bar_h * bars.size();
+  for (int k = 0; k <= 4; ++k) {
+    double x = left + plot_w * k / 4;
+    svg << "<line x1=\"" << x << "\" y1=\"" << top << "\" x2=\"" << x << "\" y2=\"" << plot_bottom
+        << "\" stroke=\"#e0e0e0\"/>\n";
+    svg << "<text x=\"" << x << "\" y=\"" << plot_bottom + 16 << "\" text-anchor=\"middle\">" << k * 25 << "%</text>\n";
+  }
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const double y = top + bar_h * i;
+    svg << "<text x=\"" << left - 6 << "\" y=\"" << y + bar_h / 2 + 4 << "\" text-anchor=\"end\">"
+        << xml_escape(bars[i].label) << "</text>\n";
+    double end = left;
+    if (!std::isnan(bars[i].value)) {
+      const double w = plot_w * std::clamp(bars[i].value, 0.0, 1.0);
+      svg << "<rect class=\"bar\" x=\"" << left << "\" y=\"" << y + 3 << "\" width=\"" << number(w) << "\" height=\""
+          << bar_h - 6 << "\" fill=\"" << kPalette[bars[i].colour % std::size(kPalette)] << "\""
+          << (bars[i].bound ? " fill-opacity=\"0.35\"" : "") << "/>\n";
+      end += w;
+    }
+    svg << "<text x=\"" << number(end + 6) << "\" y=\"" << y + bar_h / 2 + 4 << "\">" << xml_escape(bars[i].text)
+        << "</text>\n";
+  }
+  svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 12 << "\" text-anchor=\"middle\">"
+      << xml_escape(x_label) << "</text>\n";
   svg << "</svg>\n";
   return svg.str();
 }

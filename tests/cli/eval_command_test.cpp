@@ -182,7 +182,7 @@ TEST(LeaderboardCommand, EveryFormatAndFilters) {
   auto csv = run_shell(cli_command("leaderboard --db " + dir.db() + " --format csv"));
   EXPECT_EQ(csv.output.rfind("model,task,policy,budget,score,samples,kv_bytes", 0), 0u) << csv.output;
   auto md = run_shell(cli_command("leaderboard --db " + dir.db() + " --format md"));
-  EXPECT_NE(md.output.find("| policy | 20% | 40 | full | mean | samples |"), std::string::npos) << md.output;
+  EXPECT_NE(md.output.find("| policy | 20% | 40 | full | mean | iso@95% | n |"), std::string::npos) << md.output;
   auto table = run_shell(cli_command("leaderboard --db " + dir.db() + " --metric kv_bytes"));
   EXPECT_EQ(table.exit_code, 0);
   EXPECT_NE(table.output.find("kv_bytes"), std::string::npos);
@@ -200,7 +200,9 @@ TEST(ReportCommand, WritesIndexAndPlots) {
   EXPECT_TRUE(std::filesystem::exists(out / "index.html"));
   int svgs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(out)) svgs += entry.path().extension() == ".svg";
-  EXPECT_EQ(svgs, 2 + 2 * 3);  // score plots for 2 tasks + needle heatmaps for 2 policies x 3 budgets
+  // score and iso-quality plots for 2 tasks + needle heatmaps for 2 policies x 2 compressed budgets
+  // (at full every cell scores 100: no heatmap)
+  EXPECT_EQ(svgs, 2 * 2 + 2 * 2);
 }
 
 TEST(EvalCommand, EndToEndOnStories260K) {

@@ -196,17 +196,21 @@ TEST(Leaderboard, EveryFormat) {
 
   std::string csv = render_leaderboard(rows, LeaderboardFormat::Csv);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id");
+            "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
+            "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
+            "iso_kept_fraction,iso_position");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(rows.size() + 1));
 
   std::string md = render_leaderboard(rows, LeaderboardFormat::Markdown);
-  EXPECT_NE(md.find("| policy | 20% | 40 | full | mean | samples |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| policy | 20% | 40 | full | mean | iso@95% | n |"), std::string::npos) << md;
   EXPECT_NE(md.find("|---|---:|"), std::string::npos);
 
-  // Table: rows sorted best first by mean score.
+  // Table: rows sorted best first by mean score over the compressed budgets (full excluded).
   std::string table = render_leaderboard(store.leaderboard("needle"), LeaderboardFormat::Table);
   std::map<std::string, double> mean;
-  for (const auto& row : store.leaderboard("needle")) mean[row.policy] += row.score / 3;
+  for (const auto& row : store.leaderboard("needle")) {
+    if (row.budget != "full") mean[row.policy] += row.score / 2;
+  }
   std::vector<std::pair<double, std::string>> expected;
   for (const auto& [policy, value] : mean) expected.push_back({-value, policy});
   std::sort(expected.begin(), expected.end());
@@ -217,7 +221,7 @@ TEST(Leaderboard, EveryFormat) {
     EXPECT_GE(at, previous) << table;
     previous = at;
   }
-  EXPECT_NE(render_leaderboard(rows, LeaderboardFormat::Table, "kv_bytes").find("KiB"), std::string::npos);
+  EXPECT_NE(render_leaderboard(rows, LeaderboardFormat::Table, {LeaderboardMetric::KvBytes}).find("KiB"), std::string::npos);
 }
 
 TEST(Report, WritesValidSvgAndHtml) {
@@ -230,9 +234,10 @@ TEST(Report, WritesValidSvgAndHtml) {
   std::string html = read_file(files.index);
   EXPECT_EQ(kvevict::test::check_markup(html, true), "");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  // 2 score plots (passkey, needle) + needle heatmaps for 3 policies x 3 budgets; passkey here has
-  // random depths, so no heatmap.
-  EXPECT_EQ(files.svgs.size(), 2u + 9u);
+  // 2 score plots and 2 iso-quality bar charts (passkey, needle) + needle heatmaps for 3 policies x
+  // the 2 compressed budgets (at full every cell scores 100: no heatmap); passkey here has random
+  // depths, so no heatmap.
+  EXPECT_EQ(files.svgs.size(), 4u + 6u);
   for (const auto& svg : files.svgs) {
     std::string text = read_file(svg);
     EXPECT_EQ(kvevict::test::check_markup(text, false), "") << svg;
