@@ -44,8 +44,11 @@ std::function<int()> setup_eval(CLI::App& app) {
     // The model and the policies load before the database is touched: nothing is recorded for a
     // run that cannot start.
     auto runner = make_sample_runner(config);
+    check_config_for_model(config, runner->context_length());  // lengths that do not fit: exit 2
+    const std::vector<Sample> samples = plan_samples(config, *runner);  // every sample fits, or exit 2
     ResultsStore store(args->db);
     EvalOptions eval_options;
+    eval_options.samples = &samples;
     eval_options.resume = args->resume;
     eval_options.force = args->force;
     eval_options.progress = Progress::detect(args->quiet);

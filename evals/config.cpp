@@ -2,11 +2,13 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <thread>
 #include <set>
 #include <sstream>
 
 #include "core/util/error.h"
+#include "core/util/input_file.h"
+#include "dsl/yaml_duplicate_keys.h"
 #include "evals/budget_text.h"
 #include "evals/config_reader.h"
 #include "evals/tasks/task.h"
@@ -126,6 +128,11 @@ void read_budgets(ConfigErrors& errors, const YAML::Node& node, EvalConfig& conf
   if (items.empty()) errors.error(node, "budgets", "the list is empty");
 }
 
+int max_threads() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores == 0 ? 1 : static_cast<int>(cores);
+}
+
 std::set<std::string> override_paths(const std::vector<std::string>& overrides) {
   std::set<std::string> paths;
   for (const auto& assignment : overrides) paths.insert(assignment.substr(0, assignment.find('=')));
@@ -221,6 +228,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
                      ": error: " + e.msg);
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  dsl::reject_duplicate_keys(root, source);  // before overrides: they replace keys, never repeat them
   if (!root.IsMap()) {
     throw UsageError(source + ":1:1: error: an eval config is a mapping (name, model, tasks, policies, budgets, ...)");
   }
@@ -230,6 +238,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   ConfigErrors errors(source, override_paths(options.overrides));
   EvalConfig config;
   config.source = source;
+  config.overridden = override_paths(options.overrides);
   MapReader top(errors, root, "");
   config.name = top.get_string("name", std::filesystem::path(source).stem().string());
   std::string model = top.get_string("model", "", true);
@@ -248,7 +257,8 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   }
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
-  config.threads = static_cast<int>(top.get_int("threads", 0, 0, 1024));
+  // More threads than cores only slows a run down (and very large counts fail inside OpenMP).
+  config.threads = static_cast<int>(top.get_int("threads", 0, 0, max_threads()));
   config.chat_template = top.get_choice("chat_template", "auto", {"auto", "none", "chatml"});
   config.limit = static_cast<int>(top.get_int("limit", 0, 0, 1000000000));
 
@@ -311,12 +321,19 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   return config;
 }
 
+void check_config_for_model(const EvalConfig& config, int64_t context_length) {
+  ConfigErrors errors(config.source, config.overridden);
+  errors.set_context_length(context_length);
+  for (const auto& task : config.tasks) {
+    MapReader reader(errors, task.options, task.where);
+    if (reader.has("type")) reader.get_string("type", task.type);
+    find_task_type(task.type)->make(reader, task.name);
+  }
+  errors.throw_if_any();
+}
+
 EvalConfig load_eval_config(const std::string& path, const LoadConfigOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot open the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_eval_config(text.str(), path, options);
+  return parse_eval_config(read_input_file(path, InputLimits::kConfigFile, "config file"), path, options);
 }
 
 }  // namespace kvevict::evals

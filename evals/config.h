@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@ struct EvalConfig {
   std::vector<TaskConfig> tasks;
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;
+  std::set<std::string> overridden;  // key paths set by --set (for messages)
 
   // Canonical YAML of every resolved value (defaults included, tasks' defaults filled by their
   // validators), stored with the run; `hash` is its SHA-256.
@@ -74,6 +76,11 @@ struct LoadConfigOptions {
 EvalConfig load_eval_config(const std::string& path, const LoadConfigOptions& options = {});
 EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& source,
                              const LoadConfigOptions& options = {});
+
+// Checks the tasks' options again now that the model's context (tokens; 0: unbounded) is known:
+// lengths, continuations and max_length that do not fit are refused at their file:line:col. Called
+// after the model loads and before the results database is touched. Throws UsageError.
+void check_config_for_model(const EvalConfig& config, int64_t context_length);
 
 // Applies one "a.b.c=value" override to `root` (value parsed as YAML). Throws UsageError when the
 // text has no '=' or the value is not valid YAML, or the path crosses a non-mapping.

@@ -1,5 +1,6 @@
 #include "evals/config_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -9,7 +10,9 @@ namespace kvevict::evals {
 
 std::string ConfigErrors::where(const YAML::Node& node, const std::string& path) const {
   for (const auto& overridden : override_paths_) {
-    if (path == overridden || path.rfind(overridden + ".", 0) == 0) return "--set " + overridden;
+    if (path == overridden || path.rfind(overridden + ".", 0) == 0 || path.rfind(overridden + "[", 0) == 0) {
+      return "--set " + overridden;
+    }
   }
   // Keys above an override path were created by it when they did not exist in the file.
   for (const auto& overridden : override_paths_) {
@@ -182,6 +185,10 @@ std::vector<int64_t> MapReader::get_int_list(const std::string& key, const std::
                             std::to_string(max) + "]");
           continue;
         }
+        if (std::find(result.begin(), result.end(), v) != result.end()) {
+          errors_.error(item, path_of(key), "value " + std::to_string(v) + " appears twice");
+          continue;
+        }
         result.push_back(v);
       } catch (const YAML::Exception&) {
         errors_.error(item, path_of(key), "expected an integer" + (item.IsScalar() ? ", got '" + item.Scalar() + "'" : ""));
@@ -216,6 +223,10 @@ std::vector<double> MapReader::get_double_list(const std::string& key, const std
           errors_.error(item, path_of(key), range.str());
           continue;
         }
+        if (std::find(result.begin(), result.end(), v) != result.end()) {
+          errors_.error(item, path_of(key), "value " + item.Scalar() + " appears twice");
+          continue;
+        }
         result.push_back(v);
       } catch (const YAML::Exception&) {
         errors_.error(item, path_of(key), "expected a number" + (item.IsScalar() ? ", got '" + item.Scalar() + "'" : ""));
@@ -227,6 +238,43 @@ std::vector<double> MapReader::get_double_list(const std::string& key, const std
   out.SetStyle(YAML::EmitterStyle::Flow);
   resolved_[key] = out;
   return result;
+}
+
+std::vector<int64_t> MapReader::get_length_list(const std::string& key, const std::vector<int64_t>& fallback,
+                                                int64_t min) {
+  std::vector<int64_t> lengths = get_int_list(key, fallback, min, kMaxEvalLength);
+  const int64_t context = errors_.context_length();
+  if (context <= 0) return lengths;
+  std::vector<int64_t> fitting;
+  std::vector<YAML::Node> items = has(key) ? list_items(node_[key]) : std::vector<YAML::Node>{};
+  for (int64_t length : lengths) {
+    if (length <= context) {
+      fitting.push_back(length);
+      continue;
+    }
+    YAML::Node at = node_[key];
+    for (const auto& item : items) {
+      if (item.IsScalar() && item.Scalar() == std::to_string(length)) at = item;
+    }
+    errors_.error(at, path_of(key),
+                  "length " + std::to_string(length) + " exceeds the model's context of " + std::to_string(context) +
+                      " tokens");
+  }
+  return fitting;
+}
+
+int64_t MapReader::get_extra_tokens(const std::string& key, int64_t fallback, int64_t min,
+                                    const std::vector<int64_t>& lengths) {
+  int64_t value = get_int(key, fallback, min, kMaxEvalContinuation);
+  const int64_t context = errors_.context_length();
+  if (context <= 0 || lengths.empty()) return value;
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (longest + value > context) {
+    errors_.error(has(key) ? node_[key] : node_, path_of(key),
+                  std::to_string(value) + " tokens after a context of " + std::to_string(longest) +
+                      " exceed the model's context of " + std::to_string(context) + " tokens");
+  }
+  return value;
 }
 
 std::vector<std::string> MapReader::get_string_list(const std::string& key, const std::vector<std::string>& fallback) {

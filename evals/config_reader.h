@@ -14,6 +14,12 @@
 
 namespace kvevict::evals {
 
+// The longest context a task may ask for, whatever the model: a documented cap so that a typo such
+// as `lengths: [1048576]` is refused up front instead of running for minutes with growing memory.
+constexpr int64_t kMaxEvalLength = 131072;
+// The longest fidelity continuation or greedy check (tokens).
+constexpr int64_t kMaxEvalContinuation = 4096;
+
 class ConfigErrors {
  public:
   ConfigErrors(std::string source, std::set<std::string> override_paths)
@@ -25,6 +31,10 @@ class ConfigErrors {
   bool empty() const { return messages_.empty(); }
   const std::vector<std::string>& messages() const { return messages_; }
   const std::string& source() const { return source_; }
+  // The model's context in tokens once it is known (0: not yet known, or unbounded). Task lengths
+  // are checked against it (MapReader::get_length_list).
+  void set_context_length(int64_t tokens) { context_length_ = tokens; }
+  int64_t context_length() const { return context_length_; }
   // Throws UsageError with every message, one per line.
   void throw_if_any() const;
 
@@ -32,6 +42,7 @@ class ConfigErrors {
   std::string source_;
   std::set<std::string> override_paths_;
   std::vector<std::string> messages_;
+  int64_t context_length_ = 0;
 };
 
 class MapReader {
@@ -52,10 +63,18 @@ class MapReader {
   std::string get_string(const std::string& key, const std::string& fallback, bool required = false);
   // One of `allowed`.
   std::string get_choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& allowed);
+  // Numeric lists are grid axes: a value given twice is an error (it would produce two samples
+  // with one key).
   std::vector<int64_t> get_int_list(const std::string& key, const std::vector<int64_t>& fallback, int64_t min,
                                     int64_t max);
   std::vector<double> get_double_list(const std::string& key, const std::vector<double>& fallback, double min,
                                       double max);
+  // Context lengths in tokens: an int list in [min, kMaxEvalLength], each also at most the model's
+  // context when ConfigErrors knows it.
+  std::vector<int64_t> get_length_list(const std::string& key, const std::vector<int64_t>& fallback, int64_t min);
+  // A token count that is added to each of `lengths` (fidelity's continuation): in [min,
+  // kMaxEvalContinuation], and length + value within the model's context when it is known.
+  int64_t get_extra_tokens(const std::string& key, int64_t fallback, int64_t min, const std::vector<int64_t>& lengths);
   std::vector<std::string> get_string_list(const std::string& key, const std::vector<std::string>& fallback);
 
   // Records an error for every key that no getter or raw() asked for.

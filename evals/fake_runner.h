@@ -15,6 +15,8 @@ class FakeRunner : public SampleRunner {
   std::string device() const override { return "fake"; }
   std::string model_hash() override;
   int count_tokens(std::string_view text) override;
+  int context_length() const override { return 0; }
+  int positions_needed(const Sample&) override { return 0; }
   void prepare(const std::vector<PolicyChoice>& policies) override;
   void begin_sample(const Sample& sample) override;
   RunOutcome run(const PolicyChoice& policy, const Budget& budget) override;

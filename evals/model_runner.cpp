@@ -51,6 +51,8 @@ class ModelRunner : public SampleRunner {
     return model_hash_;
   }
 
+  int context_length() const override { return model_->config.context_length; }
+
   int count_tokens(std::string_view text) override {
     return static_cast<int>(model_->tokenizer->encode(text, false).size());
   }
@@ -59,23 +61,18 @@ class ModelRunner : public SampleRunner {
     evictor_->prepare(policies, *model_);
   }
 
+  int positions_needed(const Sample& sample) override {
+    tokenize(sample);
+    const int prompt = static_cast<int>(prompt_tokens_.size());
+    if (sample.fidelity) {
+      return prompt + std::max(static_cast<int>(continuation_tokens_.size()), sample.greedy_tokens - 1);
+    }
+    return prompt + static_cast<int>(tail_tokens_.size()) + std::max(0, sample.max_new_tokens - 1);
+  }
+
   void begin_sample(const Sample& sample) override {
     sample_ = sample;
-    const std::string message = sample.context + sample.separator + sample.question;
-    const std::string prompt = apply_chat_template(template_, message);
-    size_t at = prompt.find(message);
-    if (at == std::string::npos) throw RuntimeError("chat template '" + template_ + "' does not contain the message");
-    std::string compressed, tail;
-    if (sample.query_aware || sample.fidelity) {
-      compressed = sample.fidelity ? sample.context : prompt + sample.answer_prefix;
-    } else {
-      compressed = prompt.substr(0, at + sample.context.size());
-      tail = prompt.substr(at + sample.context.size()) + sample.answer_prefix;
-    }
-    prompt_tokens_ = model_->tokenizer->encode(compressed, true, true);
-    tail_tokens_ = tail.empty() ? std::vector<int>{} : model_->tokenizer->encode(tail, false, true);
-    continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
-
+    tokenize(sample);
     decoder_->reset();
     ForwardObserver* recorder = evictor_->start_recording(static_cast<int>(prompt_tokens_.size()));
     auto start = Clock::now();
@@ -141,6 +138,25 @@ class ModelRunner : public SampleRunner {
   int64_t prefill_count() const override { return prefills_; }
 
  private:
+  // Fills prompt_tokens_ (compressed part), tail_tokens_ (run after eviction) and
+  // continuation_tokens_ (fidelity) for `sample`.
+  void tokenize(const Sample& sample) {
+    const std::string message = sample.context + sample.separator + sample.question;
+    const std::string prompt = apply_chat_template(template_, message);
+    size_t at = prompt.find(message);
+    if (at == std::string::npos) throw RuntimeError("chat template '" + template_ + "' does not contain the message");
+    std::string compressed, tail;
+    if (sample.query_aware || sample.fidelity) {
+      compressed = sample.fidelity ? sample.context : prompt + sample.answer_prefix;
+    } else {
+      compressed = prompt.substr(0, at + sample.context.size());
+      tail = prompt.substr(at + sample.context.size()) + sample.answer_prefix;
+    }
+    prompt_tokens_ = model_->tokenizer->encode(compressed, true, true);
+    tail_tokens_ = tail.empty() ? std::vector<int>{} : model_->tokenizer->encode(tail, false, true);
+    continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
+  }
+
   void restore() {
     decoder_->cache() = snapshot_;
     decoder_->set_position(snapshot_position_);

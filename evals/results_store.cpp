@@ -2,8 +2,16 @@
 
 #include <sqlite3.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 
 #include "core/util/error.h"
 #include "evals/sqlite_statement.h"
@@ -69,7 +77,70 @@ CREATE TABLE aggregates (
   PRIMARY KEY (run_id, task, policy, budget)
 );
 )SQL",
+    // 2: why a run failed, and which process is writing it (so two `--resume` of one run cannot
+    // both write it: the second is refused with the first one's pid).
+    R"SQL(
+ALTER TABLE runs ADD COLUMN reason TEXT;
+ALTER TABLE runs ADD COLUMN owner TEXT;
+)SQL",
 };
+
+// A process identity that survives pid reuse: "<pid>:<start time in clock ticks since boot>"
+// (field 22 of /proc/<pid>/stat). Empty when the process does not exist.
+std::string process_identity(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return "";
+  size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return std::to_string(pid) + ":" + field;
+  }
+  return "";
+}
+
+// True when `owner` (a process_identity) names a process that is still running.
+bool owner_alive(const std::string& owner) {
+  if (owner.empty()) return false;
+  pid_t pid = static_cast<pid_t>(std::atol(owner.c_str()));
+  if (pid <= 0) return false;
+  return process_identity(pid) == owner;
+}
+
+// Refuses paths where SQLite would keep the results in memory or in a temporary file deleted on
+// close: the run would print "N results written" and keep nothing.
+void require_persistent_path(const std::string& path) {
+  if (path.empty()) throw UsageError("--db: error: an empty path keeps nothing (SQLite uses a temporary file)");
+  if (path == ":memory:") throw UsageError("--db :memory:: error: an in-memory database keeps nothing");
+  if (path.rfind("file:", 0) == 0) {
+    throw UsageError(path + ": error: SQLite URIs are not accepted for --db (give a file path)");
+  }
+  struct stat info {};
+  if (stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    throw UsageError(path + ": error: the results database must be a regular file (this is " +
+                     (S_ISDIR(info.st_mode) ? "a directory" : "not a regular file") + ")");
+  }
+}
+
+// " (<strerror>)" when the last SQLite error came with an operating-system error, else "".
+std::string os_reason(sqlite3* db) {
+  std::string full = sqlite_error_text(db), plain = sqlite3_errmsg(db);
+  return full.size() > plain.size() ? full.substr(plain.size()) : "";
+}
+
+// " (read-only: <reason>)" when `path` (or, before it exists, its folder) cannot be written: SQLite
+// only says "unable to open database file" or "attempt to write a readonly database".
+std::string writability_hint(const std::string& path) {
+  std::string target = path;
+  if (access(path.c_str(), F_OK) != 0) {
+    size_t slash = path.rfind('/');
+    target = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  }
+  if (access(target.c_str(), W_OK) == 0) return "";
+  return " (" + target + " is not writable: " + std::strerror(errno) + ")";
+}
 
 std::string now_utc() {
   auto now = std::chrono::system_clock::now();
@@ -98,12 +169,13 @@ RunRecord read_run(const Statement& row) {
   run.started_at = row.text(10);
   run.finished_at = row.text(11);
   run.status = row.text(12);
+  run.reason = row.text(13);
   return run;
 }
 
 constexpr const char* kRunColumns =
     "id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device, seed, started_at, "
-    "finished_at, status";
+    "finished_at, status, reason";
 
 // Aggregates of the newest finished run per (model, task, policy, budget).
 constexpr const char* kLatestAggregates = R"SQL(
@@ -139,7 +211,7 @@ class WriteTransaction {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
       std::string text = message ? message : "unknown error";
       sqlite3_free(message);
-      throw RuntimeError(path_ + ": database error: " + text);
+      throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
     }
   }
   sqlite3* db_;
@@ -150,12 +222,13 @@ class WriteTransaction {
 }  // namespace
 
 ResultsStore::ResultsStore(const std::string& path) : path_(path) {
+  require_persistent_path(path);
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
       SQLITE_OK) {
-    std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    std::string message = db_ ? sqlite_error_text(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw RuntimeError(path + ": cannot open the results database: " + message);
+    throw RuntimeError(path + ": cannot open the results database: " + message + writability_hint(path));
   }
   try {
     sqlite3_busy_timeout(db_, 60000);
@@ -163,6 +236,10 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
     exec("PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=ON");
     migrate();
+  } catch (const RuntimeError& e) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw RuntimeError(e.what() + writability_hint(path));
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -177,7 +254,7 @@ void ResultsStore::exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
     std::string text = message ? message : "unknown error";
     sqlite3_free(message);
-    throw RuntimeError(path_ + ": database error: " + text);
+    throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
   }
 }
 
@@ -196,6 +273,10 @@ void ResultsStore::migrate() {
     throw RuntimeError(path_ + ": results database has schema version " + std::to_string(version) +
                        ", newer than this kvevict understands (" + std::to_string(latest) + ")");
   }
+  if (version < 0) {  // no kvevict writes one; indexing kMigrations with it would read before the array
+    throw RuntimeError(path_ + ": results database has schema version " + std::to_string(version) +
+                       ", which no kvevict writes (not a kvevict database, or damaged)");
+  }
   for (; version < latest; ++version) exec(kMigrations[version]);
   exec(("PRAGMA user_version=" + std::to_string(latest)).c_str());  // an integer we produced, not input
   transaction.commit();
@@ -204,7 +285,8 @@ void ResultsStore::migrate() {
 std::optional<RunRecord> ResultsStore::find_run(const std::string& config_hash, const std::string& model_hash,
                                                 const std::string& status) {
   std::string sql = std::string("SELECT ") + kRunColumns +
-                    " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND status = ?3 ORDER BY id DESC LIMIT 1";
+                    " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND (status = ?3 OR (?3 = 'unfinished' AND "
+                    "status IN ('running', 'failed'))) ORDER BY id DESC LIMIT 1";
   Statement query(db_, path_, sql.c_str());
   query.bind(1, config_hash).bind(2, model_hash).bind(3, status);
   if (!query.step()) return std::nullopt;
@@ -227,24 +309,52 @@ std::vector<RunRecord> ResultsStore::runs() {
   return all;
 }
 
+void ResultsStore::require_writable() {
+  // SQLite quietly opens a file it cannot write read-only (leaderboard and report only read); a run
+  // must not start on one.
+  if (sqlite3_db_readonly(db_, "main") == 1) {
+    throw RuntimeError(path_ + ": the results database is read-only" + writability_hint(path_));
+  }
+}
+
 int64_t ResultsStore::create_run(const RunRecord& record) {
+  require_writable();
   WriteTransaction transaction(db_, path_);
   Statement insert(db_, path_,
                    "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
-                   "device, seed, started_at, status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running')");
+                   "device, seed, started_at, status, owner) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11)");
   insert.bind(1, record.name).bind(2, record.config_hash).bind(3, record.config_yaml).bind(4, record.kvevict_version);
   insert.bind(5, record.git_commit).bind(6, record.model).bind(7, record.model_hash).bind(8, record.device);
-  insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc());
+  insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc()).bind(11, process_identity(getpid()));
   insert.run();
   int64_t id = sqlite3_last_insert_rowid(db_);
   transaction.commit();
   return id;
 }
 
-void ResultsStore::finish_run(int64_t id, const std::string& status) {
+void ResultsStore::finish_run(int64_t id, const std::string& status, const std::string& reason) {
   WriteTransaction transaction(db_, path_);
-  Statement update(db_, path_, "UPDATE runs SET status = ?1, finished_at = ?2 WHERE id = ?3");
-  update.bind(1, status).bind(2, now_utc()).bind(3, id);
+  Statement update(db_, path_, "UPDATE runs SET status = ?1, finished_at = ?2, reason = ?3, owner = NULL WHERE id = ?4");
+  update.bind(1, status).bind(2, now_utc()).bind(3, reason).bind(4, id);
+  update.run();
+  transaction.commit();
+}
+
+void ResultsStore::claim_run(int64_t id) {
+  require_writable();
+  WriteTransaction transaction(db_, path_);
+  Statement query(db_, path_, "SELECT owner FROM runs WHERE id = ?1");
+  query.bind(1, id);
+  if (!query.step()) throw RuntimeError(path_ + ": run #" + std::to_string(id) + " does not exist");
+  const std::string owner = query.text(0);
+  const std::string me = process_identity(getpid());
+  if (owner != me && owner_alive(owner)) {
+    throw RuntimeError(path_ + ": run #" + std::to_string(id) + " is being written by another kvevict process (pid " +
+                       owner.substr(0, owner.find(':')) + "); --resume it once that process has ended");
+  }
+  Statement update(db_, path_, "UPDATE runs SET owner = ?1, status = 'running', reason = NULL WHERE id = ?2");
+  update.bind(1, me).bind(2, id);
   update.run();
   transaction.commit();
 }

@@ -6,7 +6,8 @@
 //
 // Tables:
 //   runs(id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash,
-//        device, seed, started_at, finished_at, status running|finished|failed)
+//        device, seed, started_at, finished_at, status running|finished|failed,
+//        reason (why it failed), owner (the writing process: "pid:start time", NULL when none))
 //   results(run_id, task, sample_key, policy, budget, ... ; UNIQUE(run_id, task, sample_key, policy, budget))
 //   aggregates(run_id, task, policy, budget, samples, score, ... ; PRIMARY KEY(run_id, task, policy, budget))
 #include <cstdint>
@@ -24,6 +25,7 @@ struct RunRecord {
   std::string name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device;
   uint64_t seed = 0;
   std::string started_at, finished_at, status;
+  std::string reason;  // why a failed run failed
 };
 
 struct SampleResult {
@@ -60,23 +62,32 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
-  // Opens or creates `path` and migrates it. Throws RuntimeError naming the file on failure, or when
-  // the file was written by a newer schema.
+  // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
+  // (empty, ":memory:", a "file:" URI, a directory or other non-regular file), RuntimeError naming
+  // the file on failure, or when its schema version is newer than this build or negative.
   explicit ResultsStore(const std::string& path);
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;
   ResultsStore& operator=(const ResultsStore&) = delete;
 
   int schema_version();
-  // The newest run with this identity and status ("finished", "running", ...).
+  // The newest run with this identity and status ("finished", "running", "failed", or
+  // "unfinished": running or failed).
   std::optional<RunRecord> find_run(const std::string& config_hash, const std::string& model_hash,
                                     const std::string& status);
   std::optional<RunRecord> run(int64_t id);
   std::vector<RunRecord> runs();
-  int64_t create_run(const RunRecord& record);  // status "running", started_at now
-  void finish_run(int64_t id, const std::string& status);
+  // Status "running", started_at now, owned by this process. create_run and claim_run throw
+  // RuntimeError when the database is read-only (file, folder or mount), before writing anything.
+  int64_t create_run(const RunRecord& record);
+  // Sets status ("finished" or "failed", with the reason) and releases ownership.
+  void finish_run(int64_t id, const std::string& status, const std::string& reason = "");
+  // Makes this process the run's writer (status "running", reason cleared) before a resume. Throws
+  // RuntimeError naming the other process when a live process owns it already; the owner of a
+  // killed process is taken over (its pid and start time no longer match a running process).
+  void claim_run(int64_t id);
   // Keys "task\x1fsample_key\x1fpolicy\x1fbudget" already stored for a run.
   std::set<std::string> completed_keys(int64_t run_id);
   static std::string result_key(const std::string& task, const std::string& sample_key, const std::string& policy,
@@ -98,6 +109,7 @@ class ResultsStore {
  private:
   void exec(const char* sql);
   void migrate();
+  void require_writable();  // RuntimeError when SQLite opened the file read-only
   sqlite3* db_ = nullptr;
   std::string path_;
 };

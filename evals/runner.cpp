@@ -1,5 +1,7 @@
 #include "evals/runner.h"
 
+#include <optional>
+
 #include "core/util/error.h"
 #include "evals/metrics/metrics.h"
 #include "evals/tasks/task.h"
@@ -33,7 +35,35 @@ std::vector<Sample> generate_samples(const EvalConfig& config, SampleRunner& run
   return all;
 }
 
+// Every sample's prompt, question and answer must fit the model's context; a sample that does not
+// would decode past the positions the model was trained for. UsageError at the task's `lengths`.
+void check_samples_fit(const EvalConfig& config, SampleRunner& runner, const std::vector<Sample>& samples) {
+  const int context = runner.context_length();
+  if (context <= 0) return;
+  ConfigErrors errors(config.source, config.overridden);
+  for (const Sample& sample : samples) {
+    const int needed = runner.positions_needed(sample);
+    if (needed <= context) continue;
+    for (const auto& task : config.tasks) {
+      if (task.name != sample.task) continue;
+      YAML::Node at = task.options.IsMap() && task.options["lengths"] ? task.options["lengths"] : task.options;
+      errors.error(at, task.where + ".lengths",
+                   "sample " + sample.key + " needs " + std::to_string(needed) +
+                       " positions (prompt, question and answer), more than the model's context of " +
+                       std::to_string(context) + " tokens");
+    }
+  }
+  errors.throw_if_any();
+}
+
 }  // namespace
+
+std::vector<Sample> plan_samples(const EvalConfig& config, SampleRunner& runner) {
+  runner.prepare(config.policies);
+  std::vector<Sample> samples = generate_samples(config, runner);
+  check_samples_fit(config, runner, samples);
+  return samples;
+}
 
 double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::json& extra) {
   if (sample.fidelity) {
@@ -47,11 +77,43 @@ double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::
   return 100.0 * score_prediction(sample.metric, prediction, sample.references, sample.all_classes);
 }
 
+namespace {
+
+// One stored row: the sample's identity and grid, the policy's outcome and its score.
+SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Budget& budget, const RunOutcome& outcome) {
+  nlohmann::json extra = outcome.extra;
+  SampleResult row;
+  row.score = score_outcome(sample, outcome, extra);
+  row.task = sample.task;
+  row.sample_key = sample.key;
+  row.policy = policy.label;
+  row.budget = budget.text;
+  row.length = sample.length;
+  row.depth = sample.depth;
+  row.sample_index = sample.index;
+  row.grid_json = sample.grid.dump();
+  row.query_aware = sample.query_aware;
+  row.prediction = outcome.prediction;
+  row.reference = nlohmann::json(sample.references).dump();
+  row.kept_ratio = outcome.kept_ratio;
+  row.kv_bytes = outcome.kv_bytes;
+  row.kv_bytes_full = outcome.kv_bytes_full;
+  row.ttft_ms = outcome.ttft_ms;
+  row.decode_tok_s = outcome.decode_tok_s;
+  row.extra_json = extra.dump();
+  return row;
+}
+
+}  // namespace
+
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options) {
   auto note = [&](const std::string& text) {
     if (options.note) options.note(text);
   };
   EvalSummary summary;
+  // Policies load and samples are generated (and checked against the model's context) before the
+  // run is recorded: nothing is written for a run that cannot start.
+  const std::vector<Sample> samples = options.samples ? *options.samples : plan_samples(config, runner);
   const std::string model_hash = runner.model_hash();
   if (!options.force) {
     if (auto finished = store.find_run(config.hash, model_hash, "finished")) {
@@ -62,10 +124,11 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
       return summary;
     }
   }
-  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "running");
+  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished");
   if (options.resume && unfinished) {
     summary.run_id = unfinished->id;
     summary.resumed = true;
+    store.claim_run(unfinished->id);  // a second concurrent --resume stops here, with the first one's pid
   } else {
     if (options.resume) note("no unfinished run of this config to resume; starting a new one");
     else if (unfinished) note("run #" + std::to_string(unfinished->id) + " of this config is unfinished; --resume continues it");
@@ -82,20 +145,28 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
     summary.run_id = store.create_run(record);
   }
 
-  runner.prepare(config.policies);
-  std::vector<Sample> samples = generate_samples(config, runner);
-  summary.samples = static_cast<int64_t>(samples.size());
-  const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
-  summary.results_total = summary.samples * per_sample;
-  std::set<std::string> done = store.completed_keys(summary.run_id);
-  if (summary.resumed) {
-    note("resuming run #" + std::to_string(summary.run_id) + ": " + std::to_string(done.size()) + " of " +
-         std::to_string(summary.results_total) + " results already stored");
-  }
-
-  const int64_t prefills_before = runner.prefill_count();
-  Progress progress(options.progress, config.name, summary.results_total, static_cast<int64_t>(done.size()));
+  // From here on a failure marks the run failed with the reason; --resume continues it.
+  auto fail = [&](const std::string& reason) {
+    try {
+      store.finish_run(summary.run_id, "failed", reason);
+    } catch (const std::exception&) {
+      // The database itself is what failed (disk full, read-only): the run stays "running", its
+      // committed samples intact, and --resume continues it all the same.
+    }
+  };
+  std::optional<Progress> progress;
   try {
+    summary.samples = static_cast<int64_t>(samples.size());
+    const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
+    summary.results_total = summary.samples * per_sample;
+    std::set<std::string> done = store.completed_keys(summary.run_id);
+    if (summary.resumed) {
+      note("resuming run #" + std::to_string(summary.run_id) + ": " + std::to_string(done.size()) + " of " +
+           std::to_string(summary.results_total) + " results already stored");
+    }
+
+    const int64_t prefills_before = runner.prefill_count();
+    progress.emplace(options.progress, config.name, summary.results_total, static_cast<int64_t>(done.size()));
     for (const Sample& sample : samples) {
       std::vector<std::pair<const PolicyChoice*, const Budget*>> missing;
       for (const auto& policy : config.policies) {
@@ -110,41 +181,21 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
       std::vector<SampleResult> rows;
       for (const auto& [policy, budget] : missing) {
         RunOutcome outcome = runner.run(*policy, *budget);
-        nlohmann::json extra = outcome.extra;
-        SampleResult row;
-        row.score = score_outcome(sample, outcome, extra);
-        row.task = sample.task;
-        row.sample_key = sample.key;
-        row.policy = policy->label;
-        row.budget = budget->text;
-        row.length = sample.length;
-        row.depth = sample.depth;
-        row.sample_index = sample.index;
-        row.grid_json = sample.grid.dump();
-        row.query_aware = sample.query_aware;
-        row.prediction = outcome.prediction;
-        row.reference = nlohmann::json(sample.references).dump();
-        row.kept_ratio = outcome.kept_ratio;
-        row.kv_bytes = outcome.kv_bytes;
-        row.kv_bytes_full = outcome.kv_bytes_full;
-        row.ttft_ms = outcome.ttft_ms;
-        row.decode_tok_s = outcome.decode_tok_s;
-        row.extra_json = extra.dump();
-        rows.push_back(std::move(row));
+        rows.push_back(make_row(sample, *policy, *budget, outcome));
       }
       store.insert_results(summary.run_id, rows);
       summary.results_written += static_cast<int64_t>(rows.size());
-      progress.advance(static_cast<int64_t>(rows.size()));
+      progress->advance(static_cast<int64_t>(rows.size()));
     }
-  } catch (...) {
-    progress.finish();
-    // Leave the run "running": what was committed stays, and --resume continues from there.
+    progress->finish();
+    summary.prefills = runner.prefill_count() - prefills_before;
+    store.update_aggregates(summary.run_id);
+    store.finish_run(summary.run_id, "finished");
+  } catch (const std::exception& e) {
+    if (progress) progress->finish();
+    fail(e.what());  // what was committed stays
     throw;
   }
-  progress.finish();
-  summary.prefills = runner.prefill_count() - prefills_before;
-  store.update_aggregates(summary.run_id);
-  store.finish_run(summary.run_id, "finished");
   return summary;
 }
 

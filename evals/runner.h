@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "evals/config.h"
 #include "evals/progress.h"
@@ -20,6 +21,9 @@ struct EvalOptions {
   bool force = false;   // run even when an identical finished run exists
   Progress::Mode progress = Progress::Mode::Quiet;
   std::function<void(const std::string&)> note;  // one-line messages for the user
+  // Samples from plan_samples (so a caller can validate before it opens the store); null: run_eval
+  // plans them itself.
+  const std::vector<Sample>* samples = nullptr;
 };
 
 struct EvalSummary {
@@ -31,6 +35,10 @@ struct EvalSummary {
   int64_t results_written = 0; // written by this invocation
   int64_t prefills = 0;        // full-cache prefills done by this invocation
 };
+
+// Loads the policies into the runner, generates every task's samples and checks that each fits the
+// model's context (prompt, question and answer). Throws UsageError at the task's `lengths`.
+std::vector<Sample> plan_samples(const EvalConfig& config, SampleRunner& runner);
 
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options);
 

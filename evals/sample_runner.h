@@ -37,6 +37,12 @@ class SampleRunner {
   virtual std::string device() const = 0;
   virtual std::string model_hash() = 0;      // sha256 of the model file (or of the fake's spec)
   virtual int count_tokens(std::string_view text) = 0;
+  // The model's context in tokens (0: unbounded, the fake), checked against the config's task
+  // lengths before any sample runs (check_config_for_model).
+  virtual int context_length() const = 0;
+  // Cache positions the sample uses: its prompt, question tail and answer (or continuation). The
+  // sweep refuses a sample needing more than context_length() before the run is created.
+  virtual int positions_needed(const Sample& sample) = 0;
   // Loads and checks every policy once before any sample (throws UsageError on a bad policy).
   virtual void prepare(const std::vector<PolicyChoice>& policies) = 0;
   virtual void begin_sample(const Sample& sample) = 0;

@@ -2,6 +2,7 @@
 // A small RAII wrapper over sqlite3_stmt: bind by position, step, read columns. Errors become
 // RuntimeError naming the database file and SQLite's message.
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <sqlite3.h>
@@ -9,6 +10,17 @@
 #include "core/util/error.h"
 
 namespace kvevict::evals {
+
+// SQLite's message plus the operating system's reason when there is one ("disk I/O error" alone
+// does not say that the disk is full or the file system read-only).
+inline std::string sqlite_error_text(sqlite3* db) {
+  std::string text = sqlite3_errmsg(db);
+  const int os_error = sqlite3_system_errno(db);
+  if (os_error != 0 && (sqlite3_errcode(db) == SQLITE_IOERR || sqlite3_errcode(db) == SQLITE_FULL)) {
+    text += std::string(" (") + std::strerror(os_error) + ")";
+  }
+  return text;
+}
 
 class Statement {
  public:
@@ -51,7 +63,7 @@ class Statement {
     if (rc != SQLITE_OK) fail("bind");
   }
   [[noreturn]] void fail(const char* what) {
-    throw RuntimeError(path_ + ": database error (" + what + "): " + sqlite3_errmsg(db_));
+    throw RuntimeError(path_ + ": database error (" + what + "): " + sqlite_error_text(db_));
   }
   sqlite3* db_;
   std::string path_;

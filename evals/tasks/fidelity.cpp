@@ -61,9 +61,10 @@ class FidelityTask : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_fidelity_task(MapReader& reader, const std::string& instance) {
-  auto lengths = reader.get_int_list("lengths", {1024}, 32, 1 << 20);
-  int continuation = static_cast<int>(reader.get_int("continuation", 64, 1, 1 << 16));
-  int greedy = static_cast<int>(reader.get_int("greedy", 32, 0, 1 << 16));
+  auto lengths = reader.get_length_list("lengths", {1024}, 32);
+  // Both run after the context, so each must fit beside the longest length in the model's context.
+  int continuation = static_cast<int>(reader.get_extra_tokens("continuation", 64, 1, lengths));
+  int greedy = static_cast<int>(reader.get_extra_tokens("greedy", 32, 0, lengths));
   int samples = static_cast<int>(reader.get_int("samples", 2, 1, 1000000));
   return std::make_unique<FidelityTask>(instance, lengths, continuation, greedy, samples);
 }

@@ -69,7 +69,7 @@ class KvRetrievalTask : public LengthDepthGridTask {
 }  // namespace
 
 std::unique_ptr<Task> make_kv_retrieval_task(MapReader& reader, const std::string& instance) {
-  auto lengths = reader.get_int_list("lengths", {1024}, 32, 1 << 20);
+  auto lengths = reader.get_length_list("lengths", {1024}, 32);
   auto depths = reader.get_double_list("depths", {}, 0, 100);
   CommonTaskOptions common = read_common_options(reader, 4);
   return std::make_unique<KvRetrievalTask>(instance, lengths, depths, common);

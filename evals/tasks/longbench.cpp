@@ -4,9 +4,10 @@
 // The Chinese datasets are refused: their metrics need a Chinese word segmenter kvevict lacks.
 // Options: path (folder, required), datasets (list), max_length, samples (per dataset), question.
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 #include "evals/tasks/task_types.h"
 
 namespace kvevict::evals {
@@ -125,8 +126,7 @@ class LongBenchTask : public Task {
       std::string prompt = format->prompt ? format->prompt : kMultiHopPrompt;
       size_t split = prompt.find("{context}") + std::string("{context}").size();
       std::string file = (std::filesystem::path(path_) / (dataset + ".jsonl")).string();
-      std::ifstream in(file);
-      if (!in) throw UsageError(file + ": cannot open LongBench file");
+      std::istringstream in(read_input_file(file, InputLimits::kDatasetFile, "LongBench file"));
       std::string line;
       int line_number = 0, taken = 0;
       while (taken < per_point && std::getline(in, line)) {
@@ -167,6 +167,8 @@ class LongBenchTask : public Task {
           throw UsageError(file + ":" + std::to_string(line_number) + ": error: bad LongBench record: " + e.what());
         }
       }
+      // A dataset that yields nothing would finish "successfully" with no results for it.
+      if (taken == 0) throw InputError(file, "no LongBench records (the file is empty or holds only blank lines)");
     }
     return samples;
   }
@@ -183,7 +185,12 @@ class LongBenchTask : public Task {
 std::unique_ptr<Task> make_longbench_task(MapReader& reader, const std::string& instance) {
   std::string path = reader.get_string("path", "", true);
   auto datasets = reader.get_string_list("datasets", {"narrativeqa", "qasper", "multifieldqa_en", "hotpotqa"});
-  int max_length = static_cast<int>(reader.get_int("max_length", 3500, 0, 1 << 20));
+  int max_length = static_cast<int>(reader.get_int("max_length", 3500, 0, kMaxEvalLength));
+  if (reader.errors().context_length() > 0 && max_length > reader.errors().context_length()) {
+    reader.errors().error(reader.raw("max_length"), reader.path_of("max_length"),
+                          "max_length " + std::to_string(max_length) + " exceeds the model's context of " +
+                              std::to_string(reader.errors().context_length()) + " tokens");
+  }
   CommonTaskOptions common = read_common_options(reader, 20);
   if (!path.empty() && !std::filesystem::is_directory(path)) {
     reader.errors().error(reader.raw("path"), reader.path_of("path"), "LongBench folder '" + path + "' does not exist");
@@ -192,10 +199,16 @@ std::unique_ptr<Task> make_longbench_task(MapReader& reader, const std::string& 
     if (!find_format(dataset)) {
       reader.errors().error(reader.raw("datasets"), reader.path_of("datasets"),
                             "unsupported LongBench dataset '" + dataset + "' (English datasets only)");
-    } else if (std::filesystem::is_directory(path) &&
-               !std::filesystem::exists(std::filesystem::path(path) / (dataset + ".jsonl"))) {
-      reader.errors().error(reader.raw("datasets"), reader.path_of("datasets"),
-                            "missing file " + (std::filesystem::path(path) / (dataset + ".jsonl")).string());
+    } else if (std::filesystem::is_directory(path)) {
+      // The file rule (regular file, no blocking open) now, so a FIFO, a directory or an empty file
+      // is reported at the config's line before any work starts.
+      const std::string file = (std::filesystem::path(path) / (dataset + ".jsonl")).string();
+      try {
+        InputFile input(file, "LongBench file");
+        if (input.size() == 0) throw InputError(file, "the LongBench file is empty");
+      } catch (const Error& e) {
+        reader.errors().error(reader.raw("datasets"), reader.path_of("datasets"), e.what());
+      }
     }
   }
   return std::make_unique<LongBenchTask>(instance, path, datasets, max_length, common);

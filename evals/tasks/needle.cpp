@@ -105,7 +105,7 @@ class NeedleTask : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_needle_task(MapReader& reader, const std::string& instance) {
-  auto lengths = reader.get_int_list("lengths", {1024}, 32, 1 << 20);
+  auto lengths = reader.get_length_list("lengths", {1024}, 32);
   auto depths = reader.get_double_list("depths", {0, 25, 50, 75, 100}, 0, 100);
   int needles = static_cast<int>(reader.get_int("needles", 1, 1, 8));
   CommonTaskOptions common = read_common_options(reader, 1);

@@ -39,7 +39,7 @@ class PasskeyTask : public LengthDepthGridTask {
 }  // namespace
 
 std::unique_ptr<Task> make_passkey_task(MapReader& reader, const std::string& instance) {
-  auto lengths = reader.get_int_list("lengths", {1024}, 16, 1 << 20);
+  auto lengths = reader.get_length_list("lengths", {1024}, 16);
   auto depths = reader.get_double_list("depths", {}, 0, 100);
   CommonTaskOptions common = read_common_options(reader, 4);
   return std::make_unique<PasskeyTask>(instance, lengths, depths, common);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include "evals/results_store.h"
 #include "process.h"
@@ -74,7 +75,7 @@ TEST(EvalCommand, ConfigErrorsExitWith2AndNameTheLocation) {
   }
   auto missing = run_shell(cli_command("eval -c " + (dir.path / "none.yaml").string()));
   EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.output.find("none.yaml: cannot open the config file"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("none.yaml: cannot open config file"), std::string::npos) << missing.output;
   std::string good = dir.file("good.yaml", fake_config("", 1));
   auto bad_set = run_shell(cli_command("eval -c " + good + " --db " + dir.db() + " --set tasks.passkey.lengths=[x]"));
   EXPECT_EQ(bad_set.exit_code, 2);
@@ -232,4 +233,119 @@ TEST(EvalCommand, EndToEndOnStories260K) {
   }
   auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
   EXPECT_EQ(json.size(), 4u * 12 * 3);
+}
+
+TEST(EvalCommand, DatabasePathsThatCannotPersistAreRefusedBeforeWork) {
+  Workdir dir("nopersist");
+  std::string config = dir.file("c.yaml", fake_config("", 1));
+  for (const std::string& db : {std::string("''"), std::string(":memory:"), std::string("'file:r.db?mode=memory'"),
+                                dir.path.string()}) {
+    auto result = run_shell("cd " + dir.path.string() + " && " + cli_command("eval -c c.yaml --db " + db));
+    EXPECT_EQ(result.exit_code, 2) << db << ": " << result.output;
+    EXPECT_EQ(result.output.find("results written"), std::string::npos) << db << ": " << result.output;
+  }
+  // Nothing but the config was created (no r.db, no temporary database left behind).
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) entries += entry.path() != config;
+  EXPECT_EQ(entries, 0);
+}
+
+TEST(EvalCommand, DuplicateGridValuesAndTooManyThreadsExitWith2BeforeWork) {
+  Workdir dir("grid");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::string config = dir.file("c.yaml", fake_config("", 1));
+  struct Case {
+    std::string set, expected;
+  };
+  std::vector<Case> cases = {
+      // Used to end in a raw "UNIQUE constraint failed" with the run left "running".
+      {"tasks.needle.depths=[50,50]", "--set tasks.needle.depths: error: tasks.needle.depths: value 50 appears twice"},
+      {"tasks.passkey.lengths=[60,60]", "value 60 appears twice"},
+      {"threads=" + std::to_string(cores + 1), "--set threads: error: threads: value " + std::to_string(cores + 1)},
+      {"tasks.passkey.lengths=[1048576]", "value 1048576 out of range [16, 131072]"},
+  };
+  for (const auto& c : cases) {
+    auto result = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --set " + c.set));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find(c.expected), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("UNIQUE"), std::string::npos) << result.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.db()));
+  }
+}
+
+TEST(EvalCommand, LengthsAboveTheModelsContextExitWith2BeforeWork) {
+  const std::string models = std::string(KVEVICT_SHARED_DIR) + "/models/stories260K";
+  if (!std::filesystem::exists(models + "/stories260K.bin")) GTEST_SKIP() << "stories260K not found in " << models;
+  Workdir dir("context");
+  std::string config = dir.file("c.yaml", "model: " + models + "/stories260K.bin\ntokenizer: " + models +
+                                              "/tok512.bin\ndevice: cpu\ntasks:\n  passkey: {lengths: [128, 4096]}\n"
+                                              "  fidelity: {lengths: [256], continuation: 300}\n"
+                                              "policies: [h2o]\nbudgets: [full]\n");
+  auto result = run_shell(cli_command("eval -c " + config + " --db " + dir.db()));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("c.yaml:5:28: error: tasks.passkey.lengths: length 4096 exceeds the model's context of "
+                               "512 tokens"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("c.yaml:6:44: error: tasks.fidelity.continuation: 300 tokens after a context of 256"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.db())) << "the database was touched";
+  // A length that fits, but whose question and answer do not: refused once the samples are built,
+  // still before the database is opened (it used to decode past the model's 512 positions).
+  std::string near = dir.file("near.yaml", "model: " + models + "/stories260K.bin\ntokenizer: " + models +
+                                               "/tok512.bin\ndevice: cpu\ntasks:\n  needle: {lengths: [500], "
+                                               "depths: [50], needles: 8}\npolicies: [h2o]\nbudgets: [full]\n");
+  auto over = run_shell(cli_command("eval -c " + near + " --db " + dir.db()));
+  EXPECT_EQ(over.exit_code, 2) << over.output;
+  EXPECT_NE(over.output.find("near.yaml:5:21: error: tasks.needle.lengths: sample len=500/depth=50/i=0 needs"),
+            std::string::npos)
+      << over.output;
+  EXPECT_NE(over.output.find("more than the model's context of 512 tokens"), std::string::npos) << over.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.db())) << "the database was touched";
+}
+
+TEST(EvalCommand, ASecondResumeOfOneRunExitsWithAClearMessage) {
+  Workdir dir("resume2");
+  std::string config = dir.file("c.yaml", fake_config("delay_ms=15", 5));
+  const int64_t total = (6 + 6) * 2 * 3;
+  auto stored = [&] {
+    if (!std::filesystem::exists(dir.db())) return int64_t{0};
+    kvevict::evals::ResultsStore store(dir.db());
+    auto runs = store.runs();
+    return runs.empty() ? int64_t{0} : store.count_results(runs[0].id);
+  };
+  pid_t killed = kvevict::test::spawn_kvevict({"eval", "-c", config, "--db", dir.db(), "--quiet"});
+  for (int i = 0; i < 400 && stored() < total / 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(killed, SIGKILL);
+  kvevict::test::wait_exit_code(killed);
+  pid_t first = kvevict::test::spawn_kvevict({"eval", "-c", config, "--db", dir.db(), "--quiet", "--resume"});
+  // Wait until the first resume owns the run (its pid is recorded), then start a second one.
+  bool owned = false;
+  for (int i = 0; i < 400 && !owned; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(dir.db().c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+      sqlite3_stmt* stmt = nullptr;
+      if (sqlite3_prepare_v2(db, "SELECT owner FROM runs WHERE id = 1", -1, &stmt, nullptr) == SQLITE_OK &&
+          sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0)) {
+        owned = std::string(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0))).rfind(std::to_string(first) + ":", 0) == 0;
+      }
+      sqlite3_finalize(stmt);
+    }
+    sqlite3_close(db);
+  }
+  ASSERT_TRUE(owned) << "the first --resume never claimed the run";
+  auto second = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --resume"));
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_NE(second.output.find("run #1 is being written by another kvevict process (pid " + std::to_string(first) + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("UNIQUE"), std::string::npos) << second.output;
+  EXPECT_EQ(kvevict::test::wait_exit_code(first), 0);
+  kvevict::evals::ResultsStore store(dir.db());
+  auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "finished");
+  EXPECT_EQ(store.count_results(1), total);
 }

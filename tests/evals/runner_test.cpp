@@ -109,8 +109,11 @@ TEST(Runner, ResumeAfterACrashLosesAndDuplicatesNothing) {
   ResultsStore store(dir.db());
   FailingRunner crashing(40);  // dies inside the 5th sample (9 results per sample)
   EXPECT_THROW(run_eval(config, crashing, store, {}), kvevict::RuntimeError);
-  auto run = store.find_run(config.hash, crashing.model_hash(), "running");
+  // The run is marked failed with the reason (it was left "running" with no reason before).
+  auto run = store.find_run(config.hash, crashing.model_hash(), "failed");
   ASSERT_TRUE(run);
+  EXPECT_FALSE(store.find_run(config.hash, crashing.model_hash(), "running"));
+  EXPECT_NE(run->reason.find("simulated crash"), std::string::npos) << run->reason;
   EXPECT_EQ(store.count_results(run->id), 36);  // whole samples only
 
   FakeRunner runner("fake:");

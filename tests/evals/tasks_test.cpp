@@ -181,6 +181,16 @@ TEST(Tasks, LongBenchReadsJsonlWithPromptFormatAndMetric) {
   // Unknown datasets and missing files are config errors.
   EXPECT_THROW(make_samples("longbench", "{path: " + dir.string() + ", datasets: [dureader]}", 0), kvevict::UsageError);
   EXPECT_THROW(make_samples("longbench", "{path: " + dir.string() + ", datasets: [qasper]}", 0), kvevict::UsageError);
+  // A file of blank lines passes the size check but yields no sample: an input error naming it
+  // (it used to finish with 0 results and exit 0).
+  { std::ofstream blank(dir / "qasper.jsonl"); blank << "\n  \n\n"; }
+  try {
+    make_samples("longbench", "{path: " + dir.string() + ", datasets: [qasper]}", 0);
+    ADD_FAILURE() << "a dataset without records gave no error";
+  } catch (const kvevict::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("qasper.jsonl: no LongBench records"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
