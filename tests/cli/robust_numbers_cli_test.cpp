@@ -83,6 +83,7 @@ TEST(RobustNumbersCli, BudgetsThatRoundToZeroTokensAreRefused) {
   expect_usage_error(inspect + "--budget 0.999", "rounds to zero");
   expect_usage_error(inspect + "--budget 1%", "rounds to zero");  // 1% of a short prompt
   expect_usage_error(inspect + "--budget 0", "--budget");          // refused before, still refused
+  expect_usage_error(inspect + "--budget total:2", "rounds to zero");  // synthetic:tiny: 2 layers x 2 KV heads
   expect_usage_error("generate -m synthetic:tiny -n 1 -p 'a b c' --policy streamingllm --budget 0.5", "rounds to zero");
   EXPECT_EQ(kvevict_cli(inspect + "--budget 1").exit_code, 0);
 }
