@@ -34,7 +34,8 @@ std::function<int()> setup_check(CLI::App& app) {
     for (const auto& f : *files) {
       try {
         std::cout << summary(dsl::compile_policy_file(f)) << "\n";
-      } catch (const UsageError& e) {
+      } catch (const Error& e) {  // a bad file (exit 2) does not stop the others from being checked
+        if (e.exit_code() != 2) throw;
         const std::string message = e.what();
         std::cerr << message << (message.empty() || message.back() != '\n' ? "\n" : "");
         status = 2;

@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 #include "jit/codegen.h"
 #include "jit/cuda_driver.h"
 #include "jit/jit_compiler.h"
@@ -43,12 +44,10 @@ std::map<std::string, std::string> parse_sets(const std::vector<std::string>& se
 jit::GeneratedKernel load_source(const CompileArgs& args) {
   if (ends_with(args.policy, ".cu") || ends_with(args.policy, ".cuh")) {
     if (!args.sets.empty()) throw UsageError("--set applies to policies, not to CUDA files");
-    std::ifstream in(args.policy, std::ios::binary);
-    if (!in) throw UsageError(args.policy + ": cannot open");
     jit::GeneratedKernel kernel;
     kernel.name = args.policy;
     kernel.policy_file = args.policy;
-    kernel.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    kernel.source = read_input_file(args.policy, InputLimits::kPolicyFile, "CUDA file");
     return kernel;
   }
   return jit::generate_policy_cuda(args.policy, parse_sets(args.sets), args.policy_dirs);

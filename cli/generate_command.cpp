@@ -1,12 +1,11 @@
 // `kvevict generate`: run a prompt through the reference decoder and print the continuation.
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/command.h"
+#include "cli/option_checks.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
@@ -15,6 +14,7 @@
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 #include "jit/device.h"
 
 namespace kvevict::cli {
@@ -45,11 +45,7 @@ struct Generation {
 
 std::string read_prompt_text(const GenerateOptions& o) {
   if (o.prompt_file.empty()) return o.prompt;
-  std::ifstream in(o.prompt_file, std::ios::binary);
-  if (!in) throw UsageError(o.prompt_file + ": cannot read the prompt file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(o.prompt_file, InputLimits::kPromptFile, "prompt file");
 }
 
 // Plain prompts start with BOS (llama2.c generates from BOS alone); chat prompts follow the template.
@@ -118,9 +114,9 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--prompt-file", o->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->excludes(prompt);
   app.add_flag("--chat", o->chat, "Wrap the prompt in the model's chat template (ChatML for SmolLM2)");
   app.add_option("-n,--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()->check(CLI::Range(0, 1 << 24));
-  app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(finite_range(0.0, 100.0));
   app.add_option("--seed", o->seed, "Seed of the sampler");
-  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
   app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");

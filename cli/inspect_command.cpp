@@ -6,17 +6,17 @@
 // "kv_head" is the index of the stored head: the KV head ("gqa_mode": "kv_head"), or, for a policy
 // that unfolds GQA ("gqa_mode": "unfold"), the query head, which then also has "query_head" (the
 // same index) and "source_kv_head" (query_head / G, the KV head its entries were copied from).
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/command.h"
+#include "cli/option_checks.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 
 namespace kvevict::cli {
 namespace {
@@ -31,13 +31,7 @@ struct InspectOptions {
 
 std::vector<int> encode_prompt(const Model& model, const InspectOptions& o) {
   std::string text = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::ifstream in(o.prompt_file, std::ios::binary);
-    if (!in) throw UsageError(o.prompt_file + ": cannot read the prompt file");
-    std::ostringstream s;
-    s << in.rdbuf();
-    text = s.str();
-  }
+  if (!o.prompt_file.empty()) text = read_input_file(o.prompt_file, InputLimits::kPromptFile, "prompt file");
   std::vector<int> ids = model.tokenizer->encode(text, /*add_bos=*/true);
   if (ids.empty()) throw UsageError("the prompt is empty and the vocabulary has no BOS token to start from");
   if (static_cast<int>(ids.size()) > model.config.context_length)
@@ -101,7 +95,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.get_option("--policy")->required();
   app.get_option("--budget")->required();
   app.add_option("--seed", o->seed, "Seed of the policy's random draws (random, NACL)");
-  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
   app.add_flag("--json", o->json, "Print one JSON object");
 
   return [o]() {

@@ -1,16 +1,18 @@
 #include "dsl/policy_file.h"
 
 #include <cmath>
-#include <fstream>
 #include <set>
+#include <unordered_map>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 #include "dsl/builtin_names.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
+#include "dsl/yaml_duplicate_keys.h"
 
 namespace kvevict::dsl {
 
@@ -88,6 +90,7 @@ class FileCompiler {
       diag_.error({e.mark.line + 1, e.mark.column + 1}, "YAML: " + e.msg);
       throw UsageError(diag_.format());
     }
+    reject_duplicate_keys(root, path_);  // yaml-cpp would silently keep the first `score:`
     if (!root.IsMap()) {
       diag_.error(pos_of(root), "a policy file must be a YAML mapping (name:, about:, score:, ...)");
       throw UsageError(diag_.format());
@@ -197,8 +200,7 @@ class FileCompiler {
         if (d.has_min && d.has_max && d.min > d.max) { diag_.error(at, "parameter '" + d.name + "': min is larger than max"); register_param(d, at); continue; }
         parse_value(d, def.Scalar(), d.default_value, pos_of(def), "default");
       }
-      for (const auto& p : out_.params)
-        if (p.name == d.name) diag_.error(at, "parameter '" + d.name + "' is declared twice");
+      if (param_index_.count(d.name)) diag_.error(at, "parameter '" + d.name + "' is declared twice");
       // A parameter with a bad declaration is still registered (the file fails anyway), so its
       // uses are not reported again as unknown names.
       register_param(d, at);
@@ -212,8 +214,7 @@ class FileCompiler {
   // select.kept_order (else positional). It is overridable and recorded like any parameter.
   // Returns its binding index, or -1 when the file governs kept_order itself.
   int add_implicit_kept_order(const YAML::Node& root) {
-    for (const auto& p : out_.params)
-      if (p.name == "kept_order") return -1;
+    if (param_index_.count("kept_order")) return -1;
     std::string literal = "positional";
     const YAML::Node select = root["select"];
     if (select && select.IsMap() && select["kept_order"]) {
@@ -232,19 +233,17 @@ class FileCompiler {
     return static_cast<int>(out_.params.size()) - 1;
   }
 
+  // The first declaration of a name wins; the index keeps a file with many parameters linear.
   void register_param(const ParamDecl& d, FilePos at) {
-    for (const auto& p : out_.params)
-      if (p.name == d.name) return;
-    {
-      ParamBinding b;
-      b.name = d.name;
-      b.type = d.type == "bool" ? Type::Bool : d.type == "enum" ? Type::Enum : Type::Number;
-      b.value = d.default_value;
-      b.options = d.options;
-      out_.params.push_back(d);
-      out_.bindings.push_back(b);
-      param_pos_.push_back(at);
-    }
+    if (!param_index_.emplace(d.name, out_.params.size()).second) return;
+    ParamBinding b;
+    b.name = d.name;
+    b.type = d.type == "bool" ? Type::Bool : d.type == "enum" ? Type::Enum : Type::Number;
+    b.value = d.default_value;
+    b.options = d.options;
+    out_.params.push_back(d);
+    out_.bindings.push_back(b);
+    param_pos_.push_back(at);
   }
 
   static bool valid_name(const std::string& n) {
@@ -285,8 +284,8 @@ class FileCompiler {
 
   void apply_overrides(const std::map<std::string, std::string>& overrides) {
     for (const auto& [name, value] : overrides) {
-      size_t i = 0;
-      while (i < out_.params.size() && out_.params[i].name != name) ++i;
+      const auto found = param_index_.find(name);
+      const size_t i = found == param_index_.end() ? out_.params.size() : found->second;
       if (i == out_.params.size()) {
         std::string list;
         for (const auto& p : out_.params) list += (list.empty() ? "" : ", ") + p.name;
@@ -500,6 +499,7 @@ class FileCompiler {
   CompiledPolicy out_;
   CheckOptions opts_;
   std::vector<FilePos> param_pos_;
+  std::unordered_map<std::string, size_t> param_index_;  // name -> index in out_.params
 };
 
 }  // namespace
@@ -511,11 +511,7 @@ CompiledPolicy compile_policy_text(const std::string& path, const std::string& t
 }
 
 CompiledPolicy compile_policy_file(const std::string& path, const std::map<std::string, std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": error: cannot open policy file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return compile_policy_text(path, s.str(), overrides);
+  return compile_policy_text(path, read_input_file(path, InputLimits::kPolicyFile, "policy file"), overrides);
 }
 
 }  // namespace kvevict::dsl

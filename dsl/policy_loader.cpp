@@ -42,7 +42,9 @@ std::vector<fs::path> policy_files_in(const std::string& dir) {
 std::string resolve_policy_path(const std::string& name_or_path, const std::vector<std::string>& extra_dirs) {
   std::error_code ec;
   if (looks_like_path(name_or_path)) {
-    if (!fs::is_regular_file(name_or_path, ec)) throw UsageError(name_or_path + ": error: policy file not found");
+    // Only absence is decided here; a path that is a directory, a FIFO or a device is refused with
+    // what it is when it is opened (core/util/input_file.h).
+    if (!fs::exists(fs::symlink_status(name_or_path, ec))) throw UsageError(name_or_path + ": error: policy file not found");
     return name_or_path;
   }
   std::set<std::string> known;

@@ -11,6 +11,10 @@
 namespace kvevict {
 namespace {
 
+// Budgets below one token per (layer, KV head) used to run and keep nothing (while 0 was refused).
+constexpr const char* kRoundsToZero =
+    "is less than one token per (layer, KV head): it rounds to zero and would keep nothing";
+
 // number := decimal literal accepted by strtod, consuming the whole text (no sign, no spaces).
 bool parse_number(const std::string& text, double* out) {
   if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')) return false;
@@ -64,6 +68,7 @@ Budget Budget::parse(const std::string& text, const std::string& what) {
     throw UsageError(what + ": '" + text + "' is not 'full', a percentage like '10%', a positive token count per (layer, KV head) "
                      "like '128', 'excl_window:N' or 'total:N'");
   }
+  if (tokens < 1) throw UsageError(what + ": '" + text + "' " + kRoundsToZero);
   b.kind = Kind::TokensPerHead;
   b.value = tokens;
   return b;
@@ -100,9 +105,15 @@ void Budget::check_model(int n_layers, int n_kv_heads, const std::string& what) 
   if (static_cast<int64_t>(value) % n_kv_heads != 0)
     throw UsageError(what + ": " + text + " is not a multiple of the model's " + std::to_string(n_kv_heads) +
                      " KV heads (every KV head of a layer gets the same budget; total:N counts all of them)");
+  if (value < static_cast<double>(n_layers) * n_kv_heads)
+    throw UsageError(what + ": " + text + " over the model's " + std::to_string(n_layers) + " layers x " +
+                     std::to_string(n_kv_heads) + " KV heads " + kRoundsToZero);
 }
 
 void Budget::check_prompt(int prompt_len, const std::string& what) const {
+  if (kind == Kind::Fraction && value * std::max(0, prompt_len) < 1) {
+    throw UsageError(what + ": budget " + text + " of a " + std::to_string(prompt_len) + "-token prompt " + kRoundsToZero);
+  }
   if ((kind == Kind::TokensPerHead || kind == Kind::TokensPerHeadExclWindow) && value > prompt_len) {
     throw UsageError(what + ": budget " + text + " tokens per head is above the prompt length (" +
                      std::to_string(prompt_len) + " tokens)");

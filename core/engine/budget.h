@@ -27,7 +27,8 @@ struct Budget {
   double value = 0.0;  // fraction in (0, 1] or tokens (> 0; a whole number for Total)
   std::string text;    // as written, for reports ("10%", "128", "total:4096", "full")
 
-  // Parses the units above; throws UsageError naming `what`.
+  // Parses the units above; throws UsageError naming `what`. A token count below 1 per (layer, KV
+  // head) is refused: it rounds to zero (like 0, which is refused too).
   static Budget parse(const std::string& text, const std::string& what = "budget");
 
   using Geometry = BudgetGeometry;
@@ -37,11 +38,11 @@ struct Budget {
   // Exact integer budget per KV head summed over the layers: round(tokens_per_head x L), or, for
   // total:N, N / n_kv_heads (capped at prompt_len x L).
   int64_t total_per_kv_head(int prompt_len, const Geometry& g) const;
-  // Throws UsageError when total:N is not a multiple of the KV heads (a model fact, checked once
-  // the model is known).
+  // Throws UsageError when total:N is not a multiple of the KV heads, or less than one token per
+  // (layer, KV head) (model facts, checked once the model is known).
   void check_model(int n_layers, int n_kv_heads, const std::string& what = "budget") const;
-  // Throws UsageError when a token budget exceeds the prompt (callers that want clamping, like a
-  // sweep over many prompts, simply do not call this). Per-head units only: total:N is checked
+  // Throws UsageError when a token budget exceeds the prompt, or a percentage of it is less than
+  // one token (callers that want clamping, like a sweep over many prompts, simply do not call this). Per-head units only: total:N is checked
   // by the engine against the model (check_model) and clamped like excl_window.
   void check_prompt(int prompt_len, const std::string& what = "budget") const;
 };

@@ -7,16 +7,19 @@
 #include "core/model/model.h"
 #include "core/tokenizer/hf_tokenizer.h"
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 
 namespace kvevict {
 
 std::unique_ptr<Model> load_hf_folder(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path folder(dir);
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) throw ModelError(dir, "not a folder");
+  require_input_directory(dir, "Hugging Face model folder");
   const fs::path config_path = folder / "config.json";
-  if (!fs::is_regular_file(config_path, ec)) throw ModelError(dir, "no config.json in the folder");
+  // Only absence is reported here; a config.json that is a FIFO or a directory is refused by name
+  // when it is opened (core/util/input_file.h).
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(config_path, ec))) throw ModelError(dir, "no config.json in the folder");
 
   auto model = std::make_unique<Model>();
   model->config = parse_hf_config(config_path.string());

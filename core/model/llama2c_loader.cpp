@@ -1,5 +1,6 @@
 // llama2.c legacy (version 0) checkpoints: a 7 x int32 header, then float32 tensors in a fixed
 // order (see ../shared/models/README.md §1.4). A negative vocab_size means a separate classifier.
+#include <cmath>
 #include <filesystem>
 
 #include "core/model/model.h"
@@ -14,16 +15,27 @@ struct Llama2cHeader {
   int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
 };
 
-std::vector<float> read_floats(ByteReader& r, size_t count, const char* what) {
+// NaN or infinite weights only ever produce garbage logits (the GGUF and HF loaders refuse them
+// too): the first one is reported with its tensor, layer and element.
+void check_finite(const ByteReader& r, const std::vector<float>& values, const std::string& tensor) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      r.fail("tensor " + tensor + " holds a non-finite value (" + (std::isnan(values[i]) ? "NaN" : "inf") +
+             ") at element " + std::to_string(i));
+}
+
+std::vector<float> read_floats(ByteReader& r, size_t count, const std::string& tensor) {
   std::vector<float> out(count);
-  const uint8_t* p = r.take(checked_mul(count, sizeof(float), r.file()), what);
+  const uint8_t* p = r.take(checked_mul(count, sizeof(float), r.file()), tensor.c_str());
   std::memcpy(out.data(), p, count * sizeof(float));
+  check_finite(r, out, tensor);
   return out;
 }
 
 // One [L][rows] stacked tensor, split per layer into `member`.
 void read_per_layer(ByteReader& r, Weights& w, std::vector<float> LayerWeights::*member, size_t per_layer, const char* what) {
-  for (auto& layer : w.layers) layer.*member = read_floats(r, per_layer, what);
+  for (size_t l = 0; l < w.layers.size(); ++l)
+    w.layers[l].*member = read_floats(r, per_layer, std::string(what) + " (layer " + std::to_string(l) + ")");
 }
 
 // tokenizer.bin next to the checkpoint, else llama2.c's tok<vocab>.bin naming (e.g. tok512.bin).
@@ -31,7 +43,8 @@ std::string find_tokenizer(const std::string& checkpoint, int vocab_size) {
   const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
   for (const std::string& name : {std::string("tokenizer.bin"), "tok" + std::to_string(vocab_size) + ".bin"}) {
     const auto candidate = dir / name;
-    if (std::filesystem::is_regular_file(candidate)) return candidate.string();
+    std::error_code ec;  // any kind of file counts: opening it then says what is wrong with it
+    if (std::filesystem::exists(candidate, ec)) return candidate.string();
   }
   throw ModelError(checkpoint, "no tokenizer.bin or tok" + std::to_string(vocab_size) +
                                    ".bin next to the checkpoint; give one with --tokenizer");
@@ -40,7 +53,7 @@ std::string find_tokenizer(const std::string& checkpoint, int vocab_size) {
 }  // namespace
 
 std::unique_ptr<Model> load_llama2c(const std::string& checkpoint, const std::string& tokenizer_path) {
-  MappedFile file(checkpoint);
+  MappedFile file(checkpoint, "llama2.c checkpoint");
   ByteReader r(file.data(), file.size(), checkpoint);
   const auto h = r.read<Llama2cHeader>();
   if (h.vocab_size == 0 || h.vocab_size == INT32_MIN) r.fail("invalid vocab_size " + std::to_string(h.vocab_size));

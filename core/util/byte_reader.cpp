@@ -1,32 +1,27 @@
 #include "core/util/byte_reader.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+
+#include "core/util/input_file.h"
 
 namespace kvevict {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw ModelError(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw ModelError(path, "not a regular file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
+MappedFile::MappedFile(const std::string& path, const char* what) : path_(path) {
+  // The one file-opening rule: no blocking open, regular files only (a FIFO or /dev/zero is refused
+  // before anything is mapped). mmap reads nothing up front, so no size limit applies here.
+  const InputFile file(path, what);
+  size_ = static_cast<size_t>(file.size());
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
     if (p == MAP_FAILED) {
-      ::close(fd);
-      throw ModelError(path, std::string("cannot map: ") + std::strerror(errno));
+      const int err = errno;
+      throw RuntimeError(path + ": cannot map the " + what + ": " + std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::~MappedFile() {

@@ -15,7 +15,9 @@ namespace kvevict {
 
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);  // throws ModelError if missing or unreadable
+  // Opens `path` by the rule of core/util/input_file.h: InputError (exit 2) naming the file when it
+  // is missing, unreadable or not a regular file. `what` names the kind of file in that message.
+  explicit MappedFile(const std::string& path, const char* what = "model or tokenizer file");
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -1,11 +1,11 @@
 #include "core/util/json_file.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "core/util/error.h"
+#include "core/util/input_file.h"
 
 namespace kvevict {
 namespace {
@@ -77,19 +77,7 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& file, i
 }
 
 nlohmann::json read_json_file(const std::string& path, size_t max_bytes, int max_depth) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelError(path, "cannot open");
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) throw ModelError(path, "cannot read");
-  if (static_cast<uint64_t>(size) > max_bytes) {
-    throw ModelError(path, "file is " + std::to_string(size) + " bytes; more than the " + std::to_string(max_bytes) +
-                               " allowed for JSON");
-  }
-  in.seekg(0, std::ios::beg);
-  std::string text(static_cast<size_t>(size), '\0');
-  if (size > 0 && !in.read(text.data(), size)) throw ModelError(path, "cannot read");
-  return parse_json_text(text, path, max_depth);
+  return parse_json_text(read_input_file(path, max_bytes, "JSON file"), path, max_depth);
 }
 
 std::string json_type_name(const nlohmann::json& v) {

@@ -8,14 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/util/input_file.h"
+
 namespace kvevict {
 
 // Parses `text` as JSON. On a syntax error throws ModelError(file, "line L:C: <reason>"), with the
 // position counted from `text`'s start. `max_depth` bounds nesting (hostile inputs nest deeply).
 nlohmann::json parse_json_text(std::string_view text, const std::string& file, int max_depth = 64);
 
-// Reads and parses a whole file; throws ModelError if it is missing, larger than `max_bytes`, or malformed.
-nlohmann::json read_json_file(const std::string& path, size_t max_bytes = size_t(1) << 30, int max_depth = 64);
+// Reads (by the rule of core/util/input_file.h) and parses a whole file: InputError when it is
+// missing, not a regular file or larger than `max_bytes`; ModelError when it is malformed.
+nlohmann::json read_json_file(const std::string& path, size_t max_bytes = InputLimits::kJsonFile, int max_depth = 64);
 
 // Typed access to a key of a JSON object, with errors naming the file and the key.
 // `where` prefixes the key in messages (e.g. "rope_scaling.").

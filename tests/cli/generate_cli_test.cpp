@@ -35,12 +35,13 @@ TEST(GenerateCli, BadValuesAreUsageErrors) {
   EXPECT_EQ(run_kvevict("generate").exit_code, 2);
 }
 
-TEST(GenerateCli, MissingModelExitsOneNamingTheFile) {
+// A missing or malformed model file is an input error (exit 2), like a bad policy or config file.
+TEST(GenerateCli, MissingModelExitsTwoNamingTheFile) {
   const CliRun r = run_kvevict("generate -m /nonexistent/dir/model.bin -n 3");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("/nonexistent/dir/model.bin"), std::string::npos) << r.err;
   const CliRun info = run_kvevict("model-info /nonexistent/other.gguf");
-  EXPECT_EQ(info.exit_code, 1);
+  EXPECT_EQ(info.exit_code, 2);
   EXPECT_NE(info.err.find("/nonexistent/other.gguf"), std::string::npos) << info.err;
 }
 
@@ -101,7 +102,7 @@ TEST(ModelInfoCli, GarbageFileIsAModelError) {
   const std::string path = ::testing::TempDir() + "/garbage.bin";
   std::ofstream(path) << "not a model at all";
   const CliRun r = run_kvevict("model-info " + path);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
 }
 

@@ -56,18 +56,18 @@ TEST(HfFolderCli, GenerateRunsAndEncodesThePrompt) {
   EXPECT_LE(j.at("tokens").size(), 3u);
 }
 
-TEST(HfFolderCli, BrokenFoldersExitOneNamingTheFile) {
+TEST(HfFolderCli, BrokenFoldersExitTwoNamingTheFile) {
   fs::path dir = tiny_folder("truncated");
   const fs::path shard = dir / "model-00002-of-00002.safetensors";
   fs::resize_file(shard, fs::file_size(shard) / 2);
   CliResult r = kvevict_cli("generate -m " + dir.string() + " -p hi -n 2");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(shard.string()), std::string::npos) << r.err;
 
   dir = tiny_folder("bad_config");
   test::write_bytes(dir / "config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "big"})");
   r = kvevict_cli("model-info " + dir.string());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find((dir / "config.json").string()), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("'hidden_size' must be an integer"), std::string::npos) << r.err;
 
@@ -75,7 +75,7 @@ TEST(HfFolderCli, BrokenFoldersExitOneNamingTheFile) {
   std::string bytes(16, '\xff');
   test::write_bytes(dir / "model-00001-of-00002.safetensors", bytes);
   r = kvevict_cli("model-info " + dir.string());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("model-00001-of-00002.safetensors: header length"), std::string::npos) << r.err;
 }
 

@@ -175,7 +175,8 @@ TEST(GgufReader, MissingFileNamesIt) {
   try {
     GgufFile f("/nonexistent/dir/model.gguf");
     ADD_FAILURE();
-  } catch (const ModelError& e) {
+  } catch (const InputError& e) {  // the one file-opening rule (core/util/input_file.h), exit 2
+    EXPECT_EQ(e.exit_code(), 2);
     EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/model.gguf"), std::string::npos);
   }
 }

@@ -20,10 +20,11 @@ template <class F>
 std::string model_error(F&& f) {
   try {
     f();
-  } catch (const ModelError& e) {
+  } catch (const Error& e) {  // ModelError or InputError (a missing or non-regular file): both exit 2
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
     return e.what();
   }
-  ADD_FAILURE() << "expected a ModelError";
+  ADD_FAILURE() << "expected a ModelError or InputError";
   return "";
 }
 
@@ -319,7 +320,7 @@ TEST(HfWeights, TiedModelIgnoresAStoredLmHead) {
 TEST(HfFolder, MissingFilesAreNamed) {
   fs::path dir = test::fresh_dir("hf_empty");
   EXPECT_HAS(model_error([&] { load_hf_folder(dir.string()); }), "no config.json");
-  EXPECT_HAS(model_error([&] { load_hf_folder((dir / "nope").string()); }), "not a folder");
+  EXPECT_HAS(model_error([&] { load_hf_folder((dir / "nope").string()); }), "cannot open Hugging Face model folder");
   FolderFixture f("hf_no_tokenizer");
   f.write([](auto&) {});
   fs::remove(f.dir / "tokenizer.json");

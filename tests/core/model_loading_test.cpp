@@ -9,56 +9,12 @@
 #include "core/model/model.h"
 #include "core/model/synthetic_model.h"
 #include "core/util/error.h"
+#include "llama2c_writer.h"
 #include "reference_forward.h"
 #include "test_models.h"
 
 namespace kvevict {
 namespace {
-
-// Writes a llama2.c legacy checkpoint of `model` (RoPE tables as zeros) and a matching tokenizer.bin.
-std::string write_llama2c(const Model& m, const std::string& name, bool untied) {
-  const ModelConfig& c = m.config;
-  const std::string dir = ::testing::TempDir() + "/" + name;
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/model.bin";
-  std::ofstream out(path, std::ios::binary);
-  const int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-                             untied ? -c.vocab_size : c.vocab_size, c.context_length};
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
-  auto put = [&](const std::vector<float>& v) { out.write(reinterpret_cast<const char*>(v.data()), v.size() * 4); };
-  const Weights& w = m.weights;
-  put(w.token_embedding);
-  for (auto member : {&LayerWeights::attn_norm, &LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
-                      &LayerWeights::ffn_norm, &LayerWeights::w_gate, &LayerWeights::w_down, &LayerWeights::w_up}) {
-    for (const auto& layer : w.layers) put(layer.*member);
-  }
-  put(w.final_norm);
-  put(std::vector<float>(static_cast<size_t>(c.context_length) * c.head_dim, 0.0f));
-  if (untied) put(w.output);
-  out.close();
-  std::ofstream tok(dir + "/tokenizer.bin", std::ios::binary);
-  const int32_t max_len = 6;
-  tok.write(reinterpret_cast<const char*>(&max_len), 4);
-  for (int i = 0; i < c.vocab_size; ++i) {
-    const std::string piece = i < 3 ? std::string(i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>")
-                              : i < 259 ? [&] { char b[8]; std::snprintf(b, sizeof b, "<0x%02X>", i - 3); return std::string(b); }()
-                                        : "t" + std::to_string(i);
-    const float score = 0;
-    const int32_t len = static_cast<int32_t>(std::min<size_t>(piece.size(), 6));
-    tok.write(reinterpret_cast<const char*>(&score), 4);
-    tok.write(reinterpret_cast<const char*>(&len), 4);
-    tok.write(piece.data(), len);
-  }
-  return path;
-}
-
-ModelConfig llama2c_config() {
-  ModelConfig c;
-  c.name = "llama2c-test";
-  c.n_layers = 2, c.dim = 24, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 6, c.hidden_dim = 40;
-  c.vocab_size = 300, c.context_length = 64;
-  return c;
-}
 
 void expect_model_error_naming(const std::string& path, const std::string& fragment) {
   try {
@@ -71,10 +27,10 @@ void expect_model_error_naming(const std::string& path, const std::string& fragm
 }
 
 TEST(Llama2cLoader, UntiedClassifierRoundTrips) {
-  ModelConfig c = llama2c_config();
+  ModelConfig c = test::llama2c_config();
   c.tied_embeddings = false;
   const auto original = make_random_model(c, 3);
-  const std::string path = write_llama2c(*original, "untied", true);
+  const std::string path = test::write_llama2c(*original, "untied", true);
   const auto loaded = load_model(path);
   EXPECT_EQ(loaded->info.format, "llama2c");
   EXPECT_FALSE(loaded->config.tied_embeddings);
@@ -90,8 +46,8 @@ TEST(Llama2cLoader, UntiedClassifierRoundTrips) {
 }
 
 TEST(Llama2cLoader, TruncatedAndOversizedFilesAreRejected) {
-  const auto original = make_random_model(llama2c_config(), 4);
-  const std::string path = write_llama2c(*original, "truncated", false);
+  const auto original = make_random_model(test::llama2c_config(), 4);
+  const std::string path = test::write_llama2c(*original, "truncated", false);
   const auto size = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, size - 4);
   expect_model_error_naming(path, "does not match the header");
@@ -122,16 +78,25 @@ TEST(Llama2cLoader, HostileHeadersAreRejected) {
 }
 
 TEST(Llama2cLoader, MissingTokenizerIsAModelError) {
-  const auto original = make_random_model(llama2c_config(), 4);
-  const std::string path = write_llama2c(*original, "no-tokenizer", false);
+  const auto original = make_random_model(test::llama2c_config(), 4);
+  const std::string path = test::write_llama2c(*original, "no-tokenizer", false);
   std::filesystem::remove(std::filesystem::path(path).parent_path() / "tokenizer.bin");
   expect_model_error_naming(path, "--tokenizer");
   LoadOptions options;
   options.tokenizer_path = std::filesystem::path(path).parent_path() / "nonexistent.bin";
-  EXPECT_THROW(load_model(path, options), ModelError);
+  EXPECT_THROW(load_model(path, options), InputError);  // a named file that is missing: exit 2 too
 }
 
-TEST(LoadModel, MissingPathNamesIt) { expect_model_error_naming("/nonexistent/model.bin", "no such file"); }
+TEST(LoadModel, MissingPathNamesIt) {
+  try {
+    load_model("/nonexistent/model.bin");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.bin: cannot open model file: No such file"), std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(SyntheticModels, NamedGeometries) {
   const ModelConfig smol = synthetic_config("smollm2-135m");

@@ -21,10 +21,11 @@ template <class F>
 std::string model_error(F&& f) {
   try {
     f();
-  } catch (const ModelError& e) {
+  } catch (const Error& e) {  // ModelError or InputError (a missing or non-regular file): both exit 2
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
     return e.what();
   }
-  ADD_FAILURE() << "expected a ModelError";
+  ADD_FAILURE() << "expected a ModelError or InputError";
   return "";
 }
 
