@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "evals/config.h"
 #include "evals/leaderboard.h"
+#include "evals/leaderboard_stats.h"
 #include "evals/results_store.h"
 #include "evals/runner.h"
 #include "evals/sample_runner.h"
@@ -61,7 +62,9 @@ std::function<int()> setup_eval(CLI::App& app) {
         std::cerr << "kvevict: run #" << summary.run_id << " finished: " << summary.samples << " samples, "
                   << summary.results_written << " results written, " << summary.prefills << " full-cache prefills\n";
       }
-      std::cout << render_leaderboard(store.leaderboard("", "", summary.run_id), LeaderboardFormat::Table);
+      // The same cells as `kvevict leaderboard`: n, intervals and the difference to full.
+      std::cout << render_leaderboard(build_leaderboard(store.leaderboard("", "", summary.run_id), store_sample_scores(store)),
+                                      LeaderboardFormat::Table);
     }
     return 0;
   };

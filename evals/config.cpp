@@ -2,12 +2,12 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <thread>
 #include <set>
 #include <sstream>
 
 #include "core/util/error.h"
 #include "core/util/input_file.h"
+#include "core/util/thread_count.h"
 #include "dsl/yaml_duplicate_keys.h"
 #include "evals/budget_text.h"
 #include "evals/config_reader.h"
@@ -126,11 +126,6 @@ void read_budgets(ConfigErrors& errors, const YAML::Node& node, EvalConfig& conf
     }
   }
   if (items.empty()) errors.error(node, "budgets", "the list is empty");
-}
-
-int max_threads() {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores == 0 ? 1 : static_cast<int>(cores);
 }
 
 std::set<std::string> override_paths(const std::vector<std::string>& overrides) {
@@ -258,6 +253,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   // More threads than cores only slows a run down (and very large counts fail inside OpenMP).
+  // The one thread-count rule (core/util/thread_count.h): 0 = default, at most the machine's.
   config.threads = static_cast<int>(top.get_int("threads", 0, 0, max_threads()));
   config.chat_template = top.get_choice("chat_template", "auto", {"auto", "none", "chatml"});
   config.limit = static_cast<int>(top.get_int("limit", 0, 0, 1000000000));
