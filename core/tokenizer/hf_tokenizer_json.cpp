@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict::hf {
@@ -21,7 +22,7 @@ std::pair<std::string, std::string> parse_merge(const json& m, size_t index, con
     const std::string s = m.get<std::string>();
     size_t space = s.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == s.size() || s.find(' ', space + 1) != std::string::npos) {
-      throw ModelError(file, "model.merges[" + std::to_string(index) + "] = \"" + s + "\" is not \"left right\"");
+      throw ModelError(file, "model.merges[" + std::to_string(index) + "] = \"" + quote_input(s) + "\" is not \"left right\"");
     }
     return {s.substr(0, space), s.substr(space + 1)};
   }
@@ -59,7 +60,7 @@ std::vector<int> config_token_ids(const std::string& file, const std::string& ke
   std::vector<int> ids;
   for (const auto& item : items) {
     if (!item.is_number_unsigned() || item.get<uint64_t>() >= n_tokens) {
-      throw ModelError(file, "key '" + key + "' holds " + item.dump() + ", which is not a token id (vocabulary has " +
+      throw ModelError(file, "key '" + key + "' holds " + quote_input(item.dump()) + ", which is not a token id (vocabulary has " +
                                  std::to_string(n_tokens) + " tokens)");
     }
     ids.push_back(static_cast<int>(item.get<uint64_t>()));
@@ -116,12 +117,12 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
   }
   for (const auto& [text, id] : vocab_node->items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= static_cast<uint64_t>(kMaxTokens)) {
-      model.fail("vocab", "gives token \"" + text + "\" the id " + id.dump() + " (expected 0.." +
+      model.fail("vocab", "gives token \"" + quote_input(text) + "\" the id " + quote_input(id.dump()) + " (expected 0.." +
                               std::to_string(kMaxTokens - 1) + ")");
     }
     int64_t i = static_cast<int64_t>(id.get<uint64_t>());
     if (static_cast<size_t>(i) < filled.size() && filled[i]) {
-      model.fail("vocab", "gives id " + std::to_string(i) + " to both \"" + table.tokens[i] + "\" and \"" + text + "\"");
+      model.fail("vocab", "gives id " + std::to_string(i) + " to both \"" + quote_input(table.tokens[i]) + "\" and \"" + quote_input(text) + "\"");
     }
     put_token(table.tokens, filled, i, text);
   }
@@ -136,8 +137,8 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
       std::string content = t.string("content");
       if (content.empty()) t.fail("content", "is empty");
       if (static_cast<size_t>(id) < filled.size() && filled[id] && table.tokens[id] != content) {
-        t.fail("id", "= " + std::to_string(id) + " is already \"" + table.tokens[id] + "\" in the vocabulary, not \"" +
-                         content + "\"");
+        t.fail("id", "= " + std::to_string(id) + " is already \"" + quote_input(table.tokens[id]) + "\" in the vocabulary, not \"" +
+                         quote_input(content) + "\"");
       }
       put_token(table.tokens, filled, id, content);
       if (t.boolean_or("special", false)) {
@@ -175,7 +176,7 @@ SpecialTokens resolve_special_tokens(const TokenTable& table, const json& tokeni
       auto found = id_of.find(*text);
       if (found == id_of.end()) {
         throw ModelError(files.tokenizer_config_json,
-                         std::string("key '") + token_key + "' names \"" + *text + "\", which is not in tokenizer.json");
+                         std::string("key '") + token_key + "' names \"" + quote_input(*text) + "\", which is not in tokenizer.json");
       }
       return found->second;
     }
