@@ -33,7 +33,8 @@ rm -rf "$seeds"
 # legitimately huge input.
 max_len() {
   case "$1" in
-    gguf|safetensors|llama2c) echo 65536 ;;
+    gguf) echo 131072 ;;
+    safetensors|llama2c) echo 65536 ;;
     spm_tokenizer_bin|hf_tokenizer) echo 32768 ;;
     *) echo 8192 ;;
   esac

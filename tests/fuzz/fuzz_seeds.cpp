@@ -39,7 +39,7 @@ void gguf_seeds() {
   for (uint32_t type : {0u, 1u, 8u}) {
     for (bool spm : {false, true}) {
       test::TinyLlama m;
-      m.n_layers = 1, m.dim = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.hidden_dim = 32, m.context = 16;
+      m.n_layers = 1, m.dim = 32, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 8, m.hidden_dim = 32, m.context = 16;  // Q8_0 rows: 32
       m.weight_type = type;
       m.spm_tokenizer = spm;
       m.tied = type != 1;
@@ -125,7 +125,7 @@ void text_seeds() {
   const std::vector<std::string> texts = {"Once upon a time, there was a little girl named Lily.",
                                           "hello world 12345 the  \n\n  x",
                                           "caf\xC3\xA9 \xE2\x96\x81 \xF0\x9F\x98\x80 <|im_start|>user\n<s>",
-                                          std::string("\x00\xff\xfe bad utf8 \xC3", 17)};
+                                          [] { const char t[] = "\x00\xff\xfe bad utf8 \xC3"; return std::string(t, sizeof t - 1); }()};
   for (int k = 0; k < 5; ++k) {
     for (size_t i = 0; i < texts.size(); ++i) {
       seed("tokenizer_text", "t" + std::to_string(k) + "_" + std::to_string(i), std::string(1, static_cast<char>(k)) + texts[i]);
@@ -167,6 +167,10 @@ int main(int argc, char** argv) {
   copy_yaml("policy", repo / "policies", "");
   copy_yaml("policy", repo / "policies/examples", "example_");
   copy_yaml("policy", repo / "tests/dsl/golden", "golden_");
+  // Once a crash: window and protect expressions undefined at prompt_len 0.
+  seed("policy", "edge_prompt_len.yaml",
+       "name: z\nabout: window infinite at prompt_len 0\nobserve: {window: 1 / prompt_len}\n"
+       "protect: {recent: \"log(prompt_len - 5)\"}\nscore: |\n  score[t] = mean(h, q: A[h, q, t])\n");
   eval_seeds(repo);
   std::printf("fuzz_seeds: wrote the seed corpora under %s\n", out_dir.string().c_str());
   return 0;
