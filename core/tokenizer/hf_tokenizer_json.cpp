@@ -41,6 +41,14 @@ void put_token(std::vector<std::string>& tokens, std::vector<bool>& filled, int6
   filled[id] = true;
 }
 
+// Grows the table to at least n ids (new ones unfilled).
+void tokens_cover(std::vector<std::string>& tokens, std::vector<bool>& filled, size_t n) {
+  if (tokens.size() < n) {
+    tokens.resize(n);
+    filled.resize(n, false);
+  }
+}
+
 // A token named in tokenizer_config.json: "text" | {"content": "text", ...} | null.
 std::optional<std::string> config_token_text(const json& v, const std::string& file, const std::string& key) {
   if (v.is_null()) return std::nullopt;
@@ -115,11 +123,22 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
   if (!vocab_node || !vocab_node->is_object() || vocab_node->empty()) {
     model.fail("vocab", "must be a non-empty object {token: id}");
   }
+  // Ids are 0..N-1 without holes, so none can reach the number of entries (vocab + added_tokens).
+  // Such an id is not stored (a 40-byte file could otherwise grow the table to 4M tokens): the
+  // table is sized to the entries instead, and the hole it leaves is reported below.
+  const json* added_node = top.find("added_tokens");
+  const uint64_t entries = vocab_node->size() + (added_node && added_node->is_array() ? added_node->size() : 0);
+  auto fits = [&](uint64_t id) {
+    if (id < entries) return true;
+    tokens_cover(table.tokens, filled, entries);
+    return false;
+  };
   for (const auto& [text, id] : vocab_node->items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= static_cast<uint64_t>(kMaxTokens)) {
       model.fail("vocab", "gives token \"" + quote_input(text) + "\" the id " + quote_input(id.dump()) + " (expected 0.." +
                               std::to_string(kMaxTokens - 1) + ")");
     }
+    if (!fits(id.get<uint64_t>())) continue;
     int64_t i = static_cast<int64_t>(id.get<uint64_t>());
     if (static_cast<size_t>(i) < filled.size() && filled[i]) {
       model.fail("vocab", "gives id " + std::to_string(i) + " to both \"" + quote_input(table.tokens[i]) + "\" and \"" + quote_input(text) + "\"");
@@ -134,6 +153,7 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
     for (size_t k = 0; k < added->size(); ++k) {
       const JsonFields t((*added)[k], file, "added_tokens[" + std::to_string(k) + "].");
       int64_t id = t.integer("id", 0, kMaxTokens - 1);
+      if (!fits(static_cast<uint64_t>(id))) continue;
       std::string content = t.string("content");
       if (content.empty()) t.fail("content", "is empty");
       if (static_cast<size_t>(id) < filled.size() && filled[id] && table.tokens[id] != content) {
