@@ -37,14 +37,19 @@ class MemFile {
   std::string path_;
 };
 
-// A private folder (under $TMPDIR) for the life of the process.
+// A private folder (under $TMPDIR) for the life of the process, removed at exit.
 inline const std::filesystem::path& fuzz_dir() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path d = std::filesystem::temp_directory_path() / ("kvevict-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
+  static const std::filesystem::path* dir = [] {
+    auto* d = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                        ("kvevict-fuzz-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*d);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(fuzz_dir(), ec);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 inline void write_file(const std::filesystem::path& path, const uint8_t* data, size_t size) {
