@@ -5,6 +5,7 @@
 
 #include "core/model/dequant.h"
 #include "core/model/ggml_types.h"
+#include "core/util/quote.h"
 
 namespace kvevict {
 namespace {
@@ -106,18 +107,18 @@ std::string GgufFile::read_gguf_string(ByteReader& r, uint64_t max_length, const
 
 // array := u32:element_type u64:count value{count}
 GgufValue GgufFile::read_array(ByteReader& r, int depth, const std::string& key) {
-  if (depth >= kMaxArrayDepth) fail("metadata " + key + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+  if (depth >= kMaxArrayDepth) fail("metadata " + quote_input(key) + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth));
   GgufValue v;
   v.type = GgufValueType::ARRAY;
   const uint32_t et = r.read<uint32_t>();
-  if (!valid_value_type(et)) fail("metadata " + key + ": invalid array element type " + std::to_string(et));
+  if (!valid_value_type(et)) fail("metadata " + quote_input(key) + ": invalid array element type " + std::to_string(et));
   v.element_type = static_cast<GgufValueType>(et);
   const size_t at = r.offset();
   v.count = r.read<uint64_t>();
   const uint64_t min_bytes = min_value_bytes(v.element_type);
   const uint64_t cap = v.element_type == GgufValueType::STRING ? kMaxStringArrayElements : kMaxArrayElements;
   if (v.count > cap || v.count > r.remaining() / min_bytes) {
-    fail("metadata " + key + ": array at offset " + std::to_string(at) + " claims " + std::to_string(v.count) +
+    fail("metadata " + quote_input(key) + ": array at offset " + std::to_string(at) + " claims " + std::to_string(v.count) +
          " elements of type " + gguf_value_type_name(v.element_type) + ", more than the " +
          std::to_string(r.remaining()) + " bytes left can hold");
   }
@@ -130,7 +131,7 @@ GgufValue GgufFile::read_array(ByteReader& r, int depth, const std::string& key)
     for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(read_gguf_string(r, kMaxStringLength, "string"));
   } else {
     nested_arrays_ += v.count;  // v.count <= kMaxArrayElements, so this cannot overflow
-    if (nested_arrays_ > kMaxNestedArrays) fail("metadata " + key + ": too many nested arrays");
+    if (nested_arrays_ > kMaxNestedArrays) fail("metadata " + quote_input(key) + ": too many nested arrays");
     v.items.reserve(static_cast<size_t>(v.count));
     for (uint64_t i = 0; i < v.count; ++i) v.items.push_back(read_array(r, depth + 1, key));
   }
@@ -153,7 +154,7 @@ GgufValue GgufFile::read_value(ByteReader& r, GgufValueType type, int depth, con
     case GgufValueType::U64: {
       const uint64_t u = r.read<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        fail("metadata " + key + ": u64 value " + std::to_string(u) + " is out of range");
+        fail("metadata " + quote_input(key) + ": u64 value " + std::to_string(u) + " is out of range");
       }
       v.int_value = static_cast<int64_t>(u);
       break;
@@ -190,9 +191,9 @@ void GgufFile::parse() {
     std::string key = read_gguf_string(r, kMaxKeyLength, "metadata key");
     const size_t at = r.offset();
     const uint32_t t = r.read<uint32_t>();
-    if (!valid_value_type(t)) fail("metadata " + key + ": invalid value type " + std::to_string(t) + " at offset " + std::to_string(at));
+    if (!valid_value_type(t)) fail("metadata " + quote_input(key) + ": invalid value type " + std::to_string(t) + " at offset " + std::to_string(at));
     GgufValue v = read_value(r, static_cast<GgufValueType>(t), 0, key);
-    if (metadata_.count(key)) fail("duplicate metadata key " + key);
+    if (metadata_.count(key)) fail("duplicate metadata key " + quote_input(key));
     metadata_.emplace(std::move(key), std::move(v));
   }
 
@@ -219,29 +220,29 @@ void GgufFile::read_tensor_infos(ByteReader& r, uint64_t count) {
     t.name = read_gguf_string(r, kMaxTensorNameLength, "tensor name");
     const uint32_t n_dims = r.read<uint32_t>();
     if (n_dims == 0 || n_dims > kMaxDims) {
-      fail("tensor " + t.name + " has " + std::to_string(n_dims) + " dimensions (expected 1.." + std::to_string(kMaxDims) + ")");
+      fail("tensor " + quote_input(t.name) + " has " + std::to_string(n_dims) + " dimensions (expected 1.." + std::to_string(kMaxDims) + ")");
     }
     t.n_elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = r.read<uint64_t>();
-      if (ne == 0 || ne > kMaxElementsPerTensor) fail("tensor " + t.name + " has invalid dimension " + std::to_string(ne));
+      if (ne == 0 || ne > kMaxElementsPerTensor) fail("tensor " + quote_input(t.name) + " has invalid dimension " + std::to_string(ne));
       t.dims.push_back(ne);
       t.n_elements = checked_mul(t.n_elements, ne, path(), kMaxElementsPerTensor);
     }
     t.type = r.read<uint32_t>();
     const GgmlTypeTraits* traits = ggml_type_traits(t.type);
-    if (!traits) fail("tensor " + t.name + " has unknown ggml type id " + std::to_string(t.type));
+    if (!traits) fail("tensor " + quote_input(t.name) + " has unknown ggml type id " + std::to_string(t.type));
     if (t.dims[0] % traits->block_elements != 0) {
-      fail("tensor " + t.name + " of type " + traits->name + " has rows of " + std::to_string(t.dims[0]) +
+      fail("tensor " + quote_input(t.name) + " of type " + traits->name + " has rows of " + std::to_string(t.dims[0]) +
            " elements, not a multiple of the block size " + std::to_string(traits->block_elements));
     }
     t.n_bytes = ggml_tensor_bytes(t.type, t.n_elements, path(), t.name);
     t.offset = r.read<uint64_t>();
     if (t.offset % alignment_ != 0) {
-      fail("tensor " + t.name + " offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+      fail("tensor " + quote_input(t.name) + " offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
            std::to_string(alignment_));
     }
-    if (tensor_index_.count(t.name)) fail("duplicate tensor name " + t.name);
+    if (tensor_index_.count(t.name)) fail("duplicate tensor name " + quote_input(t.name));
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
   }
@@ -252,7 +253,7 @@ void GgufFile::check_tensor_layout() {
   std::vector<const GgufTensorInfo*> by_offset;
   for (const GgufTensorInfo& t : tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-      fail("tensor " + t.name + " (offset " + std::to_string(t.offset) + ", " + std::to_string(t.n_bytes) +
+      fail("tensor " + quote_input(t.name) + " (offset " + std::to_string(t.offset) + ", " + std::to_string(t.n_bytes) +
            " bytes) lies outside the data section (" + std::to_string(data_size) + " bytes from offset " +
            std::to_string(data_offset_) + ")");
     }
@@ -262,7 +263,7 @@ void GgufFile::check_tensor_layout() {
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const GgufTensorInfo& prev = *by_offset[i - 1];
     if (prev.offset + prev.n_bytes > by_offset[i]->offset) {
-      fail("tensors " + prev.name + " and " + by_offset[i]->name + " overlap");
+      fail("tensors " + quote_input(prev.name) + " and " + quote_input(by_offset[i]->name) + " overlap");
     }
   }
 }
@@ -280,7 +281,7 @@ const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
 std::optional<std::string> GgufFile::opt_string(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::STRING) fail("metadata " + key + " is a " + gguf_value_type_name(v->type) + ", expected a string");
+  if (v->type != GgufValueType::STRING) fail("metadata " + quote_input(key) + " is a " + gguf_value_type_name(v->type) + ", expected a string");
   return v->string_value;
 }
 
@@ -294,7 +295,7 @@ std::optional<int64_t> GgufFile::opt_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
   if (!v->is_integer() || v->type == GgufValueType::BOOL) {
-    fail("metadata " + key + " is a " + gguf_value_type_name(v->type) + ", expected an integer");
+    fail("metadata " + quote_input(key) + " is a " + gguf_value_type_name(v->type) + ", expected an integer");
   }
   return v->int_value;
 }
@@ -310,7 +311,7 @@ std::optional<double> GgufFile::opt_float(const std::string& key) const {
   if (!v) return std::nullopt;
   if (v->is_float()) return v->float_value;
   if (v->is_integer() && v->type != GgufValueType::BOOL) return static_cast<double>(v->int_value);
-  fail("metadata " + key + " is a " + gguf_value_type_name(v->type) + ", expected a number");
+  fail("metadata " + quote_input(key) + " is a " + gguf_value_type_name(v->type) + ", expected a number");
 }
 
 double GgufFile::get_float(const std::string& key) const {
@@ -322,16 +323,16 @@ double GgufFile::get_float(const std::string& key) const {
 std::optional<bool> GgufFile::opt_bool(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::BOOL) fail("metadata " + key + " is a " + gguf_value_type_name(v->type) + ", expected a bool");
+  if (v->type != GgufValueType::BOOL) fail("metadata " + quote_input(key) + " is a " + gguf_value_type_name(v->type) + ", expected a bool");
   return v->int_value != 0;
 }
 
 const GgufValue* GgufFile::opt_array(const std::string& key, GgufValueType element) const {
   const GgufValue* v = find(key);
   if (!v) return nullptr;
-  if (!v->is_array()) fail("metadata " + key + " is a " + gguf_value_type_name(v->type) + ", expected an array");
+  if (!v->is_array()) fail("metadata " + quote_input(key) + " is a " + gguf_value_type_name(v->type) + ", expected an array");
   if (v->element_type != element) {
-    fail("metadata " + key + " is an array of " + gguf_value_type_name(v->element_type) + ", expected " +
+    fail("metadata " + quote_input(key) + " is an array of " + gguf_value_type_name(v->element_type) + ", expected " +
          gguf_value_type_name(element));
   }
   return v;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/tokenizer/spm_tokenizer.h"
+#include "core/util/quote.h"
 
 namespace kvevict {
 namespace {
@@ -18,7 +19,7 @@ int token_id(const GgufFile& f, const std::string& key, int vocab, int fallback)
   if (*v < 0 || *v >= vocab) {
     // Some converters write an out-of-range id for "none"; refusing would reject usable files.
     if (*v == -1 || *v == std::numeric_limits<uint32_t>::max()) return -1;
-    f.fail("metadata " + key + " = " + std::to_string(*v) + " is outside the vocabulary of " + std::to_string(vocab));
+    f.fail("metadata " + quote_input(key) + " = " + std::to_string(*v) + " is outside the vocabulary of " + std::to_string(vocab));
   }
   return static_cast<int>(*v);
 }
@@ -119,7 +120,7 @@ BpePreTokenizer bpe_pretokenizer_from_name(const std::string& name, const std::s
   if (name == "default" || name == "gpt2" || name == "gpt-2") return BpePreTokenizer::Gpt2;
   if (name == "llama-bpe" || name == "llama3" || name == "llama-v3") return BpePreTokenizer::Llama3;
   if (name == "qwen2") return BpePreTokenizer::Qwen2;
-  throw ModelError(file, "unsupported BPE pre-tokenizer '" + name +
+  throw ModelError(file, "unsupported BPE pre-tokenizer '" + quote_input(name) +
                              "' (tokenizer.ggml.pre; supported: smollm, default, gpt2, llama-bpe, qwen2)");
 }
 
@@ -130,7 +131,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& f) {
   if (tokens.strings.size() > (size_t{1} << 22)) f.fail("tokenizer.ggml.tokens has too many entries");
   if (model == "gpt2") return load_bpe(f, tokens.strings);
   if (model == "llama") return load_spm(f, tokens.strings);
-  f.fail("unsupported tokenizer model '" + model + "' (tokenizer.ggml.model; supported: gpt2, llama)");
+  f.fail("unsupported tokenizer model '" + quote_input(model) + "' (tokenizer.ggml.model; supported: gpt2, llama)");
 }
 
 }  // namespace kvevict

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict {
@@ -22,7 +23,7 @@ std::string hf_architecture(const JsonFields& fields) {
     for (const auto& [class_name, type] : kSupported) {
       if (arch == class_name) return type;
     }
-    fields.fail("architectures", "names '" + arch +
+    fields.fail("architectures", "names '" + quote_input(arch) +
                                      "', which is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
                                      "Qwen2ForCausalLM)");
   }
@@ -30,7 +31,7 @@ std::string hf_architecture(const JsonFields& fields) {
   for (const auto& [class_name, type] : kSupported) {
     if (model_type == type) return type;
   }
-  fields.fail("model_type", "is '" + model_type + "', which is not supported (supported: llama, mistral, qwen2)");
+  fields.fail("model_type", "is '" + quote_input(model_type) + "', which is not supported (supported: llama, mistral, qwen2)");
 }
 
 // rope_scaling := null | { "type"|"rope_type": "default"|"linear"|"llama3", "factor": number,
@@ -44,7 +45,7 @@ RopeScaling hf_rope_scaling(const JsonFields& config) {
   if (type == "default") return scaling;
   if (type != "linear" && type != "llama3") {
     fields.fail(fields.has("rope_type") ? "rope_type" : "type",
-                "is '" + type + "', which is not supported (supported: default, linear, llama3)");
+                "is '" + quote_input(type) + "', which is not supported (supported: default, linear, llama3)");
   }
   scaling.type = type;
   scaling.factor = static_cast<float>(fields.number("factor"));
@@ -92,7 +93,7 @@ ModelConfig parse_hf_config(const std::string& config_path) {
   c.tied_embeddings = fields.boolean_or("tie_word_embeddings", false);  // the HF default for all three classes
 
   const std::string act = fields.string_or("hidden_act", "silu");
-  if (act != "silu") fields.fail("hidden_act", "is '" + act + "'; only 'silu' (SwiGLU) is supported");
+  if (act != "silu") fields.fail("hidden_act", "is '" + quote_input(act) + "'; only 'silu' (SwiGLU) is supported");
   if (c.architecture == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention always has q/k/v biases and none on o_proj
   } else {

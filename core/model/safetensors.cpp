@@ -8,6 +8,7 @@
 
 #include "core/model/dequant.h"
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict {
@@ -45,7 +46,7 @@ uint64_t header_u64(const nlohmann::json& v, const std::string& file, const std:
 // tensor := { "dtype": DTYPE, "shape": [u64...], "data_offsets": [u64, u64] }
 SafetensorsTensor parse_tensor_entry(const std::string& name, const nlohmann::json& entry, const std::string& file,
                                      const uint8_t* data, uint64_t data_size) {
-  const std::string where = "tensor '" + name + "'";
+  const std::string where = "tensor '" + quote_input(name) + "'";
   if (!entry.is_object()) throw ModelError(file, where + ": entry must be an object, not " + json_type_name(entry));
   SafetensorsTensor t;
   t.name = name;
@@ -55,7 +56,7 @@ SafetensorsTensor parse_tensor_entry(const std::string& name, const nlohmann::js
   if (dtype == entry.end() || !dtype->is_string()) throw ModelError(file, where + ": 'dtype' missing or not a string");
   t.dtype = dtype->get<std::string>();
   size_t element_size = safetensors_dtype_size(t.dtype);
-  if (element_size == 0) throw ModelError(file, where + ": unknown dtype '" + t.dtype + "'");
+  if (element_size == 0) throw ModelError(file, where + ": unknown dtype '" + quote_input(t.dtype) + "'");
 
   auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) throw ModelError(file, where + ": 'shape' missing or not an array");
@@ -116,7 +117,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     if (key == "__metadata__") {
       if (!value.is_object()) throw ModelError(path, "__metadata__ must be an object of strings");
       for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) throw ModelError(path, "__metadata__." + mk + " must be a string");
+        if (!mv.is_string()) throw ModelError(path, "__metadata__." + quote_input(mk) + " must be a string");
         metadata_[mk] = mv.get<std::string>();
       }
       continue;
@@ -134,7 +135,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const auto* prev = by_offset[i - 1];
     if (by_offset[i]->data < prev->data + prev->n_bytes) {
-      throw ModelError(path, "tensors '" + prev->name + "' and '" + by_offset[i]->name + "' overlap in the data section");
+      throw ModelError(path, "tensors '" + quote_input(prev->name) + "' and '" + quote_input(by_offset[i]->name) + "' overlap in the data section");
     }
   }
 }
@@ -151,7 +152,7 @@ void safetensors_to_f32(const SafetensorsTensor& t, float* out) {
       out[i] = is_bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
     }
   } else {
-    throw ModelError(t.file, "tensor '" + t.name + "' has dtype " + t.dtype + "; supported: F32, F16, BF16");
+    throw ModelError(t.file, "tensor '" + quote_input(t.name) + "' has dtype " + quote_input(t.dtype) + "; supported: F32, F16, BF16");
   }
 }
 
@@ -164,7 +165,7 @@ SafetensorsModel SafetensorsModel::open_files(const std::vector<std::string>& pa
     for (const auto& t : model.files_.back()->tensors()) {
       auto [it, inserted] = model.by_name_.emplace(t.name, &t);
       if (!inserted) {
-        throw ModelError(path, "tensor '" + t.name + "' is also in " + it->second->file + "; which one to use is ambiguous");
+        throw ModelError(path, "tensor '" + quote_input(t.name) + "' is also in " + it->second->file + "; which one to use is ambiguous");
       }
     }
   }
@@ -183,12 +184,12 @@ SafetensorsModel SafetensorsModel::open_folder(const std::string& dir) {
     if (!weight_map || !weight_map->is_object()) fields.fail("weight_map", "must be an object {tensor: shard file}");
     std::set<std::string> shard_names;
     for (const auto& [tensor, shard] : weight_map->items()) {
-      if (!shard.is_string()) fields.fail("weight_map." + tensor, "must be a file name");
+      if (!shard.is_string()) fields.fail("weight_map." + quote_input(tensor), "must be a file name");
       std::string name = shard.get<std::string>();
       // The index comes from a stranger: it may only name plain files inside this folder.
       if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos ||
           name == "." || name == "..") {
-        fields.fail("weight_map." + tensor, "names '" + name + "', which is not a file in the model folder");
+        fields.fail("weight_map." + quote_input(tensor), "names '" + quote_input(name) + "', which is not a file in the model folder");
       }
       shard_names.insert(name);
     }
@@ -201,7 +202,7 @@ SafetensorsModel SafetensorsModel::open_folder(const std::string& dir) {
       const std::string shard_path = (folder / shard.get<std::string>()).string();
       const SafetensorsTensor* t = model.find(tensor);
       if (!t || t->file != shard_path) {
-        throw ModelError(index_file, "weight_map puts tensor '" + tensor + "' in " + shard.get<std::string>() +
+        throw ModelError(index_file, "weight_map puts tensor '" + quote_input(tensor) + "' in " + quote_input(shard.get<std::string>()) +
                                          ", which does not hold it");
       }
     }
@@ -232,7 +233,7 @@ const SafetensorsTensor* SafetensorsModel::find(const std::string& name) const {
 
 const SafetensorsTensor& SafetensorsModel::get(const std::string& name) const {
   const SafetensorsTensor* t = find(name);
-  if (!t) throw ModelError(source_, "tensor '" + name + "' is missing");
+  if (!t) throw ModelError(source_, "tensor '" + quote_input(name) + "' is missing");
   return *t;
 }
 
@@ -245,11 +246,11 @@ std::vector<std::string> SafetensorsModel::names() const {
 std::vector<float> SafetensorsModel::read_f32(const std::string& name, const std::vector<uint64_t>& expected_shape) const {
   const SafetensorsTensor& t = get(name);
   if (t.shape != expected_shape) {
-    throw ModelError(t.file, "tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " +
+    throw ModelError(t.file, "tensor '" + quote_input(name) + "' has shape " + shape_string(t.shape) + ", expected " +
                                  shape_string(expected_shape));
   }
   if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16") {
-    throw ModelError(t.file, "tensor '" + name + "' has dtype " + t.dtype + "; supported: F32, F16, BF16");
+    throw ModelError(t.file, "tensor '" + quote_input(name) + "' has dtype " + t.dtype + "; supported: F32, F16, BF16");
   }
   std::vector<float> out(t.n_elements);
   safetensors_to_f32(t, out.data());

@@ -4,6 +4,7 @@
 #include "core/tokenizer/hf_tokenizer.h"
 #include "core/tokenizer/hf_tokenizer_json.h"
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict {
@@ -42,7 +43,7 @@ SpmVocab hf::spm_vocab_from_json(const nlohmann::json& tj, const HfTokenizerFile
                       "normalizer)");
   }
   const JsonFields model(tj["model"], file, "model.");
-  if (model.string_or("type", "BPE") != "BPE") unsupported(file, "model type '" + model.string("type") + "'");
+  if (model.string_or("type", "BPE") != "BPE") unsupported(file, "model type '" + quote_input(model.string("type")) + "'");
   TokenTable table = read_token_table(tj, file);
   SpecialTokens special = resolve_special_tokens(table, tj, files);
 
@@ -56,7 +57,7 @@ SpmVocab hf::spm_vocab_from_json(const nlohmann::json& tj, const HfTokenizerFile
   v.unk_id = -1;
   if (model.has("unk_token")) {
     auto it = id_of.find(model.string("unk_token"));
-    if (it == id_of.end()) model.fail("unk_token", "names \"" + model.string("unk_token") + "\", which is not in the vocabulary");
+    if (it == id_of.end()) model.fail("unk_token", "names \"" + quote_input(model.string("unk_token")) + "\", which is not in the vocabulary");
     v.unk_id = it->second;
   }
 

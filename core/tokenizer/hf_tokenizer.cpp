@@ -8,6 +8,7 @@
 
 #include "core/tokenizer/hf_tokenizer_json.h"
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict {
@@ -85,11 +86,11 @@ BpePreTokenizer detect_pre_tokenizer(const json& pre, const std::string& file) {
         check_byte_level((*steps)[1], file, false);
         return is_regex(regex, kLlama3Regex) ? BpePreTokenizer::Llama3 : BpePreTokenizer::Qwen2;
       }
-      if (!regex.empty()) unsupported(file, "Split pre-tokenizer regex '" + regex + "' is not one kvevict knows");
+      if (!regex.empty()) unsupported(file, "Split pre-tokenizer regex '" + quote_input(regex) + "' is not one kvevict knows");
     }
   }
   if (type == "Metaspace") unsupported(file, "SentencePiece-style (Metaspace) pre-tokenizer");
-  unsupported(file, "pre-tokenizer " + (pre.is_null() ? std::string("null") : pre.dump()) +
+  unsupported(file, "pre-tokenizer " + (pre.is_null() ? std::string("null") : quote_input(pre.dump())) +
                         " (supported: GPT-2 ByteLevel, SmolLM digits + ByteLevel, Llama-3 and Qwen2 Split + ByteLevel)");
 }
 
@@ -127,12 +128,12 @@ BpeVocab hf::bpe_vocab_from_json(const json& tj, const HfTokenizerFiles& files) 
   if (!model_node) top.fail("model", "is missing");
   const JsonFields model(*model_node, file, "model.");
   const std::string model_type = model.string_or("type", "BPE");
-  if (model_type != "BPE") unsupported(file, "model type '" + model_type + "' (supported: BPE)");
+  if (model_type != "BPE") unsupported(file, "model type '" + quote_input(model_type) + "' (supported: BPE)");
   if (model.boolean_or("byte_fallback", false)) {
     unsupported(file, "SentencePiece-style BPE with byte_fallback (Llama-2/Mistral tokenizer.json)");
   }
   if (const json* norm = top.find("normalizer")) {
-    if (type_of(*norm) != "NFC") unsupported(file, "normalizer " + norm->dump() + " (supported: none, NFC)");
+    if (type_of(*norm) != "NFC") unsupported(file, "normalizer " + quote_input(norm->dump()) + " (supported: none, NFC)");
   }
 
   BpeVocab vocab;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/util/error.h"
+#include "core/util/quote.h"
 #include "core/util/json_file.h"
 
 namespace kvevict::hf {
@@ -21,7 +22,7 @@ std::pair<std::string, std::string> parse_merge(const json& m, size_t index, con
     const std::string s = m.get<std::string>();
     size_t space = s.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == s.size() || s.find(' ', space + 1) != std::string::npos) {
-      throw ModelError(file, "model.merges[" + std::to_string(index) + "] = \"" + s + "\" is not \"left right\"");
+      throw ModelError(file, "model.merges[" + std::to_string(index) + "] = \"" + quote_input(s) + "\" is not \"left right\"");
     }
     return {s.substr(0, space), s.substr(space + 1)};
   }
@@ -38,6 +39,14 @@ void put_token(std::vector<std::string>& tokens, std::vector<bool>& filled, int6
   }
   tokens[id] = text;
   filled[id] = true;
+}
+
+// Grows the table to at least n ids (new ones unfilled).
+void tokens_cover(std::vector<std::string>& tokens, std::vector<bool>& filled, size_t n) {
+  if (tokens.size() < n) {
+    tokens.resize(n);
+    filled.resize(n, false);
+  }
 }
 
 // A token named in tokenizer_config.json: "text" | {"content": "text", ...} | null.
@@ -59,7 +68,7 @@ std::vector<int> config_token_ids(const std::string& file, const std::string& ke
   std::vector<int> ids;
   for (const auto& item : items) {
     if (!item.is_number_unsigned() || item.get<uint64_t>() >= n_tokens) {
-      throw ModelError(file, "key '" + key + "' holds " + item.dump() + ", which is not a token id (vocabulary has " +
+      throw ModelError(file, "key '" + key + "' holds " + quote_input(item.dump()) + ", which is not a token id (vocabulary has " +
                                  std::to_string(n_tokens) + " tokens)");
     }
     ids.push_back(static_cast<int>(item.get<uint64_t>()));
@@ -114,14 +123,25 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
   if (!vocab_node || !vocab_node->is_object() || vocab_node->empty()) {
     model.fail("vocab", "must be a non-empty object {token: id}");
   }
+  // Ids are 0..N-1 without holes, so none can reach the number of entries (vocab + added_tokens).
+  // Such an id is not stored (a 40-byte file could otherwise grow the table to 4M tokens): the
+  // table is sized to the entries instead, and the hole it leaves is reported below.
+  const json* added_node = top.find("added_tokens");
+  const uint64_t entries = vocab_node->size() + (added_node && added_node->is_array() ? added_node->size() : 0);
+  auto fits = [&](uint64_t id) {
+    if (id < entries) return true;
+    tokens_cover(table.tokens, filled, entries);
+    return false;
+  };
   for (const auto& [text, id] : vocab_node->items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= static_cast<uint64_t>(kMaxTokens)) {
-      model.fail("vocab", "gives token \"" + text + "\" the id " + id.dump() + " (expected 0.." +
+      model.fail("vocab", "gives token \"" + quote_input(text) + "\" the id " + quote_input(id.dump()) + " (expected 0.." +
                               std::to_string(kMaxTokens - 1) + ")");
     }
+    if (!fits(id.get<uint64_t>())) continue;
     int64_t i = static_cast<int64_t>(id.get<uint64_t>());
     if (static_cast<size_t>(i) < filled.size() && filled[i]) {
-      model.fail("vocab", "gives id " + std::to_string(i) + " to both \"" + table.tokens[i] + "\" and \"" + text + "\"");
+      model.fail("vocab", "gives id " + std::to_string(i) + " to both \"" + quote_input(table.tokens[i]) + "\" and \"" + quote_input(text) + "\"");
     }
     put_token(table.tokens, filled, i, text);
   }
@@ -133,11 +153,12 @@ TokenTable read_token_table(const json& tokenizer, const std::string& file) {
     for (size_t k = 0; k < added->size(); ++k) {
       const JsonFields t((*added)[k], file, "added_tokens[" + std::to_string(k) + "].");
       int64_t id = t.integer("id", 0, kMaxTokens - 1);
+      if (!fits(static_cast<uint64_t>(id))) continue;
       std::string content = t.string("content");
       if (content.empty()) t.fail("content", "is empty");
       if (static_cast<size_t>(id) < filled.size() && filled[id] && table.tokens[id] != content) {
-        t.fail("id", "= " + std::to_string(id) + " is already \"" + table.tokens[id] + "\" in the vocabulary, not \"" +
-                         content + "\"");
+        t.fail("id", "= " + std::to_string(id) + " is already \"" + quote_input(table.tokens[id]) + "\" in the vocabulary, not \"" +
+                         quote_input(content) + "\"");
       }
       put_token(table.tokens, filled, id, content);
       if (t.boolean_or("special", false)) {
@@ -175,7 +196,7 @@ SpecialTokens resolve_special_tokens(const TokenTable& table, const json& tokeni
       auto found = id_of.find(*text);
       if (found == id_of.end()) {
         throw ModelError(files.tokenizer_config_json,
-                         std::string("key '") + token_key + "' names \"" + *text + "\", which is not in tokenizer.json");
+                         std::string("key '") + token_key + "' names \"" + quote_input(*text) + "\", which is not in tokenizer.json");
       }
       return found->second;
     }

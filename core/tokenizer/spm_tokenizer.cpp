@@ -231,6 +231,12 @@ SpmVocab read_llama2c_tokenizer(const std::string& path, int vocab_size) {
   vocab.source = path;
   const int32_t max_len = r.read<int32_t>();
   if (max_len <= 0 || max_len > (1 << 16)) r.fail("invalid max token length " + std::to_string(max_len));
+  // Each token takes at least 8 bytes (score, length): a vocabulary the file cannot hold is refused
+  // before anything is reserved for it.
+  if (vocab_size <= 0 || static_cast<uint64_t>(vocab_size) > r.remaining() / 8) {
+    r.fail("cannot hold " + std::to_string(vocab_size) + " tokens (" + std::to_string(r.remaining()) +
+           " bytes after the header, at least 8 per token)");
+  }
   vocab.pieces.reserve(vocab_size);
   vocab.scores.reserve(vocab_size);
   for (int i = 0; i < vocab_size; ++i) {

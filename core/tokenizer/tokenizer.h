@@ -20,6 +20,10 @@ class Tokenizer {
   // Text of `id` when it follows `prev` (-1 at the start): SentencePiece drops the leading space
   // after BOS; byte pieces become raw bytes. Concatenating pieces may give partial UTF-8 mid-way.
   virtual std::string decode_piece(int prev, int id) const = 0;
+  // Round trip (checked by tests/fuzz/tokenizer_text_fuzzer on any bytes): when every byte has a
+  // byte piece (SentencePiece byte fallback <0xNN>, the 256 GPT-2 byte symbols),
+  // decode(encode(text, add_bos, false)) == text; SentencePiece's BOS and dummy-prefix space decode
+  // to nothing, while a byte-level BPE BOS is a special token and decodes to its text.
   std::string decode(const std::vector<int>& ids) const;
 
   virtual int vocab_size() const = 0;
