@@ -18,7 +18,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ModelError(path, "cannot open");
   in.read(magic, 4);
-  if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(path);
+  if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(path, options.weights);
   return load_llama2c(path, options.tokenizer_path);
 }
 
