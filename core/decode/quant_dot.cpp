@@ -67,6 +67,10 @@ void dequantize_rows(const TypedMatrix& w, int r0, int r1, float* dst) {
     std::memcpy(dst, w.row(r0), static_cast<size_t>(r1 - r0) * w.row_bytes);
     return;
   }
+  if (const DequantFn f = x86_dequantizer(w.type, best_isa())) {
+    for (int r = r0; r < r1; ++r) f(w.row(r), w.cols, dst + static_cast<size_t>(r - r0) * w.cols);
+    return;
+  }
   dequantize(w.type, w.row(r0), static_cast<uint64_t>(r1 - r0) * w.cols, dst, "", "weights");
 }
 

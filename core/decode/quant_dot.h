@@ -46,6 +46,10 @@ void dequantize_rows(const TypedMatrix& w, int r0, int r1, float* dst);
 // Per-ISA kernels (quant_dot_x86.cpp); nullptr when the ISA has none for the type.
 using DotFn = float (*)(const uint8_t* row, const float* x, const Q8Vector& xq, int cols);
 DotFn x86_kernel(uint32_t type, Isa isa);
+// Vectorised row dequantisers (quant_dot_x86.cpp) used by dequantize_rows; nullptr where the
+// scalar dequantize() is used.
+using DequantFn = void (*)(const uint8_t* row, int cols, float* dst);
+DequantFn x86_dequantizer(uint32_t type, Isa isa);
 // Portable reference kernels (quant_dot_scalar.cpp).
 DotFn scalar_kernel(uint32_t type);
 

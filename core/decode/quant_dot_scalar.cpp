@@ -34,13 +34,18 @@ float dot_bf16(const uint8_t* row, const float* x, const Q8Vector&, int cols) {
   return acc;
 }
 
+// Every integer product here is unsigned byte x signed byte, on purpose: GCC 12.2 with -march=native
+// vectorises a signed-byte x signed-byte sum with vpdpbusd, which reads one operand as unsigned
+// (wrong sums; caught by QuantDot.WithinTheActivationBound). Signed weights are offset to unsigned
+// (w + 128, q6 + 32) and the offset times the activation sum is subtracted after the loop.
 float dot_q8_0(const uint8_t* row, const float*, const Q8Vector& xq, int cols) {
   float acc = 0;
   for (int b = 0; b < cols / 32; ++b) {
     const uint8_t* blk = row + 34 * b;
     const int8_t* qx = xq.q.data() + 32 * b;
     int32_t s = 0;
-    for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(blk[2 + i]) * qx[i];
+    for (int i = 0; i < 32; ++i) s += static_cast<uint8_t>(blk[2 + i] ^ 0x80) * qx[i];  // w + 128
+    s -= 128 * xq.sum[b];
     acc += f16_at(blk) * xq.d[b] * static_cast<float>(s);
   }
   return acc;
@@ -112,12 +117,14 @@ float dot_q6_k(const uint8_t* row, const float*, const Q8Vector& xq, int cols) {
         const int8_t* qx = xq.q.data() + 32 * ab;
         const uint8_t* lo = ql + 32 * (k % 2);
         const int shift = (k / 2) * 4;
-        int32_t half_sums[2] = {0, 0};
+        int32_t half_sums[2] = {0, 0}, x_sums[2] = {0, 0};
         for (int l = 0; l < 32; ++l) {
-          const int q = (((lo[l] >> shift) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+          const uint8_t q = static_cast<uint8_t>(((lo[l] >> shift) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4));  // q6 + 32
           half_sums[l / 16] += q * qx[l];
+          x_sums[l / 16] += qx[l];
         }
-        acc += d * xq.d[ab] * static_cast<float>(sc[2 * k] * half_sums[0] + sc[2 * k + 1] * half_sums[1]);
+        acc += d * xq.d[ab] *
+               static_cast<float>(sc[2 * k] * (half_sums[0] - 32 * x_sums[0]) + sc[2 * k + 1] * (half_sums[1] - 32 * x_sums[1]));
       }
     }
   }

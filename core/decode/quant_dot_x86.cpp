@@ -108,7 +108,61 @@ KV_AVX2 float bf16_avx2(const uint8_t* row, const float* x, const Q8Vector&, int
   return acc;
 }
 
+// Row dequantisers for the block products' tiles: the scalar dequantize() costs more than the
+// sgemm that follows for short blocks, these run at a few instructions per 8 values.
+KV_AVX2 inline void store_nibbles(const uint8_t* qs, __m256 scale, __m256 offset, float* y) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[k])), scale, offset));
+  }
+}
+
+KV_AVX2 void dequant_q4_0_avx2(const uint8_t* row, int cols, float* y) {
+  for (int b = 0; b < cols / 32; ++b, y += 32) {
+    const float d = f16(row + 18 * b);
+    store_nibbles(row + 18 * b + 2, _mm256_set1_ps(d), _mm256_set1_ps(-8.0f * d), y);
+  }
+}
+
+KV_AVX2 void dequant_q4_1_avx2(const uint8_t* row, int cols, float* y) {
+  for (int b = 0; b < cols / 32; ++b, y += 32) {
+    const uint8_t* blk = row + 20 * b;
+    store_nibbles(blk + 4, _mm256_set1_ps(f16(blk)), _mm256_set1_ps(f16(blk + 2)), y);
+  }
+}
+
+KV_AVX2 void dequant_q8_0_avx2(const uint8_t* row, int cols, float* y) {
+  for (int b = 0; b < cols / 32; ++b, y += 32) {
+    const uint8_t* blk = row + 34 * b;
+    const __m256 d = _mm256_set1_ps(f16(blk));
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k));
+      _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
+KV_AVX2 void dequant_f16_avx2(const uint8_t* row, int cols, float* y) {
+  int i = 0;
+  for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
+  for (; i < cols; ++i) y[i] = f16(row + 2 * i);
+}
+
 }  // namespace
+
+DequantFn x86_dequantizer(uint32_t type, Isa isa) {
+  if (isa == Isa::Scalar) return nullptr;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: return dequant_q4_0_avx2;
+    case GgmlType::Q4_1: return dequant_q4_1_avx2;
+    case GgmlType::Q8_0: return dequant_q8_0_avx2;
+    case GgmlType::F16: return dequant_f16_avx2;
+    default: return nullptr;
+  }
+}
 
 DotFn x86_kernel(uint32_t type, Isa isa) {
   if (isa == Isa::Scalar) return nullptr;
@@ -129,6 +183,7 @@ DotFn x86_kernel(uint32_t type, Isa isa) {
 
 namespace kvevict::quant {
 DotFn x86_kernel(uint32_t, Isa) { return nullptr; }
+DequantFn x86_dequantizer(uint32_t, Isa) { return nullptr; }
 }  // namespace kvevict::quant
 
 #endif

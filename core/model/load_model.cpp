@@ -13,7 +13,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(status)) throw ModelError(path, "no such file or directory");
-  if (std::filesystem::is_directory(status)) return load_hf_folder(path);
+  if (std::filesystem::is_directory(status)) return load_hf_folder(path, options.weights);
   char magic[4] = {};
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ModelError(path, "cannot open");

@@ -51,7 +51,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
 // Format-specific loaders, called by load_model after it sniffs the file.
 std::unique_ptr<Model> load_llama2c(const std::string& checkpoint, const std::string& tokenizer_path);
 std::unique_ptr<Model> load_gguf(const std::string& path, WeightStorage weights = WeightStorage::Native);
-std::unique_ptr<Model> load_hf_folder(const std::string& dir);
+std::unique_ptr<Model> load_hf_folder(const std::string& dir, WeightStorage weights = WeightStorage::Native);
 std::unique_ptr<Model> make_synthetic_model(const std::string& spec);  // "synthetic:NAME[:seed]"
 
 }  // namespace kvevict
