@@ -15,8 +15,10 @@ namespace kvevict {
 
 namespace {
 
-// The feed-forward runs over row chunks so its [rows][hidden_dim] buffers stay bounded on long prompts.
-constexpr int kFfnRows = 512;
+// The projections and the feed-forward run over row chunks, so their scratch ([rows][dim] normed
+// input and output, [rows][hidden_dim] gate/up) is sized to the chunk, not the prompt. Only the
+// residual stream, the queries and the attention output are [n][...].
+constexpr int kRowChunk = 512;
 
 size_t rows_offset(int row, int width) { return static_cast<size_t>(row) * width; }
 
@@ -114,18 +116,23 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   const int dim = config_.dim, hd = config_.head_dim;
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
-  xn_.resize(rows * dim);
+  const int chunk = std::min(n, kRowChunk);
+  xn_.resize(static_cast<size_t>(chunk) * dim);
   q_.resize(rows * q_dim);
   k_.resize(rows * kv_dim);
   v_.resize(rows * kv_dim);
   att_.resize(rows * q_dim);
-  proj_.resize(rows * dim);
+  proj_.resize(static_cast<size_t>(chunk) * dim);
 
-  cpu::rmsnorm(x_.data(), w.attn_norm.data(), n, dim, config_.norm_eps, xn_.data());
-  cpu::matmul_fused(xn_.data(), n,
-                    {{Weights::matrix(w.wq, nat.wq, q_dim, dim), q_.data()},
-                     {Weights::matrix(w.wk, nat.wk, kv_dim, dim), k_.data()},
-                     {Weights::matrix(w.wv, nat.wv, kv_dim, dim), v_.data()}});
+  const TypedMatrix wq = Weights::matrix(w.wq, nat.wq, q_dim, dim), wk = Weights::matrix(w.wk, nat.wk, kv_dim, dim),
+                    wv = Weights::matrix(w.wv, nat.wv, kv_dim, dim), wo = Weights::matrix(w.wo, nat.wo, dim, q_dim);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    cpu::rmsnorm(x_.data() + rows_offset(r0, dim), w.attn_norm.data(), count, dim, config_.norm_eps, xn_.data());
+    cpu::matmul_fused(xn_.data(), count,
+                      {{wq, q_.data() + rows_offset(r0, q_dim)}, {wk, k_.data() + rows_offset(r0, kv_dim)},
+                       {wv, v_.data() + rows_offset(r0, kv_dim)}});
+  }
   if (config_.qkv_bias) {
     cpu::add_bias_rows(q_.data(), w.bq.data(), n, q_dim);
     cpu::add_bias_rows(k_.data(), w.bk.data(), n, kv_dim);
@@ -162,8 +169,11 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   args.column_sums = request.accumulated_attention ? &column_sums_ : nullptr;
   block_attention(cache_, args);
 
-  cpu::matmul(att_.data(), n, Weights::matrix(w.wo, nat.wo, dim, q_dim), proj_.data());
-  cpu::add_inplace(x_.data(), proj_.data(), rows * dim);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    cpu::matmul(att_.data() + rows_offset(r0, q_dim), count, wo, proj_.data());
+    cpu::add_inplace(x_.data() + rows_offset(r0, dim), proj_.data(), static_cast<size_t>(count) * dim);
+  }
 
   if (observer) {
     LayerSignals signals;
@@ -188,7 +198,7 @@ void CpuDecoder::feed_forward_layer(int layer, int n) {
   const TypedMatrix gate = Weights::matrix(w.w_gate, nat.w_gate, hidden, dim);
   const TypedMatrix up = Weights::matrix(w.w_up, nat.w_up, hidden, dim);
   const TypedMatrix down = Weights::matrix(w.w_down, nat.w_down, dim, hidden);
-  const int chunk = std::min(n, kFfnRows);
+  const int chunk = std::min(n, kRowChunk);
   xn_.resize(static_cast<size_t>(chunk) * dim);
   proj_.resize(static_cast<size_t>(chunk) * dim);
   gate_.resize(static_cast<size_t>(chunk) * hidden);

@@ -43,10 +43,11 @@ void matmul_slice(const float* x, int n, const TypedMatrix& w, int o0, int o1, f
     quant::matvec_rows(w, in.x, *in.xq, o0, o1, y, in.isa);
     return;
   }
+  const int tile_rows = std::min(o1 - o0, std::max(16, kTileFloats / cols));
   thread_local std::vector<float> tile;
-  tile.resize(static_cast<size_t>(kTileRows) * cols);
-  for (int t0 = o0; t0 < o1; t0 += kTileRows) {
-    const int t1 = std::min(o1, t0 + kTileRows);
+  tile.resize(static_cast<size_t>(tile_rows) * cols);
+  for (int t0 = o0; t0 < o1; t0 += tile_rows) {
+    const int t1 = std::min(o1, t0 + tile_rows);
     quant::dequantize_rows(w, t0, t1, tile.data());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, t1 - t0, cols, 1.0f, x, cols, tile.data(), cols, 0.0f,
                 y + t0, ldy);

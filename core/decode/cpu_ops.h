@@ -2,8 +2,9 @@
 // Dense kernels of the CPU decoder on row-major data. The OpenMP team splits the output features of
 // every matrix product; each thread runs BLAS single-threaded on its rows (f32 weights), the
 // quantised matvec kernels of quant_dot.h (one token, weights in their file format), or dequantises
-// tiles of kTileRows rows into a per-thread f32 scratch and calls sgemm on each (a block of tokens,
-// weights in their file format). The elementwise work is parallelised with OpenMP over rows.
+// its rows, up to kTileFloats values at a time, into a per-thread f32 scratch and calls sgemm on each
+// tile (a block of tokens, weights in their file format). The elementwise work is parallelised with
+// OpenMP over rows.
 #include <cstddef>
 #include <initializer_list>
 
@@ -11,8 +12,10 @@
 
 namespace kvevict::cpu {
 
-// Rows of a quantised matrix dequantised per sgemm call in a block product (tile = kTileRows x in floats).
-constexpr int kTileRows = 64;
+// Values of a quantised matrix dequantised per sgemm call in a block product (4 MiB per thread). Large
+// enough that a thread's whole slice of SmolLM2's matrices is one tile: sgemm packs the input block
+// once per call, so small tiles cost more in repacking than the dequantisation itself.
+constexpr int kTileFloats = 1 << 20;
 
 // y[n][w.rows] = x[n][w.cols] · W^T with W stored [out][in] (y = W x per row); in == w.cols.
 void matmul(const float* x, int n, const TypedMatrix& w, float* y);

@@ -80,8 +80,12 @@ TEST_P(QuantDecoder, LogitsMatchTheF32Path) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantDecoder,
-                         ::testing::Values(TypeCase{1, 1e-4f}, TypeCase{30, 1e-4f}, TypeCase{2, 0.02f}, TypeCase{3, 0.02f},
-                                           TypeCase{8, 0.02f}, TypeCase{12, 0.02f}, TypeCase{14, 0.02f}),
+                         // Quantised formats: the tiny models have random weights, so every product is of
+                         // near-orthogonal 256-vectors and the 8-bit rounding (<= 0.4% of sum |w x|) is
+                         // several percent of the product itself, compounded over 2 layers and the
+                         // classifier; measured worst 11% of the largest logit. F16/BF16: f32 rounding.
+                         ::testing::Values(TypeCase{1, 1e-4f}, TypeCase{30, 1e-4f}, TypeCase{2, 0.2f}, TypeCase{3, 0.2f},
+                                           TypeCase{8, 0.2f}, TypeCase{12, 0.2f}, TypeCase{14, 0.2f}),
                          [](const auto& info) { return ggml_type_name(info.param.type); });
 
 // llama2.c checkpoints are f32 on disk: both storages are the f32 path and give identical logits.
