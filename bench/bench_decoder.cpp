@@ -1,7 +1,10 @@
 // bench_decoder: prefill and decode throughput of the CPU reference decoder, beside the machine's
 // own SGEMM rate and memory bandwidth measured here, so the percentages are of this machine.
 //   bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] [--decode-tokens 32]
-// MODEL defaults to the SmolLM2 GGUF when it loads, else synthetic:smollm2-135m.
+//                 [--weights native|f32] [--no-machine] [--json]
+// MODEL defaults to the SmolLM2 GGUF when it loads, else synthetic:smollm2-135m. --no-machine skips the
+// SGEMM and bandwidth probes (their 1 GiB buffer would dominate the peak RSS); --json prints one JSON
+// object with the figures (bench/compare_llamacpp reads it).
 #include <cblas.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -97,10 +100,30 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
-std::unique_ptr<Model> load_default_model() {
+// Bytes of the weight matrices a one-token forward reads (layers and classifier), as stored.
+double matrix_bytes(const Model& m) {
+  const ModelConfig& c = m.config;
+  const Weights& w = m.weights;
+  double bytes = static_cast<double>(w.classifier_matrix(c.vocab_size, c.dim).bytes());
+  static const NativeLayer none;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const NativeLayer& N = w.native_layers.empty() ? none : w.native_layers[l];
+    for (const TypedMatrix& t : {Weights::matrix(L.wq, N.wq, c.q_dim(), c.dim), Weights::matrix(L.wk, N.wk, c.kv_dim(), c.dim),
+                                 Weights::matrix(L.wv, N.wv, c.kv_dim(), c.dim), Weights::matrix(L.wo, N.wo, c.dim, c.q_dim()),
+                                 Weights::matrix(L.w_gate, N.w_gate, c.hidden_dim, c.dim),
+                                 Weights::matrix(L.w_up, N.w_up, c.hidden_dim, c.dim),
+                                 Weights::matrix(L.w_down, N.w_down, c.dim, c.hidden_dim)}) {
+      bytes += static_cast<double>(t.bytes());
+    }
+  }
+  return bytes;
+}
+
+std::unique_ptr<Model> load_default_model(const LoadOptions& options) {
   const std::string gguf = bench::default_smollm2_path();
   try {
-    return load_model(gguf);
+    return load_model(gguf, options);
   } catch (const std::exception& e) {
     std::cout << "note: " << e.what() << "; using synthetic:smollm2-135m\n";
     return load_model("synthetic:smollm2-135m");
@@ -112,6 +135,8 @@ std::unique_ptr<Model> load_default_model() {
 int main(int argc, char** argv) {
   std::string model_path;
   int threads = 2, context = 4096, decode_tokens = 32, repeat = 2;
+  bool probe_machine = true, json = false;
+  LoadOptions load;
   std::vector<int> prefill = {512, 2048, 8192};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -128,25 +153,39 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(value());
     else if (a == "--decode-tokens") decode_tokens = std::stoi(value());
     else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
-    else {
+    else if (a == "--no-machine") probe_machine = false;
+    else if (a == "--json") json = true;
+    else if (a == "--weights") {
+      const auto w = parse_weight_storage(value());
+      if (!w) {
+        std::cerr << "--weights: native or f32\n";
+        return 2;
+      }
+      load.weights = *w;
+    } else {
       std::cerr << "usage: bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] "
-                   "[--decode-tokens 32] [--repeat 2]\n"
+                   "[--decode-tokens 32] [--repeat 2] [--weights native|f32] [--no-machine] [--json]\n"
                    "Each figure is the best of --repeat runs (the machine may be shared).\n";
       return 2;
     }
   }
 
-  const auto model = model_path.empty() ? load_default_model() : load_model(model_path);
+  const auto model = model_path.empty() ? load_default_model(load) : load_model(model_path, load);
   const ModelConfig& c = model->config;
   auto decoder = make_cpu_decoder(*model, {.threads = threads});
 
-  const Rate sgemm_rate = machine_sgemm_gflops(threads);
+  const Rate sgemm_rate = probe_machine ? machine_sgemm_gflops(threads) : Rate{1, 1};
   const double sgemm = sgemm_rate.wall;
-  const double bandwidth = machine_read_gbps(threads);
-  std::cout << "model: " << model->info.path << " (" << model->info.format << "), " << c.n_layers << " layers, dim "
+  const double bandwidth = probe_machine ? machine_read_gbps(threads) : 0;
+  std::ostringstream js;  // --json: the figures as one object
+  js << "{\"model\":\"" << model->info.path << "\",\"weights\":\"" << weight_storage_name(load.weights)
+     << "\",\"threads\":" << threads;
+  std::ostringstream human_discarded;  // --json prints only the object
+  std::ostream& out = json ? static_cast<std::ostream&>(human_discarded) : std::cout;
+  out << "model: " << model->info.path << " (" << model->info.format << "), " << c.n_layers << " layers, dim "
             << c.dim << ", heads " << c.n_heads << "/" << c.n_kv_heads << ", head dim " << c.head_dim << "\n";
-  std::cout << "threads: " << threads << "\n";
-  std::cout << "machine: SGEMM (OpenBLAS, 2048^3) " << sgemm << " GFLOP/s (" << sgemm_rate.cpu
+  out << "threads: " << threads << "\n";
+  out << "machine: SGEMM (OpenBLAS, 2048^3) " << sgemm << " GFLOP/s (" << sgemm_rate.cpu
             << " per CPU-second); read bandwidth (1 GiB sum) " << bandwidth << " GB/s\n";
 
   // Multiply-adds per token through the layer weights; attention adds 2 * head_dim per (query, key) pair per head.
@@ -161,7 +200,7 @@ int main(int argc, char** argv) {
   };
 
   for (int n : prefill) {
-    if (n > c.context_length) std::cout << "note: " << n << " tokens exceed the model's context " << c.context_length << "\n";
+    if (n > c.context_length) out << "note: " << n << " tokens exceed the model's context " << c.context_length << "\n";
     const auto tokens = random_tokens(n);
     double s = 1e30, cpu = 0;
     for (int r = 0; r < repeat; ++r) {
@@ -176,7 +215,8 @@ int main(int argc, char** argv) {
     const double attention = 2.0 * 2.0 * c.head_dim * c.n_heads * c.n_layers * (double(n) * (n + 1) / 2);
     const double flops = 2.0 * n * layer_weights + attention + 2.0 * classifier;
     const double gflops = flops / s / 1e9;
-    std::cout << "prefill " << n << " tokens: " << s << " s, " << n / s << " tokens/s, " << gflops << " GFLOP/s = "
+    js << ",\"prefill_" << n << "_tok_s\":" << n / s;
+    out << "prefill " << n << " tokens: " << s << " s, " << n / s << " tokens/s, " << gflops << " GFLOP/s = "
               << 100.0 * gflops / sgemm << "% of SGEMM; per CPU-second " << flops / cpu / 1e9 << " = "
               << 100.0 * (flops / cpu / 1e9) / sgemm_rate.cpu << "% of SGEMM's (cpu " << cpu << " s)\n";
   }
@@ -207,14 +247,17 @@ int main(int argc, char** argv) {
     decoder->set_position(context);
   }
   const double tps = decode_tokens / s;
-  const double weight_bytes = (layer_weights + classifier) * sizeof(float);
+  const double weight_bytes = matrix_bytes(*model);
   const double limit = bandwidth * 1e9 / weight_bytes;
   const double limit_with_kv = bandwidth * 1e9 / (weight_bytes + kv_bytes);
-  std::cout << "decode at " << context << " context: " << tps << " tokens/s (" << decode_tokens << " tokens, cpu " << cpu << " s)\n";
-  std::cout << "  f32 weights read per token: " << weight_bytes / 1e6 << " MB; bandwidth limit " << limit
+  out << "decode at " << context << " context: " << tps << " tokens/s (" << decode_tokens << " tokens, cpu " << cpu << " s)\n";
+  out << "  weights read per token: " << weight_bytes / 1e6 << " MB; bandwidth limit " << limit
             << " tokens/s; achieved " << 100.0 * tps / limit << "%\n";
-  std::cout << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
+  out << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
             << 100.0 * tps / limit_with_kv << "%\n";
-  std::cout << "peak RSS: " << peak_rss_mib() << " MiB\n";
+  out << "peak RSS: " << peak_rss_mib() << " MiB\n";
+  js << ",\"decode_context\":" << context << ",\"decode_tok_s\":" << tps << ",\"weight_mb_per_token\":" << weight_bytes / 1e6
+     << ",\"kv_mb\":" << kv_bytes / 1e6 << ",\"peak_rss_mib\":" << peak_rss_mib() << "}";
+  if (json) std::cout << js.str() << "\n";
   return 0;
 }

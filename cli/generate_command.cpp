@@ -30,6 +30,7 @@ struct GenerateOptions {
   float temperature = 0.0f;
   uint64_t seed = 0;
   int threads = 2;
+  WeightStorage weights = WeightStorage::Native;
   std::string device = "auto";
   bool json = false;
   PolicyOptions policy;  // optional: evict with this policy (prefill and decode triggers)
@@ -117,6 +118,8 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--temperature", o->temperature, "Sampling temperature; 0 is greedy")->check(finite_range(0.0, 100.0));
   app.add_option("--seed", o->seed, "Seed of the sampler");
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
+  app.add_option("--weights", o->weights, "weight storage: native (file format, default) | f32 (reference)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, WeightStorage>{{"native", WeightStorage::Native}, {"f32", WeightStorage::F32}}));
   app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");
@@ -127,6 +130,7 @@ std::function<int()> setup_generate(CLI::App& app) {
     const jit::DeviceChoice device = jit::resolve_device(o->device);
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;
+    load.weights = o->weights;
     std::unique_ptr<PolicyProgram> program;
     if (o->policy.enabled() || !o->policy.set.empty() || !o->policy.budget.empty()) {
       if (!o->policy.enabled()) throw UsageError("--budget and --set need --policy");

@@ -26,6 +26,7 @@ struct InspectOptions {
   PolicyOptions policy;
   uint64_t seed = 0;
   int threads = 2;
+  WeightStorage weights = WeightStorage::Native;
   bool json = false;
 };
 
@@ -96,6 +97,8 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.get_option("--budget")->required();
   app.add_option("--seed", o->seed, "Seed of the policy's random draws (random, NACL)");
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
+  app.add_option("--weights", o->weights, "weight storage: native (file format, default) | f32 (reference)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, WeightStorage>{{"native", WeightStorage::Native}, {"f32", WeightStorage::F32}}));
   app.add_flag("--json", o->json, "Print one JSON object");
 
   return [o]() {
@@ -105,6 +108,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
     o->policy.parsed_budget(-1);
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;
+    load.weights = o->weights;
     const auto model = load_model(o->model, load);
     const std::vector<int> tokens = encode_prompt(*model, *o);
     const Budget budget = o->policy.parsed_budget(static_cast<int>(tokens.size()));

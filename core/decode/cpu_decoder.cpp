@@ -1,11 +1,13 @@
-// The reference CPU decoder: a Llama-family forward pass over f32 weights. A block of tokens runs
-// in one pass with matrix-matrix products (the prompt), a single token with matrix-vector products.
+// The reference CPU decoder: a Llama-family forward pass. A block of tokens runs in one pass with
+// matrix-matrix products (the prompt), a single token with matrix-vector products. Weights are f32
+// or in their file format (Weights, LoadOptions::weights); cpu::matmul reads either.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "core/decode/block_attention.h"
 #include "core/decode/cpu_ops.h"
+#include "core/decode/quant_dot.h"
 #include "core/decode/decoder.h"
 #include "core/decode/rope.h"
 
@@ -13,8 +15,10 @@ namespace kvevict {
 
 namespace {
 
-// The feed-forward runs over row chunks so its [rows][hidden_dim] buffers stay bounded on long prompts.
-constexpr int kFfnRows = 512;
+// The projections and the feed-forward run over row chunks, so their scratch ([rows][dim] normed
+// input and output, [rows][hidden_dim] gate/up) is sized to the chunk, not the prompt. Only the
+// residual stream, the queries and the attention output are [n][...].
+constexpr int kRowChunk = 512;
 
 size_t rows_offset(int row, int width) { return static_cast<size_t>(row) * width; }
 
@@ -43,6 +47,12 @@ class CpuDecoder : public Decoder {
  private:
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
   void feed_forward_layer(int layer, int n);
+  // The layer's native matrices, or an all-empty set (f32 weights).
+  const NativeLayer& native(int layer) const {
+    static const NativeLayer none;
+    const auto& layers = model_.weights.native_layers;
+    return layers.empty() ? none : layers[layer];
+  }
 
   const Model& model_;
   const ModelConfig& config_;
@@ -73,10 +83,8 @@ const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, Forwa
   const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
 
   x_.resize(static_cast<size_t>(n) * dim);
-  const float* embedding = model_.weights.token_embedding.data();
-  for (int i = 0; i < n; ++i) {
-    std::copy_n(embedding + static_cast<size_t>(tokens[i]) * dim, dim, x_.data() + static_cast<size_t>(i) * dim);
-  }
+  const TypedMatrix embedding = model_.weights.embedding_matrix(vocab, dim);
+  for (int i = 0; i < n; ++i) quant::dequantize_rows(embedding, tokens[i], tokens[i] + 1, x_.data() + static_cast<size_t>(i) * dim);
 
   for (int layer = 0; layer < config_.n_layers; ++layer) {
     attention_layer(layer, n, request, observer);
@@ -85,18 +93,18 @@ const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, Forwa
   position_ += n;
 
   // Final norm and classifier: every row for teacher forcing, else only the last.
-  const float* output = model_.weights.output_matrix().data();
+  const TypedMatrix output = model_.weights.classifier_matrix(vocab, dim);
   const int rows = all_logits ? n : 1;
   const float* last_rows = x_.data() + static_cast<size_t>(n - rows) * dim;
   xn_.resize(static_cast<size_t>(rows) * dim);
   cpu::rmsnorm(last_rows, model_.weights.final_norm.data(), rows, dim, config_.norm_eps, xn_.data());
   if (all_logits) {
     all_logits->resize(static_cast<size_t>(n) * vocab);
-    cpu::matmul(xn_.data(), n, dim, output, vocab, all_logits->data());
+    cpu::matmul(xn_.data(), n, output, all_logits->data());
     logits_.assign(all_logits->end() - vocab, all_logits->end());
   } else {
     logits_.resize(vocab);
-    cpu::matmul(xn_.data(), 1, dim, output, vocab, logits_.data());
+    cpu::matmul(xn_.data(), 1, output, logits_.data());
   }
   if (observer) observer->after_forward(n, cache_);
   return logits_;
@@ -104,19 +112,27 @@ const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, Forwa
 
 void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
   const LayerWeights& w = model_.weights.layers[layer];
+  const NativeLayer& nat = native(layer);
   const int dim = config_.dim, hd = config_.head_dim;
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
-  xn_.resize(rows * dim);
+  const int chunk = std::min(n, kRowChunk);
+  xn_.resize(static_cast<size_t>(chunk) * dim);
   q_.resize(rows * q_dim);
   k_.resize(rows * kv_dim);
   v_.resize(rows * kv_dim);
   att_.resize(rows * q_dim);
-  proj_.resize(rows * dim);
+  proj_.resize(static_cast<size_t>(chunk) * dim);
 
-  cpu::rmsnorm(x_.data(), w.attn_norm.data(), n, dim, config_.norm_eps, xn_.data());
-  cpu::matmul_fused(xn_.data(), n, dim,
-                    {{w.wq.data(), q_dim, q_.data()}, {w.wk.data(), kv_dim, k_.data()}, {w.wv.data(), kv_dim, v_.data()}});
+  const TypedMatrix wq = Weights::matrix(w.wq, nat.wq, q_dim, dim), wk = Weights::matrix(w.wk, nat.wk, kv_dim, dim),
+                    wv = Weights::matrix(w.wv, nat.wv, kv_dim, dim), wo = Weights::matrix(w.wo, nat.wo, dim, q_dim);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    cpu::rmsnorm(x_.data() + rows_offset(r0, dim), w.attn_norm.data(), count, dim, config_.norm_eps, xn_.data());
+    cpu::matmul_fused(xn_.data(), count,
+                      {{wq, q_.data() + rows_offset(r0, q_dim)}, {wk, k_.data() + rows_offset(r0, kv_dim)},
+                       {wv, v_.data() + rows_offset(r0, kv_dim)}});
+  }
   if (config_.qkv_bias) {
     cpu::add_bias_rows(q_.data(), w.bq.data(), n, q_dim);
     cpu::add_bias_rows(k_.data(), w.bk.data(), n, kv_dim);
@@ -153,8 +169,11 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   args.column_sums = request.accumulated_attention ? &column_sums_ : nullptr;
   block_attention(cache_, args);
 
-  cpu::matmul(att_.data(), n, q_dim, w.wo.data(), dim, proj_.data());
-  cpu::add_inplace(x_.data(), proj_.data(), rows * dim);
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int count = std::min(chunk, n - r0);
+    cpu::matmul(att_.data() + rows_offset(r0, q_dim), count, wo, proj_.data());
+    cpu::add_inplace(x_.data() + rows_offset(r0, dim), proj_.data(), static_cast<size_t>(count) * dim);
+  }
 
   if (observer) {
     LayerSignals signals;
@@ -174,8 +193,12 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
 
 void CpuDecoder::feed_forward_layer(int layer, int n) {
   const LayerWeights& w = model_.weights.layers[layer];
+  const NativeLayer& nat = native(layer);
   const int dim = config_.dim, hidden = config_.hidden_dim;
-  const int chunk = std::min(n, kFfnRows);
+  const TypedMatrix gate = Weights::matrix(w.w_gate, nat.w_gate, hidden, dim);
+  const TypedMatrix up = Weights::matrix(w.w_up, nat.w_up, hidden, dim);
+  const TypedMatrix down = Weights::matrix(w.w_down, nat.w_down, dim, hidden);
+  const int chunk = std::min(n, kRowChunk);
   xn_.resize(static_cast<size_t>(chunk) * dim);
   proj_.resize(static_cast<size_t>(chunk) * dim);
   gate_.resize(static_cast<size_t>(chunk) * hidden);
@@ -184,9 +207,9 @@ void CpuDecoder::feed_forward_layer(int layer, int n) {
     const int rows = std::min(chunk, n - r0);
     float* x = x_.data() + rows_offset(r0, dim);
     cpu::rmsnorm(x, w.ffn_norm.data(), rows, dim, config_.norm_eps, xn_.data());
-    cpu::matmul_fused(xn_.data(), rows, dim, {{w.w_gate.data(), hidden, gate_.data()}, {w.w_up.data(), hidden, up_.data()}});
+    cpu::matmul_fused(xn_.data(), rows, {{gate, gate_.data()}, {up, up_.data()}});
     cpu::swiglu(gate_.data(), up_.data(), static_cast<size_t>(rows) * hidden);
-    cpu::matmul(gate_.data(), rows, hidden, w.w_down.data(), dim, proj_.data());
+    cpu::matmul(gate_.data(), rows, down, proj_.data());
     cpu::add_inplace(x, proj_.data(), static_cast<size_t>(rows) * dim);
   }
 }

@@ -1,5 +1,6 @@
 #include "core/decode/cpu_ops.h"
 
+#include "core/decode/quant_dot.h"
 #include "core/decode/simd_math.h"
 
 #include <cblas.h>
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace kvevict::cpu {
 
@@ -15,57 +17,84 @@ namespace {
 // Below this many multiply-adds a product runs on the calling thread: waking a team costs more.
 constexpr double kParallelMacs = 1 << 18;
 
-void matmul_slice(const float* x, int n, int in, const float* w, int out, int o0, int o1, float* y) {
+bool is_f32(const TypedMatrix& w) { return w.type == 0; }
+
+// The one-token input quantised for the quantised kernels, shared read-only by the team.
+struct MatvecInput {
+  const float* x;
+  const quant::Q8Vector* xq;
+  quant::Isa isa;
+};
+
+// Rows [o0, o1) of y[n][ldy] = x · W^T.
+void matmul_slice(const float* x, int n, const TypedMatrix& w, int o0, int o1, float* y, int ldy, const MatvecInput& in) {
   if (o1 <= o0) return;
-  const float* ws = w + static_cast<size_t>(o0) * in;
-  if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, ws, in, x, 1, 0.0f, y + o0, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in, ws, in, 0.0f, y + o0, out);
+  const int cols = w.cols;
+  if (is_f32(w)) {
+    const float* ws = reinterpret_cast<const float*>(w.row(o0));
+    if (n == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, cols, 1.0f, ws, cols, x, 1, 0.0f, y + o0, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, cols, 1.0f, x, cols, ws, cols, 0.0f, y + o0, ldy);
+    }
+    return;
   }
+  if (n == 1) {
+    quant::matvec_rows(w, in.x, *in.xq, o0, o1, y, in.isa);
+    return;
+  }
+  const int tile_rows = std::min(o1 - o0, std::max(16, kTileFloats / cols));
+  thread_local std::vector<float> tile;
+  tile.resize(static_cast<size_t>(tile_rows) * cols);
+  for (int t0 = o0; t0 < o1; t0 += tile_rows) {
+    const int t1 = std::min(o1, t0 + tile_rows);
+    quant::dequantize_rows(w, t0, t1, tile.data());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, t1 - t0, cols, 1.0f, x, cols, tile.data(), cols, 0.0f,
+                y + t0, ldy);
+  }
+}
+
+// Quantises x once when a one-token product reads a quantised matrix.
+MatvecInput prepare_input(const float* x, int n, int cols, bool any_quantised) {
+  thread_local quant::Q8Vector xq;
+  MatvecInput in{x, &xq, quant::best_isa()};
+  if (n == 1 && any_quantised && cols % quant::kQ8Block == 0) quant::quantize_q8(x, cols, xq);
+  return in;
 }
 
 }  // namespace
 
 // BLAS itself runs single-threaded (see set_threads); the OpenMP team splits the output features,
 // so each thread streams its own rows of W once. One thread pool, not two competing ones.
-void matmul(const float* x, int n, int in, const float* w, int out, float* y) {
-  const double macs = static_cast<double>(n) * in * out;
-  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, out / 16));
+void matmul(const float* x, int n, const TypedMatrix& w, float* y) { matmul_fused(x, n, {{w, y}}); }
+
+void matmul_fused(const float* x, int n, std::initializer_list<Projection> projections) {
+  int total = 0;
+  bool quantised = false;
+  const int cols = projections.begin()->w.cols;
+  for (const Projection& p : projections) {
+    total += p.w.rows;
+    quantised = quantised || !is_f32(p.w);
+  }
+  const MatvecInput in = prepare_input(x, n, cols, quantised);
+  const double macs = static_cast<double>(n) * cols * total;
+  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, total / 16));
   if (threads == 1) {
-    matmul_slice(x, n, in, w, out, 0, out, y);
+    for (const Projection& p : projections) matmul_slice(x, n, p.w, 0, p.w.rows, p.y, p.w.rows, in);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     // Slices aligned to 16 outputs keep each thread's part of y on whole cache lines.
-    const int per = ((out + nt - 1) / nt + 15) / 16 * 16;
-    const int o0 = std::min(out, t * per), o1 = std::min(out, o0 + per);
-    matmul_slice(x, n, in, w, out, o0, o1, y);
-  }
-}
-
-void matmul_fused(const float* x, int n, int in, std::initializer_list<Projection> projections) {
-  int total = 0;
-  for (const Projection& p : projections) total += p.out;
-  const double macs = static_cast<double>(n) * in * total;
-  const int threads = macs < kParallelMacs ? 1 : std::min(omp_get_max_threads(), std::max(1, total / 16));
-  if (threads == 1) {
-    for (const Projection& p : projections) matmul_slice(x, n, in, p.w, p.out, 0, p.out, p.y);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int per = ((total + nt - 1) / nt + 15) / 16 * 16;
     const int r0 = std::min(total, t * per), r1 = std::min(total, r0 + per);
     // This thread's rows of the stacked [W_1; W_2; ...], intersected with each matrix.
     int base = 0;
     for (const Projection& p : projections) {
-      const int lo = std::max(r0, base) - base, hi = std::min(r1, base + p.out) - base;
-      if (lo < hi) matmul_slice(x, n, in, p.w, p.out, lo, hi, p.y);
-      base += p.out;
+      const int lo = std::max(r0, base) - base, hi = std::min(r1, base + p.w.rows) - base;
+      if (lo < hi) matmul_slice(x, n, p.w, lo, hi, p.y, p.w.rows, in);
+      base += p.w.rows;
     }
   }
 }

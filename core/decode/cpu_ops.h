@@ -1,21 +1,31 @@
 #pragma once
-// Dense kernels of the CPU decoder on row-major float32 data. Matrix products go to BLAS
-// (OpenBLAS, multithreaded); the elementwise work is parallelised with OpenMP over rows.
+// Dense kernels of the CPU decoder on row-major data. The OpenMP team splits the output features of
+// every matrix product; each thread runs BLAS single-threaded on its rows (f32 weights), the
+// quantised matvec kernels of quant_dot.h (one token, weights in their file format), or dequantises
+// its rows, up to kTileFloats values at a time, into a per-thread f32 scratch and calls sgemm on each
+// tile (a block of tokens, weights in their file format). The elementwise work is parallelised with
+// OpenMP over rows.
 #include <cstddef>
 #include <initializer_list>
 
+#include "core/model/weights.h"
+
 namespace kvevict::cpu {
 
-// y[n][out] = x[n][in] · W^T with W stored [out][in] (y = W x per row); sgemv when n == 1.
-void matmul(const float* x, int n, int in, const float* w, int out, float* y);
+// Values of a quantised matrix dequantised per sgemm call in a block product (4 MiB per thread). Large
+// enough that a thread's whole slice of SmolLM2's matrices is one tile: sgemm packs the input block
+// once per call, so small tiles cost more in repacking than the dequantisation itself.
+constexpr int kTileFloats = 1 << 20;
+
+// y[n][w.rows] = x[n][w.cols] · W^T with W stored [out][in] (y = W x per row); in == w.cols.
+void matmul(const float* x, int n, const TypedMatrix& w, float* y);
 // Several products of the same input, y_k[n][out_k] = x · W_k^T, computed in one parallel region
 // whose threads split the concatenated output features (the fused q/k/v and gate/up projections).
 struct Projection {
-  const float* w;
-  int out;
+  TypedMatrix w;
   float* y;
 };
-void matmul_fused(const float* x, int n, int in, std::initializer_list<Projection> projections);
+void matmul_fused(const float* x, int n, std::initializer_list<Projection> projections);
 // y[r] = x[r] * weight / sqrt(mean(x[r]^2) + eps) for each of n rows of length dim.
 void rmsnorm(const float* x, const float* weight, int n, int dim, float eps, float* y);
 // gate[i] = silu(gate[i]) * up[i] for i < count.

@@ -45,16 +45,6 @@ void dequant_q4_1(const uint8_t* b, float* y) {
 // Scales/mins 0-3 are the low 6 bits of bytes 0-3 / 4-7; scales/mins 4-7 take their low 4 bits from
 // byte 8+j' (low / high nibble) and their top 2 bits from the spare top bits of bytes 0-3 / 4-7.
 // Elements come in 64-element groups: low nibbles of 32 bytes first (sub-block 2g), then high (2g+1).
-void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
-  if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
-  } else {
-    scale = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 void dequant_q4_k(const uint8_t* b, float* y) {
   const float d = load_f16(b);
   const float dmin = load_f16(b + 2);
@@ -105,6 +95,16 @@ void dequant_q6_k(const uint8_t* b, float* y) {
 }
 
 }  // namespace
+
+void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
+  if (j < 4) {
+    scale = s[j] & 63;
+    min = s[j + 4] & 63;
+  } else {
+    scale = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
 
 float fp16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

@@ -19,6 +19,9 @@ size_t ggml_tensor_bytes(uint32_t type, uint64_t n_elements, const std::string& 
 // Dequantises `n_elements` values of `type` from `src` (exactly ggml_tensor_bytes(...) bytes) into `dst`.
 // Throws ModelError(file, "tensor <name> has type <T>, which kvevict cannot dequantise (supported: ...)")
 // for types without a dequantiser.
+// Q4_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed scale bytes.
+void q4_k_scale_min(int j, const uint8_t* scales, int& scale, int& min);
+
 void dequantize(uint32_t type, const uint8_t* src, uint64_t n_elements, float* dst, const std::string& file,
                 const std::string& tensor);
 

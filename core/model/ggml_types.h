@@ -34,7 +34,7 @@ struct GgmlTypeTraits {
   const char* name;
   uint32_t block_elements;  // elements per block (1 for plain types)
   uint32_t block_bytes;     // bytes per block
-  bool dequantizable;       // kvevict can turn it into f32
+  bool dequantizable;       // kvevict can turn it into f32 and multiply it in place (core/decode/quant_dot.h)
 };
 
 // Traits of a type id, or nullptr when the id is not one kvevict knows the layout of.

@@ -1,4 +1,6 @@
-// load_gguf: a GGUF file of the llama architecture -> Model (config, f32 weights, tokenizer, info).
+// load_gguf: a GGUF file of the llama architecture -> Model (config, weights, tokenizer, info).
+// Native storage keeps each non-F32 matrix as a TypedMatrix into the mapped file (Weights::storage
+// holds the GgufFile); F32 storage, and every norm and bias, dequantise to f32.
 #include <algorithm>
 #include <climits>
 #include <numbers>
@@ -111,23 +113,46 @@ ModelConfig read_config(const GgufFile& f) {
 
 class TensorLoader {
  public:
-  explicit TensorLoader(const GgufFile& f) : f_(f) {}
+  TensorLoader(const GgufFile& f, WeightStorage storage) : f_(f), storage_(storage) {}
 
   // The tensor `name` with shape `dims` (ne[0] first), dequantised to f32 (row-major, ne[0] fastest).
   std::vector<float> load(const std::string& name, std::vector<uint64_t> dims) const {
-    const GgufTensorInfo* t = f_.find_tensor(name);
-    if (!t) f_.fail("missing tensor " + name);
-    std::vector<uint64_t> got = t->dims;
-    while (got.size() > dims.size() && got.back() == 1) got.pop_back();  // [n, 1] is still [n]
-    if (got != dims) f_.fail("tensor " + name + " has shape " + shape(t->dims) + ", expected " + shape(dims) + " from the config");
-    std::vector<float> out(t->n_elements);
-    dequantize(t->type, f_.tensor_data(*t), t->n_elements, out.data(), f_.path(), name);
+    const GgufTensorInfo& t = checked(name, dims);
+    std::vector<float> out(t.n_elements);
+    dequantize(t.type, f_.tensor_data(t), t.n_elements, out.data(), f_.path(), name);
     for (float v : out) {
       if (!std::isfinite(v)) f_.fail("tensor " + name + " holds a non-finite value");
     }
     return out;
   }
+
+  // The matrix `name` ([rows][cols] = dims {cols, rows}): in native storage, a non-F32 matrix with a
+  // kernel stays in the file (returned as a TypedMatrix, f32 left empty); otherwise f32 is filled.
+  void load_matrix(const std::string& name, uint64_t cols, uint64_t rows, std::vector<float>& f32, TypedMatrix& native) const {
+    const GgufTensorInfo& t = checked(name, {cols, rows});
+    const GgmlTypeTraits* traits = ggml_type_traits(t.type);
+    const bool keep = storage_ == WeightStorage::Native && t.type != static_cast<uint32_t>(GgmlType::F32) &&
+                      traits && traits->dequantizable && cols % traits->block_elements == 0;
+    if (!keep) {
+      f32 = load(name, {cols, rows});
+      return;
+    }
+    native.type = t.type;
+    native.rows = static_cast<int>(rows);
+    native.cols = static_cast<int>(cols);
+    native.row_bytes = ggml_tensor_bytes(t.type, cols, f_.path(), name);
+    native.data = f_.tensor_data(t);
+    // The same finiteness check as the f32 path, one row at a time (no f32 copy).
+    std::vector<float> row(cols);
+    for (uint64_t r = 0; r < rows; ++r) {
+      dequantize(t.type, native.row(static_cast<int>(r)), cols, row.data(), f_.path(), name);
+      for (float v : row) {
+        if (!std::isfinite(v)) f_.fail("tensor " + name + " holds a non-finite value");
+      }
+    }
+  }
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  bool native() const { return storage_ == WeightStorage::Native; }
 
  private:
   static std::string shape(const std::vector<uint64_t>& d) {
@@ -135,13 +160,25 @@ class TensorLoader {
     for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
     return s + "]";
   }
+  const GgufTensorInfo& checked(const std::string& name, const std::vector<uint64_t>& dims) const {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) f_.fail("missing tensor " + name);
+    std::vector<uint64_t> got = t->dims;
+    while (got.size() > dims.size() && got.back() == 1) got.pop_back();  // [n, 1] is still [n]
+    if (got != dims) f_.fail("tensor " + name + " has shape " + shape(t->dims) + ", expected " + shape(dims) + " from the config");
+    if (dims.size() == 2 && (dims[0] > INT_MAX || dims[1] > INT_MAX)) f_.fail("tensor " + name + " is too large");
+    return *t;
+  }
+
   const GgufFile& f_;
+  WeightStorage storage_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_gguf(const std::string& path) {
-  const GgufFile f(path);
+std::unique_ptr<Model> load_gguf(const std::string& path, WeightStorage storage) {
+  auto file = std::make_shared<const GgufFile>(path);
+  const GgufFile& f = *file;
   const std::string arch = f.get_string("general.architecture");
   if (arch != "llama") f.fail("architecture '" + arch + "' is not supported (kvevict reads GGUF files of the llama architecture)");
 
@@ -169,30 +206,37 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   }
 
   const uint64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
-  TensorLoader t(f);
+  TensorLoader t(f, storage);
   Weights& w = model->weights;
-  w.token_embedding = t.load("token_embd.weight", {dim, vocab});
+  t.load_matrix("token_embd.weight", dim, vocab, w.token_embedding, w.native_embedding);
   w.layers.resize(c.n_layers);
+  w.native_layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = w.layers[l];
+    NativeLayer& N = w.native_layers[l];
     L.attn_norm = t.load(p + "attn_norm.weight", {dim});
-    L.wq = t.load(p + "attn_q.weight", {dim, q});
-    L.wk = t.load(p + "attn_k.weight", {dim, kv});
-    L.wv = t.load(p + "attn_v.weight", {dim, kv});
-    L.wo = t.load(p + "attn_output.weight", {q, dim});
+    t.load_matrix(p + "attn_q.weight", dim, q, L.wq, N.wq);
+    t.load_matrix(p + "attn_k.weight", dim, kv, L.wk, N.wk);
+    t.load_matrix(p + "attn_v.weight", dim, kv, L.wv, N.wv);
+    t.load_matrix(p + "attn_output.weight", q, dim, L.wo, N.wo);
     if (c.qkv_bias) {
       L.bq = t.load(p + "attn_q.bias", {q});
       L.bk = t.load(p + "attn_k.bias", {kv});
       L.bv = t.load(p + "attn_v.bias", {kv});
     }
     L.ffn_norm = t.load(p + "ffn_norm.weight", {dim});
-    L.w_gate = t.load(p + "ffn_gate.weight", {dim, hidden});
-    L.w_up = t.load(p + "ffn_up.weight", {dim, hidden});
-    L.w_down = t.load(p + "ffn_down.weight", {hidden, dim});
+    t.load_matrix(p + "ffn_gate.weight", dim, hidden, L.w_gate, N.w_gate);
+    t.load_matrix(p + "ffn_up.weight", dim, hidden, L.w_up, N.w_up);
+    t.load_matrix(p + "ffn_down.weight", hidden, dim, L.w_down, N.w_down);
   }
   w.final_norm = t.load("output_norm.weight", {dim});
-  if (!c.tied_embeddings) w.output = t.load("output.weight", {dim, vocab});
+  if (!c.tied_embeddings) t.load_matrix("output.weight", dim, vocab, w.output, w.native_output);
+  if (w.has_native()) {
+    w.storage = file;
+  } else {
+    w.native_layers.clear();  // every matrix is f32: nothing points into the file
+  }
   return model;
 }
 

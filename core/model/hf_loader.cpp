@@ -11,7 +11,7 @@
 
 namespace kvevict {
 
-std::unique_ptr<Model> load_hf_folder(const std::string& dir) {
+std::unique_ptr<Model> load_hf_folder(const std::string& dir, WeightStorage storage) {
   namespace fs = std::filesystem;
   const fs::path folder(dir);
   require_input_directory(dir, "Hugging Face model folder");
@@ -27,9 +27,12 @@ std::unique_ptr<Model> load_hf_folder(const std::string& dir) {
   model->info.path = dir;
 
   {
-    SafetensorsModel tensors = SafetensorsModel::open_folder(dir);
-    model->weights = load_hf_weights(tensors, model->config, model->info);
-  }  // unmap the shards once the f32 copies exist
+    auto tensors = std::make_shared<const SafetensorsModel>(SafetensorsModel::open_folder(dir));
+    model->weights = load_hf_weights(*tensors, model->config, model->info, storage);
+    // Native F16/BF16 matrices point into the shards: keep them mapped. Otherwise they are unmapped
+    // here, once the f32 copies exist.
+    if (model->weights.has_native()) model->weights.storage = tensors;
+  }
 
   HfTokenizerFiles files = find_hf_tokenizer_files(dir);
   model->tokenizer = load_hf_tokenizer(files);

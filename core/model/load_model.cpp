@@ -14,7 +14,7 @@ namespace kvevict {
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   if (path.rfind("synthetic:", 0) == 0) return make_synthetic_model(path);
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return load_hf_folder(path);
+  if (std::filesystem::is_directory(path, ec)) return load_hf_folder(path, options.weights);
   // Anything else must be a regular file (a FIFO or /dev/zero is refused here, before a byte is read).
   char magic[4] = {};
   ssize_t got = 0;
@@ -24,7 +24,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     while (got < 0 && errno == EINTR);
     if (got < 0) throw RuntimeError(path + ": cannot read the model file: " + std::strerror(errno));
   }
-  if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(path);
+  if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return load_gguf(path, options.weights);
   return load_llama2c(path, options.tokenizer_path);
 }
 

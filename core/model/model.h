@@ -1,5 +1,5 @@
 #pragma once
-// A loaded model: geometry, f32 weights, tokenizer and provenance. `load_model` accepts
+// A loaded model: geometry, weights (f32 or in their file format, see weights.h), tokenizer and provenance. `load_model` accepts
 //   - a llama2.c legacy checkpoint (.bin) with tokenizer.bin next to it or given explicitly,
 //   - a GGUF v2/v3 file of the llama architecture (tokenizer from its metadata),
 //   - a Hugging Face folder: config.json + *.safetensors + tokenizer.json,
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/model/model_config.h"
@@ -31,16 +32,26 @@ struct Model {
   ModelInfo info;
 };
 
+// How weight matrices are kept in memory (weights.h). Native keeps GGUF matrices in their file
+// format, mapped from the file (no f32 copy); F32 dequantises everything (the reference path).
+// Formats that are f32 on disk (llama2.c, synthetic, F32 GGUF/safetensors) are f32 either way.
+enum class WeightStorage { Native, F32 };
+
+// Parses "native" | "f32"; nullopt otherwise.
+std::optional<WeightStorage> parse_weight_storage(const std::string& name);
+const char* weight_storage_name(WeightStorage storage);
+
 struct LoadOptions {
   std::string tokenizer_path;  // llama2.c: overrides tokenizer.bin next to the checkpoint
+  WeightStorage weights = WeightStorage::Native;
 };
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Format-specific loaders, called by load_model after it sniffs the file.
 std::unique_ptr<Model> load_llama2c(const std::string& checkpoint, const std::string& tokenizer_path);
-std::unique_ptr<Model> load_gguf(const std::string& path);
-std::unique_ptr<Model> load_hf_folder(const std::string& dir);
+std::unique_ptr<Model> load_gguf(const std::string& path, WeightStorage weights = WeightStorage::Native);
+std::unique_ptr<Model> load_hf_folder(const std::string& dir, WeightStorage weights = WeightStorage::Native);
 std::unique_ptr<Model> make_synthetic_model(const std::string& spec);  // "synthetic:NAME[:seed]"
 
 }  // namespace kvevict

@@ -113,7 +113,9 @@ namespace {
 TEST(GenerateCli, SmolLM2ChatAnswersParis) {
   const std::string model = kvevict::test::smollm2_path();
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "SmolLM2 GGUF not found at " << model << " (scripts/fetch-smollm2.sh)";
-  const CliRun r = run_kvevict("generate -m " + model + " --chat -p \"What is the capital of France?\" -n 24 --json");
+  // --weights f32: with the default native weights the first answer token is a 0.08-logit near-tie
+  // that the 8-bit activation rounding flips (tests/core/smollm2_decoder_test.cpp).
+  const CliRun r = run_kvevict("generate -m " + model + " --weights f32 --chat -p \"What is the capital of France?\" -n 24 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string text = nlohmann::json::parse(r.out).at("text").get<std::string>();
   EXPECT_NE(text.find("Paris"), std::string::npos) << text;

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <filesystem>
 
+#include "core/model/dequant.h"
 #include "core/model/gguf_reader.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -41,7 +42,8 @@ TEST_P(TinyGgufLoad, ConfigAndWeights) {
   const std::string path = test::temp_file_path(std::string("tiny_") + c.label + ".gguf");
   spec.writer().write(path);
 
-  const auto m = load_gguf(path);
+  const auto m = load_gguf(path, WeightStorage::F32);
+  const auto native = load_gguf(path, WeightStorage::Native);
   std::filesystem::remove(path);
   const ModelConfig& cfg = m->config;
   EXPECT_EQ(cfg.architecture, "llama");
@@ -85,6 +87,35 @@ TEST_P(TinyGgufLoad, ConfigAndWeights) {
     EXPECT_EQ(&w.output_matrix(), &w.token_embedding);
   } else {
     EXPECT_EQ(w.output, spec.tensor("output.weight"));
+  }
+
+  // Native storage: F32 files stay f32; other types keep the file's blocks (no f32 copy), which
+  // dequantise to exactly the values written.
+  const Weights& nw = native->weights;
+  EXPECT_EQ(nw.has_native(), c.type != 0);
+  if (c.type != 0) {
+    EXPECT_TRUE(nw.layers[0].wq.empty());
+    EXPECT_TRUE(nw.token_embedding.empty());
+    const auto values = [](const TypedMatrix& t) {
+      std::vector<float> v(static_cast<size_t>(t.rows) * t.cols);
+      dequantize(t.type, t.data, v.size(), v.data(), "test", "t");
+      return v;
+    };
+    EXPECT_EQ(nw.native_embedding.type, c.type);
+    EXPECT_EQ(values(nw.native_embedding), spec.tensor("token_embd.weight"));
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      const NativeLayer& N = nw.native_layers[l];
+      EXPECT_EQ(values(N.wq), spec.tensor(p + "attn_q.weight"));
+      EXPECT_EQ(values(N.wo), spec.tensor(p + "attn_output.weight"));
+      EXPECT_EQ(values(N.w_down), spec.tensor(p + "ffn_down.weight"));
+      EXPECT_EQ(N.w_down.rows, c.dim);
+      EXPECT_EQ(N.w_down.cols, 64);
+      EXPECT_EQ(nw.layers[l].attn_norm, spec.tensor(p + "attn_norm.weight"));
+    }
+    if (!c.tied) {
+      EXPECT_EQ(values(nw.native_output), spec.tensor("output.weight"));
+    }
   }
 
   const ModelInfo& info = m->info;

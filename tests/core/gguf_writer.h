@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/model/dequant.h"
+#include "quant_block_writer.h"
+
 namespace kvevict::test {
 
 class GgufWriter {
@@ -193,7 +196,7 @@ struct TinyLlama {
   int n_layers = 2, dim = 32, n_heads = 4, n_kv_heads = 2, head_dim = 8, hidden_dim = 64, context = 128;
   bool tied = true;
   bool write_key_length = false;  // write llama.attention.key_length (needed when head_dim != dim / n_heads)
-  uint32_t weight_type = 0;       // 0 F32, 1 F16, 8 Q8_0 for the matrices; norms are always F32
+  uint32_t weight_type = 0;       // ggml type of the matrices (any of encode_blocks'); norms are always F32
   uint32_t seed = 1;
   bool spm_tokenizer = false;     // SentencePiece-style "llama" vocabulary instead of byte-level BPE
 
@@ -316,9 +319,18 @@ struct TinyLlama {
     std::uniform_int_distribution<int> q(-127, 127);
     std::vector<float> v(n);
     for (float& x : v) x = static_cast<float>(q(rng)) / 128.0f;
-    if (type == 0) w.add_f32_tensor(name, dims, v);
-    else if (type == 1) w.add_f16_tensor(name, dims, v);
-    else w.add_q8_0_tensor(name, dims, v);
+    if (type == 0) {
+      w.add_f32_tensor(name, dims, v);
+    } else if (type == 1) {
+      w.add_f16_tensor(name, dims, v);
+    } else if (type == 8) {
+      w.add_q8_0_tensor(name, dims, v);
+    } else {
+      // Other formats (quant_block_writer.h) round the values: keep what the file holds.
+      std::vector<uint8_t> bytes = encode_blocks(type, v);
+      dequantize(type, bytes.data(), n, v.data(), "test", name);
+      w.add_tensor(name, dims, type, std::move(bytes));
+    }
     tensors.emplace_back(name, std::move(v));
   }
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/model/hf_config.h"
+#include "core/model/dequant.h"
 #include "core/model/hf_weights.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -81,7 +82,27 @@ TEST_P(HfFolderLoads, ConfigAndWeightsRoundTrip) {
   const fs::path dir = test::fresh_dir(name);
   test::write_hf_folder(dir, c, w, {dtype, geo.n_heads % 2 == 0 ? 2 : 1, geo.n_heads == 4});
 
-  std::unique_ptr<Model> m = load_hf_folder(dir.string());
+  std::unique_ptr<Model> m = load_hf_folder(dir.string(), WeightStorage::F32);
+  {
+    // Native storage keeps F16/BF16 matrices in the mapped shards, with the same values.
+    const auto n = load_hf_folder(dir.string(), WeightStorage::Native);
+    const Weights& nw = n->weights;
+    ASSERT_EQ(nw.has_native(), dtype != StDtype::F32);
+    if (nw.has_native()) {
+      EXPECT_TRUE(nw.token_embedding.empty());
+      EXPECT_TRUE(nw.layers[0].w_down.empty());
+      const auto values = [](const TypedMatrix& t) {
+        std::vector<float> v(static_cast<size_t>(t.rows) * t.cols);
+        dequantize(t.type, t.data, v.size(), v.data(), "test", "t");
+        return v;
+      };
+      EXPECT_EQ(values(nw.native_embedding), m->weights.token_embedding);
+      EXPECT_EQ(values(nw.native_layers[0].wq), m->weights.layers[0].wq);
+      EXPECT_EQ(values(nw.native_layers[0].w_down), m->weights.layers[0].w_down);
+      EXPECT_EQ(nw.layers[0].attn_norm, m->weights.layers[0].attn_norm);
+      EXPECT_EQ(n->info.tensor_types, m->info.tensor_types);
+    }
+  }
   const ModelConfig& got = m->config;
   EXPECT_EQ(got.architecture, geo.arch);
   EXPECT_EQ(got.n_layers, c.n_layers);

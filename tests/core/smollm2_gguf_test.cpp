@@ -3,6 +3,7 @@
 // and decodes correctly. Skips when the model file is absent.
 #include <gtest/gtest.h>
 
+#include "core/model/ggml_types.h"
 #include "core/model/model.h"
 #include "core/util/sha256.h"
 #include "gguf_test_util.h"
@@ -56,12 +57,23 @@ TEST_F(SmolLM2Gguf, ConfigMatchesThePublishedOne) {
   // 49152*576 + 30*(2*576*576 + 2*576*192 + 3*576*1536 + 2*576) + 576
   EXPECT_EQ(info.n_params, 134515008);
 
+  // Native storage (the default): the matrices stay in the file's blocks, no f32 copy.
   const Weights& w = model_->weights;
-  EXPECT_EQ(w.token_embedding.size(), 49152u * 576u);
+  EXPECT_TRUE(w.token_embedding.empty());
+  EXPECT_EQ(w.native_embedding.type, static_cast<uint32_t>(GgmlType::Q8_0));
+  EXPECT_EQ(w.native_embedding.rows, 49152);
+  EXPECT_EQ(w.native_embedding.cols, 576);
   EXPECT_TRUE(w.output.empty());
+  EXPECT_TRUE(w.native_output.empty());
   ASSERT_EQ(w.layers.size(), 30u);
-  EXPECT_EQ(w.layers[29].wk.size(), 192u * 576u);
-  EXPECT_EQ(w.layers[29].w_down.size(), 576u * 1536u);
+  ASSERT_EQ(w.native_layers.size(), 30u);
+  EXPECT_TRUE(w.layers[29].wk.empty());
+  EXPECT_EQ(w.native_layers[29].wk.type, static_cast<uint32_t>(GgmlType::Q4_1));
+  EXPECT_EQ(w.native_layers[29].wk.rows, 192);
+  EXPECT_EQ(w.native_layers[29].wk.cols, 576);
+  EXPECT_EQ(w.native_layers[29].w_down.rows, 576);
+  EXPECT_EQ(w.native_layers[29].w_down.cols, 1536);
+  EXPECT_EQ(w.native_layers[29].w_down.row_bytes, 1536u / 32 * 20);
 }
 
 TEST_F(SmolLM2Gguf, SpecialIdsFromMetadata) {

@@ -227,8 +227,10 @@ TEST(SmolLM2Logits, DecoderMatchesDoublePrecisionReference) {
 
 TEST(SmolLM2Logits, GreedyChatAnswerNamesParis) {
   KVEVICT_SKIP_WITHOUT_SMOLLM2();
+  // f32 weights: with the default native ones the first answer token is a near-tie ('The' leads
+  // 'L' by 0.08 logits) that the 8-bit activation rounding flips (see smollm2_decoder_test.cpp).
   const std::string cmd = std::string(KVEVICT_BINARY) + " generate -m '" + test::smollm2_path() +
-                          "' --chat -p 'What is the capital of France?' -n 24 --threads 2 2>&1";
+                          "' --weights f32 --chat -p 'What is the capital of France?' -n 24 --threads 2 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   ASSERT_TRUE(pipe);
   std::string out;

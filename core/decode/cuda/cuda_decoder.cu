@@ -12,6 +12,7 @@
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/quant_dot.h"
 #include "core/decode/rope.h"
 
 namespace kvevict {
@@ -26,12 +27,32 @@ void check_blas(cublasStatus_t status, const char* what) {
   }
 }
 
-DeviceArray<__half>* upload_half(const std::vector<float>& host, std::vector<std::unique_ptr<DeviceArray<__half>>>& owner) {
-  std::vector<__half> converted(host.size());
-  for (size_t i = 0; i < host.size(); ++i) converted[i] = __float2half(host[i]);
-  owner.push_back(std::make_unique<DeviceArray<__half>>());
-  owner.back()->upload(converted);
-  return owner.back().get();
+// Uploads a weight matrix in whatever storage it has (f32 or its file format, weights.h) as T,
+// dequantising kUploadRows rows at a time on the host: never an f32 copy of a whole tensor.
+constexpr int kUploadRows = 256;
+
+template <typename T>
+T to_device_type(float v);
+template <>
+__half to_device_type<__half>(float v) { return __float2half(v); }
+template <>
+float to_device_type<float>(float v) { return v; }
+
+template <typename T>
+DeviceArray<T>* upload_matrix(const TypedMatrix& m, std::vector<std::unique_ptr<DeviceArray<T>>>& owner) {
+  owner.push_back(std::make_unique<DeviceArray<T>>());
+  DeviceArray<T>& dev = *owner.back();
+  dev.resize(static_cast<size_t>(m.rows) * m.cols);
+  std::vector<float> rows(static_cast<size_t>(std::min(m.rows, kUploadRows)) * m.cols);
+  std::vector<T> converted(rows.size());
+  for (int r0 = 0; r0 < m.rows; r0 += kUploadRows) {
+    const int r1 = std::min(m.rows, r0 + kUploadRows);
+    const size_t count = static_cast<size_t>(r1 - r0) * m.cols;
+    quant::dequantize_rows(m, r0, r1, rows.data());
+    for (size_t i = 0; i < count; ++i) converted[i] = to_device_type<T>(rows[i]);
+    dev.upload(converted.data(), count, static_cast<size_t>(r0) * m.cols);
+  }
+  return &dev;
 }
 
 DeviceArray<float>* upload_float(const std::vector<float>& host, std::vector<std::unique_ptr<DeviceArray<float>>>& owner) {
@@ -53,18 +74,22 @@ class CudaDecoder : public Decoder {
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     const Weights& w = model.weights;
-    embedding_ = upload_float(w.token_embedding, floats_);
+    const int dim = config_.dim, hidden = config_.hidden_dim, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+    embedding_ = upload_matrix<float>(w.embedding_matrix(config_.vocab_size, dim), floats_);
     final_norm_ = upload_float(w.final_norm, floats_);
-    output_ = upload_half(w.output_matrix(), halves_);
-    for (const LayerWeights& l : w.layers) {
+    output_ = upload_matrix<__half>(w.classifier_matrix(config_.vocab_size, dim), halves_);
+    static const NativeLayer none;
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const LayerWeights& l = w.layers[i];
+      const NativeLayer& nat = w.native_layers.empty() ? none : w.native_layers[i];
       DeviceLayer d{};
-      d.wq = upload_half(l.wq, halves_);
-      d.wk = upload_half(l.wk, halves_);
-      d.wv = upload_half(l.wv, halves_);
-      d.wo = upload_half(l.wo, halves_);
-      d.w_gate = upload_half(l.w_gate, halves_);
-      d.w_up = upload_half(l.w_up, halves_);
-      d.w_down = upload_half(l.w_down, halves_);
+      d.wq = upload_matrix<__half>(Weights::matrix(l.wq, nat.wq, q_dim, dim), halves_);
+      d.wk = upload_matrix<__half>(Weights::matrix(l.wk, nat.wk, kv_dim, dim), halves_);
+      d.wv = upload_matrix<__half>(Weights::matrix(l.wv, nat.wv, kv_dim, dim), halves_);
+      d.wo = upload_matrix<__half>(Weights::matrix(l.wo, nat.wo, dim, q_dim), halves_);
+      d.w_gate = upload_matrix<__half>(Weights::matrix(l.w_gate, nat.w_gate, hidden, dim), halves_);
+      d.w_up = upload_matrix<__half>(Weights::matrix(l.w_up, nat.w_up, hidden, dim), halves_);
+      d.w_down = upload_matrix<__half>(Weights::matrix(l.w_down, nat.w_down, dim, hidden), halves_);
       d.attn_norm = upload_float(l.attn_norm, floats_);
       d.ffn_norm = upload_float(l.ffn_norm, floats_);
       if (config_.qkv_bias) {
