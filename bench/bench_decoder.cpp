@@ -1,6 +1,7 @@
 // bench_decoder: prefill and decode throughput of the CPU reference decoder, beside the machine's
 // own SGEMM rate and memory bandwidth measured here, so the percentages are of this machine.
 //   bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] [--decode-tokens 32]
+//                 [--kv-type f16|bf16|f32]  (KV cache element type, default f16)
 // MODEL defaults to the SmolLM2 GGUF when it loads, else synthetic:smollm2-135m.
 #include <cblas.h>
 #include <omp.h>
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
   std::string model_path;
   int threads = 2, context = 4096, decode_tokens = 32, repeat = 2;
   std::vector<int> prefill = {512, 2048, 8192};
+  std::string kv_type = "f16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -128,17 +130,25 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(value());
     else if (a == "--decode-tokens") decode_tokens = std::stoi(value());
     else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
+    else if (a == "--kv-type") kv_type = value();
     else {
       std::cerr << "usage: bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] "
-                   "[--decode-tokens 32] [--repeat 2]\n"
+                   "[--decode-tokens 32] [--repeat 2] [--kv-type f16|bf16|f32]\n"
                    "Each figure is the best of --repeat runs (the machine may be shared).\n";
       return 2;
     }
   }
 
+  KvType kv;
+  try {
+    kv = parse_kv_type(kv_type, "--kv-type");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
   const auto model = model_path.empty() ? load_default_model() : load_model(model_path);
   const ModelConfig& c = model->config;
-  auto decoder = make_cpu_decoder(*model, {.threads = threads});
+  auto decoder = make_cpu_decoder(*model, {.threads = threads, .kv_type = kv});
 
   const Rate sgemm_rate = machine_sgemm_gflops(threads);
   const double sgemm = sgemm_rate.wall;

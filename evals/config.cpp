@@ -249,6 +249,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   config.threads = static_cast<int>(top.get_int("threads", 0, 0, 1024));
+  config.kv_type = parse_kv_type(top.get_choice("kv_type", "f16", {"f16", "bf16", "f32"}), "kv_type");
   config.chat_template = top.get_choice("chat_template", "auto", {"auto", "none", "chatml"});
   config.limit = static_cast<int>(top.get_int("limit", 0, 0, 1000000000));
 

@@ -104,7 +104,7 @@ TEST(CodebookCache, BytesInUseIsTheStoredArrays) {
   ModelConfig c = small_config();
   c.n_layers = 1;
   c.head_dim = 4;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const auto v = random_vectors(5 * 4, 1);
   for (int t = 0; t < 3; ++t) cache.append(0, 0, t, v.data() + t * 4, v.data() + t * 4);
   for (int t = 0; t < 2; ++t) cache.append(0, 1, t, v.data() + t * 4, v.data() + t * 4);
@@ -142,7 +142,7 @@ TEST(CodebookCache, BytesInUseIsTheStoredArrays) {
 TEST(CodebookCache, ReconstructsWithRopeAndAppendsByTheDecodeRule) {
   ModelConfig c = small_config();
   c.n_layers = 1;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const int d = c.head_dim;
   const Rope rope(c);
   const auto v = random_vectors(static_cast<size_t>(3) * d, 2);
@@ -192,7 +192,7 @@ TEST(CodebookCache, ReconstructsWithRopeAndAppendsByTheDecodeRule) {
 TEST(CodebookCache, KeepCompactsAndDropsUnreferencedCodes) {
   ModelConfig c = small_config();
   c.n_layers = 1;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const int d = c.head_dim;
   const auto v = random_vectors(static_cast<size_t>(5) * d, 3);
   for (int t = 0; t < 5; ++t) cache.append(0, 0, t, v.data() + t * d, v.data() + t * d);
