@@ -2,7 +2,10 @@
 //  - decode agreement: greedy ids over 64 tokens on stories260K and SmolLM2 are equal, and every
 //    step's logits are within a bound (justified below) of the F32 cache's;
 //  - kept sets: every built-in policy keeps the same entries with either cache on stories260K,
-//    except at near-ties, which are counted and printed and must stay rare.
+//    except at near-ties, which are counted and printed and must stay rare. Observed (budget 40,
+//    prompt + 8 decode steps): cake 5 of 800 kept entries swapped, tova 4/800, knorm 2/960,
+//    snapkv 1/960, every other policy 0 (12 of 15400 in all). For knorm the near-tie is checked
+//    directly: each swapped pair's f32 key norms differ by less than f16's rounding of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,6 +105,33 @@ std::vector<std::vector<int32_t>> kept(const Model& model, KvType type, const Po
   return out;
 }
 
+// knorm keeps the lowest key norms: a swap between the caches must be between entries whose f32
+// norms are within f16's reach (a few 2^-11 relative), i.e. a near-tie, not a ranking error.
+void expect_knorm_swaps_are_near_ties(const Model& model, const std::vector<int>& sequence,
+                                      const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
+  auto full = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
+  full->forward(sequence);
+  const KVCache& cache = full->cache();
+  const int d = cache.head_dim();
+  auto norm = [&](int l, int h, int32_t t) {
+    double s = 0;
+    for (int i = 0; i < d; ++i) s += double(cache.keys(l, h)[size_t(t) * d + i]) * cache.keys(l, h)[size_t(t) * d + i];
+    return std::sqrt(s);
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int l = static_cast<int>(i) / cache.n_kv_heads(), h = static_cast<int>(i) % cache.n_kv_heads();
+    std::vector<int32_t> only_a, only_b;
+    std::set_difference(a[i].begin(), a[i].end(), b[i].begin(), b[i].end(), std::back_inserter(only_a));
+    std::set_difference(b[i].begin(), b[i].end(), a[i].begin(), a[i].end(), std::back_inserter(only_b));
+    ASSERT_EQ(only_a.size(), only_b.size());
+    for (size_t k = 0; k < only_a.size(); ++k) {
+      const double na = norm(l, h, only_a[k]), nb = norm(l, h, only_b[k]);
+      std::printf("[kv f16] knorm near-tie (layer %d, head %d): |k| %.7f vs %.7f\n", l, h, na, nb);
+      EXPECT_LE(std::fabs(na - nb), 4 * 0x1p-11 * std::max(na, nb)) << "layer " << l << " head " << h;
+    }
+  }
+}
+
 TEST(KvF16Agreement, KeptSetsOfEveryBuiltInPolicyEqualTheF32Ones) {
   if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
   auto model = load_model(test::stories_checkpoint());
@@ -128,9 +158,16 @@ TEST(KvF16Agreement, KeptSetsOfEveryBuiltInPolicyEqualTheF32Ones) {
     total_differing += differing;
     std::printf("[kv f16] %-14s kept entries %6lld, swapped %3lld in %lld heads\n", listing.name.c_str(),
                 static_cast<long long>(entries), static_cast<long long>(differing), static_cast<long long>(heads));
-    EXPECT_LE(differing, 0) << listing.name;
+    // Near-ties are rare: at most 1% of a policy's kept entries change sides.
+    EXPECT_LE(differing * 100, entries) << listing.name;
+    if (listing.name == "knorm") {
+      std::vector<int> sequence = prompt;
+      sequence.insert(sequence.end(), tail.begin(), tail.end());
+      expect_knorm_swaps_are_near_ties(*model, sequence, a, b);
+    }
   }
   EXPECT_GE(policies, 12);
+  EXPECT_LE(total_differing * 500, total_entries);  // at most 0.2% over all policies
   std::printf("[kv f16] all policies: %lld of %lld kept entries swapped\n", static_cast<long long>(total_differing),
               static_cast<long long>(total_entries));
 }
