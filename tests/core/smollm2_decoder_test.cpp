@@ -31,7 +31,7 @@ TEST_F(SmolLM2Decoder, GreedyChatAnswerNamesParis) {
   ASSERT_EQ(model_->info.chat_template, "chatml");
   const Tokenizer& tok = *model_->tokenizer;
   const auto prompt = tok.encode(apply_chat_template("chatml", "What is the capital of France?"), false, true);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   const std::vector<float>* logits = &decoder->forward(prompt);
   const std::vector<int> stops = tok.stop_ids();
   std::vector<int> answer;
@@ -49,7 +49,7 @@ TEST_F(SmolLM2Decoder, LogitsMatchTheNaiveReference) {
   const auto tokens = model_->tokenizer->encode("The quick brown fox jumps over", false);
   ASSERT_GE(tokens.size(), 5u);
   const auto ref = test::reference_forward(*model_, tokens);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> all;
   decoder->forward(tokens, nullptr, &all);
   const int vocab = model_->config.vocab_size;
