@@ -93,6 +93,10 @@ class KVCache {
   const int32_t* positions(int layer, int kv_head) const { return head(layer, kv_head).positions.data(); }
   float* mutable_keys(int layer, int kv_head) { return const_cast<float*>(keys(layer, kv_head)); }
   float* mutable_values(int layer, int kv_head) { return const_cast<float*>(values(layer, kv_head)); }
+  // The stored rows of a dense head in the cache's KvType (std::logic_error on a codebook head):
+  // for kernels that convert one row at a time instead of a whole block.
+  const KvRows& stored_keys(int layer, int kv_head) const { return dense(layer, kv_head).keys; }
+  const KvRows& stored_values(int layer, int kv_head) const { return dense(layer, kv_head).values; }
   // Keys of every entry with RoPE undone, [len][head_dim] (any head).
   std::vector<float> keys_pre_rope(int layer, int kv_head) const;
 
