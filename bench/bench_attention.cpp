@@ -1,6 +1,7 @@
 // bench_attention: the block attention kernel alone (prefill of N tokens over an empty cache, and
 // one query over an N-entry cache), in GFLOP/s of useful causal work.
 //   bench_attention [--tokens 2048] [--heads 9] [--kv-heads 3] [--head-dim 64] [--threads 2]
+//                   [--kv-type f16|bf16|f32]   (the cache's element type, default f16)
 #include <omp.h>
 
 #include <chrono>
@@ -21,8 +22,18 @@ static double thread_cpu_seconds() {
 
 int main(int argc, char** argv) {
   int n = 2048, heads = 9, kv_heads = 3, hd = 64, threads = 2;
+  KvType kv_type = KvType::F16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--kv-type") {
+      try {
+        kv_type = parse_kv_type(argv[i + 1], "--kv-type");
+      } catch (const std::exception& e) {
+        std::cerr << e.what() << "\n";
+        return 2;
+      }
+      continue;
+    }
     const int v = std::stoi(argv[i + 1]);
     if (a == "--tokens") n = v;
     else if (a == "--heads") heads = v;
@@ -34,7 +45,7 @@ int main(int argc, char** argv) {
   cpu::set_threads(threads);
   ModelConfig c;
   c.n_layers = 1, c.n_heads = heads, c.n_kv_heads = kv_heads, c.head_dim = hd, c.dim = heads * hd;
-  KVCache cache(c);
+  KVCache cache(c, kv_type);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::vector<float> q(size_t(n) * heads * hd), out(q.size()), row(hd);
@@ -73,8 +84,9 @@ int main(int argc, char** argv) {
     block_attention(cache, args);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
   }
-  const double bytes = 2.0 * kv_heads * n * hd * sizeof(float);
-  std::cout << "decode attention over " << n << " entries: " << best * 1e6 << " us, " << bytes / best / 1e9
+  const double bytes = 2.0 * kv_heads * n * hd * kv_type_size(kv_type);
+  std::cout << "decode attention over " << n << " entries (" << kv_type_name(kv_type) << " cache, "
+            << cache.bytes_in_use() << " bytes): " << best * 1e6 << " us, " << bytes / best / 1e9
             << " GB/s of K/V\n";
   return 0;
 }

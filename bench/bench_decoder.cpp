@@ -2,6 +2,7 @@
 // own SGEMM rate and memory bandwidth measured here, so the percentages are of this machine.
 //   bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] [--decode-tokens 32]
 //                 [--weights native|f32] [--no-machine] [--json]
+//                 [--kv-type f16|bf16|f32]  (KV cache element type, default f16)
 // MODEL defaults to the SmolLM2 GGUF when it loads, else synthetic:smollm2-135m. --no-machine skips the
 // SGEMM and bandwidth probes (their 1 GiB buffer would dominate the peak RSS); --json prints one JSON
 // object with the figures (bench/compare_llamacpp reads it).
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
   bool probe_machine = true, json = false;
   LoadOptions load;
   std::vector<int> prefill = {512, 2048, 8192};
+  std::string kv_type = "f16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -153,6 +155,7 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(value());
     else if (a == "--decode-tokens") decode_tokens = std::stoi(value());
     else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
+    else if (a == "--kv-type") kv_type = value();
     else if (a == "--no-machine") probe_machine = false;
     else if (a == "--json") json = true;
     else if (a == "--weights") {
@@ -164,15 +167,22 @@ int main(int argc, char** argv) {
       load.weights = *w;
     } else {
       std::cerr << "usage: bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] "
-                   "[--decode-tokens 32] [--repeat 2] [--weights native|f32] [--no-machine] [--json]\n"
+                   "[--decode-tokens 32] [--repeat 2] [--weights native|f32] [--kv-type f16|bf16|f32] [--no-machine] [--json]\n"
                    "Each figure is the best of --repeat runs (the machine may be shared).\n";
       return 2;
     }
   }
 
+  KvType kv;
+  try {
+    kv = parse_kv_type(kv_type, "--kv-type");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
   const auto model = model_path.empty() ? load_default_model(load) : load_model(model_path, load);
   const ModelConfig& c = model->config;
-  auto decoder = make_cpu_decoder(*model, {.threads = threads});
+  auto decoder = make_cpu_decoder(*model, {.threads = threads, .kv_type = kv});
 
   const Rate sgemm_rate = probe_machine ? machine_sgemm_gflops(threads) : Rate{1, 1};
   const double sgemm = sgemm_rate.wall;

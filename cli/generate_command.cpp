@@ -31,6 +31,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   int threads = 2;
   WeightStorage weights = WeightStorage::Native;
+  std::string kv_type = "f16";
   std::string device = "auto";
   bool json = false;
   PolicyOptions policy;  // optional: evict with this policy (prefill and decode triggers)
@@ -120,6 +121,8 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
   app.add_option("--weights", o->weights, "weight storage: native (file format, default) | f32 (reference)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, WeightStorage>{{"native", WeightStorage::Native}, {"f32", WeightStorage::F32}}));
+  app.add_option("--kv-type", o->kv_type, "KV cache element type: f16, bf16 or f32 (the exact reference)")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");
@@ -148,7 +151,8 @@ std::function<int()> setup_generate(CLI::App& app) {
       engine = std::make_unique<EvictionEngine>(*program, model->config, EngineOptions{budget, o->seed});
     }
     auto decoder = make_decoder(*model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                                {.threads = o->threads, .device_ordinal = device.ordinal});
+                                {.threads = o->threads, .device_ordinal = device.ordinal,
+                                 .kv_type = parse_kv_type(o->kv_type, "--kv-type")});
     auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
     const Generation g =
         generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());

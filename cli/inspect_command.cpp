@@ -27,6 +27,7 @@ struct InspectOptions {
   uint64_t seed = 0;
   int threads = 2;
   WeightStorage weights = WeightStorage::Native;
+  std::string kv_type = "f16";
   bool json = false;
 };
 
@@ -99,6 +100,8 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_option("--threads", o->threads, "CPU threads (0: library default)")->capture_default_str()->check(thread_count());
   app.add_option("--weights", o->weights, "weight storage: native (file format, default) | f32 (reference)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, WeightStorage>{{"native", WeightStorage::Native}, {"f32", WeightStorage::F32}}));
+  app.add_option("--kv-type", o->kv_type, "KV cache element type: f16, bf16 or f32 (the exact reference)")
+      ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_flag("--json", o->json, "Print one JSON object");
 
   return [o]() {
@@ -112,7 +115,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
     const auto model = load_model(o->model, load);
     const std::vector<int> tokens = encode_prompt(*model, *o);
     const Budget budget = o->policy.parsed_budget(static_cast<int>(tokens.size()));
-    auto decoder = make_cpu_decoder(*model, {.threads = o->threads});
+    auto decoder = make_cpu_decoder(*model, {.threads = o->threads, .kv_type = parse_kv_type(o->kv_type, "--kv-type")});
     EvictionEngine engine(*program, model->config, {budget, o->seed});
     decoder->forward(tokens, &engine);
     const EvictionReport& r = engine.report();

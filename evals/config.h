@@ -11,6 +11,7 @@
 //   device: auto | cpu | cuda
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
+//   kv_type: f16 | bf16 | f32        element type of the KV cache (default f16; f32 is the exact reference)
 //   chat_template: auto | none | chatml
 //   limit: integer >= 0              at most N samples per grid point (0: all); --limit sets it
 //   tasks: { <task name>: { <task options> } ... }       see evals/tasks/task.h for each task's keys
@@ -25,6 +26,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/decode/kv_type.h"
 #include "core/engine/budget.h"
 
 namespace kvevict::evals {
@@ -51,6 +53,7 @@ struct EvalConfig {
   std::string device = "auto";
   uint64_t seed = 0;
   int threads = 0;
+  KvType kv_type = KvType::F16;
   std::string chat_template = "auto";
   int limit = 0;
   std::vector<TaskConfig> tasks;

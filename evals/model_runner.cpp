@@ -35,6 +35,7 @@ class ModelRunner : public SampleRunner {
     model_ = load_model(config.model, load_options);
     DecoderOptions options;
     options.threads = config.threads;
+    options.kv_type = config.kv_type;
     options.device_ordinal = device.ordinal;
     decoder_ = make_decoder(*model_, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                             options);

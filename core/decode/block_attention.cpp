@@ -8,8 +8,10 @@
 // scores; it is only done when an observer asks.
 // Heads are the cache's stored heads: one per KV head (G query heads each), or one per query head
 // when the cache is unfolded (G = 1 then; args.group must say so).
-// A codebook-backed head (SpindleKV) is reconstructed one key block / decode chunk at a time into
-// per-thread scratch, so the cache itself stays compressed.
+// A codebook-backed head (SpindleKV), and a dense head of an F16/BF16 cache, is converted one key
+// block / decode chunk at a time into per-thread f32 scratch (the conversion is a few vector
+// instructions per row, cheaper than the bytes it saves reading), so the cache itself stays
+// compressed and every product accumulates in f32.
 #include "core/decode/block_attention.h"
 
 #include <cblas.h>
@@ -47,17 +49,21 @@ struct Scratch {
   std::vector<float> k, v;  // reconstructed key / value block of a codebook head
 };
 
-// Rows [t0, t1) of the head's keys (values): a pointer into the dense arrays, or the rows
-// reconstructed into `tile` for a codebook head.
+// Rows [t0, t1) of the head's keys (values) as f32: a pointer into the dense arrays of an F32
+// cache, or the rows converted / reconstructed into `tile`.
+bool stored_as_f32(const KVCache& cache, int layer, int kv) {
+  return cache.kv_type() == KvType::F32 && !cache.is_codebook(layer, kv);
+}
+
 const float* key_rows(const KVCache& cache, int layer, int kv, int t0, int t1, std::vector<float>& tile) {
-  if (!cache.is_codebook(layer, kv)) return cache.keys(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
+  if (stored_as_f32(cache, layer, kv)) return cache.keys(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
   tile.resize(static_cast<size_t>(t1 - t0) * cache.head_dim());
   cache.reconstruct_keys(layer, kv, t0, t1, tile.data());
   return tile.data();
 }
 
 const float* value_rows(const KVCache& cache, int layer, int kv, int t0, int t1, std::vector<float>& tile) {
-  if (!cache.is_codebook(layer, kv)) return cache.values(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
+  if (stored_as_f32(cache, layer, kv)) return cache.values(layer, kv) + static_cast<size_t>(t0) * cache.head_dim();
   tile.resize(static_cast<size_t>(t1 - t0) * cache.head_dim());
   cache.reconstruct_values(layer, kv, t0, t1, tile.data());
   return tile.data();
@@ -144,15 +150,30 @@ struct DecodePartial {
 void decode_chunk(const KVCache& cache, const BlockAttentionArgs& a, const Shape& sh, int kv, int t0, int t1,
                   std::vector<std::vector<float>>& probs, DecodePartial& part) {
   const int d = sh.d, G = a.group;
-  // Rows t0.. of the chunk; a codebook head's chunk is reconstructed into this thread's tiles.
-  static thread_local std::vector<float> key_tile, value_tile;
-  const float* keys = key_rows(cache, a.layer, kv, t0, t1, key_tile);
-  const float* values = value_rows(cache, a.layer, kv, t0, t1, value_tile);
+  // A dense F16/BF16 head is converted one row at a time into an L1-sized buffer (the row is then
+  // used by all G heads); a codebook head's chunk is reconstructed into this thread's tiles.
+  const bool per_row = cache.kv_type() != KvType::F32 && !cache.is_codebook(a.layer, kv);
+  static thread_local std::vector<float> key_tile, value_tile, row;
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  const KvRows* stored_keys = per_row ? &cache.stored_keys(a.layer, kv) : nullptr;
+  const KvRows* stored_values = per_row ? &cache.stored_values(a.layer, kv) : nullptr;
+  if (per_row) {
+    row.resize(d);
+  } else {
+    keys = key_rows(cache, a.layer, kv, t0, t1, key_tile);
+    values = value_rows(cache, a.layer, kv, t0, t1, value_tile);
+  }
+  auto row_of = [&](const KvRows* stored, const float* rows, int t) -> const float* {
+    if (!stored) return rows + static_cast<size_t>(t - t0) * d;
+    kv_to_f32(stored->type(), stored->bits16() + static_cast<size_t>(t) * d, row.data(), d);
+    return row.data();
+  };
   part.max.assign(G, kNegInf);
   part.sum.assign(G, 0.0f);
   part.out.assign(static_cast<size_t>(G) * d, 0.0f);
   for (int t = t0; t < t1; ++t) {  // each key row is read once for all G queries
-    const float* k = keys + static_cast<size_t>(t - t0) * d;
+    const float* k = row_of(stored_keys, keys, t);
     for (int g = 0; g < G; ++g) {
       const float s = sh.scale * simd::dot(a.queries + static_cast<size_t>(kv * G + g) * d, k, d);
       probs[kv * G + g][t] = s;
@@ -164,7 +185,7 @@ void decode_chunk(const KVCache& cache, const BlockAttentionArgs& a, const Shape
     part.sum[g] = simd::exp_shift_sum(p + t0, t1 - t0, part.max[g]);
   }
   for (int t = t0; t < t1; ++t) {
-    const float* v = values + static_cast<size_t>(t - t0) * d;
+    const float* v = row_of(stored_values, values, t);
     for (int g = 0; g < G; ++g) {
       simd::axpy(probs[kv * G + g][t], v, part.out.data() + static_cast<size_t>(g) * d, d);
     }

@@ -25,7 +25,7 @@ size_t rows_offset(int row, int width) { return static_cast<size_t>(row) * width
 class CpuDecoder : public Decoder {
  public:
   CpuDecoder(const Model& model, const DecoderOptions& options)
-      : model_(model), config_(model.config), cache_(model.config), rope_(model.config) {
+      : model_(model), config_(model.config), cache_(model.config, options.kv_type), rope_(model.config) {
     cpu::set_threads(options.threads);
   }
 

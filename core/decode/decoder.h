@@ -47,6 +47,7 @@ class ForwardObserver {
 struct DecoderOptions {
   int threads = 0;  // 0: OpenMP/BLAS default
   int device_ordinal = 0;  // CUDA device index for the CUDA backend (make_decoder.h); unused on the CPU
+  KvType kv_type = KvType::F16;  // element type of the KV cache (kv_type.h); F32 is the exact reference
 };
 
 class Decoder {

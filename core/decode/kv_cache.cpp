@@ -9,16 +9,18 @@
 
 namespace kvevict {
 
-KVCache::KVCache(const ModelConfig& config)
+KVCache::KVCache(const ModelConfig& config, KvType type)
     : config_(config),
       n_layers_(config.n_layers),
       n_kv_heads_(config.n_kv_heads),
       head_dim_(config.head_dim),
       group_(config.n_kv_heads > 0 ? config.n_heads / config.n_kv_heads : 1),
       n_stored_(config.n_kv_heads),
-      heads_(static_cast<size_t>(config.n_layers) * config.n_kv_heads),
+      kv_type_(type),
       layer_codes_(config.n_layers),
-      rope_(config) {}
+      rope_(config) {
+  heads_.assign(static_cast<size_t>(n_layers_) * n_kv_heads_, empty_head());
+}
 
 void KVCache::check_head(const char* what, int layer, int stored) const {
   if (layer < 0 || layer >= n_layers_ || stored < 0 || stored >= n_stored_) {
@@ -36,7 +38,8 @@ int64_t KVCache::total_entries() const {
 std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
   const Head& h = head(layer, kv_head);
   if (h.codebook) return codebook_keys_pre_rope(layer, *h.codebook);
-  std::vector<float> out(h.keys);
+  std::vector<float> out(h.positions.size() * static_cast<size_t>(head_dim_));
+  h.keys.read(0, h.positions.size(), out.data());
   // Rotating back by the entry's own position needs no table; the angles are the same doubles
   // the decoder used, so the result is the pre-RoPE key up to float rounding.
   Rope rope(config_);
@@ -58,8 +61,8 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
     append_codebook_entry(layer, kv_head, position, key, value);
     return;
   }
-  h.keys.insert(h.keys.end(), key, key + head_dim_);
-  h.values.insert(h.values.end(), value, value + head_dim_);
+  h.keys.append(key);
+  h.values.append(value);
   h.positions.push_back(position);
 }
 
@@ -83,33 +86,36 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
     keep_codebook(layer, kv_head, indices);
     return;
   }
-  const size_t d = static_cast<size_t>(head_dim_);
   const size_t n = indices.size();
   if (ascending) {
     // Survivor i moves from indices[i] >= i to slot i, so a forward sweep never overwrites a survivor.
     for (size_t i = 0; i < n; ++i) {
       const size_t src = static_cast<size_t>(indices[i]);
       if (src == i) continue;
-      std::memcpy(h.keys.data() + i * d, h.keys.data() + src * d, d * sizeof(float));
-      std::memcpy(h.values.data() + i * d, h.values.data() + src * d, d * sizeof(float));
+      h.keys.copy_row(i, src);
+      h.values.copy_row(i, src);
       h.positions[i] = h.positions[src];
     }
   } else {
-    std::vector<float> keys(n * d), values(n * d);
+    KvRows keys(kv_type_, head_dim_), values(kv_type_, head_dim_);
+    keys.resize(n);
+    values.resize(n);
     std::vector<int32_t> positions(n);
     for (size_t i = 0; i < n; ++i) {
       const size_t src = static_cast<size_t>(indices[i]);
-      std::memcpy(keys.data() + i * d, h.keys.data() + src * d, d * sizeof(float));
-      std::memcpy(values.data() + i * d, h.values.data() + src * d, d * sizeof(float));
+      keys.copy_row_from(i, h.keys, src);
+      values.copy_row_from(i, h.values, src);
       positions[i] = h.positions[src];
     }
-    std::copy(keys.begin(), keys.end(), h.keys.begin());
-    std::copy(values.begin(), values.end(), h.values.begin());
+    for (size_t i = 0; i < n; ++i) {
+      h.keys.copy_row_from(i, keys, i);
+      h.values.copy_row_from(i, values, i);
+    }
     std::copy(positions.begin(), positions.end(), h.positions.begin());
   }
   // Shrinking keeps the capacity: later appends reuse the freed tail (shrink_to_fit releases it).
-  h.keys.resize(n * d);
-  h.values.resize(n * d);
+  h.keys.resize(n);
+  h.values.resize(n);
   h.positions.resize(n);
 }
 
@@ -121,7 +127,7 @@ size_t KVCache::head_bytes_in_use(int layer, int kv_head) const {
            (cb.key_index.size() + cb.value_index.size() + h.positions.size()) * sizeof(int32_t) +
            (cb.key_norm.size() + cb.value_norm.size()) * sizeof(float);
   }
-  return h.positions.size() * (2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t));
+  return h.positions.size() * (2 * static_cast<size_t>(head_dim_) * kv_type_size(kv_type_) + sizeof(int32_t));
 }
 
 size_t KVCache::bytes_in_use() const {
@@ -136,7 +142,7 @@ size_t KVCache::bytes_in_use() const {
 size_t KVCache::bytes_reserved() const {
   size_t total = 0;
   for (const Head& h : heads_) {
-    total += (h.keys.capacity() + h.values.capacity()) * sizeof(float) + h.positions.capacity() * sizeof(int32_t);
+    total += h.keys.capacity_bytes() + h.values.capacity_bytes() + h.positions.capacity() * sizeof(int32_t);
     if (h.codebook) {
       const CodebookHead& cb = *h.codebook;
       total += (cb.key_codes.capacity() + cb.value_codes.capacity() + cb.key_norm.capacity() + cb.value_norm.capacity()) *
@@ -149,7 +155,7 @@ size_t KVCache::bytes_reserved() const {
 }
 
 size_t KVCache::bytes_for_uniform_length(int64_t tokens) const {
-  const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * sizeof(float) + sizeof(int32_t);
+  const size_t per_entry = 2 * static_cast<size_t>(head_dim_) * kv_type_size(kv_type_) + sizeof(int32_t);
   return static_cast<size_t>(tokens) * per_entry * static_cast<size_t>(n_layers_) * n_kv_heads_;
 }
 
@@ -175,11 +181,11 @@ void KVCache::clear() {
   if (unfolded_) {  // back to one stored head per KV head; the released copies free their memory
     unfolded_ = false;
     n_stored_ = n_kv_heads_;
-    heads_ = std::vector<Head>(static_cast<size_t>(n_layers_) * n_kv_heads_);
+    heads_.assign(static_cast<size_t>(n_layers_) * n_kv_heads_, empty_head());
   }
   for (Head& h : heads_) {
-    h.keys.clear();
-    h.values.clear();
+    h.keys.resize(0);
+    h.values.resize(0);
     h.positions.clear();
     h.codebook.reset();
     h.reassigned = false;

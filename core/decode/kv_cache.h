@@ -18,12 +18,20 @@
 // keep a different subset of them, and is what query head h attends to. `append` always takes a
 // KV head and writes to every stored head that copies it. Byte counts are what is stored (H copies
 // when unfolded), never the folded equivalent. `clear` returns to one stored head per KV head.
+//
+// Element type (kv_type.h). Dense keys and values are stored as the cache's KvType (F16 by
+// default, BF16, or F32), chosen once at construction: appends convert from f32, every reader gets
+// f32 (`reconstruct_*`, `keys_or_reconstruct` convert into scratch). `keys()`/`values()`/`mutable_*`
+// exist only for an F32 cache (std::logic_error otherwise), like for codebook heads. Codebook codes
+// and norms stay f32 (they are few; their reconstruction multiplies them anyway).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "core/decode/kv_rows.h"
+#include "core/decode/kv_type.h"
 #include "core/decode/rope.h"
 #include "core/model/model_config.h"
 
@@ -54,7 +62,9 @@ struct LayerCodebook {
 class KVCache {
  public:
   KVCache() = default;
-  explicit KVCache(const ModelConfig& config);
+  explicit KVCache(const ModelConfig& config, KvType type = KvType::F16);
+
+  KvType kv_type() const { return kv_type_; }
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
@@ -77,12 +87,16 @@ class KVCache {
   int length(int layer, int kv_head) const { return static_cast<int>(head(layer, kv_head).positions.size()); }
   int64_t total_entries() const;  // sum of lengths over all (layer, KV head)
 
-  // Dense heads only (std::logic_error on a codebook head).
-  const float* keys(int layer, int kv_head) const { return dense(layer, kv_head).keys.data(); }  // post-RoPE
-  const float* values(int layer, int kv_head) const { return dense(layer, kv_head).values.data(); }
+  // Dense heads of an F32 cache only (std::logic_error on a codebook head or another KvType).
+  const float* keys(int layer, int kv_head) const { return dense_f32(layer, kv_head).keys.f32(); }  // post-RoPE
+  const float* values(int layer, int kv_head) const { return dense_f32(layer, kv_head).values.f32(); }
   const int32_t* positions(int layer, int kv_head) const { return head(layer, kv_head).positions.data(); }
-  float* mutable_keys(int layer, int kv_head) { return dense(layer, kv_head).keys.data(); }
-  float* mutable_values(int layer, int kv_head) { return dense(layer, kv_head).values.data(); }
+  float* mutable_keys(int layer, int kv_head) { return const_cast<float*>(keys(layer, kv_head)); }
+  float* mutable_values(int layer, int kv_head) { return const_cast<float*>(values(layer, kv_head)); }
+  // The stored rows of a dense head in the cache's KvType (std::logic_error on a codebook head):
+  // for kernels that convert one row at a time instead of a whole block.
+  const KvRows& stored_keys(int layer, int kv_head) const { return dense(layer, kv_head).keys; }
+  const KvRows& stored_values(int layer, int kv_head) const { return dense(layer, kv_head).values; }
   // Keys of every entry with RoPE undone, [len][head_dim] (any head).
   std::vector<float> keys_pre_rope(int layer, int kv_head) const;
 
@@ -90,8 +104,8 @@ class KVCache {
   // Thread-safe for concurrent readers (no mutation of the cache).
   void reconstruct_keys(int layer, int kv_head, int t0, int t1, float* out) const;
   void reconstruct_values(int layer, int kv_head, int t0, int t1, float* out) const;
-  // Every key (value) of the head: the stored array of a dense head, or the whole head reconstructed
-  // into `scratch` (resized; the pointer is valid while scratch is untouched and the cache unchanged).
+  // Every key (value) of the head as f32: the stored array of a dense F32 head, or the whole head
+  // converted / reconstructed into `scratch` (resized; the pointer is valid while scratch is untouched and the cache unchanged).
   const float* keys_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const;
   const float* values_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const;
 
@@ -138,7 +152,7 @@ class KVCache {
   void keep(int layer, int kv_head, std::span<const int> indices);
 
   // Bytes held by live entries, summed over stored heads. Dense head: 2 * len * head_dim *
-  // sizeof(float) + len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim *
+  // kv_type_size(kv_type()) + len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim *
   // sizeof(float) + len * (2 * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)); shared layer
   // codes are not in any head's count and are added once per layer to bytes_in_use.
   size_t bytes_in_use() const;
@@ -154,14 +168,16 @@ class KVCache {
 
  private:
   struct Head {
-    std::vector<float> keys;
-    std::vector<float> values;
+    KvRows keys;
+    KvRows values;
     std::vector<int32_t> positions;
     std::optional<CodebookHead> codebook;  // set: keys/values are empty
     bool reassigned = false;  // positions are cache indices (reassign_positions)
   };
   const Head& dense(int layer, int kv_head) const;
   Head& dense(int layer, int kv_head);
+  const Head& dense_f32(int layer, int kv_head) const;
+  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false}; }
   void reserve_rope(int32_t position);
   // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
   std::vector<float> codebook_keys_pre_rope(int layer, const CodebookHead& cb) const;
@@ -185,6 +201,7 @@ class KVCache {
   int group_ = 1;          // query heads per KV head
   int n_stored_ = 0;       // stored heads per layer
   bool unfolded_ = false;
+  KvType kv_type_ = KvType::F16;
   std::vector<Head> heads_;                // [layer][stored head]
   std::vector<LayerCodebook> layer_codes_;  // [layer]; used by heads with shared_codes
   Rope rope_;               // re-applies RoPE to codebook keys; grown only by mutators

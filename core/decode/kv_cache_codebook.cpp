@@ -82,6 +82,14 @@ const KVCache::Head& KVCache::dense(int layer, int kv_head) const {
   return h;
 }
 
+const KVCache::Head& KVCache::dense_f32(int layer, int kv_head) const {
+  const Head& h = dense(layer, kv_head);
+  if (kv_type_ != KvType::F32)
+    throw std::logic_error(std::string("KVCache: the cache stores ") + kv_type_name(kv_type_) +
+                           "; read f32 rows with reconstruct_keys/values or keys_or_reconstruct");
+  return h;
+}
+
 KVCache::Head& KVCache::dense(int layer, int kv_head) {
   return const_cast<Head&>(static_cast<const KVCache*>(this)->dense(layer, kv_head));
 }
@@ -109,7 +117,7 @@ void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* ou
   const Head& h = head(layer, kv_head);
   const size_t d = static_cast<size_t>(head_dim_);
   if (!h.codebook) {
-    std::copy(h.keys.begin() + t0 * d, h.keys.begin() + t1 * d, out);
+    h.keys.read(t0, t1, out);
     return;
   }
   const CodebookHead& cb = *h.codebook;
@@ -127,7 +135,7 @@ void KVCache::reconstruct_values(int layer, int kv_head, int t0, int t1, float* 
   const Head& h = head(layer, kv_head);
   const size_t d = static_cast<size_t>(head_dim_);
   if (!h.codebook) {
-    std::copy(h.values.begin() + t0 * d, h.values.begin() + t1 * d, out);
+    h.values.read(t0, t1, out);
     return;
   }
   const CodebookHead& cb = *h.codebook;
@@ -140,7 +148,7 @@ void KVCache::reconstruct_values(int layer, int kv_head, int t0, int t1, float* 
 }
 
 const float* KVCache::keys_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const {
-  if (!is_codebook(layer, kv_head)) return keys(layer, kv_head);
+  if (!is_codebook(layer, kv_head) && kv_type_ == KvType::F32) return keys(layer, kv_head);
   const int len = length(layer, kv_head);
   scratch.resize(static_cast<size_t>(len) * head_dim_);
   reconstruct_keys(layer, kv_head, 0, len, scratch.data());
@@ -148,7 +156,7 @@ const float* KVCache::keys_or_reconstruct(int layer, int kv_head, std::vector<fl
 }
 
 const float* KVCache::values_or_reconstruct(int layer, int kv_head, std::vector<float>& scratch) const {
-  if (!is_codebook(layer, kv_head)) return values(layer, kv_head);
+  if (!is_codebook(layer, kv_head) && kv_type_ == KvType::F32) return values(layer, kv_head);
   const int len = length(layer, kv_head);
   scratch.resize(static_cast<size_t>(len) * head_dim_);
   reconstruct_values(layer, kv_head, 0, len, scratch.data());
@@ -165,8 +173,8 @@ void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
   for (int32_t p : h.positions) reserve_rope(p);
   h.codebook = std::move(cb);
   // Release, not just clear: the point of the codebook is the memory.
-  std::vector<float>().swap(h.keys);
-  std::vector<float>().swap(h.values);
+  h.keys.release();
+  h.values.release();
 }
 
 void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<CodebookHead> heads) {
@@ -188,8 +196,8 @@ void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<Cod
     for (int32_t p : h.positions) reserve_rope(p);
     h.codebook = std::move(heads[s]);
     h.codebook->shared_codes = true;
-    std::vector<float>().swap(h.keys);
-    std::vector<float>().swap(h.values);
+    h.keys.release();
+    h.values.release();
   }
 }
 

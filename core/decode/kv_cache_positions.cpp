@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/decode/kv_cache.h"
 
@@ -25,12 +26,14 @@ void KVCache::reassign_positions(int layer, int kv_head) {
     // per-step re-assignment costs table reads, not trigonometry.
     const int32_t max_position = *std::max_element(h.positions.begin(), h.positions.end());
     reserve_rope(std::max(max_position, len - 1));
-    const size_t d = static_cast<size_t>(head_dim_);
+    // An F16/BF16 key is rotated in f32 and rounded once when stored back.
+    std::vector<float> key(static_cast<size_t>(head_dim_));
     for (int t = 0; t < len; ++t) {
       if (h.positions[t] == t) continue;
-      float* key = h.keys.data() + static_cast<size_t>(t) * d;
-      rope_.inverse(key, h.positions[t]);
-      rope_.forward(key, t);
+      h.keys.read(t, t + 1, key.data());
+      rope_.inverse(key.data(), h.positions[t]);
+      rope_.forward(key.data(), t);
+      h.keys.write(t, key.data());
     }
   }
   for (int t = 0; t < len; ++t) h.positions[t] = t;

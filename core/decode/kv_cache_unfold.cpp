@@ -37,28 +37,27 @@ void KVCache::unfold_keep(const std::vector<std::vector<std::vector<int>>>& kept
       }
     }
   }
-  const size_t d = static_cast<size_t>(head_dim_);
-  std::vector<Head> out(static_cast<size_t>(n_layers_) * n_query);
+  std::vector<Head> out(static_cast<size_t>(n_layers_) * n_query, empty_head());
   for (int l = 0; l < n_layers_; ++l) {
     for (int kv = 0; kv < n_kv_heads_; ++kv) {
       Head& src = heads_[static_cast<size_t>(l) * n_kv_heads_ + kv];
       for (int g = 0; g < group_; ++g) {
         const std::vector<int>& idx = kept[l][kv * group_ + g];
         Head& dst = out[static_cast<size_t>(l) * n_query + kv * group_ + g];
-        dst.keys.resize(idx.size() * d);
-        dst.values.resize(idx.size() * d);
+        dst.keys.resize(idx.size());
+        dst.values.resize(idx.size());
         dst.positions.resize(idx.size());
         for (size_t i = 0; i < idx.size(); ++i) {
           const size_t t = static_cast<size_t>(idx[i]);
-          std::memcpy(dst.keys.data() + i * d, src.keys.data() + t * d, d * sizeof(float));
-          std::memcpy(dst.values.data() + i * d, src.values.data() + t * d, d * sizeof(float));
+          dst.keys.copy_row_from(i, src.keys, t);
+          dst.values.copy_row_from(i, src.values, t);
           dst.positions[i] = src.positions[t];
         }
       }
       // Each folded head is released once its copies exist: the peak is the folded cache plus
       // the copies made so far (small when `kept` is an eviction's selection).
-      std::vector<float>().swap(src.keys);
-      std::vector<float>().swap(src.values);
+      src.keys.release();
+      src.values.release();
       std::vector<int32_t>().swap(src.positions);
     }
   }

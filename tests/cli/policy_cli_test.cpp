@@ -85,8 +85,9 @@ TEST_F(PolicyCli, InspectJsonWithUnfoldedGqaListsQueryHeads) {
       entries += head["kept"].size();
     }
   }
-  // Bytes as stored: every kept entry of every query head, 8 d + 4 bytes each (d = 8).
-  EXPECT_EQ(j["bytes_kept"].get<size_t>(), entries * (8 * 8 + 4));
+  // Bytes as stored: every kept entry of every query head, K and V in the default f16 cache
+  // (2 bytes per element) plus an int32 position: 2 * 2 d + 4 bytes each (d = 8).
+  EXPECT_EQ(j["bytes_kept"].get<size_t>(), entries * (2 * 2 * 8 + 4));
   const CliRun folded = run_kvevict("inspect -m " + model_ + " --prompt-file " + prompt_ +
                                     " --policy spindlekv --budget 40% --set codebook=false --json");
   ASSERT_EQ(folded.exit_code, 0) << folded.err;

@@ -129,7 +129,7 @@ TEST(CakeDecodeIndicator, MeanPlusGammaVarHoldsTheBudgetAndMatchesADirectComputa
   ASSERT_FALSE(policy->description().needs_current_attention);  // the code's branch is compiled out
   EXPECT_EQ(policy->description().params.at("decode_indicator"), "mean_plus_gamma_var");
 
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(*policy, c, {Budget::parse("40"), 0});
   Spy spy(engine, c);
   const std::vector<float>* logits = &decoder->forward(std::span<const int>(prompt), &spy);

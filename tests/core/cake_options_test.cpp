@@ -35,7 +35,7 @@ class CakeOptions : public test::StoriesAttentionTest<kWindow> {
     set.emplace("window", std::to_string(kWindow));
     set.emplace("cascading", "false");
     const auto program = load_policy("cake", set);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*program, model_->config, {Budget::parse(budget), 0});
     decoder->forward(std::span<const int>(tokens_), &engine);
     return engine.report();

@@ -64,7 +64,7 @@ void to_codebook(KVCache& cache, double theta_key, double theta_value) {
 
 // A dense cache holding exactly the vectors the codebook cache reconstructs.
 KVCache dense_copy(const KVCache& cache, const ModelConfig& config) {
-  KVCache out(config);
+  KVCache out(config, cache.kv_type());  // same element type: "exactly the vectors"
   const int d = cache.head_dim();
   for (int l = 0; l < cache.n_layers(); ++l)
     for (int h = 0; h < cache.n_kv_heads(); ++h) {
@@ -104,7 +104,7 @@ TEST(CodebookCache, BytesInUseIsTheStoredArrays) {
   ModelConfig c = small_config();
   c.n_layers = 1;
   c.head_dim = 4;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const auto v = random_vectors(5 * 4, 1);
   for (int t = 0; t < 3; ++t) cache.append(0, 0, t, v.data() + t * 4, v.data() + t * 4);
   for (int t = 0; t < 2; ++t) cache.append(0, 1, t, v.data() + t * 4, v.data() + t * 4);
@@ -142,7 +142,7 @@ TEST(CodebookCache, BytesInUseIsTheStoredArrays) {
 TEST(CodebookCache, ReconstructsWithRopeAndAppendsByTheDecodeRule) {
   ModelConfig c = small_config();
   c.n_layers = 1;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const int d = c.head_dim;
   const Rope rope(c);
   const auto v = random_vectors(static_cast<size_t>(3) * d, 2);
@@ -192,7 +192,7 @@ TEST(CodebookCache, ReconstructsWithRopeAndAppendsByTheDecodeRule) {
 TEST(CodebookCache, KeepCompactsAndDropsUnreferencedCodes) {
   ModelConfig c = small_config();
   c.n_layers = 1;
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const int d = c.head_dim;
   const auto v = random_vectors(static_cast<size_t>(5) * d, 3);
   for (int t = 0; t < 5; ++t) cache.append(0, 0, t, v.data() + t * d, v.data() + t * d);
@@ -235,8 +235,8 @@ TEST(CodebookCache, KeepCompactsAndDropsUnreferencedCodes) {
 TEST(CodebookCache, AttentionAndLogitsEqualThoseOnTheReconstruction) {
   const ModelConfig c = small_config();
   const auto model = make_random_model(c, 11);
-  auto coded = make_cpu_decoder(*model, {.threads = 1});
-  auto dense = make_cpu_decoder(*model, {.threads = 1});
+  auto coded = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
+  auto dense = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   const auto prompt = tokens(90, 3);
   coded->forward(std::span<const int>(prompt));
   to_codebook(coded->cache(), 0.3, 0.2);  // low thresholds: much merging
@@ -281,8 +281,8 @@ TEST(CodebookCache, AttentionAndLogitsEqualThoseOnTheReconstruction) {
 TEST(CodebookCache, NoMergeCodebookDecodesLikeTheDenseCache) {
   const ModelConfig c = small_config();
   const auto model = make_random_model(c, 12);
-  auto coded = make_cpu_decoder(*model, {.threads = 1});
-  auto dense = make_cpu_decoder(*model, {.threads = 1});
+  auto coded = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
+  auto dense = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   const auto prompt = tokens(60, 4);
   dense->forward(std::span<const int>(prompt));
   coded->forward(std::span<const int>(prompt));
@@ -311,7 +311,7 @@ TEST(CodebookCache, SpindleKVPrefillThenDecodeOnStories260K) {
       "and landed in the pond. Lily was sad. Her friend Tom came and helped her get the ball out of the water.",
       true);
   const auto policy = load_policy("spindlekv", {});
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(*policy, model->config, {Budget::parse("40%"), 0});
   std::vector<float> logits = decoder->forward(std::span<const int>(prompt), &engine);
   KVCache& cache = decoder->cache();

@@ -46,13 +46,13 @@ void expect_matches_reference(const ModelConfig& config, int n_tokens) {
   const auto tokens = random_tokens(n_tokens, config.vocab_size, 7);
   const auto ref = test::reference_forward(*model, tokens);
 
-  auto block = make_cpu_decoder(*model, {.threads = 2});
+  auto block = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> all;
   block->forward(tokens, nullptr, &all);
   for (int t = 0; t < n_tokens; ++t) {
     ASSERT_LT(max_error(all.data() + size_t(t) * config.vocab_size, ref.logits[t]), 1e-4) << "block, token " << t;
   }
-  auto stepwise = make_cpu_decoder(*model, {.threads = 2});
+  auto stepwise = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   for (int t = 0; t < n_tokens; ++t) {
     const auto& logits = stepwise->forward(std::span<const int>(&tokens[t], 1));
     ASSERT_LT(max_error(logits.data(), ref.logits[t]), 1e-4) << "token-by-token, token " << t;
@@ -111,7 +111,7 @@ TEST(CpuDecoder, ContinuesAfterAPrefilledBlock) {
   const auto model = make_random_model(c, 3);
   const auto tokens = random_tokens(90, c.vocab_size, 11);
   const auto ref = test::reference_forward(*model, tokens);
-  auto d = make_cpu_decoder(*model, {.threads = 2});
+  auto d = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   d->forward(std::span<const int>(tokens.data(), 20));
   std::vector<float> all;
   d->forward(std::span<const int>(tokens.data() + 20, 70), nullptr, &all);
@@ -124,7 +124,7 @@ TEST(CpuDecoder, ContinuesAfterAPrefilledBlock) {
 
 TEST(CpuDecoder, RejectsBadTokens) {
   const auto model = make_synthetic_model("synthetic:tiny");
-  auto d = make_cpu_decoder(*model);
+  auto d = make_cpu_decoder(*model, {.kv_type = KvType::F32});
   std::vector<int> bad = {5, model->config.vocab_size};
   EXPECT_THROW(d->forward(bad), std::out_of_range);
   EXPECT_THROW(d->forward(std::vector<int>{}), std::invalid_argument);
@@ -133,7 +133,7 @@ TEST(CpuDecoder, RejectsBadTokens) {
 
 TEST(CpuDecoder, ResetEmptiesTheCache) {
   const auto model = make_synthetic_model("synthetic:tiny");
-  auto d = make_cpu_decoder(*model);
+  auto d = make_cpu_decoder(*model, {.kv_type = KvType::F32});
   const auto tokens = random_tokens(10, model->config.vocab_size, 1);
   const std::vector<float> first = d->forward(tokens);
   d->reset();
@@ -162,7 +162,7 @@ TEST(CpuDecoder, ParallelPathsMatchTheReference) {
   const auto ref = test::reference_forward(*model, tokens, [&](int, int kv, int q, int k) {
     return q < 599 || kv == 0 || k % 3 == 0 || k == 599;
   });
-  auto d = make_cpu_decoder(*model, {.threads = 2});
+  auto d = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> all;
   d->forward(std::span<const int>(tokens.data(), 599), nullptr, &all);
   for (int t : {0, 63, 64, 300, 598}) {

@@ -26,7 +26,7 @@ class DslVsReference : public ::testing::Test {
   void compare(const std::string& name, const std::map<std::string, std::string>& params, const std::string& budget,
                const reference::KeptSets& want) {
     const auto policy = load_policy(name, params);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*policy, model_->config, {Budget::parse(budget), 0});
     decoder->forward(std::span<const int>(tokens_), &engine);
     const EvictionReport& r = engine.report();

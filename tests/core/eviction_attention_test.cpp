@@ -44,8 +44,8 @@ TEST(EvictionAttention, CompactedCacheEqualsRestrictedAttention) {
   // A different random kept set per (layer, KV head), given in shuffled order.
   std::mt19937 rng(12);
   std::vector<std::vector<std::set<int>>> kept(c.n_layers, std::vector<std::set<int>>(c.n_kv_heads));
-  auto decoder = make_cpu_decoder(*model, {.threads = 2});
-  auto block_decoder = make_cpu_decoder(*model, {.threads = 2});  // continues with one multi-token block
+  auto decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
+  auto block_decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});  // continues with one multi-token block
   decoder->forward(std::span<const int>(tokens.data(), kPrompt));
   block_decoder->forward(std::span<const int>(tokens.data(), kPrompt));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -116,7 +116,7 @@ void check_observer_signals(const ModelConfig& c, const int kPrompt) {
   const auto model = make_random_model(c, 21);
   const auto tokens = random_tokens(kPrompt + 1, 8);
   const auto ref = test::reference_forward(*model, tokens);
-  auto decoder = make_cpu_decoder(*model, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
 
   Recorder prefill({.window = 8, .accumulated_attention = true});
   decoder->forward(std::span<const int>(tokens.data(), kPrompt), &prefill);
@@ -191,8 +191,8 @@ TEST(ObserverSignals, EvictionDuringPrefillDoesNotChangeThatBlock) {
   const ModelConfig c = eviction_config();
   const auto model = make_random_model(c, 5);
   const auto tokens = random_tokens(31, 2);
-  auto plain = make_cpu_decoder(*model);
-  auto evicting = make_cpu_decoder(*model);
+  auto plain = make_cpu_decoder(*model, {.kv_type = KvType::F32});
+  auto evicting = make_cpu_decoder(*model, {.kv_type = KvType::F32});
   const std::vector<float> want = plain->forward(std::span<const int>(tokens.data(), 30));
   EvictHalfAfterEachLayer observer;
   const std::vector<float> got = evicting->forward(std::span<const int>(tokens.data(), 30), &observer);

@@ -42,7 +42,7 @@ size_t entry_bytes(const ModelConfig& c) { return 2 * c.head_dim * sizeof(float)
 
 EvictionReport run_prefill(const Model& model, const PolicyProgram& policy, const std::string& budget, int S,
                            uint64_t seed = 0) {
-  auto decoder = make_cpu_decoder(model, {.threads = 1});
+  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(policy, model.config, {Budget::parse(budget), seed});
   const auto t = tokens(S, 5);
   decoder->forward(std::span<const int>(t), &engine);
@@ -124,7 +124,7 @@ TEST(EvictionEngine, DecodeEveryStepKeepsTheCacheAtBudgetFor200Steps) {
   const ModelConfig c = engine_config();
   const auto model = make_random_model(c, 5);
   const test::HandPolicy h2o = test::h2o_policy(8, 1, 0);
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(h2o, c, {Budget::parse("32"), 0});
   const auto t = tokens(64, 6);
   int next = greedy(decoder->forward(std::span<const int>(t), &engine));
@@ -147,7 +147,7 @@ TEST(EvictionEngine, DecodeEveryNStepsWithSlack) {
   const ModelConfig c = engine_config();
   const auto model = make_random_model(c, 5);
   const test::HandPolicy cur = test::current_attention_policy(4, 4, 2);
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(cur, c, {Budget::parse("32"), 0});
   const auto t = tokens(64, 6);
   int next = greedy(decoder->forward(std::span<const int>(t), &engine));
@@ -174,7 +174,7 @@ TEST(EvictionEngine, ReplayFromRecorderEqualsLiveOneShot) {
   for (const test::HandPolicy& policy :
        {test::snap_policy(8, 5, false, false), test::h2o_policy(8, 0, 0), test::nacl_policy(8, 4, 8, 0.5, 1.0)}) {
     const EvictionReport live = run_prefill(*model, policy, "30", 150, 11);
-    auto decoder = make_cpu_decoder(*model, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
     PrefillRecorder rec(16, true);
     const auto t2 = tokens(150, 5);
     decoder->forward(std::span<const int>(t2), &rec);
@@ -193,7 +193,7 @@ TEST(EvictionEngine, ReplayFromRecorderEqualsLiveOneShot) {
 TEST(EvictionEngine, RecorderWithTooSmallWindowIsRejected) {
   const ModelConfig c = engine_config();
   const auto model = make_random_model(c, 7);
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   PrefillRecorder rec(4, false);
   const auto t = tokens(40, 5);
   decoder->forward(std::span<const int>(t), &rec);
@@ -209,7 +209,7 @@ TEST(EvictionEngine, CodebookStageReconstructsFromCodesAndCountsBytes) {
   p.desc.merge.enabled = true;
   p.desc.merge.theta_key = 0.6;
   p.desc.merge.theta_value = 0.6;
-  auto decoder = make_cpu_decoder(*model, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(p, c, {Budget::parse("50%"), 0});
   const auto t = tokens(100, 2);
   decoder->forward(std::span<const int>(t), &engine);

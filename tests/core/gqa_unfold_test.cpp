@@ -55,7 +55,7 @@ class Stories : public test::StoriesPromptTest {
   std::unique_ptr<Decoder> prefill(const std::map<std::string, std::string>& set, const std::string& budget,
                                    EvictionReport* report, std::unique_ptr<EvictionEngine>* keep_engine = nullptr) {
     policy_ = load_policy("spindlekv", set);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     auto engine = std::make_unique<EvictionEngine>(*policy_, model_->config, EngineOptions{Budget::parse(budget), 0});
     decoder->forward(std::span<const int>(tokens_), engine.get());
     *report = engine->report();
@@ -77,8 +77,8 @@ TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   const ModelConfig& c = model_->config;
   ASSERT_EQ(c.group_size(), 2);
   const int half = 100;
-  auto folded = make_cpu_decoder(*model_, {.threads = 1});
-  auto unfolded = make_cpu_decoder(*model_, {.threads = 1});
+  auto folded = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+  auto unfolded = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   folded->forward(std::span<const int>(tokens_.data(), half));
   unfolded->forward(std::span<const int>(tokens_.data(), half));
   unfolded->cache().unfold();
@@ -150,8 +150,8 @@ TEST(GqaUnfold, PerQueryHeadKeptSetsDecodeLikeRestrictedAttention) {
       kept[l][h] = all;
       kept_set[l][h] = std::set<int>(all.begin(), all.end());
     }
-  auto decoder = make_cpu_decoder(*model, {.threads = 2});
-  auto block_decoder = make_cpu_decoder(*model, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
+  auto block_decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   for (auto* d : {decoder.get(), block_decoder.get()}) {
     d->forward(std::span<const int>(tokens.data(), kPrompt));
     d->cache().unfold_keep(kept);
@@ -184,7 +184,7 @@ TEST(GqaUnfold, PerQueryHeadKeptSetsDecodeLikeRestrictedAttention) {
 }
 
 TEST(GqaUnfold, BadUnfoldCallsThrow) {
-  KVCache cache(gqa3_config());
+  KVCache cache(gqa3_config(), KvType::F32);
   std::vector<float> k(10, 1.0f);
   for (int l = 0; l < 3; ++l)
     for (int kv = 0; kv < 2; ++kv) cache.append(l, kv, 0, k.data(), k.data());
@@ -269,7 +269,7 @@ TEST_F(Stories, UnfoldReplayedFromARecorderEqualsTheLiveRun) {
   EvictionReport live;
   const std::map<std::string, std::string> set = {{"gqa_mode", "unfold"}, {"codebook_scope", "per_layer_across_heads"}};
   auto d_live = prefill(set, "40%", &live);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   PrefillRecorder rec(32, false);
   decoder->forward(std::span<const int>(tokens_), &rec);
   KVCache copy = decoder->cache();

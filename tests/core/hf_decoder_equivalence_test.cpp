@@ -37,7 +37,7 @@ std::vector<float> adjacent_to_half_split(const std::vector<float>& rows, int n_
 }
 
 std::vector<std::vector<float>> all_logits(const Model& model, const std::vector<int>& tokens) {
-  auto decoder = make_cpu_decoder(model, {.threads = 1});
+  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
   std::vector<float> flat;
   decoder->forward(tokens, nullptr, &flat);
   const size_t V = model.config.vocab_size;

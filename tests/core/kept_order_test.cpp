@@ -48,11 +48,11 @@ TEST(KeptOrder, ScoreOrderIsTheTopKRankOfTheScoreComputedDirectly) {
   const std::vector<int> prompt = model->tokenizer->encode(test::kPolicyTestStory, true);
   const int S = static_cast<int>(prompt.size()), budget = 40;
   // The full cache's keys, to rank directly.
-  auto full = make_cpu_decoder(*model, {.threads = 1});
+  auto full = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
   full->forward(std::span<const int>(prompt));
   for (const char* order : {"positional", "score"}) {
     const auto policy = load_policy("knorm", {{"kept_order", order}});
-    auto decoder = make_cpu_decoder(*model, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*policy, c, {Budget::parse(std::to_string(budget)), 0});
     decoder->forward(std::span<const int>(prompt), &engine);
     for (int l = 0; l < c.n_layers; ++l)

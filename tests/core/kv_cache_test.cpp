@@ -38,7 +38,7 @@ float code_of(const KVCache& cache, int layer, int head, int index) {
 }
 
 TEST(KVCache, HeadsAreRagged) {
-  KVCache cache(cache_config());
+  KVCache cache(cache_config(), KvType::F32);
   fill(cache, 0, 0, 5);
   fill(cache, 1, 1, 3);
   EXPECT_EQ(cache.length(0, 0), 5);
@@ -49,7 +49,7 @@ TEST(KVCache, HeadsAreRagged) {
 }
 
 TEST(KVCache, KeepCompactsInAscendingOrder) {
-  KVCache cache(cache_config());
+  KVCache cache(cache_config(), KvType::F32);
   fill(cache, 1, 0, 10);
   const std::vector<int> keep = {0, 3, 4, 9};
   cache.keep(1, 0, keep);
@@ -62,7 +62,7 @@ TEST(KVCache, KeepCompactsInAscendingOrder) {
 }
 
 TEST(KVCache, KeepHonoursTheGivenOrder) {
-  KVCache cache(cache_config());
+  KVCache cache(cache_config(), KvType::F32);
   fill(cache, 0, 1, 8);
   const std::vector<int> keep = {7, 2, 5, 0};
   cache.keep(0, 1, keep);
@@ -74,7 +74,7 @@ TEST(KVCache, KeepHonoursTheGivenOrder) {
 }
 
 TEST(KVCache, KeepRejectsBadIndices) {
-  KVCache cache(cache_config());
+  KVCache cache(cache_config(), KvType::F32);
   fill(cache, 0, 0, 4);
   EXPECT_THROW(cache.keep(0, 0, std::vector<int>{0, 4}), std::invalid_argument);
   EXPECT_THROW(cache.keep(0, 0, std::vector<int>{-1}), std::invalid_argument);
@@ -86,7 +86,7 @@ TEST(KVCache, KeepRejectsBadIndices) {
 }
 
 TEST(KVCache, BytesAreExactAndTheFreedTailIsReused) {
-  KVCache cache(cache_config());
+  KVCache cache(cache_config(), KvType::F32);
   const size_t per_entry = 2 * 6 * sizeof(float) + sizeof(int32_t);
   fill(cache, 0, 0, 100);
   fill(cache, 1, 1, 50);
@@ -113,7 +113,7 @@ class PreRope : public ::testing::TestWithParam<RopeStyle> {};
 
 TEST_P(PreRope, KeysBeforeRopeAreRecovered) {
   const ModelConfig config = cache_config(GetParam());
-  KVCache cache(config);
+  KVCache cache(config, KvType::F32);
   Rope rope(config);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;

@@ -39,7 +39,7 @@ TEST(Llama2cLoader, UntiedClassifierRoundTrips) {
   EXPECT_EQ(loaded->weights.layers[1].w_up, original->weights.layers[1].w_up);
   const std::vector<int> tokens = {1, 200, 17, 299};
   const auto ref = test::reference_forward(*original, tokens);
-  auto d = make_cpu_decoder(*loaded);
+  auto d = make_cpu_decoder(*loaded, {.kv_type = KvType::F32});
   std::vector<float> all;
   d->forward(tokens, nullptr, &all);
   for (int v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(all[3 * c.vocab_size + v], ref.logits[3][v], 1e-4);
@@ -129,7 +129,7 @@ TEST(SyntheticModels, SeedDeterminesTheWeights) {
   EXPECT_NE(a->weights.layers[1].wq, c->weights.layers[1].wq);
   EXPECT_EQ(a->info.format, "synthetic");
   // Activations stay sane: logits finite and of moderate size.
-  auto d = make_cpu_decoder(*a);
+  auto d = make_cpu_decoder(*a, {.kv_type = KvType::F32});
   const auto& logits = d->forward(a->tokenizer->encode("hello world", true));
   float biggest = 0;
   for (float v : logits) {

@@ -69,7 +69,7 @@ class NaclOptions : public test::StoriesPromptTest {
   // Prefill, then `decode_steps` of the forced continuation, one token per forward call.
   static EvictionReport run(const Set& set, uint64_t seed, int decode_steps = 0) {
     const auto program = load_policy("nacl", set);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*program, model_->config, {Budget::parse(std::to_string(kBudget)), seed});
     decoder->forward(std::span<const int>(tokens_), &engine);
     for (int i = 0; i < decode_steps; ++i) decoder->forward(std::span<const int>(&forced_.at(i), 1), &engine);
@@ -195,7 +195,7 @@ TEST_F(NaclOptions, EvalSweepPathHonoursTheOptionsAndTheSeed) {
     choice.label = "nacl";
     choice.params = set;
     evictor->prepare({choice}, *model_);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     decoder->forward(std::span<const int>(tokens_), evictor->start_recording(S()));
     ForwardObserver* observer = evictor->apply(choice, Budget::parse(std::to_string(kBudget)), decoder->cache());
     ASSERT_NE(observer, nullptr) << "decode_interval > 0 needs the decode observer";
@@ -217,7 +217,7 @@ TEST_F(NaclOptions, HandPolicyObserveSettingsMatchTheReference) {
   test::HandPolicy p = test::nacl_policy(kProxy, 4, 8, 0.5, 1.0);
   p.desc.observe.causal = false;
   const auto run_hand = [&](const test::HandPolicy& policy) {
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(policy, model_->config, {Budget::parse(std::to_string(kBudget)), 9});
     decoder->forward(std::span<const int>(tokens_), &engine);
     return kept(engine.report());
@@ -247,7 +247,7 @@ TEST(NaclObserve, SameIndexHeadIsTheGroupMapOnMha) {
     const auto program = load_policy("nacl", {{"budget_split", "explicit"}, {"explicit_proxy", "0.1"},
                                               {"explicit_sinks", "2"}, {"explicit_protect", "0.05"},
                                               {"gqa_head_map", map}});
-    auto decoder = make_cpu_decoder(*model, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*program, c, {Budget::parse("30"), 3});
     decoder->forward(std::span<const int>(t), &engine);
     return engine.report();

@@ -35,7 +35,7 @@ class PolicyEquivalence : public test::StoriesAttentionTest<kWindow> {
   static EvictionReport run(const std::string& policy, const std::map<std::string, std::string>& set,
                             const std::string& budget, uint64_t seed = 0) {
     const auto program = load_policy(policy, set);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*program, model_->config, {Budget::parse(budget), seed});
     decoder->forward(std::span<const int>(tokens_), &engine);
     return engine.report();

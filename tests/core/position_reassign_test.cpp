@@ -41,7 +41,7 @@ TEST(PositionReassign, StoredKeysAreRopeOfPreRopeKeyAtCacheIndex) {
   for (RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit}) {
     ModelConfig c = small_config();
     c.rope_style = style;
-    KVCache cache(c);
+    KVCache cache(c, KvType::F32);
     Rope rope(c);
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
@@ -80,7 +80,7 @@ TEST(PositionReassign, StoredKeysAreRopeOfPreRopeKeyAtCacheIndex) {
 // codes, so after re-assignment entry t reconstructs as RoPE(code * norm, t).
 TEST(PositionReassign, CodebookHeadReconstructsAtTheNewPositions) {
   const ModelConfig c = small_config();
-  KVCache cache(c);
+  KVCache cache(c, KvType::F32);
   const std::vector<int32_t> positions = {0, 5, 9, 40};
   std::vector<float> zero(c.head_dim, 0.0f);
   for (int32_t p : positions) cache.append(0, 0, p, zero.data(), zero.data());
@@ -130,10 +130,10 @@ std::vector<int> continuation(int n) {
 // (a) on real keys: after streamingllm's eviction and re-assignment, the key at cache index t is
 // RoPE(pre-RoPE key of its original token, t), the pre-RoPE key taken from a run without eviction.
 TEST_F(StoriesReassign, EvictedCacheHoldsKeysRotatedToTheirCacheIndex) {
-  auto full = make_cpu_decoder(*model_, {.threads = 1});
+  auto full = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   full->forward(std::span<const int>(tokens_));
   const auto program = load_policy("streamingllm", {{"position_mode", "reassign_in_cache"}});
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(*program, model_->config, {Budget::parse(std::to_string(kBudget)), 0});
   decoder->forward(std::span<const int>(tokens_), &engine);
   const ModelConfig& c = model_->config;
@@ -161,8 +161,8 @@ TEST_F(StoriesReassign, EvictedCacheHoldsKeysRotatedToTheirCacheIndex) {
 // decoder's bit for bit.
 TEST_F(StoriesReassign, NoEvictionEqualsThePlainDecoderExactly) {
   const auto program = load_policy("streamingllm", {{"position_mode", "reassign_in_cache"}, {"mode", "prefill_one_shot"}});
-  auto plain = make_cpu_decoder(*model_, {.threads = 1});
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  auto plain = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(*program, model_->config, {Budget::parse(std::to_string(S())), 0});
   std::vector<float> a = plain->forward(std::span<const int>(tokens_));
   std::vector<float> b = decoder->forward(std::span<const int>(tokens_), &engine);
@@ -303,13 +303,13 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
 // (c) With eviction, per step: the decoder's logits equal the independent reference of the same
 // mode, and differ from the reference of the other mode (the option changes the computation).
 TEST_F(StoriesReassign, LogitsAfterEvictionMatchAnIndependentStreamingLLM) {
-  auto full = make_cpu_decoder(*model_, {.threads = 1});
+  auto full = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   full->forward(std::span<const int>(tokens_));
   const std::vector<int> next = continuation(6);
   for (const bool reassign : {true, false}) {
     const std::string mode = reassign ? "reassign_in_cache" : "true_positions";
     const auto program = load_policy("streamingllm", {{"position_mode", mode}});
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(*program, model_->config, {Budget::parse(std::to_string(kBudget)), 0});
     decoder->forward(std::span<const int>(tokens_), &engine);
     ReferenceStreaming same(*model_, full->cache(), S(), kBudget, reassign);
@@ -333,11 +333,11 @@ TEST_F(StoriesReassign, SweepReplayEqualsALiveRun) {
   const auto program = load_policy("streamingllm", {{"mode", "prefill_one_shot"}});
   ASSERT_TRUE(program->description().run.reassign_positions);
   const Budget budget = Budget::parse(std::to_string(kBudget));
-  auto live = make_cpu_decoder(*model_, {.threads = 1});
+  auto live = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine live_engine(*program, model_->config, {budget, 0});
   std::vector<float> a = live->forward(std::span<const int>(tokens_), &live_engine);
 
-  auto sweep = make_cpu_decoder(*model_, {.threads = 1});
+  auto sweep = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
   PrefillRecorder recorder(0, false);
   std::vector<float> b = sweep->forward(std::span<const int>(tokens_), &recorder);
   const KVCache snapshot = sweep->cache();

@@ -180,7 +180,7 @@ KeptSets nacl_variant(const PromptData& p, const NaclVariant& v) {
 
 KeptSets nacl_with_decode(const Model& model, const std::vector<int>& prompt, const std::vector<int>& forced,
                           const NaclDecodeParams& params) {
-  auto decoder = make_cpu_decoder(model, {.threads = 1});
+  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
   DecodeReference ref(model.config, params);
   decoder->forward(std::span<const int>(prompt), &ref);
   for (int token : forced) decoder->forward(std::span<const int>(&token, 1), &ref);

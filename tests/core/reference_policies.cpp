@@ -81,7 +81,7 @@ KeptSets per_head(const PromptData& p, const std::function<std::vector<int>(int,
 PromptData collect(const Model& model, const std::vector<int>& tokens, int window, bool causal_window) {
   const ModelConfig& c = model.config;
   const int S = static_cast<int>(tokens.size());
-  auto decoder = make_cpu_decoder(model, {.threads = 1});
+  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
   PrefillRecorder rec(S, false);
   decoder->forward(std::span<const int>(tokens), &rec);
   const KVCache& cache = decoder->cache();

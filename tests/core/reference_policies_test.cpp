@@ -45,7 +45,7 @@ class ReferencePolicies : public ::testing::Test {
   int S() const { return static_cast<int>(tokens_.size()); }
 
   EvictionReport run(const PolicyProgram& policy, const std::string& budget, uint64_t seed = 0) {
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(policy, model_->config, {Budget::parse(budget), seed});
     decoder->forward(std::span<const int>(tokens_), &engine);
     return engine.report();

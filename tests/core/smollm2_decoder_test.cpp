@@ -35,7 +35,7 @@ TEST_F(SmolLM2Decoder, GreedyChatAnswerNamesParis) {
   const auto f32 = load_model(test::smollm2_gguf_path(), {.weights = WeightStorage::F32});
   const Tokenizer& tok = *f32->tokenizer;
   const auto prompt = tok.encode(apply_chat_template("chatml", "What is the capital of France?"), false, true);
-  auto decoder = make_cpu_decoder(*f32, {.threads = 2});
+  auto decoder = make_cpu_decoder(*f32, {.threads = 2, .kv_type = KvType::F32});
   const std::vector<float>* logits = &decoder->forward(prompt);
   const std::vector<int> stops = tok.stop_ids();
   std::vector<int> answer;
@@ -56,7 +56,7 @@ TEST_F(SmolLM2Decoder, LogitsMatchTheNaiveReference) {
   // dequantised tiles + sgemm, f32 rounding only).
   const auto f32 = load_model(test::smollm2_gguf_path(), {.weights = WeightStorage::F32});
   const auto ref = test::reference_forward(*f32, tokens);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> all;
   decoder->forward(tokens, nullptr, &all);
   const int vocab = model_->config.vocab_size;

@@ -195,7 +195,7 @@ TEST(SmolLM2Logits, DecoderMatchesDoublePrecisionReference) {
   const std::vector<int> tokens = model->tokenizer->encode("The capital of France is Paris, and", false);
   ASSERT_GE(tokens.size(), 6u);
 
-  auto decoder = make_cpu_decoder(*model, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> logits;
   decoder->forward(tokens, nullptr, &logits);
   const size_t V = static_cast<size_t>(model->config.vocab_size);

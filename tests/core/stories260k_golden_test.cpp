@@ -76,7 +76,7 @@ TEST_F(Stories260K, ConfigMatchesTheHeader) {
 }
 
 TEST_F(Stories260K, GreedyFromBosReproducesTheReference) {
-  auto decoder = make_cpu_decoder(*model_, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   int token = model_->tokenizer->bos_id();
   ASSERT_EQ(token, 1);
   int first_divergence = -1;
@@ -96,7 +96,7 @@ TEST_F(Stories260K, GreedyFromBosReproducesTheReference) {
 }
 
 TEST_F(Stories260K, OneBlockTeacherForcingMatchesTheReference) {
-  auto decoder = make_cpu_decoder(*model_, {.threads = 2});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   std::vector<int> block = {1};
   block.insert(block.end(), ref_.ids.begin(), ref_.ids.end() - 1);
   std::vector<float> all;

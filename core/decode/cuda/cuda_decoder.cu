@@ -69,7 +69,7 @@ struct DeviceLayer {
 class CudaDecoder : public Decoder {
  public:
   CudaDecoder(const Model& model, const DecoderOptions& options)
-      : model_(model), config_(model.config), cache_(model.config), rope_(model.config),
+      : model_(model), config_(model.config), cache_(model.config, options.kv_type), rope_(model.config),
         ordinal_(options.device_ordinal) {
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check_blas(cublasCreate(&blas_), "cublasCreate");
@@ -149,6 +149,7 @@ class CudaDecoder : public Decoder {
   DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_d_, cos_, sin_, row_max_, row_sum_, column_d_;
   DeviceArray<__half> half_in_;
   DeviceArray<float> packed_keys_, packed_values_;
+  std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
   DeviceArray<int64_t> offsets_;
   DeviceArray<int> lengths_;
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
@@ -234,11 +235,16 @@ cuda::PackedLayer CudaDecoder::pack_layer(int layer) {
   }
   packed_keys_.resize(static_cast<size_t>(total) * hd);
   packed_values_.resize(static_cast<size_t>(total) * hd);
+  // The device layout is f32; the host cache may hold F16/BF16 (or codebook heads), so each head
+  // is converted into host scratch first (reconstruct_* is the one f32 view of every head).
   for (int h = 0; h < heads; ++h) {
     const size_t count = static_cast<size_t>(lengths[h]) * hd, at = static_cast<size_t>(offsets[h]) * hd;
     if (count == 0) continue;
-    packed_keys_.upload(cache_.keys(layer, h), count, at);
-    packed_values_.upload(cache_.values(layer, h), count, at);
+    upload_scratch_.resize(count);
+    cache_.reconstruct_keys(layer, h, 0, lengths[h], upload_scratch_.data());
+    packed_keys_.upload(upload_scratch_.data(), count, at);
+    cache_.reconstruct_values(layer, h, 0, lengths[h], upload_scratch_.data());
+    packed_values_.upload(upload_scratch_.data(), count, at);
   }
   offsets_.upload(offsets);
   lengths_.upload(lengths);
