@@ -6,6 +6,7 @@
 
 #include "core/util/error.h"
 #include "core/util/input_file.h"
+#include "core/util/quote.h"
 
 namespace kvevict {
 namespace {
@@ -70,6 +71,9 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& file, i
     std::string reason = e.what();
     auto pos = reason.find("parse error");
     if (pos != std::string::npos) reason = reason.substr(pos);
+    // nlohmann's "last read: '...'" holds the whole token read so far (a 1 MB string gives a 1 MB
+    // message): quote at most a line's worth of it.
+    reason = quote_input(reason, 200);
     throw ModelError(file, at(text, e.byte > 0 ? e.byte - 1 : 0) + ": invalid JSON (" + reason + ")");
   } catch (const nlohmann::json::exception& e) {
     throw ModelError(file, std::string("invalid JSON (") + e.what() + ")");
