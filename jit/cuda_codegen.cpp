@@ -110,13 +110,16 @@ class ProgramEmitter {
     return std::vector<int>(seen.begin(), seen.end());
   }
 
-  // The scratch element of staged node i at (h, q): its stage's block, then h * Wp + q for the
-  // axes the value has (the others are 0).
-  std::string slot(int i) const {
+  // The scratch index of staged node i at (h, q): its stage's block, then h * Wp + q for the
+  // axes the value has (the others are 0). Reads and writes go through the prelude's bounded
+  // kv_load / kv_store against the scratch's extent, n_stages * kv_stage_slots(a).
+  std::string slot_index(int i) const {
     const unsigned shape = p_.nodes[i].shape;
-    return "a.scratch[(size_t)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " +
-           ((shape & dsl::kAxisH) ? "(size_t)h" : "(size_t)0") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0") + "]";
+    return "(long long)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " +
+           ((shape & dsl::kAxisH) ? "(long long)h" : "0LL") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0");
   }
+  std::string scratch_extent() const { return "(long long)" + std::to_string(stages_.size()) + " * kv_stage_slots(a)"; }
+  std::string slot(int i) const { return "kv_load(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", 0.0f)"; }
 
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
@@ -220,27 +223,37 @@ class ProgramEmitter {
     }
   }
 
-  // Window over token offsets lo..hi with the padding rule of lowered.h.
+  // Window over token offsets lo..hi with the padding rule of lowered.h. The loop runs over the
+  // tokens u = t + k that exist, [max(t + lo, 0), min(t + hi, T - 1)] in 64-bit arithmetic, so
+  // the operand is only ever called at a token inside [0, T), whatever lo and hi are.
   void emit_window(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
-    const std::string lo = std::to_string(n.lo), hi = std::to_string(n.hi);
-    const std::string call = fn(n.a) + "(a, h, q, t + k)";
+    if (n.lo > n.hi) fail(i, "a token window with lo > hi");
+    const std::string lo = std::to_string(n.lo) + "LL", hi = std::to_string(n.hi) + "LL";
+    const std::string call = fn(n.a) + "(a, h, q, (int)u)";
+    auto range = [&] {
+      line("const long long first = (long long)t + " + lo + " > 0 ? (long long)t + " + lo + " : 0;", here);
+      line("const long long last = (long long)t + " + hi + " < (long long)a.T - 1 ? (long long)t + " + hi +
+               " : (long long)a.T - 1;", here);
+    };
     switch (n.reducer) {
       case Reducer::Sum:
-      case Reducer::Mean:
+      case Reducer::Mean: {
+        const long long width = static_cast<long long>(n.hi) - n.lo + 1;
         line("float s = 0.0f;", here);
-        line("for (int k = " + lo + "; k <= " + hi + "; ++k)", here);
-        line("  if (t + k >= 0 && t + k < a.T) s += " + call + ";", here);
-        return line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)(" + hi + " - (" + lo + ") + 1));", here);
+        range();
+        line("for (long long u = first; u <= last; ++u) s += " + call + ";", here);
+        return line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)" + std::to_string(width) + "LL);", here);
+      }
       case Reducer::Max:
       case Reducer::Min: {
         const bool is_max = n.reducer == Reducer::Max;
-        line("if (t + (" + hi + ") < 0 || t + (" + lo + ") >= a.T) return 0.0f;  // no offset in range", here);
+        range();
+        line("if (first > last) return 0.0f;  // no offset in range", here);
         line(std::string("float m = ") + (is_max ? "-" : "") + "KVEVICT_INFINITY;", here);
-        line("for (int k = " + lo + "; k <= " + hi + "; ++k) {", here);
+        line("for (long long u = first; u <= last; ++u) {", here);
         w_.indent();
-        line("if (t + k < 0 || t + k >= a.T) continue;", here);
         line("const float x = " + call + ";", here);
         line(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;", here);
         w_.dedent();
@@ -319,7 +332,7 @@ class ProgramEmitter {
         result = "(float)s";
         break;
     }
-    line("if (lane == 0) " + slot(i) + " = " + result + ";", here);
+    line("if (lane == 0) kv_store(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", " + result + ");", here);
     w_.dedent();
     line("}", here);
   }

@@ -38,13 +38,18 @@ std::string cuda_scalar(ScalarSignal s) {
 }
 
 std::string cuda_load(TensorSignal s) {
+  // Bounded loads (the prelude's kv_load): h, q and t come from loops over the extents, but the
+  // buffer's extent is checked again here, so no program can read outside it.
   switch (s) {
-    case TensorSignal::WindowAttention: return "a.window_attention[((size_t)h * a.W + q) * a.T + t]";
-    case TensorSignal::AccumulatedAttention: return "a.accumulated_attention[(size_t)h * a.T + t]";
-    case TensorSignal::CurrentAttention: return "a.current_attention[(size_t)h * a.T + t]";
-    case TensorSignal::KeyNorm: return "a.key_norm[t]";
-    case TensorSignal::ValueNorm: return "a.value_norm[t]";
-    case TensorSignal::Position: return "(float)(a.position ? a.position[t] : t)";
+    case TensorSignal::WindowAttention:
+      return "kv_load(a.window_attention, ((long long)h * a.W + q) * a.T + t, kv_extent_window(a), 0.0f)";
+    case TensorSignal::AccumulatedAttention:
+      return "kv_load(a.accumulated_attention, (long long)h * a.T + t, kv_extent_heads(a), 0.0f)";
+    case TensorSignal::CurrentAttention:
+      return "kv_load(a.current_attention, (long long)h * a.T + t, kv_extent_heads(a), 0.0f)";
+    case TensorSignal::KeyNorm: return "kv_load(a.key_norm, t, kv_extent_tokens(a), 0.0f)";
+    case TensorSignal::ValueNorm: return "kv_load(a.value_norm, t, kv_extent_tokens(a), 0.0f)";
+    case TensorSignal::Position: return "(float)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t)";
   }
   return "";
 }

@@ -27,6 +27,15 @@ std::string host_compiler() {
 #endif
 }
 
+std::string host_compiler_flags() {
+  if (const char* flags = std::getenv("KVEVICT_HOST_CXXFLAGS")) return flags;
+#ifdef KVEVICT_HOST_CXXFLAGS_DEFAULT
+  return KVEVICT_HOST_CXXFLAGS_DEFAULT;
+#else
+  return "";
+#endif
+}
+
 namespace {
 
 std::string shell_quote(const std::string& text) {
@@ -50,7 +59,8 @@ HostModule::HostModule(const std::string& source, const std::string& work_dir, c
     if (!out) throw RuntimeError(source_path + ": cannot write");
   }
   const std::string log_path = stem + ".log";
-  const std::string command = shell_quote(host_compiler()) + " -std=c++17 -O2 -ffp-contract=off -fPIC -shared -o " +
+  const std::string command = shell_quote(host_compiler()) + " -std=c++17 -O2 -ffp-contract=off -fPIC -shared " +
+                              host_compiler_flags() + " -o " +
                               shell_quote(library_path_) + " " + shell_quote(source_path) + " > " +
                               shell_quote(log_path) + " 2>&1";
   const int status = std::system(command.c_str());

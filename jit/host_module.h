@@ -6,7 +6,10 @@
 //
 // Compiler: $KVEVICT_HOST_CXX, else the compiler kvevict was built with, else "c++". Flags:
 // -std=c++17 -O2 -ffp-contract=off -fPIC -shared (no contraction: the interpreter is built the
-// same way, so rounding matches the reference).
+// same way, so rounding matches the reference), then $KVEVICT_HOST_CXXFLAGS when set, else the
+// build's default: empty, or in the sanitizer configuration (KVEVICT_SANITIZE) the sanitizer flags,
+// so that host-compiled kernels are checked by ASan/UBSan like the rest of the process. The flags
+// are passed to the shell unquoted (several words).
 #include <string>
 
 namespace kvevict::jit {
@@ -30,5 +33,6 @@ class HostModule {
 };
 
 std::string host_compiler();
+std::string host_compiler_flags();
 
 }  // namespace kvevict::jit

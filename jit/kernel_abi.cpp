@@ -37,6 +37,7 @@ const std::string& kernel_prelude() {
   // Why the host branch exists: the semantic check compiles the very same kernel text with the
   // system C++ compiler (no GPU needed) and compares it with the interpreter.
   static const std::string text = std::string(R"(// ---- kvevict kernel prelude ----
+#define KVEVICT_STAGE_THREADS )" + std::to_string(kStageThreads) + R"(u
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
 #define KVEVICT_INFINITY __int_as_float(0x7f800000)
@@ -52,7 +53,9 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages)         \
   KVEVICT_SCORE_ENTRY(entry, token_score)                                        \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
+    if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
     const int wp = kv_stage_wp(args);                                            \
+    if ((long)blockIdx.x >= kv_stage_slots(args)) return;                        \
     stage_fn(args, stage, int(blockIdx.x) / wp, int(blockIdx.x) % wp);           \
   }
 #else
@@ -81,24 +84,34 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
   }
 #endif
 )") + KVEVICT_STRINGIFY(KVEVICT_DEFINE_KERNEL_ABI) + R"(
-// Reads outside [0, n) yield the padding value: no kernel can leave its buffer.
-KVEVICT_FN float kv_load(const float* p, int i, int n, float pad) { return (i >= 0 && i < n) ? p[i] : pad; }
+// Every buffer access of a generated kernel goes through kv_load / kv_load_int / kv_store with the
+// buffer's extent computed from the scalars of KvScoreArgs (kv_extent_*): an index outside [0, n),
+// a null buffer or a negative extent reads the padding value and writes nothing, so no kernel can
+// leave its buffers whatever its program computes. Indices and extents are 64-bit: no overflow.
+KVEVICT_FN float kv_load(const float* p, long long i, long long n, float pad) { return (p && i >= 0 && i < n) ? p[i] : pad; }
+KVEVICT_FN int kv_load_int(const int* p, long long i, long long n, int pad) { return (p && i >= 0 && i < n) ? p[i] : pad; }
+KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p && i >= 0 && i < n) p[i] = v; }
+// Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
+KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
+KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
+KVEVICT_FN long long kv_extent_heads(const KvScoreArgs& a) { return kv_nonneg(a.group) * kv_nonneg(a.T); }
+KVEVICT_FN long long kv_extent_window(const KvScoreArgs& a) { return kv_nonneg(a.group) * kv_nonneg(a.W) * kv_nonneg(a.T); }
 // The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),
 // pasted from the same macro the CPU side compiles, so both agree bit for bit.
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_PHILOX(KVEVICT_FN)) + R"(
 KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
-  const unsigned position = (unsigned)(a.position ? a.position[t] : t);
+  const unsigned position = (unsigned)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t);
   return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
 // Stage slots (kernel_abi.h): group * max(W, 1) per stage, slot h * max(W, 1) + q.
 KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }
-KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)a.group * kv_stage_wp(a); }
+KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a); }
 // One double per lane combined into one value for the block (op 0 sum, 1 max, 2 min). On the GPU
 // every thread of the block must call it and gets the result; the tree has a fixed shape, so a
 // given launch always gives the same bits. On the host there is one lane: the value itself.
 #if defined(__CUDACC__)
 KVEVICT_FN double kv_block_combine(double v, int op) {
-  __shared__ double buffer[)" + std::to_string(kStageThreads) + R"(];
+  __shared__ double buffer[KVEVICT_STAGE_THREADS];
   const int lane = (int)threadIdx.x;
   buffer[lane] = v;
   __syncthreads();

@@ -5,6 +5,8 @@
 #      `dpkg -x` into a private prefix (never into /); without dpkg, Python unpacks the .deb files
 #   2. configures and builds kvevict with CUDA (tests and benchmarks)
 #   3. runs the GPU tests (every test binary; GPU tests no longer skip here) and the GPU benchmarks
+#   3b. when the toolkit has compute-sanitizer: the GPU tests again under its memcheck tool (any
+#      out-of-bounds or misaligned device access, or a leak of device memory, fails the step)
 #   4. prints a summary table; logs go to $OUT (when set) or device-check-out/
 #
 # Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick]
@@ -132,6 +134,28 @@ for binary in "$build"/tests/kvevict_*_tests; do
   skipped=$(grep -o 'result="skipped"' "$out/$name.xml" 2>/dev/null | wc -l)
   (( skipped > 0 )) && record "  $name skipped" note 0 "$skipped skipped (see log)"
 done
+# ---- 3b. the GPU tests under compute-sanitizer (memcheck) ------------------------------------------
+# Only the tests that launch kernels (the rest gain nothing and are slow under the tool); the test
+# that provokes launch errors on purpose is left out, since the tool reports those as API errors.
+sanitizer="$(command -v compute-sanitizer || true)"
+[[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
+if [[ -n "$sanitizer" ]]; then
+  declare -A gpu_filters=(
+    [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
+    [kvevict_core_tests]='CudaDecoder.*'
+  )
+  for name in kvevict_jit_tests kvevict_core_tests; do
+    binary="$build/tests/$name"
+    [[ -x "$binary" ]] || continue
+    if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
+    step "compute-sanitizer memcheck: $name" "$out/$name.memcheck.log" \
+      "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 \
+      "$binary" --gtest_brief=1 --gtest_filter="${gpu_filters[$name]}"
+  done
+else
+  record "compute-sanitizer" note 0 "not in the toolkit on this machine: memcheck step skipped"
+fi
+
 for bench in "$build"/bench/bench_jit "$build"/bench/bench_*gpu* "$build"/bench/bench_*cuda*; do
   [[ -x "$bench" ]] || continue
   step "$(basename "$bench")" "$out/$(basename "$bench").log" "$bench"

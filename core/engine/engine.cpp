@@ -64,7 +64,9 @@ struct EvictionEngine::State {
   int64_t total_budget = 0;   // sum over layers of the per-head budget
   std::vector<int> layer_budget;                         // per-head budget of each layer
   std::vector<double> layer_weight;                      // P_l when the policy has one
-  std::vector<std::vector<std::vector<float>>> scores;   // [layer][kv_head][cache entry] prefill scores
+  // [layer][stored head][cache entry] prefill scores, released at the end of prefill: decode
+  // triggers score afresh, and a kept vector would go stale as the decoder appends entries.
+  std::vector<std::vector<std::vector<float>>> scores;
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
   RecentQueries recent;                                  // the newest query rows of each layer
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
@@ -249,16 +251,22 @@ struct EvictionEngine::State {
   }
 
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
+    const size_t length = cache.length(layer, kv_head);
     cache.keep(layer, kv_head, kept);
-    permute_aligned(layer, kv_head, kept);
+    permute_aligned(layer, kv_head, kept, length);
     original.kept(layer, kv_head, kept);
   }
 
   // Keeps the stored prefill scores and accumulated attention of stored head `kv_head` aligned
-  // with its cache entries after they were reduced to `kept`.
-  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept) {
+  // with its cache entries after they were reduced from `length` entries to `kept` (indices below
+  // `length`). A held vector of another length is a bug of the engine: refused before any index.
+  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept, size_t length) {
     auto permute = [&](std::vector<float>& v) {
       if (v.empty()) return;
+      if (v.size() != length)
+        throw std::logic_error("engine: per-entry state of layer " + std::to_string(layer) + " head " +
+                               std::to_string(kv_head) + " holds " + std::to_string(v.size()) +
+                               " entries, the cache " + std::to_string(length));
       std::vector<float> next(kept.size());
       for (size_t i = 0; i < kept.size(); ++i) next[i] = v[kept[i]];
       v.swap(next);
@@ -374,9 +382,12 @@ struct EvictionEngine::State {
         kept[k][s] = select_head(std::span<const float>(scores[k][s].data(), T),
                                  std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k]));
       }
+    std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
+    for (int k = 0; k < L; ++k)
+      for (int s = 0; s < Hs; ++s) length[k][s] = cache.length(k, cache_head(s, cache));
     cache.unfold_keep(kept);
     for (int k = 0; k < L; ++k)
-      for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s]);
+      for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], length[k][s]);
   }
 
   void finish_prefill(KVCache& cache) {
@@ -395,6 +406,8 @@ struct EvictionEngine::State {
     // appends at the cache length, as StreamingLLM's official code does.
     if (desc.run.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
+    for (auto& layer : scores)
+      for (auto& head : layer) std::vector<float>().swap(head);
   }
 
   // Makes heads codebook-backed (codebook_stage.h); the cache's own byte counts are the report's.
@@ -520,5 +533,16 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
 }
 
 const EvictionReport& EvictionEngine::report() const { return state_->report; }
+
+std::vector<size_t> EvictionEngine::aligned_state_lengths(int layer, int stored_head) const {
+  const State& st = *state_;
+  std::vector<size_t> lengths;
+  if (layer < 0 || layer >= st.L || stored_head < 0 || stored_head >= st.Hs) return lengths;
+  if (!st.scores[layer][stored_head].empty()) lengths.push_back(st.scores[layer][stored_head].size());
+  if (!st.accumulated[layer].empty())
+    for (int g = 0; g < st.Gs; ++g)
+      if (const auto& a = st.accumulated[layer][stored_head * st.Gs + g]; !a.empty()) lengths.push_back(a.size());
+  return lengths;
+}
 
 }  // namespace kvevict

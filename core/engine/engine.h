@@ -89,6 +89,12 @@ class EvictionEngine : public ForwardObserver {
 
   const EvictionReport& report() const;
 
+  // Lengths of the per-entry state the engine holds for stored head (layer, stored_head): its
+  // prefill scores (only during prefill) and the accumulated-attention rows of the head's query
+  // heads. After every forward call each equals the head's cache length (the engine indexes them
+  // with cache indices); empty vectors are not listed. For tests of that invariant.
+  std::vector<size_t> aligned_state_lengths(int layer, int stored_head) const;
+
  private:
   struct State;
   std::unique_ptr<State> state_;

@@ -1,0 +1,187 @@
+// Generated kernels cannot address outside their buffers, whatever the policy computes (issue 13,
+// deliver 7). The host build of each kernel (the very text NVRTC compiles) runs on buffers that
+// end exactly at, or start exactly after, a PROT_NONE guard page: one element too far in either
+// direction is a fault, in every build type (in the sanitizer build the kernels are compiled with
+// ASan as well, which also covers the host entry's own scratch vector). Inputs are hostile: zero
+// lengths (T = 0, W = 0, group = 0), W larger than T, windows of +-4096 offsets on a few tokens,
+// signals the policy reads but the caller does not give (null), random programs of every
+// construct. Each policy runs in a child process so that a fault names the case.
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <tuple>
+
+#include "jit/cuda_codegen.h"
+#include "jit/host_module.h"
+#include "jit/kernel_abi.h"
+#include "jit_test_support.h"
+#include "policy_generator.h"
+
+namespace kvevict::jit {
+namespace {
+
+using HostEntry = void (*)(const KvScoreArgs*, float*);
+
+// n elements against a guard page: `at_end` puts the last element right before a PROT_NONE page,
+// otherwise the first element right after one. n = 0 gives a pointer into a guard page.
+template <class T>
+class GuardedBuffer {
+ public:
+  GuardedBuffer(size_t n, bool at_end) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t data_pages = (n * sizeof(T) + page - 1) / page;
+    bytes_ = (data_pages + 2) * page;
+    void* base = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) std::abort();
+    base_ = static_cast<char*>(base);
+    mprotect(base_, page, PROT_NONE);
+    mprotect(base_ + (data_pages + 1) * page, page, PROT_NONE);
+    char* first = at_end ? base_ + (data_pages + 1) * page - n * sizeof(T) : base_ + page;
+    data_ = reinterpret_cast<T*>(first);
+    n_ = n;
+  }
+  ~GuardedBuffer() { munmap(base_, bytes_); }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  T* data() { return data_; }
+  size_t size() const { return n_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  T* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct Shape {
+  int group, W, T;
+};
+// Zero lengths in each extent, W > T, single tokens, a long head.
+constexpr Shape kShapes[] = {{1, 1, 1}, {2, 0, 5}, {1, 8, 0}, {0, 4, 5}, {0, 0, 0}, {2, 40, 3}, {4, 8, 67}, {1, 3, 9000}};
+
+// Runs both entries of `kernel` on every shape, with buffers against guard pages at both ends and
+// with every signal given or none; returns normally when nothing faulted.
+void run_everything(const GeneratedKernel& kernel, const std::string& dir) {
+  HostModule module(kernel.source, dir, "bounds");
+  for (const std::string& name : kernel.entry_points) {
+    const auto entry = reinterpret_cast<HostEntry>(module.symbol(name));
+    for (const Shape& s : kShapes)
+      for (bool at_end : {true, false})
+        for (bool given : {true, false}) {
+          std::fprintf(stderr, "case %s G=%d W=%d T=%d %s %s\n", name.c_str(), s.group, s.W, s.T,
+                       at_end ? "guard-after" : "guard-before", given ? "signals" : "null-signals");
+          const size_t G = size_t(s.group), W = size_t(s.W), T = size_t(s.T);
+          GuardedBuffer<float> window(G * W * T, at_end), accumulated(G * T, at_end), current(G * T, at_end),
+              key_norm(T, at_end), value_norm(T, at_end), out(T, at_end);
+          GuardedBuffer<int> position(T, at_end);
+          std::mt19937 rng(7);
+          std::uniform_real_distribution<float> value(0.0f, 1.0f);
+          for (GuardedBuffer<float>* b : {&window, &accumulated, &current, &key_norm, &value_norm})
+            for (size_t i = 0; i < b->size(); ++i) b->data()[i] = value(rng);
+          for (size_t i = 0; i < T; ++i) position.data()[i] = int(i);
+          KvScoreArgs args{};
+          args.layer = 1;
+          args.kv_head = 0;
+          args.n_layers = 2;
+          args.n_kv_heads = 1;
+          args.group = s.group;
+          args.head_dim = 8;
+          args.T = s.T;
+          args.prompt_len = s.T;
+          args.decode_step = 1;
+          args.W = s.W;
+          args.window_attention = given ? window.data() : nullptr;
+          args.accumulated_attention = given ? accumulated.data() : nullptr;
+          args.current_attention = given ? current.data() : nullptr;
+          args.key_norm = given ? key_norm.data() : nullptr;
+          args.value_norm = given ? value_norm.data() : nullptr;
+          args.position = given ? position.data() : nullptr;
+          args.seed = 3;
+          entry(&args, out.data());
+        }
+  }
+}
+
+GeneratedKernel kernel_of(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string file = dir + "/" + name + ".yaml";
+  std::ofstream(file) << text;
+  return generate_policy_cuda(file, {}, {});
+}
+
+// Hand-written hostile programs: windows far wider than any head, in both directions, nested;
+// reductions over every axis; normalise; positions and random() at every token.
+std::vector<std::pair<std::string, std::string>> hostile_policies() {
+  const std::string head = "about: hostile indices for the bounds test\nobserve: {window: 8}\n";
+  return {
+      {"wide_windows", head + "score: |\n"
+                              "  score[t] = max(k in -4096 .. 4096: key_norm[t + k]) + sum(k in -4096 .. -4000: value_norm[t + k])\n"
+                              "decode_score: |\n"
+                              "  score[t] = min(k in 4000 .. 4096: sum(h: A_now[h, t + k]) + key_norm[t + k]) + mean(k in -3 .. 4096: pos[t + k])\n"},
+      {"nested_windows", head + "score: |\n"
+                                "  w[h, q, t] = sum(k in -4096 .. 4096: A[h, q, t + k])\n"
+                                "  score[t] = max(k in -5 .. 5: sum(h, q: w[h, q, t + k])) + random[t]\n"},
+      {"staged", head + "score: |\n"
+                        "  n[h, q, t] = normalise(A[h, q, t] + 1)\n"
+                        "  m[h, q] = max(t: n[h, q, t])\n"
+                        "  spread = var(t: key_norm[t])\n"
+                        "  score[t] = sum(h, q: n[h, q, t] * m[h, q]) + spread + entropy(h: A_acc[h, t])\n"},
+  };
+}
+
+TEST(KernelBounds, HostilePoliciesAndShapesStayInsideTheirBuffers) {
+  testing::TempDir dir;
+  for (auto& [name, text] : hostile_policies()) {
+    const GeneratedKernel kernel = kernel_of(dir.path(), name, "name: " + name + "\n" + text);
+    EXPECT_EXIT(
+        {
+          run_everything(kernel, dir.path());
+          std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << name << "\n" << text;
+  }
+}
+
+TEST(KernelBounds, RandomPoliciesOfEveryConstructStayInsideTheirBuffers) {
+  testing::TempDir dir;
+  testing::PolicyGenerator generator(20261201u);
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "random_" + std::to_string(i);
+    const std::string text = generator.policy(name);
+    const GeneratedKernel kernel = kernel_of(dir.path(), name, text);
+    EXPECT_EXIT(
+        {
+          run_everything(kernel, dir.path());
+          std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << text;
+  }
+}
+
+// The guard pages do catch a kernel that reads one element past its buffer (the harness can fail).
+TEST(KernelBounds, TheGuardPagesCatchAnUnboundedRead) {
+  testing::TempDir dir;
+  GeneratedKernel kernel;
+  kernel.source = kernel_prelude() +
+                  "KVEVICT_FN float bad_token(const KvScoreArgs& a, int t) { return a.key_norm[t + 1]; }\n"
+                  "KVEVICT_SCORE_ENTRY(kvevict_score, bad_token)\n";
+  kernel.entry_points = {"kvevict_score"};
+  EXPECT_EXIT(
+      {
+        run_everything(kernel, dir.path());
+        std::exit(0);
+      },
+      // A fault: SIGSEGV, or under ASan its report and abort.
+      [](int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }, "guard-after");
+}
+
+}  // namespace
+}  // namespace kvevict::jit
+#endif
