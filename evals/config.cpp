@@ -256,6 +256,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   // The one thread-count rule (core/util/thread_count.h): 0 = default, at most the machine's.
   config.threads = static_cast<int>(top.get_int("threads", 0, 0, max_threads()));
   config.kv_type = parse_kv_type(top.get_choice("kv_type", "f16", {"f16", "bf16", "f32"}), "kv_type");
+  config.weights = *parse_weight_storage(top.get_choice("weights", "native", {"native", "f32"}));
   config.chat_template = top.get_choice("chat_template", "auto", {"auto", "none", "chatml"});
   config.limit = static_cast<int>(top.get_int("limit", 0, 0, 1000000000));
 

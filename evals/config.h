@@ -12,6 +12,7 @@
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
 //   kv_type: f16 | bf16 | f32        element type of the KV cache (default f16; f32 is the exact reference)
+//   weights: native | f32            weights in their file format (default) or dequantised (the reference)
 //   chat_template: auto | none | chatml
 //   limit: integer >= 0              at most N samples per grid point (0: all); --limit sets it
 //   tasks: { <task name>: { <task options> } ... }       see evals/tasks/task.h for each task's keys
@@ -27,6 +28,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/decode/kv_type.h"
+#include "core/model/model.h"
 #include "core/engine/budget.h"
 
 namespace kvevict::evals {
@@ -54,6 +56,7 @@ struct EvalConfig {
   uint64_t seed = 0;
   int threads = 0;
   KvType kv_type = KvType::F16;
+  WeightStorage weights = WeightStorage::Native;
   std::string chat_template = "auto";
   int limit = 0;
   std::vector<TaskConfig> tasks;

@@ -32,6 +32,7 @@ class ModelRunner : public SampleRunner {
     const jit::DeviceChoice device = jit::resolve_device(config.device);
     LoadOptions load_options;
     load_options.tokenizer_path = config.tokenizer;
+    load_options.weights = config.weights;
     model_ = load_model(config.model, load_options);
     DecoderOptions options;
     options.threads = config.threads;

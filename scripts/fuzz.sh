@@ -17,7 +17,8 @@ fi
 SHARED="${KVEVICT_SHARED_DIR:-$(cd .. && pwd)/shared}"
 ALL="policy gguf safetensors hf_config hf_tokenizer llama2c spm_tokenizer_bin tokenizer_text eval_config longbench"
 TARGETS="${FUZZ_TARGETS:-$ALL}"
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+source scripts/compiler-cache.sh
+cmake -S . -B build-fuzz -G Ninja "${KVEVICT_LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CXX_COMPILER="$CXX_BIN" -DKVEVICT_SHARED_DIR="$SHARED" \
   -DKVEVICT_FUZZ=ON -DKVEVICT_CUDA=OFF -DKVEVICT_BENCH=OFF > /dev/null
 build_targets=(fuzz_seeds)

@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 jobs="${SANITIZE_JOBS:-$(nproc)}"
 # -O2 keeps the decoder tests fast enough; -g1 (line tables) keeps reports readable and links small.
 # No NDEBUG: assert() stays on in this configuration.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+source scripts/compiler-cache.sh
+cmake -S . -B build-asan -G Ninja "${KVEVICT_LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1" \
   -DKVEVICT_SANITIZE=ON -DKVEVICT_CUDA=OFF -DKVEVICT_BENCH=OFF "$@" > /dev/null
 cmake --build build-asan -j "$jobs"

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config git python3 python3-pip ca-certificates
           libyaml-cpp-dev libcli11-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev
-          libopenblas-dev nlohmann-json3-dev clang libclang-rt-14-dev
+          libopenblas-dev nlohmann-json3-dev clang libclang-rt-14-dev ccache
           chromium)  # chromium: the headless browser check of `kvevict report` (tests skip without it)
 missing=()
 for p in "${packages[@]}"; do

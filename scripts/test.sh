@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's second command: install what is missing, build, and run every test: the policy-language
-# fuzzer for a fixed number of iterations under ASan/UBSan, the whole CTest suite in the sanitizer
+# The README's second command: install what is missing, build, and run every test: every fuzz
+# target (scripts/fuzz.sh, 30 s each, ASan/UBSan), the whole CTest suite in the sanitizer
 # configuration (scripts/sanitize.sh: ASan + UBSan + _GLIBCXX_ASSERTIONS in build-asan; the CLI
 # tests and the eval smoke config included), then the Release CTest suite (unit, CLI and end-to-end
 # tests; GPU tests skip with a reason when no GPU is present), whose summary ends the output.

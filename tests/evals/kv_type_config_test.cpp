@@ -39,3 +39,19 @@ TEST(KvTypeConfig, UnknownTypeIsAUsageErrorWithItsLocation) {
 }
 
 }  // namespace
+
+// The `weights` key beside it: native by default, f32 selectable (the reference decoder), in the hash.
+TEST(WeightsConfig, DefaultsToNativeAndEntersTheHash) {
+  const EvalConfig def = parse_eval_config(kBase, "cfg.yaml");
+  EXPECT_EQ(def.weights, kvevict::WeightStorage::Native);
+  EXPECT_NE(def.resolved_yaml.find("weights: native"), std::string::npos) << def.resolved_yaml;
+  const EvalConfig f32 = parse_eval_config(kBase + "weights: f32\n", "cfg.yaml");
+  EXPECT_EQ(f32.weights, kvevict::WeightStorage::F32);
+  EXPECT_NE(f32.hash, def.hash);
+  try {
+    parse_eval_config(kBase + "weights: q4\n", "cfg.yaml");
+    ADD_FAILURE() << "q4 accepted";
+  } catch (const kvevict::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.yaml:7:"), std::string::npos) << e.what();
+  }
+}
