@@ -1,0 +1,146 @@
+// AVX2 and AVX-512 VNNI kernels of quant_dot.h for the K-quant formats Q4_K and Q6_K, written from
+// the block layouts in core/model/dequant.cpp. Like quant_dot_x86.cpp, every function carries its own
+// target attribute and best_isa() decides at run time which may run; x86_kernel() hands Q4_K and
+// Q6_K to x86_k_kernel() below. Each 32-element sub-block lines up with one activation block, so
+// the integer sums are the scalar reference's (quant_dot_scalar.cpp), exactly; only the f32
+// accumulation order differs.
+//
+// Integer products are unsigned byte x signed byte (maddubs / vpdpbusd read the first operand as
+// unsigned): the 4-bit and 6-bit weights are used as stored (0..15, 0..63) and their offsets (Q4_K's
+// min, Q6_K's 32) are taken off with the activation sums. int16 range in maddubs: a pair sum is at
+// most 2 * 63 * 128 = 16128 (Q6_K) and 2 * 15 * 128 = 3840 (Q4_K), below 32767, so it never
+// saturates; Q6_K's (q - 32) pair sums are at most 2 * 32 * 128 = 8192 before the int16 scale
+// multiply in madd, which widens to int32.
+#include "core/decode/quant_dot.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "core/model/dequant.h"
+#include "core/model/ggml_types.h"
+
+namespace kvevict::quant {
+namespace {
+
+#define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KV_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+KV_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+KV_AVX2 inline float half_at(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+KV_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Sum of u * s over 32 byte pairs, as 8 int32 lanes (lane i holds elements 4i..4i+3 for VNNI,
+// a pair-of-pairs arrangement for AVX2; either way lanes 0-3 cover elements 0-15 and 4-7 cover 16-31).
+KV_AVX2 inline __m256i udot_avx2(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+KV_VNNI inline __m256i udot_vnni(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+// Q6_K sub-block sum sc_lo * sum_{l<16} (u_l - 32) x_l + sc_hi * sum_{l>=16} (u_l - 32) x_l as 8
+// int32 lanes; `sc` holds sc_lo in lanes for elements 0-15 and sc_hi for 16-31 (int16 lanes for
+// AVX2, int32 lanes for VNNI).
+KV_AVX2 inline __m256i q6_scaled_avx2(__m256i u, __m256i x, __m256i sc) {
+  const __m256i centred = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), _mm256_maddubs_epi16(_mm256_set1_epi8(32), x));
+  return _mm256_madd_epi16(centred, sc);
+}
+KV_AVX2 inline __m256i q6_scales_avx2(const int8_t* sc) {
+  return _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+}
+KV_VNNI inline __m256i q6_scaled_vnni(__m256i u, __m256i x, __m256i sc) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i centred = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, u, x), _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(32), x));
+  return _mm256_mullo_epi32(centred, sc);
+}
+KV_VNNI inline __m256i q6_scales_vnni(const int8_t* sc) {
+  return _mm256_set_m128i(_mm_set1_epi32(sc[1]), _mm_set1_epi32(sc[0]));
+}
+
+// Q4_K: per 64-element group g of a super-block, the low nibbles of 32 bytes are sub-block 2g and
+// the high nibbles sub-block 2g + 1; sub-block j is activation block 8 * sb + j.
+#define KV_DEFINE_Q4_K(SUFFIX, ATTR, DOT)                                                             \
+  ATTR float q4_k_##SUFFIX(const uint8_t* row, const float*, const Q8Vector& xq, int cols) {          \
+    __m256 acc = _mm256_setzero_ps();                                                                 \
+    float mins = 0;                                                                                   \
+    const __m256i mask = _mm256_set1_epi8(0x0F);                                                      \
+    for (int sb = 0; sb < cols / 256; ++sb) {                                                         \
+      const uint8_t* blk = row + 144 * sb;                                                            \
+      const float d = half_at(blk), dmin = half_at(blk + 2);                                          \
+      for (int g = 0; g < 4; ++g) {                                                                   \
+        const __m256i q = load32(blk + 16 + 32 * g);                                                  \
+        const __m256i nib[2] = {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)}; \
+        for (int h = 0; h < 2; ++h) {                                                                 \
+          const int j = 2 * g + h, ab = 8 * sb + j;                                                   \
+          int sc, mn;                                                                                 \
+          q4_k_scale_min(j, blk + 4, sc, mn);                                                         \
+          const __m256i s = DOT(nib[h], load32(xq.q.data() + 32 * ab));                               \
+          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * static_cast<float>(sc) * xq.d[ab]), acc); \
+          mins += dmin * static_cast<float>(mn * xq.sum[ab]) * xq.d[ab];                              \
+        }                                                                                             \
+      }                                                                                               \
+    }                                                                                                 \
+    return hsum8(acc) - mins;                                                                         \
+  }
+
+// Q6_K: in half hf of a super-block, element l + 32k (k = 0..3, l = 0..31) is activation block
+// 8 * sb + 4 * hf + k: its low 4 bits are the low (k < 2) or high (k >= 2) nibble of
+// ql[l + 32 * (k % 2)], its top 2 bits are bits 2k, 2k+1 of qh[l]; scales sc[8 hf + 2k + l / 16].
+#define KV_DEFINE_Q6_K(SUFFIX, ATTR, SCALED, SCALES)                                                   \
+  ATTR float q6_k_##SUFFIX(const uint8_t* row, const float*, const Q8Vector& xq, int cols) {          \
+    __m256 acc = _mm256_setzero_ps();                                                                 \
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);                           \
+    for (int sb = 0; sb < cols / 256; ++sb) {                                                         \
+      const uint8_t* blk = row + 210 * sb;                                                            \
+      const float d = half_at(blk + 208);                                                             \
+      for (int hf = 0; hf < 2; ++hf) {                                                                \
+        const __m256i ql0 = load32(blk + 64 * hf), ql1 = load32(blk + 64 * hf + 32);                  \
+        const __m256i qh = load32(blk + 128 + 32 * hf);                                               \
+        const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * hf;                       \
+        /* top 2 bits moved to bits 4-5 of each byte (16-bit shifts; the masks drop what crosses bytes) */ \
+        const __m256i u[4] = {                                                                        \
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2)), \
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2)), \
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2)), \
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2))}; \
+        for (int k = 0; k < 4; ++k) {                                                                 \
+          const int ab = 8 * sb + 4 * hf + k;                                                         \
+          const __m256i s = SCALED(u[k], load32(xq.q.data() + 32 * ab), SCALES(sc + 2 * k));          \
+          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xq.d[ab]), acc);            \
+        }                                                                                             \
+      }                                                                                               \
+    }                                                                                                 \
+    return hsum8(acc);                                                                                \
+  }
+
+KV_DEFINE_Q4_K(avx2, KV_AVX2, udot_avx2)
+KV_DEFINE_Q4_K(vnni, KV_VNNI, udot_vnni)
+KV_DEFINE_Q6_K(avx2, KV_AVX2, q6_scaled_avx2, q6_scales_avx2)
+KV_DEFINE_Q6_K(vnni, KV_VNNI, q6_scaled_vnni, q6_scales_vnni)
+
+}  // namespace
+
+DotFn x86_k_kernel(uint32_t type, Isa isa) {
+  if (isa == Isa::Scalar) return nullptr;
+  const bool vnni = isa == Isa::Avx512Vnni;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_K: return vnni ? q4_k_vnni : q4_k_avx2;
+    case GgmlType::Q6_K: return vnni ? q6_k_vnni : q6_k_avx2;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kvevict::quant
+
+#else  // not x86-64: the scalar kernels only
+
+namespace kvevict::quant {
+DotFn x86_k_kernel(uint32_t, Isa) { return nullptr; }
+}  // namespace kvevict::quant
+
+#endif
