@@ -16,7 +16,6 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "core/model/dequant.h"
 #include "core/model/ggml_types.h"
 
 namespace kvevict::quant {
@@ -62,30 +61,55 @@ KV_VNNI inline __m256i q6_scales_vnni(const int8_t* sc) {
   return _mm256_set_m128i(_mm_set1_epi32(sc[1]), _mm_set1_epi32(sc[0]));
 }
 
+// The eight 6-bit scales (`sc`) and mins (`mn`) of a Q4_K super-block as int32 lanes j = 0..7
+// (q4_k_scale_min for every j at once; a scalar unpack through memory stalls on store forwarding).
+// Bytes 0-3 / 4-7 give scales / mins 0-3 in their low 6 bits and the top 2 bits of scales / mins
+// 4-7 in their top 2 bits; bytes 8-11 give the low 4 bits of scale (low nibble) and min (high) 4-7.
+KV_AVX2 inline void q4_k_scales_mins(const uint8_t* s, __m256i& sc, __m256i& mn) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));  // 12 bytes used
+  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(63));
+  const __m128i top2 = _mm_and_si128(_mm_srli_epi16(v, 2), _mm_set1_epi8(0x30));  // bits 6-7 -> 4-5
+  const __m128i lo4 = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+  const __m128i hi4 = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+  constexpr char z = -1;  // pshufb index with the top bit set: a zero byte
+  // Result bytes: scales 0-7, then mins 0-7.
+  const __m128i t = _mm_or_si128(
+      _mm_or_si128(_mm_shuffle_epi8(low6, _mm_setr_epi8(0, 1, 2, 3, z, z, z, z, 4, 5, 6, 7, z, z, z, z)),
+                   _mm_shuffle_epi8(top2, _mm_setr_epi8(z, z, z, z, 0, 1, 2, 3, z, z, z, z, 4, 5, 6, 7))),
+      _mm_or_si128(_mm_shuffle_epi8(lo4, _mm_setr_epi8(z, z, z, z, 8, 9, 10, 11, z, z, z, z, z, z, z, z)),
+                   _mm_shuffle_epi8(hi4, _mm_setr_epi8(z, z, z, z, z, z, z, z, z, z, z, z, 8, 9, 10, 11))));
+  sc = _mm256_cvtepu8_epi32(t);
+  mn = _mm256_cvtepu8_epi32(_mm_srli_si128(t, 8));
+}
+
 // Q4_K: per 64-element group g of a super-block, the low nibbles of 32 bytes are sub-block 2g and
-// the high nibbles sub-block 2g + 1; sub-block j is activation block 8 * sb + j.
+// the high nibbles sub-block 2g + 1; sub-block j is activation block 8 * sb + j. The eight
+// per-sub-block factors d * sc_j * xd and the min term dmin * mn_j * sum_j * xd are vectors of 8.
 #define KV_DEFINE_Q4_K(SUFFIX, ATTR, DOT)                                                             \
   ATTR float q4_k_##SUFFIX(const uint8_t* row, const float*, const Q8Vector& xq, int cols) {          \
-    __m256 acc = _mm256_setzero_ps();                                                                 \
-    float mins = 0;                                                                                   \
+    __m256 acc = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps(), mins = _mm256_setzero_ps();       \
     const __m256i mask = _mm256_set1_epi8(0x0F);                                                      \
     for (int sb = 0; sb < cols / 256; ++sb) {                                                         \
       const uint8_t* blk = row + 144 * sb;                                                            \
-      const float d = half_at(blk), dmin = half_at(blk + 2);                                          \
+      __m256i sc, mn;                                                                                 \
+      alignas(32) float factor[8];                                                                    \
+      q4_k_scales_mins(blk + 4, sc, mn);                                                              \
+      const __m256 xd = _mm256_loadu_ps(xq.d.data() + 8 * sb);                                        \
+      const __m256i xsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.sum.data() + 8 * sb)); \
+      const __m256 m = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, xsum)); \
+      mins = _mm256_fmadd_ps(m, _mm256_mul_ps(_mm256_set1_ps(half_at(blk + 2)), xd), mins);           \
+      _mm256_store_ps(factor, _mm256_mul_ps(_mm256_cvtepi32_ps(sc), \
+                                            _mm256_mul_ps(_mm256_set1_ps(half_at(blk)), xd)));        \
+      const int8_t* qx = xq.q.data() + 256 * sb;                                                      \
       for (int g = 0; g < 4; ++g) {                                                                   \
         const __m256i q = load32(blk + 16 + 32 * g);                                                  \
-        const __m256i nib[2] = {_mm256_and_si256(q, mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), mask)}; \
-        for (int h = 0; h < 2; ++h) {                                                                 \
-          const int j = 2 * g + h, ab = 8 * sb + j;                                                   \
-          int sc, mn;                                                                                 \
-          q4_k_scale_min(j, blk + 4, sc, mn);                                                         \
-          const __m256i s = DOT(nib[h], load32(xq.q.data() + 32 * ab));                               \
-          acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * static_cast<float>(sc) * xq.d[ab]), acc); \
-          mins += dmin * static_cast<float>(mn * xq.sum[ab]) * xq.d[ab];                              \
-        }                                                                                             \
+        const __m256i lo = DOT(_mm256_and_si256(q, mask), load32(qx + 64 * g));                       \
+        const __m256i hi = DOT(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), load32(qx + 64 * g + 32)); \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_set1_ps(factor[2 * g]), acc);            \
+        acc_hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(factor[2 * g + 1]), acc_hi);       \
       }                                                                                               \
     }                                                                                                 \
-    return hsum8(acc) - mins;                                                                         \
+    return hsum8(_mm256_add_ps(acc, acc_hi)) - hsum8(mins);                                                                \
   }
 
 // Q6_K: in half hf of a super-block, element l + 32k (k = 0..3, l = 0..31) is activation block
