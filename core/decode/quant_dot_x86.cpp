@@ -1,4 +1,5 @@
-// AVX2 and AVX-512 VNNI kernels of quant_dot.h for Q4_0, Q4_1, Q8_0, F16 and BF16. Each function
+// AVX2 and AVX-512 VNNI kernels of quant_dot.h for Q4_0, Q4_1, Q8_0, F16 and BF16 (Q4_K and Q6_K:
+// quant_dot_x86_k.cpp, reached through x86_kernel() below). Each function
 // carries its own target attribute, so this file builds for any x86-64 and best_isa() decides at run
 // time which ones may run. The integer block dot is the only part that differs between the ISAs:
 // AVX2 multiplies u8 x s8 pairs with maddubs and widens with madd; VNNI does both in one dpbusd.
@@ -10,6 +11,10 @@
 #include "core/model/ggml_types.h"
 
 namespace kvevict::quant {
+
+// The K-quant kernels (quant_dot_x86_k.cpp); nullptr for other types or Isa::Scalar.
+DotFn x86_k_kernel(uint32_t type, Isa isa);
+
 namespace {
 
 #define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -173,6 +178,8 @@ DotFn x86_kernel(uint32_t type, Isa isa) {
     case GgmlType::Q8_0: return vnni ? q8_0_vnni : q8_0_avx2;
     case GgmlType::F16: return f16_avx2;
     case GgmlType::BF16: return bf16_avx2;
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K: return x86_k_kernel(type, isa);
     default: return nullptr;
   }
 }

@@ -109,6 +109,59 @@ TEST(QuantDot, WithinTheActivationBound) {
   }
 }
 
+// The SIMD kernels on block bytes the test encoder never writes: random bytes (every scale bit of
+// Q4_K's packed scales, negative Q6_K scales), all 0xFF (Q6_K q = 63, Q4_K scales and mins 63) and
+// all 0x00, against activations at the int8 extremes (every q = +127, or +-127 at random): the
+// largest maddubs pair sums (2 * 63 * 127 for Q6_K) must not saturate, so SIMD = scalar up to f32
+// summation order. Half-precision scale fields are set to 0.01 so every row is finite.
+TEST(QuantDot, SimdKernelsMatchTheScalarOnExtremeBlocks) {
+  struct Layout {
+    uint32_t type;
+    int block_bytes;
+    std::vector<int> half_fields;  // byte offsets of f16 scales in a block
+  };
+  const Layout layouts[] = {{2, 18, {0}}, {3, 20, {0, 2}}, {8, 34, {0}}, {12, 144, {0, 2}}, {14, 210, {208}}};
+  const int cols = 512;
+  std::vector<quant::Isa> isas;
+  if (quant::best_isa() >= quant::Isa::Avx2) isas.push_back(quant::Isa::Avx2);
+  if (quant::best_isa() >= quant::Isa::Avx512Vnni) isas.push_back(quant::Isa::Avx512Vnni);
+  if (isas.empty()) GTEST_SKIP() << "no SIMD path on this CPU";
+  std::mt19937 rng(41);
+  std::vector<std::vector<float>> activations(3, std::vector<float>(cols, 1.0f));
+  for (float& v : activations[1]) v = (rng() & 1) ? 1.0f : -1.0f;
+  activations[2] = normal(cols, 43);
+  for (const Layout& l : layouts) {
+    const int block_elements = static_cast<int>(ggml_type_traits(l.type)->block_elements);
+    const size_t row_bytes = size_t(cols / block_elements) * l.block_bytes;
+    for (int fill = 0; fill < 3; ++fill) {  // random, 0xFF, 0x00
+      std::vector<uint8_t> bytes(row_bytes);
+      for (uint8_t& b : bytes) b = fill == 0 ? static_cast<uint8_t>(rng()) : fill == 1 ? 0xFF : 0x00;
+      for (size_t b = 0; b < row_bytes; b += l.block_bytes) {
+        for (int off : l.half_fields) {
+          const uint16_t h = test::to_half(0.01f);
+          bytes[b + off] = static_cast<uint8_t>(h & 0xFF);
+          bytes[b + off + 1] = static_cast<uint8_t>(h >> 8);
+        }
+      }
+      const TypedMatrix w = matrix_of(l.type, bytes, 1, cols);
+      std::vector<float> wr(cols);
+      quant::dequantize_rows(w, 0, 1, wr.data());
+      for (const std::vector<float>& x : activations) {
+        quant::Q8Vector xq;
+        quant::quantize_q8(x.data(), cols, xq);
+        double magnitude = 0;
+        for (int i = 0; i < cols; ++i) magnitude += std::fabs(double(wr[i]) * x[i]);
+        const float scalar = quant::dot_row(l.type, w.row(0), x.data(), xq, cols, quant::Isa::Scalar);
+        for (quant::Isa isa : isas) {
+          const float got = quant::dot_row(l.type, w.row(0), x.data(), xq, cols, isa);
+          EXPECT_NEAR(got, scalar, 1e-5 * magnitude + 1e-6)
+              << ggml_type_name(l.type) << " " << quant::isa_name(isa) << " fill " << fill;
+        }
+      }
+    }
+  }
+}
+
 // dequantize_rows (vectorised per format where best_isa() allows) against the scalar dequantize():
 // the same values up to one f32 rounding (a fused multiply-add where the scalar code may round twice).
 TEST(QuantDot, RowDequantisationMatchesTheReference) {
