@@ -12,6 +12,7 @@ namespace kvevict::simd {
 
 typedef float f16 __attribute__((vector_size(64)));
 typedef int32_t i16 __attribute__((vector_size(64)));
+typedef uint32_t u16 __attribute__((vector_size(64)));  // bit arithmetic that may wrap
 
 static inline f16 load(const float* p) {
   f16 v;
@@ -66,10 +67,11 @@ static inline float exp_nonpositive(float x) {
 static constexpr int32_t kBitsSqrtHalf = 0x3f3504f3;
 
 __attribute__((always_inline)) static inline f16 log_positive_normal(f16 x) {
-  i16 bits;
+  // Unsigned bit arithmetic: lanes that are zero, negative or special wrap instead of overflowing.
+  u16 bits;
   std::memcpy(&bits, &x, sizeof bits);
-  const i16 e = (bits - kBitsSqrtHalf) >> 23;
-  const i16 mant_bits = bits - (e << 23);
+  const i16 e = __builtin_convertvector(bits - static_cast<uint32_t>(kBitsSqrtHalf), i16) >> 23;
+  const u16 mant_bits = bits - (__builtin_convertvector(e, u16) << 23);
   f16 m;
   std::memcpy(&m, &mant_bits, sizeof m);
   const f16 s = (m - 1.0f) / (m + 1.0f);
@@ -84,10 +86,12 @@ __attribute__((always_inline)) static inline f16 log_positive_normal(f16 x) {
 }
 
 static inline float log_positive_normal(float x) {
-  int32_t bits;
+  // Unsigned bit arithmetic: callers also pass zeros, negatives and specials here (their results
+  // are replaced by log_fallback afterwards), and int32 subtraction would overflow for those.
+  uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
-  const int32_t e = (bits - kBitsSqrtHalf) >> 23;
-  const int32_t mant_bits = bits - static_cast<int32_t>(static_cast<uint32_t>(e) << 23);
+  const int32_t e = static_cast<int32_t>(bits - static_cast<uint32_t>(kBitsSqrtHalf)) >> 23;
+  const uint32_t mant_bits = bits - (static_cast<uint32_t>(e) << 23);
   float m;
   std::memcpy(&m, &mant_bits, sizeof m);
   const float s = (m - 1.0f) / (m + 1.0f);
@@ -158,9 +162,9 @@ static inline void log_array(const float* x, long n, float* out, Fallback log_fa
   long i = 0;
   for (; i + 16 <= n; i += 16) {
     const f16 v = load(x + i);
-    i16 bits;
+    u16 bits;
     std::memcpy(&bits, &v, sizeof bits);
-    const i16 k = bits - 0x00800000;
+    const i16 k = __builtin_convertvector(bits - 0x00800000u, i16);  // wraps for negative inputs
     bad |= (k < 0) | (k >= 0x7f000000);
     store(out + i, log_positive_normal(v));
   }

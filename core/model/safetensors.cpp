@@ -143,7 +143,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
 void safetensors_to_f32(const SafetensorsTensor& t, float* out) {
   const uint8_t* p = t.data;
   if (t.dtype == "F32") {
-    std::memcpy(out, p, t.n_elements * sizeof(float));
+    if (t.n_elements > 0) std::memcpy(out, p, t.n_elements * sizeof(float));  // an empty tensor has no data pointer
   } else if (t.dtype == "F16" || t.dtype == "BF16") {
     const bool is_bf16 = t.dtype == "BF16";
     for (uint64_t i = 0; i < t.n_elements; ++i) {

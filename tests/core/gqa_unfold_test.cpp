@@ -54,7 +54,9 @@ class Stories : public test::StoriesPromptTest {
   // Prefill with `policy` and return the decoder (cache as the engine left it) and the report.
   std::unique_ptr<Decoder> prefill(const std::map<std::string, std::string>& set, const std::string& budget,
                                    EvictionReport* report, std::unique_ptr<EvictionEngine>* keep_engine = nullptr) {
-    policy_ = load_policy("spindlekv", set);
+    // Every policy stays alive: an engine handed back through keep_engine still reads its own.
+    policies_.push_back(load_policy("spindlekv", set));
+    policy_ = policies_.back().get();
     auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     auto engine = std::make_unique<EvictionEngine>(*policy_, model_->config, EngineOptions{Budget::parse(budget), 0});
     decoder->forward(std::span<const int>(tokens_), engine.get());
@@ -62,7 +64,8 @@ class Stories : public test::StoriesPromptTest {
     if (keep_engine) *keep_engine = std::move(engine);
     return decoder;
   }
-  std::unique_ptr<PolicyProgram> policy_;
+  std::vector<std::unique_ptr<PolicyProgram>> policies_;
+  PolicyProgram* policy_ = nullptr;  // the newest of policies_
 };
 
 // Keeps the accumulated attention (column sums) the decoder reports for each layer.
