@@ -7,7 +7,8 @@
 // dequantised weights, |error| <= sum over blocks b of (d_b / 2) * sum_{i in b} |w_i| (the
 // activation rounding; plus f32 rounding), checked by tests/core/quant_dot_test.cpp.
 // Kernels: a portable scalar one per format (the reference), and AVX2 and AVX-512 VNNI ones for
-// Q4_0, Q4_1, Q8_0, F16 and BF16, chosen once at run time from cpuid (best_isa()).
+// Q4_0, Q4_1, Q8_0, F16, BF16 (quant_dot_x86.cpp), Q4_K and Q6_K (quant_dot_x86_k.cpp), chosen once
+// at run time from cpuid (best_isa()).
 #include <cstdint>
 #include <vector>
 
