@@ -2,7 +2,7 @@
 """kvevict against llama.cpp on the same GGUF, threads and context, side by side.
 
     bench/compare_llamacpp.py [--model GGUF] [--threads 2] [--rounds 3] [--build build]
-                              [--prompt-file TEXT] [--decode-tokens 32]
+                              [--prompt-file TEXT] [--decode-tokens 32] [--cli KVEVICT]
 
 Needs the optional Python package llama-cpp-python (never a CI dependency); without it the script
 says so and exits 0. Each round runs kvevict and then llama.cpp, each in a fresh process:
@@ -96,6 +96,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--build", default="build", help="kvevict build folder (bench/bench_decoder, kvevict)")
+    p.add_argument("--cli", default=None,
+                   help="the kvevict binary for the RSS run (default BUILD/kvevict; a -DKVEVICT_CUDA=OFF build "
+                        "does not map the CUDA libraries at start)")
     p.add_argument("--prompt-file", default=None)
     p.add_argument("--decode-tokens", type=int, default=32)
     p.add_argument("--worker", choices=["timing", "rss"], help=argparse.SUPPRESS)
@@ -112,7 +115,7 @@ def main():
     if not os.path.exists(args.model):
         sys.exit(f"compare_llamacpp: {args.model}: no such file (--model)")
     bench = os.path.join(args.build, "bench", "bench_decoder")
-    cli = os.path.join(args.build, "kvevict")
+    cli = args.cli or os.path.join(args.build, "kvevict")
     for exe in (bench, cli):
         if not os.access(exe, os.X_OK):
             sys.exit(f"compare_llamacpp: {exe} not found; build the targets bench_decoder and kvevict (--build)")

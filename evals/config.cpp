@@ -7,6 +7,7 @@
 
 #include "core/util/error.h"
 #include "core/util/input_file.h"
+#include "core/util/quote.h"
 #include "core/util/thread_count.h"
 #include "dsl/yaml_duplicate_keys.h"
 #include "evals/budget_text.h"
@@ -128,6 +129,13 @@ void read_budgets(ConfigErrors& errors, const YAML::Node& node, EvalConfig& conf
   if (items.empty()) errors.error(node, "budgets", "the list is empty");
 }
 
+// std::filesystem::exists throws on a name the system refuses (too long, say): a config from a
+// stranger gets an error at its line instead.
+bool path_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec) && !ec;
+}
+
 std::set<std::string> override_paths(const std::vector<std::string>& overrides) {
   std::set<std::string> paths;
   for (const auto& assignment : overrides) paths.insert(assignment.substr(0, assignment.find('=')));
@@ -239,14 +247,15 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   std::string model = top.get_string("model", "", true);
   config.model = expand_path(model);
   if (!model.empty() && config.model.rfind("fake:", 0) != 0 && config.model.rfind("synthetic:", 0) != 0 &&
-      !std::filesystem::exists(config.model)) {
-    errors.error(top.raw("model"), "model", "model file '" + config.model + "' does not exist");
+      !path_exists(config.model)) {
+    errors.error(top.raw("model"), "model", "model file '" + quote_input(config.model) + "' does not exist");
   }
   top.set_resolved("model", YAML::Node(config.model));
   if (top.has("tokenizer")) {
     config.tokenizer = expand_path(top.get_string("tokenizer", ""));
-    if (!std::filesystem::exists(config.tokenizer)) {
-      errors.error(top.raw("tokenizer"), "tokenizer", "tokenizer file '" + config.tokenizer + "' does not exist");
+    if (!path_exists(config.tokenizer)) {
+      errors.error(top.raw("tokenizer"), "tokenizer",
+                   "tokenizer file '" + quote_input(config.tokenizer) + "' does not exist");
     }
     top.set_resolved("tokenizer", YAML::Node(config.tokenizer));
   }

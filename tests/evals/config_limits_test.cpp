@@ -56,6 +56,18 @@ struct TempDir {
 
 }  // namespace
 
+// Found by eval_config_fuzzer: std::filesystem::exists threw filesystem_error (not a kvevict
+// error: the CLI would report an internal failure) on a path component longer than NAME_MAX.
+TEST(ConfigLimits, AModelPathTheSystemRefusesIsAnErrorAtItsLine) {
+  const std::string name(300, 'T');
+  std::string message = error_of("model: /tmp/" + name + "\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n");
+  EXPECT_NE(message.find("cfg.yaml:1:"), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 400u) << "the path is quoted, not copied whole";
+  message = error_of("model: \"fake:\"\ntokenizer: /tmp/" + name + "\ntasks: {passkey: {}}\npolicies: [a]\nbudgets: [full]\n");
+  EXPECT_NE(message.find("cfg.yaml:2:"), std::string::npos) << message;
+}
+
 TEST(ConfigLimits, ASecondModelKeyIsRefused) {
   std::string message = error_of("model: \"fake:\"\nmodel: \"fake:delay_ms=1\"\ntasks: {passkey: {}}\n"
                                  "policies: [a]\nbudgets: [full]\n");
