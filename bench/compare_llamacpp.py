@@ -34,6 +34,11 @@ def llama_worker(args):
     import llama_cpp
 
     n_ctx = max(CONTEXT + args.decode_tokens + 8, 4096 + 64)
+    if args.worker == "rss":  # the context the prompt needs, as kvevict sizes its cache to the tokens seen
+        vocab_only = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
+        text = open(args.prompt_file, encoding="utf-8").read()
+        n_ctx = len(vocab_only.tokenize(text.encode("utf-8"), add_bos=True)) + 32 + 8
+        del vocab_only
     llm = llama_cpp.Llama(model_path=args.model, n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads,
                           n_batch=512, verbose=False)
     vocab = llm.n_vocab()
