@@ -7,22 +7,13 @@
 
 #include "core/util/error.h"
 #include "evals/results_store.h"
+#include "temp_db.h"
 
 using namespace kvevict::evals;
 
 namespace {
 
-struct TempDb {
-  std::string path;
-  explicit TempDb(const std::string& name)
-      : path((std::filesystem::temp_directory_path() / (name + std::to_string(getpid()) + ".db")).string()) {
-    remove();
-  }
-  ~TempDb() { remove(); }
-  void remove() {
-    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
-  }
-};
+using test::TempDb;
 
 RunRecord record(const std::string& hash, const std::string& model = "m.gguf") {
   RunRecord r;
