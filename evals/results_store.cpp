@@ -83,6 +83,11 @@ CREATE TABLE aggregates (
 ALTER TABLE runs ADD COLUMN reason TEXT;
 ALTER TABLE runs ADD COLUMN owner TEXT;
 )SQL",
+    // 3: which part of the samples a run covers ("" = all of them; "I/N" = shard I of N, see
+    // evals/shard.h). A shard's results are only a part: the leaderboard shows whole runs only.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN shard TEXT NOT NULL DEFAULT '';
+)SQL",
 };
 
 // A process identity that survives pid reuse: "<pid>:<start time in clock ticks since boot>"
@@ -170,12 +175,13 @@ RunRecord read_run(const Statement& row) {
   run.finished_at = row.text(11);
   run.status = row.text(12);
   run.reason = row.text(13);
+  run.shard = row.text(14);
   return run;
 }
 
 constexpr const char* kRunColumns =
     "id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device, seed, started_at, "
-    "finished_at, status, reason";
+    "finished_at, status, reason, shard";
 
 // Aggregates of the newest finished run per (model, task, policy, budget).
 constexpr const char* kLatestAggregates = R"SQL(
@@ -185,7 +191,7 @@ FROM (
          ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.budget
                             ORDER BY r.finished_at DESC, r.id DESC) AS newest
   FROM aggregates a JOIN runs r ON r.id = a.run_id
-  WHERE r.status = 'finished' AND (?1 = '' OR a.task = ?1) AND (?2 = '' OR instr(r.model, ?2) > 0)
+  WHERE r.status = 'finished' AND r.shard = '' AND (?1 = '' OR a.task = ?1) AND (?2 = '' OR instr(r.model, ?2) > 0)
     AND (?3 = 0 OR r.id = ?3)
 )
 WHERE newest = 1
@@ -283,12 +289,12 @@ void ResultsStore::migrate() {
 }
 
 std::optional<RunRecord> ResultsStore::find_run(const std::string& config_hash, const std::string& model_hash,
-                                                const std::string& status) {
+                                                const std::string& status, const std::string& shard) {
   std::string sql = std::string("SELECT ") + kRunColumns +
-                    " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND (status = ?3 OR (?3 = 'unfinished' AND "
+                    " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND shard = ?4 AND (status = ?3 OR (?3 = 'unfinished' AND "
                     "status IN ('running', 'failed'))) ORDER BY id DESC LIMIT 1";
   Statement query(db_, path_, sql.c_str());
-  query.bind(1, config_hash).bind(2, model_hash).bind(3, status);
+  query.bind(1, config_hash).bind(2, model_hash).bind(3, status).bind(4, shard);
   if (!query.step()) return std::nullopt;
   return read_run(query);
 }
@@ -322,11 +328,12 @@ int64_t ResultsStore::create_run(const RunRecord& record) {
   WriteTransaction transaction(db_, path_);
   Statement insert(db_, path_,
                    "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
-                   "device, seed, started_at, status, owner) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11)");
+                   "device, seed, started_at, status, owner, shard) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11, ?12)");
   insert.bind(1, record.name).bind(2, record.config_hash).bind(3, record.config_yaml).bind(4, record.kvevict_version);
   insert.bind(5, record.git_commit).bind(6, record.model).bind(7, record.model_hash).bind(8, record.device);
   insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc()).bind(11, process_identity(getpid()));
+  insert.bind(12, record.shard);
   insert.run();
   int64_t id = sqlite3_last_insert_rowid(db_);
   transaction.commit();

@@ -7,7 +7,8 @@
 // Tables:
 //   runs(id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash,
 //        device, seed, started_at, finished_at, status running|finished|failed,
-//        reason (why it failed), owner (the writing process: "pid:start time", NULL when none))
+//        reason (why it failed), owner (the writing process: "pid:start time", NULL when none),
+//        shard ("" = every sample, "I/N" = shard I of N; the leaderboard shows only whole runs))
 //   results(run_id, task, sample_key, policy, budget, ... ; UNIQUE(run_id, task, sample_key, policy, budget))
 //   aggregates(run_id, task, policy, budget, samples, score, ... ; PRIMARY KEY(run_id, task, policy, budget))
 #include <cstdint>
@@ -26,6 +27,7 @@ struct RunRecord {
   uint64_t seed = 0;
   std::string started_at, finished_at, status;
   std::string reason;  // why a failed run failed
+  std::string shard;   // "" = every sample of the config; "I/N" = shard I of N (evals/shard.h)
 };
 
 struct SampleResult {
@@ -62,7 +64,7 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
   // (empty, ":memory:", a "file:" URI, a directory or other non-regular file), RuntimeError naming
@@ -73,10 +75,10 @@ class ResultsStore {
   ResultsStore& operator=(const ResultsStore&) = delete;
 
   int schema_version();
-  // The newest run with this identity and status ("finished", "running", "failed", or
-  // "unfinished": running or failed).
+  // The newest run with this identity (config, model, shard) and status ("finished", "running",
+  // "failed", or "unfinished": running or failed).
   std::optional<RunRecord> find_run(const std::string& config_hash, const std::string& model_hash,
-                                    const std::string& status);
+                                    const std::string& status, const std::string& shard = "");
   std::optional<RunRecord> run(int64_t id);
   std::vector<RunRecord> runs();
   // Status "running", started_at now, owned by this process. create_run and claim_run throw

@@ -116,7 +116,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   const std::vector<Sample> samples = options.samples ? *options.samples : plan_samples(config, runner);
   const std::string model_hash = runner.model_hash();
   if (!options.force) {
-    if (auto finished = store.find_run(config.hash, model_hash, "finished")) {
+    if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
       summary.run_id = finished->id;
       summary.skipped = true;
       note("run #" + std::to_string(finished->id) + " of this config and model finished at " + finished->finished_at +
@@ -124,7 +124,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
       return summary;
     }
   }
-  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished");
+  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished", options.shard);
   if (options.resume && unfinished) {
     summary.run_id = unfinished->id;
     summary.resumed = true;
@@ -142,6 +142,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
     record.model_hash = model_hash;
     record.device = runner.device();
     record.seed = config.seed;
+    record.shard = options.shard;
     summary.run_id = store.create_run(record);
   }
 

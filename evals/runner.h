@@ -24,6 +24,9 @@ struct EvalOptions {
   // Samples from plan_samples (so a caller can validate before it opens the store); null: run_eval
   // plans them itself.
   const std::vector<Sample>* samples = nullptr;
+  // "" or "I/N": the run covers shard I of N of the samples (the caller passes that shard's samples
+  // in `samples`); recorded with the run, part of its identity for skip and --resume.
+  std::string shard;
 };
 
 struct EvalSummary {

@@ -99,10 +99,13 @@ TEST(ResultsStoreSafety, VersionOneDatabaseMigratesWithItsRows) {
     row.score = 75;
     store.insert_results(run, {row});
   }
-  // Today's schema (version 1): the runs table without reason and owner.
-  sql(db.path, "ALTER TABLE runs DROP COLUMN reason; ALTER TABLE runs DROP COLUMN owner; PRAGMA user_version=1");
+  // Schema version 1: the runs table without reason, owner and shard.
+  sql(db.path,
+      "ALTER TABLE runs DROP COLUMN reason; ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN shard; "
+      "PRAGMA user_version=1");
   ResultsStore store(db.path);
-  EXPECT_EQ(store.schema_version(), 2);
+  EXPECT_EQ(store.schema_version(), ResultsStore::kSchemaVersion);
+  EXPECT_EQ(store.run(run)->shard, "");
   ASSERT_EQ(store.results(run).size(), 1u);
   EXPECT_EQ(store.results(run)[0].score, 75);
   store.finish_run(run, "failed", "decoder error: out of memory");

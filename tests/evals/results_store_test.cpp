@@ -148,3 +148,26 @@ TEST(ResultsStore, UnwritableLocationIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("/no/such/dir/kvevict.db"), std::string::npos);
   }
 }
+
+TEST(ResultsStore, AShardIsItsOwnRunAndStaysOffTheLeaderboard) {
+  TempDb db("store_shard");
+  ResultsStore store(db.path);
+  RunRecord part = record("h");
+  part.shard = "1/2";
+  int64_t shard_run = store.create_run(part);
+  store.insert_results(shard_run, {result("k1", "p", "10%", 100)});
+  store.update_aggregates(shard_run);
+  store.finish_run(shard_run, "finished");
+  // The same config and model, but a part of its samples: neither a finished whole run nor on the board.
+  EXPECT_FALSE(store.find_run("h", "mh", "finished"));
+  ASSERT_TRUE(store.find_run("h", "mh", "finished", "1/2"));
+  EXPECT_EQ(store.find_run("h", "mh", "finished", "1/2")->shard, "1/2");
+  EXPECT_FALSE(store.find_run("h", "mh", "finished", "2/2"));
+  EXPECT_TRUE(store.leaderboard().empty());
+  int64_t whole = store.create_run(record("h"));
+  store.insert_results(whole, {result("k1", "p", "10%", 50)});
+  store.update_aggregates(whole);
+  store.finish_run(whole, "finished");
+  ASSERT_EQ(store.leaderboard().size(), 1u);
+  EXPECT_EQ(store.leaderboard()[0].run_id, whole);
+}
