@@ -222,6 +222,24 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   chain.back()[parts.back()] = value;
 }
 
+namespace {
+
+// precision: { half_width: points, over: task | suite }
+void read_precision(MapReader& top, EvalConfig& config) {
+  if (!top.has("precision")) return;
+  YAML::Node node = top.raw("precision");
+  MapReader reader(top.errors(), node, "precision");
+  config.precision.half_width = reader.get_double("half_width", 0, 0.1, 100);
+  if (!reader.has("half_width")) top.errors().error(node, "precision.half_width", "missing required key (points, e.g. 10)");
+  config.precision.over =
+      reader.get_choice("over", "task", {"task", "suite"}) == "suite" ? PrecisionScope::Suite : PrecisionScope::Task;
+  config.precision.where = top.errors().where(node, "precision");
+  reader.finish();
+  top.set_resolved("precision", reader.resolved());
+}
+
+}  // namespace
+
 EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& source, const LoadConfigOptions& options) {
   YAML::Node root;
   try {
@@ -301,6 +319,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   }
   read_policies(errors, top.raw("policies"), options, config);
   read_budgets(errors, top.raw("budgets"), config);
+  read_precision(top, config);
   top.finish();
   errors.throw_if_any();
 

@@ -18,6 +18,8 @@
 //   tasks: { <task name>: { <task options> } ... }       see evals/tasks/task.h for each task's keys
 //   policies: [ name | path | { policy: name-or-path, label: text, params: { key: value } } ... ]
 //   budgets: [ "10%" | "128" | "full" ... ]
+//   precision: { half_width: points > 0, over: task | suite }   refuse samples too few for 95% intervals
+//                                    that narrow (evals/precision.h); checked once the samples are planned
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +32,7 @@
 #include "core/decode/kv_type.h"
 #include "core/model/model.h"
 #include "core/engine/budget.h"
+#include "evals/precision.h"
 
 namespace kvevict::evals {
 
@@ -62,6 +65,7 @@ struct EvalConfig {
   std::vector<TaskConfig> tasks;
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;
+  PrecisionTarget precision;         // half_width 0: none asked for
   std::set<std::string> overridden;  // key paths set by --set (for messages)
 
   // Canonical YAML of every resolved value (defaults included, tasks' defaults filled by their

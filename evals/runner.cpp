@@ -62,6 +62,7 @@ std::vector<Sample> plan_samples(const EvalConfig& config, SampleRunner& runner)
   runner.prepare(config.policies);
   std::vector<Sample> samples = generate_samples(config, runner);
   check_samples_fit(config, runner, samples);
+  check_precision(config.precision, samples);  // of the whole config, before any shard is taken
   return samples;
 }
 

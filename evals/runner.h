@@ -40,7 +40,8 @@ struct EvalSummary {
 };
 
 // Loads the policies into the runner, generates every task's samples and checks that each fits the
-// model's context (prompt, question and answer). Throws UsageError at the task's `lengths`.
+// model's context (prompt, question and answer), and that they can reach the config's `precision`.
+// Throws UsageError at the task's `lengths` (or at `precision`).
 std::vector<Sample> plan_samples(const EvalConfig& config, SampleRunner& runner);
 
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options);
