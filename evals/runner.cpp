@@ -181,7 +181,15 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
       if (missing.empty()) continue;
       runner.begin_sample(sample);
       std::vector<SampleResult> rows;
+      // The full cache is the restored prefill whatever the policy (nothing is evicted, no observer
+      // runs): it is decoded once per sample and its outcome stored under every policy's `full`.
+      std::optional<RunOutcome> full_cache;
       for (const auto& [policy, budget] : missing) {
+        if (budget->kind == Budget::Kind::Full) {
+          if (!full_cache) full_cache = runner.run(*policy, *budget);
+          rows.push_back(make_row(sample, *policy, *budget, *full_cache));
+          continue;
+        }
         RunOutcome outcome = runner.run(*policy, *budget);
         rows.push_back(make_row(sample, *policy, *budget, outcome));
       }

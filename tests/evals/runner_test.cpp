@@ -107,7 +107,7 @@ TEST(Runner, ResumeAfterACrashLosesAndDuplicatesNothing) {
   TempDir dir("runner_resume");
   EvalConfig config = parse_eval_config(kConfig, "sweep.yaml");
   ResultsStore store(dir.db());
-  FailingRunner crashing(40);  // dies inside the 5th sample (9 results per sample)
+  FailingRunner crashing(30);  // dies inside the 5th sample (7 runs per sample: the full cache once; 9 results)
   EXPECT_THROW(run_eval(config, crashing, store, {}), kvevict::RuntimeError);
   // The run is marked failed with the reason (it was left "running" with no reason before).
   auto run = store.find_run(config.hash, crashing.model_hash(), "failed");
