@@ -188,8 +188,12 @@ class Planner {
   }
 
   static std::string unfinished_problem(const SourceRun& stale) {
-    std::string text = "shard " + shard_label(stale) + " is not finished: " + run_name(stale) + " is " + stale.run.status;
-    if (!stale.run.reason.empty()) text += " (" + stale.run.reason + ")";
+    std::string text = "shard " + shard_label(stale) + " is not finished: " + run_name(stale);
+    if (stale.run.status == "failed") {
+      text += " failed" + (stale.run.reason.empty() ? std::string() : " (" + stale.run.reason + ")");
+    } else {
+      text += " is still running (or its process was killed)";
+    }
     return text + "; continue it with kvevict eval --resume" +
            (stale.run.shard.empty() ? std::string() : " --shard " + stale.run.shard) + " --db " + stale.path;
   }
