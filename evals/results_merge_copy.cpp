@@ -16,8 +16,10 @@ namespace {
 // A plain connection: ResultsStore has opened (and so migrated) every file before the copy starts.
 class Connection {
  public:
-  Connection(const std::string& path, bool writable) : path_(path) {
-    const int flags = (writable ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_FULLMUTEX;
+  Connection(const std::string& path, bool writable) : path_(path) {  // writable: the merge writes here
+    // Inputs are only read, yet opened read-write: the last connection to close a WAL database
+    // checkpoints it and removes its -wal and -shm files, which a read-only one cannot do.
+    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX;
     if (sqlite3_open_v2(path.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
       const std::string message = db_ ? sqlite_error_text(db_) : "out of memory";
       sqlite3_close(db_);
