@@ -55,7 +55,6 @@ class Statement {
   void run() { while (step()) {} }
   void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
 
-  int column_count() const { return sqlite3_column_count(stmt_); }
   // The current row's value, valid until the next step() or reset().
   const sqlite3_value* column(int index) const { return sqlite3_column_value(stmt_, index); }
   int64_t int64(int column) const { return sqlite3_column_int64(stmt_, column); }
