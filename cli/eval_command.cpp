@@ -1,7 +1,10 @@
-// `kvevict eval -c CONFIG.yaml [--db FILE] [--set key=value ...] [--resume] [--force] [--limit N] [--quiet]`:
-// validates the whole config (exit 2 on any problem, before any work), sweeps every task sample under
-// every (policy, budget) into the SQLite store, then prints the run's leaderboard.
+// `kvevict eval -c CONFIG.yaml [--db FILE] [--set key=value ...] [--resume] [--force] [--limit N] [--quiet]
+//  [--shard I/N]`: validates the whole config (exit 2 on any problem, before any work), sweeps every task
+// sample under every (policy, budget) into the SQLite store, then prints the run's leaderboard. With
+// --shard only shard I of N of the planned samples runs (evals/shard.h) and the run is recorded as
+// that shard; `kvevict merge` joins the shards into the whole run the leaderboard shows.
 #include <iostream>
+#include <optional>
 
 #include "cli/command.h"
 #include "evals/config.h"
@@ -10,6 +13,7 @@
 #include "evals/results_store.h"
 #include "evals/runner.h"
 #include "evals/sample_runner.h"
+#include "evals/shard.h"
 
 namespace {
 
@@ -21,6 +25,8 @@ struct EvalArgs {
   bool force = false;
   int limit = -1;
   bool quiet = false;
+  std::string shard;
+  CLI::Option* shard_option = nullptr;  // given at all (an empty --shard '' is refused, not ignored)
 };
 
 std::function<int()> setup_eval(CLI::App& app) {
@@ -34,8 +40,12 @@ std::function<int()> setup_eval(CLI::App& app) {
   app.add_flag("--force", args->force, "Run even if an identical run already finished");
   app.add_option("--limit", args->limit, "At most N samples per grid point (smoke runs)")->check(CLI::NonNegativeNumber);
   app.add_flag("-q,--quiet", args->quiet, "No progress and no leaderboard on the terminal");
+  args->shard_option = app.add_option("--shard", args->shard,
+                 "Run only shard I of N of the samples (0-based I, as SLURM_ARRAY_TASK_ID); join with kvevict merge");
   return [args] {
     using namespace kvevict::evals;
+    std::optional<ShardSpec> shard;  // checked first: a bad spec is refused before the model loads
+    if (args->shard_option->count() > 0) shard = parse_shard(args->shard);
     LoadConfigOptions options;
     options.overrides = args->overrides;
     options.limit = args->limit;
@@ -46,9 +56,18 @@ std::function<int()> setup_eval(CLI::App& app) {
     // run that cannot start.
     auto runner = make_sample_runner(config);
     check_config_for_model(config, runner->context_length());  // lengths that do not fit: exit 2
-    const std::vector<Sample> samples = plan_samples(config, *runner);  // every sample fits, or exit 2
-    ResultsStore store(args->db);
+    std::vector<Sample> samples = plan_samples(config, *runner);  // every sample fits, or exit 2
     EvalOptions eval_options;
+    if (shard) {
+      const size_t planned = samples.size();
+      samples = shard_samples(samples, *shard);
+      eval_options.shard = shard->text();
+      if (!args->quiet) {
+        std::cerr << "kvevict: shard " << shard->text() << ": " << samples.size() << " of " << planned << " samples"
+                  << (samples.empty() ? " (an empty shard: it records a finished run with no results)" : "") << "\n";
+      }
+    }
+    ResultsStore store(args->db);
     eval_options.samples = &samples;
     eval_options.resume = args->resume;
     eval_options.force = args->force;
@@ -61,6 +80,11 @@ std::function<int()> setup_eval(CLI::App& app) {
       if (!summary.skipped) {
         std::cerr << "kvevict: run #" << summary.run_id << " finished: " << summary.samples << " samples, "
                   << summary.results_written << " results written, " << summary.prefills << " full-cache prefills\n";
+      }
+      if (shard) {  // a shard is a part: the leaderboard shows whole runs only
+        std::cerr << "kvevict: run #" << summary.run_id << " is shard " << shard->text()
+                  << "; join the shards with: kvevict merge OUT.db SHARD.db...\n";
+        return 0;
       }
       // The same cells as `kvevict leaderboard`: n, intervals and the difference to full.
       std::cout << render_leaderboard(build_leaderboard(store.leaderboard("", "", summary.run_id), store_sample_scores(store)),

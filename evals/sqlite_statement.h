@@ -39,6 +39,10 @@ class Statement {
   Statement& bind(int index, int64_t value) { check(sqlite3_bind_int64(stmt_, index, value)); return *this; }
   Statement& bind(int index, int value) { return bind(index, static_cast<int64_t>(value)); }
   Statement& bind(int index, double value) { check(sqlite3_bind_double(stmt_, index, value)); return *this; }
+  Statement& bind_null(int index) { check(sqlite3_bind_null(stmt_, index)); return *this; }
+  // Binds a copy of a value read from any connection (column(), below): copies rows generically,
+  // whatever the column's type.
+  Statement& bind(int index, const sqlite3_value* value) { check(sqlite3_bind_value(stmt_, index, value)); return *this; }
 
   // True while a row is available.
   bool step() {
@@ -51,6 +55,8 @@ class Statement {
   void run() { while (step()) {} }
   void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
 
+  // The current row's value, valid until the next step() or reset().
+  const sqlite3_value* column(int index) const { return sqlite3_column_value(stmt_, index); }
   int64_t int64(int column) const { return sqlite3_column_int64(stmt_, column); }
   double real(int column) const { return sqlite3_column_double(stmt_, column); }
   std::string text(int column) const {

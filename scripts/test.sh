@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/slurm/ci-cluster.sh  # sharded eval on a one-node SLURM cluster, merged vs unsharded (root; KVEVICT_SKIP_SLURM=1 skips)
 bash scripts/fuzz.sh
 if [[ "${KVEVICT_SKIP_SANITIZE:-0}" != 1 ]]; then
   bash scripts/sanitize.sh
