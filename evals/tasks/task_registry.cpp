@@ -12,6 +12,10 @@ const std::vector<TaskType>& task_types() {
       {"kv_retrieval", "find the value of one key among many random key/value pairs", make_kv_retrieval_task},
       {"fidelity", "teacher-forced KL / top-1 agreement and greedy agreement vs the full cache", make_fidelity_task},
       {"longbench", "LongBench JSONL files from a local folder, LongBench prompts and metrics", make_longbench_task},
+      {"ruler_niah", "RULER needle-in-a-haystack: multi-key, multi-value, multi-query; number, word or UUID values", make_ruler_niah_task},
+      {"ruler_vt", "RULER variable tracking: name every variable a chain of assignments gives a value", make_ruler_vt_task},
+      {"ruler_cwe", "RULER common words extraction: the most common words of a numbered word list", make_ruler_cwe_task},
+      {"ruler_fwe", "RULER frequent words extraction: the 3 most frequent words of a Zipf-drawn sequence", make_ruler_fwe_task},
   };
   return types;
 }

@@ -12,6 +12,10 @@ std::unique_ptr<Task> make_needle_task(MapReader& reader, const std::string& ins
 std::unique_ptr<Task> make_kv_retrieval_task(MapReader& reader, const std::string& instance);
 std::unique_ptr<Task> make_fidelity_task(MapReader& reader, const std::string& instance);
 std::unique_ptr<Task> make_longbench_task(MapReader& reader, const std::string& instance);
+std::unique_ptr<Task> make_ruler_niah_task(MapReader& reader, const std::string& instance);
+std::unique_ptr<Task> make_ruler_vt_task(MapReader& reader, const std::string& instance);
+std::unique_ptr<Task> make_ruler_cwe_task(MapReader& reader, const std::string& instance);
+std::unique_ptr<Task> make_ruler_fwe_task(MapReader& reader, const std::string& instance);
 
 // "50" for 50.0, "12.5" for 12.5, "random" for a negative depth.
 std::string format_depth(double depth);
