@@ -1,5 +1,6 @@
 #include "evals/runner.h"
 
+#include <map>
 #include <optional>
 
 #include "core/util/error.h"
@@ -80,9 +81,12 @@ double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::
 namespace {
 
 // One stored row: the sample's identity and grid, the policy's outcome and its score.
-SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Budget& budget, const RunOutcome& outcome) {
+SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Budget& budget, const RunOutcome& outcome,
+                      const std::string& policy_hash, const std::string& prompt_hash) {
   nlohmann::json extra = outcome.extra;
   SampleResult row;
+  row.policy_hash = policy_hash;
+  row.prompt_hash = prompt_hash;
   row.score = score_outcome(sample, outcome, extra);
   row.task = sample.task;
   row.sample_key = sample.key;
@@ -104,6 +108,17 @@ SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Bu
   return row;
 }
 
+// The first label whose content differs from the one a stored run used ("" when none does). Labels
+// the run has no hash for (rows from before schema version 4, or none yet) are not a difference.
+std::string changed_policy(const std::map<std::string, std::string>& stored,
+                           const std::map<std::string, std::string>& current) {
+  for (const auto& [label, hash] : stored) {
+    auto now = current.find(label);
+    if (now != current.end() && now->second != hash) return label;
+  }
+  return "";
+}
+
 }  // namespace
 
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options) {
@@ -115,16 +130,36 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   // run is recorded: nothing is written for a run that cannot start.
   const std::vector<Sample> samples = options.samples ? *options.samples : plan_samples(config, runner);
   const std::string model_hash = runner.model_hash();
+  // The config names its policies; their content (the file's text, resolved parameters) is part of
+  // what a run measured: a finished run is only skipped, and an unfinished one only resumed, when
+  // every policy it has results for still has the content it ran with.
+  std::vector<PolicySource> sources;
+  std::map<std::string, std::string> policy_hash;  // by label
+  for (const auto& policy : config.policies) {
+    sources.push_back(runner.policy_source(policy));
+    policy_hash[policy.label] = sources.back().hash;
+  }
   if (!options.force) {
     if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
-      summary.run_id = finished->id;
-      summary.skipped = true;
-      note("run #" + std::to_string(finished->id) + " of this config and model finished at " + finished->finished_at +
-           "; skipping (use --force to run it again)");
-      return summary;
+      const std::string changed = changed_policy(store.run_policy_hashes(finished->id), policy_hash);
+      if (changed.empty()) {
+        summary.run_id = finished->id;
+        summary.skipped = true;
+        note("run #" + std::to_string(finished->id) + " of this config and model finished at " +
+             finished->finished_at + "; skipping (use --force to run it again)");
+        return summary;
+      }
+      note("run #" + std::to_string(finished->id) + " of this config ran another version of policy '" + changed +
+           "'; running again");
     }
   }
   std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished", options.shard);
+  std::string changed_since = unfinished ? changed_policy(store.run_policy_hashes(unfinished->id), policy_hash) : "";
+  if (options.resume && unfinished && !changed_since.empty()) {
+    note("run #" + std::to_string(unfinished->id) + " ran another version of policy '" + changed_since +
+         "'; starting a new run instead of resuming it");
+    unfinished.reset();
+  }
   if (options.resume && unfinished) {
     summary.run_id = unfinished->id;
     summary.resumed = true;
@@ -157,6 +192,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   };
   std::optional<Progress> progress;
   try {
+    store.insert_policies(sources);  // once per content; the results name them by hash
     summary.samples = static_cast<int64_t>(samples.size());
     const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
     summary.results_total = summary.samples * per_sample;
@@ -178,13 +214,16 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
         }
       }
       if (missing.empty()) continue;
-      runner.begin_sample(sample);
+      // The text built here is the text prefilled and the text stored: a replay feeds it back.
+      const PromptText text = runner.prompt_text(sample);
+      const StoredPrompt prompt = make_stored_prompt(sample, text);
+      runner.begin_prompt(sample, text);
       std::vector<SampleResult> rows;
       for (const auto& [policy, budget] : missing) {
         RunOutcome outcome = runner.run(*policy, *budget);
-        rows.push_back(make_row(sample, *policy, *budget, outcome));
+        rows.push_back(make_row(sample, *policy, *budget, outcome, policy_hash.at(policy->label), prompt.hash));
       }
-      store.insert_results(summary.run_id, rows);
+      store.insert_results(summary.run_id, rows, {prompt});
       summary.results_written += static_cast<int64_t>(rows.size());
       progress->advance(static_cast<int64_t>(rows.size()));
     }
