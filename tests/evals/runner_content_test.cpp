@@ -10,6 +10,7 @@
 #include "core/util/error.h"
 #include "evals/config.h"
 #include "evals/fake_runner.h"
+#include "evals/report.h"
 #include "evals/results_store.h"
 #include "evals/runner.h"
 #include "evals/text_hash.h"
@@ -98,6 +99,13 @@ TEST(RunnerContent, TwoFilesOfOneNameAreTwoRowsAndTheSameContentIsOne) {
   for (const auto& row : store.leaderboard()) run_of[row.policy] = row.run_id;
   EXPECT_EQ(run_of, (std::map<std::string, int64_t>{{"snap@" + hash_a.substr(0, 6), run_c},
                                                      {"snap@" + hash_b.substr(0, 6), run_b}}));
+  // The report's policies table names each by its file and full hash.
+  const ReportFiles files = write_report(store, (dir.path / "report").string());
+  std::ifstream in(files.index);
+  const std::string html((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(html.find("id=\"policies\""), std::string::npos);
+  EXPECT_NE(html.find("<td>snap@" + hash_b.substr(0, 6) + "</td><td>" + b + "</td><td class=\"hash\">" + hash_b),
+            std::string::npos);
 }
 
 TEST(RunnerContent, AnEditedPolicyFileIsRunAgainNotSkipped) {
