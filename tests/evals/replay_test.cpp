@@ -92,7 +92,9 @@ TEST(Replay, EveryStoredResultReplaysEqual) {
     EXPECT_EQ(report.score, row.score);
     EXPECT_EQ(report.policy.hash, row.policy_hash);
     EXPECT_EQ(report.eviction.has_value(), row.budget != "full");
-    if (report.eviction) EXPECT_EQ(report.eviction->policy, row.policy);
+    if (report.eviction) {
+      EXPECT_EQ(report.eviction->policy, row.policy);
+    }
   }
   EXPECT_EQ(fingerprint(db.path), before);
 }
