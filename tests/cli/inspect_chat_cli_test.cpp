@@ -81,3 +81,15 @@ TEST(InspectChat, PrefillsTheEvalRunnersIdsForTheSameMessage) {
   EXPECT_EQ(inspect_ids(model, templated, "--parse-special"), eval_ids);
   std::filesystem::remove_all(dir);
 }
+
+TEST(InspectChat, AMessageLongerThanTheContextIsAUsageError) {
+  if (auto reason = kvevict::test::stories_missing_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  std::string words;
+  for (int i = 0; i < 700; ++i) words += "word ";
+  auto r = run_kvevict("inspect -m " + kvevict::test::stories_checkpoint() + " --tokenizer " +
+                       kvevict::test::stories_tokenizer() + " --chat -p '" + words +
+                       "' --policy streamingllm --budget 16 --json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("the model's context is 512"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}

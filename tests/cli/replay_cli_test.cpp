@@ -140,6 +140,13 @@ TEST(ReplayCli, RefusalsExitWith2AndWriteNothing) {
   auto no_id = run_kvevict("replay --db " + dir.db());
   EXPECT_EQ(no_id.exit_code, 2);
   EXPECT_NE(no_id.err.find("replay needs a RESULT_ID"), std::string::npos) << no_id.err;
+  for (const std::string& args : {std::string("replay abc"), std::string("replay 1 --list 1"), std::string("replay -3")}) {
+    auto bad = run_kvevict(args + " --db " + dir.db());
+    EXPECT_EQ(bad.exit_code, 2) << args << "\n" << bad.err;
+  }
+  auto no_run = run_kvevict("replay --list 99 --db " + dir.db());
+  EXPECT_EQ(no_run.exit_code, 2);
+  EXPECT_NE(no_run.err.find("run #99: no such run"), std::string::npos) << no_run.err;
   auto no_db = run_kvevict("replay 1 --db " + (dir.path / "absent.db").string());
   EXPECT_EQ(no_db.exit_code, 2);
   EXPECT_NE(no_db.err.find("absent.db: no such results database"), std::string::npos) << no_db.err;
