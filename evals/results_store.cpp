@@ -135,7 +135,7 @@ void ResultsStore::open(Access access) {
       check_version(schema_version());
       return;
     }
-    exec("PRAGMA journal_mode=WAL");
+    enable_wal();
     exec("PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=ON");
     migrate();
@@ -151,6 +151,19 @@ void ResultsStore::open(Access access) {
 }
 
 ResultsStore::~ResultsStore() { sqlite3_close(db_); }
+
+void ResultsStore::enable_wal() {
+  // Switching the journal mode takes an exclusive lock without calling the busy handler: two
+  // processes creating one database at once (two `eval` on a new file) saw "database is locked"
+  // here. Retry for the busy timeout instead.
+  for (int waited_ms = 0;; waited_ms += 10) {
+    const int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || waited_ms >= 60000) break;
+    sqlite3_sleep(10);
+  }
+  exec("PRAGMA journal_mode=WAL");  // once more, for the error message
+}
 
 void ResultsStore::exec(const char* sql) { sqlite_exec(db_, path_, sql); }
 

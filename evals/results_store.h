@@ -145,6 +145,7 @@ class ResultsStore {
   void migrate();
   void require_writable();  // RuntimeError when SQLite opened the file read-only
   void open(Access access);
+  void enable_wal();  // PRAGMA journal_mode=WAL, retried while another process holds the file
   void check_version(int version);  // RuntimeError for a version newer than this build, or negative
   sqlite3* db_ = nullptr;
   std::string path_;
