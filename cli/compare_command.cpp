@@ -17,7 +17,8 @@ struct CompareArgs {
 
 std::function<int()> setup_compare(CLI::App& app) {
   auto args = std::make_shared<CompareArgs>();
-  app.add_option("A", args->a, "Policy (leaderboard name)")->required();
+  app.add_option("A", args->a, "Policy (leaderboard name: snapkv, or snapkv@3f2a91 where one name has several contents)")
+      ->required();
   app.add_option("B", args->b, "Policy to compare against")->required();
   app.add_option("--db", args->db, "Results database (SQLite)")->capture_default_str();
   app.add_option("--task", args->task, "Only this task");

@@ -1,15 +1,17 @@
 // `kvevict inspect`: runs a prompt's prefill with a policy applied and shows what it kept: per layer
 // and KV head the budget and the original positions of the kept tokens (ascending), plus the
-// cache bytes before and after. --json prints one object:
-// {"policy","budget","prompt_tokens","gqa_mode","layers":[{"layer","heads":[{"kv_head","budget","kept"}]}],
-//  "bytes_full","bytes_kept"} (and, for a codebook policy, "bytes_codebook").
-// "kv_head" is the index of the stored head: the KV head ("gqa_mode": "kv_head"), or, for a policy
-// that unfolds GQA ("gqa_mode": "unfold"), the query head, which then also has "query_head" (the
-// same index) and "source_kv_head" (query_head / G, the KV head its entries were copied from).
+// cache bytes before and after (cli/eviction_report_output.h; --json prints that object plus
+// "prompt_ids", the token ids prefilled).
+// --chat wraps the prompt in the model's chat template as the eval does for a query-aware sample
+// (evals/prompt_text.h: BOS, the template, special tokens such as <|im_start|> as one id each), so
+// inspect prefills exactly the ids `kvevict eval` prefills for that user message.
+// --parse-special keeps the text as given but maps special-token strings to their ids (a prompt
+// that is already templated, e.g. a stored prompt from the results database).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/eviction_report_output.h"
 #include "cli/option_checks.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
@@ -17,6 +19,7 @@
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
+#include "evals/prompt_text.h"
 
 namespace kvevict::cli {
 namespace {
@@ -29,59 +32,30 @@ struct InspectOptions {
   WeightStorage weights = WeightStorage::Native;
   std::string kv_type = "f16";
   bool json = false;
+  bool chat = false;
+  bool parse_special = false;
 };
 
 std::vector<int> encode_prompt(const Model& model, const InspectOptions& o) {
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) text = read_input_file(o.prompt_file, InputLimits::kPromptFile, "prompt file");
-  std::vector<int> ids = model.tokenizer->encode(text, /*add_bos=*/true);
+  std::vector<int> ids;
+  if (o.chat) {
+    // The eval's query-aware layout with the whole text as the user message: the same function
+    // builds the eval's prompt, so the ids cannot drift apart.
+    evals::Sample message;
+    message.context = text;
+    message.separator.clear();
+    message.query_aware = true;
+    ids = evals::encode_prompt_text(*model.tokenizer, evals::build_prompt_text(message, model.info.chat_template)).prefill;
+  } else {
+    ids = model.tokenizer->encode(text, /*add_bos=*/true, o.parse_special);
+  }
   if (ids.empty()) throw UsageError("the prompt is empty and the vocabulary has no BOS token to start from");
   if (static_cast<int>(ids.size()) > model.config.context_length)
     throw UsageError("the prompt has " + std::to_string(ids.size()) + " tokens; the model's context is " +
                      std::to_string(model.config.context_length));
   return ids;
-}
-
-nlohmann::json to_json(const EvictionReport& r, int group) {
-  nlohmann::json layers = nlohmann::json::array();
-  for (size_t l = 0; l < r.layers.size(); ++l) {
-    nlohmann::json heads = nlohmann::json::array();
-    for (size_t h = 0; h < r.layers[l].size(); ++h) {
-      nlohmann::json head = {{"kv_head", h}, {"budget", r.layers[l][h].budget}, {"kept", r.layers[l][h].kept_positions}};
-      if (r.gqa_unfolded) {
-        head["query_head"] = h;
-        head["source_kv_head"] = h / group;
-      }
-      heads.push_back(head);
-    }
-    layers.push_back({{"layer", l}, {"heads", heads}});
-  }
-  nlohmann::json j = {{"policy", r.policy},          {"budget", r.budget},       {"prompt_tokens", r.prompt_len},
-                      {"layers", layers},            {"bytes_full", r.bytes_full}, {"bytes_kept", r.bytes_kept},
-                      {"gqa_mode", r.gqa_unfolded ? "unfold" : "kv_head"}};
-  if (r.bytes_codebook > 0) j["bytes_codebook"] = r.bytes_codebook;
-  return j;
-}
-
-void print_text(const EvictionReport& r, int group) {
-  std::cout << "policy " << r.policy << ", budget " << r.budget << ", prompt " << r.prompt_len << " tokens"
-            << (r.prefill_evicted ? "" : " (no prefill eviction: the prompt fits the budget or the policy has none)")
-            << "\n";
-  for (size_t l = 0; l < r.layers.size(); ++l) {
-    for (size_t h = 0; h < r.layers[l].size(); ++h) {
-      const HeadReport& head = r.layers[l][h];
-      if (r.gqa_unfolded) std::cout << "layer " << l << " query_head " << h << " (KV head " << h / group << ")";
-      else std::cout << "layer " << l << " kv_head " << h;
-      std::cout << " budget " << head.budget << " kept "
-                << head.kept_positions.size() << ":";
-      for (int32_t p : head.kept_positions) std::cout << ' ' << p;
-      std::cout << "\n";
-    }
-  }
-  const double pct = r.bytes_full ? 100.0 * static_cast<double>(r.bytes_kept) / static_cast<double>(r.bytes_full) : 0;
-  std::cout << "cache bytes: full " << r.bytes_full << ", kept " << r.bytes_kept << " (" << pct << "%)";
-  if (r.bytes_codebook > 0) std::cout << ", as codebook " << r.bytes_codebook;
-  std::cout << "\n";
 }
 
 std::function<int()> setup_inspect(CLI::App& app) {
@@ -102,7 +76,13 @@ std::function<int()> setup_inspect(CLI::App& app) {
       ->transform(CLI::CheckedTransformer(std::map<std::string, WeightStorage>{{"native", WeightStorage::Native}, {"f32", WeightStorage::F32}}));
   app.add_option("--kv-type", o->kv_type, "KV cache element type: f16, bf16 or f32 (the exact reference)")
       ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
-  app.add_flag("--json", o->json, "Print one JSON object");
+  app.add_flag("--json", o->json, "Print one JSON object (with the prompt's token ids)");
+  app.add_flag("--chat", o->chat,
+                            "Wrap the prompt in the model's chat template and parse special tokens, as kvevict eval "
+                            "does (the prompt is the user message)");
+  app.add_flag("--parse-special", o->parse_special,
+               "Map special-token text such as <|im_start|> to its id (the prompt is already templated; "
+               "--chat implies it)");
 
   return [o]() {
     if (o->prompt.empty() && o->prompt_file.empty()) throw UsageError("inspect needs a prompt: -p TEXT or --prompt-file FILE");
@@ -120,9 +100,11 @@ std::function<int()> setup_inspect(CLI::App& app) {
     decoder->forward(tokens, &engine);
     const EvictionReport& r = engine.report();
     if (o->json) {
-      std::cout << to_json(r, model->config.group_size()).dump() << "\n";
+      nlohmann::json out = eviction_report_json(r, model->config.group_size());
+      out["prompt_ids"] = tokens;
+      std::cout << out.dump() << "\n";
     } else {
-      print_text(r, model->config.group_size());
+      print_eviction_report(std::cout, r, model->config.group_size());
     }
     return 0;
   };

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct PolicyChoice {
   std::string policy;  // built-in name or path, as written
   std::string label;   // how results name it (default: the policy, plus params when given)
   std::map<std::string, std::string> params;
+  // The policy's source text to compile instead of reading the file `policy` names: a replay
+  // (evals/replay.h) runs exactly the text the results store kept. Never set from a config file.
+  std::optional<std::string> source;
 };
 
 // One task instance: its registered type and its options, checked by the task's own validator.

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "core/engine/engine.h"
-#include "dsl/policy_loader.h"
+#include "evals/policy_source.h"
 #include "evals/prefill_evictor.h"
 
 namespace kvevict::evals {
@@ -17,9 +17,10 @@ class EngineEvictor : public PrefillEvictor {
   void prepare(const std::vector<PolicyChoice>& policies, const Model& model) override {
     config_ = model.config;
     for (const auto& choice : policies) {
-      auto program = load_policy(choice.policy, choice.params);
-      accumulated_ = accumulated_ || program->description().needs_accumulated_attention;
-      programs_[choice.label] = std::move(program);
+      LoadedPolicy loaded = load_policy_choice(choice);  // the text read once is the text compiled and stored
+      accumulated_ = accumulated_ || loaded.program->description().needs_accumulated_attention;
+      programs_[choice.label] = std::move(loaded.program);
+      sources_[choice.label] = std::move(loaded.source);
     }
   }
 
@@ -41,10 +42,14 @@ class EngineEvictor : public PrefillEvictor {
     return program.description().run.decode_every > 0 ? engine_.get() : nullptr;
   }
 
+  PolicySource source(const PolicyChoice& choice) const override { return sources_.at(choice.label); }
+  const EvictionReport* report() const override { return engine_ ? &engine_->report() : nullptr; }
+
  private:
   uint64_t seed_;
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
+  std::map<std::string, PolicySource> sources_;  // by label
   bool accumulated_ = false;
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;

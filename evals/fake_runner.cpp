@@ -9,6 +9,7 @@
 
 #include "core/util/error.h"
 #include "evals/metrics/metrics.h"
+#include "evals/policy_source.h"
 #include "evals/util/rng.h"
 #include "evals/text_hash.h"
 
@@ -38,14 +39,46 @@ std::string FakeRunner::model_hash() { return sha256_text(spec_); }
 
 int FakeRunner::count_tokens(std::string_view text) { return static_cast<int>(split_words(text).size()); }
 
-void FakeRunner::prepare(const std::vector<PolicyChoice>& policies) { (void)policies; }
+void FakeRunner::prepare(const std::vector<PolicyChoice>& policies) {
+  for (const auto& choice : policies) {
+    sources_[choice.label] = make_policy_source(choice, policy_text_if_any(choice), params_json_as_written(choice));
+  }
+}
 
-void FakeRunner::begin_sample(const Sample& sample) {
+PromptText FakeRunner::prompt_text(const Sample& sample) {
+  PromptText text;
+  text.prefill = sample.context;
+  if (sample.fidelity) text.continuation = sample.continuation;
+  else if (sample.query_aware) text.prefill += sample.separator + sample.question;
+  else text.tail = sample.separator + sample.question;
+  return text;
+}
+
+void FakeRunner::begin_prompt(const Sample& sample, const PromptText& text) {
   sample_ = sample;
-  std::string compressed = sample.context;
-  if (sample.query_aware) compressed += sample.separator + sample.question;
-  words_ = split_words(compressed);
+  words_ = split_words(text.prefill);
+  evicted_ = false;
   ++prefills_;
+}
+
+void FakeRunner::record_report(const PolicyChoice& policy, const Budget& budget, const std::vector<bool>& kept,
+                               int keep) {
+  evicted_ = budget.kind != Budget::Kind::Full;
+  report_ = EvictionReport{};
+  report_.policy = policy.label;
+  report_.budget = budget.text;
+  report_.prompt_len = static_cast<int>(kept.size());
+  report_.stored_heads = 1;
+  HeadReport head;
+  head.budget = keep;
+  for (int i = 0; i < static_cast<int>(kept.size()); ++i) {
+    if (kept[i]) head.kept_positions.push_back(i);
+  }
+  head.kept = static_cast<int>(head.kept_positions.size());
+  report_.bytes_full = kept.size() * 64;  // as RunOutcome::kv_bytes_full
+  report_.bytes_kept = static_cast<size_t>(head.kept) * 64;
+  report_.layers = {{head}};
+  report_.prefill_evicted = evicted_ && head.kept < report_.prompt_len;
 }
 
 RunOutcome FakeRunner::run(const PolicyChoice& policy, const Budget& budget) {
@@ -74,6 +107,7 @@ RunOutcome FakeRunner::run(const PolicyChoice& policy, const Budget& budget) {
     }
   }
   for (int i = n - 1; i >= 0 && count < keep; --i) take(i);
+  record_report(policy, budget, kept, keep);
 
   std::set<std::string> surviving;
   for (int i = 0; i < n; ++i) {

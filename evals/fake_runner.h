@@ -3,8 +3,13 @@
 // runs of the store and CLI). Tokens are whitespace words. A policy keeps the first 4 words, the
 // most recent words, and a seeded random share of the rest that depends on the policy's label, up
 // to the budget; the "answer" is every reference whose words all survived, else "unknown".
-// It measures nothing about real eviction quality; it exercises the sweep, store and CLI.
+// It measures nothing about real eviction quality; it exercises the sweep, store, CLI and replay.
+// Its prompt text is the context (plus the question when query-aware); its policy record is the
+// text of the file the policy names, when it names one, with the overrides as written; its
+// eviction report is one layer with one head whose kept positions are word indices.
 // Spec: "fake:" or "fake:delay_ms=N" (sleep N ms per run, so tests can kill a run mid-way).
+#include <map>
+
 #include "evals/sample_runner.h"
 
 namespace kvevict::evals {
@@ -18,16 +23,24 @@ class FakeRunner : public SampleRunner {
   int context_length() const override { return 0; }
   int positions_needed(const Sample&) override { return 0; }
   void prepare(const std::vector<PolicyChoice>& policies) override;
-  void begin_sample(const Sample& sample) override;
+  PolicySource policy_source(const PolicyChoice& policy) const override { return sources_.at(policy.label); }
+  PromptText prompt_text(const Sample& sample) override;
+  void begin_prompt(const Sample& sample, const PromptText& text) override;
   RunOutcome run(const PolicyChoice& policy, const Budget& budget) override;
+  const EvictionReport* eviction_report() const override { return evicted_ ? &report_ : nullptr; }
+  int gqa_group() const override { return 1; }
   int64_t prefill_count() const override { return prefills_; }
 
  private:
+  void record_report(const PolicyChoice& policy, const Budget& budget, const std::vector<bool>& kept, int keep);
   std::string spec_;
   int delay_ms_ = 0;
   Sample sample_;
   std::vector<std::string> words_;
   int64_t prefills_ = 0;
+  std::map<std::string, PolicySource> sources_;  // by label
+  EvictionReport report_;
+  bool evicted_ = false;
 };
 
 }  // namespace kvevict::evals

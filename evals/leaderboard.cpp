@@ -80,6 +80,7 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
   return {{"model", group.model},
           {"task", group.task},
           {"policy", row.policy},
+          {"policy_hash", a.policy_hash},
           {"budget", a.budget},
           {"score", a.score},
           {"samples", cell.score.n},

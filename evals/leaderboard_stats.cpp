@@ -60,7 +60,8 @@ SampleScoreSource store_sample_scores(ResultsStore& store) {
     if (it == cache->end()) it = cache->emplace(aggregate.run_id, store.results(aggregate.run_id)).first;
     std::map<std::string, double> scores;
     for (const auto& result : it->second) {
-      if (result.task == aggregate.task && result.policy == aggregate.policy && result.budget == aggregate.budget)
+      // Within one run a label has one content: the stored label finds the aggregate's rows.
+      if (result.task == aggregate.task && result.policy == aggregate.policy_name && result.budget == aggregate.budget)
         scores[result.sample_key] = result.score;
     }
     return scores;

@@ -6,10 +6,10 @@
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
 #include "core/model/model.h"
-#include "core/tokenizer/chat_template.h"
 #include "core/util/error.h"
 #include "evals/metrics/metrics.h"
 #include "evals/model_runner.h"
+#include "evals/prompt_text.h"
 #include "core/util/sha256.h"
 #include "evals/text_hash.h"
 #include "jit/device.h"
@@ -63,8 +63,15 @@ class ModelRunner : public SampleRunner {
     evictor_->prepare(policies, *model_);
   }
 
+  PolicySource policy_source(const PolicyChoice& policy) const override { return evictor_->source(policy); }
+
+  PromptText prompt_text(const Sample& sample) override { return build_prompt_text(sample, template_); }
+
+  const EvictionReport* eviction_report() const override { return evicted_ ? evictor_->report() : nullptr; }
+  int gqa_group() const override { return model_->config.group_size(); }
+
   int positions_needed(const Sample& sample) override {
-    tokenize(sample);
+    tokenize(prompt_text(sample));
     const int prompt = static_cast<int>(prompt_tokens_.size());
     if (sample.fidelity) {
       return prompt + std::max(static_cast<int>(continuation_tokens_.size()), sample.greedy_tokens - 1);
@@ -72,9 +79,10 @@ class ModelRunner : public SampleRunner {
     return prompt + static_cast<int>(tail_tokens_.size()) + std::max(0, sample.max_new_tokens - 1);
   }
 
-  void begin_sample(const Sample& sample) override {
+  void begin_prompt(const Sample& sample, const PromptText& text) override {
     sample_ = sample;
-    tokenize(sample);
+    evicted_ = false;
+    tokenize(text);
     decoder_->reset();
     ForwardObserver* recorder = evictor_->start_recording(static_cast<int>(prompt_tokens_.size()));
     auto start = Clock::now();
@@ -141,22 +149,12 @@ class ModelRunner : public SampleRunner {
 
  private:
   // Fills prompt_tokens_ (compressed part), tail_tokens_ (run after eviction) and
-  // continuation_tokens_ (fidelity) for `sample`.
-  void tokenize(const Sample& sample) {
-    const std::string message = sample.context + sample.separator + sample.question;
-    const std::string prompt = apply_chat_template(template_, message);
-    size_t at = prompt.find(message);
-    if (at == std::string::npos) throw RuntimeError("chat template '" + template_ + "' does not contain the message");
-    std::string compressed, tail;
-    if (sample.query_aware || sample.fidelity) {
-      compressed = sample.fidelity ? sample.context : prompt + sample.answer_prefix;
-    } else {
-      compressed = prompt.substr(0, at + sample.context.size());
-      tail = prompt.substr(at + sample.context.size()) + sample.answer_prefix;
-    }
-    prompt_tokens_ = model_->tokenizer->encode(compressed, true, true);
-    tail_tokens_ = tail.empty() ? std::vector<int>{} : model_->tokenizer->encode(tail, false, true);
-    continuation_tokens_ = sample.fidelity ? model_->tokenizer->encode(sample.continuation, false) : std::vector<int>{};
+  // continuation_tokens_ (fidelity) from the prompt's text.
+  void tokenize(const PromptText& text) {
+    PromptIds ids = encode_prompt_text(*model_->tokenizer, text);
+    prompt_tokens_ = std::move(ids.prefill);
+    tail_tokens_ = std::move(ids.tail);
+    continuation_tokens_ = std::move(ids.continuation);
   }
 
   void restore() {
@@ -168,7 +166,8 @@ class ModelRunner : public SampleRunner {
   // (null for the full cache or a prefill-only policy).
   ForwardObserver* evict(const PolicyChoice& policy, const Budget& budget) {
     restore();
-    if (budget.kind == Budget::Kind::Full) return nullptr;
+    evicted_ = budget.kind != Budget::Kind::Full;
+    if (!evicted_) return nullptr;
     return evictor_->apply(policy, budget, decoder_->cache());
   }
 
@@ -207,6 +206,7 @@ class ModelRunner : public SampleRunner {
   std::vector<float> reference_logits_;
   std::vector<int> reference_greedy_;
   int64_t prefills_ = 0;
+  bool evicted_ = false;  // the latest run() applied a policy (not the full budget)
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 // The real SampleRunner: a loaded model, the reference decoder and an eviction backend.
-// Prompt layout: the user message is `context + separator + question` inside the model's chat
+// Prompt layout (built by evals/prompt_text.h, shared with inspect --chat and replay): the user message is `context + separator + question` inside the model's chat
 // template. Query-aware samples compress the whole prompt (question included); question-agnostic
 // samples compress the prompt up to the end of the context, and the rest (question, assistant
 // header, answer prefix) runs after eviction. A query-aware sample's first token therefore comes

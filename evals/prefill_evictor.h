@@ -8,7 +8,9 @@
 
 #include "core/decode/decoder.h"
 #include "core/engine/budget.h"
+#include "core/engine/engine.h"
 #include "evals/config.h"
+#include "evals/stored_content.h"
 
 namespace kvevict::evals {
 
@@ -24,6 +26,15 @@ class PrefillEvictor {
   // attach to later decode steps (null when the policy does nothing while decoding); it stays valid
   // until the next apply() or start_recording().
   virtual ForwardObserver* apply(const PolicyChoice& policy, const Budget& budget, KVCache& cache) = 0;
+  // The record of a prepared policy that the results store keeps (exact text, resolved parameters,
+  // hash). The default, for an evictor that reads no policy file (hand-written ones in tests): no
+  // text, the overrides as written.
+  virtual PolicySource source(const PolicyChoice& choice) const {
+    return make_policy_source(choice, "", params_json_as_written(choice));
+  }
+  // What the latest apply() kept per layer and head (kvevict replay prints it); null when this
+  // evictor does not report, or before any apply() since start_recording().
+  virtual const EvictionReport* report() const { return nullptr; }
 };
 
 // The eviction engine with compiled policy files (evals/engine_evictor.cpp).

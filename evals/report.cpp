@@ -48,6 +48,23 @@ std::string provenance_table(ResultsStore& store, const std::vector<AggregateRow
                 "backend until runs store one.</p>\n";
 }
 
+// Each policy shown, by content: its leaderboard name, the name or path the config gave, the SHA-256
+// of its source text with its resolved parameters, and those parameters.
+std::string policy_table(ResultsStore& store, const std::vector<AggregateRow>& rows) {
+  std::map<std::string, std::string> shown;  // leaderboard name -> policy hash
+  for (const auto& row : rows) shown[row.policy] = row.policy_hash;
+  std::string html =
+      "<table class=\"provenance\" id=\"policies\">\n<tr><th>policy</th><th>file or name</th><th>source SHA-256</th>"
+      "<th>parameters</th></tr>\n";
+  for (const auto& [label, hash] : shown) {
+    auto policy = hash.empty() ? std::nullopt : store.policy(hash);
+    html += "<tr>" + cell(label) + cell(policy ? policy->name : "-") + "<td class=\"hash\">" +
+            xml_escape(hash.empty() ? "not recorded (before schema 4)" : hash) + "</td>" +
+            cell(policy ? policy->params_json : "-") + "</tr>\n";
+  }
+  return html + "</table>\n";
+}
+
 // One leaderboard grid as an HTML table; a "* " cell (interval excludes 0) is shaded instead.
 std::string html_grid(const TextGrid& grid, const std::string& css) {
   std::string html = "<table class=\"" + css + "\">\n";
@@ -179,7 +196,7 @@ ReportFiles write_report(ResultsStore& store, const std::string& out_dir, double
 
   char threshold[32];
   std::snprintf(threshold, sizeof(threshold), "%g%%", iso_threshold * 100);
-  std::string body = "<h2>Provenance</h2>\n" + provenance_table(store, rows);
+  std::string body = "<h2>Provenance</h2>\n" + provenance_table(store, rows) + policy_table(store, rows);
   body += "<p class=\"note\">Scores 0-100; [95% interval]: Wilson for cells whose scores are all 0 or 100, else a "
           "percentile bootstrap over samples (2000 resamples, fixed seed). Mean over compressed budgets, full excluded. "
           "iso@" + std::string(threshold) + ": the smallest measured kept fraction of the KV cache keeping " + threshold +

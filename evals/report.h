@@ -3,6 +3,8 @@
 //  - a provenance table: per run shown, its name, model path and SHA-256, kvevict version and git
 //    commit, config hash, start and finish time, device and backend (the runs table has no backend
 //    column yet: the device column is shown for both);
+//  - a policies table: per leaderboard name its file or name, the SHA-256 of its source text with
+//    its resolved parameters, and those parameters (evals/stored_content.h);
 //  - per (model, task): the leaderboard (score [95% interval], paired difference to full, mean over
 //    compressed budgets, iso-quality budget, n), KV-cache bytes in binary units and decode speed;
 //  - per (model, task) one SVG of score against the measured kept fraction of the cache (log x

@@ -14,81 +14,13 @@
 #include <sstream>
 
 #include "core/util/error.h"
+#include "evals/results_schema.h"
 #include "evals/sqlite_statement.h"
+#include "evals/sqlite_transaction.h"
 
 namespace kvevict::evals {
 namespace {
 
-// Migrations: entry i moves the schema from version i to i + 1.
-const char* const kMigrations[] = {
-    R"SQL(
-CREATE TABLE runs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  name TEXT NOT NULL,
-  config_hash TEXT NOT NULL,
-  config_yaml TEXT NOT NULL,
-  kvevict_version TEXT NOT NULL,
-  git_commit TEXT NOT NULL,
-  model TEXT NOT NULL,
-  model_hash TEXT NOT NULL,
-  device TEXT NOT NULL,
-  seed INTEGER NOT NULL,
-  started_at TEXT NOT NULL,
-  finished_at TEXT,
-  status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed'))
-);
-CREATE INDEX runs_identity ON runs(config_hash, model_hash, status);
-CREATE TABLE results (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  run_id INTEGER NOT NULL REFERENCES runs(id),
-  task TEXT NOT NULL,
-  sample_key TEXT NOT NULL,
-  policy TEXT NOT NULL,
-  budget TEXT NOT NULL,
-  length INTEGER NOT NULL,
-  depth REAL NOT NULL,
-  sample_index INTEGER NOT NULL,
-  grid_json TEXT NOT NULL,
-  query_aware INTEGER NOT NULL,
-  prediction TEXT NOT NULL,
-  reference TEXT NOT NULL,
-  score REAL NOT NULL,
-  kept_ratio REAL NOT NULL,
-  kv_bytes INTEGER NOT NULL,
-  kv_bytes_full INTEGER NOT NULL,
-  ttft_ms REAL NOT NULL,
-  decode_tok_s REAL NOT NULL,
-  extra_json TEXT NOT NULL,
-  created_at TEXT NOT NULL,
-  UNIQUE (run_id, task, sample_key, policy, budget)
-);
-CREATE TABLE aggregates (
-  run_id INTEGER NOT NULL REFERENCES runs(id),
-  task TEXT NOT NULL,
-  policy TEXT NOT NULL,
-  budget TEXT NOT NULL,
-  samples INTEGER NOT NULL,
-  score REAL NOT NULL,
-  kept_ratio REAL NOT NULL,
-  kv_bytes REAL NOT NULL,
-  kv_bytes_full REAL NOT NULL,
-  ttft_ms REAL NOT NULL,
-  decode_tok_s REAL NOT NULL,
-  PRIMARY KEY (run_id, task, policy, budget)
-);
-)SQL",
-    // 2: why a run failed, and which process is writing it (so two `--resume` of one run cannot
-    // both write it: the second is refused with the first one's pid).
-    R"SQL(
-ALTER TABLE runs ADD COLUMN reason TEXT;
-ALTER TABLE runs ADD COLUMN owner TEXT;
-)SQL",
-    // 3: which part of the samples a run covers ("" = all of them; "I/N" = shard I of N, see
-    // evals/shard.h). A shard's results are only a part: the leaderboard shows whole runs only.
-    R"SQL(
-ALTER TABLE runs ADD COLUMN shard TEXT NOT NULL DEFAULT '';
-)SQL",
-};
 
 // A process identity that survives pid reuse: "<pid>:<start time in clock ticks since boot>"
 // (field 22 of /proc/<pid>/stat). Empty when the process does not exist.
@@ -127,12 +59,6 @@ void require_persistent_path(const std::string& path) {
     throw UsageError(path + ": error: the results database must be a regular file (this is " +
                      (S_ISDIR(info.st_mode) ? "a directory" : "not a regular file") + ")");
   }
-}
-
-// " (<strerror>)" when the last SQLite error came with an operating-system error, else "".
-std::string os_reason(sqlite3* db) {
-  std::string full = sqlite_error_text(db), plain = sqlite3_errmsg(db);
-  return full.size() > plain.size() ? full.substr(plain.size()) : "";
 }
 
 // " (read-only: <reason>)" when `path` (or, before it exists, its folder) cannot be written: SQLite
@@ -183,69 +109,40 @@ constexpr const char* kRunColumns =
     "id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device, seed, started_at, "
     "finished_at, status, reason, shard";
 
-// Aggregates of the newest finished run per (model, task, policy, budget).
-constexpr const char* kLatestAggregates = R"SQL(
-SELECT run_id, model, task, policy, budget, samples, score, kept_ratio, kv_bytes, kv_bytes_full, ttft_ms, decode_tok_s
-FROM (
-  SELECT a.*, r.model AS model,
-         ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.budget
-                            ORDER BY r.finished_at DESC, r.id DESC) AS newest
-  FROM aggregates a JOIN runs r ON r.id = a.run_id
-  WHERE r.status = 'finished' AND r.shard = '' AND (?1 = '' OR a.task = ?1) AND (?2 = '' OR instr(r.model, ?2) > 0)
-    AND (?3 = 0 OR r.id = ?3)
-)
-WHERE newest = 1
-ORDER BY model, task, policy, budget
-)SQL";
-
-// RAII IMMEDIATE transaction: takes the write lock up front so concurrent writers queue on the busy
-// timeout instead of failing on lock upgrade.
-class WriteTransaction {
- public:
-  WriteTransaction(sqlite3* db, const std::string& path) : db_(db), path_(path) { exec("BEGIN IMMEDIATE"); }
-  ~WriteTransaction() {
-    if (!committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    exec("COMMIT");
-    committed_ = true;
-  }
-
- private:
-  void exec(const char* sql) {
-    char* message = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-      std::string text = message ? message : "unknown error";
-      sqlite3_free(message);
-      throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
-    }
-  }
-  sqlite3* db_;
-  const std::string& path_;
-  bool committed_ = false;
-};
 
 }  // namespace
 
-ResultsStore::ResultsStore(const std::string& path) : path_(path) {
+ResultsStore::ResultsStore(const std::string& path, Access access) : path_(path) {
   require_persistent_path(path);
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
+  if (access == Access::ReadOnly && ::access(path.c_str(), F_OK) != 0) {
+    throw UsageError(path + ": no such results database");
+  }
+  open(access);
+}
+
+void ResultsStore::open(Access access) {
+  const int flags = access == Access::ReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(path_.c_str(), &db_, flags | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
     std::string message = db_ ? sqlite_error_text(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
-    throw RuntimeError(path + ": cannot open the results database: " + message + writability_hint(path));
+    throw RuntimeError(path_ + ": cannot open the results database: " + message + writability_hint(path_));
   }
   try {
     sqlite3_busy_timeout(db_, 60000);
-    exec("PRAGMA journal_mode=WAL");
+    if (access == Access::ReadOnly) {
+      exec("PRAGMA query_only=1");  // a second guard: no statement on this connection may write
+      check_version(schema_version());
+      return;
+    }
+    enable_wal();
     exec("PRAGMA synchronous=NORMAL");
     exec("PRAGMA foreign_keys=ON");
     migrate();
   } catch (const RuntimeError& e) {
     sqlite3_close(db_);
     db_ = nullptr;
-    throw RuntimeError(e.what() + writability_hint(path));
+    throw RuntimeError(e.what() + (access == Access::ReadOnly ? std::string() : writability_hint(path_)));
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
@@ -255,36 +152,50 @@ ResultsStore::ResultsStore(const std::string& path) : path_(path) {
 
 ResultsStore::~ResultsStore() { sqlite3_close(db_); }
 
-void ResultsStore::exec(const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message ? message : "unknown error";
-    sqlite3_free(message);
-    throw RuntimeError(path_ + ": database error: " + text + os_reason(db_));
+void ResultsStore::enable_wal() {
+  // Switching the journal mode takes an exclusive lock without calling the busy handler: two
+  // processes creating one database at once (two `eval` on a new file) saw "database is locked"
+  // here. Retry for the busy timeout instead.
+  for (int waited_ms = 0;; waited_ms += 10) {
+    const int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || waited_ms >= 60000) break;
+    sqlite3_sleep(10);
   }
+  exec("PRAGMA journal_mode=WAL");  // once more, for the error message
 }
+
+void ResultsStore::exec(const char* sql) { sqlite_exec(db_, path_, sql); }
 
 int ResultsStore::schema_version() {
   Statement query(db_, path_, "PRAGMA user_version");
   return query.step() ? static_cast<int>(query.int64(0)) : 0;
 }
 
-void ResultsStore::migrate() {
-  constexpr int latest = static_cast<int>(std::size(kMigrations));
-  static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
-  if (schema_version() == latest) return;
-  WriteTransaction transaction(db_, path_);
-  int version = schema_version();  // re-read under the write lock: another process may have migrated
-  if (version > latest) {
+void ResultsStore::check_version(int version) {
+  if (version > kSchemaVersion) {
     throw RuntimeError(path_ + ": results database has schema version " + std::to_string(version) +
-                       ", newer than this kvevict understands (" + std::to_string(latest) + ")");
+                       ", newer than this kvevict understands (" + std::to_string(kSchemaVersion) + ")");
   }
-  if (version < 0) {  // no kvevict writes one; indexing kMigrations with it would read before the array
+  if (version < 0) {  // no kvevict writes one; indexing the migrations with it would read before them
     throw RuntimeError(path_ + ": results database has schema version " + std::to_string(version) +
                        ", which no kvevict writes (not a kvevict database, or damaged)");
   }
-  for (; version < latest; ++version) exec(kMigrations[version]);
-  exec(("PRAGMA user_version=" + std::to_string(latest)).c_str());  // an integer we produced, not input
+}
+
+void ResultsStore::migrate() {
+  size_t count = 0;
+  const char* const* migrations = schema_migrations(count);
+  if (count != static_cast<size_t>(kSchemaVersion)) {
+    throw std::logic_error("results_schema.cpp has " + std::to_string(count) + " migrations for schema version " +
+                           std::to_string(kSchemaVersion));
+  }
+  if (schema_version() == kSchemaVersion) return;
+  WriteTransaction transaction(db_, path_);
+  int version = schema_version();  // re-read under the write lock: another process may have migrated
+  check_version(version);
+  for (; version < kSchemaVersion; ++version) exec(migrations[version]);
+  exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());  // an integer we produced, not input
   transaction.commit();
 }
 
@@ -379,14 +290,23 @@ std::set<std::string> ResultsStore::completed_keys(int64_t run_id) {
   return keys;
 }
 
-void ResultsStore::insert_results(int64_t run_id, const std::vector<SampleResult>& rows) {
-  if (rows.empty()) return;
+void ResultsStore::insert_results(int64_t run_id, const std::vector<SampleResult>& rows,
+                                  const std::vector<StoredPrompt>& prompts) {
+  if (rows.empty() && prompts.empty()) return;
   WriteTransaction transaction(db_, path_);
+  Statement prompt(db_, path_,
+                   "INSERT OR IGNORE INTO prompts (hash, prefill, tail, continuation, sample_json) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5)");
+  for (const auto& p : prompts) {
+    prompt.reset();
+    prompt.bind(1, p.hash).bind(2, p.text.prefill).bind(3, p.text.tail).bind(4, p.text.continuation);
+    prompt.bind(5, p.sample_json).run();
+  }
   Statement insert(db_, path_,
                    "INSERT INTO results (run_id, task, sample_key, policy, budget, length, depth, sample_index, "
                    "grid_json, query_aware, prediction, reference, score, kept_ratio, kv_bytes, kv_bytes_full, "
-                   "ttft_ms, decode_tok_s, extra_json, created_at) VALUES "
-                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)");
+                   "ttft_ms, decode_tok_s, extra_json, created_at, policy_hash, prompt_hash) VALUES "
+                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)");
   std::string now = now_utc();
   for (const auto& row : rows) {
     insert.reset();
@@ -395,6 +315,7 @@ void ResultsStore::insert_results(int64_t run_id, const std::vector<SampleResult
     insert.bind(10, row.query_aware ? 1 : 0).bind(11, row.prediction).bind(12, row.reference).bind(13, row.score);
     insert.bind(14, row.kept_ratio).bind(15, row.kv_bytes).bind(16, row.kv_bytes_full).bind(17, row.ttft_ms);
     insert.bind(18, row.decode_tok_s).bind(19, row.extra_json).bind(20, now);
+    insert.bind(21, row.policy_hash).bind(22, row.prompt_hash);
     insert.run();
   }
   transaction.commit();
@@ -406,96 +327,20 @@ int64_t ResultsStore::count_results(int64_t run_id) {
   return query.step() ? query.int64(0) : 0;
 }
 
-std::vector<SampleResult> ResultsStore::results(int64_t run_id) {
-  Statement query(db_, path_,
-                  "SELECT task, sample_key, policy, budget, length, depth, sample_index, grid_json, query_aware, "
-                  "prediction, reference, score, kept_ratio, kv_bytes, kv_bytes_full, ttft_ms, decode_tok_s, "
-                  "extra_json FROM results WHERE run_id = ?1 ORDER BY id");
-  query.bind(1, run_id);
-  std::vector<SampleResult> rows;
-  while (query.step()) {
-    SampleResult r;
-    r.task = query.text(0);
-    r.sample_key = query.text(1);
-    r.policy = query.text(2);
-    r.budget = query.text(3);
-    r.length = static_cast<int>(query.int64(4));
-    r.depth = query.real(5);
-    r.sample_index = static_cast<int>(query.int64(6));
-    r.grid_json = query.text(7);
-    r.query_aware = query.int64(8) != 0;
-    r.prediction = query.text(9);
-    r.reference = query.text(10);
-    r.score = query.real(11);
-    r.kept_ratio = query.real(12);
-    r.kv_bytes = query.int64(13);
-    r.kv_bytes_full = query.int64(14);
-    r.ttft_ms = query.real(15);
-    r.decode_tok_s = query.real(16);
-    r.extra_json = query.text(17);
-    rows.push_back(std::move(r));
-  }
-  return rows;
-}
-
+// A label has one content within a run (run_eval refuses to mix them); MAX keeps that hash where a
+// run begun before schema version 4 was resumed after it, its older rows having ''.
 void ResultsStore::update_aggregates(int64_t run_id) {
   WriteTransaction transaction(db_, path_);
   Statement clear(db_, path_, "DELETE FROM aggregates WHERE run_id = ?1");
   clear.bind(1, run_id).run();
   Statement fill(db_, path_,
                  "INSERT INTO aggregates (run_id, task, policy, budget, samples, score, kept_ratio, kv_bytes, "
-                 "kv_bytes_full, ttft_ms, decode_tok_s) "
+                 "kv_bytes_full, ttft_ms, decode_tok_s, policy_hash) "
                  "SELECT run_id, task, policy, budget, COUNT(*), AVG(score), AVG(kept_ratio), AVG(kv_bytes), "
-                 "AVG(kv_bytes_full), AVG(ttft_ms), AVG(decode_tok_s) FROM results WHERE run_id = ?1 "
-                 "GROUP BY task, policy, budget");
+                 "AVG(kv_bytes_full), AVG(ttft_ms), AVG(decode_tok_s), MAX(policy_hash) FROM results "
+                 "WHERE run_id = ?1 GROUP BY task, policy, budget");
   fill.bind(1, run_id).run();
   transaction.commit();
-}
-
-std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, const std::string& model, int64_t run_id) {
-  Statement query(db_, path_, kLatestAggregates);
-  query.bind(1, task).bind(2, model).bind(3, run_id);
-  std::vector<AggregateRow> rows;
-  while (query.step()) {
-    AggregateRow row;
-    row.run_id = query.int64(0);
-    row.model = query.text(1);
-    row.task = query.text(2);
-    row.policy = query.text(3);
-    row.budget = query.text(4);
-    row.samples = query.int64(5);
-    row.score = query.real(6);
-    row.kept_ratio = query.real(7);
-    row.kv_bytes = query.real(8);
-    row.kv_bytes_full = query.real(9);
-    row.ttft_ms = query.real(10);
-    row.decode_tok_s = query.real(11);
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
-std::vector<GridCell> ResultsStore::grid_cells(const std::string& task, const std::string& model) {
-  std::vector<GridCell> cells;
-  for (const auto& aggregate : leaderboard(task, model)) {
-    Statement query(db_, path_,
-                    "SELECT length, depth, AVG(score), COUNT(*) FROM results WHERE run_id = ?1 AND task = ?2 AND "
-                    "policy = ?3 AND budget = ?4 GROUP BY length, depth ORDER BY length, depth");
-    query.bind(1, aggregate.run_id).bind(2, aggregate.task).bind(3, aggregate.policy).bind(4, aggregate.budget);
-    while (query.step()) {
-      GridCell cell;
-      cell.model = aggregate.model;
-      cell.task = aggregate.task;
-      cell.policy = aggregate.policy;
-      cell.budget = aggregate.budget;
-      cell.length = static_cast<int>(query.int64(0));
-      cell.depth = query.real(1);
-      cell.score = query.real(2);
-      cell.samples = query.int64(3);
-      cells.push_back(cell);
-    }
-  }
-  return cells;
 }
 
 }  // namespace kvevict::evals

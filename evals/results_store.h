@@ -1,21 +1,31 @@
 #pragma once
 // The SQLite results store (default kvevict.db). WAL mode and a busy timeout let several `kvevict
 // eval` processes write one file at once; every write is one IMMEDIATE transaction. The schema
-// version lives in PRAGMA user_version and is migrated forward on open. Every statement is
-// parameterised: nothing from a config or a model is pasted into SQL.
+// version lives in PRAGMA user_version and is migrated forward on open (evals/results_schema.h).
+// Every statement is parameterised: nothing from a config or a model is pasted into SQL.
 //
 // Tables:
 //   runs(id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash,
 //        device, seed, started_at, finished_at, status running|finished|failed,
 //        reason (why it failed), owner (the writing process: "pid:start time", NULL when none),
 //        shard ("" = every sample, "I/N" = shard I of N; the leaderboard shows only whole runs))
-//   results(run_id, task, sample_key, policy, budget, ... ; UNIQUE(run_id, task, sample_key, policy, budget))
-//   aggregates(run_id, task, policy, budget, samples, score, ... ; PRIMARY KEY(run_id, task, policy, budget))
+//   results(id, run_id, task, sample_key, policy, budget, ..., policy_hash, prompt_hash ;
+//           UNIQUE(run_id, task, sample_key, policy, budget))
+//   aggregates(run_id, task, policy, budget, samples, score, ..., policy_hash ;
+//              PRIMARY KEY(run_id, task, policy, budget))
+//   policies(hash PRIMARY KEY, name, label, source, params_json)       content, evals/stored_content.h
+//   prompts(hash PRIMARY KEY, prefill, tail, continuation, sample_json)
+// Per-run data lives in tables with a run_id column; content tables have none and are keyed by
+// the SHA-256 of what they hold (a merge copies them with INSERT OR IGNORE). Rows written before
+// schema version 4 have policy_hash = prompt_hash = ''.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "evals/stored_content.h"
 
 struct sqlite3;
 
@@ -31,6 +41,7 @@ struct RunRecord {
 };
 
 struct SampleResult {
+  int64_t id = 0, run_id = 0;  // read back from the store (ignored by insert_results)
   std::string task, sample_key, policy, budget;
   int length = 0;
   double depth = -1;
@@ -44,11 +55,17 @@ struct SampleResult {
   int64_t kv_bytes = 0, kv_bytes_full = 0;
   double ttft_ms = 0, decode_tok_s = 0;
   std::string extra_json = "{}";
+  std::string policy_hash, prompt_hash;  // PolicySource::hash, StoredPrompt::hash; '' before schema 4
 };
 
 struct AggregateRow {
   int64_t run_id = 0;
-  std::string model, task, policy, budget;
+  std::string model, task;
+  std::string policy;       // the leaderboard's name for it (evals/policy_labels.h): policy_name,
+                            // plus "@" and a hash prefix where one name has several contents
+  std::string policy_name;  // the results' policy label
+  std::string policy_hash;  // '' for rows written before schema version 4
+  std::string budget;
   int64_t samples = 0;
   double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
 };
@@ -64,17 +81,22 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
+  enum class Access { ReadWrite, ReadOnly };
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
   // (empty, ":memory:", a "file:" URI, a directory or other non-regular file), RuntimeError naming
   // the file on failure, or when its schema version is newer than this build or negative.
-  explicit ResultsStore(const std::string& path);
+  // ReadOnly opens an existing file without creating, migrating or writing anything (kvevict
+  // replay): its schema_version() may be older than kSchemaVersion, and then only runs() and
+  // run() may be read.
+  explicit ResultsStore(const std::string& path, Access access = Access::ReadWrite);
   ~ResultsStore();
   ResultsStore(const ResultsStore&) = delete;
   ResultsStore& operator=(const ResultsStore&) = delete;
 
   int schema_version();
+  const std::string& path() const { return path_; }
   // The newest run with this identity (config, model, shard) and status ("finished", "running",
   // "failed", or "unfinished": running or failed).
   std::optional<RunRecord> find_run(const std::string& config_hash, const std::string& model_hash,
@@ -94,15 +116,25 @@ class ResultsStore {
   std::set<std::string> completed_keys(int64_t run_id);
   static std::string result_key(const std::string& task, const std::string& sample_key, const std::string& policy,
                                 const std::string& budget);
-  // Inserts all rows in one transaction (all or nothing). A row whose key exists is an error.
-  void insert_results(int64_t run_id, const std::vector<SampleResult>& rows);
+  // Inserts all rows, and the prompts they name (INSERT OR IGNORE: one row per content), in one
+  // transaction (all or nothing). A row whose key exists is an error.
+  void insert_results(int64_t run_id, const std::vector<SampleResult>& rows,
+                      const std::vector<StoredPrompt>& prompts = {});
+  // Records policies by content (INSERT OR IGNORE), in one transaction.
+  void insert_policies(const std::vector<PolicySource>& policies);
   int64_t count_results(int64_t run_id);
   std::vector<SampleResult> results(int64_t run_id);
+  std::optional<SampleResult> result(int64_t id);
+  std::optional<PolicySource> policy(const std::string& hash);
+  std::optional<StoredPrompt> prompt(const std::string& hash);
+  // Label -> policy hash of the run's results that have one (a run's label has one content).
+  std::map<std::string, std::string> run_policy_hashes(int64_t run_id);
   // Recomputes the run's aggregates from its results.
   void update_aggregates(int64_t run_id);
 
-  // Latest finished run's aggregate for each (model, task, policy, budget); filters match when
-  // empty; `model` matches any run whose model path contains it.
+  // The newest finished whole run's aggregate for each (model, task, policy label, policy hash,
+  // budget), named as evals/policy_labels.h says (over every finished run, whatever the filters);
+  // filters match when empty; `model` matches any run whose model path contains it.
   std::vector<AggregateRow> leaderboard(const std::string& task = "", const std::string& model = "",
                                         int64_t run_id = 0);
   // Per-(length, depth) means of the same runs the leaderboard picks.
@@ -112,6 +144,9 @@ class ResultsStore {
   void exec(const char* sql);
   void migrate();
   void require_writable();  // RuntimeError when SQLite opened the file read-only
+  void open(Access access);
+  void enable_wal();  // PRAGMA journal_mode=WAL, retried while another process holds the file
+  void check_version(int version);  // RuntimeError for a version newer than this build, or negative
   sqlite3* db_ = nullptr;
   std::string path_;
 };

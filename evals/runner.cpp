@@ -1,5 +1,6 @@
 #include "evals/runner.h"
 
+#include <map>
 #include <optional>
 
 #include "core/util/error.h"
@@ -81,9 +82,12 @@ double score_outcome(const Sample& sample, const RunOutcome& outcome, nlohmann::
 namespace {
 
 // One stored row: the sample's identity and grid, the policy's outcome and its score.
-SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Budget& budget, const RunOutcome& outcome) {
+SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Budget& budget, const RunOutcome& outcome,
+                      const std::string& policy_hash, const std::string& prompt_hash) {
   nlohmann::json extra = outcome.extra;
   SampleResult row;
+  row.policy_hash = policy_hash;
+  row.prompt_hash = prompt_hash;
   row.score = score_outcome(sample, outcome, extra);
   row.task = sample.task;
   row.sample_key = sample.key;
@@ -105,6 +109,75 @@ SampleResult make_row(const Sample& sample, const PolicyChoice& policy, const Bu
   return row;
 }
 
+// The first label whose content differs from the one a stored run used ("" when none does). Labels
+// the run has no hash for (rows from before schema version 4, or none yet) are not a difference.
+std::string changed_policy(const std::map<std::string, std::string>& stored,
+                           const std::map<std::string, std::string>& current) {
+  for (const auto& [label, hash] : stored) {
+    auto now = current.find(label);
+    if (now != current.end() && now->second != hash) return label;
+  }
+  return "";
+}
+
+RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const std::string& model_hash,
+                         const std::string& shard) {
+  RunRecord record;
+  record.name = config.name;
+  record.config_hash = config.hash;
+  record.config_yaml = config.resolved_yaml;
+  record.kvevict_version = KVEVICT_VERSION;
+  record.git_commit = KVEVICT_GIT_COMMIT;
+  record.model = config.model;
+  record.model_hash = model_hash;
+  record.device = runner.device();
+  record.seed = config.seed;
+  record.shard = shard;
+  return record;
+}
+
+// Skips an identical finished run (summary.skipped), claims the unfinished one to resume
+// (summary.resumed), or creates a new run; sets summary.run_id. The content of the policies (by
+// label) is part of "identical": a run that ran another version of one is neither skipped nor
+// resumed.
+void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options,
+              const std::map<std::string, std::string>& policy_hash, EvalSummary& summary) {
+  auto note = [&](const std::string& text) {
+    if (options.note) options.note(text);
+  };
+  const std::string model_hash = runner.model_hash();
+  if (!options.force) {
+    if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
+      const std::string changed = changed_policy(store.run_policy_hashes(finished->id), policy_hash);
+      if (changed.empty()) {
+        summary.run_id = finished->id;
+        summary.skipped = true;
+        note("run #" + std::to_string(finished->id) + " of this config and model finished at " +
+             finished->finished_at + "; skipping (use --force to run it again)");
+        return;
+      }
+      note("run #" + std::to_string(finished->id) + " of this config ran another version of policy '" + changed +
+           "'; running again");
+    }
+  }
+  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished", options.shard);
+  const std::string changed = unfinished ? changed_policy(store.run_policy_hashes(unfinished->id), policy_hash) : "";
+  if (options.resume && unfinished && !changed.empty()) {
+    note("run #" + std::to_string(unfinished->id) + " ran another version of policy '" + changed +
+         "'; starting a new run instead of resuming it");
+    unfinished.reset();
+  }
+  if (options.resume && unfinished) {
+    summary.run_id = unfinished->id;
+    summary.resumed = true;
+    store.claim_run(unfinished->id);  // a second concurrent --resume stops here, with the first one's pid
+    return;
+  }
+  if (options.resume) note("no unfinished run of this config to resume; starting a new one");
+  else if (unfinished) note("run #" + std::to_string(unfinished->id) + " of this config is unfinished; --resume continues it");
+  summary.run_id = store.create_run(new_run_record(config, runner, model_hash, options.shard));
+}
+
 }  // namespace
 
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options) {
@@ -115,37 +188,16 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   // Policies load and samples are generated (and checked against the model's context) before the
   // run is recorded: nothing is written for a run that cannot start.
   const std::vector<Sample> samples = options.samples ? *options.samples : plan_samples(config, runner);
-  const std::string model_hash = runner.model_hash();
-  if (!options.force) {
-    if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
-      summary.run_id = finished->id;
-      summary.skipped = true;
-      note("run #" + std::to_string(finished->id) + " of this config and model finished at " + finished->finished_at +
-           "; skipping (use --force to run it again)");
-      return summary;
-    }
+  // The config names its policies; their content (the file's text, resolved parameters) is part of
+  // what a run measured.
+  std::vector<PolicySource> sources;
+  std::map<std::string, std::string> policy_hash;  // by label
+  for (const auto& policy : config.policies) {
+    sources.push_back(runner.policy_source(policy));
+    policy_hash[policy.label] = sources.back().hash;
   }
-  std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished", options.shard);
-  if (options.resume && unfinished) {
-    summary.run_id = unfinished->id;
-    summary.resumed = true;
-    store.claim_run(unfinished->id);  // a second concurrent --resume stops here, with the first one's pid
-  } else {
-    if (options.resume) note("no unfinished run of this config to resume; starting a new one");
-    else if (unfinished) note("run #" + std::to_string(unfinished->id) + " of this config is unfinished; --resume continues it");
-    RunRecord record;
-    record.name = config.name;
-    record.config_hash = config.hash;
-    record.config_yaml = config.resolved_yaml;
-    record.kvevict_version = KVEVICT_VERSION;
-    record.git_commit = KVEVICT_GIT_COMMIT;
-    record.model = config.model;
-    record.model_hash = model_hash;
-    record.device = runner.device();
-    record.seed = config.seed;
-    record.shard = options.shard;
-    summary.run_id = store.create_run(record);
-  }
+  open_run(config, runner, store, options, policy_hash, summary);
+  if (summary.skipped) return summary;
 
   // From here on a failure marks the run failed with the reason; --resume continues it.
   auto fail = [&](const std::string& reason) {
@@ -158,6 +210,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
   };
   std::optional<Progress> progress;
   try {
+    store.insert_policies(sources);  // once per content; the results name them by hash
     summary.samples = static_cast<int64_t>(samples.size());
     const int64_t per_sample = static_cast<int64_t>(config.policies.size() * config.budgets.size());
     summary.results_total = summary.samples * per_sample;
@@ -179,7 +232,10 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
         }
       }
       if (missing.empty()) continue;
-      runner.begin_sample(sample);
+      // The text built here is the text prefilled and the text stored: a replay feeds it back.
+      const PromptText text = runner.prompt_text(sample);
+      const StoredPrompt prompt = make_stored_prompt(sample, text);
+      runner.begin_prompt(sample, text);
       std::vector<SampleResult> rows;
       // The full cache is the restored prefill whatever the policy (nothing is evicted, no observer
       // runs): it is decoded once per sample and its outcome stored under every policy's `full`.
@@ -191,9 +247,9 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
           continue;
         }
         RunOutcome outcome = runner.run(*policy, *budget);
-        rows.push_back(make_row(sample, *policy, *budget, outcome));
+        rows.push_back(make_row(sample, *policy, *budget, outcome, policy_hash.at(policy->label), prompt.hash));
       }
-      store.insert_results(summary.run_id, rows);
+      store.insert_results(summary.run_id, rows, {prompt});
       summary.results_written += static_cast<int64_t>(rows.size());
       progress->advance(static_cast<int64_t>(rows.size()));
     }

@@ -4,6 +4,10 @@
 // restores that cache, evicts and decodes. A sample's results are committed together in one
 // transaction, so a run killed at any moment loses at most the sample in flight and `--resume`
 // redoes exactly what is missing (the store's unique key forbids duplicates).
+// Every result names its policy and prompt by content hash; the policies' text and the prompts'
+// text are stored once each (evals/stored_content.h), so `kvevict replay` can re-run any result.
+// An identical finished run is skipped, and an unfinished one resumed, only while each policy it
+// has results for has the same content (the file's text and resolved parameters) as now.
 #include <cstdint>
 #include <functional>
 #include <string>

@@ -3,6 +3,8 @@
 // `begin_sample` prefills ONCE with the full cache, recording every signal the sweep's policies
 // need, and keeps a snapshot; each `run` restores the snapshot, applies one (policy, budget),
 // appends the question when the sample is question-agnostic, and decodes greedily.
+// `prompt_text` is the exact text the model sees for a sample (stored with every result);
+// `begin_prompt` runs a sample from such a text (a replay feeds the stored one back).
 // Implementations: the real decoder (evals/model_runner.cpp) and a deterministic fake for tests
 // (evals/fake_runner.h).
 #include <cstdint>
@@ -14,7 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/budget.h"
+#include "core/engine/engine.h"
 #include "evals/config.h"
+#include "evals/prompt_text.h"
+#include "evals/stored_content.h"
 #include "evals/tasks/sample.h"
 
 namespace kvevict::evals {
@@ -45,8 +50,20 @@ class SampleRunner {
   virtual int positions_needed(const Sample& sample) = 0;
   // Loads and checks every policy once before any sample (throws UsageError on a bad policy).
   virtual void prepare(const std::vector<PolicyChoice>& policies) = 0;
-  virtual void begin_sample(const Sample& sample) = 0;
+  // After prepare: the record of a prepared policy as the results store keeps it.
+  virtual PolicySource policy_source(const PolicyChoice& policy) const = 0;
+  // The text the model sees for `sample` under this runner's chat template.
+  virtual PromptText prompt_text(const Sample& sample) = 0;
+  // Prefills `text` (which prompt_text(sample) gave, now or in an earlier process); `sample`
+  // supplies the decoding fields (query_aware, fidelity, max_new_tokens, greedy_tokens).
+  virtual void begin_prompt(const Sample& sample, const PromptText& text) = 0;
+  void begin_sample(const Sample& sample) { begin_prompt(sample, prompt_text(sample)); }
   virtual RunOutcome run(const PolicyChoice& policy, const Budget& budget) = 0;
+  // What the latest run() kept per layer and head after the prefill eviction (kvevict replay prints
+  // it); null for the full budget or a runner that does not report.
+  virtual const EvictionReport* eviction_report() const = 0;
+  // Query heads per KV head (1 without GQA): how an unfolded report's heads map to KV heads.
+  virtual int gqa_group() const = 0;
   // Full-cache prefills done so far (the sweep does one per sample, never one per policy x budget).
   virtual int64_t prefill_count() const = 0;
 };

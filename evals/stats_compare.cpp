@@ -44,7 +44,18 @@ std::vector<PolicyComparison> compare_policies(const std::vector<AggregateRow>& 
   for (const auto& policy : policies) known += (known.empty() ? "" : ", ") + policy;
   if (known.empty()) known = "none";
   for (const auto& [name, side] : {std::pair{a, &side_a}, std::pair{b, &side_b}}) {
-    if (side->empty()) throw UsageError(name + ": no such policy on the leaderboard (policies: " + known + ")");
+    if (!side->empty()) continue;
+    // A name shared by several contents is shown as name@hash-prefix (evals/policy_labels.h).
+    std::set<std::string> versions;
+    for (const auto& row : rows) {
+      if (row.policy_name == name) versions.insert(row.policy);
+    }
+    std::string choices;
+    for (const auto& version : versions) choices += (choices.empty() ? "" : ", ") + version;
+    if (!versions.empty()) {
+      throw UsageError(name + ": several policies of different content have this name; give one of " + choices);
+    }
+    throw UsageError(name + ": no such policy on the leaderboard (policies: " + known + ")");
   }
   std::vector<PolicyComparison> comparisons;
   for (const auto& [cell, row_a] : side_a) {

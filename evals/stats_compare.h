@@ -17,9 +17,11 @@ struct PolicyComparison {
   PairedDifference difference;    // a - b
 };
 
-// Throws UsageError naming the policy when `a` or `b` has no leaderboard row among `rows` (listing
-// the policies there are), or when the two share no sample; (task, budget) cells without a shared
-// sample are left out.
+// `a` and `b` are leaderboard names (AggregateRow::policy: "snapkv", or "snapkv@3f2a91" where one
+// name has several contents). Throws UsageError naming the policy when `a` or `b` has no
+// leaderboard row among `rows` (listing the policies there are, or the name@hash versions when the
+// name has several contents), or when the two share no sample; (task, budget) cells without a
+// shared sample are left out.
 std::vector<PolicyComparison> compare_policies(const std::vector<AggregateRow>& rows, const SampleScoreSource& scores,
                                                const std::string& a, const std::string& b);
 // "A better" | "B better" | "no significant difference" (the interval includes 0), with the names.

@@ -14,6 +14,7 @@
 
 #include "core/util/error.h"
 #include "evals/results_store.h"
+#include "old_schema_db.h"
 #include "temp_db.h"
 
 using namespace kvevict::evals;
@@ -87,34 +88,20 @@ TEST(ResultsStoreSafety, NegativeSchemaVersionIsRefusedNamingTheFile) {
 
 TEST(ResultsStoreSafety, VersionOneDatabaseMigratesWithItsRows) {
   TempDb db("store_v1");
-  int64_t run = 0;
-  {
-    ResultsStore store(db.path);
-    run = store.create_run(record("h"));
-    SampleResult row;
-    row.task = "needle";
-    row.sample_key = "k";
-    row.policy = "p";
-    row.budget = "full";
-    row.score = 75;
-    store.insert_results(run, {row});
-  }
-  // Schema version 1: the runs table without reason, owner and shard.
-  sql(db.path,
-      "ALTER TABLE runs DROP COLUMN reason; ALTER TABLE runs DROP COLUMN owner; ALTER TABLE runs DROP COLUMN shard; "
-      "PRAGMA user_version=1");
+  const int64_t run = 1;
+  test::write_old_database(db.path, 1);  // as the first release wrote it: no reason, owner, shard
   ResultsStore store(db.path);
   EXPECT_EQ(store.schema_version(), ResultsStore::kSchemaVersion);
   EXPECT_EQ(store.run(run)->shard, "");
-  ASSERT_EQ(store.results(run).size(), 1u);
-  EXPECT_EQ(store.results(run)[0].score, 75);
+  ASSERT_EQ(store.results(run).size(), 2u);
+  EXPECT_EQ(store.results(run)[0].score, 100);
   store.finish_run(run, "failed", "decoder error: out of memory");
   auto failed = store.run(run);
   ASSERT_TRUE(failed);
   EXPECT_EQ(failed->status, "failed");
   EXPECT_EQ(failed->reason, "decoder error: out of memory");
   // A failed run is unfinished: --resume finds it, and claiming it clears the reason.
-  ASSERT_TRUE(store.find_run("h", "mh", "unfinished"));
+  ASSERT_TRUE(store.find_run("cfg", "mh", "unfinished"));
   store.claim_run(run);
   EXPECT_EQ(store.run(run)->status, "running");
   EXPECT_EQ(store.run(run)->reason, "");
