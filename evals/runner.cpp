@@ -243,7 +243,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
       for (const auto& [policy, budget] : missing) {
         if (budget->kind == Budget::Kind::Full) {
           if (!full_cache) full_cache = runner.run(*policy, *budget);
-          rows.push_back(make_row(sample, *policy, *budget, *full_cache));
+          rows.push_back(make_row(sample, *policy, *budget, *full_cache, policy_hash.at(policy->label), prompt.hash));
           continue;
         }
         RunOutcome outcome = runner.run(*policy, *budget);

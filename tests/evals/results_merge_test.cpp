@@ -235,26 +235,31 @@ TEST(ResultsMerge, TablesAndColumnsOfALaterSchemaAreCopiedGenerically) {
   run_part(config, s0.path, "0/2");
   run_part(config, s1.path, "1/2");
   ResultsStore{out.path};
-  // What a schema v4 may add: a content table keyed by a hash, a per-run table with its own rowid,
-  // a column of results.
+  // What a later schema may add: a content table keyed by a hash, a per-run table with its own
+  // rowid, a column of results.
   const std::string schema =
-      "CREATE TABLE policies (hash TEXT PRIMARY KEY, source TEXT NOT NULL);"
+      "CREATE TABLE later_content (hash TEXT PRIMARY KEY, source TEXT NOT NULL);"
       "CREATE TABLE run_notes (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id INTEGER NOT NULL REFERENCES runs(id), "
       "note TEXT NOT NULL);"
-      "ALTER TABLE results ADD COLUMN policy_hash TEXT REFERENCES policies(hash);";
+      "ALTER TABLE results ADD COLUMN later_hash TEXT REFERENCES later_content(hash);";
   for (const std::string& db : {s0.path, s1.path, out.path}) sql(db, schema);
-  sql(s0.path, "INSERT INTO policies VALUES ('h-alpha', 'alpha v1'), ('h-beta', 'beta v1');"
+  sql(s0.path, "INSERT INTO later_content VALUES ('h-alpha', 'alpha v1'), ('h-beta', 'beta v1');"
                "INSERT INTO run_notes (run_id, note) VALUES (1, 'shard zero');"
-               "UPDATE results SET policy_hash = 'h-' || policy;");
-  sql(s1.path, "INSERT INTO policies VALUES ('h-alpha', 'alpha v1'), ('h-beta', 'beta v1');"
+               "UPDATE results SET later_hash = 'h-' || policy;");
+  sql(s1.path, "INSERT INTO later_content VALUES ('h-alpha', 'alpha v1'), ('h-beta', 'beta v1');"
                "INSERT INTO run_notes (run_id, note) VALUES (1, 'shard one'), (1, 'again');"
-               "UPDATE results SET policy_hash = 'h-' || policy;");
-  sql(out.path, "INSERT INTO policies VALUES ('h-old', 'another policy');");
+               "UPDATE results SET later_hash = 'h-' || policy;");
+  sql(out.path, "INSERT INTO later_content VALUES ('h-old', 'another policy');");
   const MergeSummary summary = merge_results(out.path, {s0.path, s1.path});
   const std::string id = std::to_string(summary.run_id);
-  EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM policies"), 3);  // INSERT OR IGNORE: each hash once
+  EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM later_content"), 3);  // INSERT OR IGNORE: each hash once
   EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM run_notes WHERE run_id = " + id), 3);
-  EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM results WHERE run_id = " + id + " AND policy_hash = 'h-' || policy"),
+  EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM results WHERE run_id = " + id + " AND later_hash = 'h-' || policy"),
+            summary.results);
+  // Schema v4's own content tables come along the same way: every result's policy and prompt.
+  EXPECT_EQ(count(out.path, "SELECT COUNT(*) FROM results r WHERE r.run_id = " + id +
+                                " AND EXISTS (SELECT 1 FROM policies p WHERE p.hash = r.policy_hash)"
+                                " AND EXISTS (SELECT 1 FROM prompts q WHERE q.hash = r.prompt_hash)"),
             summary.results);
   EXPECT_EQ(summary.results, 10 * 2 * 3);
 }
