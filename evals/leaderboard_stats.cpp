@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "evals/budget_text.h"
+#include "evals/leaderboard_pooled.h"
 
 namespace kvevict::evals {
 namespace {
@@ -68,8 +69,23 @@ SampleScoreSource store_sample_scores(ResultsStore& store) {
   };
 }
 
-std::vector<LeaderboardGroup> build_leaderboard(const std::vector<AggregateRow>& rows, const SampleScoreSource& scores,
+std::vector<LeaderboardGroup> build_leaderboard(const std::vector<AggregateRow>& task_rows, const SampleScoreSource& scores,
                                                 double iso_threshold) {
+  // The pooled "all tasks" groups follow the tasks' (evals/leaderboard_pooled.h); their per-sample
+  // scores are the union of their members', keyed by task and sample.
+  std::vector<AggregateRow> rows = task_rows;
+  for (auto& pooled : pooled_rows(task_rows)) rows.push_back(std::move(pooled));
+  SampleScoreSource source = scores;
+  if (scores) {
+    source = [&task_rows, scores](const AggregateRow& aggregate) {
+      if (aggregate.task != kPooledTask) return scores(aggregate);
+      std::map<std::string, double> all;
+      for (const AggregateRow* member : pooled_members(task_rows, aggregate)) {
+        for (const auto& [key, score] : scores(*member)) all[member->task + '\x1f' + key] = score;
+      }
+      return all;
+    };
+  }
   std::vector<LeaderboardGroup> groups;
   std::vector<std::vector<const AggregateRow*>> members;
   for (const auto& row : rows) {
@@ -85,7 +101,7 @@ std::vector<LeaderboardGroup> build_leaderboard(const std::vector<AggregateRow>&
     std::vector<AggregateRow> copies;
     for (const auto* row : members[g]) copies.push_back(*row);
     groups[g].budgets = ordered_budgets(copies);
-    fill_group(groups[g], members[g], scores, iso_threshold);
+    fill_group(groups[g], members[g], source, iso_threshold);
   }
   return groups;
 }

@@ -6,7 +6,9 @@
 //
 // The full-cache reference of a policy is its own `full` cell when it has one, else the `full` cell
 // of the alphabetically first policy of the group that has one (the full cache does not depend on
-// the policy). Means over budgets exclude `full` unless `full` is the only budget.
+// the policy). Means over budgets exclude `full` unless `full` is the only budget. A model with two
+// or more tasks gets one more group, task "all tasks", pooling every task's samples per cell
+// (evals/leaderboard_pooled.h).
 #include <functional>
 #include <map>
 #include <string>

@@ -171,7 +171,7 @@ TEST(LeaderboardCommand, EveryFormatAndFilters) {
   auto json = run_shell(cli_command("leaderboard --db " + dir.db() + " --format json"));
   ASSERT_EQ(json.exit_code, 0) << json.output;
   auto records = nlohmann::json::parse(json.output);
-  ASSERT_EQ(records.size(), 2u * 2 * 3);
+  ASSERT_EQ(records.size(), 2u * 2 * 3 + 2 * 3);  // 2 tasks, and their pooled "all tasks" cells
   for (const auto& record : records) {
     for (const char* key : {"task", "policy", "budget", "score", "samples", "kv_bytes"}) EXPECT_TRUE(record.contains(key));
   }
@@ -200,9 +200,9 @@ TEST(ReportCommand, WritesIndexAndPlots) {
   EXPECT_TRUE(std::filesystem::exists(out / "index.html"));
   int svgs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(out)) svgs += entry.path().extension() == ".svg";
-  // score and iso-quality plots for 2 tasks + needle heatmaps for 2 policies x 2 compressed budgets
-  // (at full every cell scores 100: no heatmap)
-  EXPECT_EQ(svgs, 2 * 2 + 2 * 2);
+  // score and iso-quality plots for 2 tasks and their pooled group + needle heatmaps for 2 policies x
+  // 2 compressed budgets (at full every cell scores 100: no heatmap)
+  EXPECT_EQ(svgs, 3 * 2 + 2 * 2);
 }
 
 TEST(EvalCommand, EndToEndOnStories260K) {
@@ -232,7 +232,7 @@ TEST(EvalCommand, EndToEndOnStories260K) {
     }
   }
   auto json = nlohmann::json::parse(run_shell(cli_command("leaderboard --format json --db " + dir.db())).output);
-  EXPECT_EQ(json.size(), 4u * 12 * 3);
+  EXPECT_EQ(json.size(), 4u * 12 * 3 + 12 * 3);  // 4 tasks, and the pooled "all tasks" cells
 }
 
 TEST(EvalCommand, DatabasePathsThatCannotPersistAreRefusedBeforeWork) {

@@ -187,7 +187,10 @@ TEST(Leaderboard, EveryFormat) {
 
   auto json = nlohmann::json::parse(render_leaderboard(rows, LeaderboardFormat::Json));
   ASSERT_TRUE(json.is_array());
-  ASSERT_EQ(json.size(), rows.size());
+  ASSERT_EQ(json.size(), rows.size() + 3 * 3);  // and the pooled "all tasks" cells of 3 policies x 3 budgets
+  size_t pooled = 0;
+  for (const auto& record : json) pooled += record["task"] == "all tasks" ? 1 : 0;
+  EXPECT_EQ(pooled, 9u);
   for (const auto& record : json) {
     for (const char* key : {"task", "policy", "budget", "score", "samples", "kv_bytes"}) {
       EXPECT_TRUE(record.contains(key)) << key;
@@ -199,7 +202,7 @@ TEST(Leaderboard, EveryFormat) {
             "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
             "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
             "iso_kept_fraction,iso_position");
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(rows.size() + 1));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(rows.size() + 9 + 1));  // + pooled cells
 
   std::string md = render_leaderboard(rows, LeaderboardFormat::Markdown);
   EXPECT_NE(md.find("| policy | 20% | 40 | full | mean | iso@95% | n |"), std::string::npos) << md;
@@ -234,10 +237,10 @@ TEST(Report, WritesValidSvgAndHtml) {
   std::string html = read_file(files.index);
   EXPECT_EQ(kvevict::test::check_markup(html, true), "");
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  // 2 score plots and 2 iso-quality bar charts (passkey, needle) + needle heatmaps for 3 policies x
-  // the 2 compressed budgets (at full every cell scores 100: no heatmap); passkey here has random
-  // depths, so no heatmap.
-  EXPECT_EQ(files.svgs.size(), 4u + 6u);
+  // 3 score plots and 3 iso-quality bar charts (passkey, needle, all tasks pooled) + needle heatmaps
+  // for 3 policies x the 2 compressed budgets (at full every cell scores 100: no heatmap); passkey
+  // here has random depths, so no heatmap, and the pooled group has no depth grid.
+  EXPECT_EQ(files.svgs.size(), 6u + 6u);
   for (const auto& svg : files.svgs) {
     std::string text = read_file(svg);
     EXPECT_EQ(kvevict::test::check_markup(text, false), "") << svg;
