@@ -3,7 +3,7 @@
 // few times; the question asks for the `common` most common words (score: share found). The list
 // size sets the length: the largest list whose context fits the target. For n items, with R rare
 // words available, a rare word appears at most r = ceil(n / (10 common + R)) times and a common word
-// f = min(10 r, n / common) times (RULER: 30 and 3 at 4K); f > r always, checked.
+// f = min(10 r, n / common) times (RULER: 30 and 3 at 4K): always more than any rare word.
 // Options: lengths, common, samples, question.
 #include <algorithm>
 
