@@ -14,6 +14,7 @@
 #include "core/util/error.h"
 #include "evals/config.h"
 #include "evals/fake_runner.h"
+#include "failing_runner.h"
 #include "evals/results_merge.h"
 #include "evals/results_store.h"
 #include "evals/runner.h"
@@ -21,6 +22,7 @@
 #include "temp_db.h"
 
 using namespace kvevict::evals;
+using kvevict::evals::test::FailingRunner;
 using kvevict::evals::test::TempDb;
 
 namespace {
@@ -34,19 +36,6 @@ EvalConfig config_for(int seed = 5, const std::string& model = "fake:") {
                            "budgets: [\"20%\", \"40\", full]\n";
   return parse_eval_config(yaml, "merge.yaml");
 }
-
-// Fails after `fail_after` runs, like a task killed mid-shard.
-class FailingRunner : public FakeRunner {
- public:
-  explicit FailingRunner(int fail_after) : FakeRunner("fake:"), left_(fail_after) {}
-  RunOutcome run(const PolicyChoice& policy, const kvevict::Budget& budget) override {
-    if (left_-- <= 0) throw kvevict::RuntimeError("simulated crash");
-    return FakeRunner::run(policy, budget);
-  }
-
- private:
-  int left_;
-};
 
 // Runs shard `spec` of `config` ("" = every sample) into `db`, as kvevict eval --shard does.
 int64_t run_part(const EvalConfig& config, const std::string& db, const std::string& spec, FakeRunner* runner = nullptr) {

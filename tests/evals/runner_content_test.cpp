@@ -10,12 +10,14 @@
 #include "core/util/error.h"
 #include "evals/config.h"
 #include "evals/fake_runner.h"
+#include "failing_runner.h"
 #include "evals/report.h"
 #include "evals/results_store.h"
 #include "evals/runner.h"
 #include "evals/text_hash.h"
 
 using namespace kvevict::evals;
+using kvevict::evals::test::FailingRunner;
 
 namespace {
 
@@ -42,18 +44,6 @@ EvalConfig config_with(const std::string& policy_path) {
                            "policies: [" + policy_path + "]\nbudgets: [\"20%\", full]\n",
                            "content.yaml");
 }
-
-class FailingRunner : public FakeRunner {
- public:
-  explicit FailingRunner(int fail_after) : FakeRunner("fake:"), left_(fail_after) {}
-  RunOutcome run(const PolicyChoice& policy, const kvevict::Budget& budget) override {
-    if (left_-- <= 0) throw kvevict::RuntimeError("simulated crash");
-    return FakeRunner::run(policy, budget);
-  }
-
- private:
-  int left_;
-};
 
 }  // namespace
 

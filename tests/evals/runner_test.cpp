@@ -8,12 +8,14 @@
 #include "core/util/error.h"
 #include "evals/config.h"
 #include "evals/fake_runner.h"
+#include "failing_runner.h"
 #include "evals/leaderboard.h"
 #include "evals/report.h"
 #include "evals/runner.h"
 #include "markup_check.h"
 
 using namespace kvevict::evals;
+using kvevict::evals::test::FailingRunner;
 
 namespace {
 
@@ -36,19 +38,6 @@ struct TempDir {
   }
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string db() const { return (path / "kvevict.db").string(); }
-};
-
-// Fails after `fail_after` runs, like a process dying mid-sweep.
-class FailingRunner : public FakeRunner {
- public:
-  FailingRunner(int fail_after) : FakeRunner("fake:"), left_(fail_after) {}
-  RunOutcome run(const PolicyChoice& policy, const kvevict::Budget& budget) override {
-    if (left_-- <= 0) throw kvevict::RuntimeError("simulated crash");
-    return FakeRunner::run(policy, budget);
-  }
-
- private:
-  int left_;
 };
 
 std::string read_file(const std::filesystem::path& path) {
