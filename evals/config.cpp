@@ -233,7 +233,8 @@ void read_precision(MapReader& top, EvalConfig& config) {
   if (!reader.has("half_width")) top.errors().error(node, "precision.half_width", "missing required key (points, e.g. 10)");
   config.precision.over =
       reader.get_choice("over", "task", {"task", "suite"}) == "suite" ? PrecisionScope::Suite : PrecisionScope::Task;
-  config.precision.where = top.errors().where(node, "precision");
+  // The refusal is about the width asked for: point at it (or at the --set that gave it).
+  config.precision.where = top.errors().where(reader.raw("half_width"), "precision.half_width");
   reader.finish();
   top.set_resolved("precision", reader.resolved());
 }

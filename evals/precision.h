@@ -23,7 +23,7 @@ enum class PrecisionScope { Task, Suite };
 struct PrecisionTarget {
   double half_width = 0;  // points (0-100 scale); 0 = no target
   PrecisionScope over = PrecisionScope::Task;
-  std::string where;      // "file:line:col" of the `precision` key, for the refusal
+  std::string where;      // "file:line:col" of `half_width` (or "--set precision.half_width"), for the refusal
 };
 
 // Largest 95% half-width (points) that n samples of a 0-100 score can have; n >= 1.

@@ -55,9 +55,9 @@ TEST(Precision, WorstCaseHalfWidthIsTheMaximumVarianceNormalBound) {
   }
 }
 
-TEST(Precision, TooFewSamplesPerTaskAreRefusedAtTheKey) {
+TEST(Precision, TooFewSamplesPerTaskAreRefusedAtTheWidth) {
   std::string error = plan_error(config_with("precision: {half_width: 20}\n", 30, 24));
-  EXPECT_NE(error.find("cfg.yaml:8:12: error: precision: task 'kv_retrieval' has 24 samples"), std::string::npos)
+  EXPECT_NE(error.find("cfg.yaml:8:25: error: precision: task 'kv_retrieval' has 24 samples"), std::string::npos)
       << error;
   EXPECT_NE(error.find("+/-20.0 needs at least 25"), std::string::npos) << error;
   EvalConfig enough = parse_eval_config(config_with("precision: {half_width: 20}\n", 30, 25), "cfg.yaml");
@@ -72,6 +72,20 @@ TEST(Precision, TheSuiteScopePoolsEveryTask) {
   EXPECT_EQ(plan_samples(pooled, runner).size(), 25u);
   std::string error = plan_error(config_with("precision: {half_width: 20, over: suite}\n", 12, 12));
   EXPECT_NE(error.find("the suite (every task pooled) has 24 samples"), std::string::npos) << error;
+}
+
+TEST(Precision, AWidthFromSetIsNamedAsSuch) {
+  LoadConfigOptions options;
+  options.overrides = {"precision.half_width=5"};
+  EvalConfig config = parse_eval_config(config_with("precision: {half_width: 20}\n", 30, 30), "cfg.yaml", options);
+  FakeRunner runner("fake:");
+  try {
+    plan_samples(config, runner);
+    ADD_FAILURE() << "planned 60 samples against +/-5";
+  } catch (const kvevict::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--set precision.half_width: error: precision: task"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Precision, ARefusedConfigWritesNothing) {
