@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   in.T = T;
   in.prompt_len = T;
   in.W = kW;
-  in.window_attention = A.data();
+  in.set_signal(kvevict::TensorSignal::WindowAttention, A.data());
   in.position = pos.data();
 
   std::vector<float> out_dsl(T), out_hand(T), s(T), v(T), ind(T);

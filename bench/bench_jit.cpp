@@ -171,7 +171,7 @@ void bench_gpu_indicator() {
     in.group = group;
     in.W = W;
     in.T = T;
-    in.window_attention = window.data();
+    in.set_signal(TensorSignal::WindowAttention, window.data());
     std::vector<float> out(T);
     kernel.score(in, out.data());  // uploads the inputs once; warms up
     DeviceTimer timer;

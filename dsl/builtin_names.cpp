@@ -2,16 +2,17 @@
 
 namespace kvevict::dsl {
 
-const std::map<std::string, ScalarSignal> kScalarSignals = {
-    {"T", ScalarSignal::T}, {"W", ScalarSignal::W}, {"G", ScalarSignal::G}, {"layer", ScalarSignal::Layer},
-    {"n_layers", ScalarSignal::NLayers}, {"kv_head", ScalarSignal::KvHead}, {"n_kv_heads", ScalarSignal::NKvHeads},
-    {"head_dim", ScalarSignal::HeadDim}, {"prompt_len", ScalarSignal::PromptLen},
-    {"decode_step", ScalarSignal::DecodeStep}, {"budget", ScalarSignal::Budget}};
+const std::map<std::string, ScalarSignal> kScalarSignals = [] {
+  std::map<std::string, ScalarSignal> names;  // from the signal table (core/engine/signals.h)
+  for (const auto& info : kvevict::kScalarSignalTable) names.emplace(std::string(info.dsl_name), info.id);
+  return names;
+}();
 
-const std::map<std::string, TensorSignal> kTensorSignals = {
-    {"A", TensorSignal::WindowAttention}, {"A_acc", TensorSignal::AccumulatedAttention},
-    {"A_now", TensorSignal::CurrentAttention}, {"key_norm", TensorSignal::KeyNorm},
-    {"value_norm", TensorSignal::ValueNorm}, {"pos", TensorSignal::Position}};
+const std::map<std::string, TensorSignal> kTensorSignals = [] {
+  std::map<std::string, TensorSignal> names;  // from the signal table (core/engine/signals.h)
+  for (const auto& info : kvevict::kTensorSignalTable) names.emplace(std::string(info.dsl_name), info.id);
+  return names;
+}();
 
 const std::map<std::string, UnaryFn> kUnaryFns = {
     {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},

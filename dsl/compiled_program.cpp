@@ -10,26 +10,14 @@ namespace kvevict::dsl {
 namespace {
 
 void fill_scalars(EvalInputs& e, const ScoreInputs& in) {
-  auto set = [&](ScalarSignal s, double v) { e.scalars[static_cast<int>(s)] = static_cast<float>(v); };
-  set(ScalarSignal::T, in.T);
-  set(ScalarSignal::W, in.W);
-  set(ScalarSignal::G, in.group);
-  set(ScalarSignal::Layer, in.layer);
-  set(ScalarSignal::NLayers, in.n_layers);
-  set(ScalarSignal::KvHead, in.kv_head);
-  set(ScalarSignal::NKvHeads, in.n_kv_heads);
-  set(ScalarSignal::HeadDim, in.head_dim);
-  set(ScalarSignal::PromptLen, in.prompt_len);
-  set(ScalarSignal::DecodeStep, in.decode_step);
+#define KVEVICT_FILL_SCALAR(name, dsl, field) e.scalars[static_cast<int>(ScalarSignal::name)] = static_cast<float>(in.field);
+  KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_FILL_SCALAR)
+#undef KVEVICT_FILL_SCALAR
 }
 
 HeadSignals head_signals(const ScoreInputs& in) {
   HeadSignals h;
-  h.tensors[static_cast<int>(TensorSignal::WindowAttention)] = in.window_attention;
-  h.tensors[static_cast<int>(TensorSignal::AccumulatedAttention)] = in.accumulated_attention;
-  h.tensors[static_cast<int>(TensorSignal::CurrentAttention)] = in.current_attention;
-  h.tensors[static_cast<int>(TensorSignal::KeyNorm)] = in.key_norm;
-  h.tensors[static_cast<int>(TensorSignal::ValueNorm)] = in.value_norm;
+  h.tensors = in.tensor;
   h.position = in.position;
   h.kv_head = in.kv_head;
   return h;

@@ -318,12 +318,6 @@ void normalise(const Layout& L, const Node& nd, const Buf& A, float* out) {
   });
 }
 
-const char* signal_name(TensorSignal s) {
-  static const char* names[] = {"A (window attention)", "A_acc (accumulated attention)", "A_now (current attention)",
-                                "key_norm", "value_norm", "pos"};
-  return names[static_cast<int>(s)];
-}
-
 }  // namespace
 
 std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
@@ -359,7 +353,7 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         }
         for (int g = 0; g < G; ++g)
           if (!in.heads[g].tensors[s] && per_head > 0)
-            throw RuntimeError(std::string("policy reads ") + signal_name(nd.tensor) + " but the engine did not supply it");
+            throw RuntimeError("policy reads " + kvevict::signal_label(nd.tensor) + " but the engine did not supply it");
         bool contiguous = true;  // the engine lays a layer's heads side by side: read them in place
         for (int g = 1; g < G; ++g) contiguous = contiguous && in.heads[g].tensors[s] == in.heads[0].tensors[s] + g * per_head;
         if (contiguous) { B.data = in.heads[0].tensors[s]; break; }

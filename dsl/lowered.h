@@ -53,28 +53,25 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/signals.h"
+
 namespace kvevict::dsl {
 
-enum AxisBit : unsigned { kAxisG = 1, kAxisH = 2, kAxisQ = 4, kAxisT = 8 };
-constexpr unsigned kAllAxes = kAxisG | kAxisH | kAxisQ | kAxisT;
+using kvevict::kAllAxes;
+using kvevict::kAxisG;
+using kvevict::kAxisH;
+using kvevict::kAxisQ;
+using kvevict::kAxisT;
+using kvevict::kNumTensorSignals;
+using kvevict::SignalSet;
+using kvevict::TensorSignal;  // the signal table: core/engine/signals.h
 std::string shape_name(unsigned shape);   // "[h, q, t]", "scalar"
 
-enum class ScalarSignal : uint8_t {
-  T, W, G, Layer, NLayers, KvHead, NKvHeads, HeadDim, PromptLen, DecodeStep, Budget,
-};
-constexpr int kNumScalarSignals = 11;
+using kvevict::kNumScalarSignals;
+using kvevict::ScalarSignal;
 
-enum class TensorSignal : uint8_t {
-  WindowAttention,       // A      [h, q, t]
-  AccumulatedAttention,  // A_acc  [h, t]
-  CurrentAttention,      // A_now  [h, t]
-  KeyNorm,               // key_norm   [t]
-  ValueNorm,             // value_norm [t]
-  Position,              // pos    [t]  original position of the cache entry
-};
-constexpr int kNumTensorSignals = 6;
 // Shape of a tensor signal in a per-head program; layer_weight programs add axis g.
-unsigned tensor_signal_shape(TensorSignal s);
+constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_axes(s); }
 
 enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise };
 
@@ -104,7 +101,7 @@ struct LoweredProgram {
   std::vector<Node> nodes;
   int output = -1;
   bool layer_context = false;         // layer_weight program: axis g exists, tensors carry it
-  bool uses[kNumTensorSignals] = {};  // which tensor signals are read
+  SignalSet uses{};                   // which tensor signals are read
   bool uses_random = false;
   std::string dump() const;           // one line per node, for tests and code-generator debugging
 };

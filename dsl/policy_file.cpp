@@ -117,7 +117,7 @@ class FileCompiler {
     settings(root);
     if (implicit_kept_order >= 0) {
       const ParamBinding& b = out_.bindings[static_cast<size_t>(implicit_kept_order)];
-      out_.desc.select.kept_order = b.options[static_cast<size_t>(b.value)];
+      parse_mode(b.options[static_cast<size_t>(b.value)], out_.desc.select.kept_order);
     }
     programs(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
@@ -215,18 +215,17 @@ class FileCompiler {
   // Returns its binding index, or -1 when the file governs kept_order itself.
   int add_implicit_kept_order(const YAML::Node& root) {
     if (param_index_.count("kept_order")) return -1;
-    std::string literal = "positional";
+    KeptOrder literal = KeptOrder::Positional;
     const YAML::Node select = root["select"];
     if (select && select.IsMap() && select["kept_order"]) {
       if (!select["kept_order"].IsScalar()) return -1;  // settings() reports it
-      literal = select["kept_order"].Scalar();
-      if (literal != "positional" && literal != "score") return -1;  // another parameter, or an error
+      if (!parse_mode(select["kept_order"].Scalar(), literal)) return -1;  // another parameter, or an error
     }
     ParamDecl d;
     d.name = "kept_order";
     d.type = "enum";
-    d.options = {"positional", "score"};
-    d.default_value = literal == "score" ? 1 : 0;
+    for (std::string_view o : ModeNames<KeptOrder>::names) d.options.emplace_back(o);
+    d.default_value = static_cast<int>(literal);
     d.doc = "order of the survivors in the cache, every policy (engine): positional (ascending position; "
             "NACL, H2O, TOVA code) or score (top-k rank, sampled, then protected; CAKE code)";
     register_param(d, {0, 0});
@@ -376,19 +375,23 @@ class FileCompiler {
     else value = static_cast<int>(v);
   }
 
-  std::string choice(const YAML::Node& parent, const char* key, const std::set<std::string>& options, const std::string& fallback) {
+  // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum
+  // parameter whose value is one of them.
+  template <class Mode>
+  Mode choice(const YAML::Node& parent, const char* key, Mode fallback) {
     if (!parent.IsMap() || !parent[key]) return fallback;
     YAML::Node n = parent[key];
     std::string v = n.IsScalar() ? n.Scalar() : "";
     for (const auto& b : out_.bindings)  // the name of an enum parameter selects its value
       if (b.name == v && b.type == Type::Enum) v = b.options[static_cast<size_t>(b.value)];
-    if (!options.count(v)) {
+    Mode mode = fallback;
+    if (!parse_mode(v, mode)) {
       std::string list;
-      for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
+      for (std::string_view o : ModeNames<Mode>::names) list += (list.empty() ? "" : ", ") + std::string(o);
       diag_.error(pos_of(n), std::string("'") + key + "' must be one of " + list + " (or an enum parameter with those options)");
       return fallback;
     }
-    return v;
+    return mode;
   }
 
   void settings(const YAML::Node& root) {
@@ -432,8 +435,8 @@ class FileCompiler {
         if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["floor_alpha"]), "'floor_alpha' must be in 0..1, got " + fmt(v));
         else d.select.floor_alpha = v;
       }
-      d.select.scope = choice(select, "scope", {"kv_head", "layer", "layer_shared"}, d.select.scope);
-      d.select.kept_order = choice(select, "kept_order", {"positional", "score"}, d.select.kept_order);
+      d.select.scope = choice(select, "scope", d.select.scope);
+      d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
       if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
     }
     YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"});
@@ -445,7 +448,7 @@ class FileCompiler {
           if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a cosine similarity threshold in -1..1");
           else (k[6] == 'k' ? d.merge.theta_key : d.merge.theta_value) = v;
         }
-      d.merge.scope = choice(merge, "scope", {"per_head", "per_layer_across_heads"}, d.merge.scope);
+      d.merge.scope = choice(merge, "scope", d.merge.scope);
       for (const char* k : {"first_layer", "last_layer"})
         if (constant_setting(merge, k, false, v)) {
           const bool first = k[0] == 'f';
@@ -478,10 +481,7 @@ class FileCompiler {
     d.has_decode_score = root["decode_score"].IsDefined();
     d.has_layer_weight = root["layer_weight"].IsDefined();
     for (const LoweredProgram* p : {&out_.score, &out_.decode_score, &out_.layer_weight}) {
-      d.needs_accumulated_attention |= p->uses[static_cast<int>(TensorSignal::AccumulatedAttention)];
-      d.needs_current_attention |= p->uses[static_cast<int>(TensorSignal::CurrentAttention)];
-      d.needs_key_norm |= p->uses[static_cast<int>(TensorSignal::KeyNorm)];
-      d.needs_value_norm |= p->uses[static_cast<int>(TensorSignal::ValueNorm)];
+      for (int s = 0; s < kNumTensorSignals; ++s) d.reads[s] = d.reads[s] || p->uses[s];
     }
     // The engine computes the window attention while decoding only if the decode indicator reads it.
     d.run.decode_uses_window_attention =

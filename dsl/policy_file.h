@@ -12,7 +12,7 @@
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
 //             skip_margin_includes_window: BOOL, reassign_positions: BOOL}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
-//   select:  {random_share:, temperature:, scope: kv_head|layer, floor_alpha:, kept_order: positional|score,
+//   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}
 //   merge:   {enabled: BOOL, theta_key:, theta_value:, scope: per_head|per_layer_across_heads,
 //             first_layer: EXPR, last_layer: EXPR}

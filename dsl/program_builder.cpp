@@ -18,15 +18,6 @@ std::string shape_name(unsigned shape) {
   return s + "]";
 }
 
-unsigned tensor_signal_shape(TensorSignal s) {
-  switch (s) {
-    case TensorSignal::WindowAttention: return kAxisH | kAxisQ | kAxisT;
-    case TensorSignal::AccumulatedAttention:
-    case TensorSignal::CurrentAttention: return kAxisH | kAxisT;
-    default: return kAxisT;
-  }
-}
-
 int ProgramBuilder::add(Node n) {
   int sub = 0;
   switch (n.op) {

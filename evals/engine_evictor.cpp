@@ -18,7 +18,7 @@ class EngineEvictor : public PrefillEvictor {
     config_ = model.config;
     for (const auto& choice : policies) {
       LoadedPolicy loaded = load_policy_choice(choice);  // the text read once is the text compiled and stored
-      accumulated_ = accumulated_ || loaded.program->description().needs_accumulated_attention;
+      accumulated_ = accumulated_ || loaded.program->description().needs(TensorSignal::AccumulatedAttention);
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
     }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/signals.h"
+
 namespace kvevict::jit {
 
 struct GeneratedKernel {
@@ -16,9 +18,8 @@ struct GeneratedKernel {
   std::string policy_file;                // the policy it came from
   std::string source;                     // complete CUDA C++ (prelude included)
   std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
-  // Tensor signals each kernel reads (dsl::TensorSignal values: 0 window attention, 1 accumulated,
-  // 2 current attention, 3 key norm, 4 value norm, 5 position); the runner checks they are given.
-  std::vector<int> score_signals, decode_signals;
+  // Tensor signals each kernel reads (indexed by TensorSignal); the runner checks they are given.
+  SignalSet score_signals{}, decode_signals{};
   // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token
   // kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.
   int score_stages = 0, decode_stages = 0;

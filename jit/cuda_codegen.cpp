@@ -378,23 +378,17 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
     writer.line("KVEVICT_STAGED_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ", " + p.stage_function + ", " +
                 std::to_string(p.stage_count) + ")");
   };
-  auto signals = [](const dsl::LoweredProgram& p) {
-    std::vector<int> read;
-    for (int s = 0; s < dsl::kNumTensorSignals; ++s)
-      if (p.uses[s]) read.push_back(s);
-    return read;
-  };
   const EmittedProgram score_program = emit_score_program(writer, score, "score", policy_file, score_at);
   entry("kvevict_score", score_program);
   kernel.entry_points.push_back("kvevict_score");
   kernel.score_stages = score_program.stage_count;
-  kernel.score_signals = signals(score);
+  kernel.score_signals = score.uses;
   if (decode && !decode->nodes.empty()) {
     const EmittedProgram decode_program = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
     entry("kvevict_decode_score", decode_program);
     kernel.entry_points.push_back("kvevict_decode_score");
     kernel.decode_stages = decode_program.stage_count;
-    kernel.decode_signals = signals(*decode);
+    kernel.decode_signals = decode->uses;
   }
   kernel.source = writer.text();
   return kernel;

@@ -21,37 +21,30 @@ std::string cuda_float_literal(float value) {
 }
 
 std::string cuda_scalar(ScalarSignal s) {
-  switch (s) {
-    case ScalarSignal::T: return "(float)a.T";
-    case ScalarSignal::W: return "(float)a.W";
-    case ScalarSignal::G: return "(float)a.group";
-    case ScalarSignal::Layer: return "(float)a.layer";
-    case ScalarSignal::NLayers: return "(float)a.n_layers";
-    case ScalarSignal::KvHead: return "(float)a.kv_head";
-    case ScalarSignal::NKvHeads: return "(float)a.n_kv_heads";
-    case ScalarSignal::HeadDim: return "(float)a.head_dim";
-    case ScalarSignal::PromptLen: return "(float)a.prompt_len";
-    case ScalarSignal::DecodeStep: return "(float)a.decode_step";
-    case ScalarSignal::Budget: break;
+  switch (s) {  // KvScoreArgs has ScoreInputs' field names (kernel_abi.h)
+#define KVEVICT_CUDA_SCALAR(name, dsl, field) \
+  case ScalarSignal::name: return "(float)a." #field;
+    KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_CUDA_SCALAR)
+#undef KVEVICT_CUDA_SCALAR
+    default: break;  // layer scalars do not exist in a score kernel
   }
   return "";
 }
 
 std::string cuda_load(TensorSignal s) {
   // Bounded loads (the prelude's kv_load): h, q and t come from loops over the extents, but the
-  // buffer's extent is checked again here, so no program can read outside it.
-  switch (s) {
-    case TensorSignal::WindowAttention:
-      return "kv_load(a.window_attention, ((long long)h * a.W + q) * a.T + t, kv_extent_window(a), 0.0f)";
-    case TensorSignal::AccumulatedAttention:
-      return "kv_load(a.accumulated_attention, (long long)h * a.T + t, kv_extent_heads(a), 0.0f)";
-    case TensorSignal::CurrentAttention:
-      return "kv_load(a.current_attention, (long long)h * a.T + t, kv_extent_heads(a), 0.0f)";
-    case TensorSignal::KeyNorm: return "kv_load(a.key_norm, t, kv_extent_tokens(a), 0.0f)";
-    case TensorSignal::ValueNorm: return "kv_load(a.value_norm, t, kv_extent_tokens(a), 0.0f)";
-    case TensorSignal::Position: return "(float)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t)";
-  }
-  return "";
+  // buffer's extent is checked again here, so no program can read outside it. The index and the
+  // extent follow from the signal's axes in the signal table: row-major over h, q, t.
+  if (s == TensorSignal::Position)
+    return "(float)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t)";
+  const unsigned axes = kvevict::signal_axes(s);
+  const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ;
+  std::string index = has_h ? "(long long)h" : "";
+  if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
+  index = index.empty() ? "t" : index + " * a.T + t";
+  const std::string slot = std::to_string(kvevict::signal_index(s));
+  return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
+         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + "), 0.0f)";
 }
 
 std::string cuda_unary(UnaryFn f, const std::string& x) {

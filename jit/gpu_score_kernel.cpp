@@ -25,11 +25,10 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     buffer.upload(host, bytes);
     return buffer.address();
   };
-  args_.window_attention = reinterpret_cast<const float*>(upload(window_, in.window_attention, G * W * T * sizeof(float)));
-  args_.accumulated_attention = reinterpret_cast<const float*>(upload(accumulated_, in.accumulated_attention, G * T * sizeof(float)));
-  args_.current_attention = reinterpret_cast<const float*>(upload(current_, in.current_attention, G * T * sizeof(float)));
-  args_.key_norm = reinterpret_cast<const float*>(upload(key_norm_, in.key_norm, T * sizeof(float)));
-  args_.value_norm = reinterpret_cast<const float*>(upload(value_norm_, in.value_norm, T * sizeof(float)));
+  for (int s = 0; s < kNumTensorSignals; ++s) {  // each signal's extent follows from its axes
+    const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.T));
+    args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
+  }
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
   ensure(out_, T * sizeof(float));
   args_.scratch = nullptr;

@@ -3,6 +3,7 @@
 // (layer, KV head): uploads the inputs ScoreInputs points at, launches one thread per token and
 // downloads the scores. Buffers are kept and grown across calls. The GPU tests and benchmarks use
 // it; the engine's CUDA path will keep its inputs on the device instead of copying them.
+#include <array>
 #include <memory>
 #include <string>
 
@@ -34,7 +35,8 @@ class GpuScoreKernel {
   void* function_ = nullptr;
   void* stage_function_ = nullptr;
   int stages_ = 0;
-  DeviceBuffer window_, accumulated_, current_, key_norm_, value_norm_, position_, out_, scratch_;
+  std::array<DeviceBuffer, kNumTensorSignals> tensor_;  // by TensorSignal
+  DeviceBuffer position_, out_, scratch_;
   KvScoreArgs args_{};
 };
 

@@ -39,16 +39,15 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   return program;
 }
 
-void JitPolicyProgram::check_signals(const ScoreInputs& in, const std::vector<int>& signals) const {
-  static const char* names[] = {"window attention", "accumulated attention", "current attention", "key norms", "value norms"};
-  const void* given[] = {in.window_attention, in.accumulated_attention, in.current_attention, in.key_norm, in.value_norm};
+void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& signals) const {
   if (in.T <= 0) return;
-  for (int s : signals)
-    if (s >= 0 && s < 5 && !given[s])
-      throw RuntimeError("policy '" + description().name + "' reads " + names[s] + " but the engine did not supply it");
-  if (in.W <= 0 || in.group < 1) {
-    for (int s : signals)
-      if (s == 0) throw RuntimeError("policy '" + description().name + "' reads window attention but W = 0");
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    if (!signals[signal_index(info.id)] || info.id == TensorSignal::Position) continue;  // position may be null
+    if (!in.signal(info.id))
+      throw RuntimeError("policy '" + description().name + "' reads " + signal_label(info.id) +
+                         " but the engine did not supply it");
+    if ((info.axes & kAxisQ) && in.W <= 0)
+      throw RuntimeError("policy '" + description().name + "' reads " + signal_label(info.id) + " but W = 0");
   }
 }
 

@@ -39,10 +39,10 @@ class JitPolicyProgram : public PolicyProgram {
   bool has_entry(const GeneratedKernel& kernel, const std::string& name) const;
 
   // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead).
-  void check_signals(const ScoreInputs& in, const std::vector<int>& signals) const;
+  void check_signals(const ScoreInputs& in, const SignalSet& signals) const;
 
   std::unique_ptr<PolicyProgram> reference_;
-  std::vector<int> score_signals_, decode_signals_;
+  SignalSet score_signals_{}, decode_signals_{};
   int ordinal_ = -1;
   // GPU backend (mutable: buffers are reused across calls; score() is const in the interface).
   mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_;

@@ -5,29 +5,26 @@
 #include "core/engine/policy_program.h"
 
 #include <string>
+#include <type_traits>
 
 #define KVEVICT_STRINGIFY2(...) #__VA_ARGS__
 #define KVEVICT_STRINGIFY(...) KVEVICT_STRINGIFY2(__VA_ARGS__)
 
 namespace kvevict::jit {
 
+// Every head scalar of the signal table is a field of both structs, of the same type.
+#define KVEVICT_CHECK_MIRRORED(name, dsl, field)                                          \
+  static_assert(std::is_same_v<decltype(KvScoreArgs::field), decltype(ScoreInputs::field)>, \
+                "KvScoreArgs::" #field " must mirror ScoreInputs::" #field);
+KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_CHECK_MIRRORED)
+#undef KVEVICT_CHECK_MIRRORED
+
 KvScoreArgs to_kernel_args(const ScoreInputs& in) {
   KvScoreArgs args{};
-  args.layer = in.layer;
-  args.kv_head = in.kv_head;
-  args.n_layers = in.n_layers;
-  args.n_kv_heads = in.n_kv_heads;
-  args.group = in.group;
-  args.head_dim = in.head_dim;
-  args.T = in.T;
-  args.prompt_len = in.prompt_len;
-  args.decode_step = in.decode_step;
-  args.W = in.W;
-  args.window_attention = in.window_attention;
-  args.accumulated_attention = in.accumulated_attention;
-  args.current_attention = in.current_attention;
-  args.key_norm = in.key_norm;
-  args.value_norm = in.value_norm;
+#define KVEVICT_COPY_SCALAR(name, dsl, field) args.field = in.field;
+  KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_COPY_SCALAR)
+#undef KVEVICT_COPY_SCALAR
+  for (int s = 0; s < kNumTensorSignals; ++s) args.tensor[s] = in.tensor[s];
   args.position = in.position;
   args.seed = in.seed;
   return args;
@@ -94,8 +91,10 @@ KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p &&
 // Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
 KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
-KVEVICT_FN long long kv_extent_heads(const KvScoreArgs& a) { return kv_nonneg(a.group) * kv_nonneg(a.T); }
-KVEVICT_FN long long kv_extent_window(const KvScoreArgs& a) { return kv_nonneg(a.group) * kv_nonneg(a.W) * kv_nonneg(a.T); }
+// A signal buffer with axes [h?, q?, t] (core/engine/signals.h): the product of their extents.
+KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q) {
+  return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * kv_nonneg(a.T);
+}
 // The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),
 // pasted from the same macro the CPU side compiles, so both agree bit for bit.
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_PHILOX(KVEVICT_FN)) + R"(

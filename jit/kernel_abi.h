@@ -3,6 +3,8 @@
 // The same struct definition is compiled into kvevict and pasted, as text, at the top of every
 // kernel source (kernel_prelude()), so the layouts cannot drift apart. It mirrors
 // kvevict::ScoreInputs (core/engine/policy_program.h) with device pointers; both sides are LP64.
+// `tensor` is indexed by kvevict::TensorSignal, sized by the signal table (core/engine/signals.h):
+// a new signal changes no line here.
 //
 // Entry point convention (KVEVICT_SCORE_ENTRY in the prelude):
 //   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread per token t
@@ -20,15 +22,13 @@
 //         token loop: the host ABI does not change.
 #include <string>
 
+#include "core/engine/signals.h"
+
 #define KVEVICT_DEFINE_KERNEL_ABI                                           \
   struct KvScoreArgs {                                                      \
     int layer; int kv_head; int n_layers; int n_kv_heads; int group;        \
     int head_dim; int T; int prompt_len; int decode_step; int W;            \
-    const float* window_attention;                                          \
-    const float* accumulated_attention;                                     \
-    const float* current_attention;                                         \
-    const float* key_norm;                                                  \
-    const float* value_norm;                                                \
+    const float* tensor[KVEVICT_NUM_TENSOR_SIGNALS];                        \
     const int* position;                                                    \
     unsigned long long seed;                                                \
     float* scratch;                                                         \
@@ -42,7 +42,8 @@ namespace kvevict::jit {
 
 KVEVICT_DEFINE_KERNEL_ABI
 
-static_assert(sizeof(KvScoreArgs) == 40 + 6 * 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
+static_assert(sizeof(KvScoreArgs) == 40 + kNumTensorSignals * 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
+static_assert(sizeof(KvScoreArgs::tensor) / sizeof(KvScoreArgs::tensor[0]) == kNumTensorSignals);
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
 inline constexpr unsigned kStageThreads = 256;

@@ -17,7 +17,7 @@ std::string cake_indicator_functions(float gamma, int kernel, const std::string&
 // Mean + gamma * unbiased variance of one query head's window column t (0 outside [0, T)).
 KVEVICT_FN float NAME_column(const KvScoreArgs& a, int h, int t) {
   if (t < 0 || t >= a.T) return 0.0f;
-  const float* column = a.window_attention + (size_t)h * a.W * a.T + t;
+  const float* column = a.tensor[WINDOW_SLOT] + (size_t)h * a.W * a.T + t;
   float sum = 0.0f;
   for (int q = 0; q < a.W; ++q) sum += column[(size_t)q * a.T];
   const float mean = sum / (float)a.W;
@@ -47,6 +47,7 @@ KVEVICT_FN float NAME_token(const KvScoreArgs& a, int t) {
   replace_all("NAME", name);
   replace_all("GAMMA", constants.str());
   replace_all("KERNEL", std::to_string(kernel));
+  replace_all("WINDOW_SLOT", std::to_string(signal_index(TensorSignal::WindowAttention)));
   return body;
 }
 
@@ -58,14 +59,15 @@ std::string cake_indicator_source(float gamma, int kernel) {
 void cake_indicator_reference(const ScoreInputs& in, float gamma, int kernel, float* out) {
   const int T = in.T, W = in.W;
   std::vector<float> indicator(size_t(in.group) * T);
+  const float* window_attention = in.signal(TensorSignal::WindowAttention);
   for (int h = 0; h < in.group; ++h) {
     for (int t = 0; t < T; ++t) {
       float sum = 0.0f;
-      for (int q = 0; q < W; ++q) sum += in.window_attention[(size_t(h) * W + q) * T + t];
+      for (int q = 0; q < W; ++q) sum += window_attention[(size_t(h) * W + q) * T + t];
       const float mean = sum / float(W);
       float squares = 0.0f;
       for (int q = 0; q < W; ++q) {
-        const float d = in.window_attention[(size_t(h) * W + q) * T + t] - mean;
+        const float d = window_attention[(size_t(h) * W + q) * T + t] - mean;
         squares += d * d;
       }
       indicator[size_t(h) * T + t] = mean + gamma * (W > 1 ? squares / float(W - 1) : 0.0f);

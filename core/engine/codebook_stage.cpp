@@ -47,15 +47,13 @@ Codebook slice(const Codebook& all, size_t from, size_t n) {
 }  // namespace
 
 CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cache) {
-  if (merge.scope != "per_head" && merge.scope != "per_layer_across_heads")
-    throw UsageError("merge scope must be per_head or per_layer_across_heads, not " + merge.scope);
   const int L = cache.n_layers(), H = cache.n_stored_heads(), d = cache.head_dim();
   int first = 0, last = L - 1;
   codebook_layer_range(merge, L, "(merge)", first, last);
   CodebookStageResult r;
   r.bytes_before = cache.bytes_in_use();
   for (int l = first; l <= last; ++l) {
-    if (merge.scope == "per_head") {
+    if (merge.scope == MergeScope::PerHead) {
       for (int h = 0; h < H; ++h) {
         const int T = cache.length(l, h);
         const std::vector<float> pre = cache.keys_pre_rope(l, h);

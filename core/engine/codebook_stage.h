@@ -1,9 +1,9 @@
 #pragma once
 // SpindleKV's codebook stage over a whole cache (spec policies.md §4.2), run by the engine once the
 // prefill eviction is done. Per layer in merge.first_layer .. merge.last_layer (others stay dense):
-//   scope "per_head": one greedy codebook of pre-RoPE keys and one of values per stored head
+//   MergeScope::PerHead: one greedy codebook of pre-RoPE keys and one of values per stored head
 //     (KVCache::set_codebook);
-//   scope "per_layer_across_heads": the pre-RoPE keys (values) of every stored head of the layer
+//   MergeScope::PerLayerAcrossHeads: the pre-RoPE keys (values) of every stored head of the layer
 //     form one set of vectors and get one codebook, shared by the layer's heads
 //     (KVCache::set_layer_codebook). Identical copies of an unfolded cache then share their codes;
 //     indices and norms stay per (token, stored head). Cost O(N^2 d) with N = entries of the whole

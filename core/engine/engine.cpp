@@ -6,6 +6,7 @@
 #include "core/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -33,9 +34,9 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Buffers behind one ScoreInputs.
+// Buffers behind one ScoreInputs, one per tensor signal (core/engine/signals.h).
 struct HeadSignals {
-  std::vector<float> window_attention, current_attention, accumulated, key_norm, value_norm;
+  std::array<std::vector<float>, kNumTensorSignals> buffer;
   std::vector<float> key_scratch, value_scratch;  // a codebook head's keys/values, reconstructed
   ScoreInputs in;
 };
@@ -99,7 +100,7 @@ struct EvictionEngine::State {
   // What the budget's unit needs to resolve (budget.h): the model and this prompt's window.
   Budget::Geometry geometry() const { return {L, Hkv, window}; }
 
-  int query_window() const { return std::max(window, desc.needs_current_attention ? 1 : 0); }
+  int query_window() const { return std::max(window, desc.needs(TensorSignal::CurrentAttention) ? 1 : 0); }
 
   void reset() {
     report = EvictionReport{};
@@ -123,7 +124,7 @@ struct EvictionEngine::State {
 
   // Adds the block's attention column sums to the stored accumulated attention of the layer.
   void record_accumulated(const LayerSignals& s, const KVCache& cache) {
-    if (!desc.needs_accumulated_attention) return;
+    if (!desc.needs(TensorSignal::AccumulatedAttention)) return;
     if (!s.accumulated_attention) throw std::logic_error("engine: the decoder did not record accumulated attention");
     auto& acc = accumulated[s.layer];
     acc.resize(Hq);
@@ -162,41 +163,53 @@ struct EvictionEngine::State {
       const int skip = rows - W;
       const float* window_rows = q + static_cast<size_t>(skip) * Hq * d;
       const int first = recent.first_position(layer) + skip;
+      std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
       if (!desc.observe.same_index_head) {
         if (!window_out) {  // no layer-shared buffer: the head's own
-          hs.window_attention.resize(static_cast<size_t>(Gs) * W * T);
-          window_out = hs.window_attention.data();
+          own.resize(static_cast<size_t>(Gs) * W * T);
+          window_out = own.data();
         }
         compute_window_attention(window_rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
                                  desc.observe.causal);
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
         in.group = observe_same_index_head(desc.observe.causal, WindowQueries{window_rows, W, Hq, first}, cache, layer,
-                                           kv_head, G, keys, hs.window_attention);
-        window_out = hs.window_attention.data();
+                                           kv_head, G, keys, own);
+        window_out = own.data();
       }
       in.W = W;
-      in.window_attention = window_out;
+      in.set_signal(TensorSignal::WindowAttention, window_out);
     }
-    if (desc.needs_current_attention && rows > 0) {
-      hs.current_attention.resize(static_cast<size_t>(Gs) * T);
-      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq, recent.first_position(layer) + rows - 1,
-                               kv_head, Gs, keys, in.position, T, d, hs.current_attention.data());
-      in.current_attention = hs.current_attention.data();
-    }
-    if (desc.needs_accumulated_attention) {
-      hs.accumulated.resize(static_cast<size_t>(Gs) * T);
-      for (int g = 0; g < Gs; ++g) {
-        const auto& a = accumulated[layer][kv_head * Gs + g];
-        std::copy_n(a.data(), T, hs.accumulated.data() + static_cast<size_t>(g) * T);
+    // Every other signal the policy reads, by its row in the signal table.
+    for (const TensorSignalInfo& info : kTensorSignalTable) {
+      if (!desc.needs(info.id)) continue;
+      std::vector<float>& out = hs.buffer[signal_index(info.id)];
+      switch (info.id) {
+        case TensorSignal::WindowAttention:  // produced above (it may share a layer buffer)
+        case TensorSignal::Position:         // in.position
+          continue;
+        case TensorSignal::CurrentAttention:
+          if (rows == 0) continue;
+          out.resize(static_cast<size_t>(Gs) * T);
+          compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
+                                   recent.first_position(layer) + rows - 1, kv_head, Gs, keys, in.position, T, d,
+                                   out.data());
+          break;
+        case TensorSignal::AccumulatedAttention:
+          out.resize(static_cast<size_t>(Gs) * T);
+          for (int g = 0; g < Gs; ++g)
+            std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
+          break;
+        case TensorSignal::KeyNorm:
+          out.resize(T);
+          compute_row_norms(keys, T, d, out.data());
+          break;
+        case TensorSignal::ValueNorm:
+          out.resize(T);
+          compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out.data());
+          break;
       }
-      in.accumulated_attention = hs.accumulated.data();
+      in.set_signal(info.id, out.data());
     }
-    hs.key_norm.resize(T);
-    hs.value_norm.resize(T);
-    compute_row_norms(keys, T, d, hs.key_norm.data());
-    compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, hs.value_norm.data());
-    in.key_norm = hs.key_norm.data();
-    in.value_norm = hs.value_norm.data();
     return hs;
   }
 
@@ -283,7 +296,7 @@ struct EvictionEngine::State {
     s.protect_recent = protect.recent;
     s.random_share = desc.select.random_share;
     s.temperature = desc.select.temperature;
-    s.score_order = desc.select.kept_order == "score";
+    s.score_order = desc.select.kept_order == KeptOrder::Score;
     s.seed = sampling_seed;
     s.layer = layer;
     s.kv_head = kv_head;
@@ -292,7 +305,7 @@ struct EvictionEngine::State {
 
   // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores) {
-    if (desc.select.scope == "layer") {
+    if (desc.select.scope == SelectScope::Layer) {
       std::vector<std::span<const float>> sc;
       std::vector<std::span<const int32_t>> pos;
       for (int h = 0; h < Hs; ++h) {
@@ -301,9 +314,9 @@ struct EvictionEngine::State {
       }
       const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), protect.first,
                                               protect.recent, desc.select.floor_alpha,
-                                              desc.select.kept_order == "score");
+                                              desc.select.kept_order == KeptOrder::Score);
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h]);
-    } else if (desc.select.scope == "layer_shared") {
+    } else if (desc.select.scope == SelectScope::LayerShared) {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
       // has kept the same positions in the same order so far, so one index list fits all.
       const int T = cache.length(layer, 0);
@@ -472,7 +485,7 @@ ObservationRequest EvictionEngine::request() const {
   // query of the block (the decoder hands out a view of its query buffer, no copy); the engine
   // keeps only the rows it needs once window_for(prompt_len) is known.
   if (state_->desc.depends_on_prompt_len && !state_->prefill_done) r.window = state_->config.context_length;
-  r.accumulated_attention = state_->desc.needs_accumulated_attention;
+  r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention);
   return r;
 }
 
@@ -510,14 +523,14 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const int need_window = std::max(st.policy.window_for(S), st.desc.needs_current_attention ? 1 : 0);
+  const int need_window = std::max(st.policy.window_for(S), st.desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());
     if (rec.window < window)
       throw std::invalid_argument("apply_after_prefill: recorded window " + std::to_string(rec.window) +
                                   " is smaller than the policy's " + std::to_string(window));
-    if (st.desc.needs_accumulated_attention && rec.accumulated_attention.empty())
+    if (st.desc.needs(TensorSignal::AccumulatedAttention) && rec.accumulated_attention.empty())
       throw std::invalid_argument("apply_after_prefill: the policy needs accumulated attention; the recorder has none");
     LayerSignals s;
     s.layer = l;

@@ -13,24 +13,18 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   if (desc.window < 0 || desc.protect.first < 0 || desc.protect.recent < 0 || desc.run.decode_every < 0 ||
       desc.run.decode_slack < 0)
     throw UsageError("policy " + desc.name + ": window, protect, decode_every and decode_slack must be >= 0");
-  if (desc.select.scope != "kv_head" && desc.select.scope != "layer" && desc.select.scope != "layer_shared")
-    throw UsageError("policy " + desc.name + ": select scope must be kv_head, layer or layer_shared, not " +
-                     desc.select.scope);
-  if (desc.select.kept_order != "positional" && desc.select.kept_order != "score")
-    throw UsageError("policy " + desc.name + ": kept_order must be positional or score");
-  if (desc.observe.same_index_head && (desc.needs_accumulated_attention || desc.needs_current_attention))
+  if (desc.observe.same_index_head &&
+      (desc.needs(TensorSignal::AccumulatedAttention) || desc.needs(TensorSignal::CurrentAttention)))
     throw UsageError("policy " + desc.name + ": observe.same_index_head changes the query heads of A only; the policy "
                      "must not also read A_acc or A_now");
   if (desc.observe.same_index_head && desc.run.reassign_positions)  // it masks by the cache's own positions
     throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with run.reassign_positions");
   const bool unfold = desc.select.unfold_gqa;
-  if (unfold && (desc.select.scope != "kv_head" || desc.run.cascading))
+  if (unfold && (desc.select.scope != SelectScope::KvHead || desc.run.cascading))
     throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");
   if (desc.merge.enabled) {
     int first = 0, last = 0;
     codebook_layer_range(desc.merge, config.n_layers, desc.name, first, last);
-    if (desc.merge.scope != "per_head" && desc.merge.scope != "per_layer_across_heads")
-      throw UsageError("policy " + desc.name + ": merge scope must be per_head or per_layer_across_heads");
   }
   if (unfold && desc.run.reassign_positions)
     throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");

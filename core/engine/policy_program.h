@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/policy_modes.h"
+#include "core/engine/signals.h"
+
 namespace kvevict {
 
 // When the policy runs.
@@ -42,20 +45,20 @@ struct PolicySelect {
   // softmax(score / temperature) over the tokens top-k did not take (NACL). 0 disables sampling.
   double random_share = 0.0;
   double temperature = 1.0;
-  // "kv_head": each KV head keeps its own top-k with its own budget.
-  // "layer": Ada-KV; the top (n_kv_heads * budget) scores over all heads of the layer decide each
+  // KvHead: each KV head keeps its own top-k with its own budget.
+  // Layer: Ada-KV; the top (n_kv_heads * budget) scores over all heads of the layer decide each
   // head's budget, floored at floor_alpha * budget.
-  // "layer_shared": TOVA; one selection per layer on the mean of the KV heads' scores, applied to
+  // LayerShared: TOVA; one selection per layer on the mean of the KV heads' scores, applied to
   // every head (all heads of the layer then hold the same positions).
-  std::string scope = "kv_head";
+  SelectScope scope = SelectScope::KvHead;
   double floor_alpha = 0.0;
-  // Order of survivors in the cache: "positional" (ascending original position) or "score".
-  std::string kept_order = "positional";
+  // Order of survivors in the cache: Positional (ascending original position) or Score.
+  KeptOrder kept_order = KeptOrder::Positional;
   // Added. SpindleKV's "fully unfold GQA" (spec §4.1 option B, §6 rule 3, §8 gqa_mode = unfold):
   // the score program runs per query head (ScoreInputs::group = 1, kv_head = the query head) and
   // each query head keeps its own top-k in its own copy of the KV head's entries; at the end of
   // prefill the cache holds one stored head per query head (KVCache::unfold_keep) and its bytes
-  // are reported as stored. Needs scope "kv_head" and no cascading. false: per KV head (default).
+  // are reported as stored. Needs scope KvHead and no cascading. false: per KV head (default).
   bool unfold_gqa = false;
 };
 
@@ -64,9 +67,9 @@ struct PolicyMerge {
   bool enabled = false;
   double theta_key = 0.98;
   double theta_value = 0.95;
-  // Added. "per_head": one codebook per (layer, stored head). "per_layer_across_heads": one per
-  // layer shared by all its stored heads (spec §4.2 eq. 15 r2), codes counted once per layer.
-  std::string scope = "per_head";
+  // Added. PerHead: one codebook per (layer, stored head). PerLayerAcrossHeads: one per layer
+  // shared by all its stored heads (spec §4.2 eq. 15 r2), codes counted once per layer.
+  MergeScope scope = MergeScope::PerHead;
   // Added. Layers that get a codebook: first_layer .. last_layer inclusive (last_layer -1 or past
   // the model's last layer: up to the last layer). Other layers stay dense.
   int first_layer = 0;
@@ -91,10 +94,10 @@ struct PolicyDescription {
   std::string about;
   std::string source;                 // policy file path
   int window = 0;                     // observation window W (queries whose attention scores tokens); 0: none
-  bool needs_accumulated_attention = false;  // attention summed over every query so far (H2O)
-  bool needs_current_attention = false;      // the newest query's attention (decode-time policies)
-  bool needs_key_norm = false;               // ScoreInputs::key_norm is read
-  bool needs_value_norm = false;             // ScoreInputs::value_norm is read
+  // The tensor signals some program of the policy reads (core/engine/signals.h); the engine
+  // produces only those. Window attention is produced whenever window > 0.
+  SignalSet reads{};
+  bool needs(TensorSignal s) const { return reads[signal_index(s)]; }
   // window / protect depend on the prompt length (NACL: fractions of the prompt); the fields
   // below then hold the values for prompt_len = 0 and the engine must call window_for() /
   // protect_for() once the prompt length is known.
@@ -113,7 +116,10 @@ struct PolicyDescription {
 // entries t = 0..T-1 in cache order; `group` is the number of query heads G of this KV head (1 with
 // PolicyObserve::same_index_head). With PolicySelect::unfold_gqa the program runs per stored head =
 // query head: kv_head is the query head, n_kv_heads = n_heads, group = 1.
-// A pointer is null when the description did not ask for that signal.
+// A signal's pointer is null when the description did not ask for it. Layouts (row-major, t
+// innermost) follow the signal's axes in core/engine/signals.h, e.g.
+//   window attention [G][W][T] softmax rows of the last W queries (G = group)
+//   accumulated / current attention [G][T];  key / value norms [T] (L2 norm of each row)
 struct ScoreInputs {
   int layer = 0, kv_head = 0;
   int n_layers = 0, n_kv_heads = 0, group = 1, head_dim = 0;
@@ -121,13 +127,12 @@ struct ScoreInputs {
   int prompt_len = 0;
   int decode_step = 0;        // 0 during prefill
   int W = 0;                  // rows of window_attention
-  const float* window_attention = nullptr;       // [G][W][T] softmax rows of the last W queries (G = group)
-  const float* accumulated_attention = nullptr;  // [G][T]
-  const float* current_attention = nullptr;      // [G][T]
-  const float* key_norm = nullptr;               // [T]  L2 norm of each key
-  const float* value_norm = nullptr;             // [T]
-  const int32_t* position = nullptr;             // [T]  original positions
+  std::array<const float*, kNumTensorSignals> tensor{};  // by TensorSignal; Position's slot stays null
+  const int32_t* position = nullptr;             // [T]  original positions (null: the cache slot)
   uint64_t seed = 0;                             // random(): counter-based on (seed, layer, kv_head, position)
+
+  const float* signal(TensorSignal s) const { return tensor[signal_index(s)]; }
+  void set_signal(TensorSignal s, const float* data) { tensor[signal_index(s)] = data; }
 };
 
 // Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.

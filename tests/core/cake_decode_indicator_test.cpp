@@ -126,7 +126,7 @@ TEST(CakeDecodeIndicator, MeanPlusGammaVarHoldsTheBudgetAndMatchesADirectComputa
   const std::vector<int> prompt = model->tokenizer->encode(test::kPolicyTestStory, true);
   const auto policy = load_policy("cake", {{"window", std::to_string(kWindow)}, {"decode_indicator", "mean_plus_gamma_var"}});
   ASSERT_TRUE(policy->description().run.decode_uses_window_attention);
-  ASSERT_FALSE(policy->description().needs_current_attention);  // the code's branch is compiled out
+  ASSERT_FALSE(policy->description().needs(TensorSignal::CurrentAttention));  // the code's branch is compiled out
   EXPECT_EQ(policy->description().params.at("decode_indicator"), "mean_plus_gamma_var");
 
   auto decoder = make_cpu_decoder(*model, {.threads = 1, .kv_type = KvType::F32});

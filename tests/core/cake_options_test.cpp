@@ -73,7 +73,7 @@ class CakeOptions : public test::StoriesAttentionTest<kWindow> {
       in.T = S();
       in.prompt_len = S();
       in.W = kWindow;
-      in.window_attention = a[kv].data();
+      in.set_signal(TensorSignal::WindowAttention, a[kv].data());
       lw.heads.push_back(in);
     }
     return program->layer_weight(lw);

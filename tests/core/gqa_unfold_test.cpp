@@ -324,9 +324,9 @@ TEST(GqaUnfold, UnfoldNeedsPerHeadScopeAndNoCascading) {
   p.score_fn = [](const ScoreInputs&, bool, float*) {};
   EXPECT_THROW(EvictionEngine(p, c, {Budget::parse("10"), 0}), UsageError);
   p.desc.run.cascading = false;
-  p.desc.select.scope = "layer";
+  p.desc.select.scope = SelectScope::Layer;
   EXPECT_THROW(EvictionEngine(p, c, {Budget::parse("10"), 0}), UsageError);
-  p.desc.select.scope = "kv_head";
+  p.desc.select.scope = SelectScope::KvHead;
   EXPECT_NO_THROW(EvictionEngine(p, c, {Budget::parse("10"), 0}));
   // Policy file values outside the options are reported with the file's position.
   EXPECT_THROW(load_policy("spindlekv", {{"gqa_mode", "per_query"}}), UsageError);

@@ -25,7 +25,7 @@ class HandPolicy : public PolicyProgram {
 };
 
 inline float window_at(const ScoreInputs& in, int g, int w, int t) {
-  return in.window_attention[(static_cast<size_t>(g) * in.W + w) * in.T + t];
+  return in.signal(TensorSignal::WindowAttention)[(static_cast<size_t>(g) * in.W + w) * in.T + t];
 }
 
 // 1-D pooling over x[0..n), stride 1, same padding; avg counts the zero padding, max ignores it.
@@ -136,14 +136,14 @@ inline HandPolicy nacl_policy(int proxy_window, int sinks, int recent, double ra
 inline HandPolicy h2o_policy(int recent, int decode_every, int slack) {
   HandPolicy p;
   p.desc.name = "hand-h2o";
-  p.desc.needs_accumulated_attention = true;
+  p.desc.reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
   p.desc.protect.recent = recent;
   p.desc.run.decode_every = decode_every;
   p.desc.run.decode_slack = slack;
   p.score_fn = [](const ScoreInputs& in, bool, float* out) {
     for (int t = 0; t < in.T; ++t) {
       float s = 0;
-      for (int g = 0; g < in.group; ++g) s += in.accumulated_attention[static_cast<size_t>(g) * in.T + t] / in.group;
+      for (int g = 0; g < in.group; ++g) s += in.signal(TensorSignal::AccumulatedAttention)[static_cast<size_t>(g) * in.T + t] / in.group;
       out[t] = s;
     }
   };
@@ -153,8 +153,9 @@ inline HandPolicy h2o_policy(int recent, int decode_every, int slack) {
 inline HandPolicy knorm_policy() {
   HandPolicy p;
   p.desc.name = "hand-knorm";
+  p.desc.reads[signal_index(TensorSignal::KeyNorm)] = true;
   p.score_fn = [](const ScoreInputs& in, bool, float* out) {
-    for (int t = 0; t < in.T; ++t) out[t] = -in.key_norm[t];
+    for (int t = 0; t < in.T; ++t) out[t] = -in.signal(TensorSignal::KeyNorm)[t];
   };
   return p;
 }
@@ -182,14 +183,14 @@ inline HandPolicy random_policy() {
 inline HandPolicy current_attention_policy(int recent, int decode_every, int slack) {
   HandPolicy p;
   p.desc.name = "hand-current";
-  p.desc.needs_current_attention = true;
+  p.desc.reads[signal_index(TensorSignal::CurrentAttention)] = true;
   p.desc.protect.recent = recent;
   p.desc.run.decode_every = decode_every;
   p.desc.run.decode_slack = slack;
   p.score_fn = [](const ScoreInputs& in, bool, float* out) {
     for (int t = 0; t < in.T; ++t) {
       float s = 0;
-      for (int g = 0; g < in.group; ++g) s += in.current_attention[static_cast<size_t>(g) * in.T + t] / in.group;
+      for (int g = 0; g < in.group; ++g) s += in.signal(TensorSignal::CurrentAttention)[static_cast<size_t>(g) * in.T + t] / in.group;
       out[t] = s;
     }
   };

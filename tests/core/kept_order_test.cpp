@@ -29,15 +29,15 @@ TEST(KeptOrder, EveryBuiltInPolicyAcceptsAndRecordsIt) {
     EXPECT_TRUE(has) << p.name << " lists no documented kept_order parameter";
     for (const char* order : {"positional", "score"}) {
       const auto program = load_policy(p.name, {{"kept_order", order}});
-      EXPECT_EQ(program->description().select.kept_order, order) << p.name;
+      EXPECT_EQ(mode_name(program->description().select.kept_order), order) << p.name;
       EXPECT_EQ(program->description().params.at("kept_order"), order) << p.name;
     }
     EXPECT_THROW(load_policy(p.name, {{"kept_order", "random"}}), UsageError) << p.name;
   }
   EXPECT_GE(n, 12);
   // Defaults follow each file: CAKE's code keeps score order; the others are positional.
-  EXPECT_EQ(load_policy("cake")->description().select.kept_order, "score");
-  EXPECT_EQ(load_policy("nacl")->description().select.kept_order, "positional");
+  EXPECT_EQ(load_policy("cake")->description().select.kept_order, KeptOrder::Score);
+  EXPECT_EQ(load_policy("nacl")->description().select.kept_order, KeptOrder::Positional);
   EXPECT_EQ(load_policy("knorm")->description().params.at("kept_order"), "positional");
 }
 

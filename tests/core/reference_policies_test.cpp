@@ -81,7 +81,7 @@ TEST_F(ReferencePolicies, SnapKV) {
 
 TEST_F(ReferencePolicies, AdaKV) {
   test::HandPolicy p = test::snap_policy(kWindow, 7, true, true);
-  p.desc.select.scope = "layer";
+  p.desc.select.scope = SelectScope::Layer;
   p.desc.select.floor_alpha = 0.2;
   expect_same(run(p, "48"), reference::adakv(*data_, 48, {kWindow, 7, true}, 0.2), "adakv");
 }

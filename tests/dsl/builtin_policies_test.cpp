@@ -46,11 +46,11 @@ ScoreInputs inputs(const std::vector<float>& A, std::vector<int32_t>& pos) {
   in.T = kT;
   in.prompt_len = kT;
   in.W = kW;
-  in.window_attention = A.data();
-  in.accumulated_attention = k_acc.data();
-  in.current_attention = k_now.data();
-  in.key_norm = k_kn.data();
-  in.value_norm = k_kn.data();
+  in.set_signal(TensorSignal::WindowAttention, A.data());
+  in.set_signal(TensorSignal::AccumulatedAttention, k_acc.data());
+  in.set_signal(TensorSignal::CurrentAttention, k_now.data());
+  in.set_signal(TensorSignal::KeyNorm, k_kn.data());
+  in.set_signal(TensorSignal::ValueNorm, k_kn.data());
   pos.resize(kT);
   for (int t = 0; t < kT; ++t) pos[t] = t;
   in.position = pos.data();
@@ -77,7 +77,7 @@ TEST(BuiltinPolicies, CakeIndicatorDecodeIndicatorAndPreference) {
   auto p = load_policy("cake", {{"window", "3"}});
   EXPECT_EQ(p->description().window, 3);
   EXPECT_EQ(p->description().protect.recent, 3);
-  EXPECT_TRUE(p->description().needs_current_attention);
+  EXPECT_TRUE(p->description().needs(TensorSignal::CurrentAttention));
   EXPECT_FALSE(p->description().run.cascading) << "the released code's default";
   EXPECT_TRUE(p->description().run.skip_margin_includes_window);
   EXPECT_FALSE(p->description().run.decode_uses_window_attention) << "decode indicator reads A_now only";
@@ -104,7 +104,7 @@ TEST(BuiltinPolicies, SnapKvAdaKvPyramidKvScores) {
   expect_near(scores("pyramidkv"), k_snapkv);
   expect_near(scores("adakv"), k_adakv);
   auto ada = load_policy("adakv");
-  EXPECT_EQ(ada->description().select.scope, "layer");
+  EXPECT_EQ(ada->description().select.scope, SelectScope::Layer);
   EXPECT_NEAR(ada->description().select.floor_alpha, 0.2, 1e-7);  // settings are float32 like all DSL values
 }
 

@@ -1,6 +1,7 @@
 // libFuzzer target: any byte string as a policy file. Parsing and checking must end in a result or
 // a UsageError (never a crash, leak, overflow or undefined behaviour); a file that compiles is
 // also run by the interpreter on small inputs with every signal supplied.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     kvevict::dsl::InterpretedPolicy policy(kvevict::dsl::compile_policy_text("fuzz.yaml", text));
     constexpr int G = 2, W = 3, T = 7;
-    std::vector<float> A(G * W * T, 0.05f), acc(G * T, 1.0f), now(G * T, 0.1f), norms(T, 1.5f), out(T);
+    std::vector<float> out(T);
+    std::array<std::vector<float>, kvevict::kNumTensorSignals> signals;  // every row of the signal table
     std::vector<int32_t> pos(T);
     for (int t = 0; t < T; ++t) pos[t] = t * 3;
     kvevict::ScoreInputs in;
@@ -27,11 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.T = T;
     in.prompt_len = T;
     in.W = W;
-    in.window_attention = A.data();
-    in.accumulated_attention = acc.data();
-    in.current_attention = now.data();
-    in.key_norm = norms.data();
-    in.value_norm = norms.data();
+    for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable) {
+      if (info.id == kvevict::TensorSignal::Position) continue;  // in.position
+      signals[kvevict::signal_index(info.id)].assign(size_t(kvevict::signal_elements(info.id, G, W, T)), 0.25f);
+      in.set_signal(info.id, signals[kvevict::signal_index(info.id)].data());
+    }
     in.position = pos.data();
     policy.score(in, false, out.data());
     policy.score(in, true, out.data());

@@ -89,8 +89,8 @@ void expect_host_kernel_matches(const std::string& file, const std::string& text
     random.inputs.decode_step = 2;
     std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
     std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
-    random.inputs.accumulated_attention = acc.data();
-    random.inputs.current_attention = now.data();
+    random.inputs.set_signal(TensorSignal::AccumulatedAttention, acc.data());
+    random.inputs.set_signal(TensorSignal::CurrentAttention, now.data());
     for (bool decoding : {false, true}) {
       std::vector<float> expected(static_cast<size_t>(T)), actual(static_cast<size_t>(T));
       interpreted.score(random.inputs, decoding, expected.data());

@@ -104,11 +104,11 @@ EvalInputs eval_inputs(const testing::RandomScoreInputs& r, const std::vector<fl
   e.scalars[int(ScalarSignal::HeadDim)] = float(in.head_dim);
   e.scalars[int(ScalarSignal::PromptLen)] = float(in.prompt_len);
   HeadSignals head;
-  head.tensors[int(TensorSignal::WindowAttention)] = in.window_attention;
+  head.tensors[int(TensorSignal::WindowAttention)] = in.signal(TensorSignal::WindowAttention);
   head.tensors[int(TensorSignal::AccumulatedAttention)] = acc.data();
   head.tensors[int(TensorSignal::CurrentAttention)] = now.data();
-  head.tensors[int(TensorSignal::KeyNorm)] = in.key_norm;
-  head.tensors[int(TensorSignal::ValueNorm)] = in.value_norm;
+  head.tensors[int(TensorSignal::KeyNorm)] = in.signal(TensorSignal::KeyNorm);
+  head.tensors[int(TensorSignal::ValueNorm)] = in.signal(TensorSignal::ValueNorm);
   head.position = in.position;
   head.kv_head = in.kv_head;
   e.heads.push_back(head);
@@ -131,8 +131,8 @@ TEST(CudaCodegen, GeneratedKernelsMatchTheInterpreterOnTheHost) {
       random.inputs.kv_head = 1;
       std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
       std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
-      random.inputs.accumulated_attention = acc.data();
-      random.inputs.current_attention = now.data();
+      random.inputs.set_signal(TensorSignal::AccumulatedAttention, acc.data());
+      random.inputs.set_signal(TensorSignal::CurrentAttention, now.data());
       std::vector<float> expected(T), actual(T);
       evaluate_scores(program, eval_inputs(random, acc, now), expected.data());
       const KvScoreArgs args = to_kernel_args(random.inputs);
@@ -214,8 +214,8 @@ TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
       testing::RandomScoreInputs random(group, W, T, seed++);
       std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
       std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
-      random.inputs.accumulated_attention = acc.data();
-      random.inputs.current_attention = now.data();
+      random.inputs.set_signal(TensorSignal::AccumulatedAttention, acc.data());
+      random.inputs.set_signal(TensorSignal::CurrentAttention, now.data());
       std::vector<float> expected(T), actual(T);
       evaluate_scores(program, eval_inputs(random, acc, now), expected.data());
       gpu.score(random.inputs, actual.data());
@@ -270,8 +270,8 @@ void expect_policy_matches(const std::string& file, const PolicyProgram& jit, co
     random.inputs.decode_step = 2;
     std::vector<float> acc(random.window_attention.begin(), random.window_attention.begin() + size_t(group) * T);
     std::vector<float> now(random.window_attention.end() - size_t(group) * T, random.window_attention.end());
-    random.inputs.accumulated_attention = acc.data();
-    random.inputs.current_attention = now.data();
+    random.inputs.set_signal(TensorSignal::AccumulatedAttention, acc.data());
+    random.inputs.set_signal(TensorSignal::CurrentAttention, now.data());
     for (bool decoding : {false, true}) {
       std::vector<float> expected(T), actual(T);
       interpreted.score(random.inputs, decoding, expected.data());
@@ -367,8 +367,14 @@ TEST(PolicyCodegen, MissingSignalsAreRuntimeErrorsNotFaults) {
   auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)),
                                        generate_policy_cuda(file, {}, {}), dir.path());
   testing::RandomScoreInputs random(2, 4, 10, 1);
+  random.inputs.set_signal(TensorSignal::AccumulatedAttention, nullptr);
   std::vector<float> out(10);
-  EXPECT_THROW(jit->score(random.inputs, false, out.data()), RuntimeError);  // no accumulated attention given
+  try {
+    jit->score(random.inputs, false, out.data());
+    ADD_FAILURE() << "scored without the accumulated attention it reads";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("A_acc (accumulated attention)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -49,9 +49,12 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// Random softmax rows shaped like window attention [G][W][T], plus norms and positions.
+// Random softmax rows shaped like window attention [G][W][T], plus norms and positions, and a
+// random positive buffer for every other signal of the table (core/engine/signals.h), so a new
+// signal is exercised by every test that uses these inputs.
 struct RandomScoreInputs {
   std::vector<float> window_attention, key_norm, value_norm;
+  std::array<std::vector<float>, kNumTensorSignals> other;
   std::vector<int32_t> position;
   ScoreInputs inputs;
 
@@ -82,11 +85,18 @@ struct RandomScoreInputs {
     inputs.T = T;
     inputs.prompt_len = T;
     inputs.W = W;
-    inputs.window_attention = window_attention.data();
-    inputs.key_norm = key_norm.data();
-    inputs.value_norm = value_norm.data();
+    inputs.set_signal(TensorSignal::WindowAttention, window_attention.data());
+    inputs.set_signal(TensorSignal::KeyNorm, key_norm.data());
+    inputs.set_signal(TensorSignal::ValueNorm, value_norm.data());
     inputs.position = position.data();
     inputs.seed = seed;
+    for (const TensorSignalInfo& info : kTensorSignalTable) {
+      if (info.id == TensorSignal::Position || inputs.signal(info.id)) continue;
+      std::vector<float>& buffer = other[signal_index(info.id)];
+      buffer.resize(size_t(signal_elements(info.id, group, W, T)));
+      for (float& x : buffer) x = norm(rng);
+      inputs.set_signal(info.id, buffer.data());
+    }
   }
 };
 

@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -76,13 +77,16 @@ void run_everything(const GeneratedKernel& kernel, const std::string& dir) {
         for (bool given : {true, false}) {
           std::fprintf(stderr, "case %s G=%d W=%d T=%d %s %s\n", name.c_str(), s.group, s.W, s.T,
                        at_end ? "guard-after" : "guard-before", given ? "signals" : "null-signals");
-          const size_t G = size_t(s.group), W = size_t(s.W), T = size_t(s.T);
-          GuardedBuffer<float> window(G * W * T, at_end), accumulated(G * T, at_end), current(G * T, at_end),
-              key_norm(T, at_end), value_norm(T, at_end), out(T, at_end);
+          const size_t T = size_t(s.T);
+          std::vector<std::unique_ptr<GuardedBuffer<float>>> signals;  // one per row of the signal table
+          for (const TensorSignalInfo& info : kTensorSignalTable)
+            signals.push_back(std::make_unique<GuardedBuffer<float>>(
+                size_t(signal_elements(info.id, s.group, s.W, s.T)), at_end));
+          GuardedBuffer<float> out(T, at_end);
           GuardedBuffer<int> position(T, at_end);
           std::mt19937 rng(7);
           std::uniform_real_distribution<float> value(0.0f, 1.0f);
-          for (GuardedBuffer<float>* b : {&window, &accumulated, &current, &key_norm, &value_norm})
+          for (auto& b : signals)
             for (size_t i = 0; i < b->size(); ++i) b->data()[i] = value(rng);
           for (size_t i = 0; i < T; ++i) position.data()[i] = int(i);
           KvScoreArgs args{};
@@ -96,11 +100,8 @@ void run_everything(const GeneratedKernel& kernel, const std::string& dir) {
           args.prompt_len = s.T;
           args.decode_step = 1;
           args.W = s.W;
-          args.window_attention = given ? window.data() : nullptr;
-          args.accumulated_attention = given ? accumulated.data() : nullptr;
-          args.current_attention = given ? current.data() : nullptr;
-          args.key_norm = given ? key_norm.data() : nullptr;
-          args.value_norm = given ? value_norm.data() : nullptr;
+          for (int k = 0; k < kNumTensorSignals; ++k)
+            args.tensor[k] = given && TensorSignal(k) != TensorSignal::Position ? signals[size_t(k)]->data() : nullptr;
           args.position = given ? position.data() : nullptr;
           args.seed = 3;
           entry(&args, out.data());
@@ -170,7 +171,7 @@ TEST(KernelBounds, TheGuardPagesCatchAnUnboundedRead) {
   testing::TempDir dir;
   GeneratedKernel kernel;
   kernel.source = kernel_prelude() +
-                  "KVEVICT_FN float bad_token(const KvScoreArgs& a, int t) { return a.key_norm[t + 1]; }\n"
+                  "KVEVICT_FN float bad_token(const KvScoreArgs& a, int t) { return a.tensor[3][t + 1]; }\n"
                   "KVEVICT_SCORE_ENTRY(kvevict_score, bad_token)\n";
   kernel.entry_points = {"kvevict_score"};
   EXPECT_EXIT(

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/signals.h"
+
 namespace kvevict::jit::testing {
 
 class PolicyGenerator {
@@ -41,6 +43,20 @@ class PolicyGenerator {
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
   template <size_t N>
   const char* one_of(const char* const (&options)[N]) { return options[pick(int(N))]; }
+
+  // The head scalars of the signal table (a score program has no layer scalars) and the
+  // generated file's two parameters.
+  static const std::vector<std::string>& scalar_names() {
+    static const std::vector<std::string> names = [] {
+      std::vector<std::string> all;
+      for (const ScalarSignalInfo& info : kScalarSignalTable)
+        if (!info.layer_only) all.emplace_back(info.dsl_name);
+      all.push_back("gamma");
+      all.push_back("kernel");
+      return all;
+    }();
+    return names;
+  }
 
   // Two to four definitions of random shapes, then the score.
   std::string program() {
@@ -95,8 +111,12 @@ class PolicyGenerator {
       const char* name;
       unsigned axes;
     };
-    static const Tensor signals[] = {{"A", kH | kQ | kT}, {"A_acc", kH | kT}, {"A_now", kH | kT}, {"key_norm", kT},
-                                     {"value_norm", kT},  {"pos", kT},        {"random", kT}};
+    static const std::vector<Tensor> signals = [] {  // the signal table, and random()
+      std::vector<Tensor> all;
+      for (const TensorSignalInfo& info : kTensorSignalTable) all.push_back({info.dsl_name.data(), info.axes});
+      all.push_back({"random", kT});
+      return all;
+    }();
     std::vector<std::string> out;
     for (const auto& t : signals)
       if ((t.axes & ~s.bound) == 0 && (!need_t || (t.axes & kT))) out.push_back(t.name + axis_list(t.axes, s));
@@ -112,8 +132,7 @@ class PolicyGenerator {
     switch (pick(5)) {
       case 0: return one_of({"0.5", "2", "3.25", "1e-3", "0", "7", "(1 / 3)"});
       case 1:
-        return one_of({"T", "W", "G", "layer", "n_layers", "kv_head", "n_kv_heads", "head_dim", "prompt_len", "decode_step",
-                       "gamma", "kernel"});
+        return scalar_names()[size_t(pick(int(scalar_names().size())))];
       case 2: {
         std::vector<std::string> axes;
         if (s.bound & kH) axes.push_back("h");

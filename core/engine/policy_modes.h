@@ -1,0 +1,51 @@
+#pragma once
+// The enumerated modes of a policy file and their spellings. A mode is parsed once, where the
+// policy file is read (dsl/policy_file.cpp, which lists kModeNames<...> as the allowed values),
+// and is an enum everywhere after: the engine never compares strings.
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace kvevict {
+
+// select.scope: who competes for the budget.
+enum class SelectScope : uint8_t {
+  KvHead,       // "kv_head": each KV head keeps its own top-k with its own budget
+  Layer,        // "layer": Ada-KV, one top-k over all heads of the layer decides each head's budget
+  LayerShared,  // "layer_shared": TOVA, one selection per layer on the mean of the heads' scores
+};
+// select.kept_order: order of the survivors in the cache.
+enum class KeptOrder : uint8_t { Positional, Score };
+// merge.scope: one codebook per stored head, or one per layer shared by its stored heads.
+enum class MergeScope : uint8_t { PerHead, PerLayerAcrossHeads };
+
+template <class Mode> struct ModeNames;
+template <> struct ModeNames<SelectScope> {
+  static constexpr std::array<std::string_view, 3> names = {"kv_head", "layer", "layer_shared"};
+};
+template <> struct ModeNames<KeptOrder> {
+  static constexpr std::array<std::string_view, 2> names = {"positional", "score"};
+};
+template <> struct ModeNames<MergeScope> {
+  static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
+};
+static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
+static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
+static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);
+
+template <class Mode> constexpr std::string_view mode_name(Mode m) {
+  const auto i = static_cast<size_t>(m);
+  return i < ModeNames<Mode>::names.size() ? ModeNames<Mode>::names[i] : std::string_view("?");
+}
+
+// The mode spelled `text`; false when it is none of them.
+template <class Mode> constexpr bool parse_mode(std::string_view text, Mode& out) {
+  for (size_t i = 0; i < ModeNames<Mode>::names.size(); ++i)
+    if (ModeNames<Mode>::names[i] == text) {
+      out = static_cast<Mode>(i);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace kvevict

@@ -1,0 +1,146 @@
+#pragma once
+// The signal vocabulary of the policy language: ONE table from which everything else follows.
+//
+// A tensor signal is a per-(layer, KV head) array that a policy program may read. Its row in
+// KVEVICT_TENSOR_SIGNALS gives
+//   - its enum name (TensorSignal::X) and its name in the DSL (`A`, `key_norm`, ...),
+//   - its axes in a per-head score program (a layer_weight program adds axis g), hence its
+//     extent in elements: the product of the axes' extents (h = G, q = W, t = T),
+//   - what the engine must record to produce it (SignalSource),
+//   - a one-line description used in errors and docs.
+// Its kernel-argument slot is its enum value: ScoreInputs::tensor[s], EvalInputs' HeadSignals and
+// the CUDA ABI's KvScoreArgs::tensor[s] (jit/kernel_abi.h) are all arrays indexed by it, sized by
+// kNumTensorSignals, and tied to the table by static_asserts.
+//
+// What a NEW SIGNAL costs (the ggml rule: one table entry, not edits in seventeen files):
+//   1. a row here (and the count below, which a static_assert checks);
+//   2. its producer in the engine (core/engine/engine.cpp, EvictionEngine::State::signals_for,
+//      by its SignalSource); a new source also needs the decoder to record it.
+// The DSL's name lookup, the checker's shapes, the interpreter's loads, the policy's
+// "needs" flags, the JIT's loads, argument checks and GPU uploads all read this table.
+//
+// Position is the one integer signal: it travels as ScoreInputs::position (int32; null means the
+// cache slot index) because random() keys on it too; its float slot in `tensor` stays null.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kvevict {
+
+// Axes of the language's tensors (a shape is a bit mask; canonical order g, h, q, t, t innermost).
+enum AxisBit : unsigned { kAxisG = 1, kAxisH = 2, kAxisQ = 4, kAxisT = 8 };
+constexpr unsigned kAllAxes = kAxisG | kAxisH | kAxisQ | kAxisT;
+
+// SCALAR SIGNALS: per-(layer, head) numbers. A head scalar is the field of ScoreInputs (and of
+// the kernel ABI's KvScoreArgs, which has the same field names) named in its row; a layer scalar
+// exists in layer_weight programs only (LayerWeightInputs). A new scalar is a row here plus its
+// field in ScoreInputs and in KVEVICT_DEFINE_KERNEL_ABI.
+//   X(enum name, DSL name, field)
+#define KVEVICT_HEAD_SCALAR_SIGNALS(X)                                                                   \
+  X(T, "T", T) X(W, "W", W) X(G, "G", group) X(Layer, "layer", layer) X(NLayers, "n_layers", n_layers)   \
+  X(KvHead, "kv_head", kv_head) X(NKvHeads, "n_kv_heads", n_kv_heads) X(HeadDim, "head_dim", head_dim)   \
+  X(PromptLen, "prompt_len", prompt_len) X(DecodeStep, "decode_step", decode_step)
+#define KVEVICT_LAYER_SCALAR_SIGNALS(X) X(Budget, "budget", budget)
+
+enum class ScalarSignal : uint8_t {
+#define KVEVICT_SCALAR_ENUM(name, dsl, field) name,
+  KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_SCALAR_ENUM) KVEVICT_LAYER_SCALAR_SIGNALS(KVEVICT_SCALAR_ENUM)
+#undef KVEVICT_SCALAR_ENUM
+};
+#define KVEVICT_SCALAR_COUNT(name, dsl, field) +1
+constexpr int kNumScalarSignals =
+    0 KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_SCALAR_COUNT) KVEVICT_LAYER_SCALAR_SIGNALS(KVEVICT_SCALAR_COUNT);
+#undef KVEVICT_SCALAR_COUNT
+
+struct ScalarSignalInfo {
+  ScalarSignal id;
+  std::string_view dsl_name;
+  bool layer_only;  // layer_weight programs only
+};
+inline constexpr std::array<ScalarSignalInfo, kNumScalarSignals> kScalarSignalTable = {{
+#define KVEVICT_HEAD_SCALAR_ROW(name, dsl, field) {ScalarSignal::name, dsl, false},
+#define KVEVICT_LAYER_SCALAR_ROW(name, dsl, field) {ScalarSignal::name, dsl, true},
+    KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_HEAD_SCALAR_ROW) KVEVICT_LAYER_SCALAR_SIGNALS(KVEVICT_LAYER_SCALAR_ROW)
+#undef KVEVICT_HEAD_SCALAR_ROW
+#undef KVEVICT_LAYER_SCALAR_ROW
+}};
+
+// What the engine records to produce a signal.
+enum class SignalSource : uint8_t {
+  WindowQueries,  // the last W queries of the prompt (or decode), attended against the head's keys
+  LatestQuery,    // the newest query alone (decode-time indicators)
+  ColumnSums,     // attention column sums over every query so far, kept aligned with the cache
+  CachedKeys,     // computed from the head's keys in the cache
+  CachedValues,   // computed from the head's values in the cache
+  Positions,      // the original position of every entry (always available)
+};
+
+//   X(enum name, DSL name, axes,                  source,                        description)
+#define KVEVICT_TENSOR_SIGNALS(X)                                                                         \
+  X(WindowAttention, "A", kAxisH | kAxisQ | kAxisT, SignalSource::WindowQueries, "window attention")      \
+  X(AccumulatedAttention, "A_acc", kAxisH | kAxisT, SignalSource::ColumnSums, "accumulated attention")    \
+  X(CurrentAttention, "A_now", kAxisH | kAxisT, SignalSource::LatestQuery, "current attention")           \
+  X(KeyNorm, "key_norm", kAxisT, SignalSource::CachedKeys, "key norms")                                   \
+  X(ValueNorm, "value_norm", kAxisT, SignalSource::CachedValues, "value norms")                           \
+  X(Position, "pos", kAxisT, SignalSource::Positions, "original positions")
+
+enum class TensorSignal : uint8_t {
+#define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
+  KVEVICT_TENSOR_SIGNALS(KVEVICT_SIGNAL_ENUM)
+#undef KVEVICT_SIGNAL_ENUM
+};
+
+// The count, as a literal: the kernel ABI pastes it into generated kernel text.
+#define KVEVICT_NUM_TENSOR_SIGNALS 6
+constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
+
+struct TensorSignalInfo {
+  TensorSignal id;
+  std::string_view dsl_name;
+  unsigned axes;  // in a per-head program
+  SignalSource source;
+  std::string_view description;
+};
+
+inline constexpr std::array<TensorSignalInfo, kNumTensorSignals> kTensorSignalTable = {{
+#define KVEVICT_SIGNAL_ROW(name, dsl, axes, source, about) {TensorSignal::name, dsl, axes, source, about},
+    KVEVICT_TENSOR_SIGNALS(KVEVICT_SIGNAL_ROW)
+#undef KVEVICT_SIGNAL_ROW
+}};
+
+// Every row sits at its own enum value, so the table can be indexed by the enum.
+constexpr bool signal_table_is_ordered() {
+  for (int i = 0; i < kNumTensorSignals; ++i)
+    if (static_cast<int>(kTensorSignalTable[i].id) != i) return false;
+  return true;
+}
+static_assert(signal_table_is_ordered(), "kTensorSignalTable rows must follow the TensorSignal order");
+#define KVEVICT_SIGNAL_COUNT(name, dsl, axes, source, about) +1
+static_assert(0 KVEVICT_TENSOR_SIGNALS(KVEVICT_SIGNAL_COUNT) == KVEVICT_NUM_TENSOR_SIGNALS,
+              "KVEVICT_NUM_TENSOR_SIGNALS must equal the rows of KVEVICT_TENSOR_SIGNALS");
+#undef KVEVICT_SIGNAL_COUNT
+
+constexpr const TensorSignalInfo& signal_info(TensorSignal s) { return kTensorSignalTable[static_cast<int>(s)]; }
+constexpr unsigned signal_axes(TensorSignal s) { return signal_info(s).axes; }
+constexpr int signal_index(TensorSignal s) { return static_cast<int>(s); }
+
+// Elements of a signal's buffer for one head: the product of the extents of its axes
+// (h = group, q = W, t = T; g, if present, is not part of one head's buffer).
+constexpr int64_t signal_elements(TensorSignal s, int group, int W, int T) {
+  const unsigned a = signal_axes(s);
+  int64_t n = T > 0 ? T : 0;
+  if (a & kAxisH) n *= group > 0 ? group : 0;
+  if (a & kAxisQ) n *= W > 0 ? W : 0;
+  return n;
+}
+
+// "A (window attention)": for errors.
+inline std::string signal_label(TensorSignal s) {
+  return std::string(signal_info(s).dsl_name) + " (" + std::string(signal_info(s).description) + ")";
+}
+
+// Which signals a program (or a whole policy) reads, indexed by TensorSignal.
+using SignalSet = std::array<bool, kNumTensorSignals>;
+
+}  // namespace kvevict
