@@ -12,6 +12,7 @@
 #include "dsl/builtin_names.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
+#include "dsl/policy_keys.h"
 #include "dsl/yaml_duplicate_keys.h"
 
 namespace kvevict::dsl {
@@ -95,9 +96,7 @@ class FileCompiler {
       diag_.error(pos_of(root), "a policy file must be a YAML mapping (name:, about:, score:, ...)");
       throw UsageError(diag_.format());
     }
-    static const std::set<std::string> top = {"name", "about", "params", "observe", "protect", "run",
-                                              "score", "decode_score", "layer_weight", "select", "merge"};
-    check_keys(root, top, "policy file");
+    check_keys(root, policy_top_level_keys(), "policy file");
     for (const char* req : {"name", "about", "score"})
       if (!root[req]) diag_.error({1, 1}, std::string("missing required key '") + req + "'");
     out_.desc.source = path_;
@@ -164,7 +163,7 @@ class FileCompiler {
       if (!valid_name(d.name)) { diag_.error(at, "invalid parameter name '" + d.name + "'"); continue; }
       if (reserved_name(d.name)) { diag_.error(at, "parameter '" + d.name + "' would hide a built-in name"); continue; }
       if (!spec.IsMap()) { diag_.error(pos_of(spec), "parameter '" + d.name + "' must be a mapping like {float: 1.0, min: 0}"); continue; }
-      check_keys(spec, {"int", "float", "bool", "fraction", "enum", "default", "min", "max", "doc"}, "declaration of parameter '" + d.name + "'");
+      check_keys(spec, policy_parameter_keys(), "declaration of parameter '" + d.name + "'");
       int types = 0;
       YAML::Node def;
       for (const char* t : {"int", "float", "bool", "fraction", "enum"})
@@ -351,11 +350,12 @@ class FileCompiler {
     return true;
   }
 
-  YAML::Node section(const YAML::Node& root, const char* key, const std::set<std::string>& allowed) {
+  // A mapping section of the file, its keys checked against policy_section_keys().
+  YAML::Node section(const YAML::Node& root, const char* key) {
     YAML::Node n = root[key];
     if (!n || n.IsNull()) return YAML::Node();
     if (!n.IsMap()) { diag_.error(pos_of(n), std::string("'") + key + "' must be a mapping"); return YAML::Node(); }
-    check_keys(n, allowed, std::string("'") + key + "' section");
+    check_keys(n, policy_section_keys().at(key), std::string("'") + key + "' section");
     return n;
   }
 
@@ -396,16 +396,15 @@ class FileCompiler {
 
   void settings(const YAML::Node& root) {
     PolicyDescription& d = out_.desc;
-    YAML::Node observe = section(root, "observe", {"window", "causal", "same_index_head"});
+    YAML::Node observe = section(root, "observe");
     int_setting(observe, "window", out_.window, d.window);
     double v;
     if (constant_setting(observe, "causal", true, v)) d.observe.causal = v != 0;
     if (constant_setting(observe, "same_index_head", true, v)) d.observe.same_index_head = v != 0;
-    YAML::Node protect = section(root, "protect", {"first", "recent"});
+    YAML::Node protect = section(root, "protect");
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
-    YAML::Node run = section(root, "run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window",
-                                            "reassign_positions"});
+    YAML::Node run = section(root, "run");
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
       if (constant_setting(run, "cascading", true, v)) d.run.cascading = v != 0;
@@ -421,7 +420,7 @@ class FileCompiler {
       }
     }
     YAML::Node select =
-        section(root, "select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa"});
+        section(root, "select");
     if (select.IsMap()) {
       if (constant_setting(select, "random_share", false, v)) {
         if (!(v >= 0 && v <= 1)) diag_.error(pos_of(select["random_share"]), "'random_share' must be in 0..1, got " + fmt(v));
@@ -439,7 +438,7 @@ class FileCompiler {
       d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
       if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
     }
-    YAML::Node merge = section(root, "merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"});
+    YAML::Node merge = section(root, "merge");
     if (merge.IsMap()) {
       d.merge.enabled = true;
       if (constant_setting(merge, "enabled", true, v)) d.merge.enabled = v != 0;

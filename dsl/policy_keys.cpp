@@ -1,0 +1,27 @@
+#include "dsl/policy_keys.h"
+
+namespace kvevict::dsl {
+
+const std::set<std::string>& policy_top_level_keys() {
+  static const std::set<std::string> keys = {"name", "about",  "params",       "observe",      "protect", "run",
+                                             "score", "decode_score", "layer_weight", "select", "merge"};
+  return keys;
+}
+
+const std::map<std::string, std::set<std::string>>& policy_section_keys() {
+  static const std::map<std::string, std::set<std::string>> sections = {
+      {"observe", {"window", "causal", "same_index_head"}},
+      {"protect", {"first", "recent"}},
+      {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions"}},
+      {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa"}},
+      {"merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
+  };
+  return sections;
+}
+
+const std::set<std::string>& policy_parameter_keys() {
+  static const std::set<std::string> keys = {"int", "float", "bool", "fraction", "enum", "default", "min", "max", "doc"};
+  return keys;
+}
+
+}  // namespace kvevict::dsl
