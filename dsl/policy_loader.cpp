@@ -12,10 +12,15 @@
 namespace kvevict {
 namespace fs = std::filesystem;
 
+// The built-in policies: the methods kvevict was built around, then policies/field/, the other
+// methods of the field written as policy files (docs/POLICIES.md). A top-level file shadows a field
+// file of the same name.
+std::vector<std::string> builtin_policy_dirs() { return {KVEVICT_POLICY_DIR, std::string(KVEVICT_POLICY_DIR) + "/field"}; }
+
 std::vector<std::string> policy_search_path(const std::vector<std::string>& extra_dirs) {
   std::vector<std::string> dirs = extra_dirs;
   if (const char* home = std::getenv("HOME"); home && *home) dirs.push_back(std::string(home) + "/.config/kvevict/policies");
-  dirs.push_back(KVEVICT_POLICY_DIR);
+  for (const auto& dir : builtin_policy_dirs()) dirs.push_back(dir);
   return dirs;
 }
 
@@ -69,10 +74,11 @@ std::unique_ptr<PolicyProgram> load_policy(const std::string& name_or_path, cons
 std::vector<PolicyListing> list_policies(const std::vector<std::string>& extra_dirs) {
   std::vector<PolicyListing> out;
   std::set<std::string> seen;
-  const std::string builtin_dir = fs::weakly_canonical(KVEVICT_POLICY_DIR).string();
+  std::set<std::string> builtin_dirs;
+  for (const auto& dir : builtin_policy_dirs()) builtin_dirs.insert(fs::weakly_canonical(dir).string());
   for (const auto& dir : policy_search_path(extra_dirs)) {
     std::error_code ec;
-    const bool builtin = fs::weakly_canonical(dir, ec).string() == builtin_dir;
+    const bool builtin = builtin_dirs.count(fs::weakly_canonical(dir, ec).string()) > 0;
     for (const auto& f : policy_files_in(dir)) {
       const std::string name = f.stem().string();
       if (seen.count(name)) continue;  // an earlier directory shadows a later one

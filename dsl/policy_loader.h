@@ -28,7 +28,10 @@ struct PolicyListing {
   std::vector<PolicyParamInfo> params;
 };
 
-// Directories searched for policy names, in order: extra_dirs, ~/.config/kvevict/policies, the built-in dir.
+// The built-in policy directories: policies/ and policies/field/ of the source tree.
+std::vector<std::string> builtin_policy_dirs();
+
+// Directories searched for policy names, in order: extra_dirs, ~/.config/kvevict/policies, the built-in dirs.
 std::vector<std::string> policy_search_path(const std::vector<std::string>& extra_dirs = {});
 
 // Resolves a name or path to a file path; throws UsageError("unknown policy 'x' (known: ...)").

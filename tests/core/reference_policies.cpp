@@ -96,6 +96,7 @@ PromptData collect(const Model& model, const std::vector<int>& tokens, int windo
       h.W = window;
       h.d = d;
       h.keys.assign(cache.keys(l, kv), cache.keys(l, kv) + static_cast<size_t>(S) * d);
+      h.values.assign(cache.values(l, kv), cache.values(l, kv) + static_cast<size_t>(S) * d);
       h.window_attention.assign(static_cast<size_t>(G) * window * S, 0.0);
       h.accumulated.assign(static_cast<size_t>(G) * S, 0.0);
       // softmax over keys 0..n-1 of query row i of query head qh

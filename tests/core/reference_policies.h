@@ -18,6 +18,7 @@ struct HeadData {
   std::vector<double> window_attention;  // [G][W][S] causal softmax of the last W queries (double)
   std::vector<double> accumulated;       // [G][S] column sums of the causal attention of all S queries
   std::vector<float> keys;               // [S][d] post-RoPE
+  std::vector<float> values;             // [S][d]
 };
 using PromptData = std::vector<std::vector<HeadData>>;  // [layer][kv_head]
 using KeptSets = std::vector<std::vector<std::vector<int>>>;  // [layer][stored head] ascending positions

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/util/error.h"
+#include "dsl/policy_loader.h"
 #include "jit/codegen.h"
 #include "jit/reference_kernels.h"
 #include "jit_test_support.h"
@@ -111,8 +112,9 @@ TEST_P(NvrtcArch, EveryBuiltInPolicyCompiles) {
   if (!code_generator_available()) GTEST_SKIP() << "the CUDA code generator is not built yet (it needs the DSL's lowered form)";
   std::vector<std::string> policies;
   std::error_code ec;
-  for (const auto& item : std::filesystem::directory_iterator(KVEVICT_POLICY_DIR, ec))
-    if (item.path().extension() == ".yaml") policies.push_back(item.path().string());
+  for (const std::string& dir : builtin_policy_dirs())  // policies/ and policies/field/
+    for (const auto& item : std::filesystem::directory_iterator(dir, ec))
+      if (item.path().extension() == ".yaml") policies.push_back(item.path().string());
   ASSERT_FALSE(policies.empty()) << "no policy files in " << KVEVICT_POLICY_DIR;
   for (const auto& policy : policies) {
     const GeneratedKernel kernel = generate_policy_cuda(policy, {}, {});
