@@ -28,6 +28,7 @@ unsigned axis_bit(const std::string& name) {
   if (name == "g") return kAxisG;
   if (name == "h") return kAxisH;
   if (name == "q") return kAxisQ;
+  if (name == "d") return kAxisD;
   if (name == "t") return kAxisT;
   return 0;
 }

@@ -15,7 +15,7 @@ extern const std::map<std::string, UnaryFn> kUnaryFns;
 extern const std::map<std::string, Reducer> kReducers;
 extern const std::set<std::string> kOtherFunctions;
 
-// The axis bit of "g", "h", "q" or "t"; 0 for any other name.
+// The axis bit of "g", "h", "q", "d" or "t"; 0 for any other name.
 unsigned axis_bit(const std::string& name);
 
 // True for every built-in name and keyword (cannot be a parameter or a definition).

@@ -97,7 +97,7 @@ class Checker {
   bool layer_ctx() const { return opt_.context == ProgramContext::LayerWeight; }
   unsigned context_axes() const {
     if (opt_.context == ProgramContext::Setting) return 0;
-    return layer_ctx() ? kAllAxes : (kAxisH | kAxisQ | kAxisT);
+    return layer_ctx() ? kAllAxes : (kAxisH | kAxisQ | kAxisD | kAxisT);
   }
   Value error() { return Value{}; }
   Value fail(FilePos pos, const std::string& message) {
@@ -126,13 +126,13 @@ class Checker {
       unsigned bit = axis_bit(d.axes[i]);
       if (!bit || !(bit & context_axes())) {
         diag_.error(d.axis_pos[i], "'" + d.axes[i] + "' is not an axis here (axes: " +
-                                       std::string(layer_ctx() ? "g, h, q, t" : "h, q, t") + ")");
+                                       std::string(layer_ctx() ? "g, h, q, d, t" : "h, q, d, t") + ")");
         ok = false;
         continue;
       }
       if (axes & bit) { diag_.error(d.axis_pos[i], "axis '" + d.axes[i] + "' appears twice"); ok = false; continue; }
       if (bit < last) {
-        diag_.error(d.axis_pos[i], "axes must be listed in the order g, h, q, t");
+        diag_.error(d.axis_pos[i], "axes must be listed in the order g, h, q, d, t");
         ok = false;
       }
       last = bit;

@@ -36,7 +36,7 @@ void InterpretedPolicy::score(const ScoreInputs& in, bool decoding, float* out) 
   const LoweredProgram& p = decoding && c_.desc.has_decode_score ? c_.decode_score : c_.score;
   if (in.T < 0 || in.group < 1 || in.W < 0) throw RuntimeError("policy '" + c_.desc.name + "': invalid score inputs");
   EvalInputs e;
-  e.ext = {1, in.group, in.W, in.T};
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
   fill_scalars(e, in);
   e.heads.push_back(head_signals(in));
   e.seed = in.seed;
@@ -52,7 +52,7 @@ double InterpretedPolicy::layer_weight(const LayerWeightInputs& in) const {
     if (h.T != h0.T || h.W != h0.W || h.group != h0.group)
       throw RuntimeError("policy '" + c_.desc.name + "': layer_weight needs every KV head of the layer at the same length");
   EvalInputs e;
-  e.ext = {static_cast<int>(in.heads.size()), h0.group, h0.W, h0.T};
+  e.ext = {.g = static_cast<int>(in.heads.size()), .h = h0.group, .q = h0.W, .d = h0.head_dim, .t = h0.T};
   fill_scalars(e, h0);
   e.scalars[static_cast<int>(ScalarSignal::Layer)] = static_cast<float>(in.layer);
   e.scalars[static_cast<int>(ScalarSignal::NLayers)] = static_cast<float>(in.n_layers);

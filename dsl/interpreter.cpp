@@ -63,40 +63,64 @@ BufferPool& buffer_pool() {
   return pool;
 }
 
+// Axis index i of a shape bit (1 << i): 0 g, 1 h, 2 q, 3 d, 4 t (the canonical order).
+constexpr int kT = kNumAxes - 1;
+constexpr int kOuter = kNumAxes - 1;  // g, h, q, d: the axes of the rows; t runs inside a row
+
 struct Layout {
-  int ext[4];  // extents of g, h, q, t
+  int ext[kNumAxes];  // extents of g, h, q, d, t
   int64_t size(unsigned shape) const {
     int64_t n = 1;
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kNumAxes; ++i)
       if (shape & (1u << i)) n *= ext[i];
     return n;
   }
-  // Element strides of a tensor of `shape` along each of the four axes (0 where absent).
-  void strides(unsigned shape, int64_t out[4]) const {
+  // Element strides of a tensor of `shape` along each axis (0 where absent).
+  void strides(unsigned shape, int64_t out[kNumAxes]) const {
     int64_t s = 1;
-    for (int i = 3; i >= 0; --i) {
+    for (int i = kNumAxes - 1; i >= 0; --i) {
       out[i] = (shape & (1u << i)) ? s : 0;
       if (shape & (1u << i)) s *= ext[i];
     }
   }
+  // Extents of the outer axes of `shape` (1 where absent) and their product, the number of rows.
+  int64_t rows(unsigned shape, int64_t e[kOuter]) const {
+    int64_t n = 1;
+    for (int i = 0; i < kOuter; ++i) n *= e[i] = (shape & (1u << i)) ? ext[i] : 1;
+    return n;
+  }
+  int64_t tokens(unsigned shape) const { return (shape & kAxisT) ? ext[kT] : 1; }
 };
 
-// Calls row(out_offset, {operand offsets}) for every combination of the outer axes (g, h, q)
+// The outer coordinates (g, h, q, d) of row r of a shape with outer extents e, row-major.
+inline void row_coordinates(int64_t r, const int64_t e[kOuter], int64_t c[kOuter]) {
+  for (int i = kOuter - 1; i >= 0; --i) {
+    c[i] = r % e[i];
+    r /= e[i];
+  }
+}
+inline int64_t dot(const int64_t c[kOuter], const int64_t st[kNumAxes]) {
+  int64_t o = 0;
+  for (int i = 0; i < kOuter; ++i) o += c[i] * st[i];
+  return o;
+}
+
+// Calls row(out_offset, {operand offsets}) for every combination of the outer axes (g, h, q, d)
 // present in `shape`; each row then covers T contiguous tokens (or one element without t).
 template <int N, class F>
 void for_rows(const Layout& L, unsigned shape, const unsigned (&operand_shapes)[N], F row) {
-  int64_t os[4], st[N][4];
+  int64_t os[kNumAxes], st[N][kNumAxes], e[kOuter];
   L.strides(shape, os);
   for (int k = 0; k < N; ++k) L.strides(operand_shapes[k], st[k]);
-  const int eg = (shape & kAxisG) ? L.ext[0] : 1, eh = (shape & kAxisH) ? L.ext[1] : 1, eq = (shape & kAxisQ) ? L.ext[2] : 1;
-  const int64_t rows = static_cast<int64_t>(eg) * eh * eq;
-  const int64_t row_len = (shape & kAxisT) ? L.ext[3] : 1;
+  const int64_t rows = L.rows(shape, e);
+  const int64_t row_len = L.tokens(shape);
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * row_len >= (1 << 18))
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t g = r / (static_cast<int64_t>(eh) * eq), h = (r / eq) % eh, q = r % eq;
+    int64_t c[kOuter];
+    row_coordinates(r, e, c);
     int64_t offs[N];
-    for (int k = 0; k < N; ++k) offs[k] = g * st[k][0] + h * st[k][1] + q * st[k][2];
-    row(g * os[0] + h * os[1] + q * os[2], offs);
+    for (int k = 0; k < N; ++k) offs[k] = dot(c, st[k]);
+    row(dot(c, os), offs);
   }
 }
 
@@ -111,10 +135,8 @@ inline void binary_row(float* o, const float* a, bool av, const float* b, bool b
 template <class Op>
 void binary_all(const Layout& L, unsigned shape, const Buf& A, const Buf& B, float* out, Op op) {
   const unsigned shapes[2] = {A.shape, B.shape};
-  const int64_t n = (shape & kAxisT) ? L.ext[3] : 1;
+  const int64_t n = L.tokens(shape);
   const bool av = A.shape & kAxisT, bv = B.shape & kAxisT;
-  int64_t os[4];
-  L.strides(shape, os);
   for_rows<2>(L, shape, shapes, [&](int64_t o, const int64_t* offs) {
     binary_row(out + o, A.data + offs[0], av, B.data + offs[1], bv, n, op);
   });
@@ -135,7 +157,7 @@ void binary(const Layout& L, const Node& nd, const Buf& A, const Buf& B, float* 
 
 void select(const Layout& L, const Node& nd, const Buf& C, const Buf& A, const Buf& B, float* out) {
   const unsigned shapes[3] = {C.shape, A.shape, B.shape};
-  const int64_t n = (nd.shape & kAxisT) ? L.ext[3] : 1;
+  const int64_t n = L.tokens(nd.shape);
   const int64_t cs = (C.shape & kAxisT) ? 1 : 0, as = (A.shape & kAxisT) ? 1 : 0, bs = (B.shape & kAxisT) ? 1 : 0;
   for_rows<3>(L, nd.shape, shapes, [&](int64_t o, const int64_t* offs) {
     const float *c = C.data + offs[0], *a = A.data + offs[1], *b = B.data + offs[2];
@@ -146,13 +168,13 @@ void select(const Layout& L, const Node& nd, const Buf& C, const Buf& A, const B
 // Reductions over axes other than t: per output row, accumulate the reduced rows in float in
 // increasing index order (vectorised over t).
 void reduce_outer(const Layout& L, const Node& nd, const Buf& A, const float* known_mean, float* out) {
-  const int64_t n = (nd.shape & kAxisT) ? L.ext[3] : 1;
-  int64_t ast[4], ost[4];
+  const int64_t n = L.tokens(nd.shape);
+  int64_t ast[kNumAxes], ost[kNumAxes], e[kOuter];
   L.strides(A.shape, ast);
   L.strides(nd.shape, ost);
-  // Enumerate the reduced coordinates as offsets into A.
+  // Enumerate the reduced coordinates as offsets into A, in increasing canonical order.
   std::vector<int64_t> red = {0};
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kOuter; ++i) {
     if (!(nd.axes & (1u << i))) continue;
     std::vector<int64_t> next;
     for (int64_t base : red)
@@ -160,18 +182,15 @@ void reduce_outer(const Layout& L, const Node& nd, const Buf& A, const float* kn
     red.swap(next);
   }
   const int64_t count = static_cast<int64_t>(red.size());
-  const unsigned shapes[1] = {A.shape & ~nd.axes};
-  // Offsets of the kept outer axes are the same in A as in a tensor of A.shape & ~axes only if
-  // strides match, so compute them from A's strides directly.
-  const int eg = (nd.shape & kAxisG) ? L.ext[0] : 1, eh = (nd.shape & kAxisH) ? L.ext[1] : 1, eq = (nd.shape & kAxisQ) ? L.ext[2] : 1;
-  const int64_t rows = static_cast<int64_t>(eg) * eh * eq;
-  (void)shapes;
+  // The kept outer axes index A with A's own strides (A has every axis of the output).
+  const int64_t rows = L.rows(nd.shape, e);
   const Reducer r = nd.reducer;
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * n * count >= (1 << 20))
   for (int64_t row = 0; row < rows; ++row) {
-    const int64_t g = row / (static_cast<int64_t>(eh) * eq), h = (row / eq) % eh, q = row % eq;
-    const float* base = A.data + g * ast[0] + h * ast[1] + q * ast[2];
-    float* o = out + g * ost[0] + h * ost[1] + q * ost[2];
+    int64_t c[kOuter];
+    row_coordinates(row, e, c);
+    const float* base = A.data + dot(c, ast);
+    float* o = out + dot(c, ost);
     if (r == Reducer::Max || r == Reducer::Min) {
       for (int64_t i = 0; i < n; ++i) o[i] = base[red[0] + i];
       for (int64_t k = 1; k < count; ++k) {
@@ -182,7 +201,7 @@ void reduce_outer(const Layout& L, const Node& nd, const Buf& A, const float* kn
       continue;
     }
     if (r == Reducer::Var && known_mean) {
-      const float* m = known_mean + g * ost[0] + h * ost[1] + q * ost[2];
+      const float* m = known_mean + dot(c, ost);
       for (int64_t i = 0; i < n; ++i) o[i] = 0.0f;
       for (int64_t k = 0; k < count; ++k) {
         const float* x = base + red[k];
@@ -223,43 +242,43 @@ void reduce_outer(const Layout& L, const Node& nd, const Buf& A, const float* kn
 // Reductions that include t: double accumulators, operand elements visited in canonical order.
 void reduce_with_t(const Layout& L, const Node& nd, const Buf& A, float* out) {
   const int64_t out_size = L.size(nd.shape);
-  int64_t ost[4], ast[4];
+  int64_t ost[kNumAxes], ast[kNumAxes], e[kOuter];
   L.strides(nd.shape, ost);
   L.strides(A.shape, ast);
   std::vector<double> acc(out_size, 0.0), acc2(out_size, 0.0);
   std::vector<int64_t> cnt(out_size, 0);
   const Reducer r = nd.reducer;
-  const int e[4] = {(A.shape & kAxisG) ? L.ext[0] : 1, (A.shape & kAxisH) ? L.ext[1] : 1, (A.shape & kAxisQ) ? L.ext[2] : 1,
-                    (A.shape & kAxisT) ? L.ext[3] : 1};
-  // t is reduced, so each (g, h, q) row of A feeds one accumulator: keep it in a register for the
-  // row (the same additions in the same order as element by element, hence the same bits).
+  const int64_t rows = L.rows(A.shape, e);
+  // t is reduced, so each (g, h, q, d) row of A feeds one accumulator: keep it in a register for
+  // the row (the same additions in the same order as element by element, hence the same bits).
   auto visit_rows = [&](auto&& f) {
-    for (int g = 0; g < e[0]; ++g)
-      for (int h = 0; h < e[1]; ++h)
-        for (int q = 0; q < e[2]; ++q)
-          f(g * ost[0] + h * ost[1] + q * ost[2], A.data + g * ast[0] + h * ast[1] + q * ast[2]);
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t c[kOuter];
+      row_coordinates(row, e, c);
+      f(dot(c, ost), A.data + dot(c, ast));
+    }
   };
-  const int n = e[3];
+  const int64_t n = L.tokens(A.shape);
   if (r == Reducer::Max || r == Reducer::Min) {
     const double init = r == Reducer::Max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
     for (auto& a : acc) a = init;
     visit_rows([&](int64_t o, const float* x) {
       double m = acc[o];
-      if (r == Reducer::Max) for (int t = 0; t < n; ++t) m = x[t] > m ? x[t] : m;
-      else for (int t = 0; t < n; ++t) m = x[t] < m ? x[t] : m;
+      if (r == Reducer::Max) for (int64_t t = 0; t < n; ++t) m = x[t] > m ? x[t] : m;
+      else for (int64_t t = 0; t < n; ++t) m = x[t] < m ? x[t] : m;
       acc[o] = m;
     });
     if (L.size(A.shape) == 0) for (auto& a : acc) a = 0.0;  // empty reduction (T = 0): 0
   } else if (r == Reducer::Entropy) {
     visit_rows([&](int64_t o, const float* x) {
       double s = acc[o];
-      for (int t = 0; t < n; ++t) s -= x[t] > 0.0f ? static_cast<double>(x[t]) * std::log(static_cast<double>(x[t])) : 0.0;
+      for (int64_t t = 0; t < n; ++t) s -= x[t] > 0.0f ? static_cast<double>(x[t]) * std::log(static_cast<double>(x[t])) : 0.0;
       acc[o] = s;
     });
   } else {
     visit_rows([&](int64_t o, const float* x) {
       double s = acc[o];
-      for (int t = 0; t < n; ++t) s += x[t];
+      for (int64_t t = 0; t < n; ++t) s += x[t];
       acc[o] = s;
       cnt[o] += n;
     });
@@ -269,7 +288,7 @@ void reduce_with_t(const Layout& L, const Node& nd, const Buf& A, float* out) {
       visit_rows([&](int64_t o, const float* x) {
         const double m = acc[o];
         double s = acc2[o];
-        for (int t = 0; t < n; ++t) s += (x[t] - m) * (x[t] - m);
+        for (int64_t t = 0; t < n; ++t) s += (x[t] - m) * (x[t] - m);
         acc2[o] = s;
       });
       for (int64_t i = 0; i < out_size; ++i) acc[i] = cnt[i] > 1 ? acc2[i] / static_cast<double>(cnt[i] - 1) : 0.0;
@@ -280,7 +299,7 @@ void reduce_with_t(const Layout& L, const Node& nd, const Buf& A, float* out) {
 
 void window(const Layout& L, const Node& nd, const Buf& A, float* out) {
   const unsigned shapes[1] = {A.shape};
-  const int64_t T = L.ext[3];
+  const int64_t T = L.ext[kT];
   const int lo = nd.lo, hi = nd.hi;
   const Reducer r = nd.reducer;
   for_rows<1>(L, nd.shape, shapes, [&](int64_t o_off, const int64_t* offs) {
@@ -308,7 +327,7 @@ void window(const Layout& L, const Node& nd, const Buf& A, float* out) {
 
 void normalise(const Layout& L, const Node& nd, const Buf& A, float* out) {
   const unsigned shapes[1] = {A.shape};
-  const int64_t T = L.ext[3];
+  const int64_t T = L.ext[kT];
   for_rows<1>(L, nd.shape, shapes, [&](int64_t o, const int64_t* offs) {
     const float* x = A.data + offs[0];
     double s = 0;
@@ -324,8 +343,8 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
   if (p.output < 0 || p.nodes.empty()) throw RuntimeError("policy program is empty (it did not check)");
   const int G = p.layer_context ? static_cast<int>(in.heads.size()) : 1;
   if (in.heads.size() != static_cast<size_t>(G) || G < 1) throw RuntimeError("policy evaluation: wrong number of head signal sets");
-  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1) throw RuntimeError("policy evaluation: invalid extents");
-  Layout L{{G, in.ext.h, in.ext.q, in.ext.t}};
+  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1 || in.ext.d < 0) throw RuntimeError("policy evaluation: invalid extents");
+  Layout L{{G, in.ext.h, in.ext.q, in.ext.d, in.ext.t}};
   std::vector<int> last_use(p.nodes.size(), -1);
   for (size_t i = 0; i < p.nodes.size(); ++i)
     for (int o : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})

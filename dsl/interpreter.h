@@ -16,6 +16,7 @@ struct Extents {
   int g = 1;  // KV heads (layer_weight programs; 1 otherwise)
   int h = 1;  // query heads per KV head (G)
   int q = 0;  // window rows (W)
+  int d = 1;  // head dimension (channels of K, K_pre, V)
   int t = 0;  // cache length (T)
 };
 

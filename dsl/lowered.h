@@ -11,9 +11,11 @@
 //   g  KV head of the layer          extent n_kv_heads (layer_weight programs only)
 //   h  query head within the group   extent G
 //   q  window query                  extent W (rows of the window attention)
+//   d  channel of a head vector      extent head_dim (keys K, K_pre and values V)
 //   t  cached token                  extent T (cache length)
 // A shape is a bit mask of axes. A tensor is stored densely, row-major, with its axes in the
-// canonical order g, h, q, t (t innermost, so every inner loop runs over contiguous tokens).
+// canonical order g, h, q, d, t (t innermost, so every inner loop runs over contiguous tokens;
+// reductions over d are outer reductions like those over h and q).
 // A scalar has shape 0 and holds one value.
 //
 // NODES (all values are float32; booleans are 1.0 / 0.0)
@@ -61,6 +63,8 @@ using kvevict::kAllAxes;
 using kvevict::kAxisG;
 using kvevict::kAxisH;
 using kvevict::kAxisQ;
+using kvevict::kAxisD;
+using kvevict::kNumAxes;
 using kvevict::kAxisT;
 using kvevict::kNumTensorSignals;
 using kvevict::SignalSet;

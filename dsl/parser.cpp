@@ -303,7 +303,7 @@ class Parser {
     do {
       const Token& a = peek();
       if (a.kind != Tok::Ident)
-        fail(a, "an index must be an axis name (g, h, q, t), optionally shifted by a window variable (t + k); found " + describe(a));
+        fail(a, "an index must be an axis name (g, h, q, d, t), optionally shifted by a window variable (t + k); found " + describe(a));
       next();
       IndexTerm idx;
       idx.axis = a.text;

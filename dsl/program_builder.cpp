@@ -12,8 +12,9 @@ namespace kvevict::dsl {
 std::string shape_name(unsigned shape) {
   if (shape == 0) return "scalar";
   std::string s = "[";
-  const char* names[] = {"g", "h", "q", "t"};
-  for (int i = 0; i < 4; ++i)
+  const char* names[] = {"g", "h", "q", "d", "t"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kNumAxes);
+  for (int i = 0; i < kNumAxes; ++i)
     if (shape & (1u << i)) s += (s.size() > 1 ? ", " : "") + std::string(names[i]);
   return s + "]";
 }

@@ -54,11 +54,11 @@ class ProgramEmitter {
     result.stage_count = int(stages_.size());
     if (!stages_.empty()) {
       result.stage_function = prefix_ + "_stage";
-      line("KVEVICT_FN void " + result.stage_function + "(const KvScoreArgs& a, int stage, int h, int q) {", where_);
+      line("KVEVICT_FN void " + result.stage_function + "(const KvScoreArgs& a, int stage, int h, int q, int c) {", where_);
       w_.indent();
       line("switch (stage) {", where_);
       for (size_t s = 0; s < stages_.size(); ++s)
-        line("  case " + std::to_string(s) + ": " + stage_name(int(s)) + "(a, h, q); break;", where_);
+        line("  case " + std::to_string(s) + ": " + stage_name(int(s)) + "(a, h, q, c); break;", where_);
       line("  default: break;", where_);
       line("}", where_);
       w_.dedent();
@@ -67,7 +67,7 @@ class ProgramEmitter {
     result.token_function = prefix_ + "_token";
     line("KVEVICT_FN float " + result.token_function + "(const KvScoreArgs& a, int t) {", where_);
     w_.indent();
-    line("const float v = " + fn(p_.output) + "(a, 0, 0, t);", where_);
+    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, t);", where_);
     line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score", where_);
     w_.dedent();
     line("}", where_);
@@ -110,13 +110,14 @@ class ProgramEmitter {
     return std::vector<int>(seen.begin(), seen.end());
   }
 
-  // The scratch index of staged node i at (h, q): its stage's block, then h * Wp + q for the
-  // axes the value has (the others are 0). Reads and writes go through the prelude's bounded
+  // The scratch index of staged node i at (h, q, c): its stage's block, then
+  // (h * Wp + q) * Cp + c for the axes the value has (the others are 0; c is the channel, axis d). Reads and writes go through the prelude's bounded
   // kv_load / kv_store against the scratch's extent, n_stages * kv_stage_slots(a).
   std::string slot_index(int i) const {
     const unsigned shape = p_.nodes[i].shape;
     return "(long long)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " +
-           ((shape & dsl::kAxisH) ? "(long long)h" : "0LL") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0");
+           "(" + ((shape & dsl::kAxisH) ? "(long long)h" : "0LL") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0") +
+           ") * kv_stage_cp(a) + " + ((shape & dsl::kAxisD) ? "c" : "0");
   }
   std::string scratch_extent() const { return "(long long)" + std::to_string(stages_.size()) + " * kv_stage_slots(a)"; }
   std::string slot(int i) const { return "kv_load(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", 0.0f)"; }
@@ -124,14 +125,14 @@ class ProgramEmitter {
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
-    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int t) {", here);
+    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int c, int t) {", here);
     w_.indent();
-    line("(void)a; (void)h; (void)q; (void)t;", here);
+    line("(void)a; (void)h; (void)q; (void)c; (void)t;", here);
     if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) {
       line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
     } else if (n.op == NodeOp::Normalise) {
       // The stage stores 1 / sum over t (0 for a zero sum), exactly as the interpreter rounds it.
-      line("return " + fn(n.a) + "(a, h, q, t) * " + slot(i) + ";", here);
+      line("return " + fn(n.a) + "(a, h, q, c, t) * " + slot(i) + ";", here);
     } else if (n.op == NodeOp::Reduce) {
       emit_reduce(i);
     } else if (n.op == NodeOp::Window) {
@@ -150,7 +151,7 @@ class ProgramEmitter {
       const Node& n = p_.nodes[j];
       std::string value;
       if (j != i && is_boundary(n)) {
-        value = fn(j) + "(a, h, q, t)";
+        value = fn(j) + "(a, h, q, c, t)";
       } else {
         switch (n.op) {
           case NodeOp::Const: value = cuda_float_literal(n.value); break;
@@ -160,7 +161,11 @@ class ProgramEmitter {
             break;
           case NodeOp::Load: value = cuda_load(n.tensor); break;
           case NodeOp::AxisIndex:
-            value = n.axes == dsl::kAxisT ? "(float)t" : n.axes == dsl::kAxisQ ? "(float)q" : n.axes == dsl::kAxisH ? "(float)h" : "";
+            value = n.axes == dsl::kAxisT   ? "(float)t"
+                    : n.axes == dsl::kAxisD ? "(float)c"
+                    : n.axes == dsl::kAxisQ ? "(float)q"
+                    : n.axes == dsl::kAxisH ? "(float)h"
+                                            : "";
             if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
             break;
           case NodeOp::Random: value = "kv_random(a, t)"; break;
@@ -176,21 +181,28 @@ class ProgramEmitter {
     line("return " + var(i) + ";", at(i));
   }
 
-  // Reduction over h and/or q: float accumulation, h outer and q inner, in increasing order.
+  // Reduction over h, q and/or d: float accumulation, h outer, then q, then d, in increasing order
+  // (the interpreter's canonical order).
   void emit_reduce(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     if (n.axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
-    const bool over_h = n.axes & dsl::kAxisH, over_q = n.axes & dsl::kAxisQ;
-    const std::string count = std::string("(") + (over_h ? "a.group" : "1") + " * " + (over_q ? "a.W" : "1") + ")";
-    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", t)";
+    const bool over_h = n.axes & dsl::kAxisH, over_q = n.axes & dsl::kAxisQ, over_d = n.axes & dsl::kAxisD;
+    const std::string count = std::string("(") + (over_h ? "a.group" : "1") + " * " + (over_q ? "a.W" : "1") + " * " +
+                              (over_d ? "a.head_dim" : "1") + ")";
+    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", " +
+                             (over_d ? "rc" : "c") + ", t)";
     auto loops = [&](const std::string& body) {
       line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {", here);
       w_.indent();
       line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {", here);
       w_.indent();
+      line(std::string("for (int rc = 0; rc < ") + (over_d ? "a.head_dim" : "1") + "; ++rc) {", here);
+      w_.indent();
       line("const float x = " + call + ";", here);
       line(body, here);
+      w_.dedent();
+      line("}", here);
       w_.dedent();
       line("}", here);
       w_.dedent();
@@ -231,7 +243,7 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     if (n.lo > n.hi) fail(i, "a token window with lo > hi");
     const std::string lo = std::to_string(n.lo) + "LL", hi = std::to_string(n.hi) + "LL";
-    const std::string call = fn(n.a) + "(a, h, q, (int)u)";
+    const std::string call = fn(n.a) + "(a, h, q, c, (int)u)";
     auto range = [&] {
       line("const long long first = (long long)t + " + lo + " > 0 ? (long long)t + " + lo + " : 0;", here);
       line("const long long last = (long long)t + " + hi + " < (long long)a.T - 1 ? (long long)t + " + hi +
@@ -274,24 +286,27 @@ class ProgramEmitter {
     const bool is_normalise = n.op == NodeOp::Normalise;
     const unsigned axes = is_normalise ? unsigned(dsl::kAxisT) : n.axes;
     if (axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
-    const bool over_h = axes & dsl::kAxisH, over_q = axes & dsl::kAxisQ;
-    const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ;
-    line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q) {", here);
+    const bool over_h = axes & dsl::kAxisH, over_q = axes & dsl::kAxisQ, over_d = axes & dsl::kAxisD;
+    const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ, has_d = n.shape & dsl::kAxisD;
+    line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
     w_.indent();
     // Slots outside the value's shape are never read (block-uniform: every lane returns).
-    line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + ") return;", here);
+    line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
+             (has_d ? "c >= a.head_dim" : "c != 0") + ") return;", here);
     line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
     line(std::string("const double count = (double)") + (over_h ? "a.group" : "1") + " * (double)" + (over_q ? "a.W" : "1") +
-             " * (double)a.T;", here);
+             " * (double)" + (over_d ? "a.head_dim" : "1") + " * (double)a.T;", here);
     line("(void)count;", here);
-    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", rt)";
+    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", " +
+                             (over_d ? "rc" : "c") + ", rt)";
     auto loops = [&](const std::string& body) {
       line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh)", here);
       line(std::string("  for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq)", here);
-      line("    for (int rt = lane; rt < a.T; rt += lanes) {", here);
-      line("      const double x = (double)" + call + ";", here);
-      line("      " + body, here);
-      line("    }", here);
+      line(std::string("    for (int rc = 0; rc < ") + (over_d ? "a.head_dim" : "1") + "; ++rc)", here);
+      line("      for (int rt = lane; rt < a.T; rt += lanes) {", here);
+      line("        const double x = (double)" + call + ";", here);
+      line("        " + body, here);
+      line("      }", here);
     };
     const Reducer r = is_normalise ? Reducer::Sum : n.reducer;
     std::string result;

@@ -37,14 +37,17 @@ std::string cuda_load(TensorSignal s) {
   // extent follow from the signal's axes in the signal table: row-major over h, q, t.
   if (s == TensorSignal::Position)
     return "(float)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t)";
+  // The channel index of axis d is the generated functions' parameter `c`.
   const unsigned axes = kvevict::signal_axes(s);
-  const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ;
+  const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ, has_d = axes & dsl::kAxisD;
   std::string index = has_h ? "(long long)h" : "";
   if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
+  if (has_d) index = index.empty() ? "(long long)c" : "(" + index + " * a.head_dim + c)";
   index = index.empty() ? "t" : index + " * a.T + t";
   const std::string slot = std::to_string(kvevict::signal_index(s));
   return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
-         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + "), 0.0f)";
+         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? "1" : "0") +
+         "), 0.0f)";
 }
 
 std::string cuda_unary(UnaryFn f, const std::string& x) {

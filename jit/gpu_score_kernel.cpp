@@ -26,14 +26,14 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     return buffer.address();
   };
   for (int s = 0; s < kNumTensorSignals; ++s) {  // each signal's extent follows from its axes
-    const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.T));
+    const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T));
     args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
   ensure(out_, T * sizeof(float));
   args_.scratch = nullptr;
   if (stages_ > 0) {
-    const size_t slots = G * (W > 0 ? W : 1);
+    const size_t slots = G * (W > 0 ? W : 1) * size_t(in.head_dim > 0 ? in.head_dim : 1);
     ensure(scratch_, size_t(stages_) * slots * sizeof(float));
     args_.scratch = reinterpret_cast<float*>(scratch_.address());
   }
@@ -51,7 +51,8 @@ void GpuScoreKernel::launch_again() {
     void* stage_params[] = {&args_, &stage};
     LaunchShape stage_shape;
     stage_shape.block_x = kStageThreads;
-    stage_shape.grid_x = unsigned(size_t(args_.group) * size_t(args_.W > 0 ? args_.W : 1));
+    stage_shape.grid_x =
+        unsigned(size_t(args_.group) * size_t(args_.W > 0 ? args_.W : 1) * size_t(args_.head_dim > 0 ? args_.head_dim : 1));
     launch_kernel(stage_function_, stage_shape, stage_params);
   }
   LaunchShape shape;

@@ -51,9 +51,10 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
   KVEVICT_SCORE_ENTRY(entry, token_score)                                        \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
     if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
-    const int wp = kv_stage_wp(args);                                            \
+    const int wp = kv_stage_wp(args), cp = kv_stage_cp(args);                   \
     if ((long)blockIdx.x >= kv_stage_slots(args)) return;                        \
-    stage_fn(args, stage, int(blockIdx.x) / wp, int(blockIdx.x) % wp);           \
+    const int slot = int(blockIdx.x);                                            \
+    stage_fn(args, stage, slot / (wp * cp), (slot / cp) % wp, slot % cp);        \
   }
 #else
 #include <math.h>
@@ -76,7 +77,9 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
     std::vector<float> scratch((size_t)(n_stages * slots), 0.0f);                \
     a.scratch = scratch.data();                                                  \
     for (int s = 0; s < n_stages; ++s)                                           \
-      for (long k = 0; k < slots; ++k) stage_fn(a, s, int(k / kv_stage_wp(a)), int(k % kv_stage_wp(a))); \
+      for (long k = 0; k < slots; ++k)                                           \
+        stage_fn(a, s, int(k / ((long)kv_stage_wp(a) * kv_stage_cp(a))), int((k / kv_stage_cp(a)) % kv_stage_wp(a)), \
+                 int(k % kv_stage_cp(a)));                                       \
     for (int t = 0; t < a.T; ++t) out[t] = token_score(a, t);                    \
   }
 #endif
@@ -91,9 +94,10 @@ KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p &&
 // Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
 KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
-// A signal buffer with axes [h?, q?, t] (core/engine/signals.h): the product of their extents.
-KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q) {
-  return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * kv_nonneg(a.T);
+// A signal buffer with axes [h?, q?, d?, t] (core/engine/signals.h): the product of their extents.
+KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int has_d) {
+  return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * (has_d ? kv_nonneg(a.head_dim) : 1LL) *
+         kv_nonneg(a.T);
 }
 // The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),
 // pasted from the same macro the CPU side compiles, so both agree bit for bit.
@@ -102,9 +106,11 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
   const unsigned position = (unsigned)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t);
   return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
-// Stage slots (kernel_abi.h): group * max(W, 1) per stage, slot h * max(W, 1) + q.
+// Stage slots (kernel_abi.h): group * max(W, 1) * max(head_dim, 1) per stage, slot
+// (h * max(W, 1) + q) * max(head_dim, 1) + c.
 KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }
-KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a); }
+KVEVICT_FN int kv_stage_cp(const KvScoreArgs& a) { return a.head_dim > 0 ? a.head_dim : 1; }
+KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a) * kv_stage_cp(a); }
 // One double per lane combined into one value for the block (op 0 sum, 1 max, 2 min). On the GPU
 // every thread of the block must call it and gets the result; the tree has a fixed shape, so a
 // given launch always gives the same bits. On the host there is one lane: the value itself.

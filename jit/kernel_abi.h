@@ -13,10 +13,12 @@
 //
 // Staged programs (reductions over the token axis t, normalise(); KVEVICT_STAGED_SCORE_ENTRY):
 // values that need every token are computed first, by stages, into `scratch`, then the per-token
-// kernel reads them. Slot k of stage s is scratch[s * kv_stage_slots(args) + k], k = h * Wp + q
-// with Wp = max(W, 1), so the scratch holds n_stages * group * max(W, 1) floats.
+// kernel reads them. Slot k of stage s is scratch[s * kv_stage_slots(args) + k],
+// k = (h * Wp + q) * Cp + c with Wp = max(W, 1) and Cp = max(head_dim, 1) (c: the channel, axis d),
+// so the scratch holds n_stages * group * Wp * Cp floats. Slots outside a value's shape return at
+// once (a stage whose value has no axis d uses the slots with c = 0 only).
 //   CUDA: extern "C" __global__ void NAME_stages(KvScoreArgs args, int stage)   launched once per
-//         stage in increasing order, grid = group * max(W, 1) blocks (one per slot) of exactly
+//         stage in increasing order, grid = group * Wp * Cp blocks (one per slot) of exactly
 //         kStageThreads threads, then NAME as above; args.scratch must point at the scratch.
 //   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
 //         token loop: the host ABI does not change.

@@ -34,6 +34,13 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
+// rows [T][d] (the cache's layout) -> out [d][T] (the signal layout: t innermost, signals.h).
+void transpose_rows(const float* rows, int T, int d, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(T) * d);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < d; ++c) out[static_cast<size_t>(c) * T + t] = rows[static_cast<size_t>(t) * d + c];
+}
+
 // Buffers behind one ScoreInputs, one per tensor signal (core/engine/signals.h).
 struct HeadSignals {
   std::array<std::vector<float>, kNumTensorSignals> buffer;
@@ -206,6 +213,15 @@ struct EvictionEngine::State {
         case TensorSignal::ValueNorm:
           out.resize(T);
           compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out.data());
+          break;
+        case TensorSignal::Keys:
+          transpose_rows(keys, T, d, out);
+          break;
+        case TensorSignal::KeysPreRope:
+          transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
+          break;
+        case TensorSignal::Values:
+          transpose_rows(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out);
           break;
       }
       in.set_signal(info.id, out.data());

@@ -5,7 +5,9 @@
 // KVEVICT_TENSOR_SIGNALS gives
 //   - its enum name (TensorSignal::X) and its name in the DSL (`A`, `key_norm`, ...),
 //   - its axes in a per-head score program (a layer_weight program adds axis g), hence its
-//     extent in elements: the product of the axes' extents (h = G, q = W, t = T),
+//     extent in elements: the product of the axes' extents (h = G, q = W, d = head_dim, t = T),
+//     and its layout: row-major over its axes in the canonical order g, h, q, d, t (t innermost,
+//     so a key vector signal K is stored [d][t], transposed from the cache's [t][d]),
 //   - what the engine must record to produce it (SignalSource),
 //   - a one-line description used in errors and docs.
 // Its kernel-argument slot is its enum value: ScoreInputs::tensor[s], EvalInputs' HeadSignals and
@@ -28,9 +30,12 @@
 
 namespace kvevict {
 
-// Axes of the language's tensors (a shape is a bit mask; canonical order g, h, q, t, t innermost).
-enum AxisBit : unsigned { kAxisG = 1, kAxisH = 2, kAxisQ = 4, kAxisT = 8 };
-constexpr unsigned kAllAxes = kAxisG | kAxisH | kAxisQ | kAxisT;
+// Axes of the language's tensors (a shape is a bit mask; canonical order g, h, q, d, t: the bit
+// order, t innermost). g: KV heads of a layer (layer_weight programs), h: query heads of the group,
+// q: window queries, d: head dimension (channels of a key / value vector), t: cached tokens.
+enum AxisBit : unsigned { kAxisG = 1, kAxisH = 2, kAxisQ = 4, kAxisD = 8, kAxisT = 16 };
+constexpr unsigned kAllAxes = kAxisG | kAxisH | kAxisQ | kAxisD | kAxisT;
+constexpr int kNumAxes = 5;
 
 // SCALAR SIGNALS: per-(layer, head) numbers. A head scalar is the field of ScoreInputs (and of
 // the kernel ABI's KvScoreArgs, which has the same field names) named in its row; a layer scalar
@@ -83,7 +88,10 @@ enum class SignalSource : uint8_t {
   X(CurrentAttention, "A_now", kAxisH | kAxisT, SignalSource::LatestQuery, "current attention")           \
   X(KeyNorm, "key_norm", kAxisT, SignalSource::CachedKeys, "key norms")                                   \
   X(ValueNorm, "value_norm", kAxisT, SignalSource::CachedValues, "value norms")                           \
-  X(Position, "pos", kAxisT, SignalSource::Positions, "original positions")
+  X(Position, "pos", kAxisT, SignalSource::Positions, "original positions")                              \
+  X(Keys, "K", kAxisD | kAxisT, SignalSource::CachedKeys, "keys as cached (post-RoPE)")                  \
+  X(KeysPreRope, "K_pre", kAxisD | kAxisT, SignalSource::CachedKeys, "keys before RoPE")                 \
+  X(Values, "V", kAxisD | kAxisT, SignalSource::CachedValues, "values")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -92,7 +100,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 6
+#define KVEVICT_NUM_TENSOR_SIGNALS 9
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {
@@ -126,12 +134,13 @@ constexpr unsigned signal_axes(TensorSignal s) { return signal_info(s).axes; }
 constexpr int signal_index(TensorSignal s) { return static_cast<int>(s); }
 
 // Elements of a signal's buffer for one head: the product of the extents of its axes
-// (h = group, q = W, t = T; g, if present, is not part of one head's buffer).
-constexpr int64_t signal_elements(TensorSignal s, int group, int W, int T) {
+// (h = group, q = W, d = head_dim, t = T; g, if present, is not part of one head's buffer).
+constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim, int T) {
   const unsigned a = signal_axes(s);
   int64_t n = T > 0 ? T : 0;
   if (a & kAxisH) n *= group > 0 ? group : 0;
   if (a & kAxisQ) n *= W > 0 ? W : 0;
+  if (a & kAxisD) n *= head_dim > 0 ? head_dim : 0;
   return n;
 }
 

@@ -79,8 +79,8 @@ Model* FieldPolicies::model_ = nullptr;
 std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
-const std::vector<std::string> kFieldPolicies = {"cur", "decoding", "entropy_adaptive", "morphkv", "observed_attention",
-                                                 "scissorhands"};
+const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
+                                                 "morphkv", "observed_attention", "scissorhands"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;
@@ -99,6 +99,19 @@ TEST_F(FieldPolicies, ObservedAttention) {
     EXPECT_GT(expect_same(prefill("observed_attention", {}, std::to_string(budget)),
                           reference::observed_attention(*data_, budget), "observed_attention " + std::to_string(budget)),
               0);
+}
+
+// The first policy that reads key vectors (K[d, t], reductions over the channel axis d).
+TEST_F(FieldPolicies, KeyDiff) {
+  for (int budget : {40, 100})
+    for (int sinks : {0, 4}) {
+      const std::string what = "keydiff " + std::to_string(budget) + " sinks=" + std::to_string(sinks);
+      EXPECT_GT(expect_same(prefill("keydiff", {{"sinks", std::to_string(sinks)}}, std::to_string(budget)),
+                            reference::keydiff(*data_, budget, sinks), what),
+                0);
+    }
+  // The anchor matters: ranking by -|k| (Knorm) keeps a different set.
+  EXPECT_NE(reference::keydiff(*data_, 40, 0), reference::knorm(*data_, 40));
 }
 
 TEST_F(FieldPolicies, CurBlockNormalisedLeverage) {

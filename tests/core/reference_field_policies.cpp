@@ -96,6 +96,24 @@ KeptSets observed_attention(const PromptData& p, int budget) {
   return per_head(p, [&](int, const HeadData& h) { return keep_prefill(observed_score(h), h.S, budget, {}); });
 }
 
+KeptSets keydiff(const PromptData& p, int budget, int sinks) {
+  return per_head(p, [&](int, const HeadData& h) {
+    std::vector<double> norm(h.S), anchor(h.d, 0.0), score(h.S);
+    for (int t = 0; t < h.S; ++t) norm[t] = std::sqrt(squared_norm(h.keys, t, h.d));
+    for (int t = 0; t < h.S; ++t)
+      for (int e = 0; e < h.d; ++e) anchor[e] += h.keys[static_cast<size_t>(t) * h.d + e] / norm[t] / h.S;
+    double anchor_norm = 0;
+    for (double a : anchor) anchor_norm += a * a;
+    anchor_norm = std::sqrt(anchor_norm);
+    for (int t = 0; t < h.S; ++t) {
+      double dot = 0;
+      for (int e = 0; e < h.d; ++e) dot += h.keys[static_cast<size_t>(t) * h.d + e] * anchor[e];
+      score[t] = -dot / (norm[t] * anchor_norm);
+    }
+    return keep_prefill(score, h.S, budget, iota_vec(0, std::min(sinks, h.S)));
+  });
+}
+
 KeptSets cur(const PromptData& p, int budget, const CurParams& cp) {
   return per_head(p, [&](int, const HeadData& h) {
     // The norms rounded to float as the engine's key_norm / value_norm signals: a token repeated at

@@ -14,6 +14,8 @@ namespace kvevict::reference {
 // ---- Prefill-only methods, on the full-prompt signals of reference::collect -------------------
 
 KeptSets observed_attention(const PromptData& p, int budget);  // kvpress ObservedAttentionPress
+// kvpress KeyDiffPress: -cos(k_t, mean over t of k_t / |k_t|), post-RoPE keys, `sinks` first kept.
+KeptSets keydiff(const PromptData& p, int budget, int sinks);
 
 struct CurParams {
   int sinks = 4, block = 16;

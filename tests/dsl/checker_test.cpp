@@ -33,7 +33,7 @@ Checked check(const std::string& text, ProgramContext ctx = ProgramContext::Scor
 // Evaluates a score program over key_norm = kn (T = kn.size()).
 std::vector<float> run(const LoweredProgram& p, std::vector<float> kn) {
   EvalInputs in;
-  in.ext = {1, 1, 0, static_cast<int>(kn.size())};
+  in.ext = {.g = 1, .h = 1, .q = 0, .d = 1, .t = static_cast<int>(kn.size())};
   in.scalars[static_cast<int>(ScalarSignal::T)] = static_cast<float>(kn.size());
   HeadSignals h;
   h.tensors[static_cast<int>(TensorSignal::KeyNorm)] = kn.data();

@@ -251,7 +251,7 @@ TEST(DslProperty, InterpreterMatchesDirectEvaluationOnRandomTrees) {
     for (int i = 0; i < in.G * in.T; ++i) in.acc.push_back(u(rng));
     for (int i = 0; i < in.T; ++i) in.kn.push_back(u(rng)), in.vn.push_back(u(rng));
     EvalInputs ev;
-    ev.ext = {1, in.G, in.W, in.T};
+    ev.ext = {.g = 1, .h = in.G, .q = in.W, .d = 1, .t = in.T};
     ev.scalars[static_cast<int>(ScalarSignal::T)] = static_cast<float>(in.T);
     HeadSignals hs;
     hs.tensors[static_cast<int>(TensorSignal::WindowAttention)] = in.A.data();

@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.W = W;
     for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable) {
       if (info.id == kvevict::TensorSignal::Position) continue;  // in.position
-      signals[kvevict::signal_index(info.id)].assign(size_t(kvevict::signal_elements(info.id, G, W, T)), 0.25f);
+      signals[kvevict::signal_index(info.id)].assign(size_t(kvevict::signal_elements(info.id, G, W, 8, T)), 0.25f);
       in.set_signal(info.id, signals[kvevict::signal_index(info.id)].data());
     }
     in.position = pos.data();

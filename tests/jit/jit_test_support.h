@@ -93,7 +93,7 @@ struct RandomScoreInputs {
     for (const TensorSignalInfo& info : kTensorSignalTable) {
       if (info.id == TensorSignal::Position || inputs.signal(info.id)) continue;
       std::vector<float>& buffer = other[signal_index(info.id)];
-      buffer.resize(size_t(signal_elements(info.id, group, W, T)));
+      buffer.resize(size_t(signal_elements(info.id, group, W, inputs.head_dim, T)));
       for (float& x : buffer) x = norm(rng);
       inputs.set_signal(info.id, buffer.data());
     }

@@ -81,7 +81,7 @@ void run_everything(const GeneratedKernel& kernel, const std::string& dir) {
           std::vector<std::unique_ptr<GuardedBuffer<float>>> signals;  // one per row of the signal table
           for (const TensorSignalInfo& info : kTensorSignalTable)
             signals.push_back(std::make_unique<GuardedBuffer<float>>(
-                size_t(signal_elements(info.id, s.group, s.W, s.T)), at_end));
+                size_t(signal_elements(info.id, s.group, s.W, 8, s.T)), at_end));
           GuardedBuffer<float> out(T, at_end);
           GuardedBuffer<int> position(T, at_end);
           std::mt19937 rng(7);

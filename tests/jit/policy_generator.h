@@ -32,7 +32,15 @@ class PolicyGenerator {
   }
 
  private:
-  static constexpr unsigned kH = 2, kQ = 4, kT = 8;
+  static constexpr unsigned kH = kAxisH, kQ = kAxisQ, kD = kAxisD, kT = kAxisT;
+
+  // A random subset of the axis bits in `from` (each in or out with probability 1/2).
+  unsigned subset(unsigned from) {
+    unsigned out = 0;
+    for (unsigned bit : {kH, kQ, kD, kT})
+      if ((from & bit) && pick(2)) out |= bit;
+    return out;
+  }
 
   struct Scope {
     unsigned bound = 0;    // axes that can be read
@@ -64,7 +72,7 @@ class PolicyGenerator {
     std::string text;
     const int count = 1 + pick(3);
     for (int i = 0; i < count; ++i) {
-      const unsigned axes = unsigned(pick(8)) << 1;  // any subset of h, q, t
+      const unsigned axes = subset(kH | kQ | kD | kT);
       const std::string name = "d" + std::to_string(i);
       Scope scope;
       scope.bound = axes;
@@ -79,8 +87,9 @@ class PolicyGenerator {
     static const char* const offsets[] = {"-1 .. 1", "2 .. 5", "-floor(kernel / 2) .. floor(kernel / 2)", "-6 .. -3", "0 .. 0"};
     const int f = focus_++;
     Scope inner;
-    inner.bound = kT | ((unsigned(pick(4)) << 1) & (kH | kQ));
-    std::string list = std::string((inner.bound & kH) ? "h, " : "") + ((inner.bound & kQ) ? "q, " : "") + "t";
+    inner.bound = kT | subset(kH | kQ | kD);
+    std::string list = std::string((inner.bound & kH) ? "h, " : "") + ((inner.bound & kQ) ? "q, " : "") +
+                       ((inner.bound & kD) ? "d, " : "") + "t";
     text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 8] + "(abs(" + expr(inner, 2) +
             ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
     Scope scope;
@@ -98,6 +107,7 @@ class PolicyGenerator {
     std::vector<std::string> parts;
     if (axes & kH) parts.push_back("h");
     if (axes & kQ) parts.push_back("q");
+    if (axes & kD) parts.push_back("d");
     if (axes & kT) parts.push_back(s.window ? (s.negative ? "t - k" : "t + k") : "t");
     if (parts.empty()) return "";
     std::string text = "[";
@@ -137,6 +147,7 @@ class PolicyGenerator {
         std::vector<std::string> axes;
         if (s.bound & kH) axes.push_back("h");
         if (s.bound & kQ) axes.push_back("q");
+        if (s.bound & kD) axes.push_back("d");
         if ((s.bound & kT) && !s.window) axes.push_back("t");  // a window reads tokens only at t + k
         if (!axes.empty()) return axes[size_t(pick(int(axes.size())))];
         [[fallthrough]];
@@ -159,6 +170,7 @@ class PolicyGenerator {
     }
     if (need & kH) parts.push_back(pick(2) && (s.bound & kT) ? "A_now" + axis_list(kH | kT, s) : "h");
     if (need & kQ) parts.push_back(pick(2) && (s.bound & (kH | kT)) == (kH | kT) ? "A" + axis_list(kH | kQ | kT, s) : "q");
+    if (need & kD) parts.push_back(pick(2) && (s.bound & kT) ? one_of({"K", "K_pre", "V"}) + axis_list(kD | kT, s) : "d");
     std::string text = "(";
     for (size_t i = 0; i < parts.size(); ++i) text += (i ? one_of({" + ", " * ", " - "}) : "") + parts[i];
     return text + ")";
@@ -205,15 +217,15 @@ class PolicyGenerator {
   }
 
   std::string reduction(const Scope& s, int depth) {
-    const unsigned free_axes = (kH | kQ | kT) & ~s.bound;
+    const unsigned free_axes = (kH | kQ | kD | kT) & ~s.bound;
     if (!free_axes) return expr(s, depth - 1);
     unsigned axes = 0;
-    while (!axes) axes = free_axes & (unsigned(pick(8)) << 1);
+    while (!axes) axes = subset(free_axes);
     Scope inner = s;
     inner.bound |= axes;
     std::string list;
-    for (const char* axis : {"h", "q", "t"}) {
-      const unsigned bit = axis[0] == 'h' ? kH : axis[0] == 'q' ? kQ : kT;
+    for (const char* axis : {"h", "q", "d", "t"}) {
+      const unsigned bit = axis[0] == 'h' ? kH : axis[0] == 'q' ? kQ : axis[0] == 'd' ? kD : kT;
       if (axes & bit) list += (list.empty() ? "" : ", ") + std::string(axis);
     }
     return std::string(one_of({"sum", "mean", "var", "max", "min", "entropy"})) + "(" + list + ": (" + expr(inner, depth - 1) +
