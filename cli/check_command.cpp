@@ -33,7 +33,9 @@ std::function<int()> setup_check(CLI::App& app) {
     int status = 0;
     for (const auto& f : *files) {
       try {
-        std::cout << summary(dsl::compile_policy_file(f)) << "\n";
+        // Flushed per file: the errors go to the unbuffered stderr, and a reader of both streams
+        // (a terminal, `2>&1`) must see each file's line before the next file's errors.
+        std::cout << summary(dsl::compile_policy_file(f)) << std::endl;
       } catch (const Error& e) {  // a bad file (exit 2) does not stop the others from being checked
         if (e.exit_code() != 2) throw;
         const std::string message = e.what();
