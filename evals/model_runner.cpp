@@ -134,7 +134,10 @@ class ModelRunner : public SampleRunner {
     }
 
     auto tail_start = Clock::now();
-    std::vector<float> first_logits = tail_tokens_.empty() ? prefill_logits_ : decoder_->forward(tail_tokens_);
+    // The question (asked after compression) goes through the decode observer like every token
+    // after it: a per-step policy must see it (and may evict while it is appended).
+    std::vector<float> first_logits =
+        tail_tokens_.empty() ? prefill_logits_ : decoder_->forward(tail_tokens_, decode_observer);
     double first_token_seconds = 0, decode_seconds = 0;
     std::vector<int> tokens = greedy(decode_observer, sample_.max_new_tokens, first_logits, &first_token_seconds,
                                      &decode_seconds);

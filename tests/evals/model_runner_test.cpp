@@ -3,6 +3,7 @@
 // budget reproducing the full cache exactly, and eviction really shrinking the cache.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
 
 #include "core/decode/kv_cache.h"
@@ -110,6 +111,54 @@ TEST(ModelRunner, SweepsStories260KWithOnePrefillPerSample) {
     }
   }
   std::filesystem::remove(db);
+}
+
+// A decode-time policy (one whose apply returns an observer) must see every token appended after
+// the compression: the question (asked after compression, `question: agnostic`) as one block, then
+// each generated token. The question block once bypassed the observer, so per-step policies never
+// saw the question and StreamingLLM's re-assigned positions broke its answers (docs/EVALUATION.md).
+class CountingObserver : public ForwardObserver {
+ public:
+  ObservationRequest request() const override { return {}; }
+  void after_layer(const LayerSignals&, KVCache&) override {}
+  void after_forward(int n_tokens, KVCache&) override { blocks.push_back(n_tokens); }
+  std::vector<int> blocks;
+};
+
+class ObservingEvictor : public KeepRecentEvictor {
+ public:
+  ForwardObserver* apply(const PolicyChoice& policy, const Budget& budget, KVCache& cache) override {
+    KeepRecentEvictor::apply(policy, budget, cache);
+    observers.push_back(std::make_unique<CountingObserver>());
+    return observers.back().get();
+  }
+  std::vector<std::unique_ptr<CountingObserver>> observers;
+};
+
+TEST(ModelRunner, ADecodeObserverSeesTheQuestionBlockAndEveryGeneratedToken) {
+  if (auto reason = test::stories_missing_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  const std::string text = "name: stories\n"
+                           "model: " + test::stories_checkpoint() + "\n"
+                           "tokenizer: " + test::stories_tokenizer() + "\n"
+                           "seed: 1\nthreads: 1\n"
+                           "tasks:\n  passkey: {lengths: [150], depths: [50], samples: 1, question: agnostic}\n"
+                           "policies: [recent]\nbudgets: [\"25%\", full]\n";
+  EvalConfig config = parse_eval_config(text, "stories.yaml");
+  auto evictor = std::make_unique<ObservingEvictor>();
+  ObservingEvictor* probe = evictor.get();
+  auto runner = make_decoder_runner(config, std::move(evictor));
+  auto db = std::filesystem::temp_directory_path() / ("model_runner_obs" + std::to_string(getpid()) + ".db");
+  std::filesystem::remove(db);
+  {
+    ResultsStore store(db.string());
+    run_eval(config, *runner, store, {});
+  }
+  std::filesystem::remove(db);
+  ASSERT_EQ(probe->observers.size(), 1u);  // the compressed budget; the full cache has no observer
+  const std::vector<int>& blocks = probe->observers[0]->blocks;
+  ASSERT_FALSE(blocks.empty()) << "the observer saw nothing after compression";
+  EXPECT_GT(blocks[0], 1) << "the question block is the first thing appended after compression";
+  for (size_t i = 1; i < blocks.size(); ++i) EXPECT_EQ(blocks[i], 1) << "generated token " << i;
 }
 
 TEST(ModelRunner, CountsTokensWithTheModelTokenizer) {
