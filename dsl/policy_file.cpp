@@ -487,9 +487,14 @@ class FileCompiler {
         (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
     const char* keys[] = {"score", "decode_score", "layer_weight"};
     const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight};
+    // Signals made from the window queries (the signal table's source) need an observation window.
     for (int i = 0; i < 3; ++i)
-      if (progs[i]->uses[static_cast<int>(TensorSignal::WindowAttention)] && !root["observe"])
-        diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the window attention A, but the file has no 'observe: {window: ...}'");
+      for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable)
+        if (info.source == kvevict::SignalSource::WindowQueries && progs[i]->uses[kvevict::signal_index(info.id)] &&
+            !root["observe"])
+          diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the " + std::string(info.description) +
+                                                 " " + std::string(info.dsl_name) +
+                                                 ", but the file has no 'observe: {window: ...}'");
   }
 
   std::string path_, text_;
