@@ -137,7 +137,7 @@ std::function<int()> setup_generate(CLI::App& app) {
     std::unique_ptr<PolicyProgram> program;
     if (o->policy.enabled() || !o->policy.set.empty() || !o->policy.budget.empty()) {
       if (!o->policy.enabled()) throw UsageError("--budget and --set need --policy");
-      program = o->policy.load();  // policy errors before the model loads
+      program = o->policy.load(device);  // policy errors before the model loads
       if (program->description().select.unfold_gqa && device.kind == jit::DeviceKind::Cuda)
         throw UsageError("policy " + program->description().name +
                          ": gqa_mode unfold (one stored head per query head) runs on the CPU decoder only; use --device cpu");

@@ -87,7 +87,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
   return [o]() {
     if (o->prompt.empty() && o->prompt_file.empty()) throw UsageError("inspect needs a prompt: -p TEXT or --prompt-file FILE");
     // Policy problems are reported before the model is loaded (cheap, and exit 2 either way).
-    const auto program = o->policy.load();
+    const auto program = o->policy.load(jit::DeviceChoice{});  // inspect decodes on the CPU
     o->policy.parsed_budget(-1);
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;

@@ -1,7 +1,7 @@
 #include "cli/policy_options.h"
 
 #include "core/util/error.h"
-#include "dsl/policy_loader.h"
+#include "jit/scoring_backend.h"
 
 namespace kvevict::cli {
 
@@ -11,6 +11,9 @@ void PolicyOptions::add_to(CLI::App& app) {
                  "\"excl_window:N\" (per layer and KV head besides the window) or \"total:N\" (all layers and KV heads)");
   app.add_option("--set", set, "Policy parameter override name=value (repeatable)")->allow_extra_args(false);
   app.add_option("--policy-path", policy_path, "Extra directory searched for policy names (repeatable)");
+  app.add_option("--scoring", scoring, "How policy scores are computed: auto (cuda on a CUDA device, else interpreter), "
+                 "interpreter, host (the generated kernels compiled for the CPU) or cuda (NVRTC kernels on the GPU)")
+      ->capture_default_str();
 }
 
 std::map<std::string, std::string> PolicyOptions::overrides() const {
@@ -26,9 +29,10 @@ std::map<std::string, std::string> PolicyOptions::overrides() const {
   return out;
 }
 
-std::unique_ptr<PolicyProgram> PolicyOptions::load() const {
+std::unique_ptr<PolicyProgram> PolicyOptions::load(const jit::DeviceChoice& device) const {
   if (!set.empty() && policy.empty()) throw UsageError("--set needs --policy");
-  return load_policy(policy, overrides(), policy_path);
+  const jit::ScoringBackend backend = jit::resolve_scoring(scoring, device, "--scoring");
+  return jit::load_scored_policy(policy, overrides(), policy_path, backend, device);
 }
 
 Budget PolicyOptions::parsed_budget(int prompt_len) const {

@@ -1,6 +1,7 @@
 #pragma once
 // Options shared by the commands that run a policy (inspect, generate): --policy, --budget,
-// --set name=value (repeatable), --policy-path DIR (repeatable). Every problem with them is a
+// --set name=value (repeatable), --policy-path DIR (repeatable), --scoring (the scoring backend,
+// jit/scoring_backend.h). Every problem with them is a
 // UsageError (exit 2) naming the option and what is wrong.
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "core/engine/budget.h"
 #include "core/engine/policy_program.h"
+#include "jit/device.h"
 
 namespace kvevict::cli {
 
@@ -19,14 +21,16 @@ struct PolicyOptions {
   std::string budget;
   std::vector<std::string> set;
   std::vector<std::string> policy_path;
+  std::string scoring = "auto";
 
   bool enabled() const { return !policy.empty(); }
   // Declares the options on `app`.
   void add_to(CLI::App& app);
   // "name=value" pairs; throws UsageError on a missing '=' or an empty name, or a name given twice.
   std::map<std::string, std::string> overrides() const;
-  // Loads and compiles the policy (unknown policy, unknown parameter, bad value: UsageError).
-  std::unique_ptr<PolicyProgram> load() const;
+  // Loads and compiles the policy for the --scoring backend on `device`, where the decoder runs
+  // (unknown policy, unknown parameter, bad value, a backend the device cannot run: UsageError).
+  std::unique_ptr<PolicyProgram> load(const jit::DeviceChoice& device) const;
   // Parses --budget and checks it against the prompt (a token budget above the prompt is an error);
   // prompt_len < 0: parse only (to report a bad budget before loading the model).
   Budget parsed_budget(int prompt_len) const;

@@ -279,6 +279,8 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
     top.set_resolved("tokenizer", YAML::Node(config.tokenizer));
   }
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
+  // Resolved (and so hashed) only when written: configs from before the key keep their hash.
+  if (top.has("scoring")) config.scoring = top.get_choice("scoring", "auto", {"auto", "interpreter", "host", "cuda"});
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   // More threads than cores only slows a run down (and very large counts fail inside OpenMP).
   // The one thread-count rule (core/util/thread_count.h): 0 = default, at most the machine's.

@@ -9,6 +9,8 @@
 //   model: path                      ~ and ${VAR} / ${VAR:-default} are expanded; must exist
 //   tokenizer: path                  llama2.c checkpoints only: tokenizer file (default tokenizer.bin beside it)
 //   device: auto | cpu | cuda
+//   scoring: auto | interpreter | host | cuda   how policies are scored (jit/scoring_backend.h;
+//                                    auto: cuda on a CUDA device, else interpreter)
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
 //   kv_type: f16 | bf16 | f32        element type of the KV cache (default f16; f32 is the exact reference)
@@ -60,6 +62,7 @@ struct EvalConfig {
   std::string model;   // expanded path (or "fake:..." test model)
   std::string tokenizer;  // expanded path or empty
   std::string device = "auto";
+  std::string scoring = "auto";
   uint64_t seed = 0;
   int threads = 0;
   KvType kv_type = KvType::F16;

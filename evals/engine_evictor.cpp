@@ -12,12 +12,13 @@ namespace {
 
 class EngineEvictor : public PrefillEvictor {
  public:
-  explicit EngineEvictor(uint64_t seed) : seed_(seed) {}
+  EngineEvictor(uint64_t seed, jit::ScoringBackend backend, jit::DeviceChoice device)
+      : seed_(seed), backend_(backend), device_(std::move(device)) {}
 
   void prepare(const std::vector<PolicyChoice>& policies, const Model& model) override {
     config_ = model.config;
     for (const auto& choice : policies) {
-      LoadedPolicy loaded = load_policy_choice(choice);  // the text read once is the text compiled and stored
+      LoadedPolicy loaded = load_policy_choice(choice, backend_, device_);  // the text read once is the text compiled and stored
       accumulated_ = accumulated_ || loaded.program->description().needs(TensorSignal::AccumulatedAttention);
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
@@ -44,9 +45,12 @@ class EngineEvictor : public PrefillEvictor {
 
   PolicySource source(const PolicyChoice& choice) const override { return sources_.at(choice.label); }
   const EvictionReport* report() const override { return engine_ ? &engine_->report() : nullptr; }
+  std::string scoring() const override { return std::string(mode_name(backend_)); }
 
  private:
   uint64_t seed_;
+  jit::ScoringBackend backend_;
+  jit::DeviceChoice device_;
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
   std::map<std::string, PolicySource> sources_;  // by label
@@ -57,6 +61,8 @@ class EngineEvictor : public PrefillEvictor {
 
 }  // namespace
 
-std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed) { return std::make_unique<EngineEvictor>(seed); }
+std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed, jit::ScoringBackend backend, jit::DeviceChoice device) {
+  return std::make_unique<EngineEvictor>(seed, backend, std::move(device));
+}
 
 }  // namespace kvevict::evals

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -95,12 +96,25 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
           {"ttft_ms", a.ttft_ms},
           {"decode_tok_s", a.decode_tok_s},
           {"run_id", a.run_id},
+          {"scoring", a.scoring.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.scoring)},
           {"policy_mean", number_or_null(compressed_mean(row, LeaderboardMetric::Score))},
           {"iso",
            {{"kept_fraction", row.iso.position == IsoPosition::Undefined ? nlohmann::json(nullptr)
                                                                           : nlohmann::json(row.iso.kept_fraction)},
             {"position", iso_position_name(row.iso.position)},
             {"text", iso_quality_text(row.iso)}}}};
+}
+
+// The scoring backends of a group's cells ("interpreter", "interpreter and cuda"); runs that did
+// not record one count as "not recorded".
+std::string scoring_text(const LeaderboardGroup& group) {
+  std::set<std::string> backends;
+  for (const auto& row : group.rows)
+    for (const auto& [budget, cell] : row.cells)
+      backends.insert(cell.aggregate.scoring.empty() ? "not recorded" : cell.aggregate.scoring);
+  std::string text;
+  for (const auto& b : backends) text += (text.empty() ? "" : " and ") + b;
+  return text.empty() ? "not recorded" : text;
 }
 
 std::string csv_number(double value, const char* format) {
@@ -127,7 +141,7 @@ std::string csv_record(const LeaderboardGroup& group, const LeaderboardRow& row,
           ",";
   line += csv_number(compressed_mean(row, LeaderboardMetric::Score), "%.4f") + "," +
           (row.iso.position == IsoPosition::Undefined ? "" : csv_number(row.iso.kept_fraction, "%.6f")) + "," +
-          iso_position_name(row.iso.position) + "\n";
+          iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "\n";
   return line;
 }
 
@@ -238,7 +252,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   if (format == LeaderboardFormat::Csv) {
     out << "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
            "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
-           "iso_kept_fraction,iso_position\n";
+           "iso_kept_fraction,iso_position,scoring\n";
     for (const auto& group : groups) {
       for (const LeaderboardRow* row : sorted_rows(group, options)) {
         for (const auto& budget : group.budgets) {
@@ -258,9 +272,10 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   for (const auto& group : groups) {
     Grid scores = score_grid(group, options);
     Grid diffs = score ? difference_grid(group, options) : Grid{};
+    const std::string scored_by = "scored by " + scoring_text(group);
     if (format == LeaderboardFormat::Markdown) {
       out << "### " << group.task << " — " << model_name(group.model) << " (" << unit << ")\n\n";
-      out << "_" << notes << "_\n\n";
+      out << "_" << notes << "; " << scored_by << "_\n\n";
       print_markdown(out, scores);
       if (!diffs.empty()) {
         out << "_" << diff_title << "_\n\n";
@@ -268,7 +283,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
       }
       continue;
     }
-    out << group.task << " — " << model_name(group.model) << " (" << unit << "; " << notes << ")\n";
+    out << group.task << " — " << model_name(group.model) << " (" << unit << "; " << notes << "; " << scored_by << ")\n";
     print_table(out, scores);
     if (!diffs.empty()) {
       out << diff_title << "\n";

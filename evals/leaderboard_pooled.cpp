@@ -30,6 +30,7 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
       pooled.push_back(cell);
     }
     AggregateRow& cell = pooled[it->second];
+    if (cell.scoring != row.scoring) cell.scoring = "mixed";  // tasks scored by different backends
     const double w = static_cast<double>(row.samples);
     cell.score += w * row.score;
     cell.kept_ratio += w * row.kept_ratio;

@@ -44,6 +44,7 @@ class ModelRunner : public SampleRunner {
   }
 
   std::string device() const override { return decoder_->device_name(); }
+  std::string scoring() const override { return evictor_->scoring(); }
 
   std::string model_hash() override {
     if (model_hash_.empty()) {
@@ -220,7 +221,9 @@ std::unique_ptr<SampleRunner> make_decoder_runner(const EvalConfig& config, std:
 
 std::unique_ptr<SampleRunner> make_model_runner(const EvalConfig& config) {
   // The engine first: without it there is nothing to evaluate, and the model need not be loaded.
-  auto evictor = make_engine_evictor(config.seed);
+  // The scoring backend is chosen here, once per run, for the device the decoder will use.
+  const jit::DeviceChoice device = jit::resolve_device(config.device);
+  auto evictor = make_engine_evictor(config.seed, jit::resolve_scoring(config.scoring, device, "scoring"), device);
   return make_decoder_runner(config, std::move(evictor));
 }
 

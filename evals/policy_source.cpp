@@ -28,7 +28,7 @@ std::string resolved_params_json(const dsl::CompiledPolicy& compiled) {
 
 }  // namespace
 
-LoadedPolicy load_policy_choice(const PolicyChoice& choice) {
+LoadedPolicy load_policy_choice(const PolicyChoice& choice, jit::ScoringBackend backend, const jit::DeviceChoice& device) {
   std::string path, text;
   if (choice.source) {
     path = choice.policy + " (stored source)";
@@ -39,8 +39,8 @@ LoadedPolicy load_policy_choice(const PolicyChoice& choice) {
   }
   dsl::CompiledPolicy compiled = dsl::compile_policy_text(path, text, choice.params);
   LoadedPolicy loaded;
-  loaded.source = make_policy_source(choice, std::move(text), resolved_params_json(compiled));
-  loaded.program = std::make_unique<dsl::InterpretedPolicy>(std::move(compiled));
+  loaded.source = make_policy_source(choice, text, resolved_params_json(compiled));
+  loaded.program = jit::make_scoring_program(std::move(compiled), path, text, backend, device);
   return loaded;
 }
 

@@ -7,6 +7,7 @@
 #include "core/engine/policy_program.h"
 #include "evals/config.h"
 #include "evals/stored_content.h"
+#include "jit/scoring_backend.h"
 
 namespace kvevict::evals {
 
@@ -17,8 +18,11 @@ struct LoadedPolicy {
 
 // Compiles `choice.source` when set (a replay), else the file `choice.policy` names (a built-in
 // name, a name in the search path or a path; dsl/policy_loader.h). Throws UsageError like
-// load_policy: unknown names, unreadable files, every error of the file at file:line:col.
-LoadedPolicy load_policy_choice(const PolicyChoice& choice);
+// load_policy: unknown names, unreadable files, every error of the file at file:line:col. The
+// program scores on `backend` (jit/scoring_backend.h; `device` for CudaKernel).
+LoadedPolicy load_policy_choice(const PolicyChoice& choice,
+                                jit::ScoringBackend backend = jit::ScoringBackend::Interpreter,
+                                const jit::DeviceChoice& device = {});
 
 // The text of the file `choice.policy` names (or `choice.source`), without compiling it: the fake
 // model's record of a policy. "" when the name names no file (the fake accepts any name).

@@ -11,6 +11,7 @@
 #include "core/engine/engine.h"
 #include "evals/config.h"
 #include "evals/stored_content.h"
+#include "jit/scoring_backend.h"
 
 namespace kvevict::evals {
 
@@ -35,9 +36,14 @@ class PrefillEvictor {
   // What the latest apply() kept per layer and head (kvevict replay prints it); null when this
   // evictor does not report, or before any apply() since start_recording().
   virtual const EvictionReport* report() const { return nullptr; }
+  // The scoring backend's name (jit/scoring_backend.h); "" for an evictor that runs no policy file.
+  virtual std::string scoring() const { return ""; }
 };
 
-// The eviction engine with compiled policy files (evals/engine_evictor.cpp).
-std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed);
+// The eviction engine with compiled policy files (evals/engine_evictor.cpp), scored by `backend`
+// (`device`: where the decoder runs; its GPU scores with ScoringBackend::CudaKernel).
+std::unique_ptr<PrefillEvictor> make_engine_evictor(uint64_t seed,
+                                                    jit::ScoringBackend backend = jit::ScoringBackend::Interpreter,
+                                                    jit::DeviceChoice device = {});
 
 }  // namespace kvevict::evals

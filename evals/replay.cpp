@@ -56,6 +56,8 @@ EvalConfig replay_config(const StoredParts& parts, const std::string& db) {
   }
   choice->source = parts.policy.text;
   config.policies = {*choice};
+  // Scored the way the run was (a cuda run replays on a GPU or is refused, never by another backend).
+  if (!parts.run.scoring.empty()) config.scoring = parts.run.scoring;
   config.budgets = {parse_budget_text(parts.row.budget, "stored budget")};
   return config;
 }

@@ -42,10 +42,11 @@ std::string provenance_table(ResultsStore& store, const std::vector<AggregateRow
     html += "<tr>" + cell(std::to_string(run->id)) + cell(run->name) + cell(run->model) +
             "<td class=\"hash\">" + xml_escape(run->model_hash) + "</td>" + cell(run->kvevict_version) +
             cell(run->git_commit) + "<td class=\"hash\">" + xml_escape(run->config_hash) + "</td>" +
-            cell(run->started_at) + cell(run->finished_at) + cell(run->device) + cell(run->device) + "</tr>\n";
+            cell(run->started_at) + cell(run->finished_at) + cell(run->device) +
+            cell(run->scoring.empty() ? "not recorded" : run->scoring) + "</tr>\n";
   }
-  return html + "</table>\n<p class=\"note\">backend: the runs table records the device only; it is shown as the "
-                "backend until runs store one.</p>\n";
+  return html + "</table>\n<p class=\"note\">backend: how the run's policies were scored (interpreter, host or "
+                "cuda); runs stored before schema version 5 did not record it.</p>\n";
 }
 
 // Each policy shown, by content: its leaderboard name, the name or path the config gave, the SHA-256

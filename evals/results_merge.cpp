@@ -163,6 +163,10 @@ class Planner {
                        a.model + ", model_hash " + b.model_hash.substr(0, 12) + " vs " + a.model_hash.substr(0, 12) + ")" +
                        tail);
     }
+    if (a.scoring != b.scoring) {
+      throw UsageError(run_name(source) + " was scored by '" + b.scoring + "' but " + run_name(*first_) + " by '" +
+                       a.scoring + "'" + tail + " and one scoring backend");
+    }
     if (source.shard.count != count_) {
       throw UsageError(run_name(source) + " is shard " + shard_label(source) + " but " + run_name(*first_) + " is shard " +
                        shard_label(*first_) + ": shards of different counts cannot be merged");

@@ -97,6 +97,11 @@ ALTER TABLE results ADD COLUMN policy_hash TEXT NOT NULL DEFAULT '';
 ALTER TABLE results ADD COLUMN prompt_hash TEXT NOT NULL DEFAULT '';
 ALTER TABLE aggregates ADD COLUMN policy_hash TEXT NOT NULL DEFAULT '';
 )SQL",
+    // 5: how the run's policies were scored (jit/scoring_backend.h: interpreter, host or cuda),
+    // chosen once per run. Runs written before version 5 keep '' (not recorded).
+    R"SQL(
+ALTER TABLE runs ADD COLUMN scoring TEXT NOT NULL DEFAULT '';
+)SQL",
 };
 
 }  // namespace

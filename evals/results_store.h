@@ -38,6 +38,7 @@ struct RunRecord {
   std::string started_at, finished_at, status;
   std::string reason;  // why a failed run failed
   std::string shard;   // "" = every sample of the config; "I/N" = shard I of N (evals/shard.h)
+  std::string scoring;  // the scoring backend of every result of the run ("": not recorded, schema < 5)
 };
 
 struct SampleResult {
@@ -68,6 +69,7 @@ struct AggregateRow {
   std::string budget;
   int64_t samples = 0;
   double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
+  std::string scoring;  // the run's scoring backend (RunRecord::scoring; '' before schema version 5)
 };
 
 // Mean score of one (task, policy, budget, length, depth) cell: needle heatmaps.
@@ -81,7 +83,7 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   enum class Access { ReadWrite, ReadOnly };
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
@@ -141,6 +143,8 @@ class ResultsStore {
   std::vector<GridCell> grid_cells(const std::string& task = "", const std::string& model = "");
 
  private:
+  // "scoring", or a constant '' where the schema predates it (a read-only store is not migrated).
+  std::string run_scoring_column();
   void exec(const char* sql);
   void migrate();
   void require_writable();  // RuntimeError when SQLite opened the file read-only

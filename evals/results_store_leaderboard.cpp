@@ -11,9 +11,9 @@ namespace {
 // same name with another content is another row, the same content run again replaces its row.
 constexpr const char* kLatestAggregates = R"SQL(
 SELECT run_id, model, task, policy, policy_hash, budget, samples, score, kept_ratio, kv_bytes, kv_bytes_full,
-       ttft_ms, decode_tok_s
+       ttft_ms, decode_tok_s, scoring
 FROM (
-  SELECT a.*, r.model AS model,
+  SELECT a.*, r.model AS model, %SCORING% AS scoring,
          ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.policy_hash, a.budget
                             ORDER BY r.finished_at DESC, r.id DESC) AS newest
   FROM aggregates a JOIN runs r ON r.id = a.run_id
@@ -40,7 +40,9 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
     while (query.step()) contents[query.text(0)].insert(query.text(1));
   }
   const auto labels = policy_display_labels(contents);
-  Statement query(db_, path_, kLatestAggregates);
+  std::string sql = kLatestAggregates;
+  sql.replace(sql.find("%SCORING%"), 9, schema_version() >= 5 ? "r.scoring" : "''");
+  Statement query(db_, path_, sql.c_str());
   query.bind(1, task).bind(2, model).bind(3, run_id);
   std::vector<AggregateRow> rows;
   while (query.step()) {
@@ -60,6 +62,7 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
     row.kv_bytes_full = query.real(10);
     row.ttft_ms = query.real(11);
     row.decode_tok_s = query.real(12);
+    row.scoring = query.text(13);
     rows.push_back(std::move(row));
   }
   return rows;

@@ -120,6 +120,12 @@ std::string changed_policy(const std::map<std::string, std::string>& stored,
   return "";
 }
 
+// Whether `run` was scored the way `runner` scores. Runs from before the store recorded it ('')
+// match any backend.
+bool same_scoring(const RunRecord& run, const SampleRunner& runner) {
+  return run.scoring.empty() || run.scoring == runner.scoring();
+}
+
 RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const std::string& model_hash,
                          const std::string& shard) {
   RunRecord record;
@@ -131,6 +137,7 @@ RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const s
   record.model = config.model;
   record.model_hash = model_hash;
   record.device = runner.device();
+  record.scoring = runner.scoring();
   record.seed = config.seed;
   record.shard = shard;
   return record;
@@ -149,7 +156,10 @@ void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& stor
   if (!options.force) {
     if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
       const std::string changed = changed_policy(store.run_policy_hashes(finished->id), policy_hash);
-      if (changed.empty()) {
+      if (!same_scoring(*finished, runner)) {
+        note("run #" + std::to_string(finished->id) + " of this config was scored by " + finished->scoring +
+             ", this one scores by " + runner.scoring() + "; running again");
+      } else if (changed.empty()) {
         summary.run_id = finished->id;
         summary.skipped = true;
         note("run #" + std::to_string(finished->id) + " of this config and model finished at " +
@@ -165,6 +175,11 @@ void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& stor
   if (options.resume && unfinished && !changed.empty()) {
     note("run #" + std::to_string(unfinished->id) + " ran another version of policy '" + changed +
          "'; starting a new run instead of resuming it");
+    unfinished.reset();
+  }
+  if (options.resume && unfinished && !same_scoring(*unfinished, runner)) {  // one run, one backend
+    note("run #" + std::to_string(unfinished->id) + " was scored by " + unfinished->scoring + ", this one scores by " +
+         runner.scoring() + "; starting a new run instead of resuming it");
     unfinished.reset();
   }
   if (options.resume && unfinished) {

@@ -40,6 +40,9 @@ class SampleRunner {
  public:
   virtual ~SampleRunner() = default;
   virtual std::string device() const = 0;
+  // How policies are scored (jit/scoring_backend.h names: interpreter, host, cuda); "" when this
+  // runner scores no policy file (the fake model, hand-written evictors in tests).
+  virtual std::string scoring() const { return ""; }
   virtual std::string model_hash() = 0;      // sha256 of the model file (or of the fake's spec)
   virtual int count_tokens(std::string_view text) = 0;
   // The model's context in tokens (0: unbounded, the fake), checked against the config's task

@@ -44,6 +44,7 @@ struct HandMadeDb {
     run.model = "/models/tiny-model.gguf";
     run.model_hash = "feedface00112233";
     run.device = "cpu";
+    run.scoring = "host";
     int64_t id = store.create_run(run);
     std::vector<evals::SampleResult> rows;
     const std::pair<const char*, double> budgets[] = {{"25%", 0.25}, {"50%", 0.5}, {"75%", 0.75}, {"full", 1.0}};

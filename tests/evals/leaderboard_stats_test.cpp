@@ -94,6 +94,7 @@ TEST(LeaderboardStats, EveryFormatShowsTheStatistics) {
   EXPECT_NE(table.find("> 75.0%"), std::string::npos) << table;
   EXPECT_NE(table.find("* -62.5 [-87.8, -25.0]"), std::string::npos) << table;
   EXPECT_NE(table.find("full excluded"), std::string::npos) << table;
+  EXPECT_NE(table.find("; scored by host)"), std::string::npos) << table;  // the run's scoring backend
 
   std::string md = render_leaderboard(groups, LeaderboardFormat::Markdown);
   EXPECT_NE(md.find("| policy | 25% | 50% | 75% | full | mean | iso@95% | n |"), std::string::npos) << md;
@@ -115,6 +116,7 @@ TEST(LeaderboardStats, EveryFormatShowsTheStatistics) {
       EXPECT_DOUBLE_EQ(record["policy_mean"].get<double>(), 75.0);
       EXPECT_NEAR(record["iso"]["kept_fraction"].get<double>(), 0.65, 1e-12);
       EXPECT_EQ(record["iso"]["position"], "inside");
+      EXPECT_EQ(record["scoring"], "host");
     }
   }
   EXPECT_TRUE(found);
@@ -126,7 +128,7 @@ TEST(LeaderboardStats, EveryFormatShowsTheStatistics) {
   const auto commas = std::count(lines[0].begin(), lines[0].end(), ',');
   for (const auto& line : lines) EXPECT_EQ(std::count(line.begin(), line.end(), ','), commas) << line;
   EXPECT_NE(csv.find("snap,25%,37.5000,8,"), std::string::npos) << csv;
-  EXPECT_NE(csv.find(",13.6844,69.4258,wilson,-62.5000,-87.8125,-25.0000,8,75.0000,0.650000,inside"), std::string::npos)
+  EXPECT_NE(csv.find(",13.6844,69.4258,wilson,-62.5000,-87.8125,-25.0000,8,75.0000,0.650000,inside,host"), std::string::npos)
       << csv;
 }
 

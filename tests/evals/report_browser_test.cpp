@@ -58,7 +58,7 @@ TEST(ReportPage, ProvenanceIntervalsBytesAndIsoQuality) {
   std::string html = read_text(files.index);
   EXPECT_EQ(kvevict::test::check_markup(html, true), "");
   for (const char* fact : {"/models/tiny-model.gguf", "feedface00112233", "abc1234", "cfg0123456789abcdef", "9.9.9",
-                           "<td>cpu</td><td>cpu</td>"}) {
+                           "<td>cpu</td><td>host</td>"}) {
     EXPECT_NE(html.find(fact), std::string::npos) << fact;
   }
   EXPECT_NE(html.find("37.5 [13.7, 69.4]"), std::string::npos);

@@ -73,7 +73,7 @@ const std::string kHashB = "7bc01200" + std::string(56, '1');
 
 class OldSchema : public ::testing::TestWithParam<int> {};
 
-TEST_P(OldSchema, MigratesToVersionFourWithItsRows) {
+TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   TempDb db("store_old_v" + std::to_string(GetParam()));
   test::write_old_database(db.path, GetParam());
   ResultsStore store(db.path);
@@ -83,12 +83,15 @@ TEST_P(OldSchema, MigratesToVersionFourWithItsRows) {
   EXPECT_EQ(run->name, "old");
   EXPECT_EQ(run->status, "finished");
   EXPECT_EQ(run->shard, "");
+  EXPECT_EQ(run->scoring, "");  // written before version 5: the backend was not recorded
   auto rows = store.results(1);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].prediction, "the answer");
   EXPECT_EQ(rows[1].score, 50);
-  EXPECT_EQ(rows[0].policy_hash, "");  // written before version 4: no content recorded
-  EXPECT_EQ(rows[0].prompt_hash, "");
+  if (GetParam() < 4) {
+    EXPECT_EQ(rows[0].policy_hash, "");  // written before version 4: no content recorded
+    EXPECT_EQ(rows[0].prompt_hash, "");
+  }
   EXPECT_EQ(store.result(rows[0].id)->sample_key, "k1");
   // The old rows still display, under their plain name.
   auto board = store.leaderboard();
@@ -103,7 +106,25 @@ TEST_P(OldSchema, MigratesToVersionFourWithItsRows) {
   EXPECT_EQ(count(db.path, "policies"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4));
+
+// A read-only store (replay) is not migrated: a version-4 file still reads, its runs without a
+// recorded backend, and the file keeps its version.
+TEST(OldSchemaReadOnly, AVersionFourFileReadsWithoutItsScoringColumn) {
+  TempDb db("store_old_ro_v4");
+  test::write_old_database(db.path, 4);
+  {
+    ResultsStore store(db.path, ResultsStore::Access::ReadOnly);
+    EXPECT_EQ(store.schema_version(), 4);
+    ASSERT_EQ(store.runs().size(), 1u);
+    EXPECT_EQ(store.runs()[0].scoring, "");
+    EXPECT_EQ(store.run(1)->name, "old");
+    const auto board = store.leaderboard();
+    ASSERT_EQ(board.size(), 1u);
+    EXPECT_EQ(board[0].scoring, "");
+  }
+  EXPECT_EQ(ResultsStore(db.path, ResultsStore::Access::ReadOnly).schema_version(), 4);
+}
 
 TEST(ResultsStoreContent, OldRowsBesideNewContentOfTheSameNameAreTwoLabelledRows) {
   TempDb db("store_old_new");

@@ -1,0 +1,83 @@
+// The scoring backend of a run; see scoring_backend.h.
+#include "jit/scoring_backend.h"
+
+#include <sstream>
+
+#include "core/util/error.h"
+#include "core/util/input_file.h"
+#include "core/util/sha256.h"
+#include "dsl/compiled_program.h"
+#include "dsl/policy_file.h"
+#include "dsl/policy_loader.h"
+#include "jit/codegen.h"
+#include "jit/cuda_codegen.h"
+#include "jit/jit_compiler.h"
+#include "jit/jit_policy_program.h"
+#include "jit/kernel_cache.h"
+
+namespace kvevict::jit {
+namespace {
+
+// The line of a top-level key (`score:`) in the policy text; {} when absent. The #line directives of
+// the generated kernel cite it, so that NVRTC's messages name the policy's own lines.
+SourceLocation key_line(const std::string& path, const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number)
+    if (line.compare(0, key.size() + 1, key + ":") == 0) return {path, number};
+  return {};
+}
+
+GeneratedKernel generate(const dsl::CompiledPolicy& compiled, const std::string& path, const std::string& text) {
+  if (!code_generator_available())
+    throw RuntimeError(path + ": this build has no code generator; use --scoring interpreter");
+  const std::string name = compiled.desc.name.empty() ? std::string("policy") : compiled.desc.name;
+  return generate_score_kernels(name + ".cu", path, compiled.score,
+                                compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
+                                key_line(path, text, "score"), key_line(path, text, "decode_score"));
+}
+
+}  // namespace
+
+ScoringBackend resolve_scoring(std::string_view request, const DeviceChoice& device, const std::string& option) {
+  ScoringBackend backend = ScoringBackend::Interpreter;
+  if (request == "auto") {
+    backend = device.kind == DeviceKind::Cuda ? ScoringBackend::CudaKernel : ScoringBackend::Interpreter;
+  } else if (!parse_mode(request, backend)) {
+    throw UsageError(option + " must be auto, interpreter, host or cuda, not '" + std::string(request) + "'");
+  }
+  if (backend == ScoringBackend::CudaKernel && device.kind != DeviceKind::Cuda)
+    throw UsageError(option + " cuda scores on the GPU the decoder runs on, but the decoder runs on the cpu "
+                     "(choose interpreter or host, or run the decoder on a CUDA device)");
+  return backend;
+}
+
+std::unique_ptr<PolicyProgram> make_scoring_program(dsl::CompiledPolicy compiled, const std::string& path,
+                                                    const std::string& text, ScoringBackend backend,
+                                                    const DeviceChoice& device) {
+  if (backend == ScoringBackend::Interpreter) return std::make_unique<dsl::InterpretedPolicy>(std::move(compiled));
+  const GeneratedKernel kernel = generate(compiled, path, text);
+  auto reference = std::make_unique<dsl::InterpretedPolicy>(std::move(compiled));
+  if (backend == ScoringBackend::HostKernel)
+    return JitPolicyProgram::on_host(std::move(reference), kernel, KernelCache::default_dir() + "/host");
+  if (device.kind != DeviceKind::Cuda)
+    throw UsageError(path + ": CUDA scoring needs a CUDA device (the decoder runs on the cpu)");
+  NvrtcRequest request;
+  request.name = kernel.name;
+  request.source = kernel.source;
+  request.arch = target_arch("", device);
+  request.options = default_jit_options();
+  const JitKernel compiled_kernel = compile_cached(request, process_kernel_cache(), kernel.name);
+  return JitPolicyProgram::on_gpu(std::move(reference), kernel, *compiled_kernel.entry, device.ordinal);
+}
+
+std::unique_ptr<PolicyProgram> load_scored_policy(const std::string& name_or_path,
+                                                  const std::map<std::string, std::string>& overrides,
+                                                  const std::vector<std::string>& extra_dirs, ScoringBackend backend,
+                                                  const DeviceChoice& device) {
+  const std::string path = resolve_policy_path(name_or_path, extra_dirs);
+  const std::string text = read_input_file(path, InputLimits::kPolicyFile, "policy file");
+  return make_scoring_program(dsl::compile_policy_text(path, text, overrides), path, text, backend, device);
+}
+
+}  // namespace kvevict::jit
