@@ -213,9 +213,14 @@ class Checker {
     }
     if (auto it = kScalarSignals.find(n); it != kScalarSignals.end()) {
       if (opt_.context == ProgramContext::Setting) {
-        if (it->second == ScalarSignal::PromptLen && opt_.allow_prompt_len) return Value{b_.scalar(it->second), Type::Number, 0};
+        const bool decode_input = it->second == ScalarSignal::DecodeStep || it->second == ScalarSignal::Budget;
+        if ((it->second == ScalarSignal::PromptLen && opt_.allow_prompt_len) ||
+            (decode_input && opt_.allow_decode_budget_inputs))
+          return Value{b_.scalar(it->second), Type::Number, 0};
         return fail(e.pos, "'" + n + "' is not available in a setting; settings may use parameters" +
-                               std::string(opt_.allow_prompt_len ? " and prompt_len" : ""));
+                               std::string(opt_.allow_decode_budget_inputs ? ", prompt_len, decode_step and budget"
+                                           : opt_.allow_prompt_len       ? " and prompt_len"
+                                                                         : ""));
       }
       if (it->second == ScalarSignal::Budget && !layer_ctx())
         return fail(e.pos, "'budget' is only available in layer_weight programs");

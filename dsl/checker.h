@@ -28,6 +28,8 @@ enum class ProgramContext {
 struct CheckOptions {
   ProgramContext context = ProgramContext::Score;
   bool allow_prompt_len = true;  // Setting context only
+  // Setting context only: also decode_step and budget (run.decode_budget, a per-step budget).
+  bool allow_decode_budget_inputs = false;
   std::vector<ParamBinding> params;
   bool had_syntax_errors = false;  // do not also report a missing output the parser lost
 };

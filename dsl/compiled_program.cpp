@@ -72,7 +72,14 @@ PolicyProtect InterpretedPolicy::protect_for(int prompt_len) const {
   PolicyProtect p;
   p.first = setting_int(c_.protect_first, c_.desc.protect.first, prompt_len);
   p.recent = setting_int(c_.protect_recent, c_.desc.protect.recent, prompt_len);
+  p.decode_first = setting_int(c_.protect_decode_first, c_.desc.protect.decode_first, prompt_len);
+  p.decode_recent = setting_int(c_.protect_decode_recent, c_.desc.protect.decode_recent, prompt_len);
   return p;
+}
+
+double InterpretedPolicy::decode_budget_for(int prompt_len, int decode_step, double budget) const {
+  if (!c_.desc.run.has_decode_budget) return budget;
+  return evaluate_decode_budget(c_.decode_budget, prompt_len, decode_step, budget);
 }
 
 }  // namespace kvevict::dsl

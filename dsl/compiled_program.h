@@ -13,6 +13,7 @@ class InterpretedPolicy : public PolicyProgram {
   double layer_weight(const LayerWeightInputs& in) const override;
   int window_for(int prompt_len) const override;
   PolicyProtect protect_for(int prompt_len) const override;
+  double decode_budget_for(int prompt_len, int decode_step, double budget) const override;
   const CompiledPolicy& compiled() const { return c_; }
 
  private:

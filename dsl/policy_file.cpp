@@ -45,6 +45,15 @@ double evaluate_setting(const LoweredProgram& program, int prompt_len) {
   return evaluate(program, in).at(0);
 }
 
+double evaluate_decode_budget(const LoweredProgram& program, int prompt_len, int decode_step, double budget) {
+  EvalInputs in;
+  in.heads.resize(1);
+  in.scalars[static_cast<int>(ScalarSignal::PromptLen)] = static_cast<float>(prompt_len);
+  in.scalars[static_cast<int>(ScalarSignal::DecodeStep)] = static_cast<float>(decode_step);
+  in.scalars[static_cast<int>(ScalarSignal::Budget)] = static_cast<float>(budget);
+  return evaluate(program, in).at(0);
+}
+
 namespace {
 
 std::string fmt(double v) {
@@ -323,7 +332,7 @@ class FileCompiler {
     return true;
   }
 
-  LoweredProgram setting(const YAML::Node& n, bool want_bool, bool allow_prompt_len) {
+  LoweredProgram setting(const YAML::Node& n, bool want_bool, bool allow_prompt_len, bool decode_budget_inputs = false) {
     if (!n.IsScalar()) {
       diag_.error(pos_of(n), "expected a value or an expression over parameters");
       return {};
@@ -334,6 +343,7 @@ class FileCompiler {
     if (!e) return {};
     CheckOptions opt = opts_;
     opt.allow_prompt_len = allow_prompt_len;
+    opt.allow_decode_budget_inputs = decode_budget_inputs;
     size_t before = diag_.count();
     LoweredProgram p = check_setting(*e, opt, want_bool, diag_);
     if (diag_.count() != before) return {};
@@ -404,6 +414,8 @@ class FileCompiler {
     YAML::Node protect = section(root, "protect");
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
+    if (protect.IsMap() && protect["decode_first"]) int_setting(protect, "decode_first", out_.protect_decode_first, d.protect.decode_first);
+    if (protect.IsMap() && protect["decode_recent"]) int_setting(protect, "decode_recent", out_.protect_decode_recent, d.protect.decode_recent);
     YAML::Node run = section(root, "run");
     if (run.IsMap()) {
       if (constant_setting(run, "prefill", true, v)) d.run.at_prefill = v != 0;
@@ -413,6 +425,11 @@ class FileCompiler {
       if (constant_setting(run, "decode_every", false, v)) {
         if (v < 0 || v > 1e6 || v != std::floor(v)) diag_.error(pos_of(run["decode_every"]), "'decode_every' must be a whole number >= 0");
         else d.run.decode_every = static_cast<int>(v);
+      }
+      if (run["decode_budget"]) {
+        // decode_budget: EXPR over params, prompt_len, decode_step and budget (tokens per head).
+        out_.decode_budget = setting(run["decode_budget"], false, true, true);
+        d.run.has_decode_budget = out_.decode_budget.output >= 0;
       }
       if (constant_setting(run, "decode_slack", false, v)) {
         if (v < 0 || v > 1e7 || v != std::floor(v)) diag_.error(pos_of(run["decode_slack"]), "'decode_slack' must be a whole number >= 0");

@@ -8,9 +8,11 @@
 //   name, about                                   required strings
 //   params:  NAME: {int|float|bool|fraction: DEFAULT, min:, max:, doc:} | {enum: [A, B], default: A, doc:}
 //   observe: {window: EXPR, causal: BOOL, same_index_head: BOOL}   window attention A[h, q, t]
-//   protect: {first: EXPR, recent: EXPR}          EXPR over params and prompt_len
+//   protect: {first: EXPR, recent: EXPR, decode_first: EXPR, decode_recent: EXPR}
+//                                                 EXPR over params and prompt_len
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
-//             skip_margin_includes_window: BOOL, reassign_positions: BOOL}
+//             skip_margin_includes_window: BOOL, reassign_positions: BOOL,
+//             decode_budget: EXPR over params, prompt_len, decode_step and budget}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}
@@ -44,7 +46,8 @@ struct CompiledPolicy {
   std::vector<ParamBinding> bindings;  // resolved values (defaults + overrides)
   LoweredProgram score, decode_score, layer_weight;
   // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
-  LoweredProgram window, protect_first, protect_recent;
+  LoweredProgram window, protect_first, protect_recent, protect_decode_first, protect_decode_recent;
+  LoweredProgram decode_budget;  // run.decode_budget (empty: none)
 };
 
 // Throws UsageError listing every error of the file.
@@ -56,5 +59,7 @@ CompiledPolicy compile_policy_text(const std::string& path, const std::string& t
 
 // Evaluates a scalar setting program for a prompt length.
 double evaluate_setting(const LoweredProgram& program, int prompt_len);
+// Evaluates run.decode_budget (a setting that may also read decode_step and budget).
+double evaluate_decode_budget(const LoweredProgram& program, int prompt_len, int decode_step, double budget);
 
 }  // namespace kvevict::dsl

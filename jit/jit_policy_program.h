@@ -33,6 +33,9 @@ class JitPolicyProgram : public PolicyProgram {
   double layer_weight(const LayerWeightInputs& in) const override { return reference_->layer_weight(in); }
   int window_for(int prompt_len) const override { return reference_->window_for(prompt_len); }
   PolicyProtect protect_for(int prompt_len) const override { return reference_->protect_for(prompt_len); }
+  double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
+    return reference_->decode_budget_for(prompt_len, decode_step, budget);
+  }
 
  private:
   explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}

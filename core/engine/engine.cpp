@@ -69,6 +69,7 @@ struct EvictionEngine::State {
   bool in_prefill = false, prefill_done = false;
   int prompt_len = 0;
   int decode_step = 0;
+  int appended = 0;  // tokens appended after the prompt (a decode forward may carry several: a question block)
   int64_t total_budget = 0;   // sum over layers of the per-head budget
   std::vector<int> layer_budget;                         // per-head budget of each layer
   std::vector<double> layer_weight;                      // P_l when the policy has one
@@ -114,7 +115,7 @@ struct EvictionEngine::State {
     report.policy = desc.name;
     report.budget = options.budget.text;
     in_prefill = prefill_done = false;
-    prompt_len = decode_step = 0;
+    prompt_len = decode_step = appended = 0;
     sampling_seed = options.seed;
     layer_budget.assign(L, 0);
     layer_weight.assign(L, 1.0);
@@ -467,21 +468,48 @@ struct EvictionEngine::State {
     report.bytes_kept = cache.bytes_in_use();
   }
 
+  // Layer l's per-head budget now: the prefill's, or run.decode_budget's value with decode_step =
+  // the tokens appended since the prompt, so prompt_len + decode_step = tokens seen (layers split
+  // as at prefill: a weighted split is scaled by decode_budget / budget).
+  int decode_budget(int l) const {
+    if (!desc.run.has_decode_budget) return layer_budget[l];
+    const double b0 = options.budget.tokens_per_head(prompt_len, geometry());
+    const double b = policy.decode_budget_for(prompt_len, appended, b0);
+    if (!(b >= 0 && b <= 1e9))
+      throw UsageError("policy " + desc.name + ": run.decode_budget is " + std::to_string(b) + " after " +
+                       std::to_string(appended) + " generated tokens (prompt of " + std::to_string(prompt_len) +
+                       " tokens); a budget must be a number of tokens in 0..10^9");
+    const double scaled = desc.has_layer_weight && b0 > 0 ? layer_budget[l] * (b / b0) : b;
+    return static_cast<int>(std::floor(scaled + 0.5));
+  }
+
+  PolicyProtect decode_protect() const {
+    PolicyProtect p = protect;
+    if (protect.decode_first >= 0) p.first = protect.decode_first;
+    if (protect.decode_recent >= 0) p.recent = protect.decode_recent;
+    return p;
+  }
+
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
     original.appended(l, cache, s.first_position);
     record_queries(s);
     record_accumulated(s, cache);
     const int step = decode_step + 1;
+    if (l == 0) appended += s.n_tokens;
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
-    const int budget = layer_budget[l];
+    const int budget = decode_budget(l);
     bool over = false;
     for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budget + desc.run.decode_slack;
     if (!over) return;
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
+    // The decoding phase's protected set (PrefillDecodingPress's second press), put back after.
+    const PolicyProtect prefill_protect = protect;
+    protect = decode_protect();
     evict_layer(cache, l, budget, sc);
+    protect = prefill_protect;
     if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }

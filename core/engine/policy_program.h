@@ -32,12 +32,20 @@ struct PolicyRun {
   // length. false keeps true positions (RoPE as applied when the token entered). Scores, selection
   // and reports still see original positions (the engine tracks them).
   bool reassign_positions = false;
+  // Added. A decode-phase budget (policy file `run.decode_budget`, an expression over parameters,
+  // prompt_len, decode_step and budget): PolicyProgram::decode_budget_for gives the per-head budget
+  // in tokens at each decode trigger (CompressionRatioDecodingPress: a share of the tokens seen;
+  // PrefillDecodingPress: its decoding press's own target size). false: the prefill's budgets.
+  bool has_decode_budget = false;
 };
 
 // Tokens that are never candidates for eviction; they count inside the budget.
 struct PolicyProtect {
   int first = 0;   // the first n positions (attention sinks)
   int recent = 0;  // the last n cached tokens
+  // Added. While decoding (policy file `protect.decode_first` / `decode_recent`); -1: as above.
+  // PrefillDecodingPress runs two presses, each with its own protected set.
+  int decode_first = -1, decode_recent = -1;
 };
 
 struct PolicySelect {
@@ -155,6 +163,14 @@ class PolicyProgram {
   // Observation window and protected sets for a given prompt length (see depends_on_prompt_len).
   virtual int window_for(int prompt_len) const { (void)prompt_len; return description().window; }
   virtual PolicyProtect protect_for(int prompt_len) const { (void)prompt_len; return description().protect; }
+  // The per-(layer, KV head) budget in tokens while decoding, when description().run.has_decode_budget:
+  // `decode_step` tokens have been appended since the prompt (prompt_len + decode_step = tokens
+  // seen) and `budget` is the prefill's per-head budget.
+  virtual double decode_budget_for(int prompt_len, int decode_step, double budget) const {
+    (void)prompt_len;
+    (void)decode_step;
+    return budget;
+  }
 };
 
 }  // namespace kvevict

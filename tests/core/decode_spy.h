@@ -6,10 +6,16 @@
 // layer (one-shot), at decode inside after_layer; either way the snapshot of after_layer is the
 // state the decision saw.
 #include <algorithm>
+#include <functional>
+#include <span>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
+#include "core/model/model.h"
 #include "reference_field_policies.h"
 
 namespace kvevict::test {
@@ -58,6 +64,35 @@ inline std::vector<int32_t> held_positions(const KVCache& cache, int layer, int 
   std::vector<int32_t> p(cache.positions(layer, kv_head), cache.positions(layer, kv_head) + cache.length(layer, kv_head));
   std::sort(p.begin(), p.end());
   return p;
+}
+
+// Runs the prompt and `steps` greedy decode steps under `policy`, and after every forward compares
+// each head's held positions with `decide(before, rows, layer, kv_head, budget, step)` (step 0 =
+// prefill). Returns how many decisions evicted something.
+using Decide = std::function<std::vector<int32_t>(const reference::CachedHead&, const std::vector<reference::QueryRow>&,
+                                                  int layer, int kv_head, int budget, int step)>;
+inline int check_decisions(const Model& model, const std::vector<int>& prompt, const PolicyProgram& policy,
+                           const std::string& budget, int steps, int keep_rows, const Decide& decide, const std::string& what) {
+  const ModelConfig& c = model.config;
+  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
+  EvictionEngine engine(policy, c, {Budget::parse(budget), 0});
+  DecodeSpy spy(engine, c, keep_rows);
+  const std::vector<float>* logits = &decoder->forward(std::span<const int>(prompt), &spy);
+  int evicting = 0;
+  for (int step = 0; step <= steps; ++step) {
+    if (step > 0) {
+      const int next = static_cast<int>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+      logits = &decoder->forward(std::span<const int>(&next, 1), &spy);
+    }
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const reference::CachedHead& before = spy.before(l, h);
+        const auto want = decide(before, spy.rows(l), l, h, engine.report().layers[l][h].budget, step);
+        EXPECT_EQ(held_positions(decoder->cache(), l, h), want) << what << " step " << step << " layer " << l << " head " << h;
+        evicting += static_cast<int>(want.size()) < before.T;
+      }
+  }
+  return evicting;
 }
 
 }  // namespace kvevict::test

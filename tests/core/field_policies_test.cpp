@@ -22,6 +22,7 @@ namespace kvevict {
 namespace {
 
 using Params = std::map<std::string, std::string>;
+using test::check_decisions;
 
 // A head no decision touched: what it held, ascending.
 std::vector<int32_t> unchanged(const reference::CachedHead& b) {
@@ -79,8 +80,10 @@ Model* FieldPolicies::model_ = nullptr;
 std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
+// compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp.
 const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
-                                                 "morphkv", "observed_attention", "scissorhands"};
+                                                 "morphkv", "observed_attention", "scissorhands",
+                                                 "compression_ratio_decoding", "prefill_decoding"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;
@@ -148,35 +151,6 @@ TEST_F(FieldPolicies, EntropyAdaptiveSplitsTheBudgetByLayerEntropy) {
   EXPECT_GT(expect_same(prefill("entropy_adaptive", {{"min_ratio", "0.3"}, {"max_ratio", "0.5"}}, "48"),
                         reference::entropy_adaptive(*data_, 48, 0.3, 0.5), "entropy_adaptive 0.3..0.5"),
             0);
-}
-
-// Runs the prompt and `steps` greedy decode steps under `policy`, and after every forward compares
-// each head's held positions with `decide(before, rows, layer, kv_head, budget, step)` (step 0 =
-// prefill). Returns how many decisions evicted something.
-using Decide = std::function<std::vector<int32_t>(const reference::CachedHead&, const std::vector<reference::QueryRow>&,
-                                                  int layer, int kv_head, int budget, int step)>;
-int check_decisions(const Model& model, const std::vector<int>& prompt, const PolicyProgram& policy, const std::string& budget,
-                    int steps, int keep_rows, const Decide& decide, const std::string& what) {
-  const ModelConfig& c = model.config;
-  auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
-  EvictionEngine engine(policy, c, {Budget::parse(budget), 0});
-  test::DecodeSpy spy(engine, c, keep_rows);
-  const std::vector<float>* logits = &decoder->forward(std::span<const int>(prompt), &spy);
-  int evicting = 0;
-  for (int step = 0; step <= steps; ++step) {
-    if (step > 0) {
-      const int next = static_cast<int>(std::max_element(logits->begin(), logits->end()) - logits->begin());
-      logits = &decoder->forward(std::span<const int>(&next, 1), &spy);
-    }
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const reference::CachedHead& before = spy.before(l, h);
-        const auto want = decide(before, spy.rows(l), l, h, engine.report().layers[l][h].budget, step);
-        EXPECT_EQ(test::held_positions(decoder->cache(), l, h), want) << what << " step " << step << " layer " << l << " head " << h;
-        evicting += static_cast<int>(want.size()) < before.T;
-      }
-  }
-  return evicting;
 }
 
 TEST_F(FieldPolicies, MorphKVAtPrefillAndEveryDecodeStep) {
