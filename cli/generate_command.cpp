@@ -10,6 +10,7 @@
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
 #include "core/decode/sampler.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/tokenizer/chat_template.h"
@@ -77,9 +78,11 @@ bool is_stop(const Tokenizer& tok, int id) {
   return std::find(stops.begin(), stops.end(), id) != stops.end();
 }
 
-// Prefill the prompt in one block, then decode token by token. `on_piece` streams the text.
+// Prefill the prompt (in one block, or in the policy's prefill blocks), then decode token by token.
+// `on_piece` streams the text.
 Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int> prompt,
-                    const std::function<void(const std::string&)>& on_piece, ForwardObserver* observer = nullptr) {
+                    const std::function<void(const std::string&)>& on_piece, EvictionEngine* engine = nullptr) {
+  ForwardObserver* observer = engine;
   using clock = std::chrono::steady_clock;
   const Model& model = decoder.model();
   const Tokenizer& tok = *model.tokenizer;
@@ -87,7 +90,7 @@ Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int>
   Generation g;
   g.prompt_tokens = std::move(prompt);
   auto t0 = clock::now();
-  const std::vector<float>* logits = &decoder.forward(g.prompt_tokens, observer);
+  const std::vector<float>* logits = &prefill_prompt(decoder, g.prompt_tokens, engine, observer);
   auto t1 = clock::now();
   g.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   int prev = g.prompt_tokens.back();

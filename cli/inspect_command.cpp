@@ -15,6 +15,7 @@
 #include "cli/option_checks.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
@@ -97,7 +98,7 @@ std::function<int()> setup_inspect(CLI::App& app) {
     const Budget budget = o->policy.parsed_budget(static_cast<int>(tokens.size()));
     auto decoder = make_cpu_decoder(*model, {.threads = o->threads, .kv_type = parse_kv_type(o->kv_type, "--kv-type")});
     EvictionEngine engine(*program, model->config, {budget, o->seed});
-    decoder->forward(tokens, &engine);
+    prefill_prompt(*decoder, tokens, &engine, &engine);
     const EvictionReport& r = engine.report();
     if (o->json) {
       nlohmann::json out = eviction_report_json(r, model->config.group_size());

@@ -431,6 +431,10 @@ class FileCompiler {
         out_.decode_budget = setting(run["decode_budget"], false, true, true);
         d.run.has_decode_budget = out_.decode_budget.output >= 0;
       }
+      if (constant_setting(run, "prefill_block", false, v)) {
+        if (v < 0 || v > 1e7 || v != std::floor(v)) diag_.error(pos_of(run["prefill_block"]), "'prefill_block' must be a whole number >= 0 (0: the prompt in one block)");
+        else d.run.prefill_block = static_cast<int>(v);
+      }
       if (constant_setting(run, "decode_slack", false, v)) {
         if (v < 0 || v > 1e7 || v != std::floor(v)) diag_.error(pos_of(run["decode_slack"]), "'decode_slack' must be a whole number >= 0");
         else d.run.decode_slack = static_cast<int>(v);

@@ -12,7 +12,8 @@
 //                                                 EXPR over params and prompt_len
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
 //             skip_margin_includes_window: BOOL, reassign_positions: BOOL,
-//             decode_budget: EXPR over params, prompt_len, decode_step and budget}
+//             decode_budget: EXPR over params, prompt_len, decode_step and budget,
+//             prefill_block: EXPR (tokens per prefill block; 0: one block)}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}

@@ -12,7 +12,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
   static const std::map<std::string, std::set<std::string>> sections = {
       {"observe", {"window", "causal", "same_index_head"}},
       {"protect", {"first", "recent", "decode_first", "decode_recent"}},
-      {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions", "decode_budget"}},
+      {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions", "decode_budget", "prefill_block"}},
       {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa"}},
       {"merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };

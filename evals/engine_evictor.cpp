@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "evals/policy_source.h"
 #include "evals/prefill_evictor.h"
@@ -40,6 +41,18 @@ class EngineEvictor : public PrefillEvictor {
     options.seed = seed_;
     engine_ = std::make_unique<EvictionEngine>(program, config_, options);
     engine_->apply_after_prefill(*recorder_, cache);
+    return program.description().run.decode_every > 0 ? engine_.get() : nullptr;
+  }
+
+  bool prefills_itself(const PolicyChoice& policy) const override {
+    return programs_.at(policy.label)->description().run.prefill_block > 0;
+  }
+
+  ForwardObserver* prefill_and_apply(const PolicyChoice& policy, const Budget& budget, Decoder& decoder,
+                                     std::span<const int> prompt, std::vector<float>& logits) override {
+    const PolicyProgram& program = *programs_.at(policy.label);
+    engine_ = std::make_unique<EvictionEngine>(program, config_, EngineOptions{budget, seed_});
+    logits = prefill_prompt(decoder, prompt, engine_.get(), engine_.get());
     return program.description().run.decode_every > 0 ? engine_.get() : nullptr;
   }
 

@@ -127,10 +127,10 @@ class ModelRunner : public SampleRunner {
       outcome.top1_agreement = rows ? agree / rows : 1;
       restore();
       decode_observer = evict(policy, budget);
-      std::vector<int> tokens = greedy(decode_observer, sample_.greedy_tokens, prefill_logits_, nullptr, nullptr);
+      std::vector<int> tokens = greedy(decode_observer, sample_.greedy_tokens, prompt_logits(), nullptr, nullptr);
       outcome.greedy_agreement = sequence_agreement(reference_greedy_, tokens);
       outcome.prediction = model_->tokenizer->decode(tokens);
-      outcome.ttft_ms = (prefill_seconds_ + evict_seconds) * 1e3;
+      outcome.ttft_ms = (shared_prefill_seconds() + evict_seconds) * 1e3;
       return outcome;
     }
 
@@ -138,11 +138,11 @@ class ModelRunner : public SampleRunner {
     // The question (asked after compression) goes through the decode observer like every token
     // after it: a per-step policy must see it (and may evict while it is appended).
     std::vector<float> first_logits =
-        tail_tokens_.empty() ? prefill_logits_ : decoder_->forward(tail_tokens_, decode_observer);
+        tail_tokens_.empty() ? prompt_logits() : decoder_->forward(tail_tokens_, decode_observer);
     double first_token_seconds = 0, decode_seconds = 0;
     std::vector<int> tokens = greedy(decode_observer, sample_.max_new_tokens, first_logits, &first_token_seconds,
                                      &decode_seconds);
-    outcome.ttft_ms = (prefill_seconds_ + evict_seconds + seconds_since(tail_start) - decode_seconds) * 1e3;
+    outcome.ttft_ms = (shared_prefill_seconds() + evict_seconds + seconds_since(tail_start) - decode_seconds) * 1e3;
     (void)first_token_seconds;
     outcome.decode_tok_s = tokens.size() > 1 && decode_seconds > 0 ? (tokens.size() - 1) / decode_seconds : 0;
     outcome.prediction = model_->tokenizer->decode(tokens);
@@ -167,13 +167,25 @@ class ModelRunner : public SampleRunner {
   }
 
   // Restores the snapshot and applies one (policy, budget); returns the observer for decode steps
-  // (null for the full cache or a prefill-only policy).
+  // (null for the full cache or a prefill-only policy). A policy that prefills by itself (in
+  // blocks) runs its own prefill instead of the snapshot; its logits are then its own.
   ForwardObserver* evict(const PolicyChoice& policy, const Budget& budget) {
+    own_prefill_ = false;
     restore();
     evicted_ = budget.kind != Budget::Kind::Full;
     if (!evicted_) return nullptr;
+    if (evictor_->prefills_itself(policy)) {
+      own_prefill_ = true;
+      decoder_->reset();
+      return evictor_->prefill_and_apply(policy, budget, *decoder_, prompt_tokens_, own_logits_);
+    }
     return evictor_->apply(policy, budget, decoder_->cache());
   }
+
+  // The logits after the prompt for the (policy, budget) evict() set up.
+  const std::vector<float>& prompt_logits() const { return own_prefill_ ? own_logits_ : prefill_logits_; }
+  // The shared prefill's time, when the (policy, budget) used it (its own prefill is in evict's time).
+  double shared_prefill_seconds() const { return own_prefill_ ? 0.0 : prefill_seconds_; }
 
   // Greedy tokens from `logits` (the first is argmax(logits)); stops at a stop id (not included).
   // `decode_seconds` receives the time spent after the first token.
@@ -205,6 +217,8 @@ class ModelRunner : public SampleRunner {
   std::vector<int> prompt_tokens_, tail_tokens_, continuation_tokens_;
   std::vector<float> prefill_logits_;
   double prefill_seconds_ = 0;
+  bool own_prefill_ = false;        // the current (policy, budget) prefilled by itself (in blocks)
+  std::vector<float> own_logits_;  // its prompt logits
   KVCache snapshot_;
   int snapshot_position_ = 0;
   std::vector<float> reference_logits_;

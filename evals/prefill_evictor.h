@@ -4,6 +4,8 @@
 // backend is the eviction engine with compiled policy files (evals/engine_evictor.cpp); tests may
 // plug in a hand-written one.
 #include <memory>
+#include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "core/decode/decoder.h"
@@ -36,6 +38,20 @@ class PrefillEvictor {
   // What the latest apply() kept per layer and head (kvevict replay prints it); null when this
   // evictor does not report, or before any apply() since start_recording().
   virtual const EvictionReport* report() const { return nullptr; }
+  // Whether `policy` prefills the prompt itself (run.prefill_block: a prefill in blocks with the
+  // policy applied after each block): then no shared full-cache prefill can stand in for it.
+  virtual bool prefills_itself(const PolicyChoice& policy) const {
+    (void)policy;
+    return false;
+  }
+  // For such a policy: prefills `prompt` into `decoder` (reset, empty) under a fresh engine for
+  // `budget`; `logits` receives the prompt's last logits. Returns the observer for decode steps
+  // (null when the policy does nothing while decoding).
+  virtual ForwardObserver* prefill_and_apply(const PolicyChoice& policy, const Budget& budget, Decoder& decoder,
+                                             std::span<const int> prompt, std::vector<float>& logits) {
+    (void)policy, (void)budget, (void)decoder, (void)prompt, (void)logits;
+    throw std::logic_error("this evictor does not prefill by itself");
+  }
   // The scoring backend's name (jit/scoring_backend.h); "" for an evictor that runs no policy file.
   virtual std::string scoring() const { return ""; }
 };

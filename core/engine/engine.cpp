@@ -70,6 +70,8 @@ struct EvictionEngine::State {
   int prompt_len = 0;
   int decode_step = 0;
   int appended = 0;  // tokens appended after the prompt (a decode forward may carry several: a question block)
+  int block_prompt = 0;  // the prompt's length during a prefill in blocks (begin_block_prefill), else 0
+  int prefill_seen = 0;  // prompt tokens in the cache so far (the end of the latest block)
   int64_t total_budget = 0;   // sum over layers of the per-head budget
   std::vector<int> layer_budget;                         // per-head budget of each layer
   std::vector<double> layer_weight;                      // P_l when the policy has one
@@ -372,15 +374,20 @@ struct EvictionEngine::State {
 
   void prefill_layer(const LayerSignals& s, KVCache& cache, bool allow_cascading) {
     const int l = s.layer;
-    if (l == 0) {
+    const bool later_block = block_prompt > 0 && s.first_position > 0;  // the prompt's state carries on
+    if (l == 0 && !later_block) {
       reset();
       in_prefill = true;
-      prompt_len = s.first_position + s.n_tokens;
+      prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
       resolve_for_prompt();
       total_budget = options.budget.total_per_kv_head(prompt_len, geometry());
       report.prompt_len = prompt_len;
-      report.bytes_full = cache.bytes_for_uniform_length(cache.length(0, 0));
+      report.bytes_full = cache.bytes_for_uniform_length(prompt_len);
     }
+    if (l == 0) prefill_seen = s.first_position + s.n_tokens;
+    if (prefill_seen > prompt_len)
+      throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
+                       " tokens for a prompt of " + std::to_string(prompt_len));
     record_queries(s);
     record_accumulated(s, cache);
     score_layer_at_prefill(l, cache);
@@ -420,8 +427,13 @@ struct EvictionEngine::State {
       for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], length[k][s]);
   }
 
+  // Whether the forward call that just ended completed the prompt (a prefill in blocks ends with
+  // the block that reaches block_prompt tokens).
+  bool prompt_complete() const { return block_prompt == 0 || prefill_seen >= block_prompt; }
+
   void finish_prefill(KVCache& cache) {
     in_prefill = false;
+    block_prompt = 0;
     prefill_done = true;
     if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
       const auto budgets = split(L - 1, total_budget, cache);
@@ -544,7 +556,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   (void)n_tokens;
   Stopwatch sw(&state_->report.seconds);
   if (state_->in_prefill) {
-    state_->finish_prefill(cache);
+    if (state_->prompt_complete()) state_->finish_prefill(cache);
     return;
   }
   ++state_->decode_step;
@@ -558,6 +570,15 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
       r.kept_positions.assign(pos, pos + r.kept);
       std::sort(r.kept_positions.begin(), r.kept_positions.end());
     }
+}
+
+int EvictionEngine::prefill_block() const { return state_->desc.run.prefill_block; }
+
+void EvictionEngine::begin_block_prefill(int prompt_len) {
+  if (prompt_len <= 0) throw std::invalid_argument("begin_block_prefill: the prompt must have tokens");
+  state_->reset();
+  state_->prefill_done = false;
+  state_->block_prompt = prompt_len;
 }
 
 void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {

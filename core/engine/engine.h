@@ -84,6 +84,12 @@ class EvictionEngine : public ForwardObserver {
   void after_layer(const LayerSignals& signals, KVCache& cache) override;
   void after_forward(int n_tokens, KVCache& cache) override;
 
+  // Announces a prefill in blocks (core/engine/block_prefill.h): the next forward calls, from
+  // position 0 up to `prompt_len` tokens, are one prompt; the policy is applied after each of them.
+  void begin_block_prefill(int prompt_len);
+  // The policy's run.prefill_block (0: the prompt in one forward call).
+  int prefill_block() const;
+
   // One-shot prefill eviction from recorded signals (the recorder's window must be >= the policy's).
   void apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache);
 

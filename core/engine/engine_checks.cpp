@@ -26,6 +26,9 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
     int first = 0, last = 0;
     codebook_layer_range(desc.merge, config.n_layers, desc.name, first, last);
   }
+  if (desc.run.prefill_block > 0 && (desc.run.cascading || unfold || !desc.run.at_prefill))
+    throw UsageError("policy " + desc.name + ": run.prefill_block (a prefill in blocks) needs run.prefill true and "
+                     "cannot be combined with cascading or unfold_gqa");
   if (unfold && desc.run.reassign_positions)
     throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
   if (unfold && desc.observe.same_index_head)

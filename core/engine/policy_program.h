@@ -37,6 +37,11 @@ struct PolicyRun {
   // in tokens at each decode trigger (CompressionRatioDecodingPress: a share of the tokens seen;
   // PrefillDecodingPress: its decoding press's own target size). false: the prefill's budgets.
   bool has_decode_budget = false;
+  // Added. Chunked prefill (policy file `run.prefill_block`): N > 0 prefills the prompt in blocks of
+  // N tokens (prefill_prompt, core/engine/block_prefill.h) and applies the policy after every
+  // block, so no head ever holds more than its budget + N entries (BlockPress, KeyDiff's block
+  // prompt processing). 0: the prompt in one forward call.
+  int prefill_block = 0;
 };
 
 // Tokens that are never candidates for eviction; they count inside the budget.

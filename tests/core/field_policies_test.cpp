@@ -80,10 +80,11 @@ Model* FieldPolicies::model_ = nullptr;
 std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
-// compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp.
+// compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
+// blockpress in block_prefill_test.cpp.
 const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
                                                  "morphkv", "observed_attention", "scissorhands",
-                                                 "compression_ratio_decoding", "prefill_decoding"};
+                                                 "compression_ratio_decoding", "prefill_decoding", "blockpress"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;

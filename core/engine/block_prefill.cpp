@@ -1,0 +1,22 @@
+// prefill_prompt; see block_prefill.h.
+#include "core/engine/block_prefill.h"
+
+#include <algorithm>
+
+namespace kvevict {
+
+const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> tokens, EvictionEngine* engine,
+                                         ForwardObserver* observer) {
+  const int block = engine ? engine->prefill_block() : 0;
+  const int n = static_cast<int>(tokens.size());
+  if (block <= 0 || n <= block) return decoder.forward(tokens, observer);
+  engine->begin_block_prefill(n);
+  const std::vector<float>* logits = nullptr;
+  for (int start = 0; start < n; start += block) {
+    const int length = std::min(block, n - start);
+    logits = &decoder.forward(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(length)), observer);
+  }
+  return *logits;
+}
+
+}  // namespace kvevict
