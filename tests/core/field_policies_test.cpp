@@ -80,7 +80,8 @@ std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
 const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
-                                                 "morphkv", "observed_attention", "scissorhands"};
+                                                 "morphkv", "observed_attention", "scissorhands",     "merging_press",
+                                                 "look_m",  "kvmerger"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;
@@ -112,6 +113,14 @@ TEST_F(FieldPolicies, KeyDiff) {
     }
   // The anchor matters: ranking by -|k| (Knorm) keeps a different set.
   EXPECT_NE(reference::keydiff(*data_, 40, 0), reference::knorm(*data_, 40));
+}
+
+// The merge-on-evict files select as their scorers do (the merge comes after the selection); the
+// merged keys and values are checked against reference_merge.cpp in merge_on_evict_test.cpp.
+TEST_F(FieldPolicies, MergeOnEvictFilesKeepTheirScorersSets) {
+  EXPECT_GT(expect_same(prefill("merging_press", {}, "48"), reference::knorm(*data_, 48), "merging_press"), 0);
+  for (const char* name : {"look_m", "kvmerger"})
+    EXPECT_GT(expect_same(prefill(name, {}, "48"), reference::snapkv(*data_, 48, {8, 7, true}), name), 0);
 }
 
 TEST_F(FieldPolicies, CurBlockNormalisedLeverage) {
