@@ -106,7 +106,7 @@ int main(int argc, char** argv) try {
     std::printf("%-13s %9.3f %9.3f %9.2f%% %8.1f%% %9.2f %12zu %12.0f %7.2f%%\n", name.c_str(), timed.wall_s,
                 timed.cpu_s, 100.0 * timed.cpu_s / plain_cpu, 100.0 * (total_cpu - plain_cpu) / plain_cpu, total_cpu,
                 in_use, theoretical, 100.0 * (static_cast<double>(in_use) / theoretical - 1.0));
-    if (policy->description().merge.enabled) {
+    if (policy->description().merge.enabled && policy->description().merge.method == MergeMethod::Codebook) {
       std::printf("%-13s codebook stage %.3f s wall (%.2f%% of prefill wall); %lld key codes, %lld value codes for "
                   "%lld tokens; codebook-backed bytes %zu = %.3f x the float cache after eviction, %.3f x theoretical\n",
                   "", r.codebook_seconds, 100.0 * r.codebook_seconds / plain_wall, static_cast<long long>(r.key_codes),

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     }
     const double s = now() - t0;
     const EvictionReport& r = engine.report();
-    const bool merged = policy->description().merge.enabled;
+    const bool merged = policy->description().merge.enabled && policy->description().merge.method == MergeMethod::Codebook;
     const size_t kept = merged ? r.bytes_codebook : r.bytes_kept;
     std::printf("%-18s %10.4f %9.2f%% %14zu %14zu %8.2f%%", name.c_str(), s, 100.0 * s / prefill_plain, kept,
                 theoretical, 100.0 * (static_cast<double>(kept) / theoretical - 1.0));

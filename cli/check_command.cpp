@@ -20,7 +20,7 @@ std::string summary(const dsl::CompiledPolicy& c) {
   s << "; window " << (d.depends_on_prompt_len && c.window.output >= 0 ? std::string("f(prompt_len)") : std::to_string(d.window));
   s << "; prefill " << (d.run.at_prefill ? "yes" : "no") << ", decode every " << d.run.decode_every;
   if (d.select.random_share > 0) s << "; random share " << d.select.random_share;
-  if (d.merge.enabled) s << "; merge";
+  if (d.merge.enabled) s << "; merge" << (d.merge.method == MergeMethod::Codebook ? "" : " " + std::string(mode_name(d.merge.method)));
   if (d.run.reassign_positions) s << "; positions re-assigned";
   s << ")";
   return s.str();

@@ -459,24 +459,49 @@ class FileCompiler {
       d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
       if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
     }
-    YAML::Node merge = section(root, "merge");
-    if (merge.IsMap()) {
-      d.merge.enabled = true;
-      if (constant_setting(merge, "enabled", true, v)) d.merge.enabled = v != 0;
-      for (const char* k : {"theta_key", "theta_value"})
-        if (constant_setting(merge, k, false, v)) {
-          if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a cosine similarity threshold in -1..1");
-          else (k[6] == 'k' ? d.merge.theta_key : d.merge.theta_value) = v;
-        }
-      d.merge.scope = choice(merge, "scope", d.merge.scope);
-      for (const char* k : {"first_layer", "last_layer"})
-        if (constant_setting(merge, k, false, v)) {
-          const bool first = k[0] == 'f';
-          if (v != std::floor(v) || v < (first ? 0 : -1) || v > 1e6)
-            diag_.error(pos_of(merge[k]), std::string("'") + k + "' must be a whole number >= " + (first ? "0" : "-1"));
-          else (first ? d.merge.first_layer : d.merge.last_layer) = static_cast<int>(v);
-        }
+    merge_settings(section(root, "merge"));
+  }
+
+  // merge_section := "merge:" "{" [enabled: bool] [method: codebook | nearest | pivot | weighted]
+  //                  ( codebook keys: theta_key, theta_value, scope, first_layer, last_layer
+  //                  | merge-on-evict keys: similarity_threshold ) "}"
+  // A key of the other method's group is an error at that key (it would be silently ignored).
+  void merge_settings(const YAML::Node& merge) {
+    if (!merge.IsMap()) return;
+    PolicyDescription& d = out_.desc;
+    double v;
+    d.merge.enabled = true;
+    if (constant_setting(merge, "enabled", true, v)) d.merge.enabled = v != 0;
+    d.merge.method = choice(merge, "method", d.merge.method);
+    const bool codebook = d.merge.method == MergeMethod::Codebook;
+    const std::string method(mode_name(d.merge.method));
+    if (!codebook && d.merge.enabled && d.select.unfold_gqa)  // unfold evicts outside the per-head merge
+      diag_.error(pos_of(merge["method"]), "merge.method " + method + " cannot be combined with select.unfold_gqa");
+    for (const char* k : {"theta_key", "theta_value", "scope", "first_layer", "last_layer"})
+      if (!codebook && merge[k])
+        diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a codebook setting; merge.method " + method +
+                                          " does not read it");
+    if (codebook && merge["similarity_threshold"])
+      diag_.error(pos_of(merge["similarity_threshold"]),
+                  "'similarity_threshold' is a merge-on-evict setting; merge.method codebook does not read it");
+    if (!codebook && constant_setting(merge, "similarity_threshold", false, v)) {
+      if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge["similarity_threshold"]), "'similarity_threshold' is a cosine similarity threshold in -1..1");
+      else d.merge.similarity_threshold = v;
     }
+    if (!codebook) return;
+    for (const char* k : {"theta_key", "theta_value"})
+      if (constant_setting(merge, k, false, v)) {
+        if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a cosine similarity threshold in -1..1");
+        else (k[6] == 'k' ? d.merge.theta_key : d.merge.theta_value) = v;
+      }
+    d.merge.scope = choice(merge, "scope", d.merge.scope);
+    for (const char* k : {"first_layer", "last_layer"})
+      if (constant_setting(merge, k, false, v)) {
+        const bool first = k[0] == 'f';
+        if (v != std::floor(v) || v < (first ? 0 : -1) || v > 1e6)
+          diag_.error(pos_of(merge[k]), std::string("'") + k + "' must be a whole number >= " + (first ? "0" : "-1"));
+        else (first ? d.merge.first_layer : d.merge.last_layer) = static_cast<int>(v);
+      }
   }
 
   LoweredProgram program(const YAML::Node& root, const char* key, ProgramContext ctx) {

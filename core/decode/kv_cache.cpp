@@ -66,6 +66,16 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
   h.positions.push_back(position);
 }
 
+void KVCache::write_entry(int layer, int kv_head, int t, const float* key, const float* value) {
+  check_head("write_entry", layer, kv_head);
+  Head& h = dense(layer, kv_head);
+  if (t < 0 || t >= static_cast<int>(h.positions.size()))
+    throw std::invalid_argument("KVCache::write_entry: entry " + std::to_string(t) + " out of range [0, " +
+                                std::to_string(h.positions.size()) + ")");
+  if (key) h.keys.write(static_cast<size_t>(t), key);
+  if (value) h.values.write(static_cast<size_t>(t), value);
+}
+
 void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
   check_head("keep", layer, kv_head);
   Head& h = head(layer, kv_head);

@@ -146,6 +146,12 @@ class KVCache {
     return positions_reassigned(layer, kv_head) ? length(layer, kv_head) : absolute;
   }
 
+  // Overwrites entry t of a dense head with `key` (post-RoPE, at the entry's position) and `value`,
+  // both f32, rounded once to the cache's KvType; the position is unchanged. nullptr leaves that
+  // half as it is. For merge-on-evict (core/engine/merge_on_evict.h). Throws std::logic_error on a
+  // codebook head, std::invalid_argument when t is out of range.
+  void write_entry(int layer, int kv_head, int t, const float* key, const float* value);
+
   // Keeps exactly the entries at `indices` (cache order, each in [0, length), no duplicates), in the
   // order given, moving them to the front in place. Throws std::invalid_argument on a bad index.
   // On a codebook head, codes no survivor refers to are dropped (indices renumbered, order kept).

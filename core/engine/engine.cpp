@@ -15,6 +15,7 @@
 #include "core/engine/budget_allocator.h"
 #include "core/engine/codebook_stage.h"
 #include "core/engine/engine_checks.h"
+#include "core/engine/merge_on_evict.h"
 #include "core/engine/original_positions.h"
 #include "core/engine/recent_queries.h"
 #include "core/engine/selection.h"
@@ -282,8 +283,13 @@ struct EvictionEngine::State {
     return allocate_budgets(w, lo, hi, stage_total);
   }
 
+  bool merges_on_evict() const { return desc.merge.enabled && desc.merge.method != MergeMethod::Codebook; }
+
+  // Every eviction of a head (prefill and decode) ends here (unfold_gqa's excepted, which the
+  // engine checks keep away from merge-on-evict).
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     const size_t length = cache.length(layer, kv_head);
+    if (merges_on_evict()) merge_on_evict(desc.merge, cache, layer, kv_head, kept);  // folds the evicted in first
     cache.keep(layer, kv_head, kept);
     permute_aligned(layer, kv_head, kept, length);
     original.kept(layer, kv_head, kept);
@@ -443,7 +449,7 @@ struct EvictionEngine::State {
       cache.unfold();
       report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
     }
-    if (desc.merge.enabled) apply_codebook(cache);
+    if (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook) apply_codebook(cache);
     // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
     // appends at the cache length, as StreamingLLM's official code does.
     if (desc.run.reassign_positions) original.start_and_reassign(cache);

@@ -22,7 +22,10 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   const bool unfold = desc.select.unfold_gqa;
   if (unfold && (desc.select.scope != SelectScope::KvHead || desc.run.cascading))
     throw UsageError("policy " + desc.name + ": unfold_gqa needs select scope kv_head and no cascading");
-  if (desc.merge.enabled) {
+  if (desc.merge.enabled && desc.merge.method != MergeMethod::Codebook && unfold)
+    throw UsageError("policy " + desc.name + ": merge.method " + std::string(mode_name(desc.merge.method)) +
+                     " cannot be combined with unfold_gqa");
+  if (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook) {
     int first = 0, last = 0;
     codebook_layer_range(desc.merge, config.n_layers, desc.name, first, last);
   }

@@ -18,6 +18,13 @@ enum class SelectScope : uint8_t {
 enum class KeptOrder : uint8_t { Positional, Score };
 // merge.scope: one codebook per stored head, or one per layer shared by its stored heads.
 enum class MergeScope : uint8_t { PerHead, PerLayerAcrossHeads };
+// merge.method: what the merge: section does (core/engine/merge_on_evict.h for the three
+// merge-on-evict rules). Codebook is the default, so a file without the key keeps its meaning.
+//   Codebook: SpindleKV's codebook stage at the end of prefill (codebook_stage.h)
+//   Nearest:  kvpress MergingPress, evicted values folded into the most key-similar survivor
+//   Pivot:    LOOK-M / KVCache-Factory merge "pivot", evicted K and V averaged into that survivor
+//   Weighted: KVMerger-style / KVCache-Factory merge "weighted", similarity-weighted scatter
+enum class MergeMethod : uint8_t { Codebook, Nearest, Pivot, Weighted };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -29,9 +36,13 @@ template <> struct ModeNames<KeptOrder> {
 template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };
+template <> struct ModeNames<MergeMethod> {
+  static constexpr std::array<std::string_view, 4> names = {"codebook", "nearest", "pivot", "weighted"};
+};
 static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
 static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
 static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);
+static_assert(ModeNames<MergeMethod>::names.size() == static_cast<size_t>(MergeMethod::Weighted) + 1);
 
 template <class Mode> constexpr std::string_view mode_name(Mode m) {
   const auto i = static_cast<size_t>(m);

@@ -75,9 +75,16 @@ struct PolicySelect {
   bool unfold_gqa = false;
 };
 
-// SpindleKV's codebook stage: merge near-duplicate pre-RoPE keys / values.
+// SpindleKV's codebook stage (method Codebook: merge near-duplicate pre-RoPE keys / values), or
+// a merge-on-evict rule (core/engine/merge_on_evict.h) applied wherever the engine evicts.
 struct PolicyMerge {
   bool enabled = false;
+  MergeMethod method = MergeMethod::Codebook;
+  // Added. Merge-on-evict methods only: an evicted entry is merged only when the cosine of its key
+  // with its most similar surviving key is >= this (kvpress MergingPress similarity_threshold).
+  // -1 merges every evicted entry (KVCache-Factory's pivot / weighted have no gate).
+  double similarity_threshold = -1.0;
+  // The fields below are the codebook's (method Codebook only).
   double theta_key = 0.98;
   double theta_value = 0.95;
   // Added. PerHead: one codebook per (layer, stored head). PerLayerAcrossHeads: one per layer

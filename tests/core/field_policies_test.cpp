@@ -81,10 +81,22 @@ std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
 // compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
-// blockpress in block_prefill_test.cpp.
-const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
-                                                 "morphkv", "observed_attention", "scissorhands",
-                                                 "compression_ratio_decoding", "prefill_decoding", "blockpress"};
+// blockpress in block_prefill_test.cpp. One name per line.
+const std::vector<std::string> kFieldPolicies = {
+    "blockpress",
+    "compression_ratio_decoding",
+    "cur",
+    "decoding",
+    "entropy_adaptive",
+    "keydiff",
+    "kvmerger",
+    "look_m",
+    "merging_press",
+    "morphkv",
+    "observed_attention",
+    "prefill_decoding",
+    "scissorhands",
+};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;
@@ -116,6 +128,14 @@ TEST_F(FieldPolicies, KeyDiff) {
     }
   // The anchor matters: ranking by -|k| (Knorm) keeps a different set.
   EXPECT_NE(reference::keydiff(*data_, 40, 0), reference::knorm(*data_, 40));
+}
+
+// The merge-on-evict files select as their scorers do (the merge comes after the selection); the
+// merged keys and values are checked against reference_merge.cpp in merge_on_evict_test.cpp.
+TEST_F(FieldPolicies, MergeOnEvictFilesKeepTheirScorersSets) {
+  EXPECT_GT(expect_same(prefill("merging_press", {}, "48"), reference::knorm(*data_, 48), "merging_press"), 0);
+  for (const char* name : {"look_m", "kvmerger"})
+    EXPECT_GT(expect_same(prefill(name, {}, "48"), reference::snapkv(*data_, 48, {8, 7, true}), name), 0);
 }
 
 TEST_F(FieldPolicies, CurBlockNormalisedLeverage) {

@@ -1,0 +1,162 @@
+#include "core/engine/merge_on_evict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvevict {
+namespace {
+
+constexpr double kNormEps = 1e-6;   // torch normalize eps (KVCache-Factory) and kvpress's _EPS
+constexpr int kKeptBlock = 256;     // kept keys read per block while searching the targets
+
+double dot(const float* a, const float* b, int d) {
+  double s = 0;
+  for (int c = 0; c < d; ++c) s += static_cast<double>(a[c]) * b[c];
+  return s;
+}
+
+// The evicted entries of one head: their rows, key norms and best kept match.
+struct Evicted {
+  std::vector<int> index;           // cache indices, ascending
+  std::vector<float> keys, values;  // [E][d]
+  std::vector<double> key_norm;     // clamped at kNormEps
+  std::vector<double> best_sim;     // cosine with the target
+  std::vector<int> target;          // position in `kept` of the target
+};
+
+// Searches, for every evicted key, the kept key of highest cosine (first in kept order on ties),
+// reading the kept keys a block at a time.
+void find_targets(const KVCache& cache, int layer, int head, std::span<const int> kept, Evicted& ev) {
+  const int d = cache.head_dim();
+  const size_t E = ev.index.size();
+  ev.best_sim.assign(E, -std::numeric_limits<double>::infinity());
+  ev.target.assign(E, 0);
+  std::vector<float> block(static_cast<size_t>(kKeptBlock) * d);
+  std::vector<double> norm(kKeptBlock);
+  for (size_t b0 = 0; b0 < kept.size(); b0 += kKeptBlock) {
+    const int n = static_cast<int>(std::min<size_t>(kKeptBlock, kept.size() - b0));
+    for (int j = 0; j < n; ++j) {
+      float* row = block.data() + static_cast<size_t>(j) * d;
+      cache.reconstruct_keys(layer, head, kept[b0 + j], kept[b0 + j] + 1, row);
+      norm[j] = std::max(std::sqrt(dot(row, row, d)), kNormEps);
+    }
+    for (size_t e = 0; e < E; ++e) {
+      const float* ke = ev.keys.data() + e * d;
+      for (int j = 0; j < n; ++j) {
+        const double s = dot(ke, block.data() + static_cast<size_t>(j) * d, d) / (ev.key_norm[e] * norm[j]);
+        if (s > ev.best_sim[e]) {
+          ev.best_sim[e] = s;
+          ev.target[e] = static_cast<int>(b0) + j;
+        }
+      }
+    }
+  }
+}
+
+// One kept entry that receives merges: sums in double over its merged evicted entries.
+struct Target {
+  int kept_pos = 0;
+  std::vector<double> key_sum, value_sum;  // sum of w_e x_e (Pivot: sum of x_e)
+  double weight = 0;                       // sum of w_e (Pivot: |M_j|)
+};
+
+// x_j <- merged row, per method (merge_on_evict.h).
+void merged_row(MergeMethod method, const Target& t, const std::vector<double>& sum, const float* own, int d,
+                std::vector<float>& out) {
+  out.resize(d);
+  for (int c = 0; c < d; ++c) {
+    const double x = own[c];
+    const double merged = method == MergeMethod::Pivot ? (x + 0.5 * (sum[c] + t.weight * x)) / (1.0 + t.weight)
+                                                       : (x + sum[c]) / (1.0 + t.weight);
+    out[c] = static_cast<float>(merged);
+  }
+}
+
+}  // namespace
+
+MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int layer, int head,
+                                  std::span<const int> kept) {
+  const MergeMethod method = merge.method;
+  if (method != MergeMethod::Nearest && method != MergeMethod::Pivot && method != MergeMethod::Weighted)
+    throw std::logic_error("merge_on_evict: merge.method " + std::string(mode_name(method)) + " is not a merge-on-evict rule");
+  if (cache.is_codebook(layer, head))
+    throw std::logic_error("merge_on_evict: layer " + std::to_string(layer) + " head " + std::to_string(head) +
+                           " is codebook-backed");
+  const int T = cache.length(layer, head), d = cache.head_dim();
+  std::vector<char> is_kept(T, 0);
+  for (const int i : kept) {
+    if (i < 0 || i >= T) throw std::invalid_argument("merge_on_evict: index " + std::to_string(i) + " out of range");
+    if (is_kept[i]) throw std::invalid_argument("merge_on_evict: duplicate index " + std::to_string(i));
+    is_kept[i] = 1;
+  }
+  MergeOnEvictCounts counts;
+  Evicted ev;
+  for (int t = 0; t < T; ++t)
+    if (!is_kept[t]) ev.index.push_back(t);
+  const size_t E = ev.index.size();
+  counts.evicted = static_cast<int64_t>(E);
+  if (E == 0 || kept.empty()) return counts;
+  ev.keys.resize(E * d);
+  ev.values.resize(E * d);
+  ev.key_norm.resize(E);
+  for (size_t e = 0; e < E; ++e) {
+    cache.reconstruct_keys(layer, head, ev.index[e], ev.index[e] + 1, ev.keys.data() + e * d);
+    cache.reconstruct_values(layer, head, ev.index[e], ev.index[e] + 1, ev.values.data() + e * d);
+    ev.key_norm[e] = std::max(std::sqrt(dot(ev.keys.data() + e * d, ev.keys.data() + e * d, d)), kNormEps);
+  }
+  find_targets(cache, layer, head, kept, ev);
+
+  // Accumulate into the targets that receive something (at most E of them).
+  std::vector<int> slot(kept.size(), -1);
+  std::vector<Target> targets;
+  std::vector<float> own_key(d), own_value(d);
+  const bool keys_merge = method != MergeMethod::Nearest;
+  for (size_t e = 0; e < E; ++e) {
+    if (!(ev.best_sim[e] >= merge.similarity_threshold)) continue;
+    ++counts.merged;
+    const int j = ev.target[e];
+    const float* ve = ev.values.data() + e * d;
+    double w = 1.0;
+    if (method == MergeMethod::Nearest) {
+      cache.reconstruct_values(layer, head, kept[j], kept[j] + 1, own_value.data());
+      const double nv = std::sqrt(dot(ve, ve, d)), nt = std::sqrt(dot(own_value.data(), own_value.data(), d));
+      w = std::max(ev.best_sim[e], 0.0) * nv / (nv + nt + kNormEps);
+    } else if (method == MergeMethod::Weighted) {
+      w = std::max((ev.best_sim[e] + 1.0) / 2.0, 1e-6);
+    }
+    if (slot[j] < 0) {
+      slot[j] = static_cast<int>(targets.size());
+      Target t;
+      t.kept_pos = j;
+      t.value_sum.assign(d, 0.0);
+      if (keys_merge) t.key_sum.assign(d, 0.0);
+      targets.push_back(std::move(t));
+    }
+    Target& t = targets[slot[j]];
+    t.weight += w;
+    const float* ke = ev.keys.data() + e * d;
+    for (int c = 0; c < d; ++c) {
+      t.value_sum[c] += w * ve[c];
+      if (keys_merge) t.key_sum[c] += w * ke[c];
+    }
+  }
+  std::vector<float> key_out, value_out;
+  for (const Target& t : targets) {
+    if (!(t.weight > 0)) continue;  // kvpress: only rows that received a contribution change
+    const int idx = kept[t.kept_pos];
+    cache.reconstruct_values(layer, head, idx, idx + 1, own_value.data());
+    merged_row(method, t, t.value_sum, own_value.data(), d, value_out);
+    if (keys_merge) {
+      cache.reconstruct_keys(layer, head, idx, idx + 1, own_key.data());
+      merged_row(method, t, t.key_sum, own_key.data(), d, key_out);
+    }
+    cache.write_entry(layer, head, idx, keys_merge ? key_out.data() : nullptr, value_out.data());
+  }
+  return counts;
+}
+
+}  // namespace kvevict
