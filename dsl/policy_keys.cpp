@@ -10,10 +10,11 @@ const std::set<std::string>& policy_top_level_keys() {
 
 const std::map<std::string, std::set<std::string>>& policy_section_keys() {
   static const std::map<std::string, std::set<std::string>> sections = {
-      {"observe", {"window", "causal", "same_index_head"}},
+      {"observe", {"window", "causal", "same_index_head", "segment", "scaled"}},
       {"protect", {"first", "recent"}},
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions"}},
-      {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa"}},
+      {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "unit", "chunk",
+                  "chunk_score", "quota"}},
       {"merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };
   return sections;

@@ -18,6 +18,14 @@ enum class SelectScope : uint8_t {
 enum class KeptOrder : uint8_t { Positional, Score };
 // merge.scope: one codebook per stored head, or one per layer shared by its stored heads.
 enum class MergeScope : uint8_t { PerHead, PerLayerAcrossHeads };
+// select.unit: what is kept or evicted as one piece (core/engine/chunk_selection.h). Token: each
+// entry on its own. Chunk: whole chunks of select.chunk consecutive prompt positions (ChunkKV).
+enum class SelectUnit : uint8_t { Token, Chunk };
+// select.chunk_score: how the scores of a chunk's entries make the chunk's score (unit chunk).
+enum class ChunkScore : uint8_t { Mean, Sum, Max };
+// select.quota: Global, one top-k over the head's candidates; PerChunk, every chunk of select.chunk
+// positions keeps its own share of the budget, in proportion to its length (ChunkPress).
+enum class SelectQuota : uint8_t { Global, PerChunk };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -29,6 +37,18 @@ template <> struct ModeNames<KeptOrder> {
 template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };
+template <> struct ModeNames<SelectUnit> {
+  static constexpr std::array<std::string_view, 2> names = {"token", "chunk"};
+};
+template <> struct ModeNames<ChunkScore> {
+  static constexpr std::array<std::string_view, 3> names = {"mean", "sum", "max"};
+};
+template <> struct ModeNames<SelectQuota> {
+  static constexpr std::array<std::string_view, 2> names = {"global", "per_chunk"};
+};
+static_assert(ModeNames<SelectUnit>::names.size() == static_cast<size_t>(SelectUnit::Chunk) + 1);
+static_assert(ModeNames<ChunkScore>::names.size() == static_cast<size_t>(ChunkScore::Max) + 1);
+static_assert(ModeNames<SelectQuota>::names.size() == static_cast<size_t>(SelectQuota::PerChunk) + 1);
 static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
 static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
 static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);

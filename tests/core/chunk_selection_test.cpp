@@ -1,0 +1,125 @@
+// The chunk rules of core/engine/chunk_selection.h on hand-built scores: whole chunks (ties, the
+// shorter last chunk, the fitting-prefix rule, the aggregation), per-chunk quotas (rounding), the
+// protected entries, and random cases against the integer re-derivation of
+// reference_chunk_policies.cpp.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "core/engine/chunk_selection.h"
+#include "reference_chunk_policies.h"
+
+namespace kvevict {
+namespace {
+
+std::vector<int32_t> iota_positions(int n) {
+  std::vector<int32_t> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  return p;
+}
+
+std::vector<int> whole(const std::vector<float>& s, int chunk, int budget, ChunkScore how = ChunkScore::Mean,
+                       int first = 0, int recent = 0) {
+  const auto pos = iota_positions(static_cast<int>(s.size()));
+  return select_whole_chunks(s, pos, {budget, first, recent, chunk, how});
+}
+
+std::vector<int> quota(const std::vector<float>& s, int chunk, int budget, int first = 0, int recent = 0) {
+  const auto pos = iota_positions(static_cast<int>(s.size()));
+  return select_per_chunk(s, pos, {budget, first, recent, chunk, ChunkScore::Mean});
+}
+
+TEST(ChunkSelection, WholeChunksByMeanScoreTiesToTheEarlierChunk) {
+  //                    chunk 0     | chunk 1     | chunk 2
+  const std::vector<float> s = {1, 1, 1, 5, 5, 5, 1, 1, 1};
+  EXPECT_EQ(whole(s, 3, 3), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(whole(s, 3, 6), (std::vector<int>{0, 1, 2, 3, 4, 5})) << "chunks 0 and 2 tie: the earlier first";
+  EXPECT_EQ(whole(s, 3, 5), (std::vector<int>{3, 4, 5})) << "whole chunks only: 5 keeps one chunk of 3";
+  EXPECT_EQ(whole(s, 3, 2), (std::vector<int>{})) << "no chunk fits";
+  EXPECT_EQ(whole(s, 3, 9), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST(ChunkSelection, TheShorterLastChunkIsScoredOverItsOwnEntries) {
+  // chunks of 4: [0..3] mean 2, [4..7] mean 1, [8..9] mean 3 (sum 6, less than chunk 0's 8).
+  const std::vector<float> s = {2, 2, 2, 2, 1, 1, 1, 1, 3, 3};
+  EXPECT_EQ(whole(s, 4, 2), (std::vector<int>{8, 9}));
+  EXPECT_EQ(whole(s, 4, 6), (std::vector<int>{0, 1, 2, 3, 8, 9}));
+  EXPECT_EQ(whole(s, 4, 4, ChunkScore::Sum), (std::vector<int>{0, 1, 2, 3})) << "by sum chunk 0 ranks first";
+  // The fitting prefix: by sum the ranking is chunk 0 (8), chunk 2 (6), chunk 1 (4); a budget of 5
+  // keeps chunk 0 and stops at chunk 2, which does not fit the 1 left.
+  EXPECT_EQ(whole(s, 4, 5, ChunkScore::Sum), (std::vector<int>{0, 1, 2, 3}));
+  // The prefix stops at the first chunk that does not fit, even if a later, shorter one would.
+  const std::vector<float> t = {3, 3, 3, 3, 2, 2, 2, 2, 1, 1};
+  EXPECT_EQ(whole(t, 4, 7), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(ChunkSelection, MaxAggregationAndNaNChunksRankLast) {
+  const std::vector<float> s = {0, 9, 0, 4, 4, 4, NAN, 1, 1};
+  EXPECT_EQ(whole(s, 3, 3, ChunkScore::Max), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(whole(s, 3, 3, ChunkScore::Mean), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(whole(s, 3, 6, ChunkScore::Mean), (std::vector<int>{0, 1, 2, 3, 4, 5})) << "the NaN chunk is -inf";
+}
+
+TEST(ChunkSelection, ProtectedEntriesAreKeptFirstAndLeaveTheirChunksCheaper) {
+  const std::vector<float> s = {0, 0, 0, 5, 5, 5, 1, 1, 1};
+  // Sink 0 is kept; chunk 0's candidates are 1, 2 (cost 2). Budget 6: sink + chunk 1 (3); chunk
+  // 2 ranks next and does not fit the 2 left, so the prefix ends there (chunk 0 would fit).
+  EXPECT_EQ(whole(s, 3, 6, ChunkScore::Mean, 1), (std::vector<int>{0, 3, 4, 5}));
+  EXPECT_EQ(whole(s, 3, 7, ChunkScore::Mean, 1), (std::vector<int>{0, 3, 4, 5, 6, 7, 8}));
+  // Protected entries filling the budget are kept alone by their priority (selection.h).
+  EXPECT_EQ(whole(s, 3, 2, ChunkScore::Mean, 1, 2), (std::vector<int>{0, 8}));
+  // Recent 8 kept; 2 left over 8 candidates in chunks of 3, 3, 2: quotas 1, 1, 0.
+  EXPECT_EQ(quota(s, 3, 3, 0, 1), (std::vector<int>{0, 3, 8}));
+}
+
+TEST(ChunkSelection, PerChunkQuotasAddUpToTheBudgetByLargestRemainder) {
+  // 10 entries, chunks of 3: lengths 3, 3, 3, 1. Budget 4: shares 1.2, 1.2, 1.2, 0.4 -> floors 1,
+  // 1, 1, 0 and the remaining one to the largest remainder (0.4, the last chunk).
+  const std::vector<float> s = {1, 3, 2, 3, 1, 2, 2, 2, 9, 0};
+  EXPECT_EQ(quota(s, 3, 4), (std::vector<int>{1, 3, 8, 9}));
+  // Budget 5: shares 1.5, 1.5, 1.5, 0.5: two extra, ties to the lower chunks.
+  EXPECT_EQ(quota(s, 3, 5), (std::vector<int>{1, 2, 3, 5, 8}));
+  // Budget 8: shares 2.4, 2.4, 2.4, 0.8 -> quotas 3, 2, 2, 1. Inside a chunk the token rule: chunk
+  // 2 holds 2, 2, 9, and its tie goes to the smaller position 6.
+  EXPECT_EQ(quota(s, 3, 8), (std::vector<int>{0, 1, 2, 3, 5, 6, 8, 9}));
+  EXPECT_EQ(quota(s, 3, 10).size(), 10u);
+}
+
+TEST(ChunkSelection, MatchTheReferenceRulesOnRandomCases) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40), chunk = 1 + static_cast<int>(rng() % 12);
+    const int budget = static_cast<int>(rng() % (n + 3));
+    std::vector<float> s(n);
+    std::vector<double> d(n);
+    for (int i = 0; i < n; ++i) d[i] = s[i] = static_cast<float>(rng() % 5);  // many ties
+    const std::string what = "n=" + std::to_string(n) + " chunk=" + std::to_string(chunk) + " budget=" + std::to_string(budget);
+    for (int how = 0; how < 3; ++how)
+      EXPECT_EQ(whole(s, chunk, budget, static_cast<ChunkScore>(how)), reference::whole_chunks_keep(d, chunk, budget, how))
+          << what << " how=" << how;
+    EXPECT_EQ(quota(s, chunk, budget), reference::per_chunk_keep(d, chunk, budget)) << what;
+    EXPECT_EQ(static_cast<int>(quota(s, chunk, budget).size()), std::min(budget, n)) << what;
+  }
+}
+
+TEST(ChunkSelection, ScoreOrderListsChunksByRankThenTheProtectedEntries) {
+  const std::vector<float> s = {0, 0, 0, 5, 5, 5, 1, 1, 1, 3, 3};
+  const auto pos = iota_positions(static_cast<int>(s.size()));
+  // Sink 0; chunks 1 (5), 3 (3, the short one), 2 (1) by rank; budget 1 + 3 + 2 + 3.
+  EXPECT_EQ(select_whole_chunks(s, pos, {9, 1, 0, 3, ChunkScore::Mean, true}),
+            (std::vector<int>{3, 4, 5, 9, 10, 6, 7, 8, 0}));
+  // Per chunk, budget 5 over 11 entries (3, 3, 3, 2): quotas 2, 1, 1, 1, then listed by token rank.
+  EXPECT_EQ(select_per_chunk(s, pos, {5, 0, 0, 3, ChunkScore::Mean, true}), (std::vector<int>{3, 9, 6, 0, 1}));
+}
+
+TEST(ChunkSelection, PositionsNotInCacheOrder) {
+  // Entries in any cache order: chunks are by original position, the result by position.
+  const std::vector<float> s = {5, 1, 5, 1};
+  const std::vector<int32_t> pos = {3, 0, 2, 1};  // chunk 0 = positions 0, 1 (indices 1, 3)
+  EXPECT_EQ(select_whole_chunks(s, pos, {2, 0, 0, 2, ChunkScore::Mean}), (std::vector<int>{2, 0}));
+  EXPECT_THROW(select_whole_chunks(s, pos, {2, 0, 0, 0, ChunkScore::Mean}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvevict
