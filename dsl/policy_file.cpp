@@ -377,7 +377,8 @@ class FileCompiler {
     else value = static_cast<int>(v);
   }
 
-  // A chunk or segment length: EXPR over parameters, a whole number in 1..10^7.
+  // A length setting (select.chunk, select.rescue, observe.segment). Production:
+  //   length_setting = KEY ":" EXPR ;  EXPR over parameters, a whole number in 1 .. 10^7
   void length_setting(const YAML::Node& parent, const char* key, int& out) {
     double v;
     if (!constant_setting(parent, key, false, v)) return;
@@ -465,6 +466,8 @@ class FileCompiler {
       d.select.chunk_score = choice(select, "chunk_score", d.select.chunk_score);
       d.select.quota = choice(select, "quota", d.select.quota);
       length_setting(select, "chunk", d.select.chunk);
+      d.select.gate = choice(select, "gate", d.select.gate);
+      length_setting(select, "rescue", d.select.rescue);
     }
     YAML::Node merge = section(root, "merge");
     if (merge.IsMap()) {

@@ -14,7 +14,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
       {"protect", {"first", "recent"}},
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions"}},
       {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "unit", "chunk",
-                  "chunk_score", "quota"}},
+                  "chunk_score", "quota", "gate", "rescue"}},
       {"merge", {"enabled", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };
   return sections;

@@ -108,6 +108,90 @@ std::vector<int> select_whole_chunks(std::span<const float> scores, std::span<co
   return finish(kept, s.kept, positions, spec.score_order);
 }
 
+namespace {
+
+// The normalised entropy H_c of a chunk's candidates' scores (chunk_selection.h).
+double normalised_entropy(std::span<const float> scores, const std::vector<int>& members) {
+  const size_t n = members.size();
+  if (n < 2) return 0.0;
+  std::vector<double> x(n);
+  double lo = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = scores[members[i]];
+    x[i] = std::isfinite(v) ? v : 0.0;
+    lo = std::min(lo, x[i]);
+  }
+  double sum = 0.0;
+  for (double& v : x) sum += (v -= lo);
+  double h = 0.0;
+  for (double v : x) {
+    const double p = v / (sum + 1e-8);
+    h -= p * std::log(p + 1e-8);
+  }
+  return std::clamp(h / std::log(static_cast<double>(n)), 0.0, 1.0);
+}
+
+// Entropies closer than this to the median count as equal to it: chunks holding the same values in
+// another order have the same entropy, and the last bits of its sum depend on order and rounding.
+constexpr double kEntropyTie = 1e-9;
+
+// torch.median: the lower of the two middle values.
+double lower_median(std::vector<double> v) {
+  const size_t m = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(m), v.end(), [](double a, double b) {
+    if (std::isnan(a) != std::isnan(b)) return std::isnan(b);  // NaN sorts last
+    return a < b;
+  });
+  return v[m];
+}
+
+}  // namespace
+
+std::vector<int> select_entropy_gated(std::span<const float> scores, std::span<const int32_t> positions,
+                                      const ChunkSelectionSpec& spec) {
+  if (spec.rescue < 1) throw std::invalid_argument("chunk selection: the entropy gate needs rescue >= 1");
+  Split s = split(scores, positions, spec);
+  if (s.done) return s.kept;
+  const size_t n = s.members.size();
+  std::vector<double> score(n), entropy(n);
+  for (size_t c = 0; c < n; ++c) {
+    score[c] = chunk_score(scores, s.members[c], spec.chunk_score);
+    entropy[c] = normalised_entropy(scores, s.members[c]);
+  }
+  const double score_median = lower_median(score), entropy_median = lower_median(entropy);
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const bool na = std::isnan(score[a]), nb = std::isnan(score[b]);
+    if (na != nb) return nb;
+    if (!na && score[a] != score[b]) return score[a] > score[b];
+    return a < b;
+  });
+  std::vector<char> taken(positions.size(), 0);
+  std::vector<int> kept;
+  int left = s.free;
+  for (size_t c : order) {
+    if (left <= 0) break;
+    int k = std::min(static_cast<int>(s.members[c].size()), left);
+    if (score[c] >= score_median && entropy[c] < entropy_median - kEntropyTie) k = std::min(k, spec.rescue);
+    for (int i : top_k_indices(scores, positions, s.members[c], k)) {
+      kept.push_back(i);
+      taken[i] = 1;
+    }
+    left -= k;
+  }
+  if (left > 0) {  // the spiky chunks' savings: the best remaining candidates
+    std::vector<int> rest;
+    for (const auto& m : s.members)
+      for (int i : m)
+        if (!taken[i]) rest.push_back(i);
+    const auto more = top_k_indices(scores, positions, rest, left);
+    kept.insert(kept.end(), more.begin(), more.end());
+  }
+  if (spec.score_order) kept = top_k_indices(scores, positions, kept, static_cast<int>(kept.size()));
+  return finish(kept, s.kept, positions, spec.score_order);
+}
+
 std::vector<int> select_per_chunk(std::span<const float> scores, std::span<const int32_t> positions,
                                   const ChunkSelectionSpec& spec) {
   Split s = split(scores, positions, spec);
@@ -138,10 +222,12 @@ bool chunked_selection(const PolicySelect& select) {
 
 std::vector<int> select_chunked(std::span<const float> scores, std::span<const int32_t> positions,
                                 const PolicySelect& select, int budget, int protect_first, int protect_recent) {
-  const ChunkSelectionSpec spec{budget, protect_first, protect_recent, select.chunk, select.chunk_score,
-                                select.kept_order == KeptOrder::Score};
-  return select.unit == SelectUnit::Chunk ? select_whole_chunks(scores, positions, spec)
-                                          : select_per_chunk(scores, positions, spec);
+  const ChunkSelectionSpec spec{budget,       protect_first,      protect_recent,
+                                select.chunk, select.chunk_score, select.kept_order == KeptOrder::Score,
+                                select.rescue};
+  if (select.unit != SelectUnit::Chunk) return select_per_chunk(scores, positions, spec);
+  return select.gate == ChunkGate::Entropy ? select_entropy_gated(scores, positions, spec)
+                                           : select_whole_chunks(scores, positions, spec);
 }
 
 }  // namespace kvevict

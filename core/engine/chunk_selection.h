@@ -39,6 +39,7 @@ struct ChunkSelectionSpec {
   int chunk = 1;  // > 0
   ChunkScore chunk_score = ChunkScore::Mean;
   bool score_order = false;
+  int rescue = 0;  // select_entropy_gated only, >= 1
 };
 
 std::vector<int> select_whole_chunks(std::span<const float> scores, std::span<const int32_t> positions,
@@ -46,6 +47,21 @@ std::vector<int> select_whole_chunks(std::span<const float> scores, std::span<co
 
 std::vector<int> select_per_chunk(std::span<const float> scores, std::span<const int32_t> positions,
                                   const ChunkSelectionSpec& spec);
+
+// select_entropy_gated (unit chunk, gate entropy; kvpress EntropyGatedChunkKVPress, PR #263):
+// chunk c's score S_c is chunk_score of its candidates' scores, its normalised entropy
+// H_c = clamp(-sum p log(p + 1e-8) / log(n_c), 0, 1) with p = x / (sum x + 1e-8), x its candidates'
+// scores shifted by their minimum when that is negative (non-finite scores count as 0), and 0 for
+// a chunk of one candidate. A chunk is high when S_c >= the median of S and spiky when H_c < the
+// median of H minus 1e-9 (the median of n values: the lower middle one, as torch.median; the
+// margin gives chunks with equal entropies, e.g. the same values in another order, one verdict
+// whatever the rounding of the sums). Chunks are visited by S_c, higher first (ties to the
+// smaller chunk, NaN last) while budget is left: each keeps its top min(n_c, left) candidates by
+// the token rule, at most `rescue` of a high and spiky chunk.
+// What is left at the end goes to the best remaining candidates by the token rule, so exactly F
+// candidates are kept (F = the free budget; all of them when fewer).
+std::vector<int> select_entropy_gated(std::span<const float> scores, std::span<const int32_t> positions,
+                                      const ChunkSelectionSpec& spec);
 
 }  // namespace kvevict
 

@@ -26,6 +26,9 @@ enum class ChunkScore : uint8_t { Mean, Sum, Max };
 // select.quota: Global, one top-k over the head's candidates; PerChunk, every chunk of select.chunk
 // positions keeps its own share of the budget, in proportion to its length (ChunkPress).
 enum class SelectQuota : uint8_t { Global, PerChunk };
+// select.gate (unit chunk): None keeps or drops whole chunks; Entropy (EntropyGatedChunkKV) cuts
+// important but spiky chunks to their top select.rescue entries and fills the budget exactly.
+enum class ChunkGate : uint8_t { None, Entropy };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -46,6 +49,10 @@ template <> struct ModeNames<ChunkScore> {
 template <> struct ModeNames<SelectQuota> {
   static constexpr std::array<std::string_view, 2> names = {"global", "per_chunk"};
 };
+template <> struct ModeNames<ChunkGate> {
+  static constexpr std::array<std::string_view, 2> names = {"none", "entropy"};
+};
+static_assert(ModeNames<ChunkGate>::names.size() == static_cast<size_t>(ChunkGate::Entropy) + 1);
 static_assert(ModeNames<SelectUnit>::names.size() == static_cast<size_t>(SelectUnit::Chunk) + 1);
 static_assert(ModeNames<ChunkScore>::names.size() == static_cast<size_t>(ChunkScore::Max) + 1);
 static_assert(ModeNames<SelectQuota>::names.size() == static_cast<size_t>(SelectQuota::PerChunk) + 1);

@@ -70,6 +70,10 @@ struct PolicySelect {
   int chunk = 0;
   ChunkScore chunk_score = ChunkScore::Mean;
   SelectQuota quota = SelectQuota::Global;
+  // Added. unit Chunk only: gate Entropy visits the chunks greedily and keeps at most `rescue`
+  // entries of a high-score, low-entropy chunk (chunk_selection.h, select_entropy_gated).
+  ChunkGate gate = ChunkGate::None;
+  int rescue = 0;
 };
 
 // SpindleKV's codebook stage: merge near-duplicate pre-RoPE keys / values.

@@ -16,6 +16,13 @@ std::vector<SettingError> segment_setting_errors(const PolicyDescription& d) {
     e.push_back({"select", "chunk", "'chunk' is read only with 'unit: chunk' or 'quota: per_chunk'"});
   if (whole && s.quota == SelectQuota::PerChunk)
     e.push_back({"select", "quota", "'quota: per_chunk' keeps tokens inside every chunk; it cannot be combined with 'unit: chunk'"});
+  if (s.gate == ChunkGate::Entropy && !whole)
+    e.push_back({"select", "gate", "'gate: entropy' needs 'unit: chunk'"});
+  if (s.gate == ChunkGate::Entropy && whole && s.chunk > 0 && (s.rescue < 1 || s.rescue >= s.chunk))
+    e.push_back({"select", s.rescue > 0 ? "rescue" : "gate",
+                 "'gate: entropy' needs 'rescue: EXPR', the entries kept of a spiky chunk (1 .. chunk - 1)"});
+  if (s.gate != ChunkGate::Entropy && s.rescue > 0)
+    e.push_back({"select", "rescue", "'rescue' is read only with 'gate: entropy'"});
   if (chunked) {
     const std::string why = what + " selects once at prefill on the prompt's chunks";
     if (s.scope == SelectScope::Layer) e.push_back({"select", "scope", what + " needs scope kv_head or layer_shared"});

@@ -38,7 +38,12 @@ void SegmentQueries::attention(int layer, int kv_head, int group, int n_heads, c
   std::fill(out, out + static_cast<size_t>(group) * T, 0.0f);
   const std::vector<int32_t>& qpos = positions_[layer];
   const float* qdata = data_[layer].data();
-  std::vector<int> members;           // cache indices of the segment's entries
+  // The cache indices of each segment's entries, in one pass (entries past the prompt belong to
+  // no segment with queries).
+  const int n_segments = (prompt_len_ + segment_ - 1) / segment_;
+  std::vector<std::vector<int>> by_segment(static_cast<size_t>(n_segments));
+  for (int t = 0; t < T; ++t)
+    if (positions[t] >= 0 && positions[t] < prompt_len_) by_segment[positions[t] / segment_].push_back(t);
   std::vector<float> seg_keys, probs;  // [n][d], [group][Wq][n]
   std::vector<int32_t> seg_pos;
   size_t i = 0;
@@ -47,9 +52,7 @@ void SegmentQueries::attention(int layer, int kv_head, int group, int n_heads, c
     size_t j = i;
     while (j < qpos.size() && qpos[j] / segment_ == s) ++j;
     const int Wq = static_cast<int>(j - i);
-    members.clear();
-    for (int t = 0; t < T; ++t)
-      if (positions[t] >= 0 && positions[t] / segment_ == s) members.push_back(t);
+    const std::vector<int>& members = by_segment[s];
     const int n = static_cast<int>(members.size());
     if (n > 0) {
       seg_keys.resize(static_cast<size_t>(n) * d);

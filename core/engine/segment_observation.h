@@ -10,9 +10,10 @@
 // the sum, over the observation queries of t's segment, of query head g's probability of entry t;
 // an entry of no segment with queries (none at prefill) gets 0.
 //
-// Bounds: the queries held are at most S rows of n_heads x head_dim per layer (<= min(W, C) per
-// segment, the prompt's own query rows: no more than the cache itself holds); one head's work
-// buffer is G x min(W, C) x C floats plus C keys, and the output is G x T. Never S x S.
+// Bounds: the queries held are min(W, C) rows of n_heads x head_dim floats per segment and layer
+// (at most the S query rows of the prompt, what the decoder already holds for a block); one head's work
+// buffer is G x min(W, C) x C floats plus C keys and T entry indices, and the output is G x T;
+// the work is W x C x d per segment and query head. Never S x S.
 #include <cstddef>
 #include <cstdint>
 #include <vector>

@@ -110,6 +110,25 @@ TEST_F(ChunkPolicies, ChunkKVKeepsTheTopWholeChunksForEveryHead) {
   ASSERT_NE(S() % 20, 0) << "the prompt must end in a partial chunk (kvpress's boundary chunk)";
 }
 
+TEST_F(ChunkPolicies, EntropyGatedChunkKVCutsSpikyChunksAndFillsTheBudget) {
+  struct Case { int chunk, rescue, budget; };
+  for (const Case& c : {Case{10, 4, 60}, Case{10, 4, 123}, Case{20, 3, 90}, Case{7, 2, 41}}) {
+    const Params p = {{"chunk", std::to_string(c.chunk)}, {"rescue", std::to_string(c.rescue)}, {"window", "16"}};
+    const std::string what = describe("entropy_gated_chunkkv", p, c.budget);
+    const auto want = reference::entropy_gated_chunkkv(*data_, c.budget, c.chunk, c.rescue, {16, 5});
+    EXPECT_GT(expect_same(prefill("entropy_gated_chunkkv", p, c.budget), want, what), 0);
+    int cut = 0;  // the gate must act: some kept chunk is neither whole nor absent
+    for (const auto& layer : want) {
+      EXPECT_EQ(static_cast<int>(layer[0].size()), c.budget) << what << ": exactly the budget";
+      std::map<int, int> per_chunk;
+      for (int t : layer[0]) ++per_chunk[t / c.chunk];
+      for (const auto& [k, n] : per_chunk) cut += n < std::min(S(), (k + 1) * c.chunk) - k * c.chunk;
+    }
+    EXPECT_GT(cut, 0) << what;
+    EXPECT_NE(want, reference::chunkkv(*data_, c.budget, c.chunk, {16, 5})) << what;
+  }
+}
+
 TEST_F(ChunkPolicies, ChunkPressScoresEveryChunkWithItsOwnWindowAndQuota) {
   struct Case { int chunk, window, budget; };
   for (const Case& c : {Case{64, 16, 60}, Case{100, 8, 120}, Case{37, 4, 50}}) {

@@ -113,6 +113,38 @@ TEST(ChunkSelection, ScoreOrderListsChunksByRankThenTheProtectedEntries) {
   EXPECT_EQ(select_per_chunk(s, pos, {5, 0, 0, 3, ChunkScore::Mean, true}), (std::vector<int>{3, 9, 6, 0, 1}));
 }
 
+std::vector<int> gated(const std::vector<float>& s, int chunk, int budget, int rescue, int first = 0) {
+  const auto pos = iota_positions(static_cast<int>(s.size()));
+  return select_entropy_gated(s, pos, {budget, first, 0, chunk, ChunkScore::Mean, false, rescue});
+}
+
+TEST(ChunkSelection, EntropyGateCutsHighSpikyChunksToTheirRescueTokens) {
+  // Chunks of 4: c0 spiky and high (one 8), c1 flat and high (3s), c2 flat low (1s), c3 flat low.
+  // Means 2, 3, 1, 0.5: median (lower middle of 0.5, 1, 2, 3) = 1, so c0, c1 and c2 are high;
+  // entropies: c0 0 (one non-zero entry), the others 1: median 1, so c0 alone is spiky.
+  const std::vector<float> s = {0, 8, 0, 0, 3, 3, 3, 3, 1, 1, 1, 1, 0.5f, 0.5f, 0.5f, 0.5f};
+  // Budget 6: c1 whole (4), c0 cut to rescue 1 (its 8), then c2 gets the 1 left (the earliest).
+  EXPECT_EQ(gated(s, 4, 6, 1), (std::vector<int>{1, 4, 5, 6, 7, 8}));
+  // Budget 9: c1 (4), c0 (2: the 8 and the earliest 0), c2 (3 of 4).
+  EXPECT_EQ(gated(s, 4, 9, 2), (std::vector<int>{0, 1, 4, 5, 6, 7, 8, 9, 10}));
+  // Budget 15, rescue 1: c1 4, c0 1, c2 4, c3 4 = 13, then the top-up: c0's best remaining (0, 2).
+  EXPECT_EQ(gated(s, 4, 15, 1), (std::vector<int>{0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_THROW(gated(s, 4, 6, 0), std::invalid_argument);
+}
+
+TEST(ChunkSelection, EntropyGateMatchesTheReferenceOnRandomCases) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 50), chunk = 2 + static_cast<int>(rng() % 10);
+    const int rescue = 1 + static_cast<int>(rng() % (chunk - 1)), budget = static_cast<int>(rng() % (n + 3));
+    std::vector<float> s(n);
+    std::vector<double> d(n);
+    for (int i = 0; i < n; ++i) d[i] = s[i] = static_cast<float>(rng() % 7) - (trial % 3 == 0 ? 3.0f : 0.0f);
+    EXPECT_EQ(gated(s, chunk, budget, rescue), reference::entropy_gated_keep(d, chunk, budget, rescue))
+        << "n=" << n << " chunk=" << chunk << " rescue=" << rescue << " budget=" << budget << " scores " << [&] { std::string o; for (float v : s) o += std::to_string(static_cast<int>(v)) + ","; return o; }();
+  }
+}
+
 TEST(ChunkSelection, PositionsNotInCacheOrder) {
   // Entries in any cache order: chunks are by original position, the result by position.
   const std::vector<float> s = {5, 1, 5, 1};

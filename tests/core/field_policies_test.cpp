@@ -79,9 +79,10 @@ Model* FieldPolicies::model_ = nullptr;
 std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
-// chunkkv, chunkpress and noncausal_attn are tested in chunk_policies_test.cpp.
-const std::vector<std::string> kFieldPolicies = {"chunkkv",     "chunkpress", "cur",     "decoding",
-                                                 "entropy_adaptive", "keydiff", "morphkv", "noncausal_attn",
+// chunkkv, chunkpress, entropy_gated_chunkkv and noncausal_attn are tested in chunk_policies_test.cpp.
+const std::vector<std::string> kFieldPolicies = {"chunkkv",          "chunkpress", "cur",
+                                                 "decoding",         "entropy_adaptive", "entropy_gated_chunkkv",
+                                                 "keydiff",          "morphkv",    "noncausal_attn",
                                                  "observed_attention", "scissorhands"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {

@@ -162,23 +162,87 @@ std::vector<int> per_chunk_keep(const std::vector<double>& score, int chunk, int
   return kept;
 }
 
+namespace {
+// ChunkKV's layer scores: each KV head's SnapKV scores, the window tokens at the head's maximum,
+// averaged over the heads.
+std::vector<double> chunkkv_layer_scores(const PromptQkv& p, int l, const SnapInner& sp) {
+  std::vector<double> layer(p.S, 0.0);
+  for (int kv = 0; kv < p.Hkv; ++kv) {
+    std::vector<double> s = snap_span(p, l, kv, 0, p.S, sp);  // the S - W positions before the window
+    double top = 0;
+    for (double x : s) top = std::max(top, x);
+    s.resize(p.S, top);  // the window tokens
+    for (int t = 0; t < p.S; ++t) layer[t] += s[t] / p.Hkv;
+  }
+  return layer;
+}
+}  // namespace
+
 KeptSets chunkkv(const PromptQkv& p, int budget, int chunk, const SnapInner& sp) {
   KeptSets out(p.L);
-  const int W = std::min(sp.window, p.S);
-  for (int l = 0; l < p.L; ++l) {
-    std::vector<double> layer(p.S, 0.0);
-    for (int kv = 0; kv < p.Hkv; ++kv) {
-      std::vector<double> s = snap_span(p, l, kv, 0, p.S, sp);  // the S - W positions before the window
-      double top = 0;
-      for (double x : s) top = std::max(top, x);
-      s.resize(p.S, top);  // the window tokens
-      for (int t = 0; t < p.S; ++t) layer[t] += s[t] / p.Hkv;
-    }
-    (void)W;
-    const auto kept = whole_chunks_keep(layer, chunk, budget, 0);
-    out[l].assign(p.Hkv, kept);
-  }
+  for (int l = 0; l < p.L; ++l) out[l].assign(p.Hkv, whole_chunks_keep(chunkkv_layer_scores(p, l, sp), chunk, budget, 0));
   return out;
+}
+
+KeptSets entropy_gated_chunkkv(const PromptQkv& p, int budget, int chunk, int rescue, const SnapInner& sp) {
+  KeptSets out(p.L);
+  for (int l = 0; l < p.L; ++l)
+    out[l].assign(p.Hkv, entropy_gated_keep(chunkkv_layer_scores(p, l, sp), chunk, budget, rescue));
+  return out;
+}
+
+// kvpress EntropyGatedChunkKVPress.compress on one score vector (positions 0..n-1).
+std::vector<int> entropy_gated_keep(const std::vector<double>& score, int chunk, int budget, int rescue) {
+  const int n = static_cast<int>(score.size());
+  if (budget >= n) return all(n);
+  const int chunks = (n + chunk - 1) / chunk;
+  std::vector<double> mean(chunks), ent(chunks);
+  for (int c = 0; c < chunks; ++c) {
+    const int lo = c * chunk, hi = std::min(n, lo + chunk), len = hi - lo;
+    double sum = 0, mn = 0;
+    for (int t = lo; t < hi; ++t) {
+      sum += score[t];
+      mn = std::min(mn, score[t]);
+    }
+    mean[c] = sum / len;
+    if (len == 1) {
+      ent[c] = 0;
+      continue;
+    }
+    double shifted = 0;
+    for (int t = lo; t < hi; ++t) shifted += score[t] - mn;
+    double h = 0;
+    for (int t = lo; t < hi; ++t) {
+      const double q = (score[t] - mn) / (shifted + 1e-8);
+      h -= q * std::log(q + 1e-8);
+    }
+    ent[c] = std::clamp(h / std::log(static_cast<double>(len)), 0.0, 1.0);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  const double ms = median(mean), me = median(ent);
+  std::vector<bool> keep(n, false);
+  int left = budget;
+  for (int c : top_positions(mean, all(chunks), chunks)) {
+    if (left <= 0) break;
+    const int lo = c * chunk, hi = std::min(n, lo + chunk);
+    int k = std::min(hi - lo, left);
+    if (mean[c] >= ms && ent[c] < me - 1e-9) k = std::min(k, rescue);  // equal up to rounding: not below
+    std::vector<int> members;
+    for (int t = lo; t < hi; ++t) members.push_back(t);
+    for (int t : top_positions(score, members, k)) keep[t] = true;
+    left -= k;
+  }
+  std::vector<int> rest;
+  for (int t = 0; t < n; ++t)
+    if (!keep[t]) rest.push_back(t);
+  for (int t : top_positions(score, rest, left)) keep[t] = true;
+  std::vector<int> kept;
+  for (int t = 0; t < n; ++t)
+    if (keep[t]) kept.push_back(t);
+  return kept;
 }
 
 KeptSets chunkpress(const PromptQkv& p, int budget, int chunk, const SnapInner& sp) {

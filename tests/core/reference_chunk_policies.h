@@ -32,6 +32,8 @@ KeptSets chunkkv(const PromptQkv& p, int budget, int chunk, const SnapInner& sp)
 // ChunkPress over SnapKV: each chunk scored alone with its own last `window` queries over its own
 // keys; its window tokens first; quotas = the budget split by chunk length, largest remainder.
 KeptSets chunkpress(const PromptQkv& p, int budget, int chunk, const SnapInner& sp);
+// EntropyGatedChunkKVPress over SnapKV: the layer scores of chunkkv(), then the entropy gate.
+KeptSets entropy_gated_chunkkv(const PromptQkv& p, int budget, int chunk, int rescue, const SnapInner& sp);
 // NonCausalAttnPress: chunked non-causal unscaled attention column sums, group mean, x |v|,
 // avg-pool 3, z-norm, top-k per KV head.
 KeptSets noncausal_attn(const PromptQkv& p, int budget, int chunk);
@@ -40,5 +42,6 @@ KeptSets noncausal_attn(const PromptQkv& p, int budget, int chunk);
 // one head with positions 0..n-1 and these scores, no protected entries.
 std::vector<int> whole_chunks_keep(const std::vector<double>& score, int chunk, int budget, int aggregate /*0 mean 1 sum 2 max*/);
 std::vector<int> per_chunk_keep(const std::vector<double>& score, int chunk, int budget);
+std::vector<int> entropy_gated_keep(const std::vector<double>& score, int chunk, int budget, int rescue);
 
 }  // namespace kvevict::reference
