@@ -1,13 +1,16 @@
 // The chunk rules of core/engine/chunk_selection.h on hand-built scores: whole chunks (ties, the
 // shorter last chunk, the fitting-prefix rule, the aggregation), per-chunk quotas (rounding), the
-// protected entries, and random cases against the integer re-derivation of
-// reference_chunk_policies.cpp.
+// protected entries, random cases against the integer re-derivation of
+// reference_chunk_policies.cpp, and the engine's check of hand-built descriptions.
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <random>
 
 #include "core/engine/chunk_selection.h"
+#include "core/engine/engine.h"
+#include "core/util/error.h"
+#include "hand_policies.h"
 #include "reference_chunk_policies.h"
 
 namespace kvevict {
@@ -151,6 +154,52 @@ TEST(ChunkSelection, PositionsNotInCacheOrder) {
   const std::vector<int32_t> pos = {3, 0, 2, 1};  // chunk 0 = positions 0, 1 (indices 1, 3)
   EXPECT_EQ(select_whole_chunks(s, pos, {2, 0, 0, 2, ChunkScore::Mean}), (std::vector<int>{2, 0}));
   EXPECT_THROW(select_whole_chunks(s, pos, {2, 0, 0, 0, ChunkScore::Mean}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvevict
+
+namespace kvevict {
+namespace {
+
+// A hand-built description (no policy file) meets the same list (core/engine/segment_checks.h)
+// when an engine is built: the first unsupported combination is a UsageError naming the policy.
+TEST(ChunkSelection, TheEngineRejectsHandBuiltCombinationsItCannotRun) {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.context_length = 64;
+  auto expect_rejected = [&](const PolicyDescription& d, const std::string& message) {
+    test::HandPolicy p;
+    p.desc = d;
+    p.score_fn = [](const ScoreInputs& in, bool, float* out) { std::fill(out, out + in.T, 0.0f); };
+    try {
+      EvictionEngine e(p, c, {Budget::parse("8"), 0});
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("policy hand: " + message), std::string::npos) << e.what();
+    }
+  };
+  PolicyDescription d;
+  d.name = "hand";
+  d.select.unit = SelectUnit::Chunk;
+  expect_rejected(d, "'unit: chunk' needs 'chunk: EXPR'");
+  d.select.chunk = 4;
+  d.run.cascading = true;
+  expect_rejected(d, "'unit: chunk' selects once at prefill on the prompt's chunks; it cannot be combined with cascading");
+  d = PolicyDescription{};
+  d.name = "hand";
+  d.reads[signal_index(TensorSignal::SegmentAttention)] = true;
+  expect_rejected(d, "the policy reads A_seg (segment-local attention), but 'observe' has no 'segment: EXPR'");
+  d.observe.segment = 16;
+  expect_rejected(d, "'segment' needs 'window: EXPR'");
+  d.window = 4;
+  test::HandPolicy ok;
+  ok.desc = d;
+  ok.score_fn = [](const ScoreInputs& in, bool, float* out) { std::fill(out, out + in.T, 0.0f); };
+  EXPECT_NO_THROW((EvictionEngine(ok, c, EngineOptions{Budget::parse("8"), 0})));
 }
 
 }  // namespace
