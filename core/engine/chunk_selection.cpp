@@ -18,8 +18,7 @@ struct Split {
   std::vector<int> kept;  // all entries (budget >= T), or the protected ones by position
   bool done = false;      // kept is the answer
   int free = 0;
-  std::vector<int> chunk_id;                // ascending
-  std::vector<std::vector<int>> members;    // candidates of each chunk, ascending position
+  std::vector<std::vector<int>> members;  // candidates of each chunk (ascending chunk), ascending position
 };
 
 void order_by_position(std::vector<int>& kept, std::span<const int32_t> positions) {
@@ -55,7 +54,6 @@ Split split(std::span<const float> scores, std::span<const int32_t> positions, c
     if (!is_prot[i]) by_chunk[static_cast<int64_t>(positions[i]) / spec.chunk].push_back(i);  // positions >= 0
   for (auto& [c, m] : by_chunk) {
     order_by_position(m, positions);
-    s.chunk_id.push_back(static_cast<int>(c));
     s.members.push_back(std::move(m));
   }
   return s;
