@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/engine/segment_checks.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
 #include "dsl/builtin_names.h"
@@ -128,6 +129,7 @@ class FileCompiler {
       parse_mode(b.options[static_cast<size_t>(b.value)], out_.desc.select.kept_order);
     }
     programs(root);
+    if (diag_.empty()) segment_checks(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
       out_.desc.params[out_.params[i].name] = out_.params[i].value_text(out_.bindings[i].value);
@@ -385,6 +387,27 @@ class FileCompiler {
     else value = static_cast<int>(v);
   }
 
+  // A length setting (select.chunk, select.rescue, observe.segment). Production:
+  //   length_setting = KEY ":" EXPR ;  EXPR over parameters, a whole number in 1 .. 10^7
+  void length_setting(const YAML::Node& parent, const char* key, int& out) {
+    double v;
+    if (!constant_setting(parent, key, false, v)) return;
+    if (!(v >= 1 && v <= 1e7) || v != std::floor(v))
+      diag_.error(pos_of(parent[key]), std::string("'") + key + "' must be a whole number between 1 and 10^7, got " + fmt(v));
+    else out = static_cast<int>(v);
+  }
+
+  // The chunk/segment combinations the engine cannot run (core/engine/segment_checks.h), each at
+  // its key (or its section when the key is absent).
+  void segment_checks(const YAML::Node& root) {
+    for (const SettingError& e : segment_setting_errors(out_.desc)) {
+      const YAML::Node section_node = root[e.section];
+      FilePos at = section_node.IsDefined() ? pos_of(section_node) : pos_of(root);
+      if (!e.key.empty() && section_node.IsMap() && section_node[e.key]) at = pos_of(section_node[e.key]);
+      diag_.error(at, e.message);
+    }
+  }
+
   // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum
   // parameter whose value is one of them.
   template <class Mode>
@@ -411,6 +434,8 @@ class FileCompiler {
     double v;
     if (constant_setting(observe, "causal", true, v)) d.observe.causal = v != 0;
     if (constant_setting(observe, "same_index_head", true, v)) d.observe.same_index_head = v != 0;
+    length_setting(observe, "segment", d.observe.segment);
+    if (constant_setting(observe, "scaled", true, v)) d.observe.scaled = v != 0;
     YAML::Node protect = section(root, "protect");
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);
@@ -458,6 +483,12 @@ class FileCompiler {
       d.select.scope = choice(select, "scope", d.select.scope);
       d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
       if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
+      d.select.unit = choice(select, "unit", d.select.unit);
+      d.select.chunk_score = choice(select, "chunk_score", d.select.chunk_score);
+      d.select.quota = choice(select, "quota", d.select.quota);
+      length_setting(select, "chunk", d.select.chunk);
+      d.select.gate = choice(select, "gate", d.select.gate);
+      length_setting(select, "rescue", d.select.rescue);
     }
     merge_settings(section(root, "merge"));
   }

@@ -56,10 +56,11 @@ void softmax_masked(float* row, const int32_t* positions, int32_t qpos, int T) {
 }  // namespace
 
 void compute_window_attention(const float* queries, int W, int n_heads, int query_position0, int kv_head, int group,
-                              const float* keys, const int32_t* positions, int T, int d, float* out, bool causal) {
+                              const float* keys, const int32_t* positions, int T, int d, float* out, bool causal,
+                              bool scaled) {
   if (W <= 0 || group <= 0) return;
   if (T == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = scaled ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f;
   // All logits of the group in one product, [G*W][d] x [T][d]^T -> out [G*W][T], so that BLAS
   // packs the T keys once per KV head (not once per query head); the group's query rows are
   // gathered first because a head's window rows lie n_heads * d apart.

@@ -13,11 +13,13 @@
 
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
+#include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
 #include "core/engine/engine_checks.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/original_positions.h"
 #include "core/engine/recent_queries.h"
+#include "core/engine/segment_observation.h"
 #include "core/engine/selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
@@ -81,6 +83,7 @@ struct EvictionEngine::State {
   std::vector<std::vector<std::vector<float>>> scores;
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
   RecentQueries recent;                                  // the newest query rows of each layer
+  SegmentQueries segments;                               // observe.segment's observation queries
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
 
@@ -227,6 +230,11 @@ struct EvictionEngine::State {
         case TensorSignal::Values:
           transpose_rows(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out);
           break;
+        case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
+          out.resize(static_cast<size_t>(Gs) * T);
+          segments.attention(layer, kv_head, Gs, Hq, keys, in.position, T, d, desc.observe.causal, desc.observe.scaled,
+                             out.data());
+          break;
       }
       in.set_signal(info.id, out.data());
     }
@@ -328,6 +336,14 @@ struct EvictionEngine::State {
     return s;
   }
 
+  // One head's kept entries (or a layer_shared layer's, on the mean scores): the token rule, or
+  // the chunk rule select asks for (chunk_selection.h).
+  std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
+                                  int budget) const {
+    if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, protect.first, protect.recent);
+    return select_head(sc, pos, spec_for(layer, head, budget));
+  }
+
   // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores) {
     if (desc.select.scope == SelectScope::Layer) {
@@ -351,14 +367,14 @@ struct EvictionEngine::State {
           throw std::logic_error("layer_shared selection: KV heads of layer " + std::to_string(layer) + " differ in length");
         for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hs);
       }
-      const auto kept = select_head(std::span<const float>(mean.data(), T),
-                                    std::span<const int32_t>(positions(cache, layer, 0), T), spec_for(layer, 0, budget));
+      const auto kept = select_entries(std::span<const float>(mean.data(), T),
+                                       std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget);
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
     } else {
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
-        const auto kept = select_head(std::span<const float>(head_scores[h].data(), T),
-                                      std::span<const int32_t>(positions(cache, layer, h), T), spec_for(layer, h, budget));
+        const auto kept = select_entries(std::span<const float>(head_scores[h].data(), T),
+                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budget);
         keep(cache, layer, h, kept);
       }
     }
@@ -386,6 +402,8 @@ struct EvictionEngine::State {
       in_prefill = true;
       prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
       resolve_for_prompt();
+      if (desc.observe.segment > 0)
+        segments.reset(L, desc.observe.segment, window, prompt_len, static_cast<size_t>(Hq) * d);
       total_budget = options.budget.total_per_kv_head(prompt_len, geometry());
       report.prompt_len = prompt_len;
       report.bytes_full = cache.bytes_for_uniform_length(prompt_len);
@@ -395,6 +413,8 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
                        " tokens for a prompt of " + std::to_string(prompt_len));
     record_queries(s);
+    if (desc.observe.segment > 0)
+      segments.record(l, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
     record_accumulated(s, cache);
     score_layer_at_prefill(l, cache);
     report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
@@ -547,6 +567,9 @@ ObservationRequest EvictionEngine::request() const {
   // query of the block (the decoder hands out a view of its query buffer, no copy); the engine
   // keeps only the rows it needs once window_for(prompt_len) is known.
   if (state_->desc.depends_on_prompt_len && !state_->prefill_done) r.window = state_->config.context_length;
+  // A segment-local observation needs the last queries of every segment: every query of the prompt
+  // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
+  if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention);
   return r;
 }
@@ -594,7 +617,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const int need_window = std::max(st.policy.window_for(S), st.desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
+  const int need_window = st.desc.observe.segment > 0 ? recorded.n_tokens()  // every segment's last queries
+                          : std::max(st.policy.window_for(S), st.desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());

@@ -1,6 +1,7 @@
 #include "core/engine/engine_checks.h"
 
 #include "core/engine/codebook_stage.h"
+#include "core/engine/segment_checks.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -36,6 +37,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
     throw UsageError("policy " + desc.name + ": run.reassign_positions cannot be combined with unfold_gqa");
   if (unfold && desc.observe.same_index_head)
     throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
+  if (const auto errors = segment_setting_errors(desc); !errors.empty())
+    throw UsageError("policy " + desc.name + ": " + errors.front().message);
   budget.check_model(config.n_layers, config.n_kv_heads);
 }
 

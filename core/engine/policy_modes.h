@@ -25,6 +25,17 @@ enum class MergeScope : uint8_t { PerHead, PerLayerAcrossHeads };
 //   Pivot:    LOOK-M / KVCache-Factory merge "pivot", evicted K and V averaged into that survivor
 //   Weighted: KVMerger-style / KVCache-Factory merge "weighted", similarity-weighted scatter
 enum class MergeMethod : uint8_t { Codebook, Nearest, Pivot, Weighted };
+// select.unit: what is kept or evicted as one piece (core/engine/chunk_selection.h). Token: each
+// entry on its own. Chunk: whole chunks of select.chunk consecutive prompt positions (ChunkKV).
+enum class SelectUnit : uint8_t { Token, Chunk };
+// select.chunk_score: how the scores of a chunk's entries make the chunk's score (unit chunk).
+enum class ChunkScore : uint8_t { Mean, Sum, Max };
+// select.quota: Global, one top-k over the head's candidates; PerChunk, every chunk of select.chunk
+// positions keeps its own share of the budget, in proportion to its length (ChunkPress).
+enum class SelectQuota : uint8_t { Global, PerChunk };
+// select.gate (unit chunk): None keeps or drops whole chunks; Entropy (EntropyGatedChunkKV) cuts
+// important but spiky chunks to their top select.rescue entries and fills the budget exactly.
+enum class ChunkGate : uint8_t { None, Entropy };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -39,6 +50,22 @@ template <> struct ModeNames<MergeScope> {
 template <> struct ModeNames<MergeMethod> {
   static constexpr std::array<std::string_view, 4> names = {"codebook", "nearest", "pivot", "weighted"};
 };
+template <> struct ModeNames<SelectUnit> {
+  static constexpr std::array<std::string_view, 2> names = {"token", "chunk"};
+};
+template <> struct ModeNames<ChunkScore> {
+  static constexpr std::array<std::string_view, 3> names = {"mean", "sum", "max"};
+};
+template <> struct ModeNames<SelectQuota> {
+  static constexpr std::array<std::string_view, 2> names = {"global", "per_chunk"};
+};
+template <> struct ModeNames<ChunkGate> {
+  static constexpr std::array<std::string_view, 2> names = {"none", "entropy"};
+};
+static_assert(ModeNames<ChunkGate>::names.size() == static_cast<size_t>(ChunkGate::Entropy) + 1);
+static_assert(ModeNames<SelectUnit>::names.size() == static_cast<size_t>(SelectUnit::Chunk) + 1);
+static_assert(ModeNames<ChunkScore>::names.size() == static_cast<size_t>(ChunkScore::Max) + 1);
+static_assert(ModeNames<SelectQuota>::names.size() == static_cast<size_t>(SelectQuota::PerChunk) + 1);
 static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
 static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
 static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);

@@ -73,6 +73,20 @@ struct PolicySelect {
   // prefill the cache holds one stored head per query head (KVCache::unfold_keep) and its bytes
   // are reported as stored. Needs scope KvHead and no cascading. false: per KV head (default).
   bool unfold_gqa = false;
+  // Added. Chunk-structured selection (core/engine/chunk_selection.h; ChunkKV, ChunkPress). Chunk c
+  // of a head holds the entries with original positions c*chunk .. c*chunk + chunk - 1 (the last
+  // chunk of the prompt may be shorter). unit Chunk: whole chunks ranked by chunk_score of their
+  // candidate entries' scores; quota PerChunk: each chunk keeps its own share of the budget.
+  // chunk > 0 is required by both and used by nothing else. Prefill only (no decode triggers, no
+  // cascading), no random share, no unfold_gqa, scope kv_head or layer_shared: checked when read.
+  SelectUnit unit = SelectUnit::Token;
+  int chunk = 0;
+  ChunkScore chunk_score = ChunkScore::Mean;
+  SelectQuota quota = SelectQuota::Global;
+  // Added. unit Chunk only: gate Entropy visits the chunks greedily and keeps at most `rescue`
+  // entries of a high-score, low-entropy chunk (chunk_selection.h, select_entropy_gated).
+  ChunkGate gate = ChunkGate::None;
+  int rescue = 0;
 };
 
 // SpindleKV's codebook stage (method Codebook: merge near-duplicate pre-RoPE keys / values), or
@@ -107,6 +121,14 @@ struct PolicyObserve {
   // This reproduces the official NACL code's row mix-up (spec §3.5 item 1); it needs a policy that
   // reads no other per-query-head signal (A_acc, A_now), which the engine checks.
   bool same_index_head = false;
+  // Added. Segment length of the segment-local attention A_seg (0: none; core/engine/
+  // segment_observation.h). Segment s holds prompt positions s*segment .. s*segment + segment - 1;
+  // its observation queries are its own last min(window, length) queries, and each one's softmax
+  // runs over the keys of its own segment only (causal unless `causal` is false). Prefill only.
+  int segment = 0;
+  // Added. false: A_seg's logits are q . k unscaled, as NonCausalAttnPress's official code has them
+  // (sm_scale 1); true: q . k / sqrt(head_dim). Read only with segment > 0.
+  bool scaled = true;
 };
 
 struct PolicyDescription {

@@ -79,6 +79,7 @@ enum class SignalSource : uint8_t {
   CachedKeys,     // computed from the head's keys in the cache
   CachedValues,   // computed from the head's values in the cache
   Positions,      // the original position of every entry (always available)
+  SegmentQueries, // the last W prompt queries of each observe.segment, each attending over its own segment
 };
 
 //   X(enum name, DSL name, axes,                  source,                        description)
@@ -91,7 +92,8 @@ enum class SignalSource : uint8_t {
   X(Position, "pos", kAxisT, SignalSource::Positions, "original positions")                              \
   X(Keys, "K", kAxisD | kAxisT, SignalSource::CachedKeys, "keys as cached (post-RoPE)")                  \
   X(KeysPreRope, "K_pre", kAxisD | kAxisT, SignalSource::CachedKeys, "keys before RoPE")                 \
-  X(Values, "V", kAxisD | kAxisT, SignalSource::CachedValues, "values")
+  X(Values, "V", kAxisD | kAxisT, SignalSource::CachedValues, "values")                                 \
+  X(SegmentAttention, "A_seg", kAxisH | kAxisT, SignalSource::SegmentQueries, "segment-local attention")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -100,7 +102,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 9
+#define KVEVICT_NUM_TENSOR_SIGNALS 10
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {

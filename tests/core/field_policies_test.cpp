@@ -81,18 +81,23 @@ std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
 // compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
-// blockpress in block_prefill_test.cpp. One name per line.
+// blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
+// noncausal_attn in chunk_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
+    "chunkkv",
+    "chunkpress",
     "compression_ratio_decoding",
     "cur",
     "decoding",
     "entropy_adaptive",
+    "entropy_gated_chunkkv",
     "keydiff",
     "kvmerger",
     "look_m",
     "merging_press",
     "morphkv",
+    "noncausal_attn",
     "observed_attention",
     "prefill_decoding",
     "scissorhands",

@@ -25,7 +25,7 @@ class PolicyGenerator {
     std::string text = "name: " + name + "\nabout: random policy for the generator's property test\n";
     text += "params:\n  gamma: {float: 1.5}\n  kernel: {int: 5, min: 1, max: 31}\n";
     text += "  mode: {enum: [a, b], default: a}\n";
-    text += "observe: {window: 8}\n";
+    text += "observe: {window: 8, segment: 16}\n";  // segment: programs may read A_seg
     text += "score: |\n" + program();
     if (pick(2) == 0) text += "decode_score: |\n" + program();
     return text;
