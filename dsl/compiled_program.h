@@ -13,6 +13,8 @@ class InterpretedPolicy : public PolicyProgram {
   double layer_weight(const LayerWeightInputs& in) const override;
   int window_for(int prompt_len) const override;
   PolicyProtect protect_for(int prompt_len) const override;
+  HeadPlan head_plan(const ScoreInputs& in) const override;
+  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override;
   const CompiledPolicy& compiled() const { return c_; }
 
  private:

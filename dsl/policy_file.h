@@ -12,6 +12,8 @@
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,
 //             skip_margin_includes_window: BOOL, reassign_positions: BOOL}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
+//   head_mode: PROGRAM   head_weight: PROGRAM   (per KV head; core/engine/head_budgets.h)
+//   tables:  NAME: {file: PATH, axes: [layer, kv_head, d], shape: [N, ...]}   (dsl/policy_tables.h)
 //   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}
 //   merge:   {enabled: BOOL, theta_key:, theta_value:, scope: per_head|per_layer_across_heads,
@@ -43,6 +45,8 @@ struct CompiledPolicy {
   std::vector<ParamDecl> params;
   std::vector<ParamBinding> bindings;  // resolved values (defaults + overrides)
   LoweredProgram score, decode_score, layer_weight;
+  LoweredProgram head_mode, head_weight;  // output < 0 when the file has none
+  TableList tables;                       // `tables:` (dsl/policy_tables.h)
   // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
   LoweredProgram window, protect_first, protect_recent;
 };

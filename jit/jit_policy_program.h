@@ -33,6 +33,10 @@ class JitPolicyProgram : public PolicyProgram {
   double layer_weight(const LayerWeightInputs& in) const override { return reference_->layer_weight(in); }
   int window_for(int prompt_len) const override { return reference_->window_for(prompt_len); }
   PolicyProtect protect_for(int prompt_len) const override { return reference_->protect_for(prompt_len); }
+  HeadPlan head_plan(const ScoreInputs& in) const override { return reference_->head_plan(in); }
+  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override {
+    return reference_->check_geometry(n_layers, n_kv_heads, head_dim);
+  }
 
  private:
   explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}

@@ -79,8 +79,11 @@ Model* FieldPolicies::model_ = nullptr;
 std::vector<int> FieldPolicies::tokens_;
 reference::PromptData* FieldPolicies::data_ = nullptr;
 
+// The table-driven ones (duo_attention ... qfilter) are tested in table_policies_test.cpp.
 const std::vector<std::string> kFieldPolicies = {"cur",     "decoding",           "entropy_adaptive", "keydiff",
-                                                 "morphkv", "observed_attention", "scissorhands"};
+                                                 "morphkv", "observed_attention", "scissorhands",
+                                                 "duo_attention", "headkv", "lukv", "per_layer_compression",
+                                                 "qfilter", "rlkv"};
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
   std::set<std::string> listed;
