@@ -346,7 +346,7 @@ class Checker {
   }
 
   // read = NAME "[" index { "," index } "]" where NAME is a table: the indices are the table's
-  // axes in order, spelled layer, kv_head and d (docs/DSL.md §9); layer and kv_head are the
+  // axes in order, spelled layer, kv_head and d (docs/DSL.md §11); layer and kv_head are the
   // program's own, d must be bound. No shifts, so no read can leave the table.
   Value table_read(const Expr& e, Scope& scope, int index) {
     const TableData& tab = *opt_.tables[static_cast<size_t>(index)];

@@ -1,7 +1,7 @@
 #pragma once
 // A policy table: a small dense array of numbers a policy file loads from a file next to it
 // (`tables:` key, dsl/policy_tables.h) and reads by indexing, e.g. `duo[layer, kv_head]` or
-// `qf[layer, kv_head, d]` (docs/DSL.md §9). Tables are constants of the policy, not engine
+// `qf[layer, kv_head, d]` (docs/DSL.md §11). Tables are constants of the policy, not engine
 // signals: the interpreter reads them from the lowered program and the CUDA generator bakes them
 // into the kernel text.
 //

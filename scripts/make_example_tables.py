@@ -5,7 +5,7 @@ and Q-Filters exist only for the models those papers trained on and are not avai
 The numbers are a fixed, documented function of the indices (no randomness, no model), so the
 files can be regenerated bit for bit:  python3 scripts/make_example_tables.py
 To run a method for real, put the published table for your model in the same format (docs/DSL.md
-section 9: one row per leading index, the last axis along the row) and point the policy's
+section 11: one row per leading index, the last axis along the row) and point the policy's
 `tables: NAME: {file: ...}` at it (copy the policy file, or edit its `file:`)."""
 import math
 import os

@@ -1,5 +1,5 @@
 #pragma once
-// Head-level budgets (policy files' `head_mode` and `head_weight` programs, docs/DSL.md §9): how
+// Head-level budgets (policy files' `head_mode` and `head_weight` programs, docs/DSL.md §11): how
 // the budget of one layer is split among its KV heads when a policy says that heads differ.
 //
 // MEANING OF THE BUDGET. A layer's budget B (tokens per KV head, protected tokens included; the
