@@ -4,6 +4,7 @@
 // (head_mode / head_weight, core/engine/head_budgets.h) add up exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -11,6 +12,7 @@
 
 #include "core/engine/engine.h"
 #include "core/util/error.h"
+#include "decode_spy.h"
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
 #include "reference_table_policies.h"
@@ -119,6 +121,28 @@ TEST_F(TablePolicies, DuoAttentionStreamsTheLowestScoredHeads) {
     const EvictionReport r =
         prefill("duo_attention", {{"head_compression_ratio", std::to_string(ratio)}, {"sinks", "4"}, {"recent", "16"}}, "8");
     EXPECT_EQ(expect_same(r, reference::full_or_streaming(*data_, full, 4, 16), what), 20 - count_full(full)) << what;
+  }
+}
+
+// While decoding, a streaming head stays at its sinks + the newest `recent` positions (a constant
+// cache) and a full head keeps every token: checked after every one of 12 greedy steps.
+TEST_F(TablePolicies, DuoAttentionStreamingHeadsStayConstantWhileDecoding) {
+  const auto full = reference::duo_full_heads(reference::read_table(table_path("duo_attention")), 0.5);
+  const auto policy = load_policy("duo_attention", {{"sinks", "4"}, {"recent", "16"}});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+  EvictionEngine engine(*policy, model_->config, {Budget::parse("8"), 0});
+  const std::vector<float>* logits = &decoder->forward(std::span<const int>(tokens_), &engine);
+  for (int step = 1; step <= 12; ++step) {
+    const int next = static_cast<int>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    logits = &decoder->forward(std::span<const int>(&next, 1), &engine);
+    const int n = S() + step;
+    for (int l = 0; l < model_->config.n_layers; ++l)
+      for (int h = 0; h < model_->config.n_kv_heads; ++h) {
+        std::vector<int32_t> want;
+        for (int p = 0; p < n; ++p)
+          if (full[l][h] || p < 4 || p >= n - 16) want.push_back(p);
+        EXPECT_EQ(test::held_positions(decoder->cache(), l, h), want) << "step " << step << " layer " << l << " head " << h;
+      }
   }
 }
 
