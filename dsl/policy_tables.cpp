@@ -1,5 +1,6 @@
 #include "dsl/policy_tables.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -151,9 +152,13 @@ std::string parse_table_text(const std::string& text, TableData& table) {
       char* stop = nullptr;
       errno = 0;
       const double v = std::strtod(token.c_str(), &stop);
-      if (*stop != '\0') return at(i) + "'" + token + "' is not a number";
-      if (!std::isfinite(v) || errno == ERANGE || std::fabs(v) > 3.0e38)
-        return at(i) + "'" + token + "' is not a finite float";
+      // The whole token must be the number (an embedded NUL byte would end strtod early); a token
+      // is echoed at most 32 characters long, non-printable bytes as '?'.
+      std::string shown = "'" + (token.size() > 32 ? token.substr(0, 32) + "..." : token) + "'";
+      for (char& ch : shown)
+        if (!std::isprint(static_cast<unsigned char>(ch))) ch = '?';  // no NUL or control bytes in messages
+      if (stop != token.c_str() + token.size()) return at(i) + shown + " is not a number";
+      if (!std::isfinite(v) || errno == ERANGE || std::fabs(v) > 3.0e38) return at(i) + shown + " is not a finite float";
       if (++count > columns)
         return at(i) + "row " + std::to_string(row + 1) + " has more than " + std::to_string(columns) +
                " numbers (the last axis of " + table.shape_text() + ")";

@@ -143,6 +143,12 @@ TEST_F(PolicyTables, NonNumericAndNonFiniteValuesAreErrorsAtTheirLineAndColumn) 
   write("big.tsv", "1 2 3\n4 5 1e39\n");
   EXPECT_EQ(first_line(compile("{file: big.tsv, axes: [layer, kv_head], shape: [2, 3]}")),
             "p.yaml:4:15: error: table 'duo': DIR/big.tsv:2:5: '1e39' is not a finite float");
+  write("nul.tsv", std::string("1 2 3\n4 5\0x 6\n", 14));
+  EXPECT_EQ(first_line(compile("{file: nul.tsv, axes: [layer, kv_head], shape: [2, 3]}")),
+            "p.yaml:4:15: error: table 'duo': DIR/nul.tsv:2:3: '5?x' is not a number");
+  write("long.tsv", "1 2 3\n4 " + std::string(40, 'y') + " 6\n");
+  EXPECT_EQ(first_line(compile("{file: long.tsv, axes: [layer, kv_head], shape: [2, 3]}")),
+            "p.yaml:4:15: error: table 'duo': DIR/long.tsv:2:3: '" + std::string(32, 'y') + "...' is not a number");
   write("comma.tsv", "1, 2, 3,\n");
   EXPECT_EQ(first_line(compile("{file: comma.tsv, axes: [layer, kv_head], shape: [2, 3]}")),
             "p.yaml:4:15: error: table 'duo': DIR/comma.tsv:1:9: a row may not end with a comma");
