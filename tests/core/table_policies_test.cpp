@@ -195,5 +195,33 @@ TEST_F(TablePolicies, ATableOfAnotherShapeIsRefusedWhenTheEngineStarts) {
   }
 }
 
+// A hand-written program that plans heads and cascades is refused by the engine (the DSL refuses
+// such a file at its key, tests/dsl/golden/28_head_mode_cascading.yaml).
+class CascadingHeadPlan : public PolicyProgram {
+ public:
+  explicit CascadingHeadPlan(std::unique_ptr<PolicyProgram> inner) : inner_(std::move(inner)), desc_(inner_->description()) {
+    desc_.run.cascading = true;
+  }
+  const PolicyDescription& description() const override { return desc_; }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override { inner_->score(in, decoding, out); }
+  double layer_weight(const LayerWeightInputs& in) const override { return inner_->layer_weight(in); }
+
+ private:
+  std::unique_ptr<PolicyProgram> inner_;
+  PolicyDescription desc_;
+};
+
+TEST_F(TablePolicies, TheEngineRefusesHeadPlansWithCascading) {
+  CascadingHeadPlan policy(load_policy("lukv"));
+  ASSERT_TRUE(policy.description().has_head_plan);
+  try {
+    EvictionEngine engine(policy, model_->config, {Budget::parse("20"), 0});
+    ADD_FAILURE() << "accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "policy lukv: head_mode / head_weight need select scope kv_head, no cascading and no unfold_gqa");
+  }
+}
+
 }  // namespace
 }  // namespace kvevict
