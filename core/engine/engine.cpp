@@ -260,8 +260,10 @@ struct EvictionEngine::State {
     for (int h = 0; h < Hs; ++h)
       heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
-    if (desc.has_head_plan)
+    if (desc.has_head_plan) {
+      head_plans[layer].clear();
       for (int h = 0; h < Hs; ++h) head_plans[layer].push_back(policy.head_plan(heads[h].in));
+    }
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;
       lw.layer = layer;
