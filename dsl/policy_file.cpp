@@ -253,7 +253,9 @@ class FileCompiler {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
     return true;
   }
-  static bool reserved_name(const std::string& n) { return is_builtin_name(n) || n == "score" || n == "layer_weight"; }
+  static bool reserved_name(const std::string& n) {
+    return is_builtin_name(n) || n == "score" || n == "layer_weight" || n == "head_weight" || n == "head_mode";
+  }
 
   // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
   bool parse_value(const ParamDecl& d, const std::string& text, double& out, FilePos at, const std::string& what) {
