@@ -17,6 +17,9 @@ std::string summary(const dsl::CompiledPolicy& c) {
   s << d.source << ": ok: " << d.name << " (" << c.params.size() << " params; score " << c.score.nodes.size() << " nodes";
   if (d.has_decode_score) s << "; decode_score " << c.decode_score.nodes.size() << " nodes";
   if (d.has_layer_weight) s << "; layer_weight " << c.layer_weight.nodes.size() << " nodes";
+  if (c.head_mode.output >= 0) s << "; head_mode " << c.head_mode.nodes.size() << " nodes";
+  if (c.head_weight.output >= 0) s << "; head_weight " << c.head_weight.nodes.size() << " nodes";
+  for (const auto& t : c.tables) s << "; table " << t->name << " " << t->shape_text();
   s << "; window " << (d.depends_on_prompt_len && c.window.output >= 0 ? std::string("f(prompt_len)") : std::to_string(d.window));
   s << "; prefill " << (d.run.at_prefill ? "yes" : "no") << ", decode every " << d.run.decode_every;
   if (d.select.random_share > 0) s << "; random share " << d.select.random_share;

@@ -60,11 +60,12 @@ class Checker {
   Checker(const CheckOptions& options, Diagnostics& diag)
       : opt_(options), diag_(diag), b_(options.context == ProgramContext::LayerWeight) {
     for (size_t i = 0; i < opt_.params.size(); ++i) params_[opt_.params[i].name] = static_cast<int>(i);
+    b_.set_tables(opt_.tables);
   }
 
   LoweredProgram program(const Program& p, FilePos program_pos) {
     const bool score = opt_.context == ProgramContext::Score;
-    const std::string out_name = score ? "score" : "layer_weight";
+    const std::string out_name = output_name();
     int output = -1;
     for (const auto& d : p.definitions) {
       int node = definition(d);
@@ -72,7 +73,7 @@ class Checker {
     }
     if (!defs_.count(out_name) && !reported_output_ && !opt_.had_syntax_errors) {
       diag_.error(program_pos, score ? "the program must define 'score[t]' (one score per cached token)"
-                                     : "the program must define the scalar 'layer_weight'");
+                                     : "the program must define the scalar '" + out_name + "'");
     }
     if (output < 0) output = b_.constant(0);
     return b_.finish(output);
@@ -95,6 +96,14 @@ class Checker {
 
  private:
   bool layer_ctx() const { return opt_.context == ProgramContext::LayerWeight; }
+  std::string output_name() const {
+    switch (opt_.context) {
+      case ProgramContext::Score: return "score";
+      case ProgramContext::HeadWeight: return "head_weight";
+      case ProgramContext::HeadMode: return "head_mode";
+      default: return "layer_weight";
+    }
+  }
   unsigned context_axes() const {
     if (opt_.context == ProgramContext::Setting) return 0;
     return layer_ctx() ? kAllAxes : (kAxisH | kAxisQ | kAxisD | kAxisT);
@@ -106,6 +115,11 @@ class Checker {
   }
 
   bool reserved(const std::string& name) const { return is_builtin_name(name); }
+  bool is_table(const std::string& name) const {
+    for (const auto& t : opt_.tables)
+      if (t->name == name) return true;
+    return false;
+  }
 
   // definition: checks the left side (name, axes) and the value; records the definition.
   int definition(const ::kvevict::dsl::Definition& d) {
@@ -118,6 +132,9 @@ class Checker {
       ok = false;
     } else if (defs_.count(d.name)) {
       diag_.error(d.pos, "'" + d.name + "' is already defined");
+      ok = false;
+    } else if (is_table(d.name)) {
+      diag_.error(d.pos, "'" + d.name + "' is a table and cannot be redefined");
       ok = false;
     }
     unsigned axes = 0;
@@ -138,13 +155,13 @@ class Checker {
       last = bit;
       axes |= bit;
     }
-    const bool is_output = d.name == (opt_.context == ProgramContext::Score ? "score" : "layer_weight");
+    const bool is_output = d.name == output_name();
     if (is_output && ok) {
       unsigned want = opt_.context == ProgramContext::Score ? kAxisT : 0u;
       if (axes != want) {
         diag_.error(d.pos, opt_.context == ProgramContext::Score
                                ? "'score' must be declared per token: score[t] = ..."
-                               : "'layer_weight' must be a scalar: layer_weight = ...");
+                               : "'" + output_name() + "' must be a scalar: " + output_name() + " = ...");
         reported_output_ = true;
         ok = false;
       }
@@ -205,6 +222,11 @@ class Checker {
       return v;
     }
     if (n == "true" || n == "false") return Value{b_.constant(n == "true" ? 1.0f : 0.0f), Type::Bool, 0};
+    if (opt_.context == ProgramContext::HeadMode) {  // the values of head_mode (head_budgets.h: HeadMode)
+      if (n == "compressed") return Value{b_.constant(0.0f), Type::Number, 0};
+      if (n == "full") return Value{b_.constant(1.0f), Type::Number, 0};
+      if (n == "streaming") return Value{b_.constant(2.0f), Type::Number, 0};
+    }
     if (auto it = defs_.find(n); it != defs_.end()) {
       if (it->second.axes != 0)
         return fail(e.pos, "'" + n + "' is a tensor " + shape_name(it->second.axes) + "; index it, e.g. " + n + index_hint(it->second.axes));
@@ -241,6 +263,7 @@ class Checker {
     if (kTensorSignals.count(n))
       return fail(e.pos, "'" + n + "' is a tensor signal " + shape_name(signal_shape(kTensorSignals.at(n))) + "; index it, e.g. " + n + index_hint(signal_shape(kTensorSignals.at(n))));
     if (n == "random") return fail(e.pos, "'random' is a per-token signal; write random[t]");
+    if (is_table(n)) return fail(e.pos, "'" + n + "' is a table; index it, e.g. " + n + "[layer, kv_head]");
     if (kUnaryFns.count(n) || kReducers.count(n) || kOtherFunctions.count(n))
       return fail(e.pos, "'" + n + "' is a function; call it with arguments in parentheses");
     return fail(e.pos, "unknown name '" + n + "'");
@@ -259,6 +282,8 @@ class Checker {
     Type type = Type::Number;
     bool is_random = false;
     if (opt_.context == ProgramContext::Setting) return fail(e.pos, "tensors are not available in a setting");
+    for (size_t i = 0; i < opt_.tables.size(); ++i)
+      if (opt_.tables[i]->name == e.text && !defs_.count(e.text)) return table_read(e, scope, static_cast<int>(i));
     if (auto it = kTensorSignals.find(e.text); it != kTensorSignals.end()) {
       axes = signal_shape(it->second);
     } else if (e.text == "random") {
@@ -323,6 +348,47 @@ class Checker {
     if (node < 0 && !kTensorSignals.count(e.text)) return error();  // the definition itself had errors
     if (node < 0) node = b_.load(kTensorSignals.at(e.text));
     return Value{node, type, b_.node(node).shape};
+  }
+
+  // read = NAME "[" index { "," index } "]" where NAME is a table: the indices are the table's
+  // axes in order, spelled layer, kv_head and d (docs/DSL.md §11); layer and kv_head are the
+  // program's own, d must be bound. No shifts, so no read can leave the table.
+  Value table_read(const Expr& e, Scope& scope, int index) {
+    const TableData& tab = *opt_.tables[static_cast<size_t>(index)];
+    // In layer_weight programs the kv_head axis is spelled g (the layer's KV heads), a bound axis.
+    bool along_g = false;
+    if (layer_ctx() && tab.has[static_cast<int>(TableAxis::KvHead)]) {
+      const size_t k = tab.has[0] ? 1 : 0;
+      if (k < e.indices.size() && e.indices[k].axis == "g" && e.indices[k].shift.empty()) {
+        if (!(scope.bound & kAxisG)) return fail(e.indices[k].pos, "axis 'g' is not bound here: declare it on the left side or reduce over it");
+        along_g = true;
+      }
+    }
+    std::vector<int> want;
+    std::string axes_text;
+    for (int a = 0; a < kNumTableAxes; ++a)
+      if (tab.has[a]) {
+        want.push_back(a);
+        axes_text += (axes_text.empty() ? "" : ", ") + std::string(kTableAxisNames[a]);
+      }
+    if (e.indices.size() != want.size())
+      return fail(e.pos, "table '" + e.text + "' has axes [" + axes_text + "] and takes " + std::to_string(want.size()) +
+                             " indices, not " + std::to_string(e.indices.size()));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const IndexTerm& idx = e.indices[i];
+      if (along_g && want[i] == static_cast<int>(TableAxis::KvHead)) continue;
+      if (idx.axis != kTableAxisNames[want[i]] || !idx.shift.empty())
+        return fail(idx.pos, "index " + std::to_string(i + 1) + " of table '" + e.text + "' must be '" +
+                                 kTableAxisNames[want[i]] + "' (" + e.text + " has axes [" + axes_text + "]), found '" +
+                                 idx.axis + (idx.shift.empty() ? "" : (idx.negative ? " - " : " + ") + idx.shift) + "'");
+      if (want[i] == static_cast<int>(TableAxis::KvHead) && layer_ctx())
+        return fail(idx.pos, "table '" + e.text + "' is per KV head; in layer_weight programs index it along axis g, e.g. " +
+                                 e.text + "[layer, g]");
+      if (want[i] == static_cast<int>(TableAxis::D) && !(scope.bound & kAxisD))
+        return fail(idx.pos, "axis 'd' is not bound here: declare it on the left side or reduce over it");
+    }
+    const int n = b_.table(index, along_g);
+    return Value{n, Type::Number, b_.node(n).shape};
   }
 
   Value unary(const Expr& e, Scope& scope) {

@@ -23,6 +23,9 @@ enum class ProgramContext {
   Score,        // per (layer, KV head): axes h, q, t; output `score[t]`
   LayerWeight,  // per layer: axes g, h, q, t; scalar `budget` available; output `layer_weight`
   Setting,      // a single scalar expression over parameters (and prompt_len where allowed)
+  HeadWeight,   // per (layer, KV head) like Score; output the scalar `head_weight` (share of the layer's budget)
+  HeadMode,     // per (layer, KV head) like Score; output the scalar `head_mode`; the names
+                // compressed (0), full (1) and streaming (2) are its values (core/engine/head_budgets.h)
 };
 
 struct CheckOptions {
@@ -32,6 +35,7 @@ struct CheckOptions {
   bool allow_decode_budget_inputs = false;
   std::vector<ParamBinding> params;
   bool had_syntax_errors = false;  // do not also report a missing output the parser lost
+  TableList tables;                // the policy's tables (`tables:`), read as NAME[layer, kv_head, d]
 };
 
 // Checks and lowers a program; the returned program is valid only if no error was reported.

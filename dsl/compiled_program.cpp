@@ -5,6 +5,7 @@
 
 #include "core/util/error.h"
 #include "dsl/interpreter.h"
+#include "dsl/policy_tables.h"
 
 namespace kvevict::dsl {
 namespace {
@@ -31,6 +32,34 @@ int setting_int(const LoweredProgram& p, int fallback, int prompt_len) {
 }
 
 }  // namespace
+
+namespace {
+// One scalar of a per-(layer, KV head) program (head_mode, head_weight).
+double head_scalar(const LoweredProgram& p, const ScoreInputs& in) {
+  EvalInputs e;
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
+  fill_scalars(e, in);
+  e.heads.push_back(head_signals(in));
+  e.seed = in.seed;
+  e.layer = in.layer;
+  return evaluate(p, e).at(0);
+}
+}  // namespace
+
+HeadPlan InterpretedPolicy::head_plan(const ScoreInputs& in) const {
+  HeadPlan plan;
+  if (c_.head_mode.output >= 0) plan.mode = head_mode_from_value(head_scalar(c_.head_mode, in));
+  if (c_.head_weight.output >= 0) {
+    const double w = head_scalar(c_.head_weight, in);
+    plan.weight = std::isfinite(w) && w > 0 ? w : 0.0;
+  }
+  return plan;
+}
+
+std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
+  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim);
+  return why.empty() ? why : "policy '" + c_.desc.name + "' (" + c_.desc.source + "): " + why;
+}
 
 void InterpretedPolicy::score(const ScoreInputs& in, bool decoding, float* out) const {
   const LoweredProgram& p = decoding && c_.desc.has_decode_score ? c_.decode_score : c_.score;

@@ -14,6 +14,8 @@ class InterpretedPolicy : public PolicyProgram {
   int window_for(int prompt_len) const override;
   PolicyProtect protect_for(int prompt_len) const override;
   double decode_budget_for(int prompt_len, int decode_step, double budget) const override;
+  HeadPlan head_plan(const ScoreInputs& in) const override;
+  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override;
   const CompiledPolicy& compiled() const { return c_; }
 
  private:

@@ -419,6 +419,16 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         break;
       case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
+      case NodeOp::Table: {
+        if (nd.lo < 0 || nd.lo >= static_cast<int>(p.tables.size())) throw RuntimeError("policy program reads a table it does not have");
+        const TableData& tab = *p.tables[static_cast<size_t>(nd.lo)];
+        const long long kv_head = static_cast<long long>(in.scalars[static_cast<int>(ScalarSignal::KvHead)]);
+        float* o = alloc();
+        const int64_t channels = (nd.shape & kAxisD) ? in.ext.d : 1;  // [g?][d?], g outer (along_g: layer_weight)
+        for (int64_t j = 0; j < size; ++j)
+          o[j] = tab.at(in.layer, (nd.shape & kAxisG) ? j / channels : kv_head, j % channels);
+        break;
+      }
     }
     for (int o : {nd.a, nd.b, nd.c})
       if (o >= 0 && last_use[o] == static_cast<int>(i) && o != p.output) pool.give(bufs[o].own);

@@ -41,6 +41,10 @@
 //                avg_pool1d with zero padding counted, as CAKE and SnapKV); max and min skip them
 //                (PyTorch max_pool1d pads with -inf). If no offset is in range the result is 0.
 //   Normalise    a / sum over t of a (per slice over the other axes); 0 where that sum is 0
+//   Table        tables[lo] at (layer, kv_head, d) (dsl/table_data.h): shape [d] when the table has
+//                axis d, else scalar (plus axis g in layer_weight programs, where kv_head runs
+//                along g). layer and kv_head are otherwise the program's own (its scalars); an
+//                index outside the table reads 0 (the engine checks the extents before a run)
 //
 // REDUCTION ORDER (determinism): reductions over g, h and q only accumulate in float in
 // increasing index order (canonical g, h, q nesting), each t independently; mean = sum * (1 /
@@ -56,6 +60,7 @@
 #include <vector>
 
 #include "core/engine/signals.h"
+#include "dsl/table_data.h"
 
 namespace kvevict::dsl {
 
@@ -77,7 +82,7 @@ using kvevict::ScalarSignal;
 // Shape of a tensor signal in a per-head program; layer_weight programs add axis g.
 constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_axes(s); }
 
-enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise };
+enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table };
 
 enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Pow, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
@@ -94,7 +99,7 @@ struct Node {
   BinaryFn binary = BinaryFn::Add;
   Reducer reducer = Reducer::Sum;
   unsigned axes = 0;              // Reduce: the reduced axes; AxisIndex: the axis
-  int lo = 0, hi = 0;             // Window: offsets, lo <= hi
+  int lo = 0, hi = 0;             // Window: offsets, lo <= hi; Table: lo = index into LoweredProgram::tables
   // Where the expression that created the node starts in the policy file (1-based; 0 = unknown,
   // e.g. programs built directly). Not part of a node's identity: a shared sub-expression keeps
   // the position of its first occurrence. The CUDA generator turns it into #line directives.
@@ -107,6 +112,7 @@ struct LoweredProgram {
   bool layer_context = false;         // layer_weight program: axis g exists, tensors carry it
   SignalSet uses{};                   // which tensor signals are read
   bool uses_random = false;
+  TableList tables;                   // the policy's tables (Table nodes index them); shared, read-only
   std::string dump() const;           // one line per node, for tests and code-generator debugging
 };
 

@@ -14,6 +14,7 @@
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
 #include "dsl/policy_keys.h"
+#include "dsl/policy_tables.h"
 #include "dsl/yaml_duplicate_keys.h"
 
 namespace kvevict::dsl {
@@ -123,6 +124,8 @@ class FileCompiler {
     const int implicit_kept_order = add_implicit_kept_order(root);
     apply_overrides(overrides);
     opts_.params = out_.bindings;
+    parse_tables_section(root["tables"], path_, diag_, out_.tables);
+    opts_.tables = out_.tables;
     settings(root);
     if (implicit_kept_order >= 0) {
       const ParamBinding& b = out_.bindings[static_cast<size_t>(implicit_kept_order)];
@@ -261,7 +264,9 @@ class FileCompiler {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
     return true;
   }
-  static bool reserved_name(const std::string& n) { return is_builtin_name(n) || n == "score" || n == "layer_weight"; }
+  static bool reserved_name(const std::string& n) {
+    return is_builtin_name(n) || n == "score" || n == "layer_weight" || n == "head_weight" || n == "head_mode";
+  }
 
   // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
   bool parse_value(const ParamDecl& d, const std::string& text, double& out, FilePos at, const std::string& what) {
@@ -554,24 +559,47 @@ class FileCompiler {
     out_.score = program(root, "score", ProgramContext::Score);
     out_.decode_score = program(root, "decode_score", ProgramContext::Score);
     out_.layer_weight = program(root, "layer_weight", ProgramContext::LayerWeight);
+    out_.head_mode = program(root, "head_mode", ProgramContext::HeadMode);
+    out_.head_weight = program(root, "head_weight", ProgramContext::HeadWeight);
     d.has_decode_score = root["decode_score"].IsDefined();
     d.has_layer_weight = root["layer_weight"].IsDefined();
-    for (const LoweredProgram* p : {&out_.score, &out_.decode_score, &out_.layer_weight}) {
+    d.has_head_plan = check_head_programs(root);
+    for (const LoweredProgram* p : {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight}) {
       for (int s = 0; s < kNumTensorSignals; ++s) d.reads[s] = d.reads[s] || p->uses[s];
     }
     // The engine computes the window attention while decoding only if the decode indicator reads it.
     d.run.decode_uses_window_attention =
         (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
-    const char* keys[] = {"score", "decode_score", "layer_weight"};
-    const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight};
+    const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight"};
+    const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight};
     // Signals made from the window queries (the signal table's source) need an observation window.
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 5; ++i)
       for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable)
         if (info.source == kvevict::SignalSource::WindowQueries && progs[i]->uses[kvevict::signal_index(info.id)] &&
             !root["observe"])
           diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the " + std::string(info.description) +
                                                  " " + std::string(info.dsl_name) +
                                                  ", but the file has no 'observe: {window: ...}'");
+  }
+
+  // head_mode / head_weight (core/engine/head_budgets.h) split a layer's budget per KV head: only
+  // the kv_head scope selects per head with its own budget, and only a one-shot split (no
+  // cascading re-split, no unfolded GQA) keeps the plans of a layer valid. Returns whether the
+  // file has either program.
+  bool check_head_programs(const YAML::Node& root) {
+    bool any = false;
+    for (const char* key : {"head_mode", "head_weight"}) {
+      if (!root[key]) continue;
+      any = true;
+      const PolicyDescription& d = out_.desc;
+      if (d.select.scope != SelectScope::KvHead)
+        diag_.error(pos_of(root[key]), std::string("'") + key + "' needs select scope kv_head (scope " +
+                                           std::string(ModeNames<SelectScope>::names[static_cast<int>(d.select.scope)]) +
+                                           " decides the heads' budgets itself)");
+      if (d.run.cascading) diag_.error(pos_of(root[key]), std::string("'") + key + "' cannot be combined with run.cascading");
+      if (d.select.unfold_gqa) diag_.error(pos_of(root[key]), std::string("'") + key + "' cannot be combined with select.unfold_gqa");
+    }
+    return any;
   }
 
   std::string path_, text_;

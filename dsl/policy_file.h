@@ -15,6 +15,8 @@
 //             decode_budget: EXPR over params, prompt_len, decode_step and budget,
 //             prefill_block: EXPR (tokens per prefill block; 0: one block)}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
+//   head_mode: PROGRAM   head_weight: PROGRAM   (per KV head; core/engine/head_budgets.h)
+//   tables:  NAME: {file: PATH, axes: [layer, kv_head, d], shape: [N, ...]}   (dsl/policy_tables.h)
 //   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL}
 //   merge:   {enabled: BOOL, theta_key:, theta_value:, scope: per_head|per_layer_across_heads,
@@ -46,6 +48,8 @@ struct CompiledPolicy {
   std::vector<ParamDecl> params;
   std::vector<ParamBinding> bindings;  // resolved values (defaults + overrides)
   LoweredProgram score, decode_score, layer_weight;
+  LoweredProgram head_mode, head_weight;  // output < 0 when the file has none
+  TableList tables;                       // `tables:` (dsl/policy_tables.h)
   // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
   LoweredProgram window, protect_first, protect_recent, protect_decode_first, protect_decode_recent;
   LoweredProgram decode_budget;  // run.decode_budget (empty: none)

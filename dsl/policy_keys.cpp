@@ -4,7 +4,8 @@ namespace kvevict::dsl {
 
 const std::set<std::string>& policy_top_level_keys() {
   static const std::set<std::string> keys = {"name", "about",  "params",       "observe",      "protect", "run",
-                                             "score", "decode_score", "layer_weight", "select", "merge"};
+                                             "score", "decode_score", "layer_weight", "select", "merge",
+                                             "tables", "head_weight", "head_mode"};
   return keys;
 }
 
@@ -23,6 +24,11 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
 
 const std::set<std::string>& policy_parameter_keys() {
   static const std::set<std::string> keys = {"int", "float", "bool", "fraction", "enum", "default", "min", "max", "doc"};
+  return keys;
+}
+
+const std::set<std::string>& policy_table_keys() {
+  static const std::set<std::string> keys = {"file", "axes", "shape", "values"};
   return keys;
 }
 

@@ -18,4 +18,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys();
 // Keys of one parameter declaration under `params:` (its type key, default, bounds, doc).
 const std::set<std::string>& policy_parameter_keys();
 
+// Keys of one table declaration under `tables:` (dsl/policy_tables.h).
+const std::set<std::string>& policy_table_keys();
+
 }  // namespace kvevict::dsl

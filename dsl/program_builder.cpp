@@ -151,6 +151,15 @@ int ProgramBuilder::normalise(int a) {
   return add(n);
 }
 
+int ProgramBuilder::table(int index, bool along_g) {
+  Node n;
+  n.op = NodeOp::Table;
+  n.lo = index;
+  n.shape = (program_.tables.at(static_cast<size_t>(index))->has[static_cast<int>(TableAxis::D)] ? kAxisD : 0u) |
+            (along_g ? kAxisG : 0u);
+  return add(n);
+}
+
 void ProgramBuilder::locate(int first, int line, int col) {
   for (int i = first; i < size(); ++i) {
     Node& n = program_.nodes[i];
@@ -167,6 +176,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
   // reads: the engine computes, and the interpreter demands, exactly the signals in `uses`.
   LoweredProgram out;
   out.layer_context = program_.layer_context;
+  out.tables = program_.tables;
   if (output < 0) {
     out.nodes = program_.nodes;
     std::copy(std::begin(program_.uses), std::end(program_.uses), std::begin(out.uses));
@@ -197,7 +207,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
 
 std::string LoweredProgram::dump() const {
   static const char* ops[] = {"const", "scalar", "load", "axis_index", "random", "unary", "binary",
-                              "select", "reduce", "window", "normalise"};
+                              "select", "reduce", "window", "normalise", "table"};
   std::ostringstream out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -213,6 +223,7 @@ std::string LoweredProgram::dump() const {
       case NodeOp::Reduce: out << " r" << static_cast<int>(n.reducer) << ' ' << shape_name(n.axes) << " %" << n.a; break;
       case NodeOp::Window: out << " r" << static_cast<int>(n.reducer) << ' ' << n.lo << ".." << n.hi << " %" << n.a; break;
       case NodeOp::Normalise: out << " %" << n.a; break;
+      case NodeOp::Table: out << ' ' << (n.lo >= 0 && n.lo < static_cast<int>(tables.size()) ? tables[n.lo]->name : "?"); break;
       default: break;
     }
     out << '\n';

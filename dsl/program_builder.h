@@ -25,6 +25,9 @@ class ProgramBuilder {
   int reduce(Reducer r, unsigned axes, int a);
   int window(Reducer r, int lo, int hi, int a);
   int normalise(int a);
+  // A read of table `index` of `tables` (set_tables) at the program's (layer, kv_head[, d]).
+  int table(int index, bool along_g = false);  // along_g: kv_head along axis g (layer_weight)
+  void set_tables(const TableList& tables) { program_.tables = tables; }
   const Node& node(int i) const { return program_.nodes[i]; }
   int size() const { return static_cast<int>(program_.nodes.size()); }
   // Gives nodes [first, size()) that have no position yet the position (line, col): called after

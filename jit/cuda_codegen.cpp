@@ -169,6 +169,10 @@ class ProgramEmitter {
             if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
             break;
           case NodeOp::Random: value = "kv_random(a, t)"; break;
+          case NodeOp::Table:
+            if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
+            value = cuda_table_read(n.lo, *p_.tables[n.lo]);
+            break;
           case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
           case NodeOp::Binary: value = cuda_binary(n.binary, var(n.a), var(n.b)); break;
           case NodeOp::Select: value = "(" + var(n.a) + " != 0.0f ? " + var(n.b) + " : " + var(n.c) + ")"; break;
@@ -393,6 +397,16 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
     writer.line("KVEVICT_STAGED_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ", " + p.stage_function + ", " +
                 std::to_string(p.stage_count) + ")");
   };
+  // Tables are constants of the policy, baked into the text (not a kernel argument): they are
+  // small (dsl/table_data.h caps them), the kernel cache keys on the text so a new table file is a
+  // new kernel, and the kernel ABI and the GPU uploads stay as they are. Every program of a policy
+  // shares the policy's table list, so one definition per table serves score and decode_score.
+  std::set<int> tables_read;
+  for (const dsl::LoweredProgram* p : {&score, decode})
+    if (p)
+      for (const dsl::Node& n : p->nodes)
+        if (n.op == NodeOp::Table && n.lo >= 0 && n.lo < int(p->tables.size())) tables_read.insert(n.lo);
+  for (int t : tables_read) writer.block(cuda_table_definition(t, *score.tables.at(size_t(t))));
   const EmittedProgram score_program = emit_score_program(writer, score, "score", policy_file, score_at);
   entry("kvevict_score", score_program);
   kernel.entry_points.push_back("kvevict_score");

@@ -86,4 +86,29 @@ std::string cuda_binary(BinaryFn f, const std::string& x, const std::string& y) 
   return "";
 }
 
+std::string cuda_table_definition(int index, const dsl::TableData& table) {
+  std::string text = "// table '" + table.name + "' " + table.shape_text() + "\n";
+  text += "KVEVICT_TABLE kv_table_" + std::to_string(index) + "[" + std::to_string(table.values.size()) + "] = {";
+  char literal[48];
+  for (size_t i = 0; i < table.values.size(); ++i) {
+    std::snprintf(literal, sizeof literal, "%a", double(table.values[i]));
+    text += std::string(i % 8 == 0 ? "\n  " : " ") + literal + "f,";
+  }
+  return text + "\n};\n";
+}
+
+std::string cuda_table_read(int index, const dsl::TableData& table) {
+  // flat = (layer * n_kv_head + kv_head) * n_d + c over the axes the table has (table_data.h); an
+  // index of an axis outside its extent reads 0 like TableData::at.
+  const std::string n_k = std::to_string(table.extent[1]), n_d = std::to_string(table.extent[2]);
+  std::string in_range = "1";
+  std::string l = "0LL", k = "0LL", c = "0LL";
+  if (table.has[0]) l = "(long long)a.layer", in_range += " && a.layer >= 0 && a.layer < " + std::to_string(table.extent[0]);
+  if (table.has[1]) k = "(long long)a.kv_head", in_range += " && a.kv_head >= 0 && a.kv_head < " + n_k;
+  if (table.has[2]) c = "(long long)c", in_range += " && c >= 0 && c < " + n_d;
+  const std::string flat = "((" + l + " * " + n_k + "LL + " + k + ") * " + n_d + "LL + " + c + ")";
+  return "((" + in_range + ") ? kv_load(kv_table_" + std::to_string(index) + ", " + flat + ", " +
+         std::to_string(table.values.size()) + "LL, 0.0f) : 0.0f) /* " + table.name + " */";
+}
+
 }  // namespace kvevict::jit

@@ -18,4 +18,11 @@ std::string cuda_load(dsl::TensorSignal s);
 std::string cuda_unary(dsl::UnaryFn f, const std::string& x);
 std::string cuda_binary(dsl::BinaryFn f, const std::string& x, const std::string& y);
 
+// A policy table (dsl/table_data.h) baked into the kernel text: "KVEVICT_TABLE kv_table_I[N] = {...};"
+// with every value as an exact hexadecimal float literal (bit-identical to the interpreter's float).
+std::string cuda_table_definition(int index, const dsl::TableData& table);
+// A read of table `index` at the kernel's (layer, kv_head) and channel c, through the bounded
+// kv_load: an index outside the table reads 0, as in the interpreter.
+std::string cuda_table_read(int index, const dsl::TableData& table);
+
 }  // namespace kvevict::jit

@@ -36,6 +36,10 @@ class JitPolicyProgram : public PolicyProgram {
   double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
     return reference_->decode_budget_for(prompt_len, decode_step, budget);
   }
+  HeadPlan head_plan(const ScoreInputs& in) const override { return reference_->head_plan(in); }
+  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override {
+    return reference_->check_geometry(n_layers, n_kv_heads, head_dim);
+  }
 
  private:
   explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}

@@ -37,6 +37,7 @@ const std::string& kernel_prelude() {
 #define KVEVICT_STAGE_THREADS )" + std::to_string(kStageThreads) + R"(u
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
+#define KVEVICT_TABLE static __device__ const float
 #define KVEVICT_INFINITY __int_as_float(0x7f800000)
 KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
@@ -60,6 +61,7 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #include <math.h>
 #include <string.h>
 #define KVEVICT_FN static inline
+#define KVEVICT_TABLE static const float
 #define KVEVICT_INFINITY INFINITY
 KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
 #define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \

@@ -17,6 +17,7 @@
 #include "core/engine/codebook_stage.h"
 #include "core/engine/engine_checks.h"
 #include "core/engine/merge_on_evict.h"
+#include "core/engine/head_budgets.h"
 #include "core/engine/original_positions.h"
 #include "core/engine/recent_queries.h"
 #include "core/engine/segment_observation.h"
@@ -78,6 +79,10 @@ struct EvictionEngine::State {
   int64_t total_budget = 0;   // sum over layers of the per-head budget
   std::vector<int> layer_budget;                         // per-head budget of each layer
   std::vector<double> layer_weight;                      // P_l when the policy has one
+  // Head-level budgets (head_budgets.h), when the policy has head_mode / head_weight programs:
+  // [layer][stored head] plans from prefill, and the budgets of the layer's last eviction.
+  std::vector<std::vector<HeadPlan>> head_plans;
+  std::vector<std::vector<int>> head_budget;
   // [layer][stored head][cache entry] prefill scores, released at the end of prefill: decode
   // triggers score afresh, and a kept vector would go stale as the decoder appends entries.
   std::vector<std::vector<std::vector<float>>> scores;
@@ -100,6 +105,8 @@ struct EvictionEngine::State {
     G = c.group_size();
     d = c.head_dim;
     check_engine_supports(desc, c, options.budget);
+    if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d); !why.empty())
+      throw UsageError(why);
     window = desc.window;
     protect = desc.protect;
     unfold = desc.select.unfold_gqa;
@@ -125,6 +132,8 @@ struct EvictionEngine::State {
     sampling_seed = options.seed;
     layer_budget.assign(L, 0);
     layer_weight.assign(L, 1.0);
+    head_plans.assign(L, {});
+    head_budget.assign(L, {});
     scores.assign(L, std::vector<std::vector<float>>(Hs));
     accumulated.assign(L, std::vector<std::vector<float>>());
     recent.reset(L, static_cast<size_t>(Hq) * d);
@@ -263,6 +272,10 @@ struct EvictionEngine::State {
     for (int h = 0; h < Hs; ++h)
       heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
+    if (desc.has_head_plan) {
+      head_plans[layer].clear();
+      for (int h = 0; h < Hs; ++h) head_plans[layer].push_back(policy.head_plan(heads[h].in));
+    }
     if (desc.has_layer_weight) {
       LayerWeightInputs lw;
       lw.layer = layer;
@@ -344,6 +357,14 @@ struct EvictionEngine::State {
     return select_head(sc, pos, spec_for(layer, head, budget));
   }
 
+  // Per-head budgets of `layer` for a layer budget (uniform unless the policy plans heads).
+  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget) const {
+    if (!desc.has_head_plan || static_cast<int>(head_plans[layer].size()) != Hs) return std::vector<int>(Hs, budget);
+    std::vector<int> length(Hs);
+    for (int h = 0; h < Hs; ++h) length[h] = static_cast<int>(cache.length(layer, h));
+    return split_head_budgets(budget, head_plans[layer], length, protect.first + protect.recent);
+  }
+
   // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores) {
     if (desc.select.scope == SelectScope::Layer) {
@@ -371,10 +392,12 @@ struct EvictionEngine::State {
                                        std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget);
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
     } else {
+      const std::vector<int> budgets = head_budgets(cache, layer, budget);
+      if (desc.has_head_plan) head_budget[layer] = budgets;
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
         const auto kept = select_entries(std::span<const float>(head_scores[h].data(), T),
-                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budget);
+                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h]);
         keep(cache, layer, h, kept);
       }
     }
@@ -391,6 +414,9 @@ struct EvictionEngine::State {
   bool skip_prefill() const {
     const double b = options.budget.tokens_per_head(prompt_len, geometry());
     const double margin = b + (desc.run.skip_margin_includes_window ? window : 0);
+    // Full and streaming heads do not follow the budget (head_budgets.h): a prompt within it is
+    // still split by head mode.
+    if (desc.has_head_plan) return options.budget.kind == Budget::Kind::Full;
     return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
   }
 
@@ -496,7 +522,7 @@ struct EvictionEngine::State {
     for (int l = 0; l < L; ++l) {
       for (int h = 0; h < cache.n_stored_heads(); ++h) {
         HeadReport& r = report.layers[l][h];
-        r.budget = layer_budget[l];
+        r.budget = h < static_cast<int>(head_budget[l].size()) ? head_budget[l][h] : layer_budget[l];
         r.kept = cache.length(l, h);
         const int32_t* pos = positions(cache, l, h);
         r.kept_positions.assign(pos, pos + r.kept);
@@ -538,7 +564,8 @@ struct EvictionEngine::State {
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = decode_budget(l);
     bool over = false;
-    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budget + desc.run.decode_slack;
+    const std::vector<int> budgets = head_budgets(cache, l, budget);
+    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + desc.run.decode_slack;
     if (!over) return;
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);

@@ -39,6 +39,10 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
     throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
   if (const auto errors = segment_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
+  // Head plans (head_budgets.h) are per-head budgets of a one-shot, per-KV-head selection; the DSL
+  // refuses the rest at the key, this guards hand-written programs.
+  if (desc.has_head_plan && (desc.select.scope != SelectScope::KvHead || desc.run.cascading || unfold))
+    throw UsageError("policy " + desc.name + ": head_mode / head_weight need select scope kv_head, no cascading and no unfold_gqa");
   budget.check_model(config.n_layers, config.n_kv_heads);
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/head_budgets.h"
 #include "core/engine/policy_modes.h"
 #include "core/engine/signals.h"
 
@@ -146,6 +147,9 @@ struct PolicyDescription {
   bool depends_on_prompt_len = false;
   bool has_layer_weight = false;      // false: uniform budgets across layers
   bool has_decode_score = false;      // a separate indicator used while decoding
+  // Added. head_mode / head_weight programs: the engine asks head_plan() per (layer, KV head) at
+  // prefill and splits each layer's budget among its heads (core/engine/head_budgets.h).
+  bool has_head_plan = false;
   PolicyObserve observe;
   PolicyRun run;
   PolicyProtect protect;
@@ -204,6 +208,14 @@ class PolicyProgram {
     (void)prompt_len;
     (void)decode_step;
     return budget;
+  }
+  // Added. Mode and budget weight of one KV head (only called when description().has_head_plan).
+  virtual HeadPlan head_plan(const ScoreInputs& in) const { (void)in; return {}; }
+  // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
+  // engine calls it once, before anything runs, and refuses the policy with the message.
+  virtual std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
+    (void)n_layers, (void)n_kv_heads, (void)head_dim;
+    return "";
   }
 };
 

@@ -82,7 +82,8 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 
 // compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
 // blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
-// noncausal_attn in chunk_policies_test.cpp. One name per line.
+// noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
+// per_layer_compression, qfilter, rlkv) in table_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "chunkkv",
@@ -90,16 +91,22 @@ const std::vector<std::string> kFieldPolicies = {
     "compression_ratio_decoding",
     "cur",
     "decoding",
+    "duo_attention",
     "entropy_adaptive",
     "entropy_gated_chunkkv",
+    "headkv",
     "keydiff",
     "kvmerger",
     "look_m",
+    "lukv",
     "merging_press",
     "morphkv",
     "noncausal_attn",
     "observed_attention",
+    "per_layer_compression",
     "prefill_decoding",
+    "qfilter",
+    "rlkv",
     "scissorhands",
 };
 

@@ -59,6 +59,7 @@ void cover(const LoweredProgram& p, std::set<std::string>& seen) {
         seen.insert(std::string("window:") + reducers[int(n.reducer)] + (n.lo > 0 || n.hi < 0 ? ":off-centre" : ""));
         break;
       case NodeOp::Normalise: seen.insert("normalise"); break;
+      case NodeOp::Table: seen.insert("table:" + p.tables.at(size_t(n.lo))->name); break;
     }
   }
 }
@@ -76,6 +77,7 @@ std::set<std::string> every_construct() {
   }
   for (const char* r : {"sum", "mean", "max", "min"}) all.insert(std::string("window:") + r);
   all.insert("window:sum:off-centre");
+  for (const char* t : {"tl", "ta", "tq"}) all.insert(std::string("table:") + t);
   return all;
 }
 
@@ -117,6 +119,7 @@ struct Sample {
 
 std::vector<Sample> generate_sample(const std::string& dir, std::set<std::string>* covered) {
   testing::PolicyGenerator generator(base_seed());
+  for (const auto& [name, text] : generator.table_files()) std::ofstream(dir + "/" + name) << text;
   std::vector<Sample> sample;
   for (int i = 0; i < kPolicies; ++i) {
     Sample s;

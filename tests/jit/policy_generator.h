@@ -5,7 +5,10 @@
 // clamp/pow, every reducer over h, q and t, token windows shifted by t + k and t - k, normalise,
 // parameters, definitions of every shape). Expressions are built shape-correct by construction:
 // every read uses axes bound at that point, every reduction's body depends on the reduced axes
-// (an "anchor" term), every window body reads a token at t + k (or t - k).
+// (an "anchor" term), every window body reads a token at t + k (or t - k). Every file declares
+// three policy tables (dsl/table_data.h) shaped for RandomScoreInputs (4 layers, 2 KV heads,
+// head_dim 64) whose files table_files() returns, read as tl[layer], ta[layer, kv_head] and
+// tq[layer, kv_head, d].
 #include <cstdint>
 #include <map>
 #include <random>
@@ -19,6 +22,7 @@ namespace kvevict::jit::testing {
 class PolicyGenerator {
  public:
   explicit PolicyGenerator(uint32_t seed) : rng_(seed) {}
+  PolicyGenerator(const PolicyGenerator&) = delete;
 
   // A whole policy file named `name`.
   std::string policy(const std::string& name) {
@@ -26,9 +30,27 @@ class PolicyGenerator {
     text += "params:\n  gamma: {float: 1.5}\n  kernel: {int: 5, min: 1, max: 31}\n";
     text += "  mode: {enum: [a, b], default: a}\n";
     text += "observe: {window: 8, segment: 16}\n";  // segment: programs may read A_seg
+    text += "tables:\n  tl: {file: tl.tsv, axes: [layer], shape: [4]}\n"
+            "  ta: {file: ta.tsv, axes: [layer, kv_head], shape: [4, 2]}\n"
+            "  tq: {file: tq.tsv, axes: [layer, kv_head, d], shape: [4, 2, 64]}\n";
     text += "score: |\n" + program();
     if (pick(2) == 0) text += "decode_score: |\n" + program();
     return text;
+  }
+
+ public:
+  // The table files every policy of this generator reads (name -> text), random but fixed by the seed.
+  std::map<std::string, std::string> table_files() {
+    auto rows = [&](int n_rows, int n_cols) {
+      std::string text;
+      for (int r = 0; r < n_rows; ++r) {
+        for (int c = 0; c < n_cols; ++c)
+          text += (c ? "\t" : "") + std::to_string(std::uniform_real_distribution<double>(-2.0, 2.0)(rng_));
+        text += "\n";
+      }
+      return text;
+    };
+    return {{"tl.tsv", rows(1, 4)}, {"ta.tsv", rows(4, 2)}, {"tq.tsv", rows(8, 64)}};
   }
 
  private:
@@ -128,6 +150,11 @@ class PolicyGenerator {
       return all;
     }();
     std::vector<std::string> out;
+    if (!need_t) {  // policy tables: scalars, or vectors over d
+      out.push_back("tl[layer]");
+      out.push_back("ta[layer, kv_head]");
+      if (s.bound & kD) out.push_back("tq[layer, kv_head, d]");
+    }
     for (const auto& t : signals)
       if ((t.axes & ~s.bound) == 0 && (!need_t || (t.axes & kT))) out.push_back(t.name + axis_list(t.axes, s));
     // A definition declared with t may still hold a value without it (broadcast), so anchors
