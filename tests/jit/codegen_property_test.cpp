@@ -84,6 +84,11 @@ std::set<std::string> every_construct() {
 // The interpreter's scores and the host-built kernel's, prefill and decode, on several shapes.
 void expect_host_kernel_matches(const std::string& file, const std::string& text, const PolicyProgram& jit,
                                 const PolicyProgram& interpreted, uint32_t seed) {
+  // 1e-6 relative, except for programs taking logs: the interpreter's vectorised log of arrays is
+  // within 2 ulp of libm's (docs/JIT.md), and an entropy of logs over many elements (sums of p log p
+  // with cancellation) can turn that into ~10 ulp of the result. Seen with seed 20261129, policy 31.
+  const bool logs = text.find("log(") != std::string::npos || text.find("entropy(") != std::string::npos;
+  const float tolerance = logs ? 1e-5f : 1e-6f;
   for (auto [group, W, T] : {std::tuple{1, 1, 1}, {1, 1, 2}, {4, 8, 67}, {2, 5, 300}}) {
     testing::RandomScoreInputs random(group, W, T, seed++);
     random.inputs.layer = 3;
@@ -103,7 +108,7 @@ void expect_host_kernel_matches(const std::string& file, const std::string& text
           ASSERT_EQ(e, a) << file << " t=" << t << (decoding ? " decode" : " prefill") << "\n" << text;
           continue;
         }
-        ASSERT_LE(std::fabs(a - e), 1e-6f * std::max(1e-6f, std::fabs(e)))
+        ASSERT_LE(std::fabs(a - e), tolerance * std::max(1e-6f, std::fabs(e)))
             << file << " t=" << t << " G=" << group << " W=" << W << " T=" << T << (decoding ? " decode" : " prefill")
             << " expected " << e << " got " << a << "\n" << text;
       }
