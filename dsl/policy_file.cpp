@@ -487,6 +487,11 @@ class FileCompiler {
       }
       d.select.scope = choice(select, "scope", d.select.scope);
       d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
+      d.select.layer_allocation = choice(select, "layer_allocation", d.select.layer_allocation);
+      if (d.select.layer_allocation == LayerAllocation::Tokens && !root["layer_weight"])
+        diag_.error(pos_of(select["layer_allocation"]), "'layer_allocation: tokens' reads each layer's budget from a layer_weight program; the file has none");
+      if (d.select.layer_allocation == LayerAllocation::Tokens && d.run.cascading)
+        diag_.error(pos_of(select["layer_allocation"]), "'layer_allocation: tokens' cannot be combined with run.cascading (a cascade re-splits one total)");
       if (constant_setting(select, "unfold_gqa", true, v)) d.select.unfold_gqa = v != 0;
       d.select.unit = choice(select, "unit", d.select.unit);
       d.select.chunk_score = choice(select, "chunk_score", d.select.chunk_score);

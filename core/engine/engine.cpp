@@ -308,6 +308,22 @@ struct EvictionEngine::State {
 
   // Every eviction of a head (prefill and decode) ends here (unfold_gqa's excepted, which the
   // engine checks keep away from merge-on-evict).
+  // Budgets of layers 0..last: the weighted split of `stage_total`, or with layer_allocation
+  // tokens each layer's own layer_weight in tokens, at least its protected count and at most
+  // --budget's per-head budget and what the layer holds.
+  std::vector<int64_t> layer_budgets(int last, int64_t stage_total, const KVCache& cache) const {
+    if (desc.select.layer_allocation != LayerAllocation::Tokens) return split(last, stage_total, cache);
+    const double cap = options.budget.tokens_per_head(prompt_len, geometry());
+    std::vector<int64_t> out(last + 1);
+    for (int k = 0; k <= last; ++k) {
+      int64_t held = cache.length(k, 0);
+      for (int h = 1; h < cache.n_stored_heads(); ++h) held = std::min<int64_t>(held, cache.length(k, h));
+      const double want = std::min({layer_weight[k], cap, static_cast<double>(held)});
+      out[k] = std::max<int64_t>(protected_count(prompt_len), std::llround(std::max(0.0, want)));
+    }
+    return out;
+  }
+
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     const size_t length = cache.length(layer, kv_head);
     if (merges_on_evict()) merge_on_evict(desc.merge, cache, layer, kv_head, kept);  // folds the evicted in first
@@ -417,6 +433,8 @@ struct EvictionEngine::State {
     // Full and streaming heads do not follow the budget (head_budgets.h): a prompt within it is
     // still split by head mode.
     if (desc.has_head_plan) return options.budget.kind == Budget::Kind::Full;
+    // A layer_weight in tokens decides the budget itself: only --budget full turns it off.
+    if (desc.select.layer_allocation == LayerAllocation::Tokens) return options.budget.kind == Budget::Kind::Full;
     return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
   }
 
@@ -450,7 +468,7 @@ struct EvictionEngine::State {
     // Layers not seen yet keep their floors out of the stage total (CAKE splits B_total over the
     // seen layers; each layer also keeps its window), so the last stage splits exactly total_budget.
     const int64_t stage_total = total_budget - static_cast<int64_t>(L - 1 - l) * protected_count(prompt_len);
-    const auto budgets = split(l, stage_total, cache);
+    const auto budgets = layer_budgets(l, stage_total, cache);
     for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     if (unfold) {
       unfold_and_evict(cache);
@@ -488,7 +506,7 @@ struct EvictionEngine::State {
     block_prompt = 0;
     prefill_done = true;
     if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
-      const auto budgets = split(L - 1, total_budget, cache);
+      const auto budgets = layer_budgets(L - 1, total_budget, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
     if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy

@@ -43,6 +43,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   // refuses the rest at the key, this guards hand-written programs.
   if (desc.has_head_plan && (desc.select.scope != SelectScope::KvHead || desc.run.cascading || unfold))
     throw UsageError("policy " + desc.name + ": head_mode / head_weight need select scope kv_head, no cascading and no unfold_gqa");
+  if (desc.select.layer_allocation == LayerAllocation::Tokens && (!desc.has_layer_weight || desc.run.cascading))
+    throw UsageError("policy " + desc.name + ": layer_allocation tokens needs a layer_weight and no cascading");
   budget.check_model(config.n_layers, config.n_kv_heads);
 }
 

@@ -37,6 +37,13 @@ enum class SelectQuota : uint8_t { Global, PerChunk };
 // important but spiky chunks to their top select.rescue entries and fills the budget exactly.
 enum class ChunkGate : uint8_t { None, Entropy };
 
+// select.layer_allocation: what a layer_weight means. Share: the layer's share of the model's
+// budget (the allocator splits the total exactly). Tokens: the layer's own per-head budget in
+// tokens, a data-dependent budget whose kept count is an output (SimLayerKV: a lazy layer keeps
+// only its protected tokens, the others everything), capped by --budget and floored at the
+// protected count.
+enum class LayerAllocation : uint8_t { Share, Tokens };
+
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
   static constexpr std::array<std::string_view, 3> names = {"kv_head", "layer", "layer_shared"};
@@ -44,6 +51,10 @@ template <> struct ModeNames<SelectScope> {
 template <> struct ModeNames<KeptOrder> {
   static constexpr std::array<std::string_view, 2> names = {"positional", "score"};
 };
+template <> struct ModeNames<LayerAllocation> {
+  static constexpr std::array<std::string_view, 2> names = {"share", "tokens"};
+};
+static_assert(ModeNames<LayerAllocation>::names.size() == static_cast<size_t>(LayerAllocation::Tokens) + 1);
 template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };

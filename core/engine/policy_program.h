@@ -68,6 +68,9 @@ struct PolicySelect {
   double floor_alpha = 0.0;
   // Order of survivors in the cache: Positional (ascending original position) or Score.
   KeptOrder kept_order = KeptOrder::Positional;
+  // Added. How layer_weight is read (policy_modes.h): a share of the budget, or the layer's budget
+  // in tokens (select.layer_allocation: tokens; SimLayerKV).
+  LayerAllocation layer_allocation = LayerAllocation::Share;
   // Added. SpindleKV's "fully unfold GQA" (spec §4.1 option B, §6 rule 3, §8 gqa_mode = unfold):
   // the score program runs per query head (ScoreInputs::group = 1, kv_head = the query head) and
   // each query head keeps its own top-k in its own copy of the KV head's entries; at the end of

@@ -83,7 +83,8 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
 // blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
 // noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
-// per_layer_compression, qfilter, rlkv) in table_policies_test.cpp. One name per line.
+// per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
+// layer_allocation_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "chunkkv",
@@ -108,6 +109,7 @@ const std::vector<std::string> kFieldPolicies = {
     "qfilter",
     "rlkv",
     "scissorhands",
+    "simlayerkv",
 };
 
 TEST(FieldPolicyFiles, LoadByNameAndAreListedAsBuiltIns) {
