@@ -77,6 +77,20 @@ double chunk_score(std::span<const float> scores, const std::vector<int>& member
   return how == ChunkScore::Mean ? acc / static_cast<double>(members.size()) : acc;
 }
 
+// Chunk indices by score, higher first; ties (and a NaN, from -inf + inf in a sum, ranked last)
+// by chunk index, smaller first.
+std::vector<size_t> chunk_ranking(const std::vector<double>& score) {
+  std::vector<size_t> order(score.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const bool na = std::isnan(score[a]), nb = std::isnan(score[b]);
+    if (na != nb) return nb;
+    if (!na && score[a] != score[b]) return score[a] > score[b];
+    return a < b;
+  });
+  return order;
+}
+
 }  // namespace
 
 std::vector<int> select_whole_chunks(std::span<const float> scores, std::span<const int32_t> positions,
@@ -86,15 +100,7 @@ std::vector<int> select_whole_chunks(std::span<const float> scores, std::span<co
   const size_t n = s.members.size();
   std::vector<double> score(n);
   for (size_t c = 0; c < n; ++c) score[c] = chunk_score(scores, s.members[c], spec.chunk_score);
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  // Ties (and a NaN, from -inf + inf in a sum) rank by chunk index: smaller first.
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const bool na = std::isnan(score[a]), nb = std::isnan(score[b]);
-    if (na != nb) return nb;
-    if (!na && score[a] != score[b]) return score[a] > score[b];
-    return a < b;
-  });
+  const std::vector<size_t> order = chunk_ranking(score);
   int left = s.free;
   std::vector<int> kept;
   for (size_t c : order) {
@@ -157,14 +163,7 @@ std::vector<int> select_entropy_gated(std::span<const float> scores, std::span<c
     entropy[c] = normalised_entropy(scores, s.members[c]);
   }
   const double score_median = lower_median(score), entropy_median = lower_median(entropy);
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const bool na = std::isnan(score[a]), nb = std::isnan(score[b]);
-    if (na != nb) return nb;
-    if (!na && score[a] != score[b]) return score[a] > score[b];
-    return a < b;
-  });
+  const std::vector<size_t> order = chunk_ranking(score);
   std::vector<char> taken(positions.size(), 0);
   std::vector<int> kept;
   int left = s.free;

@@ -10,6 +10,7 @@
 #include "core/decode/decoder.h"
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
+#include "policy_run_checks.h"
 #include "policy_test_prompt.h"
 #include "reference_chunk_policies.h"
 #include "test_models.h"
@@ -39,11 +40,7 @@ class ChunkPolicies : public ::testing::Test {
   static int S() { return static_cast<int>(tokens_.size()); }
 
   static EvictionReport prefill(const std::string& name, const Params& params, int budget) {
-    const auto policy = load_policy(name, params);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
-    EvictionEngine engine(*policy, model_->config, {Budget::parse(std::to_string(budget)), 0});
-    decoder->forward(std::span<const int>(tokens_), &engine);
-    return engine.report();
+    return test::prefill_report(*model_, tokens_, name, params, std::to_string(budget));
   }
 
   // The same decision from recorded prefill signals (EvictionEngine::apply_after_prefill).
@@ -57,17 +54,9 @@ class ChunkPolicies : public ::testing::Test {
     return engine.report();
   }
 
-  // Returns the number of (layer, head) sets that evicted something, so a test can require > 0.
+  // Kept positions equal the reference's; returns how many heads evicted something.
   static int expect_same(const EvictionReport& got, const reference::KeptSets& want, const std::string& what) {
-    int evicted = 0;
-    EXPECT_EQ(got.layers.size(), want.size()) << what;
-    for (size_t l = 0; l < want.size() && l < got.layers.size(); ++l)
-      for (size_t h = 0; h < want[l].size(); ++h) {
-        const std::vector<int32_t> w(want[l][h].begin(), want[l][h].end());
-        EXPECT_EQ(got.layers[l][h].kept_positions, w) << what << ": layer " << l << " head " << h;
-        evicted += static_cast<int>(w.size()) < S();
-      }
-    return evicted;
+    return test::expect_same_kept(got, want, S(), what);
   }
 
   static Model* model_;

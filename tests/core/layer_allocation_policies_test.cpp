@@ -13,6 +13,7 @@
 #include "core/util/error.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
+#include "policy_run_checks.h"
 #include "policy_test_prompt.h"
 #include "reference_policies.h"
 #include "test_models.h"
@@ -49,11 +50,7 @@ class LayerAllocationPolicies : public ::testing::Test {
     tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
   }
   EvictionReport run(const std::map<std::string, std::string>& params, const std::string& budget) {
-    const auto policy = load_policy("simlayerkv", params);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
-    EvictionEngine engine(*policy, model_->config, {Budget::parse(budget), 0});
-    decoder->forward(std::span<const int>(tokens_), &engine);
-    return engine.report();
+    return test::prefill_report(*model_, tokens_, "simlayerkv", params, budget);
   }
   std::unique_ptr<Model> model_;
   std::vector<int> tokens_;

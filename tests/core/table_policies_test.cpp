@@ -14,6 +14,7 @@
 #include "core/util/error.h"
 #include "decode_spy.h"
 #include "dsl/policy_loader.h"
+#include "policy_run_checks.h"
 #include "policy_test_prompt.h"
 #include "reference_table_policies.h"
 #include "test_models.h"
@@ -47,24 +48,12 @@ class TablePolicies : public ::testing::Test {
   static int S() { return static_cast<int>(tokens_.size()); }
 
   static EvictionReport prefill(const std::string& name, const Params& params, const std::string& budget) {
-    const auto policy = load_policy(name, params);
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
-    EvictionEngine engine(*policy, model_->config, {Budget::parse(budget), 0});
-    decoder->forward(std::span<const int>(tokens_), &engine);
-    return engine.report();
+    return test::prefill_report(*model_, tokens_, name, params, budget);
   }
 
   // Kept positions equal the reference's; returns how many heads evicted something.
   static int expect_same(const EvictionReport& got, const reference::KeptSets& want, const std::string& what) {
-    int evicted = 0;
-    EXPECT_EQ(got.layers.size(), want.size()) << what;
-    for (size_t l = 0; l < want.size() && l < got.layers.size(); ++l)
-      for (size_t h = 0; h < want[l].size(); ++h) {
-        const std::vector<int32_t> w(want[l][h].begin(), want[l][h].end());
-        EXPECT_EQ(got.layers[l][h].kept_positions, w) << what << ": layer " << l << " head " << h;
-        evicted += static_cast<int>(w.size()) < S();
-      }
-    return evicted;
+    return test::expect_same_kept(got, want, S(), what);
   }
 
   static int count_full(const std::vector<std::vector<bool>>& full) {
