@@ -10,7 +10,9 @@
 // adds the decoder's signal recording (window queries, accumulated attention) and noise.
 // Bytes: theoretical = budget tokens x layers x KV heads x 2 x head_dim x 4 (K and V floats);
 // kept = the cache's bytes in use (K, V and one int32 position per entry); for SpindleKV the
-// codebook-backed size (codes + indices + norms + positions) is reported as well.
+// codebook-backed size (codes + indices + norms + positions) is reported as well. peak_bytes = the
+// largest cache during the prefill (bounded by budget + block for a run.prefill_block policy, which
+// is prefilled in blocks as generate and eval prefill it).
 #include <time.h>
 
 #include <chrono>
@@ -23,6 +25,7 @@
 
 #include "bench_common.h"
 #include "core/decode/decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "dsl/policy_loader.h"
@@ -89,8 +92,8 @@ int main(int argc, char** argv) try {
   std::printf("model %s: %d layers, %d KV heads, head_dim %d; prompt %d tokens; budget %s (%.1f tokens per head)\n",
               path.c_str(), c.n_layers, c.n_kv_heads, c.head_dim, n, budget_text.c_str(), budget.tokens_per_head(n));
   std::printf("plain prefill: %.2f s wall, %.2f s CPU\n", plain_wall, plain_cpu);
-  std::printf("%-13s %9s %9s %10s %9s %9s %12s %12s %8s\n", "policy", "eng_wall", "eng_cpu", "of_prefill", "delta_cpu",
-              "total_cpu", "bytes_kept", "theoretical", "overhead");
+  std::printf("%-13s %9s %9s %10s %9s %9s %12s %12s %8s %12s\n", "policy", "eng_wall", "eng_cpu", "of_prefill", "delta_cpu",
+              "total_cpu", "bytes_kept", "theoretical", "overhead", "peak_bytes");
   for (const std::string& name : names) {
     const auto policy = load_policy(name);
     decoder->reset();
@@ -98,14 +101,14 @@ int main(int argc, char** argv) try {
     TimedObserver timed(engine);
     w0 = wall();
     c0 = cpu();
-    decoder->forward(std::span<const int>(tokens), &timed);
+    prefill_prompt(*decoder, tokens, &engine, &timed);  // in blocks for a run.prefill_block policy
     const double total_cpu = cpu() - c0;
     (void)w0;
     const EvictionReport& r = engine.report();
     const size_t in_use = decoder->cache().bytes_in_use();
-    std::printf("%-13s %9.3f %9.3f %9.2f%% %8.1f%% %9.2f %12zu %12.0f %7.2f%%\n", name.c_str(), timed.wall_s,
+    std::printf("%-13s %9.3f %9.3f %9.2f%% %8.1f%% %9.2f %12zu %12.0f %7.2f%% %12zu\n", name.c_str(), timed.wall_s,
                 timed.cpu_s, 100.0 * timed.cpu_s / plain_cpu, 100.0 * (total_cpu - plain_cpu) / plain_cpu, total_cpu,
-                in_use, theoretical, 100.0 * (static_cast<double>(in_use) / theoretical - 1.0));
+                in_use, theoretical, 100.0 * (static_cast<double>(in_use) / theoretical - 1.0), r.peak_bytes);
     if (policy->description().merge.enabled && policy->description().merge.method == MergeMethod::Codebook) {
       std::printf("%-13s codebook stage %.3f s wall (%.2f%% of prefill wall); %lld key codes, %lld value codes for "
                   "%lld tokens; codebook-backed bytes %zu = %.3f x the float cache after eviction, %.3f x theoretical\n",
