@@ -30,6 +30,7 @@ std::vector<SettingError> segment_setting_errors(const PolicyDescription& d) {
     if (s.random_share > 0) e.push_back({"select", "random_share", what + " cannot be combined with a random share"});
     if (d.run.cascading) e.push_back({"run", "cascading", why + "; it cannot be combined with cascading"});
     if (d.run.decode_every > 0) e.push_back({"run", "decode_every", why + "; it cannot evict while decoding"});
+    if (d.run.prefill_block > 0) e.push_back({"run", "prefill_block", why + "; it cannot be applied after every prefill block"});
   }
   const int seg = d.observe.segment;
   if (d.needs(TensorSignal::SegmentAttention) && seg < 1)
@@ -41,6 +42,8 @@ std::vector<SettingError> segment_setting_errors(const PolicyDescription& d) {
       e.push_back({"observe", "segment", "'segment' needs 'window: EXPR', the observation queries of each segment (>= 1)"});
     if (d.run.decode_every > 0)
       e.push_back({"run", "decode_every", "A_seg is observed at prefill only; 'segment' cannot be combined with decode_every"});
+    if (d.run.prefill_block > 0)
+      e.push_back({"run", "prefill_block", "A_seg needs every segment's queries in one prefill; 'segment' cannot be combined with prefill_block"});
     if (d.observe.same_index_head)
       e.push_back({"observe", "same_index_head", "'segment' cannot be combined with same_index_head"});
     if (s.unfold_gqa) e.push_back({"select", "unfold_gqa", "'segment' cannot be combined with unfold_gqa"});

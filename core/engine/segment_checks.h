@@ -5,7 +5,7 @@
 // engine for hand-built descriptions (engine_checks.cpp throws the first).
 //
 // Why these limits: chunks and segments are ranges of prompt positions, decided once at prefill on
-// the full prompt. A decode trigger or a cascading re-selection would run the rule again on a cache
+// the full prompt. A decode trigger, a prefill in blocks or a cascading re-selection would run the rule again on a cache
 // whose chunks are already cut (and A_seg holds only the prompt's queries); GQA unfolding and the
 // same_index_head map change which heads a chunk decision or A_seg's h axis belong to; the random
 // share is a token-level draw; Ada-KV's layer scope moves budget between heads by

@@ -12,6 +12,7 @@
 #include "core/engine/block_prefill.h"
 #include "decode_spy.h"
 #include "core/util/error.h"
+#include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 #include "policy_test_prompt.h"
 #include "test_models.h"
@@ -142,6 +143,18 @@ TEST_F(BlockPrefill, APromptWithinOneBlockIsOneForwardAndBadCombinationsAreRefus
   prefill_prompt(*decoder, tokens_, &engine, &engine);
   EXPECT_EQ(engine.report().applications, 1);
   EXPECT_EQ(decoder->cache().length(0, 0), 24);
+  // Chunk rules and A_seg decide once on the whole prompt: refused with a prefill in blocks.
+  const std::string head = "name: p\nabout: x\nscore: |\n  score[t] = pos[t]\nrun: {prefill_block: 16}\n";
+  for (const std::string& extra : {std::string("select: {unit: chunk, chunk: 4}\n"),
+                                   std::string("observe: {window: 4, segment: 32}\n")}) {
+    try {
+      dsl::compile_policy_text("p.yaml", head + extra);
+      ADD_FAILURE() << "accepted: " << extra;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("p.yaml:5:22: error:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("prefill_block"), std::string::npos) << e.what();
+    }
+  }
   try {
     load_policy("blockpress", {{"block_size", "0"}});
     FAIL() << "block_size 0 was accepted";
