@@ -11,7 +11,6 @@ namespace kvevict {
 namespace {
 
 constexpr double kNormEps = 1e-6;   // torch normalize eps (KVCache-Factory) and kvpress's _EPS
-constexpr int kKeptBlock = 256;     // kept keys read per block while searching the targets
 
 double dot(const float* a, const float* b, int d) {
   double s = 0;
@@ -28,30 +27,59 @@ struct Evicted {
   std::vector<int> target;          // position in `kept` of the target
 };
 
-// Searches, for every evicted key, the kept key of highest cosine (first in kept order on ties),
-// reading the kept keys a block at a time.
+// A float dot product in 8 independent lanes (vectorisable, unlike one ordered sum); only used to
+// shortlist candidates, never as the similarity itself.
+float dot_lanes(const float* a, const float* b, int d) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int c = 0;
+  for (; c + 8 <= d; c += 8)
+    for (int k = 0; k < 8; ++k) lane[k] += a[c + k] * b[c + k];
+  float s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; c < d; ++c) s += a[c] * b[c];
+  return s;
+}
+
+// Searches, for every evicted key, the kept key of highest cosine (first in kept order on ties).
+// The cosines are computed in double, as the rule states; to make that affordable (E x K x d per
+// head) a float pass shortlists, per evicted key, the kept keys within kShortlist of the float
+// maximum, and only those are computed in double, in kept order. A float cosine of unit-normalised
+// rows is within ~d x 2^-24 of the double one (below 1e-5 for d <= 256), far inside kShortlist, so
+// the double maximum is always on the shortlist and the result is the all-double search's.
+// Memory: the kept keys once ([K][d] floats) and one row of K float cosines.
+constexpr float kShortlist = 1e-3f;
+
 void find_targets(const KVCache& cache, int layer, int head, std::span<const int> kept, Evicted& ev) {
   const int d = cache.head_dim();
-  const size_t E = ev.index.size();
+  const size_t E = ev.index.size(), K = kept.size();
   ev.best_sim.assign(E, -std::numeric_limits<double>::infinity());
   ev.target.assign(E, 0);
-  std::vector<float> block(static_cast<size_t>(kKeptBlock) * d);
-  std::vector<double> norm(kKeptBlock);
-  for (size_t b0 = 0; b0 < kept.size(); b0 += kKeptBlock) {
-    const int n = static_cast<int>(std::min<size_t>(kKeptBlock, kept.size() - b0));
-    for (int j = 0; j < n; ++j) {
-      float* row = block.data() + static_cast<size_t>(j) * d;
-      cache.reconstruct_keys(layer, head, kept[b0 + j], kept[b0 + j] + 1, row);
-      norm[j] = std::max(std::sqrt(dot(row, row, d)), kNormEps);
+  std::vector<float> keys(K * d), unit(K * d);
+  std::vector<double> norm(K);
+  for (size_t j = 0; j < K; ++j) {
+    float* row = keys.data() + j * d;
+    cache.reconstruct_keys(layer, head, kept[j], kept[j] + 1, row);
+    norm[j] = std::max(std::sqrt(dot(row, row, d)), kNormEps);
+    for (int c = 0; c < d; ++c) unit[j * d + c] = static_cast<float>(row[c] / norm[j]);
+  }
+  // Evicted entries are independent (each writes its own best_sim / target): split over threads.
+#pragma omp parallel for schedule(static) if (E * K * static_cast<size_t>(d) > (size_t{1} << 22))
+  for (size_t e = 0; e < E; ++e) {
+    thread_local std::vector<float> probe, approx;
+    probe.resize(d);
+    approx.resize(K);
+    const float* ke = ev.keys.data() + e * d;
+    for (int c = 0; c < d; ++c) probe[c] = static_cast<float>(ke[c] / ev.key_norm[e]);
+    float top = -std::numeric_limits<float>::infinity();
+    for (size_t j = 0; j < K; ++j) {
+      approx[j] = dot_lanes(probe.data(), unit.data() + j * d, d);
+      if (approx[j] > top) top = approx[j];  // NaN never wins, as in the double search
     }
-    for (size_t e = 0; e < E; ++e) {
-      const float* ke = ev.keys.data() + e * d;
-      for (int j = 0; j < n; ++j) {
-        const double s = dot(ke, block.data() + static_cast<size_t>(j) * d, d) / (ev.key_norm[e] * norm[j]);
-        if (s > ev.best_sim[e]) {
-          ev.best_sim[e] = s;
-          ev.target[e] = static_cast<int>(b0) + j;
-        }
+    for (size_t j = 0; j < K; ++j) {
+      if (!(approx[j] >= top - kShortlist)) continue;
+      const double s = dot(ke, keys.data() + j * d, d) / (ev.key_norm[e] * norm[j]);
+      if (s > ev.best_sim[e]) {
+        ev.best_sim[e] = s;
+        ev.target[e] = static_cast<int>(j);
       }
     }
   }

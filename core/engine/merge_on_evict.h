@@ -21,8 +21,10 @@
 //              w_e = max((s_e + 1) / 2, 1e-6);  x_j <- (x_j + sum w_e x_e) / (1 + sum w_e)
 //   Merged rows are computed in double from the stored rows (as f32) and written back once, rounded
 //   to the cache's KvType (F32, F16 or BF16); positions do not change. The caller then compacts.
-// Memory: O(|E| * head_dim) for the evicted rows and the merge accumulators, plus a fixed block of
-// kept keys; never T x T. Time O(|E| * |kept| * head_dim).
+// Memory: O(|E| * head_dim) for the evicted rows and the merge accumulators, plus the kept keys
+// once (|kept| * head_dim floats) and one row of |kept| float cosines; never T x T. Time
+// O(|E| * |kept| * head_dim), in vectorised float to shortlist each target, then double on the
+// shortlist (the result is the all-double search's: merge_on_evict.cpp, find_targets).
 // A codebook-backed head throws std::logic_error (the merge-on-evict methods and the codebook are
 // one merge: section, so a policy cannot have both); unfold_gqa is rejected by the engine checks
 // (its eviction does not go through the engine's per-head keep).
