@@ -501,6 +501,25 @@ class FileCompiler {
       length_setting(select, "rescue", d.select.rescue);
     }
     merge_settings(section(root, "merge"));
+    phase_checks(run, protect);
+  }
+
+  // Settings of one phase that the other settings make meaningless: a decode budget or decode-phase
+  // protection without a decode trigger (they would be ignored), and a prefill in blocks without a
+  // prefill run, with a cascade or with unfolded GQA (the engine runs neither; engine_checks.cpp
+  // repeats this for hand-built descriptions). Each is an error at its key.
+  void phase_checks(const YAML::Node& run, const YAML::Node& protect) {
+    const PolicyDescription& d = out_.desc;
+    if (d.run.decode_every == 0) {
+      if (run.IsMap() && run["decode_budget"])
+        diag_.error(pos_of(run["decode_budget"]), "'decode_budget' is read only while decoding; set 'decode_every: N' too");
+      for (const char* k : {"decode_first", "decode_recent"})
+        if (protect.IsMap() && protect[k])
+          diag_.error(pos_of(protect[k]), std::string("'") + k + "' is read only while decoding; set run.decode_every too");
+    }
+    if (d.run.prefill_block > 0 && (!d.run.at_prefill || d.run.cascading || d.select.unfold_gqa))
+      diag_.error(pos_of(run["prefill_block"]), "'prefill_block' needs run.prefill true and cannot be combined with "
+                                                "cascading or select.unfold_gqa");
   }
 
   // merge_section := "merge:" "{" [enabled: bool] [method: codebook | nearest | pivot | weighted]

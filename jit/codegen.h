@@ -11,6 +11,10 @@
 
 #include "core/engine/signals.h"
 
+namespace kvevict::dsl {
+struct CompiledPolicy;
+}
+
 namespace kvevict::jit {
 
 struct GeneratedKernel {
@@ -32,5 +36,10 @@ bool code_generator_available();
 // Throws UsageError for a bad policy, RuntimeError while the generator is not available.
 GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std::map<std::string, std::string>& overrides,
                                      const std::vector<std::string>& policy_dirs);
+
+// The kernels of an already compiled policy: `path` names it in messages and #line directives,
+// `text` is the source it was compiled from (the lines of its programs are found there).
+GeneratedKernel generate_compiled_policy_cuda(const dsl::CompiledPolicy& compiled, const std::string& path,
+                                              const std::string& text);
 
 }  // namespace kvevict::jit

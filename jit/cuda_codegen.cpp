@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "jit/cuda_expressions.h"
@@ -371,15 +372,19 @@ EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram&
   return ProgramEmitter(writer, program, prefix, policy_file, where).emit();
 }
 
+SourceLocation find_policy_key_in_text(const std::string& policy_file, const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number)
+    if (line.compare(0, key.size() + 1, key + ":") == 0) return {policy_file, number};
+  return {};
+}
+
 SourceLocation find_policy_key(const std::string& policy_file, const std::string& key) {
   std::ifstream in(policy_file);
-  std::string text;
-  int number = 0;
-  while (std::getline(in, text)) {
-    ++number;
-    if (text.compare(0, key.size() + 1, key + ":") == 0) return {policy_file, number};
-  }
-  return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  return find_policy_key_in_text(policy_file, text.str(), key);
 }
 
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,

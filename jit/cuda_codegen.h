@@ -66,5 +66,8 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
 
 // The line of a top-level YAML key ("score", "decode_score") in a policy file; {} when absent.
 SourceLocation find_policy_key(const std::string& policy_file, const std::string& key);
+// The same in the file's text (`policy_file` names it in the location): a stored source compiles
+// with the same #line directives as its file.
+SourceLocation find_policy_key_in_text(const std::string& policy_file, const std::string& text, const std::string& key);
 
 }  // namespace kvevict::jit

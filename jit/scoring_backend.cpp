@@ -1,8 +1,6 @@
 // The scoring backend of a run; see scoring_backend.h.
 #include "jit/scoring_backend.h"
 
-#include <sstream>
-
 #include "core/util/error.h"
 #include "core/util/input_file.h"
 #include "core/util/sha256.h"
@@ -10,34 +8,11 @@
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 #include "jit/codegen.h"
-#include "jit/cuda_codegen.h"
 #include "jit/jit_compiler.h"
 #include "jit/jit_policy_program.h"
 #include "jit/kernel_cache.h"
 
 namespace kvevict::jit {
-namespace {
-
-// The line of a top-level key (`score:`) in the policy text; {} when absent. The #line directives of
-// the generated kernel cite it, so that NVRTC's messages name the policy's own lines.
-SourceLocation key_line(const std::string& path, const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number)
-    if (line.compare(0, key.size() + 1, key + ":") == 0) return {path, number};
-  return {};
-}
-
-GeneratedKernel generate(const dsl::CompiledPolicy& compiled, const std::string& path, const std::string& text) {
-  if (!code_generator_available())
-    throw RuntimeError(path + ": this build has no code generator; use --scoring interpreter");
-  const std::string name = compiled.desc.name.empty() ? std::string("policy") : compiled.desc.name;
-  return generate_score_kernels(name + ".cu", path, compiled.score,
-                                compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
-                                key_line(path, text, "score"), key_line(path, text, "decode_score"));
-}
-
-}  // namespace
 
 ScoringBackend resolve_scoring(std::string_view request, const DeviceChoice& device, const std::string& option) {
   ScoringBackend backend = ScoringBackend::Interpreter;
@@ -56,7 +31,9 @@ std::unique_ptr<PolicyProgram> make_scoring_program(dsl::CompiledPolicy compiled
                                                     const std::string& text, ScoringBackend backend,
                                                     const DeviceChoice& device) {
   if (backend == ScoringBackend::Interpreter) return std::make_unique<dsl::InterpretedPolicy>(std::move(compiled));
-  const GeneratedKernel kernel = generate(compiled, path, text);
+  if (!code_generator_available())
+    throw RuntimeError(path + ": this build has no code generator; use --scoring interpreter");
+  const GeneratedKernel kernel = generate_compiled_policy_cuda(compiled, path, text);
   auto reference = std::make_unique<dsl::InterpretedPolicy>(std::move(compiled));
   if (backend == ScoringBackend::HostKernel)
     return JitPolicyProgram::on_host(std::move(reference), kernel, KernelCache::default_dir() + "/host");

@@ -70,6 +70,7 @@ struct EvictionEngine::State {
   // depend on the prompt length: PolicyProgram::window_for / protect_for).
   int window = 0;
   PolicyProtect protect;
+  PolicyProtect decode_protect;  // the decoding phase's (protect.decode_first / decode_recent), else `protect`
   bool in_prefill = false, prefill_done = false;
   int prompt_len = 0;
   int decode_step = 0;
@@ -108,7 +109,7 @@ struct EvictionEngine::State {
     if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d); !why.empty())
       throw UsageError(why);
     window = desc.window;
-    protect = desc.protect;
+    set_protect(desc.protect);
     unfold = desc.select.unfold_gqa;
     Hs = unfold ? Hq : Hkv;
     Gs = unfold ? 1 : G;
@@ -306,8 +307,6 @@ struct EvictionEngine::State {
 
   bool merges_on_evict() const { return desc.merge.enabled && desc.merge.method != MergeMethod::Codebook; }
 
-  // Every eviction of a head (prefill and decode) ends here (unfold_gqa's excepted, which the
-  // engine checks keep away from merge-on-evict).
   // Budgets of layers 0..last: the weighted split of `stage_total`, or with layer_allocation
   // tokens each layer's own layer_weight in tokens, at least its protected count and at most
   // --budget's per-head budget and what the layer holds.
@@ -324,6 +323,8 @@ struct EvictionEngine::State {
     return out;
   }
 
+  // Every eviction of a head (prefill and decode) ends here (unfold_gqa's excepted, which the
+  // engine checks keep away from merge-on-evict).
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
     const size_t length = cache.length(layer, kv_head);
     if (merges_on_evict()) merge_on_evict(desc.merge, cache, layer, kv_head, kept);  // folds the evicted in first
@@ -351,11 +352,11 @@ struct EvictionEngine::State {
       for (int g = 0; g < Gs; ++g) permute(accumulated[layer][kv_head * Gs + g]);
   }
 
-  HeadSelectionSpec spec_for(int layer, int kv_head, int budget) const {
+  HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const PolicyProtect& pr) const {
     HeadSelectionSpec s;
     s.budget = budget;
-    s.protect_first = protect.first;
-    s.protect_recent = protect.recent;
+    s.protect_first = pr.first;
+    s.protect_recent = pr.recent;
     s.random_share = desc.select.random_share;
     s.temperature = desc.select.temperature;
     s.score_order = desc.select.kept_order == KeptOrder::Score;
@@ -368,21 +369,23 @@ struct EvictionEngine::State {
   // One head's kept entries (or a layer_shared layer's, on the mean scores): the token rule, or
   // the chunk rule select asks for (chunk_selection.h).
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
-                                  int budget) const {
-    if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, protect.first, protect.recent);
-    return select_head(sc, pos, spec_for(layer, head, budget));
+                                  int budget, const PolicyProtect& pr) const {
+    if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
+    return select_head(sc, pos, spec_for(layer, head, budget, pr));
   }
 
   // Per-head budgets of `layer` for a layer budget (uniform unless the policy plans heads).
-  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget) const {
+  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget, const PolicyProtect& pr) const {
     if (!desc.has_head_plan || static_cast<int>(head_plans[layer].size()) != Hs) return std::vector<int>(Hs, budget);
     std::vector<int> length(Hs);
     for (int h = 0; h < Hs; ++h) length[h] = static_cast<int>(cache.length(layer, h));
-    return split_head_budgets(budget, head_plans[layer], length, protect.first + protect.recent);
+    return split_head_budgets(budget, head_plans[layer], length, pr.first + pr.recent);
   }
 
-  // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order).
-  void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores) {
+  // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order),
+  // never evicting the protected set `pr` (the prefill's, or the decoding phase's).
+  void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores,
+                   const PolicyProtect& pr) {
     if (desc.select.scope == SelectScope::Layer) {
       std::vector<std::span<const float>> sc;
       std::vector<std::span<const int32_t>> pos;
@@ -390,8 +393,8 @@ struct EvictionEngine::State {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
         pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
-      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), protect.first,
-                                              protect.recent, desc.select.floor_alpha,
+      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first,
+                                              pr.recent, desc.select.floor_alpha,
                                               desc.select.kept_order == KeptOrder::Score);
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h]);
     } else if (desc.select.scope == SelectScope::LayerShared) {
@@ -405,23 +408,31 @@ struct EvictionEngine::State {
         for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hs);
       }
       const auto kept = select_entries(std::span<const float>(mean.data(), T),
-                                       std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget);
+                                       std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget, pr);
       for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
     } else {
-      const std::vector<int> budgets = head_budgets(cache, layer, budget);
+      const std::vector<int> budgets = head_budgets(cache, layer, budget, pr);
       if (desc.has_head_plan) head_budget[layer] = budgets;
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
         const auto kept = select_entries(std::span<const float>(head_scores[h].data(), T),
-                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h]);
+                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h], pr);
         keep(cache, layer, h, kept);
       }
     }
   }
 
+  // The protected sets of both phases from one PolicyProtect (decode_* -1: as at prefill).
+  void set_protect(const PolicyProtect& p) {
+    protect = p;
+    decode_protect = p;
+    if (p.decode_first >= 0) decode_protect.first = p.decode_first;
+    if (p.decode_recent >= 0) decode_protect.recent = p.decode_recent;
+  }
+
   void resolve_for_prompt() {
     window = policy.window_for(prompt_len);
-    protect = policy.protect_for(prompt_len);
+    set_protect(policy.protect_for(prompt_len));
     if (window < 0 || protect.first < 0 || protect.recent < 0)
       throw UsageError("policy " + desc.name + ": window and protected counts must be >= 0 (prompt of " +
                        std::to_string(prompt_len) + " tokens)");
@@ -473,7 +484,7 @@ struct EvictionEngine::State {
     if (unfold) {
       unfold_and_evict(cache);
     } else {
-      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k]);
+      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k], protect);
     }
     report.prefill_evicted = true;
     ++report.applications;
@@ -487,7 +498,7 @@ struct EvictionEngine::State {
       for (int s = 0; s < Hs; ++s) {
         const int src = cache_head(s, cache), T = cache.length(k, src);
         kept[k][s] = select_head(std::span<const float>(scores[k][s].data(), T),
-                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k]));
+                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k], protect));
       }
     std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
     for (int k = 0; k < L; ++k)
@@ -565,13 +576,6 @@ struct EvictionEngine::State {
     return static_cast<int>(std::floor(scaled + 0.5));
   }
 
-  PolicyProtect decode_protect() const {
-    PolicyProtect p = protect;
-    if (protect.decode_first >= 0) p.first = protect.decode_first;
-    if (protect.decode_recent >= 0) p.recent = protect.decode_recent;
-    return p;
-  }
-
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
     original.appended(l, cache, s.first_position);
@@ -582,17 +586,13 @@ struct EvictionEngine::State {
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = decode_budget(l);
     bool over = false;
-    const std::vector<int> budgets = head_budgets(cache, l, budget);
+    const std::vector<int> budgets = head_budgets(cache, l, budget, decode_protect);
     for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + desc.run.decode_slack;
     if (!over) return;
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
-    // The decoding phase's protected set (PrefillDecodingPress's second press), put back after.
-    const PolicyProtect prefill_protect = protect;
-    protect = decode_protect();
-    evict_layer(cache, l, budget, sc);
-    protect = prefill_protect;
+    evict_layer(cache, l, budget, sc, decode_protect);  // PrefillDecodingPress: the second press's own set
     if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }
@@ -650,9 +650,7 @@ int EvictionEngine::prefill_block() const { return state_->desc.run.prefill_bloc
 
 void EvictionEngine::begin_block_prefill(int prompt_len) {
   if (prompt_len <= 0) throw std::invalid_argument("begin_block_prefill: the prompt must have tokens");
-  state_->reset();
-  state_->prefill_done = false;
-  state_->block_prompt = prompt_len;
+  state_->block_prompt = prompt_len;  // the first block (position 0) starts the prompt as usual
 }
 
 void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {

@@ -146,7 +146,8 @@ TEST_F(BlockPrefill, APromptWithinOneBlockIsOneForwardAndBadCombinationsAreRefus
   // Chunk rules and A_seg decide once on the whole prompt: refused with a prefill in blocks.
   const std::string head = "name: p\nabout: x\nscore: |\n  score[t] = pos[t]\nrun: {prefill_block: 16}\n";
   for (const std::string& extra : {std::string("select: {unit: chunk, chunk: 4}\n"),
-                                   std::string("observe: {window: 4, segment: 32}\n")}) {
+                                   std::string("observe: {window: 4, segment: 32}\n"),
+                                   std::string("select: {unfold_gqa: true}\n")}) {
     try {
       dsl::compile_policy_text("p.yaml", head + extra);
       ADD_FAILURE() << "accepted: " << extra;

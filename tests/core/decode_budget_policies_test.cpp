@@ -105,6 +105,17 @@ TEST(DecodeBudgetSettings, InputsAndErrorsAreChecked) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("p.yaml:5:39: error: 'key_norm' is a tensor signal"), std::string::npos) << e.what();
   }
+  // Decode-phase settings without a decode trigger would be ignored: errors at their keys.
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {"run: {decode_budget: 10}\n", "p.yaml:5:22: error: 'decode_budget' is read only while decoding; set 'decode_every: N' too"},
+           {"protect: {decode_recent: 2}\n", "p.yaml:5:26: error: 'decode_recent' is read only while decoding; set run.decode_every too"}}) {
+    try {
+      dsl::compile_policy_text("p.yaml", head + extra);
+      ADD_FAILURE() << "accepted: " << extra;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
   const auto ok = dsl::compile_policy_text(
       "p.yaml", head + "run: {decode_every: 1, decode_budget: \"budget + decode_step / 2 + prompt_len * 0\"}\n"
                        "protect: {recent: 4, decode_recent: 1}\n");
