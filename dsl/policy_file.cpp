@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/engine/merge_checks.h"
 #include "core/engine/segment_checks.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
@@ -402,10 +403,12 @@ class FileCompiler {
     else out = static_cast<int>(v);
   }
 
-  // The chunk/segment combinations the engine cannot run (core/engine/segment_checks.h), each at
-  // its key (or its section when the key is absent).
+  // The chunk/segment and merge combinations the engine cannot run (core/engine/segment_checks.h,
+  // merge_checks.h), each at its key (or its section when the key is absent).
   void segment_checks(const YAML::Node& root) {
-    for (const SettingError& e : segment_setting_errors(out_.desc)) {
+    std::vector<SettingError> errors = segment_setting_errors(out_.desc);
+    for (SettingError& e : merge_setting_errors(out_.desc)) errors.push_back(std::move(e));
+    for (const SettingError& e : errors) {
       const YAML::Node section_node = root[e.section];
       FilePos at = section_node.IsDefined() ? pos_of(section_node) : pos_of(root);
       if (!e.key.empty() && section_node.IsMap() && section_node[e.key]) at = pos_of(section_node[e.key]);
@@ -522,10 +525,14 @@ class FileCompiler {
                                                 "cascading or select.unfold_gqa");
   }
 
-  // merge_section := "merge:" "{" [enabled: bool] [method: codebook | nearest | pivot | weighted]
+  // merge_section := "merge:" "{" [enabled: bool] [method: codebook | nearest | pivot | weighted | cam | d2o]
   //                  ( codebook keys: theta_key, theta_value, scope, first_layer, last_layer
-  //                  | merge-on-evict keys: similarity_threshold ) "}"
-  // A key of the other method's group is an error at that key (it would be silently ignored).
+  //                  | nearest / pivot / weighted keys: similarity_threshold
+  //                  | cam keys: merge_budget
+  //                  | d2o keys: ema_alpha, ema_beta ) "}"
+  // merge_budget = "merge_budget" ":" EXPR ;  EXPR over parameters, a whole number in 1 .. 10^6
+  // ema_alpha | ema_beta = KEY ":" EXPR ;     EXPR over parameters, in 0 .. 1
+  // A key another method reads is an error at that key (it would be silently ignored).
   void merge_settings(const YAML::Node& merge) {
     if (!merge.IsMap()) return;
     PolicyDescription& d = out_.desc;
@@ -541,10 +548,28 @@ class FileCompiler {
       if (!codebook && merge[k])
         diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a codebook setting; merge.method " + method +
                                           " does not read it");
-    if (codebook && merge["similarity_threshold"])
+    const bool cam = d.merge.method == MergeMethod::Cam, d2o = d.merge.method == MergeMethod::D2o;
+    if ((codebook || cam || d2o) && merge["similarity_threshold"])
       diag_.error(pos_of(merge["similarity_threshold"]),
-                  "'similarity_threshold' is a merge-on-evict setting; merge.method codebook does not read it");
-    if (!codebook && constant_setting(merge, "similarity_threshold", false, v)) {
+                  codebook ? "'similarity_threshold' is a merge-on-evict setting; merge.method codebook does not read it"
+                           : "'similarity_threshold' is a nearest / pivot / weighted setting; merge.method " + method +
+                                 " does not read it");
+    for (const char* k : {"ema_alpha", "ema_beta"}) {
+      if (!d2o && merge[k])
+        diag_.error(pos_of(merge[k]), std::string("'") + k + "' is a merge.method d2o setting; merge.method " + method + " does not read it");
+      if (d2o && constant_setting(merge, k, false, v)) {
+        if (!(v >= 0 && v <= 1)) diag_.error(pos_of(merge[k]), std::string("'") + k + "' must be in 0..1, got " + fmt(v));
+        else (k[4] == 'a' ? d.merge.ema_alpha : d.merge.ema_beta) = v;
+      }
+    }
+    if (!cam && merge["merge_budget"])
+      diag_.error(pos_of(merge["merge_budget"]), "'merge_budget' is a merge.method cam setting; merge.method " + method + " does not read it");
+    if (cam && constant_setting(merge, "merge_budget", false, v)) {
+      if (!(v >= 1 && v <= 1e6) || v != std::floor(v))
+        diag_.error(pos_of(merge["merge_budget"]), "'merge_budget' must be a whole number between 1 and 10^6, got " + fmt(v));
+      else d.merge.merge_budget = static_cast<int>(v);
+    }
+    if (!codebook && !cam && !d2o && constant_setting(merge, "similarity_threshold", false, v)) {
       if (!(v >= -1 && v <= 1)) diag_.error(pos_of(merge["similarity_threshold"]), "'similarity_threshold' is a cosine similarity threshold in -1..1");
       else d.merge.similarity_threshold = v;
     }

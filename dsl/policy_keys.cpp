@@ -17,7 +17,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
                "decode_budget", "prefill_block"}},
       {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "layer_allocation", "unit", "chunk",
                   "chunk_score", "quota", "gate", "rescue"}},
-      {"merge", {"enabled", "method", "similarity_threshold", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
+      {"merge", {"enabled", "method", "similarity_threshold", "merge_budget", "ema_alpha", "ema_beta", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };
   return sections;
 }

@@ -7,7 +7,8 @@
 //   counter = (position, kv_head, layer, stream), key = (seed low 32 bits, seed high 32 bits)
 //   uniform = ((word0 >> 8) + 0.5) * 2^-24          (24 bits, exact in float, open interval (0, 1))
 // `stream` separates independent uses: kSamplingStream for the engine's random share (NACL),
-// kScoreStream for the DSL's `random()` score (docs/DSL.md §7).
+// kScoreStream for the DSL's `random()` score (docs/DSL.md §7), kMergeStream for merge.method
+// cam's Bernoulli merge gate (merge_cam.h; the position is the evicted entry's original one).
 //
 // The body is written once, as KVEVICT_DEFINE_PHILOX(FN), in plain C-style integer arithmetic, so
 // jit/kernel_abi.cpp pastes the very same text into the kernel prelude (FN = the prelude's
@@ -60,6 +61,7 @@ KVEVICT_DEFINE_PHILOX(KVEVICT_HOST_DEVICE inline)
 
 inline constexpr uint32_t kSamplingStream = 0;
 inline constexpr uint32_t kScoreStream = 1;  // kv_dsl_random's stream (the literal 1u above)
+inline constexpr uint32_t kMergeStream = 2;  // merge.method cam's gate (CPU only: no kernel draws it)
 
 using Philox4x32 = KvPhilox4x32;
 

@@ -17,6 +17,7 @@
 #include "core/engine/codebook_stage.h"
 #include "core/engine/engine_checks.h"
 #include "core/engine/merge_on_evict.h"
+#include "core/engine/merge_state.h"
 #include "core/engine/head_budgets.h"
 #include "core/engine/original_positions.h"
 #include "core/engine/recent_queries.h"
@@ -92,6 +93,7 @@ struct EvictionEngine::State {
   SegmentQueries segments;                               // observe.segment's observation queries
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
+  MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -139,6 +141,7 @@ struct EvictionEngine::State {
     accumulated.assign(L, std::vector<std::vector<float>>());
     recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
+    merge_state.reset(desc.merge, L, Hq);
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
@@ -323,11 +326,24 @@ struct EvictionEngine::State {
     return out;
   }
 
-  // Every eviction of a head (prefill and decode) ends here (unfold_gqa's excepted, which the
-  // engine checks keep away from merge-on-evict).
-  void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept) {
+  // Every eviction of a layer (prefill and decode) ends here (unfold_gqa's excepted, which the
+  // engine checks keep away from merge-on-evict): a layer-level merge (d2o) sees every head's kept
+  // set first, then each head is kept. `scores[h]`: what head h's selection ranked.
+  void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
+                  const std::vector<std::span<const float>>& scores) {
+    if (merges_on_evict() && MergeOnEvictState::merges_per_layer(desc.merge))
+      merge_state.merge_layer(desc.merge, cache, layer, kept);
+    for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
+  }
+
+  // One head's eviction: a per-head merge (cam picks its merge candidates by `scores`), then the
+  // compaction and the aligned state.
+  void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores) {
     const size_t length = cache.length(layer, kv_head);
-    if (merges_on_evict()) merge_on_evict(desc.merge, cache, layer, kv_head, kept);  // folds the evicted in first
+    if (merges_on_evict() && !MergeOnEvictState::merges_per_layer(desc.merge))  // folds the evicted in first
+      merge_on_evict(desc.merge, cache, layer, kv_head, kept,
+                     merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
+                                         std::span<const int32_t>(positions(cache, layer, kv_head), length)));
     cache.keep(layer, kv_head, kept);
     permute_aligned(layer, kv_head, kept, length);
     original.kept(layer, kv_head, kept);
@@ -350,6 +366,7 @@ struct EvictionEngine::State {
     permute(scores[layer][kv_head]);
     if (!accumulated[layer].empty())
       for (int g = 0; g < Gs; ++g) permute(accumulated[layer][kv_head * Gs + g]);
+    merge_state.kept(layer, kv_head, Gs, kept, length);
   }
 
   HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const PolicyProtect& pr) const {
@@ -396,7 +413,7 @@ struct EvictionEngine::State {
       const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first,
                                               pr.recent, desc.select.floor_alpha,
                                               desc.select.kept_order == KeptOrder::Score);
-      for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h]);
+      keep_layer(cache, layer, kept, sc);
     } else if (desc.select.scope == SelectScope::LayerShared) {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
       // has kept the same positions in the same order so far, so one index list fits all.
@@ -409,16 +426,19 @@ struct EvictionEngine::State {
       }
       const auto kept = select_entries(std::span<const float>(mean.data(), T),
                                        std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget, pr);
-      for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept);
+      keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept),
+                 std::vector<std::span<const float>>(Hs, std::span<const float>(mean)));
     } else {
       const std::vector<int> budgets = head_budgets(cache, layer, budget, pr);
       if (desc.has_head_plan) head_budget[layer] = budgets;
+      std::vector<std::vector<int>> kept(Hs);
+      std::vector<std::span<const float>> sc(Hs);
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
-        const auto kept = select_entries(std::span<const float>(head_scores[h].data(), T),
-                                         std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h], pr);
-        keep(cache, layer, h, kept);
+        sc[h] = std::span<const float>(head_scores[h].data(), T);
+        kept[h] = select_entries(sc[h], std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h], pr);
       }
+      keep_layer(cache, layer, kept, sc);
     }
   }
 
@@ -581,6 +601,7 @@ struct EvictionEngine::State {
     original.appended(l, cache, s.first_position);
     record_queries(s);
     record_accumulated(s, cache);
+    merge_state.record_decode(s, cache);
     const int step = decode_step + 1;
     if (l == 0) appended += s.n_tokens;
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
@@ -593,6 +614,7 @@ struct EvictionEngine::State {
     for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc, decode_protect);  // PrefillDecodingPress: the second press's own set
+    merge_state.evicted(l);
     if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }
@@ -615,7 +637,8 @@ ObservationRequest EvictionEngine::request() const {
   // A segment-local observation needs the last queries of every segment: every query of the prompt
   // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
-  r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention);
+  r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
+                            MergeOnEvictState::needs_decode_attention(state_->desc.merge);
   return r;
 }
 

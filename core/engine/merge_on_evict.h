@@ -19,6 +19,7 @@
 //              x_j <- (x_j + sum (x_e + x_j) / 2) / (1 + |M_j|)      (scatter_reduce mean, include_self)
 //     Weighted (KVCache-Factory merge "weighted", KVMerger-style): for x in {k, v}:
 //              w_e = max((s_e + 1) / 2, 1e-6);  x_j <- (x_j + sum w_e x_e) / (1 + sum w_e)
+//     Cam      (kvpress CAMPress): not a nearest-key rule; see merge_cam.h.
 //   Merged rows are computed in double from the stored rows (as f32) and written back once, rounded
 //   to the cache's KvType (F32, F16 or BF16); positions do not change. The caller then compacts.
 // Memory: O(|E| * head_dim) for the evicted rows and the merge accumulators, plus the kept keys
@@ -30,6 +31,7 @@
 // (its eviction does not go through the engine's per-head keep).
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/decode/kv_cache.h"
 #include "core/engine/policy_program.h"
@@ -41,9 +43,40 @@ struct MergeOnEvictCounts {
   int64_t merged = 0;   // evicted entries that passed the similarity gate
 };
 
-// `merge.method` must be Nearest, Pivot or Weighted (std::logic_error otherwise); kept as for
-// KVCache::keep (each index in range, no duplicates; std::invalid_argument otherwise).
+// merge.method d2o's state per layer: D2O's EMA similarity threshold (none before the layer's
+// first merge of a prompt).
+struct D2oThreshold {
+  bool set = false;
+  double value = 0;
+};
+
+// What a merge method reads beyond the head's rows. The engine fills it at every eviction
+// (MergeOnEvictState::context, merge_state.h); Nearest, Pivot and Weighted read none of it.
+struct MergeContext {
+  std::span<const float> scores;       // Cam: the scores the selection ranked, one per entry (cache order)
+  std::vector<float> attention;        // Cam: each entry's accumulated decode-time attention (GQA mean)
+  int new_entries = 0;                 // Cam: tokens appended to the layer since its last eviction
+  uint64_t seed = 0;                   // Cam: the eviction's seed (counter_rng.h, kMergeStream)
+  std::span<const int32_t> positions;  // Cam: the entries' original positions (the draw's key)
+};
+
+// `merge.method` must be Nearest, Pivot, Weighted or Cam (std::logic_error otherwise: D2o is a
+// layer-level rule, merge_on_evict_layer below; Cam runs
+// merge_cam, merge_cam.h, on `context`); kept as for KVCache::keep (each index in range, no
+// duplicates; std::invalid_argument otherwise).
 MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int layer, int stored_head,
-                                  std::span<const int> kept);
+                                  std::span<const int> kept, const MergeContext& context = {});
+
+// merge.method d2o (D2O, Wan et al., arXiv 2406.13035; AIoT-MLSys-Lab/D2O D2O_LayerKVCache), one
+// eviction of a whole layer: kept[h] are stored head h's kept indices (as for merge_on_evict), one
+// per stored head. Every head's evicted entries find their target and cosine s_e as above; m =
+// the mean of s_e over all the layer's evicted entries; the threshold becomes m at the layer's
+// first merge and ema_alpha * threshold + ema_beta * m afterwards (nothing evicted: unchanged); e
+// merges when s_e >= threshold, and per target j with merged set M_j, for x in {k, v}:
+//   x_j <- (x_j + sum s_e x_e) / (1 + |M_j|)          (scatter_reduce mean, include_self, of s_e x_e)
+// Memory: each head's evicted rows at once, O(sum_h |E_h| x d). Throws as merge_on_evict, and
+// std::invalid_argument when kept does not have one set per stored head.
+MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache, int layer,
+                                        const std::vector<std::vector<int>>& kept, D2oThreshold& threshold);
 
 }  // namespace kvevict

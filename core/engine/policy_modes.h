@@ -24,7 +24,11 @@ enum class MergeScope : uint8_t { PerHead, PerLayerAcrossHeads };
 //   Nearest:  kvpress MergingPress, evicted values folded into the most key-similar survivor
 //   Pivot:    LOOK-M / KVCache-Factory merge "pivot", evicted K and V averaged into that survivor
 //   Weighted: KVMerger-style / KVCache-Factory merge "weighted", similarity-weighted scatter
-enum class MergeMethod : uint8_t { Codebook, Nearest, Pivot, Weighted };
+//   Cam:      kvpress CAMPress (CaM), evicted values spread over the next merge_budget survivors,
+//             each merge gated by a Bernoulli draw on the attention ratio (merge_cam.h)
+//   D2o:      D2O, similarity-weighted averaging into the most key-similar survivor, gated by an
+//             EMA threshold of the layer's similarities (merge_on_evict_layer)
+enum class MergeMethod : uint8_t { Codebook, Nearest, Pivot, Weighted, Cam, D2o };
 // select.unit: what is kept or evicted as one piece (core/engine/chunk_selection.h). Token: each
 // entry on its own. Chunk: whole chunks of select.chunk consecutive prompt positions (ChunkKV).
 enum class SelectUnit : uint8_t { Token, Chunk };
@@ -59,7 +63,7 @@ template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };
 template <> struct ModeNames<MergeMethod> {
-  static constexpr std::array<std::string_view, 4> names = {"codebook", "nearest", "pivot", "weighted"};
+  static constexpr std::array<std::string_view, 6> names = {"codebook", "nearest", "pivot", "weighted", "cam", "d2o"};
 };
 template <> struct ModeNames<SelectUnit> {
   static constexpr std::array<std::string_view, 2> names = {"token", "chunk"};
@@ -80,7 +84,7 @@ static_assert(ModeNames<SelectQuota>::names.size() == static_cast<size_t>(Select
 static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
 static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
 static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);
-static_assert(ModeNames<MergeMethod>::names.size() == static_cast<size_t>(MergeMethod::Weighted) + 1);
+static_assert(ModeNames<MergeMethod>::names.size() == static_cast<size_t>(MergeMethod::D2o) + 1);
 
 template <class Mode> constexpr std::string_view mode_name(Mode m) {
   const auto i = static_cast<size_t>(m);

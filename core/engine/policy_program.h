@@ -102,6 +102,13 @@ struct PolicyMerge {
   // with its most similar surviving key is >= this (kvpress MergingPress similarity_threshold).
   // -1 merges every evicted entry (KVCache-Factory's pivot / weighted have no gate).
   double similarity_threshold = -1.0;
+  // Added. Method Cam only: how many of the next kept entries (cache order) each merged evicted
+  // value is spread over (kvpress CAMPress merge_budget, default 32).
+  int merge_budget = 32;
+  // Added. Method D2o only: threshold <- ema_alpha * threshold + ema_beta * (the eviction's mean
+  // best cosine) (D2O's alpha and belta, default 0.5 each).
+  double ema_alpha = 0.5;
+  double ema_beta = 0.5;
   // The fields below are the codebook's (method Codebook only).
   double theta_key = 0.98;
   double theta_value = 0.95;

@@ -76,10 +76,12 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // layer_allocation_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
+    "cam",
     "chunkkv",
     "chunkpress",
     "compression_ratio_decoding",
     "cur",
+    "d2o",
     "decoding",
     "duo_attention",
     "entropy_adaptive",

@@ -58,12 +58,12 @@ TEST(MergeSettings, ErrorsNameTheKey) {
       {"merge: {method: nearest, similarity_threshold: 2}",
        "o.yaml:3:48: error: 'similarity_threshold' is a cosine similarity threshold in -1..1"},
       {"merge: {method: average}",
-       "o.yaml:3:17: error: 'method' must be one of codebook, nearest, pivot, weighted (or an enum parameter with "
+       "o.yaml:3:17: error: 'method' must be one of codebook, nearest, pivot, weighted, cam, d2o (or an enum parameter with "
        "those options)"},
       {"select: {unfold_gqa: true}\nmerge: {method: pivot}",
        "o.yaml:4:17: error: merge.method pivot cannot be combined with select.unfold_gqa"},
-      {"merge: {method: pivot, metod: pivot}", "unknown key 'metod' in the 'merge' section (allowed: enabled, first_layer, "
-                                               "last_layer, method, scope, similarity_threshold, theta_key, theta_value)"},
+      {"merge: {method: pivot, metod: pivot}", "unknown key 'metod' in the 'merge' section (allowed: ema_alpha, ema_beta, enabled, first_layer, "
+                                               "last_layer, merge_budget, method, scope, similarity_threshold, theta_key, theta_value)"},
   };
   for (const auto& c : cases) {
     const std::string e = usage_error(kHead + c.merge + "\n" + kScore);
