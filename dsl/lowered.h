@@ -146,7 +146,7 @@ inline unsigned renamed_shape(int map, unsigned shape) {
 
 // Interpreter tiling constants (see TOKEN PAIRS and CONTRACTIONS above).
 constexpr int kPairTileRows = 64;
-constexpr int64_t kPairTileElements = int64_t(1) << 20;
+constexpr int64_t kPairTileElements = int64_t(1) << 15;  // 128 KiB: a tile's nodes stay in L2
 constexpr int64_t kContractionBlock = 512;
 // One row of s of a token-pair node above this many floats is a run-time error (a 128-channel
 // pair at T = 2^17 is 2^24): the checker's shape rule keeps rows at max(G, head_dim) x T.

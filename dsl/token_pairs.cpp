@@ -107,6 +107,12 @@ std::vector<int> physical_last_use(const LoweredProgram& p, const std::vector<bo
   for (int i = 0; i < n; ++i)
     for (int o : {p.nodes[static_cast<size_t>(i)].a, p.nodes[static_cast<size_t>(i)].b, p.nodes[static_cast<size_t>(i)].c})
       if (o >= 0) last[static_cast<size_t>(o)] = std::max(last[static_cast<size_t>(o)], where[static_cast<size_t>(i)]);
+  // A Rename may be a view of its operand's array: the operand lives as long as the view
+  // (descending, so a chain of renames passes the last use down to the array's owner).
+  for (int i = n - 1; i >= 0; --i) {
+    const Node& nd = p.nodes[static_cast<size_t>(i)];
+    if (nd.op == NodeOp::Rename) last[static_cast<size_t>(nd.a)] = std::max(last[static_cast<size_t>(nd.a)], last[static_cast<size_t>(i)]);
+  }
   return last;
 }
 

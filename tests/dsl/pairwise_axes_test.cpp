@@ -221,3 +221,20 @@ TEST(PairwiseAxes, CheckerErrorsAtTheirPositions) {
 
 }  // namespace
 }  // namespace kvevict::dsl
+
+namespace kvevict::dsl {
+namespace {
+
+// A renamed read of a computed array is a view of it: the array must outlive the view (random[s]
+// is the Random node's own array, freed after its last reader otherwise).
+TEST(PairwiseAxes, RenamedViewsKeepTheirArrayAlive) {
+  const Keys keys = random_keys(40, 2, 7);
+  auto a = check("score[t] = mean(s: random[s] + t)");
+  auto b = check("m = mean(t: random[t])\nscore[t] = m + t");
+  ASSERT_EQ(a.errors + b.errors, "");
+  const auto x = run(a.program, keys), y = run(b.program, keys);
+  for (int t = 0; t < keys.T; ++t) EXPECT_NEAR(x[t], y[t], 1e-5) << t;
+}
+
+}  // namespace
+}  // namespace kvevict::dsl
