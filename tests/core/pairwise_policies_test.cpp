@@ -2,6 +2,9 @@
 // double-precision references (reference_pairwise_policies.cpp) on stories260K at prefill.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "decode_spy.h"
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
@@ -66,6 +69,24 @@ TEST_F(PairwisePolicies, TheRedundancyTermDecides) {
   EXPECT_NE(reference::rkv(*data_, 24, only_redundancy), reference::rkv(*data_, 24, only_importance));
   const EvictionReport got = test::prefill_report(*model_, tokens_, "rkv", {{"mix_lambda", "0"}}, "24");
   EXPECT_GT(test::expect_same_kept(got, reference::rkv(*data_, 24, only_redundancy), S(), "rkv mix_lambda 0"), 0);
+}
+
+TEST_F(PairwisePolicies, RkvAtPrefillAndEveryIntervalWhileDecoding) {
+  // decode_interval 4: the prefill, then steps 4, 8 and 12 cut each head back to the budget by the
+  // same rule on what it holds (the newest 8 query rows, the newest 8 entries kept).
+  const ModelConfig& c = model_->config;
+  const auto policy = load_policy("rkv", {{"decode_interval", "4"}});
+  const reference::RkvParams rp;
+  const int n = test::check_decisions(*model_, tokens_, *policy, "40", 12, 8,
+      [&](const reference::CachedHead& b, const std::vector<reference::QueryRow>& rows, int, int h, int budget, int step) {
+        if (step > 0 && step % 4 != 0) {
+          std::vector<int32_t> p = b.pos;
+          std::sort(p.begin(), p.end());
+          return p;
+        }
+        return reference::rkv_keep(b, rows, h, c.group_size(), c.head_dim, budget, rp);
+      }, "rkv decode");
+  EXPECT_EQ(n, 4 * c.n_layers * c.n_kv_heads) << "the prefill and three decode compressions evict in every head";
 }
 
 }  // namespace

@@ -33,6 +33,59 @@ std::vector<double> rkv_redundancy(const std::vector<float>& keys, int S, int d,
   return column_mean;
 }
 
+namespace {
+
+// max_pool1d(kernel, padding kernel // 2, stride 1) with -inf padding.
+std::vector<double> max_pool(const std::vector<double>& x, int kernel) {
+  const int n = static_cast<int>(x.size()), r = kernel / 2;
+  std::vector<double> out(x.size());
+  for (int t = 0; t < n; ++t) {
+    double m = -1e300;
+    for (int u = std::max(0, t - r); u <= std::min(n - 1, t + r); ++u) m = std::max(m, x[u]);
+    out[t] = m;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int32_t> rkv_keep(const CachedHead& c, const std::vector<QueryRow>& rows, int kv_head, int G, int d, int budget,
+                              const RkvParams& rp) {
+  const int T = c.T, W = std::min(rp.window, T), N = T - W;
+  std::vector<int32_t> kept;
+  if (budget >= T) {
+    kept = c.pos;
+    std::sort(kept.begin(), kept.end());
+    return kept;
+  }
+  const std::vector<QueryRow> last(rows.end() - std::min<size_t>(rows.size(), static_cast<size_t>(rp.window)), rows.end());
+  std::vector<double> pooled(static_cast<size_t>(N), rp.gqa_max ? -1.0 : 0.0);
+  for (int g = 0; g < G; ++g) {
+    std::vector<double> mean(static_cast<size_t>(N), 0.0);
+    for (const std::vector<double>& row : attention(c, last, kv_head * G + g, d)) {
+      double z = 0;
+      for (int t = 0; t < N; ++t) z += row[t];
+      for (int t = 0; t < N; ++t) mean[t] += row[t] / z / static_cast<double>(last.size());
+    }
+    for (int t = 0; t < N; ++t) pooled[t] = rp.gqa_max ? std::max(pooled[t], mean[t]) : pooled[t] + mean[t] / G;
+  }
+  const std::vector<double> importance = max_pool(pooled, rp.kernel);
+  const std::vector<double> redundancy = rkv_redundancy(c.keys, T, d, rp.threshold, rp.retain_last);
+  std::vector<int> order;
+  std::vector<double> score(static_cast<size_t>(N));
+  for (int t = 0; t < N; ++t) {
+    order.push_back(t);
+    score[t] = rp.mix_lambda * importance[t] - (1 - rp.mix_lambda) * redundancy[t];
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return score[a] != score[b] ? score[a] > score[b] : c.pos[a] < c.pos[b]; });
+  order.resize(static_cast<size_t>(std::max(0, std::min(N, budget - W))));
+  for (int t : order) kept.push_back(c.pos[t]);
+  for (int t = N; t < T; ++t) kept.push_back(c.pos[t]);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 KeptSets rkv(const PromptData& p, int budget, const RkvParams& rp) {
   KeptSets out(p.size());
   for (size_t l = 0; l < p.size(); ++l)

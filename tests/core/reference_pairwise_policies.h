@@ -4,6 +4,7 @@
 // recorded by reference::collect (window attention computed in double from the recorded queries
 // and keys; post-RoPE keys), NOT from the DSL or the engine's selection code. Ties: higher score
 // first, then smaller original position (the engine's rule).
+#include "reference_field_policies.h"
 #include "reference_policies.h"
 
 namespace kvevict::reference {
@@ -20,6 +21,12 @@ struct RkvParams {
 // mix_lambda * maxpool(importance) - (1 - mix_lambda) * redundancy. `p` must be collected with
 // `window` rows.
 KeptSets rkv(const PromptData& p, int budget, const RkvParams& rp);
+
+// One R-KV decision on what a head holds (the same rule, while decoding): `rows` are the query
+// rows the engine recorded (the newest `window` are used), the window is the newest `window`
+// entries in cache order. Returns the kept original positions, ascending.
+std::vector<int32_t> rkv_keep(const CachedHead& c, const std::vector<QueryRow>& rows, int kv_head, int G, int d, int budget,
+                              const RkvParams& rp);
 
 // The redundancy of one head's keys ([S][d]): softmax over the columns of the mean over the rows
 // of the cosine similarity, diagonal zeroed and each row's last (or first) above-threshold column
