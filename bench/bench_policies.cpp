@@ -70,7 +70,7 @@ int main(int argc, char** argv) try {
   for (int i = 4; i < argc; ++i) names.push_back(argv[i]);
   if (names.empty())
     names = {"full", "random", "streamingllm", "h2o", "tova", "snapkv", "pyramidkv", "adakv", "knorm", "cake", "nacl",
-             "spindlekv"};
+             "spindlekv", "rkv"};
   auto model = load_model(path);
   const ModelConfig& c = model->config;
   std::string text;

@@ -1,10 +1,16 @@
 #pragma once
 // The CUDA code generator for the DSL's lowered form (dsl/lowered.h).
 //
-// Scheme: every node becomes one device function `<prefix>_n<i>(args, h, q, t)` that computes a
-// single element of the node's tensor (indices outside the node's shape are ignored). Elementwise
-// nodes call their operands at the same indices; reductions over h and q and token windows are
-// loops inside the function; the output node is evaluated by one thread per token. The whole
+// Scheme: every node becomes one device function `<prefix>_n<i>(args, h, q, c, e, s, t)` that
+// computes a single element of the node's tensor (c is the channel of axis d, e the second channel
+// axis, s the second token axis; indices outside the node's shape are ignored). Elementwise nodes
+// call their operands at the same indices, a renamed read (K[d, s]) calls its operand with the
+// indices permuted; reductions over h, q, d, e and s and token windows are loops inside the
+// function; the output node is evaluated by one thread per token. Token pairs (axes s and t) are
+// therefore never stored: a reduction over s is a loop in the token's thread (s outermost, the
+// interpreter's order), and a reduction over t that keeps s or e (and a normalise of such a value)
+// is a loop inside the thread too, not a stage (O(T) per call: R-KV's kernel costs O(T^2 x
+// head_dim) per token; the interpreter's tiles are the fast path on the CPU). The whole
 // score program is therefore one fused kernel: one pass over the window attention per token,
 // no intermediate tensor in memory and certainly no S x S matrix.
 //

@@ -73,7 +73,7 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
 // noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
 // per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
-// layer_allocation_policies_test.cpp. One name per line.
+// layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "cam",
@@ -98,6 +98,7 @@ const std::vector<std::string> kFieldPolicies = {
     "per_layer_compression",
     "prefill_decoding",
     "qfilter",
+    "rkv",
     "rlkv",
     "scissorhands",
     "simlayerkv",

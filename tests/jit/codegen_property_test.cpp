@@ -60,7 +60,10 @@ void cover(const LoweredProgram& p, std::set<std::string>& seen) {
         break;
       case NodeOp::Normalise: seen.insert("normalise"); break;
       case NodeOp::Table: seen.insert("table:" + p.tables.at(size_t(n.lo))->name); break;
+      case NodeOp::Rename: seen.insert("rename:" + dsl::shape_name(n.shape)); break;
     }
+    if (dsl::is_token_pair(n.shape)) seen.insert("token-pair");
+    if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisS)) seen.insert("reduce-s");
   }
 }
 
@@ -69,7 +72,10 @@ std::set<std::string> every_construct() {
   for (int s = 0; s < dsl::kNumScalarSignals; ++s)
     if (s != int(dsl::ScalarSignal::Budget)) all.insert("scalar:" + std::to_string(s));  // budget: layer_weight only
   for (int s = 0; s < dsl::kNumTensorSignals; ++s) all.insert("load:" + std::to_string(s));
-  for (int f = 0; f <= int(dsl::UnaryFn::Round); ++f) all.insert("unary:" + std::to_string(f));
+  for (int f = 0; f <= int(dsl::UnaryFn::Cos); ++f) all.insert("unary:" + std::to_string(f));
+  // The second axes: reads renamed to s and e, token pairs, reductions over s, axis values.
+  for (const char* r : {"rename:[d, s]", "rename:[e, t]", "rename:[s]", "token-pair", "reduce-s", "axis:[s]", "axis:[e]"})
+    all.insert(r);
   for (int f = 0; f <= int(dsl::BinaryFn::Or); ++f) all.insert("binary:" + std::to_string(f));
   for (const char* r : {"sum", "mean", "var", "max", "min", "entropy"}) {
     all.insert(std::string("reduce:") + r);

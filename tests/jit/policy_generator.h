@@ -3,7 +3,8 @@
 // `score` (and sometimes `decode_score`) programs mix every construct of the language's score
 // context (tensor and scalar signals, axis values, every unary and binary function, if, min/max/
 // clamp/pow, every reducer over h, q and t, token windows shifted by t + k and t - k, normalise,
-// parameters, definitions of every shape). Expressions are built shape-correct by construction:
+// parameters, definitions of every shape, and the second axes s and e: token pairs and renamed
+// reads, pair_terms). Expressions are built shape-correct by construction:
 // every read uses axes bound at that point, every reduction's body depends on the reduced axes
 // (an "anchor" term), every window body reads a token at t + k (or t - k). Every file declares
 // three policy tables (dsl/table_data.h) shaped for RandomScoreInputs (4 layers, 2 KV heads,
@@ -104,7 +105,7 @@ class PolicyGenerator {
     // A focus definition and window cycle through every reducer over t, every unary function
     // and every window reducer and offset kind, so a modest sample covers them all.
     static const char* const reducers[] = {"sum", "mean", "var", "max", "min", "entropy"};
-    static const char* const unaries[] = {"exp", "log", "sqrt", "abs", "floor", "ceil", "round", "-"};
+    static const char* const unaries[] = {"exp", "log", "sqrt", "abs", "floor", "ceil", "round", "-", "sin", "cos"};
     static const char* const windows[] = {"sum", "mean", "max", "min"};
     static const char* const offsets[] = {"-1 .. 1", "2 .. 5", "-floor(kernel / 2) .. floor(kernel / 2)", "-6 .. -3", "0 .. 0"};
     const int f = focus_++;
@@ -112,15 +113,38 @@ class PolicyGenerator {
     inner.bound = kT | subset(kH | kQ | kD);
     std::string list = std::string((inner.bound & kH) ? "h, " : "") + ((inner.bound & kQ) ? "q, " : "") +
                        ((inner.bound & kD) ? "d, " : "") + "t";
-    text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 8] + "(abs(" + expr(inner, 2) +
+    text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 10] + "(abs(" + expr(inner, 2) +
             ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
+    text += pair_terms(f);
     Scope scope;
     scope.bound = kT;
     Scope window_body = scope;
     window_body.window = true;
     window_body.negative = f % 3 == 0;
     text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
-            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")\n";
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ") + pair[t]\n";
+    return text;
+  }
+
+  // The second axes s and e (docs/DSL.md §3): a token-pair value over (s, t) from reads renamed to
+  // s (and a contraction over d or e), a reduction over t that keeps s, and a reduction over s,
+  // cycling through the reducers; bodies stay cheap (the generated kernel loops over s and t
+  // inside each token's thread).
+  std::string pair_terms(int f) {
+    static const char* const bodies[] = {
+        "sum(d: K[d, s] * V[d, t]) * 0.01",
+        "if(s == t, 0, key_norm[s] - value_norm[t])",
+        "sin(pos[s] * 0.1) * cos(pos[t] * gamma)",
+        "sum(e: K_pre[e, s] * K[e, t] * 0.01 + e * 0.001) + random[s]",
+        "mean(h: A_now[h, s] * A_now[h, t]) + s - t"};
+    static const char* const exits[] = {"sum", "mean", "max", "min"};
+    std::string text = "  pr[s, t] = " + std::string(bodies[f % 5]) + "\n";
+    // pick[s] is called for every s inside each token's loop: its body is O(1) per pair.
+    static const char* const cheap[] = {"key_norm[s] - value_norm[t]", "sin(pos[s] * 0.1) * cos(pos[t] * gamma)",
+                                        "s - t + random[s]"};
+    text += "  pick[s] = " + std::string(exits[(f + 1) % 4]) + "(t: if(" + cheap[f % 3] + " > " +
+            one_of({"0", "0.5", "-0.25"}) + ", t, 0))\n";
+    text += "  pair[t] = " + std::string(exits[f % 4]) + "(s: if(t == pick[s], 0, pr[s, t]) * (1 + 0 * s))\n";
     return text;
   }
 
@@ -221,7 +245,7 @@ class PolicyGenerator {
       case 0: return leaf(s);
       case 1: return "-" + leaf(s);
       case 2:
-        return std::string(one_of({"exp", "log", "sqrt", "abs", "floor", "ceil", "round"})) + "(" + expr(s, depth - 1) + ")";
+        return std::string(one_of({"exp", "log", "sqrt", "abs", "floor", "ceil", "round", "sin", "cos"})) + "(" + expr(s, depth - 1) + ")";
       case 3:
       case 4:
         return "(" + expr(s, depth - 1) + " " + one_of({"+", "-", "*", "/", "^"}) + " " + expr(s, depth - 1) + ")";
