@@ -1,6 +1,10 @@
 #include "dsl/matrix_ops.h"
 
 #include <cmath>
+#include <string>
+
+#include "core/engine/gaussian_rng.h"
+#include "core/util/error.h"
 
 namespace kvevict::dsl {
 namespace {
@@ -39,6 +43,22 @@ InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* o
   r.jittered = jittered;
   r.failed = failed;
   return r;
+}
+
+void evaluate_inverse(const float* operand, int64_t elements, int head_dim, float* out) {
+  if (head_dim > kMaxMatrixDim)
+    throw RuntimeError("inverse(): head_dim " + std::to_string(head_dim) + " exceeds the largest matrix the language inverts (" +
+                       std::to_string(kMaxMatrixDim) + ")");
+  if (head_dim < 1 || elements <= 0) return;
+  const int64_t nn = static_cast<int64_t>(head_dim) * head_dim;
+  spd_inverse_batched(operand, elements / nn, head_dim, out);
+}
+
+void evaluate_randn(uint64_t seed, uint32_t layer, uint32_t kv_head, int head_dim, float* out) {
+  for (int d = 0; d < head_dim; ++d)
+    for (int e = 0; e < head_dim; ++e)
+      out[static_cast<int64_t>(d) * head_dim + e] =
+          kv_dsl_randn(seed, layer, kv_head, static_cast<uint32_t>(d), static_cast<uint32_t>(e));
 }
 
 }  // namespace kvevict::dsl

@@ -110,4 +110,12 @@ struct InverseReport {
 };
 InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* out);
 
+// ---- The interpreter's nodes (dsl/lowered.h: Inverse, Randn) ----
+// Inverse: `operand` holds `elements` floats, a dense tensor whose two innermost axes are d and e
+// (the checker refuses a matrix with a token axis), so it is elements / head_dim^2 matrices one
+// after another. Throws RuntimeError when head_dim exceeds kMaxMatrixDim (before allocating).
+void evaluate_inverse(const float* operand, int64_t elements, int head_dim, float* out);
+// Randn: out[d * head_dim + e] = kv_dsl_randn(seed, layer, kv_head, d, e) (core/engine/gaussian_rng.h).
+void evaluate_randn(uint64_t seed, uint32_t layer, uint32_t kv_head, int head_dim, float* out);
+
 }  // namespace kvevict::dsl

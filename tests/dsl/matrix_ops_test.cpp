@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine/gaussian_rng.h"
+#include "core/util/error.h"
 #include "dsl/matrix_ops.h"
 
 namespace kvevict::dsl {
@@ -183,6 +184,30 @@ TEST(MatrixOps, BatchedInParallelEqualsOneByOne) {
     }
   }
   EXPECT_EQ(spd_inverse_batched(all.data(), 0, n, out.data()).failed, 0);
+}
+
+// The interpreter's entry points: a [h, d, e] tensor is G matrices one after another; a head_dim
+// beyond the bound is a run-time error before anything is allocated; randn is [d][e].
+TEST(MatrixOps, InterpreterEntryPoints) {
+  const int n = 4, heads = 3;
+  Matrix all;
+  for (int h = 0; h < heads; ++h) {
+    const Matrix m = random_spd(n, 40u + h, 0.5f);
+    all.insert(all.end(), m.begin(), m.end());
+  }
+  Matrix out(all.size());
+  evaluate_inverse(all.data(), static_cast<int64_t>(all.size()), n, out.data());
+  std::vector<double> work;
+  Matrix one(n * n);
+  for (int h = 0; h < heads; ++h) {
+    spd_inverse(all.data() + h * n * n, n, work, one.data());
+    for (int i = 0; i < n * n; ++i) EXPECT_EQ(out[h * n * n + i], one[i]);
+  }
+  EXPECT_THROW(evaluate_inverse(all.data(), 1, kMaxMatrixDim + 1, out.data()), RuntimeError);
+  Matrix g(static_cast<size_t>(n) * n);
+  evaluate_randn(9, 2, 1, n, g.data());
+  for (int d = 0; d < n; ++d)
+    for (int e = 0; e < n; ++e) EXPECT_EQ(g[d * n + e], kv_dsl_randn(9, 2, 1, d, e));
 }
 
 // randn[d, e]: the documented counter layout, standard normal moments, independence of the tuple.
