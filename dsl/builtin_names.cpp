@@ -16,7 +16,8 @@ const std::map<std::string, TensorSignal> kTensorSignals = [] {
 
 const std::map<std::string, UnaryFn> kUnaryFns = {
     {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},
-    {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round}};
+    {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round},
+    {"sin", UnaryFn::Sin}, {"cos", UnaryFn::Cos}};
 
 const std::map<std::string, Reducer> kReducers = {
     {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},
@@ -25,16 +26,14 @@ const std::map<std::string, Reducer> kReducers = {
 const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
 
 unsigned axis_bit(const std::string& name) {
-  if (name == "g") return kAxisG;
-  if (name == "h") return kAxisH;
-  if (name == "q") return kAxisQ;
-  if (name == "d") return kAxisD;
-  if (name == "t") return kAxisT;
+  for (const auto& axis : kvevict::kAxisTable)  // the axis table (core/engine/signals.h)
+    if (name == axis.dsl_name) return axis.bit;
   return 0;
 }
 
 bool is_builtin_name(const std::string& n) {
-  return axis_bit(n) || kScalarSignals.count(n) || kTensorSignals.count(n) || kUnaryFns.count(n) || kReducers.count(n) ||
+  const unsigned axis = axis_bit(n);
+  return (axis && kvevict::kAxisTable[kvevict::axis_index(axis)].reserved) || kScalarSignals.count(n) || kTensorSignals.count(n) || kUnaryFns.count(n) || kReducers.count(n) ||
          kOtherFunctions.count(n) || n == "true" || n == "false" || n == "and" || n == "or" || n == "not" || n == "in";
 }
 

@@ -59,7 +59,10 @@ class Checker {
  public:
   Checker(const CheckOptions& options, Diagnostics& diag)
       : opt_(options), diag_(diag), b_(options.context == ProgramContext::LayerWeight) {
-    for (size_t i = 0; i < opt_.params.size(); ++i) params_[opt_.params[i].name] = static_cast<int>(i);
+    for (size_t i = 0; i < opt_.params.size(); ++i) {
+      params_[opt_.params[i].name] = static_cast<int>(i);
+      hide_axis(opt_.params[i].name);
+    }
     b_.set_tables(opt_.tables);
   }
 
@@ -67,6 +70,7 @@ class Checker {
     const bool score = opt_.context == ProgramContext::Score;
     const std::string out_name = output_name();
     int output = -1;
+    for (const auto& d : p.definitions) hide_axis(d.name);
     for (const auto& d : p.definitions) {
       int node = definition(d);
       if (d.name == out_name) output = node;
@@ -106,7 +110,24 @@ class Checker {
   }
   unsigned context_axes() const {
     if (opt_.context == ProgramContext::Setting) return 0;
-    return layer_ctx() ? kAllAxes : (kAxisH | kAxisQ | kAxisD | kAxisT);
+    return (layer_ctx() ? kAllAxes : (kAllAxes & ~unsigned(kAxisG))) & ~hidden_axes_;
+  }
+  // "g, h, q, d, e, s, t": the axes of this context, in canonical order (the axis table).
+  std::string axes_text(const char* last_joiner = ", ") const {
+    std::vector<std::string> names;
+    for (const auto& axis : kvevict::kAxisTable)
+      if (axis.bit & context_axes()) names.emplace_back(axis.dsl_name);
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i)
+      text += (i == 0 ? "" : i + 1 == names.size() ? last_joiner : ", ") + names[i];
+    return text;
+  }
+  // "'h'" or "'d' or 'e'": the axes of the kind of `bit`.
+  static std::string kind_text(unsigned bit) {
+    std::string text;
+    for (const auto& axis : kvevict::kAxisTable)
+      if (axis.kind == kvevict::axis_kind(bit)) text += (text.empty() ? "'" : " or '") + std::string(axis.dsl_name) + "'";
+    return text;
   }
   Value error() { return Value{}; }
   Value fail(FilePos pos, const std::string& message) {
@@ -115,6 +136,13 @@ class Checker {
   }
 
   bool reserved(const std::string& name) const { return is_builtin_name(name); }
+  // Axes e and s are not reserved (builtin_names.h): a parameter or definition of that name
+  // (snapkv's s[h, t], cake's e[h, t]) hides the axis in this program.
+  void hide_axis(const std::string& name) {
+    const unsigned bit = axis_bit(name);
+    if (bit && !kvevict::kAxisTable[kvevict::axis_index(bit)].reserved) hidden_axes_ |= bit;
+  }
+  unsigned axis(const std::string& name) const { return axis_bit(name) & ~hidden_axes_; }
   bool is_table(const std::string& name) const {
     for (const auto& t : opt_.tables)
       if (t->name == name) return true;
@@ -140,16 +168,15 @@ class Checker {
     unsigned axes = 0;
     unsigned last = 0;
     for (size_t i = 0; i < d.axes.size(); ++i) {
-      unsigned bit = axis_bit(d.axes[i]);
+      unsigned bit = axis(d.axes[i]);
       if (!bit || !(bit & context_axes())) {
-        diag_.error(d.axis_pos[i], "'" + d.axes[i] + "' is not an axis here (axes: " +
-                                       std::string(layer_ctx() ? "g, h, q, d, t" : "h, q, d, t") + ")");
+        diag_.error(d.axis_pos[i], "'" + d.axes[i] + "' is not an axis here (axes: " + axes_text() + ")");
         ok = false;
         continue;
       }
       if (axes & bit) { diag_.error(d.axis_pos[i], "axis '" + d.axes[i] + "' appears twice"); ok = false; continue; }
       if (bit < last) {
-        diag_.error(d.axis_pos[i], "axes must be listed in the order g, h, q, d, t");
+        diag_.error(d.axis_pos[i], "axes must be listed in the order " + axes_text());
         ok = false;
       }
       last = bit;
@@ -196,6 +223,12 @@ class Checker {
     const int first = b_.size();
     Value v = check_expr(e, scope);
     b_.locate(first, e.pos.line, e.pos.col);
+    const unsigned extra = v.shape & ~kvevict::kTokenPair;
+    if (v.ok() && is_token_pair(v.shape) && ((extra & kAxisQ) || (extra & (extra - 1))))
+      // The static bound of a token pair: one row of s holds at most max(n_kv_heads, G,
+      // head_dim) x T numbers (the interpreter's tiles hold whole rows of s; lowered.h).
+      return fail(e.pos, "this value has shape " + shape_name(v.shape) +
+                             ": a token-pair value (axes s and t) may carry at most one more axis, g, h, d or e (never q)");
     return v;
   }
 
@@ -250,7 +283,7 @@ class Checker {
         return fail(e.pos, "'kv_head' is not available in layer_weight programs (use axis g)");
       return Value{b_.scalar(it->second), Type::Number, 0};
     }
-    if (unsigned bit = axis_bit(n)) {
+    if (unsigned bit = axis(n)) {
       if (!(bit & context_axes())) return fail(e.pos, "axis '" + n + "' is not available here");
       if (!(scope.bound & bit))
         return fail(e.pos, "axis '" + n + "' is not bound here: declare it on the left side or reduce over it");
@@ -300,24 +333,41 @@ class Checker {
     } else {
       return fail(e.pos, "unknown tensor '" + e.text + "'");
     }
-    // Indices name the tensor's axes in order: A[h, q, t]; the token axis may be shifted by the
-    // active window variable. Nothing else can index, so no read can leave its buffer.
+    // Indices name the tensor's axes in order: A[h, q, t]; each may be bound to another axis of
+    // the same kind (K[e, s]: K's channel axis read at e, its token axis at s), and the token axis
+    // t may be shifted by the active window variable. Nothing else can index, so no read can
+    // leave its buffer.
     std::vector<unsigned> want;
-    for (unsigned bit = 1; bit <= kAxisT; bit <<= 1)
-      if (axes & bit) want.push_back(bit);
+    for (const auto& axis : kvevict::kAxisTable)
+      if (axes & axis.bit) want.push_back(axis.bit);
     if (e.indices.size() != want.size())
       return fail(e.pos, "'" + e.text + "' has axes " + shape_name(axes) + " and takes " + std::to_string(want.size()) +
                              " indices, not " + std::to_string(e.indices.size()));
     bool ok = true;
+    int map = rename_identity();
+    unsigned targets = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       const IndexTerm& idx = e.indices[i];
-      unsigned bit = axis_bit(idx.axis);
-      if (bit != want[i]) {
-        diag_.error(idx.pos, "index " + std::to_string(i + 1) + " of '" + e.text + "' must be axis '" + shape_name(want[i]).substr(1, 1) +
-                                 "' (" + e.text + " has axes " + shape_name(axes) + "), found '" + idx.axis + "'");
+      unsigned bit = axis(idx.axis);
+      if (!bit || kvevict::axis_kind(bit) != kvevict::axis_kind(want[i])) {
+        diag_.error(idx.pos, "index " + std::to_string(i + 1) + " of '" + e.text + "' must be axis " + kind_text(want[i]) +
+                                 " (" + e.text + " has axes " + shape_name(axes) + "), found '" + idx.axis + "'");
         ok = false;
         continue;
       }
+      if (!(bit & context_axes())) {
+        diag_.error(idx.pos, "axis '" + idx.axis + "' is not available here");
+        ok = false;
+        continue;
+      }
+      if (targets & bit) {
+        diag_.error(idx.pos, "axis '" + idx.axis + "' is used twice in this read of '" + e.text + "' (a diagonal is not available)");
+        ok = false;
+        continue;
+      }
+      targets |= bit;
+      const int from = kvevict::axis_index(want[i]), to = kvevict::axis_index(bit);
+      map = (map & ~(7 << (3 * from))) | (to << (3 * from));
       if (!(scope.bound & bit)) {
         diag_.error(idx.pos, "axis '" + idx.axis + "' is not bound here: declare it on the left side or reduce over it");
         ok = false;
@@ -343,10 +393,19 @@ class Checker {
         ok = false;
       }
     }
+    if (ok && is_token_pair(axes) && ((map >> (3 * kvevict::kAxisIndexT)) & 7) != kvevict::kAxisIndexT) {
+      // S[s, t] read as S[t, s]: a transposed token pair would need the whole T x T matrix.
+      return fail(e.pos, "'" + e.text + "' is a token-pair tensor " + shape_name(axes) + "; read it with s and t in place (" +
+                             e.text + shape_name(axes) + "), a transposed read would need the whole T x T matrix");
+    }
     if (!ok) return error();
-    if (is_random) return Value{b_.random(), Type::Number, kAxisT};
+    if (is_random) {
+      const int n = b_.rename(b_.random(), map);  // random[s]: the same numbers along s
+      return Value{n, Type::Number, b_.node(n).shape};
+    }
     if (node < 0 && !kTensorSignals.count(e.text)) return error();  // the definition itself had errors
     if (node < 0) node = b_.load(kTensorSignals.at(e.text));
+    node = b_.rename(node, map);
     return Value{node, type, b_.node(node).shape};
   }
 
@@ -365,21 +424,27 @@ class Checker {
       }
     }
     std::vector<int> want;
-    std::string axes_text;
+    bool at_e = false;  // the table's d axis read at e
+    std::string table_axes;
     for (int a = 0; a < kNumTableAxes; ++a)
       if (tab.has[a]) {
         want.push_back(a);
-        axes_text += (axes_text.empty() ? "" : ", ") + std::string(kTableAxisNames[a]);
+        table_axes += (table_axes.empty() ? "" : ", ") + std::string(kTableAxisNames[a]);
       }
     if (e.indices.size() != want.size())
-      return fail(e.pos, "table '" + e.text + "' has axes [" + axes_text + "] and takes " + std::to_string(want.size()) +
+      return fail(e.pos, "table '" + e.text + "' has axes [" + table_axes + "] and takes " + std::to_string(want.size()) +
                              " indices, not " + std::to_string(e.indices.size()));
     for (size_t i = 0; i < want.size(); ++i) {
       const IndexTerm& idx = e.indices[i];
       if (along_g && want[i] == static_cast<int>(TableAxis::KvHead)) continue;
+      if (want[i] == static_cast<int>(TableAxis::D) && idx.axis == "e" && idx.shift.empty()) {  // the channel kind
+        if (!(scope.bound & kAxisE)) return fail(idx.pos, "axis 'e' is not bound here: declare it on the left side or reduce over it");
+        at_e = true;
+        continue;
+      }
       if (idx.axis != kTableAxisNames[want[i]] || !idx.shift.empty())
         return fail(idx.pos, "index " + std::to_string(i + 1) + " of table '" + e.text + "' must be '" +
-                                 kTableAxisNames[want[i]] + "' (" + e.text + " has axes [" + axes_text + "]), found '" +
+                                 kTableAxisNames[want[i]] + "' (" + e.text + " has axes [" + table_axes + "]), found '" +
                                  idx.axis + (idx.shift.empty() ? "" : (idx.negative ? " - " : " + ") + idx.shift) + "'");
       if (want[i] == static_cast<int>(TableAxis::KvHead) && layer_ctx())
         return fail(idx.pos, "table '" + e.text + "' is per KV head; in layer_weight programs index it along axis g, e.g. " +
@@ -387,7 +452,8 @@ class Checker {
       if (want[i] == static_cast<int>(TableAxis::D) && !(scope.bound & kAxisD))
         return fail(idx.pos, "axis 'd' is not bound here: declare it on the left side or reduce over it");
     }
-    const int n = b_.table(index, along_g);
+    int n = b_.table(index, along_g);
+    if (at_e) n = b_.rename(n, (rename_identity() & ~(7 << (3 * kvevict::kAxisIndexD))) | (kvevict::kAxisIndexE << (3 * kvevict::kAxisIndexD)));
     return Value{n, Type::Number, b_.node(n).shape};
   }
 
@@ -523,7 +589,7 @@ class Checker {
           diag_.error(bnd.pos, "token windows cannot be nested");
           return error();  // the body's shifted reads would only repeat this error
         }
-        if (reserved(bnd.name) || params_.count(bnd.name) || defs_.count(bnd.name)) {
+        if (reserved(bnd.name) || params_.count(bnd.name) || defs_.count(bnd.name) || axis(bnd.name)) {
           diag_.error(bnd.pos, "window variable '" + bnd.name + "' hides an existing name; choose another (e.g. k)");
           ok = false;
           continue;
@@ -531,10 +597,10 @@ class Checker {
         window = &bnd;
         continue;
       }
-      unsigned bit = axis_bit(bnd.name);
+      unsigned bit = axis(bnd.name);
       if (window) { diag_.error(bnd.pos, "a window reduction takes exactly one window variable and no axes"); ok = false; continue; }
       if (!bit || !(bit & context_axes())) {
-        diag_.error(bnd.pos, "'" + bnd.name + "' is not an axis here; reduce over " + std::string(layer_ctx() ? "g, h, q or t" : "h, q or t") +
+        diag_.error(bnd.pos, "'" + bnd.name + "' is not an axis here; reduce over " + axes_text(" or ") +
                                  ", or bind a window with '" + bnd.name + " in lo .. hi'");
         ok = false;
         continue;
@@ -581,6 +647,9 @@ class Checker {
     }
     if ((body.shape & axes) != axes)
       return fail(e.pos, "'" + e.text + "' over " + shape_name(axes & ~body.shape) + ", but the operand does not depend on that axis");
+    if (r == Reducer::Var && (axes & kAxisS) && is_token_pair(body.shape))
+      return fail(e.pos, "'var' over s of a token-pair value is not available (it is computed in tiles of s, which combine sums); "
+                         "write mean(s: x^2) - mean(s: x)^2 with definitions");
     int n = b_.reduce(r, axes, body.node);
     return Value{n, Type::Number, body.shape & ~axes};
   }
@@ -609,6 +678,7 @@ class Checker {
   std::map<std::string, int> params_;
   std::map<std::string, Definition> defs_;
   bool reported_output_ = false;
+  unsigned hidden_axes_ = 0;  // e, s where a parameter or definition has that name
 };
 
 }  // namespace

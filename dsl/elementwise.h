@@ -21,6 +21,8 @@ inline float apply_unary(UnaryFn f, float x) {
     case UnaryFn::Floor: return std::floor(x);
     case UnaryFn::Ceil: return std::ceil(x);
     case UnaryFn::Round: return std::round(x);
+    case UnaryFn::Sin: return std::sin(x);
+    case UnaryFn::Cos: return std::cos(x);
   }
   return x;
 }

@@ -10,119 +10,14 @@
 #include "core/engine/counter_rng.h"
 #include "core/util/error.h"
 #include "dsl/elementwise.h"
+#include "dsl/interpreter_layout.h"
+#include "dsl/contraction.h"
+#include "dsl/token_pairs.h"
 
 namespace kvevict::dsl {
 namespace {
 
-// A tensor during evaluation: either a view of caller memory or an owned array.
-struct Buf {
-  unsigned shape = 0;
-  const float* data = nullptr;
-  std::vector<float> own;
-};
-
-// Recycles the arrays of intermediate nodes across evaluations on the same thread. A policy is
-// evaluated once per (layer, KV head) with the same shapes, and fresh multi-megabyte vectors come
-// from mmap: a page fault per 4 KiB and an munmap each time cost more than the arithmetic (CAKE's
-// layer weight). Bounded, so that one evaluation at a long context does not stay pinned.
-class BufferPool {
- public:
-  static constexpr size_t kMaxPooledFloats = size_t(16) << 20;  // 64 MiB per thread
-
-  // An array of n floats, reusing the smallest pooled one that fits. Its contents are unspecified:
-  // every node writes all of its output elements.
-  std::vector<float> take(size_t n) {
-    size_t best = free_.size();
-    for (size_t i = 0; i < free_.size(); ++i)
-      if (free_[i].capacity() >= n && (best == free_.size() || free_[i].capacity() < free_[best].capacity())) best = i;
-    std::vector<float> v;
-    if (best != free_.size()) {
-      v.swap(free_[best]);
-      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
-      pooled_ -= v.capacity();
-    }
-    v.resize(n);
-    return v;
-  }
-
-  void give(std::vector<float>& v) {
-    if (v.capacity() >= 1024 && pooled_ + v.capacity() <= kMaxPooledFloats) {
-      pooled_ += v.capacity();
-      free_.push_back(std::move(v));
-    }
-    v = std::vector<float>();
-  }
-
- private:
-  std::vector<std::vector<float>> free_;
-  size_t pooled_ = 0;
-};
-
-BufferPool& buffer_pool() {
-  static thread_local BufferPool pool;
-  return pool;
-}
-
-// Axis index i of a shape bit (1 << i): 0 g, 1 h, 2 q, 3 d, 4 t (the canonical order).
-constexpr int kT = kNumAxes - 1;
-constexpr int kOuter = kNumAxes - 1;  // g, h, q, d: the axes of the rows; t runs inside a row
-
-struct Layout {
-  int ext[kNumAxes];  // extents of g, h, q, d, t
-  int64_t size(unsigned shape) const {
-    int64_t n = 1;
-    for (int i = 0; i < kNumAxes; ++i)
-      if (shape & (1u << i)) n *= ext[i];
-    return n;
-  }
-  // Element strides of a tensor of `shape` along each axis (0 where absent).
-  void strides(unsigned shape, int64_t out[kNumAxes]) const {
-    int64_t s = 1;
-    for (int i = kNumAxes - 1; i >= 0; --i) {
-      out[i] = (shape & (1u << i)) ? s : 0;
-      if (shape & (1u << i)) s *= ext[i];
-    }
-  }
-  // Extents of the outer axes of `shape` (1 where absent) and their product, the number of rows.
-  int64_t rows(unsigned shape, int64_t e[kOuter]) const {
-    int64_t n = 1;
-    for (int i = 0; i < kOuter; ++i) n *= e[i] = (shape & (1u << i)) ? ext[i] : 1;
-    return n;
-  }
-  int64_t tokens(unsigned shape) const { return (shape & kAxisT) ? ext[kT] : 1; }
-};
-
-// The outer coordinates (g, h, q, d) of row r of a shape with outer extents e, row-major.
-inline void row_coordinates(int64_t r, const int64_t e[kOuter], int64_t c[kOuter]) {
-  for (int i = kOuter - 1; i >= 0; --i) {
-    c[i] = r % e[i];
-    r /= e[i];
-  }
-}
-inline int64_t dot(const int64_t c[kOuter], const int64_t st[kNumAxes]) {
-  int64_t o = 0;
-  for (int i = 0; i < kOuter; ++i) o += c[i] * st[i];
-  return o;
-}
-
-// Calls row(out_offset, {operand offsets}) for every combination of the outer axes (g, h, q, d)
-// present in `shape`; each row then covers T contiguous tokens (or one element without t).
-template <int N, class F>
-void for_rows(const Layout& L, unsigned shape, const unsigned (&operand_shapes)[N], F row) {
-  int64_t os[kNumAxes], st[N][kNumAxes], e[kOuter];
-  L.strides(shape, os);
-  for (int k = 0; k < N; ++k) L.strides(operand_shapes[k], st[k]);
-  const int64_t rows = L.rows(shape, e);
-  const int64_t row_len = L.tokens(shape);
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * row_len >= (1 << 18))
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t c[kOuter];
-    row_coordinates(r, e, c);
-    int64_t offs[N];
-    for (int k = 0; k < N; ++k) offs[k] = dot(c, st[k]);
-    row(dot(c, os), offs);
-  }
-}
+using namespace interp;
 
 template <class Op>
 inline void binary_row(float* o, const float* a, bool av, const float* b, bool bv, int64_t n, Op op) {
@@ -339,23 +234,72 @@ void normalise(const Layout& L, const Node& nd, const Buf& A, float* out) {
 
 }  // namespace
 
-std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
-  if (p.output < 0 || p.nodes.empty()) throw RuntimeError("policy program is empty (it did not check)");
-  const int G = p.layer_context ? static_cast<int>(in.heads.size()) : 1;
-  if (in.heads.size() != static_cast<size_t>(G) || G < 1) throw RuntimeError("policy evaluation: wrong number of head signal sets");
-  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1 || in.ext.d < 0) throw RuntimeError("policy evaluation: invalid extents");
-  Layout L{{G, in.ext.h, in.ext.q, in.ext.d, in.ext.t}};
-  std::vector<int> last_use(p.nodes.size(), -1);
-  for (size_t i = 0; i < p.nodes.size(); ++i)
-    for (int o : {p.nodes[i].a, p.nodes[i].b, p.nodes[i].c})
-      if (o >= 0) last_use[o] = static_cast<int>(i);
-  std::vector<Buf> bufs(p.nodes.size());
-  BufferPool& pool = buffer_pool();
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    const Node& nd = p.nodes[i];
-    Buf& B = bufs[i];
+namespace {
+
+// Rename: a view of the operand when its axes keep their order and extents, else a gather.
+void rename(const Layout& L, const Node& nd, const Buf& A, Buf& B, BufferPool& pool) {
+  int last = -1;
+  bool view = true;
+  int64_t ast[kNumAxes], src[kNumAxes] = {};
+  L.strides(A.shape, ast);
+  for (int i = 0; i < kNumAxes; ++i) {
+    if (!(A.shape & (1u << i))) continue;
+    const int to = rename_target(nd, i);
+    view = view && to > last && L.ext[to] == L.ext[i];
+    last = to;
+    src[to] = ast[i];
+  }
+  if (view) {
+    B.data = A.data;
+    return;
+  }
+  B.own = pool.take(static_cast<size_t>(L.size(nd.shape)));
+  B.data = B.own.data();
+  int64_t e[kOuter];
+  const int64_t rows = L.rows(nd.shape, e), n = L.tokens(nd.shape);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t c[kOuter];
+    row_coordinates(r, e, c);
+    const float* a = A.data + dot(c, src);
+    float* o = B.own.data() + r * n;
+    for (int64_t t = 0; t < n; ++t) o[t] = a[t * src[kT]];
+  }
+}
+
+// One evaluation: computes node by node; token-pair nodes and fused products are computed where
+// they are used (token_pairs.h, contraction.h).
+class Evaluator {
+ public:
+  Evaluator(const LoweredProgram& p, const EvalInputs& in, int G) : p_(p), in_(in), G_(G), fused_(fused_products(p)) {}
+
+  std::vector<float> run(const Layout& L) {
+    const std::vector<int> last_use = physical_last_use(p_, fused_);
+    std::vector<Buf> bufs(p_.nodes.size());
+    BufferPool& pool = buffer_pool();
+    const ComputeNode compute = [this](int i, const Node& nd, const Layout& layout, std::vector<Buf>& b) { this->compute(i, nd, layout, b); };
+    for (size_t i = 0; i < p_.nodes.size(); ++i) {
+      const Node& nd = p_.nodes[i];
+      if (is_token_pair(nd.shape) || fused_[i]) continue;  // evaluated by its users
+      if (is_pair_exit(p_, static_cast<int>(i))) evaluate_pair_exit(p_, L, static_cast<int>(i), fused_, bufs, compute);
+      else compute(static_cast<int>(i), nd, L, bufs);
+      // Free what this node read last (operands, or the leaves of its token-pair operands).
+      for (size_t o = 0; o < i; ++o)
+        if (last_use[o] == static_cast<int>(i) && static_cast<int>(o) != p_.output) pool.give(bufs[o].own);
+    }
+    const Buf& out = bufs[static_cast<size_t>(p_.output)];
+    std::vector<float> result(out.data, out.data + L.size(out.shape));
+    for (Buf& b : bufs) pool.give(b.own);
+    return result;
+  }
+
+ private:
+  void compute(int i, const Node& nd, const Layout& L, std::vector<Buf>& bufs) {
+    Buf& B = bufs[static_cast<size_t>(i)];
     B.shape = nd.shape;
+    BufferPool& pool = buffer_pool();
     const int64_t size = L.size(nd.shape);
+    const int G = G_;
+    const EvalInputs& in = in_;
     auto alloc = [&] { B.own = pool.take(static_cast<size_t>(size)); B.data = B.own.data(); return B.own.data(); };
     switch (nd.op) {
       case NodeOp::Const: alloc()[0] = nd.value; break;
@@ -380,12 +324,9 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         for (int g = 0; g < G; ++g) std::copy(in.heads[g].tensors[s], in.heads[g].tensors[s] + per_head, o + g * per_head);
         break;
       }
-      case NodeOp::AxisIndex: {
+      case NodeOp::AxisIndex: {  // a single axis: its index, 0 .. extent - 1
         float* o = alloc();
-        int idx = 0;
-        while (!(nd.axes & (1u << idx))) ++idx;
         for (int64_t j = 0; j < size; ++j) o[j] = static_cast<float>(j);
-        (void)idx;
         break;
       }
       case NodeOp::Random: {
@@ -414,14 +355,21 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
       case NodeOp::Binary: binary(L, nd, bufs[nd.a], bufs[nd.b], alloc()); break;
       case NodeOp::Select: select(L, nd, bufs[nd.a], bufs[nd.b], bufs[nd.c], alloc()); break;
       case NodeOp::Reduce:
-        if (nd.axes & kAxisT) reduce_with_t(L, nd, bufs[nd.a], alloc());
-        else reduce_outer(L, nd, bufs[nd.a], nd.b >= 0 ? bufs[nd.b].data : nullptr, alloc());
+        if (fused_[static_cast<size_t>(nd.a)]) {
+          const Node& m = p_.nodes[static_cast<size_t>(nd.a)];
+          contract(L, nd.reducer, nd.axes, bufs[m.a], bufs[m.b], nd.shape, alloc());
+        } else if (nd.axes & kAxisT) {
+          reduce_with_t(L, nd, bufs[nd.a], alloc());
+        } else {
+          reduce_outer(L, nd, bufs[nd.a], nd.b >= 0 ? bufs[nd.b].data : nullptr, alloc());
+        }
         break;
       case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
+      case NodeOp::Rename: rename(L, nd, bufs[nd.a], B, pool); break;
       case NodeOp::Table: {
-        if (nd.lo < 0 || nd.lo >= static_cast<int>(p.tables.size())) throw RuntimeError("policy program reads a table it does not have");
-        const TableData& tab = *p.tables[static_cast<size_t>(nd.lo)];
+        if (nd.lo < 0 || nd.lo >= static_cast<int>(p_.tables.size())) throw RuntimeError("policy program reads a table it does not have");
+        const TableData& tab = *p_.tables[static_cast<size_t>(nd.lo)];
         const long long kv_head = static_cast<long long>(in.scalars[static_cast<int>(ScalarSignal::KvHead)]);
         float* o = alloc();
         const int64_t channels = (nd.shape & kAxisD) ? in.ext.d : 1;  // [g?][d?], g outer (along_g: layer_weight)
@@ -430,13 +378,28 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
         break;
       }
     }
-    for (int o : {nd.a, nd.b, nd.c})
-      if (o >= 0 && last_use[o] == static_cast<int>(i) && o != p.output) pool.give(bufs[o].own);
   }
-  const Buf& out = bufs[p.output];
-  std::vector<float> result(out.data, out.data + L.size(out.shape));
-  for (Buf& b : bufs) pool.give(b.own);
-  return result;
+
+  const LoweredProgram& p_;
+  const EvalInputs& in_;
+  const int G_;
+  const std::vector<bool> fused_;
+};
+
+}  // namespace
+
+std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
+  if (p.output < 0 || p.nodes.empty()) throw RuntimeError("policy program is empty (it did not check)");
+  const int G = p.layer_context ? static_cast<int>(in.heads.size()) : 1;
+  if (in.heads.size() != static_cast<size_t>(G) || G < 1) throw RuntimeError("policy evaluation: wrong number of head signal sets");
+  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1 || in.ext.d < 0) throw RuntimeError("policy evaluation: invalid extents");
+  // Extents in the order of the axis table: e is a second channel axis (head_dim), s a second
+  // token axis (T).
+  Layout L{};
+  const int extents[kNumAxes] = {G, in.ext.h, in.ext.q, in.ext.d, in.ext.d, in.ext.t, in.ext.t};
+  static_assert(kvevict::kAxisIndexE == 4 && kvevict::kAxisIndexS == 5 && kNumAxes == 7, "extents follow KVEVICT_AXES");
+  std::copy(extents, extents + kNumAxes, L.ext);
+  return Evaluator(p, in, G).run(L);
 }
 
 void evaluate_scores(const LoweredProgram& p, const EvalInputs& in, float* out) {

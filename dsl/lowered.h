@@ -12,10 +12,13 @@
 //   h  query head within the group   extent G
 //   q  window query                  extent W (rows of the window attention)
 //   d  channel of a head vector      extent head_dim (keys K, K_pre and values V)
+//   e  a second channel axis         extent head_dim (C[d, e]: two channels at once)
+//   s  a second cached-token axis    extent T (pairwise terms S[s, t])
 //   t  cached token                  extent T (cache length)
-// A shape is a bit mask of axes. A tensor is stored densely, row-major, with its axes in the
-// canonical order g, h, q, d, t (t innermost, so every inner loop runs over contiguous tokens;
-// reductions over d are outer reductions like those over h and q).
+// (The table is KVEVICT_AXES in core/engine/signals.h.) A shape is a bit mask of axes. A tensor
+// is stored densely, row-major, with its axes in the canonical order g, h, q, d, e, s, t (t
+// innermost, so every inner loop runs over contiguous tokens; reductions over d, e and s are
+// outer reductions like those over h and q).
 // A scalar has shape 0 and holds one value.
 //
 // NODES (all values are float32; booleans are 1.0 / 0.0)
@@ -41,15 +44,32 @@
 //                avg_pool1d with zero padding counted, as CAKE and SnapKV); max and min skip them
 //                (PyTorch max_pool1d pads with -inf). If no offset is in range the result is 0.
 //   Normalise    a / sum over t of a (per slice over the other axes); 0 where that sum is 0
+//   Rename       a with its axes renamed to axes of the same kind (K[d, t] read as K[e, s]): the
+//                operand's axis i is the result's axis rename_target(node, i) (packed in `lo`, 3
+//                bits per axis); the values are a's, only the axis labels change. The checker
+//                never renames both axes of a token pair (no transposed T x T tensor).
 //   Table        tables[lo] at (layer, kv_head, d) (dsl/table_data.h): shape [d] when the table has
 //                axis d, else scalar (plus axis g in layer_weight programs, where kv_head runs
 //                along g). layer and kv_head are otherwise the program's own (its scalars); an
 //                index outside the table reads 0 (the engine checks the extents before a run)
 //
-// REDUCTION ORDER (determinism): reductions over g, h and q only accumulate in float in
-// increasing index order (canonical g, h, q nesting), each t independently; mean = sum * (1 /
-// count) in float. A reduction whose axes include t accumulates in double, visiting the operand
-// in canonical order. Window sums accumulate in float in increasing k.
+// REDUCTION ORDER (determinism): reductions over axes other than t only accumulate in float in
+// increasing index order (canonical g, h, q, d, e, s nesting), each t independently; mean = sum *
+// (1 / count) in float. A reduction whose axes include t accumulates in double, visiting the
+// operand in canonical order. Window sums accumulate in float in increasing k.
+// CONTRACTIONS: sum/mean over axes R of a * b (a Binary Mul node used only by such reductions)
+// is computed without materialising the product, in exactly the order above (each product
+// rounded to float, then accumulated), so fusing changes no bit; the inner loop runs over
+// contiguous t in blocks of kContractionBlock tokens (cache blocking).
+// TOKEN PAIRS: a node whose shape has both s and t is never materialised. A reduction that
+// removes s or t from such a node (an "exit") evaluates its token-pair operands tile by tile:
+// kPairTileRows-row blocks of s (fewer when one s-row is large: the tile holds at most
+// kPairTileElements floats per node), all of t. An exit that keeps s writes each tile's rows; an
+// exit over s accumulates tile after tile with s OUTERMOST (for s, for the other reduced
+// coordinates in canonical order, t inner; float, or double when t is reduced too; mean = sum *
+// (1 / count) in float, or sum / count in double), so results do not depend on the tile size or
+// the thread count. var over s of a token-pair body is refused by the checker. Memory: O(T x head_dim) for the signals plus O(kPairTileElements) per
+// token-pair node of the exit's operand; each exit recomputes the token-pair nodes it needs.
 // A code generator must keep these orders to reproduce the interpreter bit for bit; within
 // tolerance, any order is acceptable.
 //
@@ -71,6 +91,9 @@ using kvevict::kAxisQ;
 using kvevict::kAxisD;
 using kvevict::kNumAxes;
 using kvevict::kAxisT;
+using kvevict::kAxisE;
+using kvevict::kAxisS;
+using kvevict::is_token_pair;
 using kvevict::kNumTensorSignals;
 using kvevict::SignalSet;
 using kvevict::TensorSignal;  // the signal table: core/engine/signals.h
@@ -82,9 +105,9 @@ using kvevict::ScalarSignal;
 // Shape of a tensor signal in a per-head program; layer_weight programs add axis g.
 constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_axes(s); }
 
-enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table };
+enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename };
 
-enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round };
+enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round, Sin, Cos };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Pow, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
 enum class Reducer : uint8_t { Sum, Mean, Var, Max, Min, Entropy };
 
@@ -105,6 +128,29 @@ struct Node {
   // the position of its first occurrence. The CUDA generator turns it into #line directives.
   int line = 0, col = 0;
 };
+
+// Rename: the result axis (an index into kAxisTable) that the operand's axis i becomes.
+inline int rename_target(const Node& n, int i) { return (n.lo >> (3 * i)) & 7; }
+inline int rename_identity() {
+  int map = 0;
+  for (int i = 0; i < kNumAxes; ++i) map |= i << (3 * i);
+  return map;
+}
+// The shape of an operand of shape `shape` renamed by the packed map.
+inline unsigned renamed_shape(int map, unsigned shape) {
+  unsigned out = 0;
+  for (int i = 0; i < kNumAxes; ++i)
+    if (shape & (1u << i)) out |= 1u << ((map >> (3 * i)) & 7);
+  return out;
+}
+
+// Interpreter tiling constants (see TOKEN PAIRS and CONTRACTIONS above).
+constexpr int kPairTileRows = 64;
+constexpr int64_t kPairTileElements = int64_t(1) << 20;
+constexpr int64_t kContractionBlock = 512;
+// One row of s of a token-pair node above this many floats is a run-time error (a 128-channel
+// pair at T = 2^17 is 2^24): the checker's shape rule keeps rows at max(G, head_dim) x T.
+constexpr int64_t kPairRowLimit = int64_t(1) << 25;
 
 struct LoweredProgram {
   std::vector<Node> nodes;

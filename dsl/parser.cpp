@@ -296,14 +296,14 @@ class Parser {
   }
 
   // read  = NAME "[" index { "," index } "]" ;
-  // index = NAME [ ( "+" | "-" ) NAME ] ;
+  // index = NAME [ ( "+" | "-" ) NAME ] ;   (* an axis of the tensor's kind (g, h, q, d|e, s|t); only t is shifted *)
   std::unique_ptr<Expr> read(const Token& name) {
     auto e = make(ExprKind::Read, name, name.text);
     expect(Tok::LBracket, "");
     do {
       const Token& a = peek();
       if (a.kind != Tok::Ident)
-        fail(a, "an index must be an axis name (g, h, q, d, t), optionally shifted by a window variable (t + k); found " + describe(a));
+        fail(a, "an index must be an axis name (g, h, q, d, e, s, t), optionally shifted by a window variable (t + k); found " + describe(a));
       next();
       IndexTerm idx;
       idx.axis = a.text;

@@ -12,10 +12,8 @@ namespace kvevict::dsl {
 std::string shape_name(unsigned shape) {
   if (shape == 0) return "scalar";
   std::string s = "[";
-  const char* names[] = {"g", "h", "q", "d", "t"};
-  static_assert(sizeof(names) / sizeof(names[0]) == kNumAxes);
-  for (int i = 0; i < kNumAxes; ++i)
-    if (shape & (1u << i)) s += (s.size() > 1 ? ", " : "") + std::string(names[i]);
+  for (const auto& axis : kvevict::kAxisTable)
+    if (shape & axis.bit) s += (s.size() > 1 ? ", " : "") + std::string(axis.dsl_name);
   return s + "]";
 }
 
@@ -160,6 +158,23 @@ int ProgramBuilder::table(int index, bool along_g) {
   return add(n);
 }
 
+int ProgramBuilder::rename(int a, int map) {
+  if (map == rename_identity()) return a;
+  if (is_constant(a)) return a;
+  Node n;
+  n.op = NodeOp::Rename;
+  n.a = a;
+  n.lo = map;
+  n.shape = renamed_shape(map, node(a).shape);
+  if (n.shape == node(a).shape) {  // every renamed axis is absent from the operand (broadcast)
+    bool moves = false;
+    for (int i = 0; i < kNumAxes; ++i)
+      if ((node(a).shape & (1u << i)) && rename_target(n, i) != i) moves = true;
+    if (!moves) return a;
+  }
+  return add(n);
+}
+
 void ProgramBuilder::locate(int first, int line, int col) {
   for (int i = first; i < size(); ++i) {
     Node& n = program_.nodes[i];
@@ -207,7 +222,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
 
 std::string LoweredProgram::dump() const {
   static const char* ops[] = {"const", "scalar", "load", "axis_index", "random", "unary", "binary",
-                              "select", "reduce", "window", "normalise", "table"};
+                              "select", "reduce", "window", "normalise", "table", "rename"};
   std::ostringstream out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -223,6 +238,7 @@ std::string LoweredProgram::dump() const {
       case NodeOp::Reduce: out << " r" << static_cast<int>(n.reducer) << ' ' << shape_name(n.axes) << " %" << n.a; break;
       case NodeOp::Window: out << " r" << static_cast<int>(n.reducer) << ' ' << n.lo << ".." << n.hi << " %" << n.a; break;
       case NodeOp::Normalise: out << " %" << n.a; break;
+      case NodeOp::Rename: out << " %" << n.a; break;
       case NodeOp::Table: out << ' ' << (n.lo >= 0 && n.lo < static_cast<int>(tables.size()) ? tables[n.lo]->name : "?"); break;
       default: break;
     }

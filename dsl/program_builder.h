@@ -25,6 +25,9 @@ class ProgramBuilder {
   int reduce(Reducer r, unsigned axes, int a);
   int window(Reducer r, int lo, int hi, int a);
   int normalise(int a);
+  // `a` with its axes renamed by the packed map (lowered.h: rename_target); `a` itself when the
+  // map moves none of a's axes.
+  int rename(int a, int map);
   // A read of table `index` of `tables` (set_tables) at the program's (layer, kv_head[, d]).
   int table(int index, bool along_g = false);  // along_g: kv_head along axis g (layer_weight)
   void set_tables(const TableList& tables) { program_.tables = tables; }

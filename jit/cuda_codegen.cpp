@@ -23,9 +23,24 @@ using dsl::Reducer;
 
 // A node whose value at (h, q, t) is not a function of its operands at the same indices: calls
 // to it stop the inlining of elementwise operands.
-bool is_boundary(const Node& n) { return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise; }
-// A node that needs every token before any token's score: computed by a stage into scratch.
-bool is_staged(const Node& n) { return (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise; }
+bool is_boundary(const Node& n) {
+  return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise || n.op == NodeOp::Rename;
+}
+// A node that needs every token before any token's score: computed by a stage into scratch. The
+// scratch slots cover (h, q, d); a value over s or e (a reduction over t that keeps s, a
+// normalise of a token pair) is computed by loops inside the thread instead (not staged).
+bool is_staged(const Node& n) {
+  return ((n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise) &&
+         !(n.shape & (dsl::kAxisS | dsl::kAxisE));
+}
+
+// The index variable of each axis in the generated functions (d is `c`, the channel) and the
+// extent of its loops; g has none (score programs only).
+const char* const kAxisVar[] = {"", "h", "q", "c", "e", "s", "t"};
+const char* const kAxisExtent[] = {"", "a.group", "a.W", "a.head_dim", "a.head_dim", "a.T", "a.T"};
+static_assert(sizeof(kAxisVar) / sizeof(kAxisVar[0]) == dsl::kNumAxes, "one variable per axis of KVEVICT_AXES");
+constexpr const char* kParams = "const KvScoreArgs& a, int h, int q, int c, int e, int s, int t";
+constexpr const char* kArgs = "(a, h, q, c, e, s, t)";
 
 class ProgramEmitter {
  public:
@@ -68,7 +83,7 @@ class ProgramEmitter {
     result.token_function = prefix_ + "_token";
     line("KVEVICT_FN float " + result.token_function + "(const KvScoreArgs& a, int t) {", where_);
     w_.indent();
-    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, t);", where_);
+    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, 0, 0, t);", where_);
     line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score", where_);
     w_.dedent();
     line("}", where_);
@@ -126,18 +141,24 @@ class ProgramEmitter {
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
-    line("KVEVICT_FN float " + fn(i) + "(const KvScoreArgs& a, int h, int q, int c, int t) {", here);
+    line("KVEVICT_FN float " + fn(i) + "(" + kParams + ") {", here);
     w_.indent();
-    line("(void)a; (void)h; (void)q; (void)c; (void)t;", here);
-    if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) {
+    line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)s; (void)t;", here);
+    if (n.op == NodeOp::Reduce && is_staged(n)) {
       line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
-    } else if (n.op == NodeOp::Normalise) {
+    } else if (n.op == NodeOp::Normalise && is_staged(n)) {
       // The stage stores 1 / sum over t (0 for a zero sum), exactly as the interpreter rounds it.
-      line("return " + fn(n.a) + "(a, h, q, c, t) * " + slot(i) + ";", here);
+      line("return " + fn(n.a) + kArgs + " * " + slot(i) + ";", here);
+    } else if (n.op == NodeOp::Normalise) {
+      emit_inline_normalise(i);
+    } else if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) {
+      emit_token_reduce(i, false);
     } else if (n.op == NodeOp::Reduce) {
       emit_reduce(i);
     } else if (n.op == NodeOp::Window) {
       emit_window(i);
+    } else if (n.op == NodeOp::Rename) {
+      emit_rename(i);
     } else {
       emit_inline(i);
     }
@@ -152,7 +173,7 @@ class ProgramEmitter {
       const Node& n = p_.nodes[j];
       std::string value;
       if (j != i && is_boundary(n)) {
-        value = fn(j) + "(a, h, q, c, t)";
+        value = fn(j) + kArgs;
       } else {
         switch (n.op) {
           case NodeOp::Const: value = cuda_float_literal(n.value); break;
@@ -161,14 +182,12 @@ class ProgramEmitter {
             if (value.empty()) fail(j, "the budget signal exists only in layer_weight programs");
             break;
           case NodeOp::Load: value = cuda_load(n.tensor); break;
-          case NodeOp::AxisIndex:
-            value = n.axes == dsl::kAxisT   ? "(float)t"
-                    : n.axes == dsl::kAxisD ? "(float)c"
-                    : n.axes == dsl::kAxisQ ? "(float)q"
-                    : n.axes == dsl::kAxisH ? "(float)h"
-                                            : "";
+          case NodeOp::AxisIndex: {
+            const int axis = kvevict::axis_index(n.axes);
+            value = axis > 0 ? std::string("(float)") + kAxisVar[axis] : "";
             if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
             break;
+          }
           case NodeOp::Random: value = "kv_random(a, t)"; break;
           case NodeOp::Table:
             if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
@@ -186,58 +205,150 @@ class ProgramEmitter {
     line("return " + var(i) + ";", at(i));
   }
 
-  // Reduction over h, q and/or d: float accumulation, h outer, then q, then d, in increasing order
-  // (the interpreter's canonical order).
+  // The operand of reduction i called at the loop indices r<axis> of the reduced axes and the
+  // function's own indices for the others.
+  std::string reduced_call(int i) const {
+    const Node& n = p_.nodes[i];
+    std::string args = "(a";
+    for (int k = 1; k < dsl::kNumAxes; ++k) args += std::string(", ") + ((n.axes & (1u << k)) ? "r" : "") + kAxisVar[k];
+    return fn(n.a) + args + ")";
+  }
+  // The loop order of reduction i (lowered.h, REDUCTION ORDER and TOKEN PAIRS): the reduced axes
+  // in canonical order, except that s comes first when the operand is a token pair.
+  std::vector<int> reduced_order(int i) const {
+    const Node& n = p_.nodes[i];
+    std::vector<int> order;
+    const bool s_first = (n.axes & dsl::kAxisS) && dsl::is_token_pair(p_.nodes[n.a].shape);
+    if (s_first) order.push_back(kvevict::kAxisIndexS);
+    for (int k = 1; k < dsl::kNumAxes; ++k)
+      if ((n.axes & (1u << k)) && !(s_first && k == kvevict::kAxisIndexS)) order.push_back(k);
+    return order;
+  }
+  std::string reduced_count(int i) const {
+    std::string count = "(1";
+    for (int k = 1; k < dsl::kNumAxes; ++k)
+      if (p_.nodes[i].axes & (1u << k)) count += std::string(" * (double)") + kAxisExtent[k];
+    return count + ")";
+  }
+  // Nested loops over the reduced axes of node i, `type x` = the operand inside, then `body`.
+  // lanes: the t loop is split over the block's lanes (stages).
+  void reduce_loops(int i, const std::string& type, const std::string& body, bool lanes) {
+    const SourceLocation here = at(i);
+    const std::vector<int> order = reduced_order(i);
+    for (int k : order) {
+      const std::string v = std::string("r") + kAxisVar[k];
+      if (lanes && k == kvevict::kAxisIndexT) line("for (int rt = lane; rt < a.T; rt += lanes) {", here);
+      else line("for (int " + v + " = 0; " + v + " < " + kAxisExtent[k] + "; ++" + v + ") {", here);
+      w_.indent();
+    }
+    line("const " + type + " x = (" + type + ")" + reduced_call(i) + ";", here);
+    line(body, here);
+    for (size_t k = 0; k < order.size(); ++k) {
+      w_.dedent();
+      line("}", here);
+    }
+  }
+
+  // Reduction over axes other than t: float accumulation in the interpreter's order.
   void emit_reduce(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     if (n.axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
-    const bool over_h = n.axes & dsl::kAxisH, over_q = n.axes & dsl::kAxisQ, over_d = n.axes & dsl::kAxisD;
-    const std::string count = std::string("(") + (over_h ? "a.group" : "1") + " * " + (over_q ? "a.W" : "1") + " * " +
-                              (over_d ? "a.head_dim" : "1") + ")";
-    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", " +
-                             (over_d ? "rc" : "c") + ", t)";
-    auto loops = [&](const std::string& body) {
-      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh) {", here);
-      w_.indent();
-      line(std::string("for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq) {", here);
-      w_.indent();
-      line(std::string("for (int rc = 0; rc < ") + (over_d ? "a.head_dim" : "1") + "; ++rc) {", here);
-      w_.indent();
-      line("const float x = " + call + ";", here);
-      line(body, here);
-      w_.dedent();
-      line("}", here);
-      w_.dedent();
-      line("}", here);
-      w_.dedent();
-      line("}", here);
-    };
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
       case Reducer::Var:
-        line("float s = 0.0f;", here);
-        loops("s += x;");
-        if (n.reducer == Reducer::Sum) return line("return s;", here);
-        line("const int count = " + count + ";", here);
-        line("const float mean = s * (1.0f / (float)count);", here);
+        line("float s_ = 0.0f;", here);
+        reduce_loops(i, "float", "s_ += x;", false);
+        if (n.reducer == Reducer::Sum) return line("return s_;", here);
+        line("const int count = (int)" + reduced_count(i) + ";", here);
+        line("const float mean = s_ * (1.0f / (float)count);", here);
         if (n.reducer == Reducer::Mean) return line("return mean;", here);
         line("float s2 = 0.0f;", here);
-        loops("const float d = x - mean; s2 += d * d;");
+        reduce_loops(i, "float", "const float d_ = x - mean; s2 += d_ * d_;", false);
         return line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);", here);
       case Reducer::Max:
       case Reducer::Min:
         line("float m = 0.0f;", here);
         line("bool first = true;", here);
-        loops(std::string("if (first) { m = x; first = false; } else { m = ") + (n.reducer == Reducer::Max ? "x > m" : "x < m") +
-              " ? x : m; }");
+        reduce_loops(i, "float", std::string("if (first) { m = x; first = false; } else { m = ") +
+                                     (n.reducer == Reducer::Max ? "x > m" : "x < m") + " ? x : m; }", false);
         return line("return m;", here);
       case Reducer::Entropy:
-        line("float s = 0.0f;", here);
-        loops("s -= x > 0.0f ? x * logf(x) : 0.0f;");
-        return line("return s;", here);
+        line("float s_ = 0.0f;", here);
+        reduce_loops(i, "float", "s_ -= x > 0.0f ? x * logf(x) : 0.0f;", false);
+        return line("return s_;", here);
     }
+  }
+
+  // Reduction i over t (and other axes) in double, like the interpreter's: emits the accumulation
+  // and returns the float result expression. lanes: split t over the block's lanes and combine
+  // (stages); otherwise one thread does all (a reduction over t that keeps s or e).
+  std::string double_reduction(int i, Reducer r, bool lanes) {
+    const SourceLocation here = at(i);
+    auto combine = [&](const std::string& v, int how) {
+      if (lanes) line(v + " = kv_block_combine(" + v + ", " + std::to_string(how) + ");", here);
+    };
+    line("const double count = " + reduced_count(i) + ";", here);
+    line("(void)count;", here);
+    switch (r) {
+      case Reducer::Sum:
+      case Reducer::Mean:
+      case Reducer::Var: {
+        line("double s_ = 0.0;", here);
+        reduce_loops(i, "double", "s_ += x;", lanes);
+        combine("s_", 0);
+        if (r == Reducer::Sum) return "(float)s_";
+        line("const double mean = count > 0.0 ? s_ / count : 0.0;", here);
+        if (r == Reducer::Mean) return "(float)mean";
+        line("double s2 = 0.0;", here);
+        reduce_loops(i, "double", "s2 += (x - mean) * (x - mean);", lanes);
+        combine("s2", 0);
+        return "count > 1.0 ? (float)(s2 / (count - 1.0)) : 0.0f";
+      }
+      case Reducer::Max:
+      case Reducer::Min: {
+        const bool is_max = r == Reducer::Max;
+        line(std::string("double m = ") + (is_max ? "-" : "") + "(double)KVEVICT_INFINITY;", here);
+        reduce_loops(i, "double", std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;", lanes);
+        combine("m", is_max ? 1 : 2);
+        return "count > 0.0 ? (float)m : 0.0f  /* an empty reduction is 0 */";
+      }
+      case Reducer::Entropy:
+        line("double s_ = 0.0;", here);
+        reduce_loops(i, "double", "s_ -= x > 0.0 ? x * log(x) : 0.0;", lanes);
+        combine("s_", 0);
+        return "(float)s_";
+    }
+    return "0.0f";
+  }
+
+  void emit_token_reduce(int i, bool) {
+    if (p_.nodes[i].axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
+    const std::string result = double_reduction(i, p_.nodes[i].reducer, false);
+    line("return " + result + ";", at(i));
+  }
+
+  // normalise() of a value over s or e (not staged): the sum over t inside the thread, rounded as
+  // the interpreter rounds it.
+  void emit_inline_normalise(int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    line("double sum = 0.0;", here);
+    line("for (int rt = 0; rt < a.T; ++rt) sum += (double)" + fn(n.a) + "(a, h, q, c, e, s, rt);", here);
+    line("const float inv = sum != 0.0 ? (float)(1.0 / sum) : 0.0f;", here);
+    line("return " + fn(n.a) + kArgs + " * inv;", here);
+  }
+
+  // A read with renamed axes (K[d, s]): the operand at the renamed indices.
+  void emit_rename(int i) {
+    const Node& n = p_.nodes[i];
+    const unsigned shape = p_.nodes[n.a].shape;
+    std::string args = "(a";
+    for (int k = 1; k < dsl::kNumAxes; ++k)
+      args += std::string(", ") + kAxisVar[(shape & (1u << k)) ? dsl::rename_target(n, k) : k];
+    if (shape & dsl::kAxisG) fail(i, "axis g in a score program");
+    line("return " + fn(n.a) + args + ");", at(i));
   }
 
   // Window over token offsets lo..hi with the padding rule of lowered.h. The loop runs over the
@@ -248,7 +359,7 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     if (n.lo > n.hi) fail(i, "a token window with lo > hi");
     const std::string lo = std::to_string(n.lo) + "LL", hi = std::to_string(n.hi) + "LL";
-    const std::string call = fn(n.a) + "(a, h, q, c, (int)u)";
+    const std::string call = fn(n.a) + "(a, h, q, c, e, s, (int)u)";
     auto range = [&] {
       line("const long long first = (long long)t + " + lo + " > 0 ? (long long)t + " + lo + " : 0;", here);
       line("const long long last = (long long)t + " + hi + " < (long long)a.T - 1 ? (long long)t + " + hi +
@@ -258,10 +369,10 @@ class ProgramEmitter {
       case Reducer::Sum:
       case Reducer::Mean: {
         const long long width = static_cast<long long>(n.hi) - n.lo + 1;
-        line("float s = 0.0f;", here);
+        line("float s_ = 0.0f;", here);
         range();
-        line("for (long long u = first; u <= last; ++u) s += " + call + ";", here);
-        return line(n.reducer == Reducer::Sum ? "return s;" : "return s * (1.0f / (float)" + std::to_string(width) + "LL);", here);
+        line("for (long long u = first; u <= last; ++u) s_ += " + call + ";", here);
+        return line(n.reducer == Reducer::Sum ? "return s_;" : "return s_ * (1.0f / (float)" + std::to_string(width) + "LL);", here);
       }
       case Reducer::Max:
       case Reducer::Min: {
@@ -281,17 +392,15 @@ class ProgramEmitter {
     }
   }
 
-  // Stage s computes staged node i at the slot (h, q). Like the interpreter's reductions over t:
-  // double accumulation over the operand in canonical order h, q, t; each lane takes the tokens
-  // t = lane, lane + lanes, ... and kv_block_combine adds the lanes (on the host there is one
-  // lane, so the order is exactly the interpreter's).
+  // Stage s computes staged node i at the slot (h, q, c). Like the interpreter's reductions over
+  // t: double accumulation over the operand in canonical order (s first for a token pair); each
+  // lane takes the tokens t = lane, lane + lanes, ... and kv_block_combine adds the lanes (on the
+  // host there is one lane, so the order is exactly the interpreter's).
   void emit_stage(int s, int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     const bool is_normalise = n.op == NodeOp::Normalise;
-    const unsigned axes = is_normalise ? unsigned(dsl::kAxisT) : n.axes;
-    if (axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
-    const bool over_h = axes & dsl::kAxisH, over_q = axes & dsl::kAxisQ, over_d = axes & dsl::kAxisD;
+    if (!is_normalise && (n.axes & dsl::kAxisG)) fail(i, "a reduction over g in a score program");
     const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ, has_d = n.shape & dsl::kAxisD;
     line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
     w_.indent();
@@ -299,58 +408,16 @@ class ProgramEmitter {
     line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
              (has_d ? "c >= a.head_dim" : "c != 0") + ") return;", here);
     line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
-    line(std::string("const double count = (double)") + (over_h ? "a.group" : "1") + " * (double)" + (over_q ? "a.W" : "1") +
-             " * (double)" + (over_d ? "a.head_dim" : "1") + " * (double)a.T;", here);
-    line("(void)count;", here);
-    const std::string call = fn(n.a) + "(a, " + (over_h ? "rh" : "h") + ", " + (over_q ? "rq" : "q") + ", " +
-                             (over_d ? "rc" : "c") + ", rt)";
-    auto loops = [&](const std::string& body) {
-      line(std::string("for (int rh = 0; rh < ") + (over_h ? "a.group" : "1") + "; ++rh)", here);
-      line(std::string("  for (int rq = 0; rq < ") + (over_q ? "a.W" : "1") + "; ++rq)", here);
-      line(std::string("    for (int rc = 0; rc < ") + (over_d ? "a.head_dim" : "1") + "; ++rc)", here);
-      line("      for (int rt = lane; rt < a.T; rt += lanes) {", here);
-      line("        const double x = (double)" + call + ";", here);
-      line("        " + body, here);
-      line("      }", here);
-    };
-    const Reducer r = is_normalise ? Reducer::Sum : n.reducer;
+    line("const int e = 0, s = 0;  // a staged value has neither e nor s", here);
+    line("(void)e; (void)s;", here);
     std::string result;
-    switch (r) {
-      case Reducer::Sum:
-      case Reducer::Mean:
-      case Reducer::Var:
-        line("double s = 0.0;", here);
-        loops("s += x;");
-        line("s = kv_block_combine(s, 0);", here);
-        if (r == Reducer::Sum) {
-          result = is_normalise ? "s != 0.0 ? (float)(1.0 / s) : 0.0f" : "(float)s";
-          break;
-        }
-        line("const double mean = count > 0.0 ? s / count : 0.0;", here);
-        if (r == Reducer::Mean) {
-          result = "(float)mean";
-          break;
-        }
-        line("double s2 = 0.0;", here);
-        loops("s2 += (x - mean) * (x - mean);");
-        line("s2 = kv_block_combine(s2, 0);", here);
-        result = "count > 1.0 ? (float)(s2 / (count - 1.0)) : 0.0f";
-        break;
-      case Reducer::Max:
-      case Reducer::Min: {
-        const bool is_max = r == Reducer::Max;
-        line(std::string("double m = ") + (is_max ? "-" : "") + "(double)KVEVICT_INFINITY;", here);
-        loops(std::string("m = ") + (is_max ? "x > m" : "x < m") + " ? x : m;");
-        line(std::string("m = kv_block_combine(m, ") + (is_max ? "1" : "2") + ");", here);
-        result = "count > 0.0 ? (float)m : 0.0f  /* an empty reduction is 0 */";
-        break;
-      }
-      case Reducer::Entropy:
-        line("double s = 0.0;", here);
-        loops("s -= x > 0.0 ? x * log(x) : 0.0;");
-        line("s = kv_block_combine(s, 0);", here);
-        result = "(float)s";
-        break;
+    if (is_normalise) {
+      line("double s_ = 0.0;", here);
+      line("for (int rt = lane; rt < a.T; rt += lanes) s_ += (double)" + fn(n.a) + "(a, h, q, c, e, s, rt);", here);
+      line("s_ = kv_block_combine(s_, 0);", here);
+      result = "s_ != 0.0 ? (float)(1.0 / s_) : 0.0f";
+    } else {
+      result = double_reduction(i, n.reducer, true);
     }
     line("if (lane == 0) kv_store(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", " + result + ");", here);
     w_.dedent();

@@ -63,6 +63,8 @@ std::string cuda_unary(UnaryFn f, const std::string& x) {
     case UnaryFn::Floor: return "floorf(" + x + ")";
     case UnaryFn::Ceil: return "ceilf(" + x + ")";
     case UnaryFn::Round: return "roundf(" + x + ")";
+    case UnaryFn::Sin: return "sinf(" + x + ")";
+    case UnaryFn::Cos: return "cosf(" + x + ")";
   }
   return "";
 }

@@ -6,7 +6,7 @@
 //   - its enum name (TensorSignal::X) and its name in the DSL (`A`, `key_norm`, ...),
 //   - its axes in a per-head score program (a layer_weight program adds axis g), hence its
 //     extent in elements: the product of the axes' extents (h = G, q = W, d = head_dim, t = T),
-//     and its layout: row-major over its axes in the canonical order g, h, q, d, t (t innermost,
+//     and its layout: row-major over its axes in the canonical order (KVEVICT_AXES, t innermost,
 //     so a key vector signal K is stored [d][t], transposed from the cache's [t][d]),
 //   - what the engine must record to produce it (SignalSource),
 //   - a one-line description used in errors and docs.
@@ -32,12 +32,59 @@
 
 namespace kvevict {
 
-// Axes of the language's tensors (a shape is a bit mask; canonical order g, h, q, d, t: the bit
-// order, t innermost). g: KV heads of a layer (layer_weight programs), h: query heads of the group,
-// q: window queries, d: head dimension (channels of a key / value vector), t: cached tokens.
-enum AxisBit : unsigned { kAxisG = 1, kAxisH = 2, kAxisQ = 4, kAxisD = 8, kAxisT = 16 };
-constexpr unsigned kAllAxes = kAxisG | kAxisH | kAxisQ | kAxisD | kAxisT;
-constexpr int kNumAxes = 5;
+// AXES of the language's tensors: ONE table (KVEVICT_AXES). A shape is a bit mask of axes; the
+// bit order is the canonical order g, h, q, d, e, s, t (t innermost), which is also the layout:
+// a tensor is stored row-major over its axes in that order.
+//   g: KV heads of a layer (layer_weight programs)   h: query heads of the group   q: window queries
+//   d, e: head dimension (channels of a key / value vector), two axes of the same KIND, so that a
+//         program can name two channels at once (C[d, e] = sum(t: K[d, t] * K[e, t]))
+//   s, t: cached tokens, two axes of the same kind (pairwise terms: S[s, t] = sum(d: K[d, s] * K[d, t]))
+// A read may bind a tensor's axis to another axis of the same kind (K[e, t], K[d, s]); the second
+// axis of a kind has the first one's extent (e: head_dim, s: T).
+enum class AxisKind : uint8_t { KvHead, QueryHead, Query, Channel, Token };
+//   X(enum suffix, DSL name, kind, reserved word). e and s are not reserved words: policies written
+//   before they existed name definitions and parameters `s` and `e`, and such a name hides the
+//   axis in its program.
+#define KVEVICT_AXES(X)                                                                              \
+  X(G, "g", AxisKind::KvHead, true) X(H, "h", AxisKind::QueryHead, true) X(Q, "q", AxisKind::Query, true) \
+  X(D, "d", AxisKind::Channel, true) X(E, "e", AxisKind::Channel, false)                             \
+  X(S, "s", AxisKind::Token, false) X(T, "t", AxisKind::Token, true)
+
+enum AxisIndexOf : int {
+#define KVEVICT_AXIS_INDEX(name, dsl, kind, reserved) kAxisIndex##name,
+  KVEVICT_AXES(KVEVICT_AXIS_INDEX)
+#undef KVEVICT_AXIS_INDEX
+  kNumAxesInTable
+};
+enum AxisBit : unsigned {
+#define KVEVICT_AXIS_BIT(name, dsl, kind, reserved) kAxis##name = 1u << kAxisIndex##name,
+  KVEVICT_AXES(KVEVICT_AXIS_BIT)
+#undef KVEVICT_AXIS_BIT
+};
+constexpr int kNumAxes = kNumAxesInTable;
+constexpr unsigned kAllAxes = (1u << kNumAxes) - 1;
+
+struct AxisInfo {
+  unsigned bit;
+  std::string_view dsl_name;
+  AxisKind kind;
+  bool reserved;  // a reserved word (cannot name a parameter or a definition)
+};
+inline constexpr std::array<AxisInfo, kNumAxes> kAxisTable = {{
+#define KVEVICT_AXIS_ROW(name, dsl, kind, reserved) {kAxis##name, dsl, kind, reserved},
+    KVEVICT_AXES(KVEVICT_AXIS_ROW)
+#undef KVEVICT_AXIS_ROW
+}};
+// The axis of a single bit (its index in kAxisTable); -1 for anything else.
+constexpr int axis_index(unsigned bit) {
+  for (int i = 0; i < kNumAxes; ++i)
+    if (kAxisTable[i].bit == bit) return i;
+  return -1;
+}
+constexpr AxisKind axis_kind(unsigned bit) { return kAxisTable[axis_index(bit)].kind; }
+// Both token axes: a tensor with both is a token-pair (T x T) tensor.
+constexpr unsigned kTokenPair = kAxisS | kAxisT;
+constexpr bool is_token_pair(unsigned shape) { return (shape & kTokenPair) == kTokenPair; }
 
 // SCALAR SIGNALS: per-(layer, head) numbers. A head scalar is the field of ScoreInputs (and of
 // the kernel ABI's KvScoreArgs, which has the same field names) named in its row; a layer scalar

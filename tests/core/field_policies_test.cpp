@@ -98,6 +98,7 @@ const std::vector<std::string> kFieldPolicies = {
     "per_layer_compression",
     "prefill_decoding",
     "qfilter",
+    "rkv",
     "rlkv",
     "scissorhands",
     "simlayerkv",

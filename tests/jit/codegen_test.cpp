@@ -269,11 +269,24 @@ float tolerance_for(const std::string& file, float tolerance) {
   return file.ends_with("/morphkv.yaml") ? std::max(tolerance, 5e-5f) : tolerance;
 }
 
+// Whether a program of the policy has token-pair values (axes s and t): the generated kernel
+// computes them with loops inside each token's thread (R-KV: O(T^2 x head_dim) per token), so the
+// host comparison stops at T = 300 for them.
+bool has_token_pairs(const std::string& file) {
+  const dsl::CompiledPolicy c = dsl::compile_policy_file(file);
+  for (const dsl::LoweredProgram* p : {&c.score, &c.decode_score})
+    for (const dsl::Node& n : p->nodes)
+      if (dsl::is_token_pair(n.shape)) return true;
+  return false;
+}
+
 // Scores of `jit` and the interpreter on random inputs, prefill and decode indicators.
 void expect_policy_matches(const std::string& file, const PolicyProgram& jit, const PolicyProgram& interpreted,
                            float tolerance) {
   uint32_t seed = 700;
+  const int max_T = has_token_pairs(file) ? 300 : 1 << 30;
   for (auto [group, W, T] : {std::tuple{1, 1, 2}, {4, 32, 300}, {2, 8, 2049}}) {
+    if (T > max_T) continue;
     testing::RandomScoreInputs random(group, W, T, seed++);
     random.inputs.layer = 3;
     random.inputs.kv_head = 1;

@@ -1,0 +1,31 @@
+#pragma once
+// Token-pair tiles of the interpreter (dsl/lowered.h, TOKEN PAIRS). A node whose shape has both
+// token axes s and t is never materialised: each reduction that removes s or t from such a node
+// (an exit) evaluates the token-pair nodes it depends on in tiles of s (all of t), reading the
+// other nodes (leaves: computed before it, in topological order) as they are, or the tile's rows
+// of s. Memory per tile: at most kPairTileElements floats per token-pair node (at least one row
+// of s; the checker bounds a row to max(n_kv_heads, G, head_dim) x T numbers).
+#include <functional>
+
+#include "dsl/interpreter_layout.h"
+
+namespace kvevict::dsl::interp {
+
+// Computes node `index` (whose description is `node`, possibly with another reducer) from the
+// buffers of its operands into bufs[index], under layout L.
+using ComputeNode = std::function<void(int index, const Node& node, const Layout& L, std::vector<Buf>& bufs)>;
+
+// Which nodes of p are exits (a Reduce of a token-pair operand that is not a token pair itself).
+bool is_pair_exit(const LoweredProgram& p, int i);
+
+// For every node, the last node at which the interpreter reads its buffer: a token-pair node and
+// a fused product (`fused`) are read where they are evaluated (at their exits, their contracting
+// reductions), so their operands stay alive until then. -1 for a node nobody reads.
+std::vector<int> physical_last_use(const LoweredProgram& p, const std::vector<bool>& fused);
+
+// Evaluates exit node `exit` tile by tile into bufs[exit] (an array from the buffer pool), with
+// the leaves it needs in bufs.
+void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, const std::vector<bool>& fused,
+                        std::vector<Buf>& bufs, const ComputeNode& compute);
+
+}  // namespace kvevict::dsl::interp
