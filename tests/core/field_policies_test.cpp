@@ -84,6 +84,8 @@ const std::vector<std::string> kFieldPolicies = {
     "duo_attention",
     "entropy_adaptive",
     "entropy_gated_chunkkv",
+    "expected_attention",
+    "finch",
     "headkv",
     "keydiff",
     "kvmerger",
