@@ -5,6 +5,7 @@
 
 #include "core/engine/gaussian_rng.h"
 #include "core/util/error.h"
+#include "dsl/lowered.h"
 
 namespace kvevict::dsl {
 namespace {
@@ -43,6 +44,18 @@ InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* o
   r.jittered = jittered;
   r.failed = failed;
   return r;
+}
+
+std::string inverse_operand_error(unsigned shape, bool layer_weight_program) {
+  if (layer_weight_program) return "'inverse' is not available in layer_weight programs";
+  const unsigned matrix = kAxisD | kAxisE;
+  if ((shape & matrix) != matrix)
+    return "'inverse' inverts a matrix over the channel axes d and e; its argument has shape " + shape_name(shape) +
+           " (write e.g. inverse(C[d, e]) with C[d, e] = sum(t: X[d, t] * X[e, t]))";
+  if (shape & (kAxisS | kAxisT))
+    return "'inverse' takes one matrix per head, not per token; its argument has shape " + shape_name(shape) +
+           " (reduce over the token axis first)";
+  return "";
 }
 
 void evaluate_inverse(const float* operand, int64_t elements, int head_dim, float* out) {

@@ -26,6 +26,7 @@
 //
 // Cost: n^3 / 2 multiply-adds and n^2 doubles of work space per matrix (512 KiB at n = 256).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 // No comments inside: the macro is also stringified into kernel source. Plain C: arrays and
@@ -109,6 +110,12 @@ struct InverseReport {
   int64_t jittered = 0, failed = 0;
 };
 InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* out);
+
+// ---- The checker's rule for inverse(M) (docs/DSL.md §6) ----
+// M must hold both channel axes d and e (the matrix) and no token axis s or t (one matrix per head
+// and query head, never per token: T x head_dim^2 would not be bounded by the head), in a score
+// program. Returns "" when M of `shape` may be inverted, else the error message.
+std::string inverse_operand_error(unsigned shape, bool layer_weight_program);
 
 // ---- The interpreter's nodes (dsl/lowered.h: Inverse, Randn) ----
 // Inverse: `operand` holds `elements` floats, a dense tensor whose two innermost axes are d and e
