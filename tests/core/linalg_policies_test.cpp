@@ -5,10 +5,13 @@
 // wrong reference cannot pass by agreeing with a wrong policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <span>
 
+#include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
@@ -37,6 +40,43 @@ class LinalgPolicies : public ::testing::Test {
   }
   static int S() { return static_cast<int>(tokens_.size()); }
 
+  static EvictionReport prefill(const std::string& name, const std::map<std::string, std::string>& params, int budget,
+                                uint64_t seed = 0) {
+    const auto policy = load_policy(name, params);
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+    EvictionEngine engine(*policy, model_->config, {Budget::parse(std::to_string(budget)), seed});
+    decoder->forward(std::span<const int>(tokens_), &engine);
+    return engine.report();
+  }
+  static int expect_same(const EvictionReport& got, const reference::KeptSets& want, const std::string& what) {
+    return test::expect_same_kept(got, want, S(), what);
+  }
+  // As expect_same, except that in layer 0 a head may keep other repeats of the same tokens: there a
+  // key before RoPE is a function of the token alone, so repeats have the same leverage and tie
+  // exactly in the method; the cache rotates keys back in float (K_pre), which breaks such ties
+  // by rounding, not by position. The kept tokens (ids, with multiplicity) must still be equal.
+  static int expect_same_up_to_layer0_repeats(const EvictionReport& got, const reference::KeptSets& want,
+                                              const std::string& what) {
+    int evicted = 0;
+    EXPECT_EQ(got.layers.size(), want.size()) << what;
+    for (size_t l = 0; l < want.size() && l < got.layers.size(); ++l)
+      for (size_t h = 0; h < want[l].size(); ++h) {
+        const std::vector<int32_t> w(want[l][h].begin(), want[l][h].end());
+        const std::vector<int32_t>& g = got.layers[l][h].kept_positions;
+        evicted += static_cast<int>(w.size()) < S();
+        if (g == w) continue;
+        EXPECT_EQ(l, 0u) << what << ": layer " << l << " head " << h << " keeps other positions";
+        auto ids = [](const std::vector<int32_t>& kept) {
+          std::vector<int> out;
+          for (int32_t p : kept) out.push_back(tokens_[static_cast<size_t>(p)]);
+          std::sort(out.begin(), out.end());
+          return out;
+        };
+        EXPECT_EQ(ids(g), ids(w)) << what << ": layer 0 head " << h << " keeps other tokens, not other repeats";
+      }
+    return evicted;
+  }
+
   static Model* model_;
   static std::vector<int> tokens_;
   static reference::LinalgPrompt* data_;
@@ -64,6 +104,38 @@ TEST_F(LinalgPolicies, ReferenceLeverageSumsToTheHatMatrixTrace) {
 // The sketch matters when it reduces the dimension, and the seed chooses it.
 TEST_F(LinalgPolicies, ReferenceSketchDependsOnTheSeedWhenItReduces) {
   EXPECT_NE(reference::leverage(*data_, 40, 3, 0), reference::leverage(*data_, 40, 3, 1));
+}
+
+// leverage.yaml: the z-scored ridge leverage of the sketched centred pre-RoPE keys.
+TEST_F(LinalgPolicies, LeverageKeepsTheReferenceSet) {
+  struct Case { int sketch; uint64_t seed; int budget; };
+  for (const Case& c : {Case{48, 0, 40}, Case{48, 0, 100}, Case{5, 0, 40}, Case{5, 3, 60}, Case{2, 1, 40}}) {
+    const std::string what = "leverage sketch=" + std::to_string(c.sketch) + " seed=" + std::to_string(c.seed) +
+                             " budget=" + std::to_string(c.budget);
+    EXPECT_GT(expect_same_up_to_layer0_repeats(prefill("leverage", {{"sketch_dimension", std::to_string(c.sketch)}}, c.budget, c.seed),
+                                               reference::leverage(*data_, c.budget, c.sketch, c.seed), what),
+              0);
+  }
+}
+
+// compactor.yaml: blend of the two z-scored terms over the unprotected span, sinks and recent
+// tokens protected.
+TEST_F(LinalgPolicies, CompactorKeepsTheReferenceSet) {
+  struct Case { std::map<std::string, std::string> set; reference::CompactorParams cp; int budget; };
+  const std::vector<Case> cases = {
+      {{}, {}, 40},                                                                              // kvpress defaults
+      {{}, {}, 100},
+      {{{"chunk_size", "50"}, {"blending", "1"}}, {8, 4, 50, 48, 1.0, 0}, 60},                   // several chunks
+      {{{"sketch_dimension", "4"}, {"sink_size_start", "2"}, {"sink_size_end", "0"}}, {2, 0, 256, 4, 0.35, 0}, 40},
+  };
+  for (const Case& c : cases) {
+    std::string what = "compactor budget=" + std::to_string(c.budget);
+    for (const auto& [k, v] : c.set) what += " " + k + "=" + v;
+    EXPECT_GT(expect_same(prefill("compactor", c.set, c.budget), reference::compactor(*data_, c.budget, c.cp), what), 0);
+  }
+  // Both terms matter: without the leverage (blending 0) or with a large blend, other sets.
+  EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 0.0, 0}));
+  EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 50.0, 0}));
 }
 
 }  // namespace
