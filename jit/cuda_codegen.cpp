@@ -50,6 +50,10 @@ class ProgramEmitter {
   EmittedProgram emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
     if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
+    for (int i = 0; i < int(p_.nodes.size()); ++i)  // dsl/matrix_ops.h: not generated yet (see docs/DSL.md §6)
+      if (p_.nodes[i].op == NodeOp::Inverse || p_.nodes[i].op == NodeOp::Randn)
+        fail(i, std::string(p_.nodes[i].op == NodeOp::Inverse ? "inverse()" : "randn[d, e]") +
+                    " is evaluated by the interpreter only (use --scoring interpreter)");
     const Node& out = p_.nodes[p_.output];
     if (out.shape & ~unsigned(dsl::kAxisT))
       fail(p_.output, "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));

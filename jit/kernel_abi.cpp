@@ -2,6 +2,8 @@
 #include "jit/kernel_abi.h"
 
 #include "core/engine/counter_rng.h"
+#include "core/engine/gaussian_rng.h"
+#include "dsl/matrix_ops.h"
 #include "core/engine/policy_program.h"
 
 #include <string>
@@ -108,6 +110,10 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
   const unsigned position = (unsigned)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t);
   return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
+// randn[d, e] (core/engine/gaussian_rng.h) and inverse() (dsl/matrix_ops.h): the same macro text
+// the CPU side compiles.
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_GAUSSIAN(KVEVICT_FN)) + R"(
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SPD_INVERSE(KVEVICT_FN)) + R"(
 // Stage slots (kernel_abi.h): group * max(W, 1) * max(head_dim, 1) per stage, slot
 // (h * max(W, 1) + q) * max(head_dim, 1) + c.
 KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }
