@@ -76,6 +76,7 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // layer_allocation_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
+    "cap",
     "chunkkv",
     "chunkpress",
     "compactor",

@@ -106,6 +106,23 @@ TEST_F(LinalgPolicies, ReferenceSketchDependsOnTheSeedWhenItReduces) {
   EXPECT_NE(reference::leverage(*data_, 40, 3, 0), reference::leverage(*data_, 40, 3, 1));
 }
 
+// CapPress's reference: with tau = 0 every weight is 1 and the score no longer depends on the
+// queries (hence not on the averaged future RoPE either); with tau = 5 the anchor matters.
+TEST_F(LinalgPolicies, ReferenceCapWeightsComeFromTheQueryAnchor) {
+  reference::CapParams flat;
+  flat.tau = 0;
+  reference::CapParams flat_far = flat;
+  flat_far.future = 3;
+  EXPECT_EQ(reference::cap(*data_, 40, flat), reference::cap(*data_, 40, flat_far));
+  reference::CapParams far;
+  far.future = 3;
+  EXPECT_NE(reference::cap(*data_, 40, {}), reference::cap(*data_, 40, flat));
+  EXPECT_NE(reference::cap(*data_, 40, {}), reference::cap(*data_, 40, far));
+  for (const auto& layer : reference::cap(*data_, 40, {}))
+    for (const auto& kept : layer)
+      for (int p = 0; p < 4; ++p) EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), p)) << "sink " << p;
+}
+
 // leverage.yaml: the z-scored ridge leverage of the sketched centred pre-RoPE keys.
 TEST_F(LinalgPolicies, LeverageKeepsTheReferenceSet) {
   struct Case { int sketch; uint64_t seed; int budget; };
@@ -136,6 +153,23 @@ TEST_F(LinalgPolicies, CompactorKeepsTheReferenceSet) {
   // Both terms matter: without the leverage (blending 0) or with a large blend, other sets.
   EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 0.0, 0}));
   EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 50.0, 0}));
+}
+
+// cap.yaml: capacity leverage of the values under query-anchored weights (Q_mean with the averaged
+// future RoPE).
+TEST_F(LinalgPolicies, CapKeepsTheReferenceSet) {
+  struct Case { std::map<std::string, std::string> set; reference::CapParams cp; int budget; };
+  const std::vector<Case> cases = {
+      {{}, {}, 40},  // kvpress defaults
+      {{}, {}, 100},
+      {{{"tau", "1"}, {"n_sink", "0"}}, {1.0, 1e-6, 512, 0}, 40},
+      {{{"n_future_positions", "3"}, {"epsilon", "0.1"}}, {5.0, 0.1, 3, 4}, 60},
+  };
+  for (const Case& c : cases) {
+    std::string what = "cap budget=" + std::to_string(c.budget);
+    for (const auto& [k, v] : c.set) what += " " + k + "=" + v;
+    EXPECT_GT(expect_same(prefill("cap", c.set, c.budget), reference::cap(*data_, c.budget, c.cp), what), 0);
+  }
 }
 
 }  // namespace
