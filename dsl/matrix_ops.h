@@ -117,6 +117,11 @@ InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* o
 // program. Returns "" when M of `shape` may be inverted, else the error message.
 std::string inverse_operand_error(unsigned shape, bool layer_weight_program);
 
+// The CUDA generator refuses inverse() with this text after the construct (the kernel ABI has no
+// per-head matrix scratch yet: a d x d factorisation needs head_dim^2 doubles per query head);
+// tests recognise the refusal by it.
+inline constexpr const char* kInterpreterOnly = "is evaluated by the interpreter only (use --scoring interpreter)";
+
 // ---- The interpreter's nodes (dsl/lowered.h: Inverse, Randn) ----
 // Inverse: `operand` holds `elements` floats, a dense tensor whose two innermost axes are d and e
 // (the checker refuses a matrix with a token axis), so it is elements / head_dim^2 matrices one
