@@ -23,7 +23,8 @@ const std::map<std::string, Reducer> kReducers = {
     {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},
     {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
 
-const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random"};
+const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random",
+                                             "inverse", "randn"};  // dsl/matrix_ops.h
 
 unsigned axis_bit(const std::string& name) {
   for (const auto& axis : kvevict::kAxisTable)  // the axis table (core/engine/signals.h)

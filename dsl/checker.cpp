@@ -6,6 +6,7 @@
 #include <set>
 
 #include "dsl/builtin_names.h"
+#include "dsl/matrix_ops.h"
 #include "dsl/program_builder.h"
 
 namespace kvevict::dsl {
@@ -296,6 +297,7 @@ class Checker {
     if (kTensorSignals.count(n))
       return fail(e.pos, "'" + n + "' is a tensor signal " + shape_name(signal_shape(kTensorSignals.at(n))) + "; index it, e.g. " + n + index_hint(signal_shape(kTensorSignals.at(n))));
     if (n == "random") return fail(e.pos, "'random' is a per-token signal; write random[t]");
+    if (n == "randn") return fail(e.pos, "'randn' is a Gaussian matrix [d, e]; write randn[d, e]");
     if (is_table(n)) return fail(e.pos, "'" + n + "' is a table; index it, e.g. " + n + "[layer, kv_head]");
     if (kUnaryFns.count(n) || kReducers.count(n) || kOtherFunctions.count(n))
       return fail(e.pos, "'" + n + "' is a function; call it with arguments in parentheses");
@@ -313,7 +315,7 @@ class Checker {
     unsigned axes = 0;
     int node = -1;
     Type type = Type::Number;
-    bool is_random = false;
+    bool is_random = false, is_randn = false;
     if (opt_.context == ProgramContext::Setting) return fail(e.pos, "tensors are not available in a setting");
     for (size_t i = 0; i < opt_.tables.size(); ++i)
       if (opt_.tables[i]->name == e.text && !defs_.count(e.text)) return table_read(e, scope, static_cast<int>(i));
@@ -323,6 +325,10 @@ class Checker {
       if (layer_ctx()) return fail(e.pos, "random[t] is not available in layer_weight programs");
       axes = kAxisT;
       is_random = true;
+    } else if (e.text == "randn") {  // the Gaussian sketch (core/engine/gaussian_rng.h)
+      if (layer_ctx()) return fail(e.pos, "randn[d, e] is not available in layer_weight programs");
+      axes = kAxisD | kAxisE;
+      is_randn = true;
     } else if (auto d = defs_.find(e.text); d != defs_.end()) {
       if (d->second.axes == 0) return fail(e.pos, "'" + e.text + "' is a scalar and takes no index");
       axes = d->second.axes;
@@ -401,6 +407,10 @@ class Checker {
     if (!ok) return error();
     if (is_random) {
       const int n = b_.rename(b_.random(), map);  // random[s]: the same numbers along s
+      return Value{n, Type::Number, b_.node(n).shape};
+    }
+    if (is_randn) {
+      const int n = b_.rename(b_.randn(), map);  // randn[e, d]: the transposed matrix
       return Value{n, Type::Number, b_.node(n).shape};
     }
     if (node < 0 && !kTensorSignals.count(e.text)) return error();  // the definition itself had errors
@@ -523,6 +533,7 @@ class Checker {
     if (kReducers.count(f) && f != "max" && f != "min")
       return fail(e.pos, "'" + f + "' is a reduction: write " + f + "(axis: expression), e.g. " + f + "(q: A[h, q, t])");
     if (f == "random") return fail(e.pos, "'random' is a per-token signal: write random[t]");
+    if (f == "randn") return fail(e.pos, "'randn' is a Gaussian matrix [d, e]: write randn[d, e]");
     std::vector<Value> args;
     bool ok = true;
     for (const auto& a : e.args) {
@@ -571,6 +582,11 @@ class Checker {
       if (!(args[0].shape & kAxisT)) return fail(e.pos, "'normalise' divides by the sum over tokens; its argument must have axis t");
       if (scope.in_window_body) return fail(e.pos, "'normalise' cannot be used inside a token window");
       return Value{b_.normalise(args[0].node), Type::Number, args[0].shape};
+    }
+    if (f == "inverse") {  // inverse(M): the SPD inverse over (d, e), batched (dsl/matrix_ops.h)
+      if (!arity(1)) return error();
+      if (const std::string why = inverse_operand_error(args[0].shape, layer_ctx()); !why.empty()) return fail(e.pos, why);
+      return Value{b_.inverse(args[0].node), Type::Number, args[0].shape};
     }
     return fail(e.pos, "unknown function '" + f + "'");
   }

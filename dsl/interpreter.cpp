@@ -11,6 +11,7 @@
 #include "core/util/error.h"
 #include "dsl/elementwise.h"
 #include "dsl/interpreter_layout.h"
+#include "dsl/matrix_ops.h"
 #include "dsl/contraction.h"
 #include "dsl/token_pairs.h"
 
@@ -367,6 +368,10 @@ class Evaluator {
       case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Rename: rename(L, nd, bufs[nd.a], B, pool); break;
+      case NodeOp::Inverse: evaluate_inverse(bufs[nd.a].data, L.size(nd.shape), in.ext.d, alloc()); break;  // dsl/matrix_ops.h
+      case NodeOp::Randn:
+        evaluate_randn(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.heads[0].kv_head), in.ext.d, alloc());
+        break;
       case NodeOp::Table: {
         if (nd.lo < 0 || nd.lo >= static_cast<int>(p_.tables.size())) throw RuntimeError("policy program reads a table it does not have");
         const TableData& tab = *p_.tables[static_cast<size_t>(nd.lo)];

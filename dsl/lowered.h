@@ -48,6 +48,12 @@
 //                operand's axis i is the result's axis rename_target(node, i) (packed in `lo`, 3
 //                bits per axis); the values are a's, only the axis labels change. The checker
 //                never renames both axes of a token pair (no transposed T x T tensor).
+//   Inverse      the inverse of each symmetric positive-definite matrix over the channel axes (d, e)
+//                of a (shape = shape(a), which has d and e and no token axis: the matrices are
+//                contiguous): Cholesky in double with a documented ridge fallback, NaN when that
+//                fails (dsl/matrix_ops.h)
+//   Randn        standard normal, shape [d, e]: kv_dsl_randn (core/engine/gaussian_rng.h) keyed by
+//                (seed, layer, kv_head, d, e), the Gaussian sketch
 //   Table        tables[lo] at (layer, kv_head, d) (dsl/table_data.h): shape [d] when the table has
 //                axis d, else scalar (plus axis g in layer_weight programs, where kv_head runs
 //                along g). layer and kv_head are otherwise the program's own (its scalars); an
@@ -105,7 +111,7 @@ using kvevict::ScalarSignal;
 // Shape of a tensor signal in a per-head program; layer_weight programs add axis g.
 constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_axes(s); }
 
-enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename };
+enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename, Inverse, Randn };
 
 enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round, Sin, Cos };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Pow, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/engine/merge_checks.h"
+#include "core/engine/query_checks.h"
 #include "core/engine/segment_checks.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
@@ -134,6 +135,7 @@ class FileCompiler {
     }
     programs(root);
     if (diag_.empty()) segment_checks(root);
+    query_key_checks(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
       out_.desc.params[out_.params[i].name] = out_.params[i].value_text(out_.bindings[i].value);
@@ -408,12 +410,49 @@ class FileCompiler {
   void segment_checks(const YAML::Node& root) {
     std::vector<SettingError> errors = segment_setting_errors(out_.desc);
     for (SettingError& e : merge_setting_errors(out_.desc)) errors.push_back(std::move(e));
+    for (SettingError& e : query_setting_errors(out_.desc)) errors.push_back(std::move(e));  // query_checks.h
     for (const SettingError& e : errors) {
       const YAML::Node section_node = root[e.section];
       FilePos at = section_node.IsDefined() ? pos_of(section_node) : pos_of(root);
       if (!e.key.empty() && section_node.IsMap() && section_node[e.key]) at = pos_of(section_node[e.key]);
       diag_.error(at, e.message);
     }
+  }
+
+  // The prompt query statistics' keys and FinchPress's window (core/engine/query_signals.h):
+  //   observe.query_stats_from: EXPR    whole number >= 0 over parameters (first prompt position)
+  //   observe.query_rotation: none | future_mean   (a mode)
+  //   observe.rope_future: EXPR         whole number 1 .. 10^6 (positions averaged by future_mean)
+  //   observe.window_after_token: EXPR  whole number 0 .. 10^9 (a token id); observe.window is then the
+  //                                     window of a prompt without the token (0: a usage error)
+  void query_observe_settings(const YAML::Node& observe) {
+    if (!observe.IsMap()) return;
+    PolicyObserve& o = out_.desc.observe;
+    double v;
+    if (constant_setting(observe, "query_stats_from", false, v)) {
+      if (!(v >= 0 && v <= 1e7) || v != std::floor(v))
+        diag_.error(pos_of(observe["query_stats_from"]), "'query_stats_from' must be a whole number between 0 and 10^7, got " + fmt(v));
+      else o.query_stats_from = static_cast<int>(v);
+    }
+    o.query_rotation = choice(observe, "query_rotation", o.query_rotation);
+    if (constant_setting(observe, "rope_future", false, v)) {
+      if (!(v >= 1 && v <= 1e6) || v != std::floor(v))
+        diag_.error(pos_of(observe["rope_future"]), "'rope_future' must be a whole number between 1 and 10^6, got " + fmt(v));
+      else o.rope_future = static_cast<int>(v);
+    }
+    if (constant_setting(observe, "window_after_token", false, v)) {
+      if (!(v >= 0 && v <= 1e9) || v != std::floor(v))
+        diag_.error(pos_of(observe["window_after_token"]), "'window_after_token' must be a token id (a whole number >= 0), got " + fmt(v));
+      else o.window_after_token = static_cast<int>(v);
+    }
+  }
+
+  // Keys of the query statistics that no program reads (they would be ignored), at the key.
+  void query_key_checks(const YAML::Node& root) {
+    const YAML::Node observe = root["observe"];
+    if (!observe.IsDefined() || !observe.IsMap() || reads_query_statistics(out_.desc)) return;
+    for (const char* k : {"query_stats_from", "query_rotation", "rope_future"})
+      if (observe[k]) diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean; no program reads it");
   }
 
   // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum
@@ -444,6 +483,7 @@ class FileCompiler {
     if (constant_setting(observe, "same_index_head", true, v)) d.observe.same_index_head = v != 0;
     length_setting(observe, "segment", d.observe.segment);
     if (constant_setting(observe, "scaled", true, v)) d.observe.scaled = v != 0;
+    query_observe_settings(observe);
     YAML::Node protect = section(root, "protect");
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);

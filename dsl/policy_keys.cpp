@@ -11,7 +11,8 @@ const std::set<std::string>& policy_top_level_keys() {
 
 const std::map<std::string, std::set<std::string>>& policy_section_keys() {
   static const std::map<std::string, std::set<std::string>> sections = {
-      {"observe", {"window", "causal", "same_index_head", "segment", "scaled"}},
+      {"observe", {"window", "causal", "same_index_head", "segment", "scaled", "query_stats_from", "query_rotation",
+                   "rope_future", "window_after_token"}},
       {"protect", {"first", "recent", "decode_first", "decode_recent"}},
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions",
                "decode_budget", "prefill_block"}},

@@ -149,6 +149,22 @@ int ProgramBuilder::normalise(int a) {
   return add(n);
 }
 
+int ProgramBuilder::inverse(int a) {
+  Node n;
+  n.op = NodeOp::Inverse;
+  n.a = a;
+  n.shape = node(a).shape;
+  return add(n);
+}
+
+int ProgramBuilder::randn() {
+  Node n;
+  n.op = NodeOp::Randn;
+  n.shape = kAxisD | kAxisE;
+  program_.uses_random = true;
+  return add(n);
+}
+
 int ProgramBuilder::table(int index, bool along_g) {
   Node n;
   n.op = NodeOp::Table;
@@ -212,6 +228,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
     for (int* o : {&n.a, &n.b, &n.c})
       if (*o >= 0) *o = remap[*o];
     if (n.op == NodeOp::Load) out.uses[static_cast<int>(n.tensor)] = true;
+    if (n.op == NodeOp::Randn) out.uses_random = true;
     if (n.op == NodeOp::Random) out.uses_random = out.uses[static_cast<int>(TensorSignal::Position)] = true;
     remap[i] = static_cast<int>(out.nodes.size());
     out.nodes.push_back(n);
@@ -222,7 +239,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
 
 std::string LoweredProgram::dump() const {
   static const char* ops[] = {"const", "scalar", "load", "axis_index", "random", "unary", "binary",
-                              "select", "reduce", "window", "normalise", "table", "rename"};
+                              "select", "reduce", "window", "normalise", "table", "rename", "inverse", "randn"};
   std::ostringstream out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -239,6 +256,7 @@ std::string LoweredProgram::dump() const {
       case NodeOp::Window: out << " r" << static_cast<int>(n.reducer) << ' ' << n.lo << ".." << n.hi << " %" << n.a; break;
       case NodeOp::Normalise: out << " %" << n.a; break;
       case NodeOp::Rename: out << " %" << n.a; break;
+      case NodeOp::Inverse: out << " %" << n.a; break;
       case NodeOp::Table: out << ' ' << (n.lo >= 0 && n.lo < static_cast<int>(tables.size()) ? tables[n.lo]->name : "?"); break;
       default: break;
     }

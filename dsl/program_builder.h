@@ -28,6 +28,8 @@ class ProgramBuilder {
   // `a` with its axes renamed by the packed map (lowered.h: rename_target); `a` itself when the
   // map moves none of a's axes.
   int rename(int a, int map);
+  int inverse(int a);  // the SPD inverse over (d, e) of a (dsl/matrix_ops.h); a has both axes
+  int randn();         // randn[d, e] (core/engine/gaussian_rng.h)
   // A read of table `index` of `tables` (set_tables) at the program's (layer, kv_head[, d]).
   int table(int index, bool along_g = false);  // along_g: kv_head along axis g (layer_weight)
   void set_tables(const TableList& tables) { program_.tables = tables; }

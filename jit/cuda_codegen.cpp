@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "dsl/matrix_ops.h"
 #include "jit/cuda_expressions.h"
 #include "jit/kernel_abi.h"
 
@@ -50,6 +51,8 @@ class ProgramEmitter {
   EmittedProgram emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
     if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
+    for (int i = 0; i < int(p_.nodes.size()); ++i)  // dsl/matrix_ops.h: no matrix scratch in the kernel ABI yet
+      if (p_.nodes[i].op == NodeOp::Inverse) fail(i, std::string("inverse() ") + dsl::kInterpreterOnly);
     const Node& out = p_.nodes[p_.output];
     if (out.shape & ~unsigned(dsl::kAxisT))
       fail(p_.output, "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));
@@ -189,6 +192,9 @@ class ProgramEmitter {
             break;
           }
           case NodeOp::Random: value = "kv_random(a, t)"; break;
+          case NodeOp::Randn:  // core/engine/gaussian_rng.h, pasted into the prelude
+            value = "kv_dsl_randn(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, (unsigned)c, (unsigned)e)";
+            break;
           case NodeOp::Table:
             if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
             value = cuda_table_read(n.lo, *p_.tables[n.lo]);

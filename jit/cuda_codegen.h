@@ -33,7 +33,9 @@
 // Not generated (GenerateError, a UsageError whose message starts `file:line:col: error:`):
 // layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them) and the
 // constructs that exist only there: the `budget` signal, axis g. The DSL checker already rejects
-// them in score programs, so no policy file reaches these errors.
+// them in score programs, so no policy file reaches these errors. inverse() (dsl/matrix_ops.h) is
+// not generated either: it needs head_dim^2 doubles of scratch per query head, which the kernel
+// ABI does not have yet (the error ends with dsl::kInterpreterOnly).
 #include <string>
 
 #include "core/util/error.h"

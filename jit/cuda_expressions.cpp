@@ -40,14 +40,16 @@ std::string cuda_load(TensorSignal s) {
   // The channel index of axis d is the generated functions' parameter `c`.
   const unsigned axes = kvevict::signal_axes(s);
   const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ, has_d = axes & dsl::kAxisD;
+  const bool has_t = axes & dsl::kAxisT;  // Q, Q_mean, ... have no token axis
   std::string index = has_h ? "(long long)h" : "";
   if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
   if (has_d) index = index.empty() ? "(long long)c" : "(" + index + " * a.head_dim + c)";
-  index = index.empty() ? "t" : index + " * a.T + t";
+  if (has_t) index = index.empty() ? "t" : index + " * a.T + t";
+  else if (index.empty()) index = "0LL";
   const std::string slot = std::to_string(kvevict::signal_index(s));
   return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
          ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? "1" : "0") +
-         "), 0.0f)";
+         ", " + (has_t ? "1" : "0") + "), 0.0f)";
 }
 
 std::string cuda_unary(UnaryFn f, const std::string& x) {

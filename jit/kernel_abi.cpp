@@ -2,6 +2,8 @@
 #include "jit/kernel_abi.h"
 
 #include "core/engine/counter_rng.h"
+#include "core/engine/gaussian_rng.h"
+#include "dsl/matrix_ops.h"
 #include "core/engine/policy_program.h"
 
 #include <string>
@@ -96,10 +98,10 @@ KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p &&
 // Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
 KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
-// A signal buffer with axes [h?, q?, d?, t] (core/engine/signals.h): the product of their extents.
-KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int has_d) {
+// A signal buffer with axes [h?, q?, d?, t?] (core/engine/signals.h): the product of their extents.
+KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int has_d, int has_t) {
   return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * (has_d ? kv_nonneg(a.head_dim) : 1LL) *
-         kv_nonneg(a.T);
+         (has_t ? kv_nonneg(a.T) : 1LL);
 }
 // The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),
 // pasted from the same macro the CPU side compiles, so both agree bit for bit.
@@ -108,6 +110,10 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
   const unsigned position = (unsigned)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t);
   return kv_dsl_random(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, position);
 }
+// randn[d, e] (core/engine/gaussian_rng.h) and inverse() (dsl/matrix_ops.h): the same macro text
+// the CPU side compiles.
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_GAUSSIAN(KVEVICT_FN)) + R"(
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SPD_INVERSE(KVEVICT_FN)) + R"(
 // Stage slots (kernel_abi.h): group * max(W, 1) * max(head_dim, 1) per stage, slot
 // (h * max(W, 1) + q) * max(head_dim, 1) + c.
 KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }

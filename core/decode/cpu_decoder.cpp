@@ -9,6 +9,7 @@
 #include "core/decode/cpu_ops.h"
 #include "core/decode/quant_dot.h"
 #include "core/decode/decoder.h"
+#include "core/decode/layer_observation.h"
 #include "core/decode/rope.h"
 
 namespace kvevict {
@@ -64,6 +65,11 @@ class CpuDecoder : public Decoder {
   std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_;
   std::vector<std::vector<float>> column_sums_;
   std::vector<int> rotary_first_;  // [n_kv_heads] RoPE position of the block's first token
+  // Observation on request (ObservationRequest): the block's tokens, the layer inputs' norms, and
+  // each layer's output-projection Grams (computed once per layer, layer_observation.h).
+  std::span<const int> tokens_;
+  std::vector<float> hidden_norms_;
+  std::vector<std::vector<float>> output_grams_;
 };
 
 const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -81,6 +87,7 @@ const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, Forwa
   const int first = position_;
   rope_.reserve(first + n);  // grows the cos/sin table incrementally
   const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+  tokens_ = tokens;
 
   x_.resize(static_cast<size_t>(n) * dim);
   const TypedMatrix embedding = model_.weights.embedding_matrix(vocab, dim);
@@ -117,6 +124,10 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
   const int chunk = std::min(n, kRowChunk);
+  if (observer && request.hidden_norms) {  // the layer's input, before the attention adds to it
+    hidden_norms_.resize(rows);
+    hidden_state_norms(x_.data(), n, dim, hidden_norms_.data());
+  }
   xn_.resize(static_cast<size_t>(chunk) * dim);
   q_.resize(rows * q_dim);
   k_.resize(rows * kv_dim);
@@ -187,6 +198,13 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
                                                       static_cast<size_t>(window) * q_dim);
     }
     if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
+    signals.tokens = tokens_;
+    if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+    if (request.output_grams) {
+      output_grams_.resize(config_.n_layers);
+      if (output_grams_[layer].empty()) output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);
+      signals.output_grams = output_grams_[layer];
+    }
     observer->after_layer(signals, cache_);
   }
 }

@@ -17,6 +17,8 @@ namespace kvevict {
 struct ObservationRequest {
   int window = 0;                      // keep the post-RoPE queries of the last `window` tokens of the block
   bool accumulated_attention = false;  // column sums of the causal attention of every query of the block
+  bool hidden_norms = false;           // the L2 norm of each block token's layer input (LayerSignals::hidden_norms)
+  bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
 };
 
 struct LayerSignals {
@@ -32,6 +34,15 @@ struct LayerSignals {
   // or h itself in an unfolded cache), in cache order, the block's own entries included.
   // Empty if not requested. For a one-token block this is the current query's attention.
   const std::vector<std::vector<float>>* accumulated_attention = nullptr;
+  // The block's token ids, [n_tokens] (always set).
+  std::span<const int> tokens;
+  // hidden_norms[i]: the L2 norm of the layer's input hidden state (the residual stream before
+  // the attention norm) at the block's token i, [n_tokens]. Empty if not requested.
+  std::span<const float> hidden_norms;
+  // The layer's output projection per query head as Gram matrices, [n_heads][head_dim][head_dim]:
+  // G_h = W_o,h^T W_o,h with W_o,h the head_dim columns of W_o that read query head h's attention
+  // output, so that ||W_o,h v|| = sqrt(v^T G_h v) (core/decode/output_gram.h). Empty if not requested.
+  std::span<const float> output_grams;
 };
 
 class ForwardObserver {

@@ -18,8 +18,11 @@
 #include "core/engine/engine_checks.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/merge_state.h"
+#include "core/engine/model_signals.h"
+#include "core/engine/query_signals.h"
 #include "core/engine/head_budgets.h"
 #include "core/engine/original_positions.h"
+#include "core/engine/query_checks.h"
 #include "core/engine/recent_queries.h"
 #include "core/engine/segment_observation.h"
 #include "core/engine/selection.h"
@@ -94,6 +97,13 @@ struct EvictionEngine::State {
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
   MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
+  // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
+  // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
+  // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
+  Rope rope;
+  QueryStatistics query_stats;
+  PositionRecords records;
+  std::span<const float> output_grams;
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -111,6 +121,7 @@ struct EvictionEngine::State {
     if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d); !why.empty())
       throw UsageError(why);
     window = desc.window;
+    rope = Rope(c);
     set_protect(desc.protect);
     unfold = desc.select.unfold_gqa;
     Hs = unfold ? Hq : Hkv;
@@ -142,6 +153,28 @@ struct EvictionEngine::State {
     recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
     merge_state.reset(desc.merge, L, Hq);
+    records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm));
+    if (reads_query_statistics(desc)) query_stats.reset(L, Hq, d, /*covariance=*/false, desc.observe.query_stats_from);
+  }
+
+  // What the query and model signals need from a block (query_signals.h, model_signals.h).
+  void record_query_and_model_signals(const LayerSignals& s) {
+    records.record(s);
+    output_grams = s.output_grams;
+    if (!query_stats.active() || !in_prefill) return;
+    if (s.window != s.n_tokens)
+      throw std::logic_error("engine: Q_mean needs every query of the prompt; the decoder handed " +
+                             std::to_string(s.window) + " of " + std::to_string(s.n_tokens));
+    query_stats.record(s.layer, s.window_queries.data(), s.n_tokens, s.first_position, rope);
+  }
+
+  // Q_mean (and its rotation) of one head: [Gs][d].
+  void query_mean(int layer, int kv_head, std::vector<float>& out) const {
+    out.resize(static_cast<size_t>(Gs) * d);
+    std::vector<double> R;
+    if (desc.observe.query_rotation == QueryRotation::FutureMean)
+      R = average_rope_rotation(config, prompt_len, desc.observe.rope_future);
+    query_stats.head_statistics(layer, kv_head, Gs, R.empty() ? nullptr : R.data(), out.data(), nullptr);
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
@@ -248,10 +281,51 @@ struct EvictionEngine::State {
           segments.attention(layer, kv_head, Gs, Hq, keys, in.position, T, d, desc.observe.causal, desc.observe.scaled,
                              out.data());
           break;
+        case TensorSignal::WindowQueryRows:
+        case TensorSignal::WindowQueryRowsPreRope:
+        case TensorSignal::WindowOutputs:
+          if (!window_rows_signal(info.id, layer, kv_head, cache, keys, in, hs, out)) continue;
+          break;
+        case TensorSignal::QueryMean:
+          query_mean(layer, kv_head, out);
+          break;
+        case TensorSignal::Token:
+          out.resize(T);
+          records.tokens(in.position, T, out.data());
+          break;
+        case TensorSignal::HiddenNorm:
+          out.resize(T);
+          records.hidden_norms(layer, in.position, T, out.data());
+          break;
+        case TensorSignal::OutputNorm:
+          if (output_grams.size() != static_cast<size_t>(Hq) * d * d)
+            throw UsageError("policy " + desc.name + " reads out_norm, but the decoder did not hand over the layer's "
+                             "output projection");
+          out.resize(static_cast<size_t>(Gs) * T);
+          output_norms(output_grams.data(), kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T,
+                       out.data());
+          break;
       }
       in.set_signal(info.id, out.data());
     }
     return hs;
+  }
+
+  // Q, Q_pre or O of one head from the newest min(window, rows) window queries (query_signals.h);
+  // false when there are no window rows (the signal then stays null, as A does).
+  bool window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache, const float* keys,
+                          ScoreInputs& in, HeadSignals& hs, std::vector<float>& out) const {
+    const int rows = recent.rows(layer);
+    if (window <= 0 || rows == 0) return false;
+    const int W = std::min(window, rows), skip = rows - W;
+    const WindowQueries q{recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip};
+    const float* values = id == TensorSignal::WindowOutputs
+                              ? cache.values_or_reconstruct(layer, cache_head(kv_head, cache), hs.value_scratch)
+                              : nullptr;
+    in.W = W;
+    window_query_signal(id, q, kv_head, Gs, rope, in.signal(TensorSignal::WindowAttention), keys, values, in.position,
+                        in.T, d, desc.observe.causal, out);
+    return true;
   }
 
   std::vector<float> score(const HeadSignals& hs, bool decoding) {
@@ -450,6 +524,21 @@ struct EvictionEngine::State {
     if (p.decode_recent >= 0) decode_protect.recent = p.decode_recent;
   }
 
+  // FinchPress: the tokens after the prompt's last delimiter (observe.window_after_token); a
+  // prompt without one (or ending with it) takes the resolved observe.window, if any.
+  int window_from_tokens(const LayerSignals& s) const {
+    const int id = desc.observe.window_after_token;
+    if (static_cast<int>(s.tokens.size()) != s.n_tokens)
+      throw std::logic_error("engine: the decoder did not hand over the prompt's tokens");
+    const int w = window_after_token(s.tokens, id);
+    if (w <= 0 && window > 0) return window;
+    if (w <= 0)
+      throw UsageError("policy " + desc.name + ": observe.window_after_token: the prompt has " +
+                       std::string(w < 0 ? "no" : "nothing after its last") + " delimiter token " + std::to_string(id) +
+                       (w < 0 ? "" : " (the window would be empty)"));
+    return w;
+  }
+
   void resolve_for_prompt() {
     window = policy.window_for(prompt_len);
     set_protect(policy.protect_for(prompt_len));
@@ -477,6 +566,7 @@ struct EvictionEngine::State {
       in_prefill = true;
       prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
       resolve_for_prompt();
+      if (desc.observe.window_after_token >= 0) window = window_from_tokens(s);
       if (desc.observe.segment > 0)
         segments.reset(L, desc.observe.segment, window, prompt_len, static_cast<size_t>(Hq) * d);
       total_budget = options.budget.total_per_kv_head(prompt_len, geometry());
@@ -488,6 +578,7 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
                        " tokens for a prompt of " + std::to_string(prompt_len));
     record_queries(s);
+    record_query_and_model_signals(s);
     if (desc.observe.segment > 0)
       segments.record(l, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
     record_accumulated(s, cache);
@@ -600,6 +691,7 @@ struct EvictionEngine::State {
     const int l = s.layer;
     original.appended(l, cache, s.first_position);
     record_queries(s);
+    record_query_and_model_signals(s);
     record_accumulated(s, cache);
     merge_state.record_decode(s, cache);
     const int step = decode_step + 1;
@@ -639,6 +731,12 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
                             MergeOnEvictState::needs_decode_attention(state_->desc.merge);
+  // The prompt query statistics read every prompt query, and a window found from the tokens is
+  // unknown until the prompt arrives: both see the whole block (a view, no copy).
+  if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
+    r.window = state_->config.context_length;
+  r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
+  r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   return r;
 }
 
@@ -683,8 +781,14 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const int need_window = st.desc.observe.segment > 0 ? recorded.n_tokens()  // every segment's last queries
+  const bool every_query = st.desc.observe.segment > 0  // every segment's last queries
+                           || reads_query_statistics(st.desc) || st.desc.observe.window_after_token >= 0;
+  const int need_window = every_query ? recorded.n_tokens()
                           : std::max(st.policy.window_for(S), st.desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
+  if (st.desc.needs(TensorSignal::HiddenNorm) && !recorded.layers().empty() && recorded.layers()[0].hidden_norms.empty())
+    throw std::invalid_argument("apply_after_prefill: the policy needs hidden_norm; the recorder has none");
+  if (st.desc.needs(TensorSignal::OutputNorm) && !recorded.layers().empty() && recorded.layers()[0].output_grams.empty())
+    throw std::invalid_argument("apply_after_prefill: the policy needs out_norm; the recorder has no output projection");
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());
@@ -701,6 +805,9 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     const size_t row = static_cast<size_t>(st.Hq) * st.d;
     s.window_queries = std::span<const float>(rec.window_queries.data() + (rec.window - window) * row, window * row);
     s.accumulated_attention = rec.accumulated_attention.empty() ? nullptr : &rec.accumulated_attention;
+    s.tokens = recorded.tokens();
+    s.hidden_norms = rec.hidden_norms;
+    s.output_grams = rec.output_grams;
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
   st.finish_prefill(cache);

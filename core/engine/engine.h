@@ -58,19 +58,25 @@ class PrefillRecorder : public ForwardObserver {
   PrefillRecorder(int window, bool accumulated_attention);
   ObservationRequest request() const override;
   void after_layer(const LayerSignals& signals, KVCache& cache) override;
+  // Also records the layer inputs' norms (hidden_norm) and the output-projection Grams (out_norm).
+  void request_model_signals(bool hidden_norms, bool output_grams);
 
   struct Layer {
     int window = 0;
     std::vector<float> window_queries;                      // [window][n_heads][head_dim]
     std::vector<std::vector<float>> accumulated_attention;  // [n_heads][len]
+    std::vector<float> hidden_norms;                        // [n_tokens] when requested
+    std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
   };
   const std::vector<Layer>& layers() const { return layers_; }
+  const std::vector<int>& tokens() const { return tokens_; }  // the prompt's tokens (always recorded)
   int first_position() const { return first_position_; }
   int n_tokens() const { return n_tokens_; }
 
  private:
   ObservationRequest request_;
   std::vector<Layer> layers_;
+  std::vector<int> tokens_;
   int first_position_ = 0;
   int n_tokens_ = 0;
 };

@@ -47,6 +47,10 @@ enum class ChunkGate : uint8_t { None, Entropy };
 // only its protected tokens, the others everything), capped by --budget and floored at the
 // protected count.
 enum class LayerAllocation : uint8_t { Share, Tokens };
+// observe.query_rotation: how the prompt query statistics Q_mean / Q_cov are rotated
+// (core/engine/query_signals.h). None: pre-RoPE as accumulated. FutureMean (ExpectedAttention):
+// by the mean RoPE rotation over the next observe.rope_future positions after the prompt.
+enum class QueryRotation : uint8_t { None, FutureMean };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -59,6 +63,10 @@ template <> struct ModeNames<LayerAllocation> {
   static constexpr std::array<std::string_view, 2> names = {"share", "tokens"};
 };
 static_assert(ModeNames<LayerAllocation>::names.size() == static_cast<size_t>(LayerAllocation::Tokens) + 1);
+template <> struct ModeNames<QueryRotation> {
+  static constexpr std::array<std::string_view, 2> names = {"none", "future_mean"};
+};
+static_assert(ModeNames<QueryRotation>::names.size() == static_cast<size_t>(QueryRotation::FutureMean) + 1);
 template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };

@@ -140,6 +140,16 @@ struct PolicyObserve {
   // Added. false: A_seg's logits are q . k unscaled, as NonCausalAttnPress's official code has them
   // (sm_scale 1); true: q . k / sqrt(head_dim). Read only with segment > 0.
   bool scaled = true;
+  // Added. The prompt query statistics Q_mean / Q_cov (core/engine/query_signals.h): mean and
+  // covariance (divided by n) of the pre-RoPE queries of prompt positions >= query_stats_from,
+  // then rotated by query_rotation; FutureMean uses the mean RoPE rotation over the positions
+  // prompt_len .. prompt_len + rope_future - 1 (ExpectedAttention's n_future_positions).
+  int query_stats_from = 0;
+  QueryRotation query_rotation = QueryRotation::None;
+  int rope_future = 512;
+  // Added. FinchPress's delimiter (>= 0): the observation window is the prompt tokens after the
+  // last occurrence of this token id (the question after the context); -1: `window` as resolved.
+  int window_after_token = -1;
 };
 
 struct PolicyDescription {

@@ -11,12 +11,18 @@ PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
 
 ObservationRequest PrefillRecorder::request() const { return request_; }
 
+void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams) {
+  request_.hidden_norms = hidden_norms;
+  request_.output_grams = output_grams;
+}
+
 void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   (void)cache;
   if (signals.layer == 0) {
     layers_.clear();
     first_position_ = signals.first_position;
     n_tokens_ = signals.n_tokens;
+    tokens_.assign(signals.tokens.begin(), signals.tokens.end());
   }
   if (static_cast<int>(layers_.size()) <= signals.layer) layers_.resize(signals.layer + 1);
   Layer& layer = layers_[signals.layer];
@@ -24,6 +30,8 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   layer.window_queries.assign(signals.window_queries.begin(), signals.window_queries.end());
   if (signals.accumulated_attention) layer.accumulated_attention = *signals.accumulated_attention;
   else layer.accumulated_attention.clear();
+  layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());
+  layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
 }
 
 }  // namespace kvevict

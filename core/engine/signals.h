@@ -23,6 +23,8 @@
 //
 // Position is the one integer signal: it travels as ScoreInputs::position (int32; null means the
 // cache slot index) because random() keys on it too; its float slot in `tensor` stays null.
+// `token` holds integers in a float buffer (exact for ids < 2^24). Signals without axis t (Q,
+// Q_mean, ...) have a fixed size per head (signal_elements).
 #include <array>
 #include <cstdint>
 #include <string>
@@ -127,6 +129,10 @@ enum class SignalSource : uint8_t {
   CachedValues,   // computed from the head's values in the cache
   Positions,      // the original position of every entry (always available)
   SegmentQueries, // the last W prompt queries of each observe.segment, each attending over its own segment
+  PromptQueries,  // statistics of the prompt's pre-RoPE queries, accumulated during prefill (query_signals.h)
+  Tokens,         // the token id of every entry, recorded by original position (model_signals.h)
+  HiddenStates,   // the norm of the layer's input hidden state at every entry, by original position
+  OutputProjection,  // the entries' values through the layer's output projection W_o (the decoder's Gram matrices)
 };
 
 //   X(enum name, DSL name, axes,                  source,                        description)
@@ -140,7 +146,15 @@ enum class SignalSource : uint8_t {
   X(Keys, "K", kAxisD | kAxisT, SignalSource::CachedKeys, "keys as cached (post-RoPE)")                  \
   X(KeysPreRope, "K_pre", kAxisD | kAxisT, SignalSource::CachedKeys, "keys before RoPE")                 \
   X(Values, "V", kAxisD | kAxisT, SignalSource::CachedValues, "values")                                 \
-  X(SegmentAttention, "A_seg", kAxisH | kAxisT, SignalSource::SegmentQueries, "segment-local attention")
+  X(SegmentAttention, "A_seg", kAxisH | kAxisT, SignalSource::SegmentQueries, "segment-local attention")      \
+  X(WindowQueryRows, "Q", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries, "window queries (post-RoPE)")  \
+  X(WindowQueryRowsPreRope, "Q_pre", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries,                    \
+    "window queries before RoPE")                                                                             \
+  X(WindowOutputs, "O", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries, "window attention outputs")      \
+  X(QueryMean, "Q_mean", kAxisH | kAxisD, SignalSource::PromptQueries, "mean prompt query")                    \
+  X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
+  X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
+  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -149,7 +163,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 10
+#define KVEVICT_NUM_TENSOR_SIGNALS 17
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {
@@ -183,10 +197,12 @@ constexpr unsigned signal_axes(TensorSignal s) { return signal_info(s).axes; }
 constexpr int signal_index(TensorSignal s) { return static_cast<int>(s); }
 
 // Elements of a signal's buffer for one head: the product of the extents of its axes
-// (h = group, q = W, d = head_dim, t = T; g, if present, is not part of one head's buffer).
+// (h = group, q = W, d = head_dim, t = T; g, if present, is not part of one head's buffer). A
+// signal without axis t (Q, Q_mean, ...) does not grow with the cache.
 constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim, int T) {
   const unsigned a = signal_axes(s);
-  int64_t n = T > 0 ? T : 0;
+  int64_t n = 1;
+  if (a & kAxisT) n *= T > 0 ? T : 0;
   if (a & kAxisH) n *= group > 0 ? group : 0;
   if (a & kAxisQ) n *= W > 0 ? W : 0;
   if (a & kAxisD) n *= head_dim > 0 ? head_dim : 0;

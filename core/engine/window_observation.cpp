@@ -48,3 +48,13 @@ uint64_t sampling_seed_for_step(uint64_t seed, int step) {
 }
 
 }  // namespace kvevict
+
+namespace kvevict {
+
+int window_after_token(std::span<const int> tokens, int token_id) {
+  for (size_t i = tokens.size(); i-- > 0;)
+    if (tokens[i] == token_id) return static_cast<int>(tokens.size() - 1 - i);
+  return -1;
+}
+
+}  // namespace kvevict

@@ -4,6 +4,7 @@
 // random share for decode-time applications. Kept out of engine.cpp: it is policy-facing
 // observation logic, not the engine's flow.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/decode/kv_cache.h"
@@ -34,5 +35,14 @@ int observe_same_index_head(bool causal, const WindowQueries& queries, const KVC
 // per-eviction sampling does, instead of reusing the prefill's draw for a surviving position:
 // seed + step * 0x9E3779B97F4A7C15 (mod 2^64), i.e. a different Philox key per application.
 uint64_t sampling_seed_for_step(uint64_t seed, int step);
+
+}  // namespace kvevict
+
+namespace kvevict {
+
+// FinchPress's window (PolicyObserve::window_after_token): the number of prompt tokens after the
+// last occurrence of `token_id` in `tokens` (the question after the context + delimiter), or -1
+// when the token does not occur. The delimiter itself stays in the cache as an ordinary entry.
+int window_after_token(std::span<const int> tokens, int token_id);
 
 }  // namespace kvevict

@@ -16,6 +16,10 @@ struct ReferenceResult {
   // probs[layer][q_head][query][key]: attention probabilities (0 where not visible)
   std::vector<std::vector<std::vector<std::vector<double>>>> probs;
   std::vector<std::vector<std::vector<double>>> queries;  // [layer][token][q_dim], post-RoPE
+  std::vector<std::vector<std::vector<double>>> queries_pre_rope;  // [layer][token][q_dim]
+  std::vector<std::vector<std::vector<double>>> values;            // [layer][token][kv_dim]
+  std::vector<std::vector<std::vector<double>>> outputs;  // [layer][token][q_dim] attention outputs before W_o
+  std::vector<std::vector<double>> hidden_norms;          // [layer][token] ||layer input|| (before the norm)
 };
 
 using Visibility = std::function<bool(int layer, int kv_head, int query_pos, int key_pos)>;
@@ -79,9 +83,15 @@ inline ReferenceResult reference_forward(const Model& m, const std::vector<int>&
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     std::vector<std::vector<double>> q(n), k(n), v(n);
+    r.hidden_norms.emplace_back(n);
+    r.queries_pre_rope.emplace_back(n);
     for (int t = 0; t < n; ++t) {
+      double ss = 0;
+      for (double e : x[t]) ss += e * e;
+      r.hidden_norms[l][t] = std::sqrt(ss);
       const auto xn = rmsnorm(x[t], L.attn_norm);
       q[t] = matvec(L.wq, xn, c.q_dim(), &L.bq);
+      r.queries_pre_rope[l][t] = q[t];
       k[t] = matvec(L.wk, xn, c.kv_dim(), &L.bk);
       v[t] = matvec(L.wv, xn, c.kv_dim(), &L.bv);
       for (int h = 0; h < c.n_heads; ++h) {
@@ -96,6 +106,7 @@ inline ReferenceResult reference_forward(const Model& m, const std::vector<int>&
       }
     }
     r.queries.push_back(q);
+    r.values.push_back(v);
     r.probs[l].assign(c.n_heads, std::vector<std::vector<double>>(n, std::vector<double>(n, 0.0)));
     std::vector<std::vector<double>> att(n, std::vector<double>(c.q_dim(), 0.0));
     for (int h = 0; h < c.n_heads; ++h) {
@@ -120,6 +131,7 @@ inline ReferenceResult reference_forward(const Model& m, const std::vector<int>&
         }
       }
     }
+    r.outputs.push_back(att);
     for (int t = 0; t < n; ++t) {
       const auto o = matvec(L.wo, att[t], D, nullptr);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];

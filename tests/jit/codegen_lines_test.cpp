@@ -53,7 +53,7 @@ TEST(CodegenLines, EachExpressionCitesItsOwnPolicyLine) {
   const std::string file = write_policy(dir);
   const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
   EXPECT_EQ(policy_line_of(kernel.source, "kv_load(a.tensor[0] /* A */,", file), 5);  // A[h, q, t]
-  EXPECT_EQ(policy_line_of(kernel.source, "kv_load(a.tensor[3] /* key_norm */, t, kv_extent_axes(a, 0, 0, 0), 0.0f)", file), 6);
+  EXPECT_EQ(policy_line_of(kernel.source, "kv_load(a.tensor[3] /* key_norm */, t, kv_extent_axes(a, 0, 0, 0, 1), 0.0f)", file), 6);
   EXPECT_EQ(policy_line_of(kernel.source, "kv_load(a.tensor[4] /* value_norm */, t,", file), 7);
   EXPECT_EQ(policy_line_of(kernel.source, "logf(", file), 8);
   EXPECT_EQ(policy_line_of(kernel.source, "sqrtf(", file), 9);  // a continuation line of the definition
@@ -65,7 +65,7 @@ TEST(CodegenLines, ABrokenExpressionGetsAnNvrtcDiagnosticAtItsPolicyLine) {
   testing::TempDir dir;
   const std::string file = write_policy(dir);
   const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
-  const std::string key_norm = "kv_load(a.tensor[3] /* key_norm */, t, kv_extent_axes(a, 0, 0, 0), 0.0f)";  // the whole call
+  const std::string key_norm = "kv_load(a.tensor[3] /* key_norm */, t, kv_extent_axes(a, 0, 0, 0, 1), 0.0f)";  // the whole call
   for (const auto& [needle, line] : {std::pair<std::string, int>{"sqrtf(", 9}, {"logf(", 8}, {key_norm, 6}}) {
     // Break the code of one expression, as a generator bug would: NVRTC must blame that line.
     std::string source = kernel.source;

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 
 #include "dsl/interpreter.h"
+#include "dsl/matrix_ops.h"
 #include "dsl/program_builder.h"
 #include "jit/cuda_codegen.h"
 #include "jit/host_module.h"
@@ -243,6 +245,7 @@ TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
 
 #ifdef KVEVICT_HAVE_LOWERED_FORM
 #include <filesystem>
+#include <fstream>
 
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
@@ -312,17 +315,37 @@ void expect_policy_matches(const std::string& file, const PolicyProgram& jit, co
   }
 }
 
+// The built-in files the generator refuses because they invert a matrix (inverse(): no matrix
+// scratch in the kernel ABI yet, dsl/matrix_ops.h kInterpreterOnly). Exactly these: any other
+// refusal fails, and each of them must be refused at its inverse() with that message.
+bool interpreter_only(const std::string& file) {
+  static const std::set<std::string> kInterpreterOnly = {"cap.yaml", "compactor.yaml", "leverage.yaml"};
+  const std::string name = std::filesystem::path(file).filename().string();
+  try {
+    generate_policy_cuda(file, {}, {});
+  } catch (const GenerateError& e) {
+    if (std::string(e.what()).find(std::string("inverse() ") + dsl::kInterpreterOnly) == std::string::npos) throw;
+    EXPECT_TRUE(kInterpreterOnly.count(name)) << file << " is refused by the generator: " << e.what();
+    return true;
+  }
+  EXPECT_FALSE(kInterpreterOnly.count(name)) << file << " now generates: drop it from the interpreter-only list";
+  return false;
+}
+
 TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
   testing::TempDir dir;
   const auto files = builtin_policy_files();
   ASSERT_GE(files.size(), 10u);
+  int refused = 0;
   for (const auto& file : files) {
+    if (interpreter_only(file) && ++refused) continue;
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
     auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
                                          dir.path());
     dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
     expect_policy_matches(file, *jit, interpreted, tolerance_for(file, 1e-6f));
   }
+  EXPECT_EQ(refused, 3) << "cap, compactor and leverage invert a matrix";
 }
 
 TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
@@ -335,6 +358,7 @@ TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
   options.dir = dir.path();
   KernelCache cache(options);
   for (const auto& file : builtin_policy_files()) {
+    if (interpreter_only(file)) continue;
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
     NvrtcRequest request;
     request.name = kernel.name;
@@ -347,6 +371,21 @@ TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
     // GPU expf/logf/powf differ from glibc's by a few ulp.
     expect_policy_matches(file, *jit, interpreted, tolerance_for(file, 1e-5f));
   }
+}
+
+// randn[d, e] is generated (the macro text of core/engine/gaussian_rng.h), transposed reads
+// included: the host kernel against the interpreter on random keys (head_dim 64). Positive terms,
+// so the relative comparison is meaningful.
+TEST(PolicyCodegen, RandnMatchesTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  const std::string file = dir.path() + "/randn_test.yaml";
+  std::ofstream(file) << "name: randn_test\nabout: a Gaussian form of the keys\nscore: |\n"
+                         "  score[t] = sum(d, e: abs(randn[d, e]) * (1 + randn[e, d] * randn[e, d]) * K[d, t] * K[d, t])\n";
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                       dir.path());
+  dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+  expect_policy_matches(file, *jit, interpreted, 1e-5f);
 }
 
 TEST(PolicyCodegen, ParameterOverridesChangeTheGeneratedKernel) {

@@ -12,6 +12,7 @@
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/layer_observation.h"
 #include "core/decode/quant_dot.h"
 #include "core/decode/rope.h"
 
@@ -154,6 +155,10 @@ class CudaDecoder : public Decoder {
   DeviceArray<int> lengths_;
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
   std::vector<std::vector<float>> column_sums_;
+  // Observation on request, computed on the host as the CPU decoder does (layer_observation.h).
+  std::span<const int> host_tokens_;
+  std::vector<float> host_x_, hidden_norms_;
+  std::vector<std::vector<float>> output_grams_;
 };
 
 void CudaDecoder::upload_rope_table(int first, int n) {
@@ -185,6 +190,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   }
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
   const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+  host_tokens_ = tokens;
   tokens_.resize(n);
   tokens_.upload(tokens.data(), n);
   x_.resize(static_cast<size_t>(n) * dim);
@@ -256,6 +262,12 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   const int dim = config_.dim, hd = config_.head_dim;
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
+  if (observer && request.hidden_norms) {  // the layer's input, before the attention adds to it
+    host_x_.resize(rows * dim);
+    x_.download(host_x_.data(), host_x_.size());
+    hidden_norms_.resize(rows);
+    hidden_state_norms(host_x_.data(), n, dim, hidden_norms_.data());
+  }
   xn_.resize(rows * dim);
   half_in_.resize(rows * std::max(dim, q_dim));
   q_.resize(rows * q_dim);
@@ -341,6 +353,19 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       signals.window_queries = std::span<const float>(window_queries_);
     }
     if (want_columns) signals.accumulated_attention = &column_sums_;
+    signals.tokens = host_tokens_;
+    if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+    if (request.output_grams) {  // from the host copy of W_o, as the CPU decoder (f32 Grams)
+      output_grams_.resize(config_.n_layers);
+      if (output_grams_[layer].empty()) {
+        static const NativeLayer none;
+        const auto& natives = model_.weights.native_layers;
+        const TypedMatrix wo = Weights::matrix(model_.weights.layers[layer].wo,
+                                               natives.empty() ? none.wo : natives[layer].wo, dim, q_dim);
+        output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);
+      }
+      signals.output_grams = output_grams_[layer];
+    }
     observer->after_layer(signals, cache_);
   }
 }

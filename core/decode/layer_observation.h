@@ -1,0 +1,22 @@
+#pragma once
+// Per-layer quantities the decoder hands an observer on request (ObservationRequest::hidden_norms,
+// output_grams) for the model signals hidden_norm and out_norm (core/engine/model_signals.h).
+// One implementation for every decoder backend: both are computed on the host from host data.
+#include <vector>
+
+#include "core/model/weights.h"
+
+namespace kvevict {
+
+// out[i] = ||rows[i]||_2 for the n rows of `width` floats, accumulated in double.
+void hidden_state_norms(const float* rows, int n, int width, float* out);
+
+// The Gram matrix of each query head's slice of the output projection: wo is W_o, [dim][n_heads *
+// head_dim] (rows = output features), and W_o,h its columns h*head_dim .. h*head_dim + head_dim - 1,
+// so that the attention output of head h contributes W_o,h o_h to the residual stream. Returns
+// [n_heads][head_dim][head_dim] with G_h = W_o,h^T W_o,h (accumulated in double over the dim rows),
+// hence ||W_o,h v|| = sqrt(v^T G_h v) for any value vector v. Cost dim * n_heads * head_dim^2, once
+// per layer (the decoder keeps the result); size n_heads * head_dim^2 floats = head_dim / dim of W_o.
+std::vector<float> output_projection_grams(const TypedMatrix& wo, int n_heads, int head_dim);
+
+}  // namespace kvevict

@@ -1,0 +1,69 @@
+#include "core/engine/model_signals.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace kvevict {
+
+void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms) {
+  tokens_on_ = tokens;
+  hidden_on_ = hidden_norms;
+  token_.clear();
+  hidden_.assign(hidden_norms ? n_layers : 0, {});
+}
+
+void PositionRecords::record(const LayerSignals& s) {
+  if (!tokens_on_ && !hidden_on_) return;
+  const int64_t end = static_cast<int64_t>(s.first_position) + s.n_tokens;
+  if (s.first_position < 0 || end > kMaxRecordedPositions)
+    throw UsageError("token / hidden_norm records hold positions 0.." + std::to_string(kMaxRecordedPositions - 1) +
+                     "; the block reaches position " + std::to_string(end - 1));
+  if (tokens_on_ && s.layer == 0 && static_cast<int>(s.tokens.size()) == s.n_tokens) {
+    if (static_cast<int64_t>(token_.size()) < end) token_.resize(static_cast<size_t>(end), -1);
+    std::copy(s.tokens.begin(), s.tokens.end(), token_.begin() + s.first_position);
+  }
+  if (hidden_on_) {
+    if (static_cast<int>(s.hidden_norms.size()) != s.n_tokens)
+      throw UsageError("the policy reads hidden_norm, but the decoder did not record the layer inputs' norms");
+    std::vector<float>& h = hidden_.at(s.layer);
+    if (static_cast<int64_t>(h.size()) < end) h.resize(static_cast<size_t>(end), 0.0f);
+    std::copy(s.hidden_norms.begin(), s.hidden_norms.end(), h.begin() + s.first_position);
+  }
+}
+
+void PositionRecords::tokens(const int32_t* positions, int T, float* out) const {
+  for (int t = 0; t < T; ++t) {
+    const int32_t p = positions[t];
+    out[t] = p >= 0 && p < static_cast<int32_t>(token_.size()) ? static_cast<float>(token_[p]) : -1.0f;
+  }
+}
+
+void PositionRecords::hidden_norms(int layer, const int32_t* positions, int T, float* out) const {
+  const std::vector<float>& h = hidden_.at(layer);
+  for (int t = 0; t < T; ++t) {
+    const int32_t p = positions[t];
+    out[t] = p >= 0 && p < static_cast<int32_t>(h.size()) ? h[p] : 0.0f;
+  }
+}
+
+void output_norms(const float* grams, int kv_head, int group, int d, const float* values, int T, float* out) {
+  const size_t per_head = static_cast<size_t>(d) * d;
+  for (int g = 0; g < group; ++g) {
+    const float* G = grams + per_head * (kv_head * group + g);
+    for (int t = 0; t < T; ++t) {
+      const float* v = values + static_cast<size_t>(t) * d;
+      double s = 0;
+      for (int a = 0; a < d; ++a) {
+        double row = 0;
+        for (int b = 0; b < d; ++b) row += static_cast<double>(G[static_cast<size_t>(a) * d + b]) * v[b];
+        s += v[a] * row;
+      }
+      out[static_cast<size_t>(g) * T + t] = static_cast<float>(std::sqrt(std::max(0.0, s)));
+    }
+  }
+}
+
+}  // namespace kvevict

@@ -1,0 +1,48 @@
+#pragma once
+// The model signals of the policy language (core/engine/signals.h):
+//   token[t]        the token id of entry t (a float holding an integer: exact for ids < 2^24),
+//   hidden_norm[t]  the L2 norm of the layer's input hidden state at entry t's token: the residual
+//                   stream entering the layer, BEFORE its attention norm (after an RMSNorm every
+//                   row's norm is nearly the same, so the pre-norm value is the informative one),
+//   out_norm[h, t]  ||W_o,h v_t||, entry t's value through the slice of the output projection
+//                   that reads query head h (h over the group, as A's h axis).
+// token and hidden_norm are recorded by ORIGINAL position as the decoder hands each block over
+// (LayerSignals::tokens / hidden_norms), and read through the entries' original positions: so they
+// stay aligned with the cache through evictions, compaction, merges, GQA unfolding, re-assigned
+// positions and decode appends without per-entry bookkeeping. Memory: one int per token seen and,
+// when hidden_norm is read, one float per (layer, token seen); positions are capped at
+// kMaxRecordedPositions (a usage error beyond). A position never handed over reads token -1 and
+// hidden_norm 0. out_norm needs no record: it is computed from the cache's values (dense or
+// reconstructed) and the layer's Gram matrices G_h = W_o,h^T W_o,h (LayerSignals::output_grams) as
+// sqrt(v^T G_h v), in double.
+#include <cstdint>
+#include <vector>
+
+#include "core/decode/decoder.h"
+
+namespace kvevict {
+
+constexpr int kMaxRecordedPositions = 1 << 26;
+
+class PositionRecords {
+ public:
+  // Forgets everything; records token ids and / or hidden norms from now on.
+  void reset(int n_layers, bool tokens, bool hidden_norms);
+  // Takes the block's tokens (layer 0) and the layer's hidden norms, at positions first_position...
+  void record(const LayerSignals& s);
+  // out[t] = the token id at positions[t] (-1 if none was recorded).
+  void tokens(const int32_t* positions, int T, float* out) const;
+  // out[t] = layer's hidden norm at positions[t] (0 if none was recorded).
+  void hidden_norms(int layer, const int32_t* positions, int T, float* out) const;
+
+ private:
+  bool tokens_on_ = false, hidden_on_ = false;
+  std::vector<int32_t> token_;               // [position]
+  std::vector<std::vector<float>> hidden_;   // [layer][position]
+};
+
+// out[g][t] = sqrt(v_t^T G_h v_t) with h = kv_head * group + g, G_h the [d][d] block h of `grams`
+// ([n_heads][d][d]) and v_t row t of values ([T][d]).
+void output_norms(const float* grams, int kv_head, int group, int d, const float* values, int T, float* out);
+
+}  // namespace kvevict
