@@ -452,7 +452,7 @@ TEST(MergeD2o, TheFirstThresholdIsTheMeanAndWeightsAreTheCosines) {
 TEST_F(CamModel, D2oPrefillMatchesTheReference) {
   const ModelConfig& c = model_->config;
   const int S = static_cast<int>(tokens_.size()), budget = 48, sinks = 4, recent = S / 10;
-  const reference::PromptData p = reference::collect(*model_, tokens_, 0);
+  const reference::PromptData p = reference::collect(*model_, tokens_, S);  // every row: only A_acc is read
   const auto policy = load_policy("d2o");
   EXPECT_EQ(policy->description().merge.method, MergeMethod::D2o);
   auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
