@@ -22,7 +22,9 @@ namespace kvevict::jit::testing {
 
 class PolicyGenerator {
  public:
-  explicit PolicyGenerator(uint32_t seed) : rng_(seed) {}
+  // pairs: every program also gets pair_terms (axes s and e); their kernels loop over s and t
+  // inside each token's thread, so callers running very long heads turn them off.
+  explicit PolicyGenerator(uint32_t seed, bool pairs = true) : rng_(seed), pairs_(pairs) {}
   PolicyGenerator(const PolicyGenerator&) = delete;
 
   // A whole policy file named `name`.
@@ -115,14 +117,14 @@ class PolicyGenerator {
                        ((inner.bound & kD) ? "d, " : "") + "t";
     text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 10] + "(abs(" + expr(inner, 2) +
             ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
-    text += pair_terms(f);
+    if (pairs_) text += pair_terms(f);
     Scope scope;
     scope.bound = kT;
     Scope window_body = scope;
     window_body.window = true;
     window_body.negative = f % 3 == 0;
     text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
-            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ") + pair[t]\n";
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + "\n";
     return text;
   }
 
@@ -299,6 +301,7 @@ class PolicyGenerator {
   }
 
   std::mt19937 rng_;
+  bool pairs_ = true;
   int focus_ = 0;
   std::map<std::string, unsigned> defs_;  // definitions so far: name -> axes
 };
