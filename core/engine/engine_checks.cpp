@@ -2,6 +2,7 @@
 
 #include "core/engine/codebook_stage.h"
 #include "core/engine/segment_checks.h"
+#include "core/engine/selection_checks.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -38,6 +39,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   if (unfold && desc.observe.same_index_head)
     throw UsageError("policy " + desc.name + ": observe.same_index_head cannot be combined with unfold_gqa");
   if (const auto errors = segment_setting_errors(desc); !errors.empty())
+    throw UsageError("policy " + desc.name + ": " + errors.front().message);
+  if (const auto errors = selection_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
   // Head plans (head_budgets.h) are per-head budgets of a one-shot, per-KV-head selection; the DSL
   // refuses the rest at the key, this guards hand-written programs.
