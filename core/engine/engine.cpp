@@ -341,6 +341,10 @@ struct EvictionEngine::State {
     return protected_count(prompt_len) + std::ceil(sum / Hs);
   }
 
+  // score_at insertion with decode triggers: the prefill scores stay after prefill, kept aligned with
+  // the cache, and each decoded entry is scored at its own step (without triggers nothing reads them).
+  bool keeps_frozen_scores() const { return desc.select.score_at == ScoreAt::Insertion && desc.run.decode_every > 0; }
+
   // Whether each head's kept count is an output of the selection (recorded as its budget).
   bool kept_count_is_output() const { return desc.select.has_threshold || desc.select.scope == SelectScope::Model; }
 
@@ -603,7 +607,7 @@ struct EvictionEngine::State {
     // appends at the cache length, as StreamingLLM's official code does.
     if (desc.run.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
-    if (desc.select.score_at == ScoreAt::Insertion) return;  // frozen: they stay aligned with the cache
+    if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
       for (auto& head : layer) std::vector<float>().swap(head);
   }
@@ -659,7 +663,7 @@ struct EvictionEngine::State {
     record_accumulated(s, cache);
     const int step = decode_step + 1;
     if (l == 0) appended += s.n_tokens;
-    const bool frozen = desc.select.score_at == ScoreAt::Insertion;
+    const bool frozen = keeps_frozen_scores();
     if (frozen) score_new_entries(l, cache, s.n_tokens);  // every step, trigger or not: at its own step
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = decode_budget(l);

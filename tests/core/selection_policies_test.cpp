@@ -466,5 +466,28 @@ TEST_F(SelectionPolicies, MassAllocationGivesEachLayerTheTokensItsAttentionMassN
   EXPECT_GT(budgets.size(), 1u) << "every layer needed the same count: the statistic is not exercised";
 }
 
+// The frozen scores are engine state aligned with the cache: one per entry through every compaction
+// and append while decode triggers read them, none after prefill without triggers.
+TEST_F(SelectionPolicies, FrozenScoresStayAlignedWithTheCache) {
+  for (const char* decoding : {"true", "false"}) {
+    const auto policy = load_policy("dms", {{"sliding_window_size", "16"}, {"decoding", decoding}});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+    EvictionEngine engine(*policy, model_->config, {Budget::parse("100%"), 0});
+    const std::vector<float>* logits = &decoder->forward(std::span<const int>(tokens_), &engine);
+    for (int step = 0; step < 6; ++step) {
+      const int next = static_cast<int>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+      logits = &decoder->forward(std::span<const int>(&next, 1), &engine);
+      for (int l = 0; l < model_->config.n_layers; ++l)
+        for (int h = 0; h < model_->config.n_kv_heads; ++h) {
+          const std::vector<size_t> lengths = engine.aligned_state_lengths(l, h);
+          if (std::string(decoding) == "true")
+            EXPECT_EQ(lengths, std::vector<size_t>{decoder->cache().length(l, h)}) << "step " << step;
+          else
+            EXPECT_TRUE(lengths.empty()) << "without decode triggers nothing reads frozen scores";
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvevict
