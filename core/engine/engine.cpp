@@ -396,7 +396,8 @@ struct EvictionEngine::State {
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
                                   int budget, const PolicyProtect& pr) const {
     if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
-    if (desc.select.has_threshold) budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, desc.select.threshold);
+    if (desc.select.has_threshold && options.budget.kind != Budget::Kind::Full)  // full: the threshold is off
+      budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, desc.select.threshold);
     return select_head(sc, pos, spec_for(layer, head, budget, pr));
   }
 
@@ -667,7 +668,8 @@ struct EvictionEngine::State {
     if (frozen) score_new_entries(l, cache, s.n_tokens);  // every step, trigger or not: at its own step
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = decode_budget(l);
-    bool over = desc.select.has_threshold;  // a threshold evicts below the budget too
+    // A threshold evicts below the budget too (--budget full turns it off, select_entries).
+    bool over = desc.select.has_threshold && options.budget.kind != Budget::Kind::Full;
     const std::vector<int> budgets = head_budgets(cache, l, budget, decode_protect);
     for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + desc.run.decode_slack;
     if (!over) return;

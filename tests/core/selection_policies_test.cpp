@@ -466,6 +466,23 @@ TEST_F(SelectionPolicies, MassAllocationGivesEachLayerTheTokensItsAttentionMassN
   EXPECT_GT(budgets.size(), 1u) << "every layer needed the same count: the statistic is not exercised";
 }
 
+// --budget full turns a threshold off, at prefill and while decoding.
+TEST_F(SelectionPolicies, FullBudgetTurnsTheThresholdOff) {
+  const auto policy = load_policy("dms", {{"sliding_window_size", "4"}, {"threshold", "0"}, {"decoding", "true"}});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+  EvictionEngine engine(*policy, model_->config, {Budget::parse("full"), 0});
+  const std::vector<float>* logits = &decoder->forward(std::span<const int>(tokens_), &engine);
+  for (int step = 0; step < 3; ++step) {
+    const int next = static_cast<int>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    logits = &decoder->forward(std::span<const int>(&next, 1), &engine);
+  }
+  // As for every policy with decode triggers, a head above the prompt's length is cut back to it, by
+  // rank; the threshold (0 would evict every -|k| < 0 outside the window) evicts nothing more.
+  EXPECT_EQ(decoder->cache().length(0, 0), tokens_.size());
+  const EvictionReport dms = test::prefill_report(*model_, tokens_, "dms", {{"sliding_window_size", "4"}, {"threshold", "0"}}, "100%");
+  EXPECT_EQ(dms.layers[0][0].kept, 4) << "with a budget the same threshold keeps the window only";
+}
+
 // The frozen scores are engine state aligned with the cache: one per entry through every compaction
 // and append while decode triggers read them, none after prefill without triggers.
 TEST_F(SelectionPolicies, FrozenScoresStayAlignedWithTheCache) {
