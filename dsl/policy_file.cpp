@@ -514,7 +514,7 @@ class FileCompiler {
   //   score_at_setting  = "score_at:" ( "eviction" | "insertion" | ENUM_PARAM ) ;
   //   mass_setting      = "mass:" EXPR ;         EXPR over parameters, 0 < value <= 1
   //   stages_setting    = "stages:" "[" stage { "," stage } "]" ;   at most kMaxStages
-  //   stage             = "{" "score:" NAME [ "," "keep:" EXPR ] "}" ;   NAME: score or a key of scores:
+  //   stage             = "{" "score:" NAME [ "," ( "keep:" | "share:" ) EXPR ] "}" ;   NAME: score or a key of scores:
   void selection_rule_settings(const YAML::Node& root, const YAML::Node& select) {
     PolicySelect& s = out_.desc.select;
     double v;
@@ -561,8 +561,31 @@ class FileCompiler {
         if (!(v > 0 && v <= 1)) diag_.error(pos_of(st["keep"]), "a stage's 'keep' is the share of its input it keeps, in (0, 1], got " + fmt(v));
         else stage.keep = v;
       }
+      if (constant_setting(st, "share", false, v)) {
+        if (!(v > 0 && v <= 1)) diag_.error(pos_of(st["share"]), "a stage's 'share' is its part of the free budget, in (0, 1], got " + fmt(v));
+        else stage.share = v;
+      }
       out_.desc.select.stages.push_back(stage);
     }
+    share_stage_checks(stages);
+  }
+
+  // Stages either keep a share of their input (keep, sequential) or take a share of one budget
+  // (share, every stage but the last, which takes the rest); the shares add up to at most 1.
+  void share_stage_checks(const YAML::Node& stages) {
+    const auto& list = out_.desc.select.stages;
+    if (list.size() != stages.size()) return;  // a stage was already refused
+    bool any_share = false, any_keep = false;
+    double sum = 0;
+    for (const auto& st : list) any_share |= st.share > 0, any_keep |= st.keep > 0, sum += st.share;
+    if (!any_share) return;
+    if (any_keep) diag_.error(pos_of(stages), "stages take either 'keep' (each of its input) or 'share' (of one budget), not both");
+    for (size_t i = 0; i + 1 < list.size(); ++i)
+      if (!(list[i].share > 0)) diag_.error(pos_of(stages[i]), "with shares, every stage but the last needs 'share: EXPR'");
+    if (list.back().share > 0 && list.size() > 1)
+      diag_.error(pos_of(stages[list.size() - 1]["share"]), "the last stage takes the rest of the budget; it has no 'share'");
+    if (list.size() == 1) diag_.error(pos_of(stages), "'share' splits one budget between stages; a single stage has nothing to share");
+    if (sum > 1 + 1e-6) diag_.error(pos_of(stages), "the stages' shares add up to " + fmt(sum) + ", more than the whole budget");
   }
 
   // Settings of one phase that the other settings make meaningless: a decode budget or decode-phase

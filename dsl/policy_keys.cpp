@@ -33,7 +33,7 @@ const std::set<std::string>& policy_table_keys() {
 }
 
 const std::set<std::string>& policy_stage_keys() {
-  static const std::set<std::string> keys = {"score", "keep"};
+  static const std::set<std::string> keys = {"score", "keep", "share"};
   return keys;
 }
 

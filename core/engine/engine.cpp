@@ -455,6 +455,22 @@ struct EvictionEngine::State {
   // program (signals recomputed on the shrunk cache) and keeps its share; kv_head scope (checked).
   void evict_staged(KVCache& cache, int layer, int budget, const PolicyProtect& pr) {
     const size_t n = desc.select.stages.size();
+    if (desc.select.stages.front().share > 0) {  // shares of one budget, all scored on the same cache
+      std::vector<double> shares;
+      for (const PolicySelect::Stage& stage : desc.select.stages) shares.push_back(stage.share);
+      for (int h = 0; h < Hs; ++h) {
+        const HeadSignals hs = signals_for(layer, h, cache, false);
+        std::vector<std::vector<float>> sc(n, std::vector<float>(hs.in.T, 0.0f));
+        std::vector<std::span<const float>> spans;
+        for (size_t i = 0; i < n; ++i) {
+          policy.stage_score(desc.select.stages[i].program, hs.in, sc[i].data());
+          spans.emplace_back(sc[i]);
+        }
+        keep(cache, layer, h, select_shares(spans, std::span<const int32_t>(positions(cache, layer, h), hs.in.T), shares,
+                                            budget, pr.first, pr.recent, desc.select.kept_order == KeptOrder::Score));
+      }
+      return;
+    }
     for (size_t i = 0; i < n; ++i)
       for (int h = 0; h < Hs; ++h) {
         const PolicySelect::Stage& stage = desc.select.stages[i];

@@ -105,9 +105,14 @@ struct PolicySelect {
   // stage scores what the previous stages left with its own program (0: the file's `score`; i > 0:
   // PolicyProgram::stage_score(i)) and keeps floor(keep x entries) of each head (keep <= 0: the
   // budget), never more than the budget. Empty: one selection with `score`.
+  // share > 0 instead (every stage but the last): the stages split the head's free budget, each
+  // taking its top share of it among the entries earlier stages did not take, all scored on the
+  // same cache; the last takes the rest ("the top share of the budget by one score, the rest by
+  // another").
   struct Stage {
     int program = 0;
     double keep = 0.0;
+    double share = 0.0;
   };
   std::vector<Stage> stages;
   // Added. layer_allocation Mass: the attention mass a layer's budget must reach (0 < mass <= 1).

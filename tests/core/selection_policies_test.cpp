@@ -166,6 +166,51 @@ TEST(StagedSelection, AStageKeepsItsShareAndTheLastAtMostTheBudget) {
   EXPECT_EQ(stage_keep_count(50, 0.0, 100, true), 50);
 }
 
+TEST(StagedSelection, SharesSplitOneBudgetAsBruteForce) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int T = 1 + static_cast<int>(rng() % 30);
+    const int stages = 2 + static_cast<int>(rng() % 2);
+    std::vector<RandomHead> heads;
+    heads.push_back(random_head(rng, T));
+    for (int i = 1; i < stages; ++i) {
+      RandomHead h = random_head(rng, T);
+      h.pos = heads[0].pos;  // one head, several scores
+      heads.push_back(h);
+    }
+    const std::vector<int32_t>& pos = heads[0].pos;
+    std::vector<double> shares;
+    for (int i = 0; i < stages; ++i) shares.push_back(i + 1 < stages ? 0.1 * (1 + rng() % 5) : 0.0);
+    const int budget = static_cast<int>(rng() % (T + 2)), recent = static_cast<int>(rng() % 4);
+    std::vector<std::span<const float>> spans;
+    for (const auto& h : heads) spans.emplace_back(h.score);
+    const auto got = positions_of(heads[0], select_shares(spans, pos, shares, budget, 0, recent, false));
+    // Brute force: the newest `recent` (at most the budget), then stage by stage its best untaken.
+    std::vector<int> order(T);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return pos[a] > pos[b]; });
+    std::vector<char> taken(T, 0);
+    std::vector<int32_t> want;
+    for (int j = 0; j < std::min(recent, T); ++j) {
+      taken[order[j]] = 1;
+      if (j < budget) want.push_back(pos[order[j]]);
+    }
+    const int F = std::max(0, std::min(budget - static_cast<int>(want.size()), T - std::min(recent, T)));
+    int left = F;
+    for (int i = 0; i < stages; ++i) {
+      int n = i + 1 < stages ? static_cast<int>(std::floor(shares[i] * F + 1e-9)) : left;
+      n = std::min(n, left);
+      std::vector<int> c;
+      for (int t = 0; t < T; ++t)
+        if (!taken[t]) c.push_back(t);
+      std::sort(c.begin(), c.end(), [&](int a, int b) { return better(heads[i].score[a], pos[a], heads[i].score[b], pos[b]); });
+      for (int j = 0; j < n && j < static_cast<int>(c.size()); ++j) taken[c[j]] = 1, want.push_back(pos[c[j]]), --left;
+    }
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << "trial " << trial;
+  }
+}
+
 TEST(MassBudget, FewestEntriesReachingTheMassAsTheReference) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {
@@ -411,6 +456,45 @@ TEST_F(SelectionPolicies, ComposedSnapKVThenKnormKeepsTheReferenceSets) {
   // The order matters: Knorm alone at the composed press's final count keeps another set.
   const int n2 = static_cast<int>(std::floor(std::floor(S() * 0.7) * 0.8));
   EXPECT_NE(reference::composed_snapkv_knorm(*data_, S(), 5, 0.3, 0.2), reference::knorm(*data_, n2));
+}
+
+// "The top share of the budget by one score, the rest by another": SnapKV's window attention takes
+// half of each head's free budget, Knorm the rest among what SnapKV left (share stages).
+TEST_F(SelectionPolicies, ShareStagesSplitTheBudgetBetweenScores) {
+  const auto policy = from_text(
+      "name: s\nabout: x\nobserve: {window: 16}\nprotect: {recent: 16}\n"
+      "select: {stages: [{score: score, share: 0.5}, {score: knorm}]}\n"
+      "scores:\n  knorm: |\n    score[t] = -key_norm[t]\n"
+      "score: |\n  score[t] = if(t < T - W, mean(h: sum(q: A[h, q, t])), 0)\n");
+  const int budget = 48;
+  const EvictionReport r = prefill(*policy, std::to_string(budget));
+  reference::KeptSets want(data_->size());
+  const auto knorm = knorm_by_position();
+  for (size_t l = 0; l < data_->size(); ++l)
+    for (size_t hh = 0; hh < (*data_)[l].size(); ++hh) {
+      const reference::HeadData& h = (*data_)[l][hh];
+      const int n = h.S - 16, F = budget - 16;
+      std::vector<double> a(n, 0.0);
+      for (int g = 0; g < h.G; ++g)
+        for (int q = 0; q < h.W; ++q)
+          for (int t = 0; t < n; ++t) a[t] += h.window_attention[(static_cast<size_t>(g) * h.W + q) * h.S + t] / h.G;
+      std::vector<int> idx(n);
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](int x, int y) { return a[x] > a[y]; });
+      std::vector<int> kept(idx.begin(), idx.begin() + F / 2);
+      std::vector<int> rest(idx.begin() + F / 2, idx.end());
+      std::stable_sort(rest.begin(), rest.end(), [&](int x, int y) {
+        return knorm[l][hh][x] != knorm[l][hh][y] ? knorm[l][hh][x] > knorm[l][hh][y] : x < y;
+      });
+      kept.insert(kept.end(), rest.begin(), rest.begin() + (F - F / 2));
+      for (int t = n; t < h.S; ++t) kept.push_back(t);
+      std::sort(kept.begin(), kept.end());
+      want[l].push_back(kept);
+    }
+  const int ties = expect_same_up_to_ties(r, want, knorm, "share stages");
+  EXPECT_LT(ties, model_->config.n_kv_heads * 2);
+  // Not the same as either score alone.
+  EXPECT_NE(want, reference::knorm(*data_, budget));
 }
 
 TEST_F(SelectionPolicies, ModelScopeIsOneTopKOverEveryLayerAndHead) {

@@ -47,6 +47,10 @@ TEST(SelectionSettings, SettingsReachTheDescription) {
   EXPECT_EQ(st.desc.select.stages[1].keep, 0.0) << "no keep: the budget";
   EXPECT_EQ(st.desc.select.stages[2].program, 1);
   EXPECT_EQ(st.stage_scores.size(), 2u);
+  const auto sh = dsl::compile_policy_text(
+      "o.yaml", kHead + "select: {stages: [{score: a, share: 0.25}, {score: score}]}\nscores:\n  a: |\n    score[t] = pos[t]\n" + kScore);
+  EXPECT_EQ(sh.desc.select.stages[0].share, 0.25);
+  EXPECT_EQ(sh.desc.select.stages[1].share, 0.0);
   EXPECT_TRUE(st.desc.needs(TensorSignal::Position)) << "a stage program's signals are produced";
   const auto m = dsl::compile_policy_text("o.yaml", kHead + "select: {scope: model}\n" + kScore);
   EXPECT_EQ(m.desc.select.scope, SelectScope::Model);
@@ -87,7 +91,15 @@ TEST(SelectionSettings, ErrorsNameTheKey) {
       {"select: {stages: [{score: score, keep: 1.5}]}\n",
        "o.yaml:3:40: error: a stage's 'keep' is the share of its input it keeps, in (0, 1], got 1.5"},
       {"select: {stages: [{score: score, ratio: 0.5}]}\n",
-       "o.yaml:3:34: error: unknown key 'ratio' in the stage (allowed: keep, score)"},
+       "o.yaml:3:34: error: unknown key 'ratio' in the stage (allowed: keep, score, share)"},
+      {"select: {stages: [{score: score, share: 0.5}, {score: score, keep: 0.5}]}\n",
+       "o.yaml:3:18: error: stages take either 'keep' (each of its input) or 'share' (of one budget), not both"},
+      {"select: {stages: [{score: score, share: 0.5}, {score: score, share: 0.5}]}\n",
+       "o.yaml:3:69: error: the last stage takes the rest of the budget; it has no 'share'"},
+      {"select: {stages: [{score: score, share: 0.7}, {score: score, share: 0.6}, {score: score}]}\n",
+       "o.yaml:3:18: error: the stages' shares add up to 1.3, more than the whole budget"},
+      {"select: {stages: [{score: score, share: 0.5}]}\n",
+       "o.yaml:3:18: error: 'share' splits one budget between stages; a single stage has nothing to share"},
       {"select: {stages: []}\n", "o.yaml:3:18: error: 'stages' must be a list of 1 to 8 stages like {score: NAME, keep: EXPR}"},
       {"scores:\n  a: |\n    score[t] = pos[t]\n", "o.yaml:4:3: error: score program 'a' is named by no stage of select.stages"},
       {"select: {layer_allocation: mass}\n",
