@@ -62,7 +62,16 @@ std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int 
 }
 
 void InterpretedPolicy::score(const ScoreInputs& in, bool decoding, float* out) const {
-  const LoweredProgram& p = decoding && c_.desc.has_decode_score ? c_.decode_score : c_.score;
+  run_score(decoding && c_.desc.has_decode_score ? c_.decode_score : c_.score, in, out);
+}
+
+void InterpretedPolicy::stage_score(int program, const ScoreInputs& in, float* out) const {
+  if (program < 0 || program > static_cast<int>(c_.stage_scores.size()))
+    throw RuntimeError("policy '" + c_.desc.name + "': no score program " + std::to_string(program));
+  run_score(program == 0 ? c_.score : c_.stage_scores[static_cast<size_t>(program - 1)], in, out);
+}
+
+void InterpretedPolicy::run_score(const LoweredProgram& p, const ScoreInputs& in, float* out) const {
   if (in.T < 0 || in.group < 1 || in.W < 0) throw RuntimeError("policy '" + c_.desc.name + "': invalid score inputs");
   EvalInputs e;
   e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};

@@ -10,6 +10,7 @@
 #include "core/engine/merge_checks.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/segment_checks.h"
+#include "core/engine/selection_checks.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
 #include "dsl/builtin_names.h"
@@ -134,7 +135,12 @@ class FileCompiler {
       parse_mode(b.options[static_cast<size_t>(b.value)], out_.desc.select.kept_order);
     }
     programs(root);
-    if (diag_.empty()) segment_checks(root);
+    if (diag_.empty()) {
+      report_setting_errors(root, segment_setting_errors(out_.desc));
+      report_setting_errors(root, merge_setting_errors(out_.desc));     // merge_checks.h
+      report_setting_errors(root, query_setting_errors(out_.desc));     // query_checks.h
+      report_setting_errors(root, selection_setting_errors(out_.desc));
+    }
     query_key_checks(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
@@ -405,12 +411,9 @@ class FileCompiler {
     else out = static_cast<int>(v);
   }
 
-  // The chunk/segment and merge combinations the engine cannot run (core/engine/segment_checks.h,
-  // merge_checks.h), each at its key (or its section when the key is absent).
-  void segment_checks(const YAML::Node& root) {
-    std::vector<SettingError> errors = segment_setting_errors(out_.desc);
-    for (SettingError& e : merge_setting_errors(out_.desc)) errors.push_back(std::move(e));
-    for (SettingError& e : query_setting_errors(out_.desc)) errors.push_back(std::move(e));  // query_checks.h
+  // The combinations the engine cannot run (core/engine/segment_checks.h, merge_checks.h,
+  // query_checks.h, selection_checks.h), each at its key (or its section when the key is absent).
+  void report_setting_errors(const YAML::Node& root, const std::vector<SettingError>& errors) {
     for (const SettingError& e : errors) {
       const YAML::Node section_node = root[e.section];
       FilePos at = section_node.IsDefined() ? pos_of(section_node) : pos_of(root);
@@ -542,9 +545,89 @@ class FileCompiler {
       length_setting(select, "chunk", d.select.chunk);
       d.select.gate = choice(select, "gate", d.select.gate);
       length_setting(select, "rescue", d.select.rescue);
+      selection_rule_settings(root, select);
     }
     merge_settings(section(root, "merge"));
     phase_checks(run, protect);
+  }
+
+  // The selection rules beyond top-k (core/engine/selection_checks.h lists their combinations):
+  //   threshold_setting = "threshold:" EXPR ;    EXPR over parameters, a finite number
+  //   score_at_setting  = "score_at:" ( "eviction" | "insertion" | ENUM_PARAM ) ;
+  //   mass_setting      = "mass:" EXPR ;         EXPR over parameters, 0 < value <= 1
+  //   stages_setting    = "stages:" "[" stage { "," stage } "]" ;   at most kMaxStages
+  //   stage             = "{" "score:" NAME [ "," ( "keep:" | "share:" ) EXPR ] "}" ;   NAME: score or a key of scores:
+  void selection_rule_settings(const YAML::Node& root, const YAML::Node& select) {
+    PolicySelect& s = out_.desc.select;
+    double v;
+    if (constant_setting(select, "threshold", false, v)) {
+      if (!std::isfinite(v)) diag_.error(pos_of(select["threshold"]), "'threshold' must be a finite number, got " + fmt(v));
+      else s.has_threshold = true, s.threshold = v;
+    }
+    s.score_at = choice(select, "score_at", s.score_at);
+    if (constant_setting(select, "mass", false, v)) {
+      if (!(v > 0 && v <= 1)) diag_.error(pos_of(select["mass"]), "'mass' is a share of the attention mass in (0, 1], got " + fmt(v));
+      else s.mass = v;
+    }
+    stages_setting(root, select["stages"]);
+  }
+
+  static constexpr size_t kMaxStages = 8;
+
+  void stages_setting(const YAML::Node& root, const YAML::Node& stages) {
+    if (!stages) return;
+    if (!stages.IsSequence() || stages.size() == 0 || stages.size() > kMaxStages) {
+      diag_.error(pos_of(stages), "'stages' must be a list of 1 to " + std::to_string(kMaxStages) +
+                                      " stages like {score: NAME, keep: EXPR}");
+      return;
+    }
+    const YAML::Node scores = root["scores"];
+    double v;
+    for (const YAML::Node& st : stages) {
+      if (!st.IsMap()) { diag_.error(pos_of(st), "a stage must be a mapping {score: NAME, keep: EXPR}"); continue; }
+      check_keys(st, policy_stage_keys(), "stage");
+      PolicySelect::Stage stage;
+      const YAML::Node name = st["score"];
+      if (!name || !name.IsScalar()) { diag_.error(pos_of(st), "a stage needs 'score: NAME' (score or a key of 'scores:')"); continue; }
+      stage.program = name.Scalar() == "score" ? 0 : -1;
+      if (stage.program < 0 && scores && scores.IsMap()) {
+        int i = 1;
+        for (auto it = scores.begin(); it != scores.end(); ++it, ++i)
+          if (it->first.IsScalar() && it->first.Scalar() == name.Scalar()) stage.program = i;
+      }
+      if (stage.program < 0) {
+        diag_.error(pos_of(name), "stage score '" + name.Scalar() + "' is neither 'score' nor a key of 'scores:'");
+        continue;
+      }
+      if (constant_setting(st, "keep", false, v)) {
+        if (!(v > 0 && v <= 1)) diag_.error(pos_of(st["keep"]), "a stage's 'keep' is the share of its input it keeps, in (0, 1], got " + fmt(v));
+        else stage.keep = v;
+      }
+      if (constant_setting(st, "share", false, v)) {
+        if (!(v > 0 && v <= 1)) diag_.error(pos_of(st["share"]), "a stage's 'share' is its part of the free budget, in (0, 1], got " + fmt(v));
+        else stage.share = v;
+      }
+      out_.desc.select.stages.push_back(stage);
+    }
+    share_stage_checks(stages);
+  }
+
+  // Stages either keep a share of their input (keep, sequential) or take a share of one budget
+  // (share, every stage but the last, which takes the rest); the shares add up to at most 1.
+  void share_stage_checks(const YAML::Node& stages) {
+    const auto& list = out_.desc.select.stages;
+    if (list.size() != stages.size()) return;  // a stage was already refused
+    bool any_share = false, any_keep = false;
+    double sum = 0;
+    for (const auto& st : list) any_share |= st.share > 0, any_keep |= st.keep > 0, sum += st.share;
+    if (!any_share) return;
+    if (any_keep) diag_.error(pos_of(stages), "stages take either 'keep' (each of its input) or 'share' (of one budget), not both");
+    for (size_t i = 0; i + 1 < list.size(); ++i)
+      if (!(list[i].share > 0)) diag_.error(pos_of(stages[i]), "with shares, every stage but the last needs 'share: EXPR'");
+    if (list.back().share > 0 && list.size() > 1)
+      diag_.error(pos_of(stages[list.size() - 1]["share"]), "the last stage takes the rest of the budget; it has no 'share'");
+    if (list.size() == 1) diag_.error(pos_of(stages), "'share' splits one budget between stages; a single stage has nothing to share");
+    if (sum > 1 + 1e-6) diag_.error(pos_of(stages), "the stages' shares add up to " + fmt(sum) + ", more than the whole budget");
   }
 
   // Settings of one phase that the other settings make meaningless: a decode budget or decode-phase
@@ -630,7 +713,10 @@ class FileCompiler {
   }
 
   LoweredProgram program(const YAML::Node& root, const char* key, ProgramContext ctx) {
-    YAML::Node n = root[key];
+    return program_node(root[key], key, ctx);
+  }
+
+  LoweredProgram program_node(const YAML::Node& n, const char* key, ProgramContext ctx) {
     if (!n) return {};
     if (!n.IsScalar()) { diag_.error(pos_of(n), std::string("'") + key + "' must be a program (a literal block: " + key + ": |)"); return {}; }
     TextOrigin o;
@@ -653,7 +739,10 @@ class FileCompiler {
     d.has_decode_score = root["decode_score"].IsDefined();
     d.has_layer_weight = root["layer_weight"].IsDefined();
     d.has_head_plan = check_head_programs(root);
-    for (const LoweredProgram* p : {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight}) {
+    stage_score_programs(root);
+    std::vector<const LoweredProgram*> all = {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight};
+    for (const LoweredProgram& p : out_.stage_scores) all.push_back(&p);
+    for (const LoweredProgram* p : all) {
       for (int s = 0; s < kNumTensorSignals; ++s) d.reads[s] = d.reads[s] || p->uses[s];
     }
     // The engine computes the window attention while decoding only if the decode indicator reads it.
@@ -669,6 +758,35 @@ class FileCompiler {
           diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the " + std::string(info.description) +
                                                  " " + std::string(info.dsl_name) +
                                                  ", but the file has no 'observe: {window: ...}'");
+  }
+
+  // scores_section = "scores:" "{" NAME ":" PROGRAM { "," NAME ":" PROGRAM } "}" ;  each PROGRAM
+  // defines score[t] like `score`; select.stages names them (core/engine/staged_selection.h). A
+  // program no stage names is an error (it would never run), as is a window signal without observe.
+  void stage_score_programs(const YAML::Node& root) {
+    const YAML::Node scores = root["scores"];
+    if (!scores) return;
+    if (!scores.IsMap() || scores.size() == 0 || scores.size() > kMaxStages) {
+      diag_.error(pos_of(scores), "'scores' must be a mapping of 1 to " + std::to_string(kMaxStages) + " NAME: PROGRAM entries");
+      return;
+    }
+    int i = 1;
+    for (auto it = scores.begin(); it != scores.end(); ++it, ++i) {
+      const std::string name = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (!valid_name(name) || name == "score") {
+        diag_.error(pos_of(it->first), "a score program's name must be a plain name other than 'score'");
+        continue;
+      }
+      bool used = false;
+      for (const PolicySelect::Stage& st : out_.desc.select.stages) used = used || st.program == i;
+      if (!used) diag_.error(pos_of(it->first), "score program '" + name + "' is named by no stage of select.stages");
+      out_.stage_scores.push_back(program_node(it->second, name.c_str(), ProgramContext::Score));
+      for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable)
+        if (info.source == kvevict::SignalSource::WindowQueries && out_.stage_scores.back().uses[kvevict::signal_index(info.id)] &&
+            !root["observe"])
+          diag_.error(pos_of(it->first), "'" + name + "' reads the " + std::string(info.description) + " " +
+                                             std::string(info.dsl_name) + ", but the file has no 'observe: {window: ...}'");
+    }
   }
 
   // head_mode / head_weight (core/engine/head_budgets.h) split a layer's budget per KV head: only

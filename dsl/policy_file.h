@@ -17,8 +17,10 @@
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   head_mode: PROGRAM   head_weight: PROGRAM   (per KV head; core/engine/head_budgets.h)
 //   tables:  NAME: {file: PATH, axes: [layer, kv_head, d], shape: [N, ...]}   (dsl/policy_tables.h)
-//   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared, floor_alpha:, kept_order: positional|score,
-//             unfold_gqa: BOOL}
+//   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared|model, floor_alpha:, kept_order: positional|score,
+//             unfold_gqa: BOOL, threshold: EXPR, score_at: eviction|insertion, stages: [{score: NAME, keep: EXPR}, ...],
+//             layer_allocation: share|tokens|mass, mass: EXPR, ...}
+//   scores:  NAME: PROGRAM per extra score program of select.stages
 //   merge:   {enabled: BOOL, theta_key:, theta_value:, scope: per_head|per_layer_across_heads,
 //             first_layer: EXPR, last_layer: EXPR}
 #include <map>
@@ -53,6 +55,8 @@ struct CompiledPolicy {
   // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
   LoweredProgram window, protect_first, protect_recent, protect_decode_first, protect_decode_recent;
   LoweredProgram decode_budget;  // run.decode_budget (empty: none)
+  // `scores:` programs in file order; select.stages' program i > 0 is stage_scores[i - 1].
+  std::vector<LoweredProgram> stage_scores;
 };
 
 // Throws UsageError listing every error of the file.

@@ -5,7 +5,7 @@ namespace kvevict::dsl {
 const std::set<std::string>& policy_top_level_keys() {
   static const std::set<std::string> keys = {"name", "about",  "params",       "observe",      "protect", "run",
                                              "score", "decode_score", "layer_weight", "select", "merge",
-                                             "tables", "head_weight", "head_mode"};
+                                             "tables", "head_weight", "head_mode", "scores"};
   return keys;
 }
 
@@ -17,7 +17,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions",
                "decode_budget", "prefill_block"}},
       {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "layer_allocation", "unit", "chunk",
-                  "chunk_score", "quota", "gate", "rescue"}},
+                  "chunk_score", "quota", "gate", "rescue", "threshold", "score_at", "stages", "mass"}},
       {"merge", {"enabled", "method", "similarity_threshold", "merge_budget", "ema_alpha", "ema_beta", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };
   return sections;
@@ -30,6 +30,11 @@ const std::set<std::string>& policy_parameter_keys() {
 
 const std::set<std::string>& policy_table_keys() {
   static const std::set<std::string> keys = {"file", "axes", "shape", "values"};
+  return keys;
+}
+
+const std::set<std::string>& policy_stage_keys() {
+  static const std::set<std::string> keys = {"score", "keep", "share"};
   return keys;
 }
 

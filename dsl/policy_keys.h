@@ -21,4 +21,7 @@ const std::set<std::string>& policy_parameter_keys();
 // Keys of one table declaration under `tables:` (dsl/policy_tables.h).
 const std::set<std::string>& policy_table_keys();
 
+// Keys of one stage of select.stages ({score: NAME, keep: EXPR} or {score: NAME, share: EXPR}; docs/DSL.md §1).
+const std::set<std::string>& policy_stage_keys();
+
 }  // namespace kvevict::dsl

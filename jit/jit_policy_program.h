@@ -37,6 +37,11 @@ class JitPolicyProgram : public PolicyProgram {
     return reference_->decode_budget_for(prompt_len, decode_step, budget);
   }
   HeadPlan head_plan(const ScoreInputs& in) const override { return reference_->head_plan(in); }
+  // select.stages: the kernel is the file's `score`; the extra `scores:` programs run interpreted.
+  void stage_score(int program, const ScoreInputs& in, float* out) const override {
+    if (program == 0) score(in, false, out);
+    else reference_->stage_score(program, in, out);
+  }
   std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override {
     return reference_->check_geometry(n_layers, n_kv_heads, head_dim);
   }

@@ -21,11 +21,15 @@
 #include "core/engine/model_signals.h"
 #include "core/engine/query_signals.h"
 #include "core/engine/head_budgets.h"
+#include "core/engine/mass_budget.h"
+#include "core/engine/model_selection.h"
 #include "core/engine/original_positions.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/recent_queries.h"
 #include "core/engine/segment_observation.h"
 #include "core/engine/selection.h"
+#include "core/engine/staged_selection.h"
+#include "core/engine/threshold_selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
 
@@ -388,17 +392,38 @@ struct EvictionEngine::State {
   // tokens each layer's own layer_weight in tokens, at least its protected count and at most
   // --budget's per-head budget and what the layer holds.
   std::vector<int64_t> layer_budgets(int last, int64_t stage_total, const KVCache& cache) const {
-    if (desc.select.layer_allocation != LayerAllocation::Tokens) return split(last, stage_total, cache);
+    if (desc.select.layer_allocation == LayerAllocation::Share) return split(last, stage_total, cache);
     const double cap = options.budget.tokens_per_head(prompt_len, geometry());
     std::vector<int64_t> out(last + 1);
     for (int k = 0; k <= last; ++k) {
       int64_t held = cache.length(k, 0);
       for (int h = 1; h < cache.n_stored_heads(); ++h) held = std::min<int64_t>(held, cache.length(k, h));
-      const double want = std::min({layer_weight[k], cap, static_cast<double>(held)});
+      const double own = desc.select.layer_allocation == LayerAllocation::Mass ? mass_layer_budget(k, cache) : layer_weight[k];
+      const double want = std::min({own, cap, static_cast<double>(held)});
       out[k] = std::max<int64_t>(protected_count(prompt_len), std::llround(std::max(0.0, want)));
     }
     return out;
   }
+
+  // layer_allocation mass (mass_budget.h): the protected count plus the mean over the layer's heads
+  // of the fewest candidates whose prefill scores reach select.mass, rounded up.
+  double mass_layer_budget(int layer, const KVCache& cache) const {
+    double sum = 0;
+    for (int h = 0; h < Hs; ++h) {
+      const int T = cache.length(layer, cache_head(h, cache));
+      sum += mass_count(std::span<const float>(scores[layer][h].data(), T),
+                        std::span<const int32_t>(positions(cache, layer, cache_head(h, cache)), T), protect.first,
+                        protect.recent, desc.select.mass);
+    }
+    return protected_count(prompt_len) + std::ceil(sum / Hs);
+  }
+
+  // score_at insertion with decode triggers: the prefill scores stay after prefill, kept aligned with
+  // the cache, and each decoded entry is scored at its own step (without triggers nothing reads them).
+  bool keeps_frozen_scores() const { return desc.select.score_at == ScoreAt::Insertion && desc.run.decode_every > 0; }
+
+  // Whether each head's kept count is an output of the selection (recorded as its budget).
+  bool kept_count_is_output() const { return desc.select.has_threshold || desc.select.scope == SelectScope::Model; }
 
   // Every eviction of a layer (prefill and decode) ends here (unfold_gqa's excepted, which the
   // engine checks keep away from merge-on-evict): a layer-level merge (d2o) sees every head's kept
@@ -462,6 +487,8 @@ struct EvictionEngine::State {
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
                                   int budget, const PolicyProtect& pr) const {
     if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
+    if (desc.select.has_threshold && options.budget.kind != Budget::Kind::Full)  // full: the threshold is off
+      budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, desc.select.threshold);
     return select_head(sc, pos, spec_for(layer, head, budget, pr));
   }
 
@@ -477,7 +504,9 @@ struct EvictionEngine::State {
   // never evicting the protected set `pr` (the prefill's, or the decoding phase's).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores,
                    const PolicyProtect& pr) {
-    if (desc.select.scope == SelectScope::Layer) {
+    if (!desc.select.stages.empty()) {
+      evict_staged(cache, layer, budget, pr);
+    } else if (desc.select.scope == SelectScope::Layer) {
       std::vector<std::span<const float>> sc;
       std::vector<std::span<const int32_t>> pos;
       for (int h = 0; h < Hs; ++h) {
@@ -513,6 +542,69 @@ struct EvictionEngine::State {
         kept[h] = select_entries(sc[h], std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h], pr);
       }
       keep_layer(cache, layer, kept, sc);
+    }
+  }
+
+  // select.stages (staged_selection.h): every stage scores each head's current entries with its own
+  // program (signals recomputed on the shrunk cache) and keeps its share; kv_head scope (checked).
+  void evict_staged(KVCache& cache, int layer, int budget, const PolicyProtect& pr) {
+    const size_t n = desc.select.stages.size();
+    if (desc.select.stages.front().share > 0) {  // shares of one budget, all scored on the same cache
+      std::vector<double> shares;
+      for (const PolicySelect::Stage& stage : desc.select.stages) shares.push_back(stage.share);
+      for (int h = 0; h < Hs; ++h) {
+        const HeadSignals hs = signals_for(layer, h, cache, false);
+        std::vector<std::vector<float>> sc(n, std::vector<float>(hs.in.T, 0.0f));
+        std::vector<std::span<const float>> spans;
+        for (size_t i = 0; i < n; ++i) {
+          policy.stage_score(desc.select.stages[i].program, hs.in, sc[i].data());
+          spans.emplace_back(sc[i]);
+        }
+        keep(cache, layer, h,
+             select_shares(spans, std::span<const int32_t>(positions(cache, layer, h), hs.in.T), shares, budget, pr.first,
+                           pr.recent, desc.select.kept_order == KeptOrder::Score),
+             spans.front());
+      }
+      return;
+    }
+    for (size_t i = 0; i < n; ++i)
+      for (int h = 0; h < Hs; ++h) {
+        const PolicySelect::Stage& stage = desc.select.stages[i];
+        const HeadSignals hs = signals_for(layer, h, cache, false);
+        std::vector<float> sc(hs.in.T, 0.0f);
+        policy.stage_score(stage.program, hs.in, sc.data());
+        const int T = hs.in.T;
+        const int k = stage_keep_count(T, stage.keep, budget, i + 1 == n);
+        keep(cache, layer, h, select_entries(sc, std::span<const int32_t>(positions(cache, layer, h), T), layer, h, k, pr), sc);
+      }
+  }
+
+  // select.scope model (model_selection.h): one pool over every layer's and head's prefill scores.
+  void evict_model(KVCache& cache) {
+    std::vector<std::vector<std::span<const float>>> sc(L);
+    std::vector<std::vector<std::span<const int32_t>>> pos(L);
+    for (int k = 0; k < L; ++k)
+      for (int h = 0; h < Hs; ++h) {
+        sc[k].emplace_back(scores[k][h].data(), scores[k][h].size());
+        pos[k].emplace_back(positions(cache, k, h), cache.length(k, h));
+      }
+    const auto kept = select_model_wide(sc, pos, layer_budget, protect.first, protect.recent,
+                                        desc.select.kept_order == KeptOrder::Score);
+    for (int k = 0; k < L; ++k) keep_layer(cache, k, kept[k], sc[k]);
+  }
+
+  // score_at insertion: the newest `added` entries of every head of `layer` get their score now,
+  // appended to the frozen scores (aligned with the cache: appends go to the end).
+  void score_new_entries(int layer, const KVCache& cache, int added) {
+    for (int h = 0; h < Hs; ++h) {
+      std::vector<float>& frozen = scores[layer][h];
+      const int T = cache.length(layer, h);
+      if (static_cast<int>(frozen.size()) + added != T)
+        throw std::logic_error("engine: frozen scores of layer " + std::to_string(layer) + " head " + std::to_string(h) +
+                               " hold " + std::to_string(frozen.size()) + " entries, the cache " + std::to_string(T) +
+                               " after " + std::to_string(added) + " new");
+      const std::vector<float> now = score(signals_for(layer, h, cache, true), true);
+      frozen.insert(frozen.end(), now.end() - added, now.end());
     }
   }
 
@@ -554,7 +646,9 @@ struct EvictionEngine::State {
     // still split by head mode.
     if (desc.has_head_plan) return options.budget.kind == Budget::Kind::Full;
     // A layer_weight in tokens decides the budget itself: only --budget full turns it off.
-    if (desc.select.layer_allocation == LayerAllocation::Tokens) return options.budget.kind == Budget::Kind::Full;
+    if (desc.select.layer_allocation != LayerAllocation::Share) return options.budget.kind == Budget::Kind::Full;
+    // A threshold or fractions of stages evict below the budget too.
+    if (desc.select.has_threshold || !desc.select.stages.empty()) return options.budget.kind == Budget::Kind::Full;
     return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
   }
 
@@ -594,6 +688,8 @@ struct EvictionEngine::State {
     for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     if (unfold) {
       unfold_and_evict(cache);
+    } else if (desc.select.scope == SelectScope::Model) {
+      evict_model(cache);
     } else {
       for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k], protect);
     }
@@ -640,6 +736,7 @@ struct EvictionEngine::State {
     // appends at the cache length, as StreamingLLM's official code does.
     if (desc.run.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
+    if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
       for (auto& head : layer) std::vector<float>().swap(head);
   }
@@ -664,6 +761,7 @@ struct EvictionEngine::State {
         HeadReport& r = report.layers[l][h];
         r.budget = h < static_cast<int>(head_budget[l].size()) ? head_budget[l][h] : layer_budget[l];
         r.kept = cache.length(l, h);
+        if (kept_count_is_output()) r.budget = r.kept;
         const int32_t* pos = positions(cache, l, h);
         r.kept_positions.assign(pos, pos + r.kept);
         std::sort(r.kept_positions.begin(), r.kept_positions.end());
@@ -696,14 +794,17 @@ struct EvictionEngine::State {
     merge_state.record_decode(s, cache);
     const int step = decode_step + 1;
     if (l == 0) appended += s.n_tokens;
+    const bool frozen = keeps_frozen_scores();
+    if (frozen) score_new_entries(l, cache, s.n_tokens);  // every step, trigger or not: at its own step
     if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
     const int budget = decode_budget(l);
-    bool over = false;
+    // A threshold evicts below the budget too (--budget full turns it off, select_entries).
+    bool over = desc.select.has_threshold && options.budget.kind != Budget::Kind::Full;
     const std::vector<int> budgets = head_budgets(cache, l, budget, decode_protect);
     for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + desc.run.decode_slack;
     if (!over) return;
     std::vector<std::vector<float>> sc(Hs);
-    for (int h = 0; h < Hs; ++h) sc[h] = score(signals_for(l, h, cache, true), true);
+    for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc, decode_protect);  // PrefillDecodingPress: the second press's own set
     merge_state.evicted(l);
@@ -761,6 +862,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
     for (int h = 0; h < cache.n_stored_heads(); ++h) {
       HeadReport& r = state_->report.layers[l][h];
       r.kept = cache.length(l, h);
+      if (state_->kept_count_is_output()) r.budget = r.kept;
       const int32_t* pos = state_->positions(cache, l, h);
       r.kept_positions.assign(pos, pos + r.kept);
       std::sort(r.kept_positions.begin(), r.kept_positions.end());

@@ -13,7 +13,14 @@ enum class SelectScope : uint8_t {
   KvHead,       // "kv_head": each KV head keeps its own top-k with its own budget
   Layer,        // "layer": Ada-KV, one top-k over all heads of the layer decides each head's budget
   LayerShared,  // "layer_shared": TOVA, one selection per layer on the mean of the heads' scores
+  // "model": one top-k over the scores of every (layer, KV head) of the model, decided once after
+  // the last layer is prefilled (core/engine/model_selection.h); each head's kept count is an output
+  Model,
 };
+// select.score_at: when an entry's score is computed. Eviction: afresh at every application (the
+// default). Insertion: once, when the entry enters the cache (prompt entries at prefill, a decoded
+// entry at its own step), then frozen and kept aligned with the cache (kvpress DMSPress).
+enum class ScoreAt : uint8_t { Eviction, Insertion };
 // select.kept_order: order of the survivors in the cache.
 enum class KeptOrder : uint8_t { Positional, Score };
 // merge.scope: one codebook per stored head, or one per layer shared by its stored heads.
@@ -46,7 +53,10 @@ enum class ChunkGate : uint8_t { None, Entropy };
 // tokens, a data-dependent budget whose kept count is an output (SimLayerKV: a lazy layer keeps
 // only its protected tokens, the others everything), capped by --budget and floored at the
 // protected count.
-enum class LayerAllocation : uint8_t { Share, Tokens };
+// Mass: each layer's per-head budget is the fewest entries whose scores, sorted and normalised to
+// sum 1 over the head's candidates, reach the mass select.mass (the mean over the layer's heads,
+// rounded up; core/engine/mass_budget.h), plus the protected count, capped like Tokens.
+enum class LayerAllocation : uint8_t { Share, Tokens, Mass };
 // observe.query_rotation: how the prompt query statistics Q_mean / Q_cov are rotated
 // (core/engine/query_signals.h). None: pre-RoPE as accumulated. FutureMean (ExpectedAttention):
 // by the mean RoPE rotation over the next observe.rope_future positions after the prompt.
@@ -54,15 +64,19 @@ enum class QueryRotation : uint8_t { None, FutureMean };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
-  static constexpr std::array<std::string_view, 3> names = {"kv_head", "layer", "layer_shared"};
+  static constexpr std::array<std::string_view, 4> names = {"kv_head", "layer", "layer_shared", "model"};
 };
+template <> struct ModeNames<ScoreAt> {
+  static constexpr std::array<std::string_view, 2> names = {"eviction", "insertion"};
+};
+static_assert(ModeNames<ScoreAt>::names.size() == static_cast<size_t>(ScoreAt::Insertion) + 1);
 template <> struct ModeNames<KeptOrder> {
   static constexpr std::array<std::string_view, 2> names = {"positional", "score"};
 };
 template <> struct ModeNames<LayerAllocation> {
-  static constexpr std::array<std::string_view, 2> names = {"share", "tokens"};
+  static constexpr std::array<std::string_view, 3> names = {"share", "tokens", "mass"};
 };
-static_assert(ModeNames<LayerAllocation>::names.size() == static_cast<size_t>(LayerAllocation::Tokens) + 1);
+static_assert(ModeNames<LayerAllocation>::names.size() == static_cast<size_t>(LayerAllocation::Mass) + 1);
 template <> struct ModeNames<QueryRotation> {
   static constexpr std::array<std::string_view, 2> names = {"none", "future_mean"};
 };
@@ -89,7 +103,7 @@ static_assert(ModeNames<ChunkGate>::names.size() == static_cast<size_t>(ChunkGat
 static_assert(ModeNames<SelectUnit>::names.size() == static_cast<size_t>(SelectUnit::Chunk) + 1);
 static_assert(ModeNames<ChunkScore>::names.size() == static_cast<size_t>(ChunkScore::Max) + 1);
 static_assert(ModeNames<SelectQuota>::names.size() == static_cast<size_t>(SelectQuota::PerChunk) + 1);
-static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::LayerShared) + 1);
+static_assert(ModeNames<SelectScope>::names.size() == static_cast<size_t>(SelectScope::Model) + 1);
 static_assert(ModeNames<KeptOrder>::names.size() == static_cast<size_t>(KeptOrder::Score) + 1);
 static_assert(ModeNames<MergeScope>::names.size() == static_cast<size_t>(MergeScope::PerLayerAcrossHeads) + 1);
 static_assert(ModeNames<MergeMethod>::names.size() == static_cast<size_t>(MergeMethod::D2o) + 1);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,31 @@ struct PolicySelect {
   // entries of a high-score, low-entropy chunk (chunk_selection.h, select_entropy_gated).
   ChunkGate gate = ChunkGate::None;
   int rescue = 0;
+  // Added. Threshold selection (core/engine/threshold_selection.h; kvpress DMSPress): a head keeps
+  // its protected entries and the candidates whose score >= threshold, at most its budget (the
+  // budget is the cap, so a threshold only evicts more than top-k would). The kept count is an
+  // output, recorded as each head's budget in the report.
+  bool has_threshold = false;
+  double threshold = 0.0;
+  // Added. When scores are computed (policy_modes.h): afresh at each application, or frozen at
+  // insertion (the engine keeps them aligned with the cache and scores only new entries).
+  ScoreAt score_at = ScoreAt::Eviction;
+  // Added. Staged selection (kvpress ComposedPress; core/engine/staged_selection.h): at prefill each
+  // stage scores what the previous stages left with its own program (0: the file's `score`; i > 0:
+  // PolicyProgram::stage_score(i)) and keeps floor(keep x entries) of each head (keep <= 0: the
+  // budget), never more than the budget. Empty: one selection with `score`.
+  // share > 0 instead (every stage but the last): the stages split the head's free budget, each
+  // taking its top share of it among the entries earlier stages did not take, all scored on the
+  // same cache; the last takes the rest ("the top share of the budget by one score, the rest by
+  // another").
+  struct Stage {
+    int program = 0;
+    double keep = 0.0;
+    double share = 0.0;
+  };
+  std::vector<Stage> stages;
+  // Added. layer_allocation Mass: the attention mass a layer's budget must reach (0 < mass <= 1).
+  double mass = 0.0;
 };
 
 // SpindleKV's codebook stage (method Codebook: merge near-duplicate pre-RoPE keys / values), or
@@ -228,6 +254,12 @@ class PolicyProgram {
     (void)prompt_len;
     (void)decode_step;
     return budget;
+  }
+  // Added. Score program `program` of select.stages (0: the file's score program, as score(in,
+  // false, out); i > 0: the i-th extra program). A backend without extra programs refuses them.
+  virtual void stage_score(int program, const ScoreInputs& in, float* out) const {
+    if (program != 0) throw std::logic_error("policy " + description().name + ": this backend has no extra score programs");
+    score(in, false, out);
   }
   // Added. Mode and budget weight of one KV head (only called when description().has_head_plan).
   virtual HeadPlan head_plan(const ScoreInputs& in) const { (void)in; return {}; }

@@ -73,7 +73,8 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
 // noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
 // per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
-// layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp. One name per line.
+// layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp, composed and dms in
+// selection_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "cam",
@@ -81,10 +82,12 @@ const std::vector<std::string> kFieldPolicies = {
     "chunkkv",
     "chunkpress",
     "compactor",
+    "composed",
     "compression_ratio_decoding",
     "cur",
     "d2o",
     "decoding",
+    "dms",
     "duo_attention",
     "entropy_adaptive",
     "entropy_gated_chunkkv",
