@@ -134,14 +134,15 @@ class FileCompiler {
       const ParamBinding& b = out_.bindings[static_cast<size_t>(implicit_kept_order)];
       parse_mode(b.options[static_cast<size_t>(b.value)], out_.desc.select.kept_order);
     }
+    const size_t before_programs = diag_.count();
     programs(root);
+    if (diag_.count() == before_programs) query_key_checks(root);  // what the programs read is known
     if (diag_.empty()) {
       report_setting_errors(root, segment_setting_errors(out_.desc));
       report_setting_errors(root, merge_setting_errors(out_.desc));     // merge_checks.h
       report_setting_errors(root, query_setting_errors(out_.desc));     // query_checks.h
       report_setting_errors(root, selection_setting_errors(out_.desc));
     }
-    query_key_checks(root);
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
       out_.desc.params[out_.params[i].name] = out_.params[i].value_text(out_.bindings[i].value);
@@ -455,7 +456,7 @@ class FileCompiler {
     const YAML::Node observe = root["observe"];
     if (!observe.IsDefined() || !observe.IsMap() || reads_query_statistics(out_.desc)) return;
     for (const char* k : {"query_stats_from", "query_rotation", "rope_future"})
-      if (observe[k]) diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean; no program reads it");
+      if (observe[k]) diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean and Q_cov; no program reads them");
   }
 
   // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum

@@ -20,7 +20,10 @@ class EngineEvictor : public PrefillEvictor {
     config_ = model.config;
     for (const auto& choice : policies) {
       LoadedPolicy loaded = load_policy_choice(choice, backend_, device_);  // the text read once is the text compiled and stored
-      accumulated_ = accumulated_ || loaded.program->description().needs(TensorSignal::AccumulatedAttention);
+      const PolicyDescription& d = loaded.program->description();
+      accumulated_ = accumulated_ || d.needs(TensorSignal::AccumulatedAttention);
+      hidden_norms_ = hidden_norms_ || d.needs(TensorSignal::HiddenNorm);
+      output_grams_ = output_grams_ || d.needs(TensorSignal::OutputNorm);
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
     }
@@ -29,8 +32,9 @@ class EngineEvictor : public PrefillEvictor {
   ForwardObserver* start_recording(int prompt_len) override {
     engine_.reset();
     int window = 0;
-    for (const auto& [label, program] : programs_) window = std::max(window, program->window_for(prompt_len));
+    for (const auto& [label, program] : programs_) window = std::max(window, recorded_window_for(*program, prompt_len));
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
+    recorder_->request_model_signals(hidden_norms_, output_grams_);
     return recorder_.get();
   }
 
@@ -67,7 +71,7 @@ class EngineEvictor : public PrefillEvictor {
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
   std::map<std::string, PolicySource> sources_;  // by label
-  bool accumulated_ = false;
+  bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false;
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

@@ -41,14 +41,16 @@ std::string cuda_load(TensorSignal s) {
   const unsigned axes = kvevict::signal_axes(s);
   const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ, has_d = axes & dsl::kAxisD;
   const bool has_t = axes & dsl::kAxisT;  // Q, Q_mean, ... have no token axis
+  const bool has_e = axes & dsl::kAxisE;  // the second channel axis (Q_cov[h, d, e]): parameter `e`
   std::string index = has_h ? "(long long)h" : "";
   if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
   if (has_d) index = index.empty() ? "(long long)c" : "(" + index + " * a.head_dim + c)";
+  if (has_e) index = index.empty() ? "(long long)e" : "(" + index + " * a.head_dim + e)";
   if (has_t) index = index.empty() ? "t" : index + " * a.T + t";
   else if (index.empty()) index = "0LL";
   const std::string slot = std::to_string(kvevict::signal_index(s));
   return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
-         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? "1" : "0") +
+         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? (has_e ? "2" : "1") : "0") +
          ", " + (has_t ? "1" : "0") + "), 0.0f)";
 }
 

@@ -98,9 +98,11 @@ KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p &&
 // Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
 KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
-// A signal buffer with axes [h?, q?, d?, t?] (core/engine/signals.h): the product of their extents.
-KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int has_d, int has_t) {
-  return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * (has_d ? kv_nonneg(a.head_dim) : 1LL) *
+// A signal buffer with axes [h?, q?, d?, e?, t?] (core/engine/signals.h): the product of their
+// extents; channels = the number of channel axes (0, 1 or 2: d and e, each head_dim).
+KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int channels, int has_t) {
+  const long long hd = kv_nonneg(a.head_dim);
+  return (has_h ? kv_nonneg(a.group) : 1LL) * (has_q ? kv_nonneg(a.W) : 1LL) * (channels == 2 ? hd * hd : channels ? hd : 1LL) *
          (has_t ? kv_nonneg(a.T) : 1LL);
 }
 // The DSL's random(): kvevict's one generator, Philox4x32-10 (core/engine/counter_rng.h),

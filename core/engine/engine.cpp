@@ -158,7 +158,8 @@ struct EvictionEngine::State {
     original.clear();
     merge_state.reset(desc.merge, L, Hq);
     records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm));
-    if (reads_query_statistics(desc)) query_stats.reset(L, Hq, d, /*covariance=*/false, desc.observe.query_stats_from);
+    if (reads_query_statistics(desc))
+      query_stats.reset(L, Hq, d, desc.needs(TensorSignal::QueryCovariance), desc.observe.query_stats_from);
   }
 
   // What the query and model signals need from a block (query_signals.h, model_signals.h).
@@ -172,13 +173,16 @@ struct EvictionEngine::State {
     query_stats.record(s.layer, s.window_queries.data(), s.n_tokens, s.first_position, rope);
   }
 
-  // Q_mean (and its rotation) of one head: [Gs][d].
-  void query_mean(int layer, int kv_head, std::vector<float>& out) const {
-    out.resize(static_cast<size_t>(Gs) * d);
+  // Q_mean ([Gs][d]) or Q_cov ([Gs][d][d]) of one head, rotated as observe.query_rotation says.
+  void query_statistic(TensorSignal id, int layer, int kv_head, std::vector<float>& out) const {
     std::vector<double> R;
     if (desc.observe.query_rotation == QueryRotation::FutureMean)
       R = average_rope_rotation(config, prompt_len, desc.observe.rope_future);
-    query_stats.head_statistics(layer, kv_head, Gs, R.empty() ? nullptr : R.data(), out.data(), nullptr);
+    std::vector<float> mean(static_cast<size_t>(Gs) * d);
+    const bool cov = id == TensorSignal::QueryCovariance;
+    if (cov) out.resize(static_cast<size_t>(Gs) * d * d);
+    query_stats.head_statistics(layer, kv_head, Gs, R.empty() ? nullptr : R.data(), mean.data(), cov ? out.data() : nullptr);
+    if (!cov) out.swap(mean);
   }
 
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
@@ -291,7 +295,8 @@ struct EvictionEngine::State {
           if (!window_rows_signal(info.id, layer, kv_head, cache, keys, in, hs, out)) continue;
           break;
         case TensorSignal::QueryMean:
-          query_mean(layer, kv_head, out);
+        case TensorSignal::QueryCovariance:
+          query_statistic(info.id, layer, kv_head, out);
           break;
         case TensorSignal::Token:
           out.resize(T);
@@ -883,10 +888,7 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const bool every_query = st.desc.observe.segment > 0  // every segment's last queries
-                           || reads_query_statistics(st.desc) || st.desc.observe.window_after_token >= 0;
-  const int need_window = every_query ? recorded.n_tokens()
-                          : std::max(st.policy.window_for(S), st.desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
+  const int need_window = recorded_window_for(st.policy, S);
   if (st.desc.needs(TensorSignal::HiddenNorm) && !recorded.layers().empty() && recorded.layers()[0].hidden_norms.empty())
     throw std::invalid_argument("apply_after_prefill: the policy needs hidden_norm; the recorder has none");
   if (st.desc.needs(TensorSignal::OutputNorm) && !recorded.layers().empty() && recorded.layers()[0].output_grams.empty())
@@ -916,6 +918,14 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
 }
 
 const EvictionReport& EvictionEngine::report() const { return state_->report; }
+
+int recorded_window_for(const PolicyProgram& policy, int prompt_len) {
+  const PolicyDescription& d = policy.description();
+  // Every segment's last queries, the prompt query statistics and a window found from the tokens
+  // need every query of the prompt.
+  if (d.observe.segment > 0 || reads_query_statistics(d) || d.observe.window_after_token >= 0) return prompt_len;
+  return std::max(policy.window_for(prompt_len), d.needs(TensorSignal::CurrentAttention) ? 1 : 0);
+}
 
 std::vector<size_t> EvictionEngine::aligned_state_lengths(int layer, int stored_head) const {
   const State& st = *state_;

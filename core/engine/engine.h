@@ -81,6 +81,11 @@ class PrefillRecorder : public ForwardObserver {
   int n_tokens_ = 0;
 };
 
+// The query rows a PrefillRecorder must hold for `policy` to be applied after a prefill of
+// `prompt_len` tokens (every row when it reads segments, query statistics or a token-found window).
+// A recorder for a policy that reads hidden_norm / out_norm also needs request_model_signals.
+int recorded_window_for(const PolicyProgram& policy, int prompt_len);
+
 class EvictionEngine : public ForwardObserver {
  public:
   EvictionEngine(const PolicyProgram& policy, const ModelConfig& config, EngineOptions options);

@@ -2,7 +2,9 @@
 
 namespace kvevict {
 
-bool reads_query_statistics(const PolicyDescription& d) { return d.needs(TensorSignal::QueryMean); }
+bool reads_query_statistics(const PolicyDescription& d) {
+  return d.needs(TensorSignal::QueryMean) || d.needs(TensorSignal::QueryCovariance);
+}
 
 std::vector<SettingError> query_setting_errors(const PolicyDescription& d) {
   std::vector<SettingError> out;

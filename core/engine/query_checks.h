@@ -18,7 +18,7 @@ namespace kvevict {
 
 std::vector<SettingError> query_setting_errors(const PolicyDescription& d);
 
-// Whether the policy reads the prompt query statistics (Q_mean, and Q_cov once the e axis exists).
+// Whether the policy reads the prompt query statistics (Q_mean, Q_cov).
 bool reads_query_statistics(const PolicyDescription& d);
 
 }  // namespace kvevict

@@ -3,7 +3,7 @@
 //   Q[h, q, d]      the window queries as the window attention A uses them (post-RoPE),
 //   Q_pre[h, q, d]  the same rows rotated back by their own positions (pre-RoPE, as K_pre is made),
 //   O[h, q, d]      the window attention outputs, sum over t of A[h, q, t] * V[d, t] (before W_o),
-//   Q_mean[h, d]    and the covariance Q_cov[h, d, e] of the prompt's pre-RoPE queries.
+//   Q_mean[h, d]    the mean and Q_cov[h, d, e] the covariance of the prompt's pre-RoPE queries.
 // h runs over the group's query heads kv_head * group .. + group - 1 (group 1 with unfold_gqa:
 // kv_head is then the query head). Every buffer is [group][W][d] or [group][d] (x [d]), the
 // signal layout of signals.h; none grows with the cache.

@@ -152,6 +152,7 @@ enum class SignalSource : uint8_t {
     "window queries before RoPE")                                                                             \
   X(WindowOutputs, "O", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries, "window attention outputs")      \
   X(QueryMean, "Q_mean", kAxisH | kAxisD, SignalSource::PromptQueries, "mean prompt query")                    \
+  X(QueryCovariance, "Q_cov", kAxisH | kAxisD | kAxisE, SignalSource::PromptQueries, "prompt query covariance")   \
   X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
   X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
   X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")
@@ -163,7 +164,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 17
+#define KVEVICT_NUM_TENSOR_SIGNALS 18
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {
@@ -206,6 +207,7 @@ constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim
   if (a & kAxisH) n *= group > 0 ? group : 0;
   if (a & kAxisQ) n *= W > 0 ? W : 0;
   if (a & kAxisD) n *= head_dim > 0 ? head_dim : 0;
+  if (a & kAxisE) n *= head_dim > 0 ? head_dim : 0;  // the second channel axis (Q_cov)
   return n;
 }
 

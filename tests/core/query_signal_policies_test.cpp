@@ -125,16 +125,40 @@ TEST_F(QuerySignals, WindowQueriesAndOutputsMatchTheReferenceForward) {
   EXPECT_EQ(checked, config().n_layers * config().n_kv_heads);
 }
 
-TEST_F(QuerySignals, QueryMeanIsThePromptMeanRotatedByTheMeanFutureRope) {
+TEST_F(QuerySignals, QueryMeanAndCovarianceAreThePromptsRotatedByTheMeanFutureRope) {
   const int G = config().group_size(), d = config().head_dim;
   struct Case { int from; QueryRotation rotation; int future; };
   for (const Case& c : {Case{0, QueryRotation::None, 512}, Case{4, QueryRotation::FutureMean, 512},
                         Case{10, QueryRotation::FutureMean, 16}}) {
     int checked = 0;
-    auto p = spy({TensorSignal::QueryMean}, 0, [&](const ScoreInputs& in, bool) {
+    auto p = spy({TensorSignal::QueryMean, TensorSignal::QueryCovariance}, 0, [&](const ScoreInputs& in, bool) {
       std::vector<double> mean(static_cast<size_t>(config().n_heads) * d, 0.0);
       for (int i = c.from; i < S(); ++i)  // the double forward's own pre-RoPE queries
         for (size_t k = 0; k < mean.size(); ++k) mean[k] += ref_->queries_pre_rope[in.layer][i][k] / (S() - c.from);
+      // Covariance / n, rotated: R C R^T.
+      for (int g = 0; g < G; ++g) {
+        const int h = in.kv_head * G + g;
+        std::vector<double> C(static_cast<size_t>(d) * d, 0.0);
+        for (int i = c.from; i < S(); ++i) {
+          const std::vector<double>& q = ref_->queries_pre_rope[in.layer][i];
+          for (int a = 0; a < d; ++a)
+            for (int b = 0; b < d; ++b)
+              C[a * d + b] += (q[h * d + a] - mean[h * d + a]) * (q[h * d + b] - mean[h * d + b]) / (S() - c.from);
+        }
+        if (c.rotation == QueryRotation::FutureMean) {
+          const std::vector<double> R = reference::mean_rope_matrix(config(), S(), c.future);
+          std::vector<double> RC(C.size(), 0.0), RCR(C.size(), 0.0);
+          for (int a = 0; a < d; ++a)
+            for (int b = 0; b < d; ++b)
+              for (int k = 0; k < d; ++k) RC[a * d + b] += R[a * d + k] * C[k * d + b];
+          for (int a = 0; a < d; ++a)
+            for (int b = 0; b < d; ++b)
+              for (int k = 0; k < d; ++k) RCR[a * d + b] += RC[a * d + k] * R[b * d + k];
+          C.swap(RCR);
+        }
+        for (int a = 0; a < d * d; ++a)
+          expect_near(in.signal(TensorSignal::QueryCovariance)[static_cast<size_t>(g) * d * d + a], C[a], "Q_cov");
+      }
       const std::vector<double> R = c.rotation == QueryRotation::FutureMean
                                         ? reference::mean_rope_matrix(config(), S(), c.future)
                                         : std::vector<double>();
@@ -178,6 +202,33 @@ TEST_F(QuerySignals, ModelSignalsMatchTheReferenceForward) {
   });
   run_prefill(*model_, tokens_, p, "full");
   EXPECT_EQ(checked, config().n_layers * config().n_kv_heads);
+}
+
+// The same signals replayed from a PrefillRecorder (the eval harness's path): it must have been
+// asked for the model signals; without them apply_after_prefill refuses with the signal's name.
+TEST_F(QuerySignals, ModelSignalsReplayFromARecorderThatRecordedThem) {
+  auto p = spy({TensorSignal::Token, TensorSignal::HiddenNorm, TensorSignal::OutputNorm}, 0, [&](const ScoreInputs& in, bool) {
+    for (int t = 0; t < in.T; ++t) {
+      EXPECT_EQ(in.signal(TensorSignal::Token)[t], tokens_[in.position[t]]);
+      expect_near(in.signal(TensorSignal::HiddenNorm)[t], ref_->hidden_norms[in.layer][in.position[t]], "hidden_norm");
+    }
+  });
+  EXPECT_EQ(recorded_window_for(p, S()), 0);
+  for (bool model_signals : {true, false}) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+    PrefillRecorder rec(recorded_window_for(p, S()), false);
+    if (model_signals) rec.request_model_signals(true, true);
+    decoder->forward(std::span<const int>(tokens_), &rec);
+    EvictionEngine engine(p, config(), {Budget::parse("40"), 0});
+    if (model_signals) {
+      engine.apply_after_prefill(rec, decoder->cache());
+      EXPECT_TRUE(engine.report().prefill_evicted);
+    } else {
+      EXPECT_THROW(engine.apply_after_prefill(rec, decoder->cache()), std::invalid_argument);
+    }
+  }
+  EXPECT_EQ(recorded_window_for(*load_policy("expected_attention"), S()), S()) << "every prompt query";
+  EXPECT_EQ(recorded_window_for(*load_policy("finch"), S()), S());
 }
 
 // After evictions (prefill and every decode step), with and without re-assigned positions, every
@@ -279,18 +330,21 @@ TEST_F(QuerySignals, PolicyProgramsReadTheNewSignals) {
 // ---- The field policies -------------------------------------------------------------------
 
 TEST_F(QuerySignals, ExpectedAttentionKeepsTheReferenceSets) {
-  struct Case { int budget, n_sink, future; bool vnorm; double eps; };
-  for (const Case& c : {Case{40, 4, 512, true, 0}, Case{100, 4, 512, true, 0}, Case{60, 0, 16, true, 0},
-                        Case{50, 4, 512, false, 0}, Case{50, 2, 100, true, 0.001}}) {
+  struct Case { int budget, n_sink, future; bool cov, vnorm; double eps; };
+  for (const Case& c : {Case{40, 4, 512, true, true, 0}, Case{100, 4, 512, true, true, 0}, Case{60, 0, 16, true, true, 0},
+                        Case{50, 4, 512, false, true, 0}, Case{50, 4, 512, true, false, 0},
+                        Case{50, 2, 100, false, true, 0.001}}) {
     const Params params = {{"n_sink", std::to_string(c.n_sink)}, {"n_future_positions", std::to_string(c.future)},
-                           {"use_vnorm", c.vnorm ? "true" : "false"}, {"epsilon", std::to_string(c.eps)}};
+                           {"use_covariance", c.cov ? "true" : "false"}, {"use_vnorm", c.vnorm ? "true" : "false"},
+                           {"epsilon", std::to_string(c.eps)}};
     reference::ExpectedAttentionParams ep;
     ep.n_future = c.future;
     ep.n_sink = c.n_sink;
+    ep.covariance = c.cov;
     ep.vnorm = c.vnorm;
     ep.epsilon = c.eps;
     const std::string what = "expected_attention budget " + std::to_string(c.budget) + " sink " + std::to_string(c.n_sink) +
-                             " future " + std::to_string(c.future);
+                             " future " + std::to_string(c.future) + (c.cov ? " cov" : "");
     const auto want = reference::expected_attention(*qkv_, config(), c.budget, ep);
     EXPECT_GT(test::expect_same_kept(test::prefill_report(*model_, tokens_, "expected_attention", params,
                                                           std::to_string(c.budget)),
@@ -313,6 +367,9 @@ TEST_F(QuerySignals, ExpectedAttentionRotationMatters) {
   const auto a = reference::expected_attention(*qkv_, config(), 40, {.n_future = 1});
   const auto b = reference::expected_attention(*qkv_, config(), 40, {.n_future = 512});
   EXPECT_NE(a, b);
+  // The covariance term changes the decision too (it is not negligible on this model).
+  EXPECT_NE(reference::expected_attention(*qkv_, config(), 40, {.covariance = true}),
+            reference::expected_attention(*qkv_, config(), 40, {.covariance = false}));
 }
 
 TEST_F(QuerySignals, FinchKeepsTheReferenceSets) {

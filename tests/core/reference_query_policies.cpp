@@ -89,7 +89,7 @@ KeptSets expected_attention(const PromptQkv& p, const ModelConfig& c, int budget
     std::vector<double> mean, cov;
     query_moments(p, c, l, ep.n_sink, mean, cov);
     for (int kv = 0; kv < p.Hkv; ++kv) {
-      std::vector<double> score(p.S, 0.0);
+      std::vector<std::vector<double>> log_p(p.G, std::vector<double>(p.S, -INFINITY));
       for (int g = 0; g < p.G; ++g) {
         const int h = kv * p.G + g;
         std::vector<double> mu(d, 0.0), rc(static_cast<size_t>(d) * d, 0.0), cv(static_cast<size_t>(d) * d, 0.0);
@@ -119,15 +119,24 @@ KeptSets expected_attention(const PromptQkv& p, const ModelConfig& c, int budget
         }
         double z = 0;
         for (int t = ep.n_sink; t < p.S; ++t) z += std::exp(logit[t] - mx);
-        for (int t = ep.n_sink; t < p.S; ++t) score[t] += std::exp(logit[t] - mx) / z / p.G;
+        for (int t = ep.n_sink; t < p.S; ++t) log_p[g][t] = logit[t] - mx - std::log(z);  // log softmax
       }
-      if (ep.vnorm)
-        for (int t = 0; t < p.S; ++t) {
+      // The group mean of the probabilities and (s + eps) |v|, in log space (same ranking; no
+      // underflow where the covariance term spreads the logits).
+      std::vector<double> score(p.S, 0.0);
+      for (int t = ep.n_sink; t < p.S; ++t) {
+        double m = -INFINITY, sum = 0;
+        for (int g = 0; g < p.G; ++g) m = std::max(m, log_p[g][t]);
+        for (int g = 0; g < p.G; ++g) sum += std::exp(log_p[g][t] - m);
+        const double log_mean = m + std::log(sum / p.G);
+        score[t] = ep.epsilon > 0 ? std::log(std::exp(log_mean) + ep.epsilon) : log_mean;
+        if (ep.vnorm) {
           const float* v = p.v[l][kv].data() + static_cast<size_t>(t) * d;
-          double s = 0;
-          for (int a = 0; a < d; ++a) s += static_cast<double>(v[a]) * v[a];
-          score[t] = (score[t] + ep.epsilon) * std::sqrt(s);
+          double s2 = 0;
+          for (int a = 0; a < d; ++a) s2 += static_cast<double>(v[a]) * v[a];
+          score[t] += 0.5 * std::log(s2);
         }
+      }
       out[l].push_back(budget >= p.S ? keep_top(score, p.S, p.S) : keep_top(score, ep.n_sink, budget));
     }
   }

@@ -28,7 +28,8 @@ struct ExpectedAttentionParams {
 };
 // kvpress ExpectedAttentionPress: mu' = R mu (cov' = R cov R^T), logits k . mu' / sqrt(d)
 // (+ k^T cov' k / 2d) over the non-sink keys, softmax, mean over the group, (s + eps) |v|; the
-// sinks kept and the top budget - n_sink of the rest.
+// sinks kept and the top budget - n_sink of the rest. Ranked by the log of that score (the same
+// order; double probabilities would underflow where the covariance term spreads the logits).
 KeptSets expected_attention(const PromptQkv& p, const ModelConfig& c, int budget, const ExpectedAttentionParams& ep);
 
 // kvpress FinchPress (chunk_length None): the window is the tokens after the last `delimiter`;

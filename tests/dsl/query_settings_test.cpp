@@ -50,7 +50,7 @@ TEST(QuerySettings, DefaultsAndExpressions) {
 TEST(QuerySettings, ErrorsNameTheKey) {
   // A statistics key no program reads would be ignored.
   const std::string e1 = usage_error("name: q\nabout: x\nobserve: {window: 2, query_stats_from: 3}\nscore: |\n  score[t] = sum(h, q: A[h, q, t])\n");
-  EXPECT_NE(e1.find("q.yaml:3:40: error: 'query_stats_from' is read only by Q_mean; no program reads it"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("q.yaml:3:40: error: 'query_stats_from' is read only by Q_mean and Q_cov; no program reads them"), std::string::npos) << e1;
   const std::string e2 = usage_error("name: q\nabout: x\nobserve: {query_rotation: future}\n" + kMeanScore);
   EXPECT_NE(e2.find("q.yaml:3:27: error: 'query_rotation' must be one of none, future_mean"), std::string::npos) << e2;
   // With window_after_token, observe.window is the window of a prompt without the delimiter.

@@ -156,6 +156,7 @@ class PolicyGenerator {
     if (axes & kH) parts.push_back("h");
     if (axes & kQ) parts.push_back("q");
     if (axes & kD) parts.push_back("d");
+    if (axes & kAxisE) parts.push_back("e");
     if (axes & kT) parts.push_back(s.window ? (s.negative ? "t - k" : "t + k") : "t");
     if (parts.empty()) return "";
     std::string text = "[";
@@ -181,8 +182,17 @@ class PolicyGenerator {
       out.push_back("ta[layer, kv_head]");
       if (s.bound & kD) out.push_back("tq[layer, kv_head, d]");
     }
-    for (const auto& t : signals)
-      if ((t.axes & ~s.bound) == 0 && (!need_t || (t.axes & kT))) out.push_back(t.name + axis_list(t.axes, s));
+    for (const auto& t : signals) {
+      if ((t.axes & kAxisE) || (t.axes & ~s.bound) != 0 || (need_t && !(t.axes & kT))) continue;
+      std::string read = t.name + axis_list(t.axes, s);
+      // A signal with the second channel axis e (Q_cov[h, d, e]) rides along with the signal of
+      // its other axes (Q_mean[h, d]) inside a reduction over e, so the random draws (and what the
+      // fixed seed covers) stay as they were before e existed.
+      for (const auto& u : signals)
+        if ((u.axes & kAxisE) && (u.axes & ~kAxisE) == t.axes)
+          read = "(" + read + " + sum(e: " + std::string(u.name) + axis_list(u.axes, s) + "))";
+      out.push_back(read);
+    }
     // A definition declared with t may still hold a value without it (broadcast), so anchors
     // (need_t) use signals only.
     if (!need_t)
