@@ -118,14 +118,34 @@ class PolicyGenerator {
     text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 10] + "(abs(" + expr(inner, 2) +
             ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
     if (pairs_) text += pair_terms(f);
+    text += signal_term(f);
     Scope scope;
     scope.bound = kT;
     Scope window_body = scope;
     window_body.window = true;
     window_body.negative = f % 3 == 0;
     text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
-            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + "\n";
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + " + " + signal_read(f) + " * 0.001\n";
     return text;
+  }
+
+  // One read of signal f (cycling through the signal table, so every signal is read whatever the
+  // random draws do), reduced over all its axes but t: `sig` or `sig[t]`.
+  static const TensorSignalInfo& signal_of(int f) { return kTensorSignalTable[size_t(f) % kTensorSignalTable.size()]; }
+  static std::string signal_read(int f) { return (signal_of(f).axes & kAxisT) ? "sig[t]" : "sig"; }
+  static std::string signal_term(int f) {
+    const TensorSignalInfo& info = signal_of(f);
+    static const std::pair<unsigned, const char*> names[] = {
+        {kAxisH, "h"}, {kAxisQ, "q"}, {kAxisD, "d"}, {kAxisE, "e"}, {kAxisT, "t"}};
+    std::string index, reduced;
+    for (const auto& [bit, name] : names) {
+      if (!(info.axes & bit)) continue;
+      index += std::string(index.empty() ? "" : ", ") + name;
+      if (bit != kAxisT) reduced += std::string(reduced.empty() ? "" : ", ") + name;
+    }
+    const std::string read = std::string(info.dsl_name) + "[" + index + "]";
+    const std::string value = reduced.empty() ? read : "sum(" + reduced + ": " + read + ")";
+    return "  " + signal_read(f) + " = " + value + "\n";
   }
 
   // The second axes s and e (docs/DSL.md §3): a token-pair value over (s, t) from reads renamed to
