@@ -100,6 +100,9 @@ TEST(SelectionSettings, ErrorsNameTheKey) {
        "o.yaml:3:18: error: the stages' shares add up to 1.3, more than the whole budget"},
       {"select: {stages: [{score: score, share: 0.5}]}\n",
        "o.yaml:3:18: error: 'share' splits one budget between stages; a single stage has nothing to share"},
+      {"merge: {enabled: true, method: nearest}\nselect: {stages: [{score: score, keep: 0.5}]}\n",
+       "o.yaml:4:18: error: 'stages' cut each head once at prefill; they cannot be combined with a merge-on-evict "
+       "merge.method"},
       {"select: {stages: []}\n", "o.yaml:3:18: error: 'stages' must be a list of 1 to 8 stages like {score: NAME, keep: EXPR}"},
       {"scores:\n  a: |\n    score[t] = pos[t]\n", "o.yaml:4:3: error: score program 'a' is named by no stage of select.stages"},
       {"select: {layer_allocation: mass}\n",
