@@ -15,30 +15,23 @@
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "reference_linalg_policies.h"
 #include "test_models.h"
 
 namespace kvevict {
 namespace {
 
-class LinalgPolicies : public ::testing::Test {
+class LinalgPolicies : public test::StoriesPromptTest {
  protected:
   static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-    data_ = new reference::LinalgPrompt(reference::record_linalg(*model_, tokens_));
+    if (load()) data_ = new reference::LinalgPrompt(reference::record_linalg(*model_, tokens_));
   }
   static void TearDownTestSuite() {
     delete data_;
-    delete model_;
     data_ = nullptr;
-    model_ = nullptr;
+    unload();
   }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
 
   static EvictionReport prefill(const std::string& name, const std::map<std::string, std::string>& params, int budget,
                                 uint64_t seed = 0) {
@@ -77,14 +70,9 @@ class LinalgPolicies : public ::testing::Test {
     return evicted;
   }
 
-  static Model* model_;
-  static std::vector<int> tokens_;
-  static reference::LinalgPrompt* data_;
+  static inline reference::LinalgPrompt* data_ = nullptr;
 };
 
-Model* LinalgPolicies::model_ = nullptr;
-std::vector<int> LinalgPolicies::tokens_;
-reference::LinalgPrompt* LinalgPolicies::data_ = nullptr;
 
 // The leverages of a ridge regression sum to the trace of its hat matrix, sum_i s_i^2 / (s_i^2 +
 // 1e-2) over the singular values of X: at most k, and close to k for keys with O(1) entries over

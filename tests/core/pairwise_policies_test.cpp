@@ -8,39 +8,15 @@
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "reference_pairwise_policies.h"
 #include "test_models.h"
 
 namespace kvevict {
 namespace {
 
-class PairwisePolicies : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-    data_ = new reference::PromptData(reference::collect(*model_, tokens_, 8));  // R-KV's window_size
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    delete model_;
-    data_ = nullptr;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
-
-  static Model* model_;
-  static std::vector<int> tokens_;
-  static reference::PromptData* data_;
-};
-
-Model* PairwisePolicies::model_ = nullptr;
-std::vector<int> PairwisePolicies::tokens_;
-reference::PromptData* PairwisePolicies::data_ = nullptr;
+// The reference's record with 8 window rows: R-KV's window_size.
+class PairwisePolicies : public test::StoriesAttentionTest<8> {};
 
 TEST_F(PairwisePolicies, RkvMatchesTheReferenceAtPrefill) {
   struct Case {

@@ -24,6 +24,7 @@
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "reference_selection_policies.h"
 #include "test_models.h"
 
@@ -258,24 +259,8 @@ double threshold_between(std::vector<double> scores, double q, double& margin) {
   return std::stod(number((scores[best] + scores[best + 1]) / 2));
 }
 
-class SelectionPolicies : public ::testing::Test {
+class SelectionPolicies : public test::StoriesAttentionTest<16> {
  protected:
-  static void SetUpTestSuite() {
-    if (!test::stories_missing_reason().empty()) return;
-    model_ = load_model(test::stories_checkpoint()).release();
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-    data_ = new reference::PromptData(reference::collect(*model_, tokens_, 16));
-  }
-  static void TearDownTestSuite() {
-    delete data_;
-    delete model_;
-    data_ = nullptr;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-  }
-  static int S() { return static_cast<int>(tokens_.size()); }
   static EvictionReport prefill(const PolicyProgram& policy, const std::string& budget) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     EvictionEngine engine(policy, model_->config, {Budget::parse(budget), 0});
@@ -337,14 +322,8 @@ class SelectionPolicies : public ::testing::Test {
     return ties;
   }
 
-  static Model* model_;
-  static std::vector<int> tokens_;
-  static reference::PromptData* data_;
 };
 
-Model* SelectionPolicies::model_ = nullptr;
-std::vector<int> SelectionPolicies::tokens_;
-reference::PromptData* SelectionPolicies::data_ = nullptr;
 
 TEST_F(SelectionPolicies, DmsAtPrefillKeepsTheWindowAndEveryTokenAtOrAboveTheThreshold) {
   for (int window : {16, 48})
