@@ -19,6 +19,7 @@ std::string summary(const dsl::CompiledPolicy& c) {
   if (d.has_layer_weight) s << "; layer_weight " << c.layer_weight.nodes.size() << " nodes";
   if (c.head_mode.output >= 0) s << "; head_mode " << c.head_mode.nodes.size() << " nodes";
   if (c.head_weight.output >= 0) s << "; head_weight " << c.head_weight.nodes.size() << " nodes";
+  if (c.channel_score.output >= 0) s << "; channel_score " << c.channel_score.nodes.size() << " nodes, prune " << c.desc.channels.prune;
   for (const auto& t : c.tables) s << "; table " << t->name << " " << t->shape_text();
   s << "; window " << (d.depends_on_prompt_len && c.window.output >= 0 ? std::string("f(prompt_len)") : std::to_string(d.window));
   s << "; prefill " << (d.run.at_prefill ? "yes" : "no") << ", decode every " << d.run.decode_every;

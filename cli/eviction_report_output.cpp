@@ -20,6 +20,8 @@ nlohmann::json eviction_report_json(const EvictionReport& r, int group) {
                       {"layers", layers},            {"bytes_full", r.bytes_full}, {"bytes_kept", r.bytes_kept},
                       {"gqa_mode", r.gqa_unfolded ? "unfold" : "kv_head"}};
   if (r.bytes_codebook > 0) j["bytes_codebook"] = r.bytes_codebook;
+  // Zeroed key channels (channel_score) are still stored: bytes_kept already counts them.
+  if (r.pruned_key_channels > 0) j["pruned_key_channels"] = r.pruned_key_channels;
   return j;
 }
 
@@ -40,6 +42,8 @@ void print_eviction_report(std::ostream& out, const EvictionReport& r, int group
   out << "cache bytes: full " << r.bytes_full << ", kept " << r.bytes_kept << " (" << pct << "%)";
   if (r.bytes_codebook > 0) out << ", as codebook " << r.bytes_codebook;
   out << "\n";
+  if (r.pruned_key_channels > 0)
+    out << "key channels zeroed: " << r.pruned_key_channels << " (over layers and KV heads; still stored, bytes unchanged)\n";
 }
 
 }  // namespace kvevict::cli

@@ -78,7 +78,8 @@ class Checker {
     }
     if (!defs_.count(out_name) && !reported_output_ && !opt_.had_syntax_errors) {
       diag_.error(program_pos, score ? "the program must define 'score[t]' (one score per cached token)"
-                                     : "the program must define the scalar '" + out_name + "'");
+                               : channel_ctx() ? "the program must define 'channel_score[d]' (one score per key channel)"
+                                               : "the program must define the scalar '" + out_name + "'");
     }
     if (output < 0) output = b_.constant(0);
     return b_.finish(output);
@@ -101,11 +102,13 @@ class Checker {
 
  private:
   bool layer_ctx() const { return opt_.context == ProgramContext::LayerWeight; }
+  bool channel_ctx() const { return opt_.context == ProgramContext::ChannelScore; }
   std::string output_name() const {
     switch (opt_.context) {
       case ProgramContext::Score: return "score";
       case ProgramContext::HeadWeight: return "head_weight";
       case ProgramContext::HeadMode: return "head_mode";
+      case ProgramContext::ChannelScore: return "channel_score";
       default: return "layer_weight";
     }
   }
@@ -185,11 +188,12 @@ class Checker {
     }
     const bool is_output = d.name == output_name();
     if (is_output && ok) {
-      unsigned want = opt_.context == ProgramContext::Score ? kAxisT : 0u;
+      unsigned want = opt_.context == ProgramContext::Score ? kAxisT : channel_ctx() ? kAxisD : 0u;
       if (axes != want) {
         diag_.error(d.pos, opt_.context == ProgramContext::Score
                                ? "'score' must be declared per token: score[t] = ..."
-                               : "'" + output_name() + "' must be a scalar: " + output_name() + " = ...");
+                           : channel_ctx() ? "'channel_score' must be declared per key channel: channel_score[d] = ..."
+                                           : "'" + output_name() + "' must be a scalar: " + output_name() + " = ...");
         reported_output_ = true;
         ok = false;
       }

@@ -26,6 +26,8 @@ enum class ProgramContext {
   HeadWeight,   // per (layer, KV head) like Score; output the scalar `head_weight` (share of the layer's budget)
   HeadMode,     // per (layer, KV head) like Score; output the scalar `head_mode`; the names
                 // compressed (0), full (1) and streaming (2) are its values (core/engine/head_budgets.h)
+  ChannelScore, // per (layer, KV head) like Score; output `channel_score[d]`, one score per key
+                // channel (core/engine/channel_selection.h)
 };
 
 struct CheckOptions {

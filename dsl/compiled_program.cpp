@@ -56,6 +56,26 @@ HeadPlan InterpretedPolicy::head_plan(const ScoreInputs& in) const {
   return plan;
 }
 
+// channel_score[d]: one value per key channel. A value without axis d (a constant, say) is
+// broadcast over the channels; NaN stays NaN (channel_selection.h ranks it lowest).
+void InterpretedPolicy::channel_score(const ScoreInputs& in, float* out) const {
+  if (c_.channel_score.output < 0) throw RuntimeError("policy '" + c_.desc.name + "' has no channel_score program");
+  if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
+    throw RuntimeError("policy '" + c_.desc.name + "': invalid channel_score inputs");
+  EvalInputs e;
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
+  fill_scalars(e, in);
+  e.heads.push_back(head_signals(in));
+  e.seed = in.seed;
+  e.layer = in.layer;
+  const std::vector<float> v = evaluate(c_.channel_score, e);
+  const size_t d = static_cast<size_t>(in.head_dim);
+  if (v.size() != d && v.size() != 1)
+    throw RuntimeError("policy '" + c_.desc.name + "': channel_score has " + std::to_string(v.size()) + " values for " +
+                       std::to_string(d) + " channels");
+  for (size_t c = 0; c < d; ++c) out[c] = v.size() == 1 ? v[0] : v[c];
+}
+
 std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
   const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim);
   return why.empty() ? why : "policy '" + c_.desc.name + "' (" + c_.desc.source + "): " + why;

@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/engine/channel_checks.h"
 #include "core/engine/merge_checks.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/segment_checks.h"
@@ -142,6 +143,7 @@ class FileCompiler {
       report_setting_errors(root, merge_setting_errors(out_.desc));     // merge_checks.h
       report_setting_errors(root, query_setting_errors(out_.desc));     // query_checks.h
       report_setting_errors(root, selection_setting_errors(out_.desc));
+      report_setting_errors(root, channel_setting_errors(out_.desc));   // channel_checks.h
     }
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
@@ -275,7 +277,8 @@ class FileCompiler {
     return true;
   }
   static bool reserved_name(const std::string& n) {
-    return is_builtin_name(n) || n == "score" || n == "layer_weight" || n == "head_weight" || n == "head_mode";
+    return is_builtin_name(n) || n == "score" || n == "layer_weight" || n == "head_weight" || n == "head_mode" ||
+           n == "channel_score";
   }
 
   // Parses `text` as a value of d's type and checks d's range. `what` names the value in messages.
@@ -737,11 +740,13 @@ class FileCompiler {
     out_.layer_weight = program(root, "layer_weight", ProgramContext::LayerWeight);
     out_.head_mode = program(root, "head_mode", ProgramContext::HeadMode);
     out_.head_weight = program(root, "head_weight", ProgramContext::HeadWeight);
+    channel_settings(root);
     d.has_decode_score = root["decode_score"].IsDefined();
     d.has_layer_weight = root["layer_weight"].IsDefined();
     d.has_head_plan = check_head_programs(root);
     stage_score_programs(root);
-    std::vector<const LoweredProgram*> all = {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight};
+    std::vector<const LoweredProgram*> all = {&out_.score,     &out_.decode_score, &out_.layer_weight,
+                                              &out_.head_mode, &out_.head_weight,  &out_.channel_score};
     for (const LoweredProgram& p : out_.stage_scores) all.push_back(&p);
     for (const LoweredProgram* p : all) {
       for (int s = 0; s < kNumTensorSignals; ++s) d.reads[s] = d.reads[s] || p->uses[s];
@@ -749,16 +754,36 @@ class FileCompiler {
     // The engine computes the window attention while decoding only if the decode indicator reads it.
     d.run.decode_uses_window_attention =
         (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
-    const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight"};
-    const LoweredProgram* progs[] = {&out_.score, &out_.decode_score, &out_.layer_weight, &out_.head_mode, &out_.head_weight};
+    const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight", "channel_score"};
+    const LoweredProgram* progs[] = {&out_.score,     &out_.decode_score, &out_.layer_weight,
+                                     &out_.head_mode, &out_.head_weight,  &out_.channel_score};
     // Signals made from the window queries (the signal table's source) need an observation window.
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable)
         if (info.source == kvevict::SignalSource::WindowQueries && progs[i]->uses[kvevict::signal_index(info.id)] &&
             !root["observe"])
           diag_.error(pos_of(root[keys[i]]), std::string("'") + keys[i] + "' reads the " + std::string(info.description) +
                                                  " " + std::string(info.dsl_name) +
                                                  ", but the file has no 'observe: {window: ...}'");
+  }
+
+  // Key-channel pruning (core/engine/channel_selection.h; ThinK):
+  //   channel_score: PROGRAM           defines channel_score[d], per (layer, KV head)
+  //   channels: "{" "prune" ":" EXPR "}"   EXPR over parameters: the fraction of key channels zeroed,
+  //                                    in [0, 1) (default 0, kvpress ThinKPress's); needs channel_score
+  // The combinations the stage refuses are core/engine/channel_checks.h's (reported in run()).
+  void channel_settings(const YAML::Node& root) {
+    PolicyDescription& d = out_.desc;
+    out_.channel_score = program(root, "channel_score", ProgramContext::ChannelScore);
+    d.channels.enabled = root["channel_score"].IsDefined();
+    const YAML::Node channels = section(root, "channels");
+    if (root["channels"] && !d.channels.enabled)
+      diag_.error(pos_of(root["channels"]), "'channels' configures the channel_score stage, but the file has no 'channel_score' program");
+    double v;
+    if (constant_setting(channels, "prune", false, v)) {
+      if (!(v >= 0 && v < 1)) diag_.error(pos_of(channels["prune"]), "'prune' is the fraction of key channels zeroed, in [0, 1), got " + fmt(v));
+      else d.channels.prune = v;
+    }
   }
 
   // scores_section = "scores:" "{" NAME ":" PROGRAM { "," NAME ":" PROGRAM } "}" ;  each PROGRAM

@@ -16,6 +16,8 @@
 //             prefill_block: EXPR (tokens per prefill block; 0: one block)}
 //   score: PROGRAM (required)   decode_score: PROGRAM   layer_weight: PROGRAM
 //   head_mode: PROGRAM   head_weight: PROGRAM   (per KV head; core/engine/head_budgets.h)
+//   channel_score: PROGRAM (channel_score[d] per KV head)   channels: {prune: EXPR}
+//                                                 (key-channel pruning; core/engine/channel_selection.h)
 //   tables:  NAME: {file: PATH, axes: [layer, kv_head, d], shape: [N, ...]}   (dsl/policy_tables.h)
 //   select:  {random_share:, temperature:, scope: kv_head|layer|layer_shared|model, floor_alpha:, kept_order: positional|score,
 //             unfold_gqa: BOOL, threshold: EXPR, score_at: eviction|insertion, stages: [{score: NAME, keep: EXPR}, ...],
@@ -51,6 +53,7 @@ struct CompiledPolicy {
   std::vector<ParamBinding> bindings;  // resolved values (defaults + overrides)
   LoweredProgram score, decode_score, layer_weight;
   LoweredProgram head_mode, head_weight;  // output < 0 when the file has none
+  LoweredProgram channel_score;           // channel_score[d] (core/engine/channel_selection.h); output < 0: none
   TableList tables;                       // `tables:` (dsl/policy_tables.h)
   // Settings that may depend on prompt_len (scalar programs; constant ones are a single Const).
   LoweredProgram window, protect_first, protect_recent, protect_decode_first, protect_decode_recent;

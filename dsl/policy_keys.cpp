@@ -5,7 +5,8 @@ namespace kvevict::dsl {
 const std::set<std::string>& policy_top_level_keys() {
   static const std::set<std::string> keys = {"name", "about",  "params",       "observe",      "protect", "run",
                                              "score", "decode_score", "layer_weight", "select", "merge",
-                                             "tables", "head_weight", "head_mode", "scores"};
+                                             "tables", "head_weight", "head_mode", "scores",
+                                             "channel_score", "channels"};
   return keys;
 }
 
@@ -18,6 +19,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
                "decode_budget", "prefill_block"}},
       {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "layer_allocation", "unit", "chunk",
                   "chunk_score", "quota", "gate", "rescue", "threshold", "score_at", "stages", "mass"}},
+      {"channels", {"prune"}},
       {"merge", {"enabled", "method", "similarity_threshold", "merge_budget", "ema_alpha", "ema_beta", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},
   };
   return sections;

@@ -37,6 +37,10 @@ class JitPolicyProgram : public PolicyProgram {
     return reference_->decode_budget_for(prompt_len, decode_step, budget);
   }
   HeadPlan head_plan(const ScoreInputs& in) const override { return reference_->head_plan(in); }
+  // channel_score (a vector over d, core/engine/channel_selection.h): NOT generated; it runs on the
+  // reference program (the interpreter), like head_mode / head_weight. Once per (layer, KV head)
+  // at the end of prefill, so the kernel path loses little.
+  void channel_score(const ScoreInputs& in, float* out) const override { reference_->channel_score(in, out); }
   // select.stages: the kernel is the file's `score`; the extra `scores:` programs run interpreted.
   void stage_score(int program, const ScoreInputs& in, float* out) const override {
     if (program == 0) score(in, false, out);

@@ -13,6 +13,7 @@
 
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
+#include "core/engine/channel_selection.h"
 #include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
 #include "core/engine/engine_checks.h"
@@ -736,6 +737,7 @@ struct EvictionEngine::State {
       cache.unfold();
       report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
     }
+    if (desc.channels.enabled && options.budget.kind != Budget::Kind::Full) prune_key_channels(cache);
     if (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook) apply_codebook(cache);
     // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
     // appends at the cache length, as StreamingLLM's official code does.
@@ -744,6 +746,16 @@ struct EvictionEngine::State {
     if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
       for (auto& head : layer) std::vector<float>().swap(head);
+  }
+
+  // Key-channel pruning (channel_selection.h): each head's channel_score on its signals as the
+  // token selection left them (kvpress ComposedPress runs ThinK on SnapKV's output), once.
+  void prune_key_channels(KVCache& cache) {
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < Hs; ++h) {
+        const HeadSignals hs = signals_for(l, h, cache, false);
+        report.pruned_key_channels += static_cast<int64_t>(prune_head_channels(policy, hs.in, cache).size());
+      }
   }
 
   // Makes heads codebook-backed (codebook_stage.h); the cache's own byte counts are the report's.

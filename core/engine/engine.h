@@ -50,6 +50,9 @@ struct EvictionReport {
   size_t bytes_codebook = 0;
   int64_t key_codes = 0, value_codes = 0, codebook_tokens = 0;
   double codebook_seconds = 0;
+  // Key-channel pruning (channel_selection.h): zeroed key channels summed over (layer, KV head).
+  // Zeroed channels stay stored: bytes_kept does not change with them.
+  int64_t pruned_key_channels = 0;
 };
 
 // Records what the policies of a sweep need from one full-cache prefill.

@@ -1,5 +1,6 @@
 #include "core/engine/engine_checks.h"
 
+#include "core/engine/channel_checks.h"
 #include "core/engine/codebook_stage.h"
 #include "core/engine/merge_checks.h"
 #include "core/engine/query_checks.h"
@@ -47,6 +48,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   if (const auto errors = query_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
   if (const auto errors = selection_setting_errors(desc); !errors.empty())
+    throw UsageError("policy " + desc.name + ": " + errors.front().message);
+  if (const auto errors = channel_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
   // Head plans (head_budgets.h) are per-head budgets of a one-shot, per-KV-head selection; the DSL
   // refuses the rest at the key, this guards hand-written programs.

@@ -178,6 +178,15 @@ struct PolicyObserve {
   int window_after_token = -1;
 };
 
+// Added. Key-channel pruning (policy file `channel_score` + `channels:`; ThinK, kvpress ThinKPress;
+// core/engine/channel_selection.h): at the end of prefill each (layer, KV head) zeroes the
+// floor(prune x head_dim) key channels of lowest channel_score in its cached entries. Zeroed
+// channels are still stored: the cache does not shrink (kvpress does not shrink it either).
+struct PolicyChannels {
+  bool enabled = false;  // the file has a channel_score program
+  double prune = 0.0;    // fraction of key channels zeroed, 0 <= prune < 1 (kvpress default 0)
+};
+
 struct PolicyDescription {
   std::string name;
   std::string about;
@@ -201,6 +210,7 @@ struct PolicyDescription {
   PolicyProtect protect;
   PolicySelect select;
   PolicyMerge merge;
+  PolicyChannels channels;
   std::map<std::string, std::string> params;  // resolved parameter values, for the results store
 };
 
@@ -263,6 +273,14 @@ class PolicyProgram {
   }
   // Added. Mode and budget weight of one KV head (only called when description().has_head_plan).
   virtual HeadPlan head_plan(const ScoreInputs& in) const { (void)in; return {}; }
+  // Added. One score per key channel of one (layer, KV head) (only called when
+  // description().channels.enabled): writes in.head_dim values, higher = keep
+  // (core/engine/channel_selection.h). `in` holds the score program's signals on the cache as it is
+  // at the end of prefill (after the token selection).
+  virtual void channel_score(const ScoreInputs& in, float* out) const {
+    (void)in, (void)out;
+    throw std::logic_error("policy " + description().name + ": this backend has no channel_score program");
+  }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
   virtual std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
