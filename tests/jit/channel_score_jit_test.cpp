@@ -13,6 +13,7 @@
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
 #include "jit/codegen.h"
+#include "jit/cuda_codegen.h"
 #include "jit/jit_policy_program.h"
 #include "jit_test_support.h"
 
@@ -43,6 +44,22 @@ TEST(ChannelScoreJit, HostKernelScoresAsTheInterpreterAndChannelScoresAreTheInte
     float spread = 0;
     for (int c = 1; c < d; ++c) spread = std::max(spread, std::fabs(cw[c] - cw[0]));
     EXPECT_GT(spread, 0.0f) << "random inputs give different channel scores";
+  }
+}
+
+// The generator's own refusal: a channel_score program handed to it (output over d) is refused
+// with a message naming the file, the line and the shape, never turned into a wrong kernel.
+TEST(ChannelScoreJit, TheGeneratorRefusesAChannelProgramClearly) {
+  const std::string file = std::string(KVEVICT_POLICY_DIR) + "/field/think.yaml";
+  const dsl::CompiledPolicy c = dsl::compile_policy_file(file);
+  ASSERT_GE(c.channel_score.output, 0);
+  try {
+    generate_score_kernels("think_channels", file, c.channel_score, nullptr);
+    ADD_FAILURE() << "a channel program was generated";
+  } catch (const GenerateError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("think.yaml:"), std::string::npos) << what;
+    EXPECT_NE(what.find("a score must be per token or a scalar, not [d]"), std::string::npos) << what;
   }
 }
 
