@@ -155,10 +155,10 @@ class PolicyGenerator {
   // they were). Operands are signals: rank and sorted_cumsum along t call them T times per token.
   static std::string sort_term(int f) {
     static const char* const terms[] = {
-        "  srt[t] = rank(t: key_norm[t])\n",
+        "  srt[t] = rank(t: floor(key_norm[t] * 4))\n",  // many ties: the lower index first
         "  srt[t] = sorted_cumsum(t: mean(h: A_now[h, t]))\n",
         "  sq = quantile(t: value_norm[t] * gamma, 0.3)\n  srt[t] = sq + key_norm[t]\n",
-        "  srt[t] = sum(d: rank(d: K[d, t]) * V[d, t])\n",
+        "  srt[t] = sum(d: rank(d: round(K[d, t])) * V[d, t])\n",
         "  sq[t] = quantile(q: sum(h: A[h, q, t]), 0.6)\n  srt[t] = sq[t] + mean(h: sorted_cumsum(h: A_now[h, t]))\n",
         "  mq[d] = quantile(t: K_pre[d, t], 0.9)\n  srt[t] = mean(h: rank(h: A_now[h, t])) + sum(d: mq[d] * V[d, t])\n"};
     return terms[f % 6];
