@@ -24,7 +24,8 @@ const std::map<std::string, Reducer> kReducers = {
     {"max", Reducer::Max}, {"min", Reducer::Min}, {"entropy", Reducer::Entropy}};
 
 const std::set<std::string> kOtherFunctions = {"pow", "min", "max", "clamp", "if", "normalise", "random",
-                                             "inverse", "randn"};  // dsl/matrix_ops.h
+                                             "inverse", "randn",  // dsl/matrix_ops.h
+                                             "rank", "sorted_cumsum", "quantile"};  // dsl/sort_ops.h
 
 unsigned axis_bit(const std::string& name) {
   for (const auto& axis : kvevict::kAxisTable)  // the axis table (core/engine/signals.h)

@@ -8,6 +8,7 @@
 #include "dsl/builtin_names.h"
 #include "dsl/matrix_ops.h"
 #include "dsl/program_builder.h"
+#include "dsl/sort_ops.h"
 
 namespace kvevict::dsl {
 namespace {
@@ -536,6 +537,8 @@ class Checker {
     }
     if (kReducers.count(f) && f != "max" && f != "min")
       return fail(e.pos, "'" + f + "' is a reduction: write " + f + "(axis: expression), e.g. " + f + "(q: A[h, q, t])");
+    if (SortFn sf; sort_fn(f, sf))
+      return fail(e.pos, "'" + f + "' runs along an axis: write " + f + (sf == SortFn::Quantile ? "(t: x[t], 0.5)" : "(t: x[t])"));
     if (f == "random") return fail(e.pos, "'random' is a per-token signal: write random[t]");
     if (f == "randn") return fail(e.pos, "'randn' is a Gaussian matrix [d, e]: write randn[d, e]");
     std::vector<Value> args;
@@ -596,6 +599,8 @@ class Checker {
   }
 
   Value reduce(const Expr& e, Scope& scope) {
+    if (SortFn f; sort_fn(e.text, f)) return sort(f, e, scope);
+    if (e.args.size() != 1) return fail(e.args[1]->pos, "'" + e.text + "' takes one operand after ':'");
     Reducer r = kReducers.at(e.text);
     if (opt_.context == ProgramContext::Setting) return fail(e.pos, "reductions are not available in a setting");
     Scope inner = scope;
@@ -672,6 +677,39 @@ class Checker {
                          "write mean(s: x^2) - mean(s: x)^2 with definitions");
     int n = b_.reduce(r, axes, body.node);
     return Value{n, Type::Number, body.shape & ~axes};
+  }
+
+  // rank(t: x), sorted_cumsum(t: x), quantile(t: x, p): one axis binder (dsl/sort_ops.h).
+  Value sort(SortFn f, const Expr& e, Scope& scope) {
+    const std::string name = e.text;
+    if (opt_.context == ProgramContext::Setting) return fail(e.pos, "'" + name + "' is not available in a setting");
+    if (scope.in_window_body) return fail(e.pos, "'" + name + "' cannot be used inside a token window");
+    const size_t operands = f == SortFn::Quantile ? 2 : 1;
+    if (e.args.size() != operands)
+      return fail(e.pos, "'" + name + "' takes " + (operands == 2 ? "an operand and a level after ':', e.g. quantile(t: x, 0.5)"
+                                                                  : "one operand after ':', e.g. " + name + "(t: x[t])"));
+    if (e.binders.size() != 1 || e.binders[0].lo)
+      return fail(e.binders[e.binders.size() > 1 ? 1 : 0].pos, "'" + name + "' runs along exactly one axis (no window variable)");
+    const Binder& bnd = e.binders[0];
+    const unsigned bit = axis(bnd.name);
+    if (!bit || !(bit & context_axes())) return fail(bnd.pos, "'" + bnd.name + "' is not an axis here; use " + axes_text(" or "));
+    // quantile removes its axis (a reduction: the axis must be free); rank and sorted_cumsum keep
+    // it (a scan: the result is read at the axis index of the enclosing scope).
+    if (f == SortFn::Quantile && (scope.bound & bit))
+      return fail(bnd.pos, "axis '" + bnd.name + "' is already bound here (on the left side or by an enclosing reduction)");
+    Scope inner = scope;
+    inner.bound |= bit;
+    Value body = check(*e.args[0], inner);
+    Value level;
+    if (f == SortFn::Quantile) level = check(*e.args[1], scope);
+    if (!body.ok() || (f == SortFn::Quantile && !level.ok())) return error();
+    if (body.type != Type::Number) return fail(e.args[0]->pos, "'" + name + "' needs numbers, found a " + type_name(body.type));
+    if (const std::string why = sort_operand_error(f, bit, body.shape); !why.empty()) return fail(e.pos, why);
+    if (f == SortFn::Quantile && (level.type != Type::Number || level.shape != 0))
+      return fail(e.args[1]->pos, "the level of 'quantile' must be a scalar number (a constant, parameter or scalar signal), found " +
+                                      (level.type == Type::Number ? shape_name(level.shape) : std::string("a ") + type_name(level.type)));
+    const int n = b_.sort(f, bit, body.node, f == SortFn::Quantile ? level.node : -1);
+    return Value{n, Type::Number, b_.node(n).shape};
   }
 
   // Window bounds: integer constants computed from parameters and numbers only.

@@ -12,6 +12,7 @@
 #include "dsl/elementwise.h"
 #include "dsl/interpreter_layout.h"
 #include "dsl/matrix_ops.h"
+#include "dsl/sort_ops.h"
 #include "dsl/contraction.h"
 #include "dsl/token_pairs.h"
 
@@ -369,6 +370,18 @@ class Evaluator {
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Rename: rename(L, nd, bufs[nd.a], B, pool); break;
       case NodeOp::Inverse: evaluate_inverse(bufs[nd.a].data, L.size(nd.shape), in.ext.d, alloc()); break;  // dsl/matrix_ops.h
+      case NodeOp::Sort: {  // dsl/sort_ops.h: the operand as [outer][n][inner] around the sorted axis
+        const unsigned shape = p_.nodes[static_cast<size_t>(nd.a)].shape;
+        int64_t st[kNumAxes];
+        L.strides(shape, st);
+        const int k = kvevict::axis_index(nd.axes);
+        const int64_t n = L.ext[k], inner = st[k], outer = n > 0 ? L.size(shape) / (n * inner) : 0;
+        const float level = nd.b >= 0 ? bufs[nd.b].data[0] : 0.0f;
+        float* o = alloc();
+        if (nd.sort == SortFn::Quantile && n == 0) std::fill(o, o + size, 0.0f);
+        evaluate_sort(nd.sort, bufs[nd.a].data, outer, n, inner, level, o);
+        break;
+      }
       case NodeOp::Randn:
         evaluate_randn(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.heads[0].kv_head), in.ext.d, alloc());
         break;

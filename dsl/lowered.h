@@ -52,6 +52,11 @@
 //                of a (shape = shape(a), which has d and e and no token axis: the matrices are
 //                contiguous): Cholesky in double with a documented ridge fallback, NaN when that
 //                fails (dsl/matrix_ops.h)
+//   Sort         a rank statistic along ONE axis (`axes`, one bit) of a (dsl/sort_ops.h): `sort`
+//                Rank: 0-based rank in descending order (ties: lower index first; NaN last),
+//                shape = shape(a); SortedCumsum: the sum of a over the elements ranked before
+//                each element, shape = shape(a); Quantile: the b-quantile (b a scalar node)
+//                with linear interpolation, shape = shape(a) & ~axes. a is never a token pair
 //   Randn        standard normal, shape [d, e]: kv_dsl_randn (core/engine/gaussian_rng.h) keyed by
 //                (seed, layer, kv_head, d, e), the Gaussian sketch
 //   Table        tables[lo] at (layer, kv_head, d) (dsl/table_data.h): shape [d] when the table has
@@ -111,11 +116,12 @@ using kvevict::ScalarSignal;
 // Shape of a tensor signal in a per-head program; layer_weight programs add axis g.
 constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_axes(s); }
 
-enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename, Inverse, Randn };
+enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename, Inverse, Randn, Sort };
 
 enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round, Sin, Cos };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Pow, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
 enum class Reducer : uint8_t { Sum, Mean, Var, Max, Min, Entropy };
+enum class SortFn : uint8_t { Rank, SortedCumsum, Quantile };  // dsl/sort_ops.h
 
 struct Node {
   NodeOp op = NodeOp::Const;
@@ -127,7 +133,8 @@ struct Node {
   UnaryFn unary = UnaryFn::Neg;
   BinaryFn binary = BinaryFn::Add;
   Reducer reducer = Reducer::Sum;
-  unsigned axes = 0;              // Reduce: the reduced axes; AxisIndex: the axis
+  SortFn sort = SortFn::Rank;     // Sort
+  unsigned axes = 0;              // Reduce: the reduced axes; AxisIndex, Sort: the axis
   int lo = 0, hi = 0;             // Window: offsets, lo <= hi; Table: lo = index into LoweredProgram::tables
   // Where the expression that created the node starts in the policy file (1-based; 0 = unknown,
   // e.g. programs built directly). Not part of a node's identity: a shared sub-expression keeps

@@ -15,7 +15,8 @@ struct SyntaxError {};
 // Nesting guard: a file from a stranger cannot exhaust the stack.
 constexpr int kMaxDepth = 200;
 
-const std::set<std::string> kReducers = {"sum", "mean", "var", "max", "min", "entropy"};
+// The reducers and the sort operations (dsl/sort_ops.h), which share the binder syntax.
+const std::set<std::string> kReducers = {"sum", "mean", "var", "max", "min", "entropy", "rank", "sorted_cumsum", "quantile"};
 
 class Parser {
  public:
@@ -257,7 +258,8 @@ class Parser {
     return false;
   }
 
-  // reduction = reducer "(" binder { "," binder } ":" expr ")" ;
+  // reduction = reducer "(" binder { "," binder } ":" expr { "," expr } ")" ;
+  //   (* the extra operands: quantile's level; the checker counts them per reducer *)
   // binder    = NAME [ "in" expr ".." expr ] ;
   std::unique_ptr<Expr> reduction(const Token& name) {
     DepthGuard guard(*this, name);
@@ -278,6 +280,7 @@ class Parser {
     } while (accept(Tok::Comma));
     expect(Tok::Colon, "after the reduction's binders");
     e->args.push_back(expr());
+    while (accept(Tok::Comma)) e->args.push_back(expr());
     expect(Tok::RParen, "to close the reduction");
     return finish(std::move(e), name);
   }

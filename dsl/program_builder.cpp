@@ -25,6 +25,7 @@ int ProgramBuilder::add(Node n) {
     case NodeOp::Unary: sub = static_cast<int>(n.unary); break;
     case NodeOp::Binary: sub = static_cast<int>(n.binary); break;
     case NodeOp::Reduce: case NodeOp::Window: sub = static_cast<int>(n.reducer); break;
+    case NodeOp::Sort: sub = static_cast<int>(n.sort); break;
     default: break;
   }
   uint32_t bits;
@@ -157,6 +158,17 @@ int ProgramBuilder::inverse(int a) {
   return add(n);
 }
 
+int ProgramBuilder::sort(SortFn f, unsigned axis, int a, int level) {
+  Node n;
+  n.op = NodeOp::Sort;
+  n.sort = f;
+  n.axes = axis;
+  n.a = a;
+  n.b = f == SortFn::Quantile ? level : -1;
+  n.shape = f == SortFn::Quantile ? node(a).shape & ~axis : node(a).shape;
+  return add(n);
+}
+
 int ProgramBuilder::randn() {
   Node n;
   n.op = NodeOp::Randn;
@@ -239,7 +251,7 @@ LoweredProgram ProgramBuilder::finish(int output) {
 
 std::string LoweredProgram::dump() const {
   static const char* ops[] = {"const", "scalar", "load", "axis_index", "random", "unary", "binary",
-                              "select", "reduce", "window", "normalise", "table", "rename", "inverse", "randn"};
+                              "select", "reduce", "window", "normalise", "table", "rename", "inverse", "randn", "sort"};
   std::ostringstream out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
@@ -257,6 +269,10 @@ std::string LoweredProgram::dump() const {
       case NodeOp::Normalise: out << " %" << n.a; break;
       case NodeOp::Rename: out << " %" << n.a; break;
       case NodeOp::Inverse: out << " %" << n.a; break;
+      case NodeOp::Sort:
+        out << " s" << static_cast<int>(n.sort) << ' ' << shape_name(n.axes) << " %" << n.a;
+        if (n.b >= 0) out << " %" << n.b;
+        break;
       case NodeOp::Table: out << ' ' << (n.lo >= 0 && n.lo < static_cast<int>(tables.size()) ? tables[n.lo]->name : "?"); break;
       default: break;
     }

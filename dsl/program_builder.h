@@ -30,6 +30,8 @@ class ProgramBuilder {
   int rename(int a, int map);
   int inverse(int a);  // the SPD inverse over (d, e) of a (dsl/matrix_ops.h); a has both axes
   int randn();         // randn[d, e] (core/engine/gaussian_rng.h)
+  // A rank statistic of a along the one axis `axis` (dsl/sort_ops.h); level: Quantile's scalar p.
+  int sort(SortFn f, unsigned axis, int a, int level = -1);
   // A read of table `index` of `tables` (set_tables) at the program's (layer, kv_head[, d]).
   int table(int index, bool along_g = false);  // along_g: kv_head along axis g (layer_weight)
   void set_tables(const TableList& tables) { program_.tables = tables; }

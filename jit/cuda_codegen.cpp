@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsl/matrix_ops.h"
+#include "dsl/sort_ops.h"
 #include "jit/cuda_expressions.h"
 #include "jit/kernel_abi.h"
 
@@ -25,13 +26,15 @@ using dsl::Reducer;
 // A node whose value at (h, q, t) is not a function of its operands at the same indices: calls
 // to it stop the inlining of elementwise operands.
 bool is_boundary(const Node& n) {
-  return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise || n.op == NodeOp::Rename;
+  return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise || n.op == NodeOp::Rename ||
+         n.op == NodeOp::Sort;
 }
 // A node that needs every token before any token's score: computed by a stage into scratch. The
 // scratch slots cover (h, q, d); a value over s or e (a reduction over t that keeps s, a
 // normalise of a token pair) is computed by loops inside the thread instead (not staged).
 bool is_staged(const Node& n) {
-  return ((n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise) &&
+  const bool token_quantile = n.op == NodeOp::Sort && n.sort == dsl::SortFn::Quantile && (n.axes & dsl::kAxisT);
+  return ((n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise || token_quantile) &&
          !(n.shape & (dsl::kAxisS | dsl::kAxisE));
 }
 
@@ -63,6 +66,7 @@ class ProgramEmitter {
       for (int j : inline_closure(i))
         if (j != i && is_boundary(p_.nodes[j])) functions.insert(j);
       if (is_boundary(p_.nodes[i])) functions.insert(p_.nodes[i].a);
+      if (p_.nodes[i].op == NodeOp::Sort && p_.nodes[i].b >= 0) functions.insert(p_.nodes[i].b);  // quantile's level
     }
     // Staged nodes in index (= topological) order: a stage may read earlier stages' slots.
     for (int i : functions)
@@ -147,7 +151,7 @@ class ProgramEmitter {
     line("KVEVICT_FN float " + fn(i) + "(" + kParams + ") {", here);
     w_.indent();
     line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)s; (void)t;", here);
-    if (n.op == NodeOp::Reduce && is_staged(n)) {
+    if ((n.op == NodeOp::Reduce || n.op == NodeOp::Sort) && is_staged(n)) {
       line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
     } else if (n.op == NodeOp::Normalise && is_staged(n)) {
       // The stage stores 1 / sum over t (0 for a zero sum), exactly as the interpreter rounds it.
@@ -158,6 +162,8 @@ class ProgramEmitter {
       emit_token_reduce(i, false);
     } else if (n.op == NodeOp::Reduce) {
       emit_reduce(i);
+    } else if (n.op == NodeOp::Sort) {
+      emit_sort(i);
     } else if (n.op == NodeOp::Window) {
       emit_window(i);
     } else if (n.op == NodeOp::Rename) {
@@ -398,6 +404,73 @@ class ProgramEmitter {
     }
   }
 
+  // The operand of sort node i with its sorted axis at the loop variable v (the others: the
+  // function's own indices).
+  std::string operand_at(int i, const std::string& v) const {
+    const Node& n = p_.nodes[i];
+    std::string args = "(a";
+    for (int k = 1; k < dsl::kNumAxes; ++k) args += std::string(", ") + ((n.axes & (1u << k)) ? v : kAxisVar[k]);
+    return fn(n.a) + args + ")";
+  }
+  // rank / sorted_cumsum along one axis (dsl/sort_ops.h): a loop over the axis inside the thread,
+  // O(n) per element. The cumulative sum adds in index order (the interpreter in rank order; both
+  // in double, rounded once: within one ulp).
+  void emit_sort(int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    const int k = kvevict::axis_index(n.axes);
+    if (k <= 0) fail(i, "a sort along g in a score program");
+    if (n.sort == dsl::SortFn::Quantile) return line("return " + quantile_body(i, false) + ";", here);
+    const std::string self = kAxisVar[k];
+    line("const float xi = " + fn(n.a) + kArgs + ";", here);
+    line("double acc = 0.0;", here);
+    line("for (int rs = 0; rs < " + std::string(kAxisExtent[k]) + "; ++rs) {", here);
+    w_.indent();
+    line("const float x = " + operand_at(i, "rs") + ";", here);
+    line(std::string("if (kv_sort_before(x, rs, xi, ") + self + ")) acc += " +
+             (n.sort == dsl::SortFn::Rank ? "1.0" : "(double)x") + ";", here);
+    w_.dedent();
+    line("}", here);
+    line("return (float)acc;", here);
+  }
+  // quantile along one axis with linear interpolation (dsl/sort_ops.h): the values of ascending
+  // rank lo and hi found by counting, O(n^2); lanes: the candidates split over the block's lanes
+  // (a stage over t), combined by max (one candidate has each rank) and the NaN count by sum.
+  // Emits the loops and returns the result expression.
+  std::string quantile_body(int i, bool lanes) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    const int k = kvevict::axis_index(n.axes);
+    const std::string extent = kAxisExtent[k];
+    line("const float level = " + fn(n.b) + (lanes ? "(a, h, q, c, e, s, 0)" : kArgs) + ";  // a scalar", here);
+    line("const long long n_ = " + extent + ";", here);
+    line("const double p_ = level < 0.0f ? 0.0 : level > 1.0f ? 1.0 : (double)level;", here);
+    line("const double pos = p_ * (double)(n_ > 0 ? n_ - 1 : 0);", here);
+    line("const long long lo = (long long)floor(pos), hi = lo + 1 < n_ ? lo + 1 : n_ - 1;", here);
+    line("double vlo = -(double)KVEVICT_INFINITY, vhi = -(double)KVEVICT_INFINITY, nans = 0.0;", here);
+    line(std::string("for (int rs = ") + (lanes ? "lane" : "0") + "; rs < n_; rs += " + (lanes ? "lanes" : "1") + ") {", here);
+    w_.indent();
+    line("const float x = " + operand_at(i, "rs") + ";", here);
+    line("if (x != x) { nans += 1.0; continue; }", here);
+    line("long long below = 0;", here);
+    line("for (int ru = 0; ru < n_; ++ru) {", here);
+    w_.indent();
+    line("const float y = " + operand_at(i, "ru") + ";", here);
+    line("if (y < x || (y == x && ru < rs)) ++below;", here);
+    w_.dedent();
+    line("}", here);
+    line("if (below == lo) vlo = (double)x;", here);
+    line("if (below == hi) vhi = (double)x;", here);
+    w_.dedent();
+    line("}", here);
+    if (lanes) {
+      line("vlo = kv_block_combine(vlo, 1);", here);
+      line("vhi = kv_block_combine(vhi, 1);", here);
+      line("nans = kv_block_combine(nans, 0);", here);
+    }
+    return "(n_ == 0 ? 0.0f : (nans > 0.0 || level != level) ? (0.0f / 0.0f) : (float)(vlo + (pos - (double)lo) * (vhi - vlo)))";
+  }
+
   // Stage s computes staged node i at the slot (h, q, c). Like the interpreter's reductions over
   // t: double accumulation over the operand in canonical order (s first for a token pair); each
   // lane takes the tokens t = lane, lane + lanes, ... and kv_block_combine adds the lanes (on the
@@ -417,7 +490,9 @@ class ProgramEmitter {
     line("const int e = 0, s = 0;  // a staged value has neither e nor s", here);
     line("(void)e; (void)s;", here);
     std::string result;
-    if (is_normalise) {
+    if (n.op == NodeOp::Sort) {
+      result = quantile_body(i, true);
+    } else if (is_normalise) {
       line("double s_ = 0.0;", here);
       line("for (int rt = lane; rt < a.T; rt += lanes) s_ += (double)" + fn(n.a) + "(a, h, q, c, e, s, rt);", here);
       line("s_ = kv_block_combine(s_, 0);", here);

@@ -26,6 +26,11 @@
 // GPU a block's lanes split the tokens and are combined by a fixed tree, so only the order of the
 // double additions differs (far below float resolution).
 //
+// Sort statistics (dsl/sort_ops.h): rank and sorted_cumsum are a loop over their axis inside the
+// element's function (O(n) per element, O(T^2) per head along t); quantile counts ranks, O(n^2),
+// and along t it is a stage (each lane takes candidates, combined by max). sorted_cumsum adds in
+// index order where the interpreter adds in rank order: equal within one float ulp.
+//
 // #line: every emitted line is attributed to the policy-file line of the expression it
 // implements (Node::line, set by the DSL checker); nodes without a position (programs built
 // directly) fall back to the program's key (`score:`, `decode_score:`).

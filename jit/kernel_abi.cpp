@@ -4,6 +4,7 @@
 #include "core/engine/counter_rng.h"
 #include "core/engine/gaussian_rng.h"
 #include "dsl/matrix_ops.h"
+#include "dsl/sort_ops.h"
 #include "core/engine/policy_program.h"
 
 #include <string>
@@ -116,6 +117,8 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
 // the CPU side compiles.
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_GAUSSIAN(KVEVICT_FN)) + R"(
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SPD_INVERSE(KVEVICT_FN)) + R"(
+// rank / sorted_cumsum's order (dsl/sort_ops.h), the same macro text the interpreter compiles.
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SORT_BEFORE(KVEVICT_FN)) + R"(
 // Stage slots (kernel_abi.h): group * max(W, 1) * max(head_dim, 1) per stage, slot
 // (h * max(W, 1) + q) * max(head_dim, 1) + c.
 KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }

@@ -70,6 +70,7 @@ class CpuDecoder : public Decoder {
   std::span<const int> tokens_;
   std::vector<float> hidden_norms_;
   std::vector<std::vector<float>> output_grams_;
+  std::vector<float> output_projection_;  // the current layer's W_o slices (out_norm_l1), rebuilt per layer
 };
 
 const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -204,6 +205,10 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
       output_grams_.resize(config_.n_layers);
       if (output_grams_[layer].empty()) output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);
       signals.output_grams = output_grams_[layer];
+    }
+    if (request.output_projection) {
+      output_projection_slices(wo, config_.n_heads, hd, output_projection_);
+      signals.output_projection = output_projection_;
     }
     observer->after_layer(signals, cache_);
   }

@@ -19,6 +19,7 @@ struct ObservationRequest {
   bool accumulated_attention = false;  // column sums of the causal attention of every query of the block
   bool hidden_norms = false;           // the L2 norm of each block token's layer input (LayerSignals::hidden_norms)
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
+  bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
 };
 
 struct LayerSignals {
@@ -43,6 +44,10 @@ struct LayerSignals {
   // G_h = W_o,h^T W_o,h with W_o,h the head_dim columns of W_o that read query head h's attention
   // output, so that ||W_o,h v|| = sqrt(v^T G_h v) (core/decode/output_gram.h). Empty if not requested.
   std::span<const float> output_grams;
+  // The same projection as matrices, [n_heads][dim][head_dim]: slice h is W_o,h (row i = output
+  // feature i), for ||W_o,h v||_1 (out_norm_l1, core/engine/model_signals.h). Valid during
+  // after_layer only (the decoder reuses one buffer). Empty if not requested.
+  std::span<const float> output_projection;
 };
 
 class ForwardObserver {

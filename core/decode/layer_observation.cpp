@@ -1,5 +1,6 @@
 #include "core/decode/layer_observation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -34,6 +35,19 @@ std::vector<float> output_projection_grams(const TypedMatrix& wo, int n_heads, i
     }
   }
   return std::vector<float>(acc.begin(), acc.end());
+}
+
+void output_projection_slices(const TypedMatrix& wo, int n_heads, int head_dim, std::vector<float>& out) {
+  if (wo.empty() || wo.cols != n_heads * head_dim)
+    throw std::invalid_argument("output_projection_slices: W_o must have n_heads * head_dim columns");
+  out.resize(static_cast<size_t>(wo.rows) * wo.cols);
+  std::vector<float> row(wo.cols);
+  for (int r = 0; r < wo.rows; ++r) {
+    quant::dequantize_rows(wo, r, r + 1, row.data());
+    for (int h = 0; h < n_heads; ++h)
+      std::copy(row.begin() + static_cast<ptrdiff_t>(h) * head_dim, row.begin() + static_cast<ptrdiff_t>(h + 1) * head_dim,
+                out.begin() + (static_cast<ptrdiff_t>(h) * wo.rows + r) * head_dim);
+  }
 }
 
 }  // namespace kvevict

@@ -19,4 +19,9 @@ void hidden_state_norms(const float* rows, int n, int width, float* out);
 // per layer (the decoder keeps the result); size n_heads * head_dim^2 floats = head_dim / dim of W_o.
 std::vector<float> output_projection_grams(const TypedMatrix& wo, int n_heads, int head_dim);
 
+// W_o split per query head, dequantised to float: [n_heads][dim][head_dim], slice h = the columns
+// h*head_dim .. h*head_dim + head_dim - 1 of W_o, so ||W_o,h v||_1 can be computed for a value v.
+// Size dim * n_heads * head_dim floats (W_o itself); `out` is resized.
+void output_projection_slices(const TypedMatrix& wo, int n_heads, int head_dim, std::vector<float>& out);
+
 }  // namespace kvevict

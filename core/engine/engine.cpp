@@ -109,6 +109,7 @@ struct EvictionEngine::State {
   QueryStatistics query_stats;
   PositionRecords records;
   std::span<const float> output_grams;
+  std::span<const float> output_projection;  // W_o per query head (out_norm_l1), valid during after_layer
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -167,6 +168,7 @@ struct EvictionEngine::State {
   void record_query_and_model_signals(const LayerSignals& s) {
     records.record(s);
     output_grams = s.output_grams;
+    output_projection = s.output_projection;
     if (!query_stats.active() || !in_prefill) return;
     if (s.window != s.n_tokens)
       throw std::logic_error("engine: Q_mean needs every query of the prompt; the decoder handed " +
@@ -314,6 +316,14 @@ struct EvictionEngine::State {
           out.resize(static_cast<size_t>(Gs) * T);
           output_norms(output_grams.data(), kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T,
                        out.data());
+          break;
+        case TensorSignal::OutputNormL1:
+          if (output_projection.empty() || output_projection.size() % (static_cast<size_t>(Hq) * d) != 0)
+            throw UsageError("policy " + desc.name + " reads out_norm_l1, but the decoder did not hand over the layer's "
+                             "output projection");
+          out.resize(static_cast<size_t>(Gs) * T);
+          output_norms_l1(output_projection.data(), static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)),
+                          kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T, out.data());
           break;
       }
       in.set_signal(info.id, out.data());
@@ -855,6 +865,7 @@ ObservationRequest EvictionEngine::request() const {
     r.window = state_->config.context_length;
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
+  r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   return r;
 }
 
@@ -905,6 +916,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the policy needs hidden_norm; the recorder has none");
   if (st.desc.needs(TensorSignal::OutputNorm) && !recorded.layers().empty() && recorded.layers()[0].output_grams.empty())
     throw std::invalid_argument("apply_after_prefill: the policy needs out_norm; the recorder has no output projection");
+  if (st.desc.needs(TensorSignal::OutputNormL1) && !recorded.layers().empty() && recorded.layers()[0].output_projection.empty())
+    throw std::invalid_argument("apply_after_prefill: the policy needs out_norm_l1; the recorder has no output projection");
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());
@@ -924,6 +937,7 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     s.tokens = recorded.tokens();
     s.hidden_norms = rec.hidden_norms;
     s.output_grams = rec.output_grams;
+    s.output_projection = rec.output_projection;
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
   st.finish_prefill(cache);

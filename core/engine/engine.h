@@ -62,7 +62,8 @@ class PrefillRecorder : public ForwardObserver {
   ObservationRequest request() const override;
   void after_layer(const LayerSignals& signals, KVCache& cache) override;
   // Also records the layer inputs' norms (hidden_norm) and the output-projection Grams (out_norm).
-  void request_model_signals(bool hidden_norms, bool output_grams);
+  // output_projection: W_o itself per query head (out_norm_l1; dim * n_heads * head_dim floats per layer).
+  void request_model_signals(bool hidden_norms, bool output_grams, bool output_projection = false);
 
   struct Layer {
     int window = 0;
@@ -70,6 +71,7 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<std::vector<float>> accumulated_attention;  // [n_heads][len]
     std::vector<float> hidden_norms;                        // [n_tokens] when requested
     std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
+    std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
   };
   const std::vector<Layer>& layers() const { return layers_; }
   const std::vector<int>& tokens() const { return tokens_; }  // the prompt's tokens (always recorded)

@@ -66,4 +66,21 @@ void output_norms(const float* grams, int kv_head, int group, int d, const float
   }
 }
 
+void output_norms_l1(const float* projection, int dim, int kv_head, int group, int d, const float* values, int T, float* out) {
+  const size_t per_head = static_cast<size_t>(dim) * d;
+  for (int g = 0; g < group; ++g) {
+    const float* W = projection + per_head * (kv_head * group + g);
+    for (int t = 0; t < T; ++t) {
+      const float* v = values + static_cast<size_t>(t) * d;
+      double s = 0;
+      for (int i = 0; i < dim; ++i) {
+        double row = 0;
+        for (int b = 0; b < d; ++b) row += static_cast<double>(W[static_cast<size_t>(i) * d + b]) * v[b];
+        s += std::fabs(row);
+      }
+      out[static_cast<size_t>(g) * T + t] = static_cast<float>(s);
+    }
+  }
+}
+
 }  // namespace kvevict

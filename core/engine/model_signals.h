@@ -5,7 +5,9 @@
 //                   stream entering the layer, BEFORE its attention norm (after an RMSNorm every
 //                   row's norm is nearly the same, so the pre-norm value is the informative one),
 //   out_norm[h, t]  ||W_o,h v_t||, entry t's value through the slice of the output projection
-//                   that reads query head h (h over the group, as A's h axis).
+//                   that reads query head h (h over the group, as A's h axis),
+//   out_norm_l1[h, t]  ||W_o,h v_t||_1, the same vector's L1 norm (from W_o itself, handed over per
+//                   layer on request: LayerSignals::output_projection).
 // token and hidden_norm are recorded by ORIGINAL position as the decoder hands each block over
 // (LayerSignals::tokens / hidden_norms), and read through the entries' original positions: so they
 // stay aligned with the cache through evictions, compaction, merges, GQA unfolding, re-assigned
@@ -44,5 +46,10 @@ class PositionRecords {
 // out[g][t] = sqrt(v_t^T G_h v_t) with h = kv_head * group + g, G_h the [d][d] block h of `grams`
 // ([n_heads][d][d]) and v_t row t of values ([T][d]).
 void output_norms(const float* grams, int kv_head, int group, int d, const float* values, int T, float* out);
+
+// out[g][t] = ||W_o,h v_t||_1 = sum over the dim output features i of |W_o,h[i] . v_t| (CriticalKV's
+// and DefensiveKV's projected value norm), h = kv_head * group + g, W_o,h the [dim][d] slice h of
+// `projection` ([n_heads][dim][d], LayerSignals::output_projection), in double, rounded once.
+void output_norms_l1(const float* projection, int dim, int kv_head, int group, int d, const float* values, int T, float* out);
 
 }  // namespace kvevict

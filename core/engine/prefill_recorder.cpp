@@ -11,9 +11,10 @@ PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
 
 ObservationRequest PrefillRecorder::request() const { return request_; }
 
-void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams) {
+void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams, bool output_projection) {
   request_.hidden_norms = hidden_norms;
   request_.output_grams = output_grams;
+  request_.output_projection = output_projection;
 }
 
 void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
@@ -32,6 +33,7 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   else layer.accumulated_attention.clear();
   layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());
   layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
+  layer.output_projection.assign(signals.output_projection.begin(), signals.output_projection.end());
 }
 
 }  // namespace kvevict

@@ -155,7 +155,8 @@ enum class SignalSource : uint8_t {
   X(QueryCovariance, "Q_cov", kAxisH | kAxisD | kAxisE, SignalSource::PromptQueries, "prompt query covariance")   \
   X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
   X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
-  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")
+  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")  \
+  X(OutputNormL1, "out_norm_l1", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value L1 norms")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -164,7 +165,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 18
+#define KVEVICT_NUM_TENSOR_SIGNALS 19
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {

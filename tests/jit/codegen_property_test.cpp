@@ -14,6 +14,7 @@
 
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
+#include "dsl/sort_ops.h"
 #include "jit/cuda_codegen.h"
 #include "jit/jit_policy_program.h"
 #include "jit_test_support.h"
@@ -61,6 +62,9 @@ void cover(const LoweredProgram& p, std::set<std::string>& seen) {
       case NodeOp::Normalise: seen.insert("normalise"); break;
       case NodeOp::Table: seen.insert("table:" + p.tables.at(size_t(n.lo))->name); break;
       case NodeOp::Rename: seen.insert("rename:" + dsl::shape_name(n.shape)); break;
+      case NodeOp::Sort: seen.insert(std::string("sort:") + dsl::sort_name(n.sort) + ":" + dsl::shape_name(n.axes)); break;
+      case NodeOp::Inverse:
+      case NodeOp::Randn: break;  // not generated (inverse is interpreter-only; codegen_test covers randn)
     }
     if (dsl::is_token_pair(n.shape)) seen.insert("token-pair");
     if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisS)) seen.insert("reduce-s");
@@ -83,6 +87,9 @@ std::set<std::string> every_construct() {
   }
   for (const char* r : {"sum", "mean", "max", "min"}) all.insert(std::string("window:") + r);
   all.insert("window:sum:off-centre");
+  for (const char* t : {"sort:rank:[t]", "sort:sorted_cumsum:[t]", "sort:quantile:[t]", "sort:rank:[d]", "sort:quantile:[q]",
+                        "sort:sorted_cumsum:[h]", "sort:rank:[h]"})
+    all.insert(t);  // dsl/sort_ops.h
   for (const char* t : {"tl", "ta", "tq"}) all.insert(std::string("table:") + t);
   return all;
 }

@@ -3,8 +3,9 @@
 // `score` (and sometimes `decode_score`) programs mix every construct of the language's score
 // context (tensor and scalar signals, axis values, every unary and binary function, if, min/max/
 // clamp/pow, every reducer over h, q and t, token windows shifted by t + k and t - k, normalise,
-// parameters, definitions of every shape, and the second axes s and e: token pairs and renamed
-// reads, pair_terms). Expressions are built shape-correct by construction:
+// parameters, definitions of every shape, the second axes s and e: token pairs and renamed
+// reads, pair_terms, and the sort operations rank / sorted_cumsum / quantile along t, d, h and q,
+// sort_term). Expressions are built shape-correct by construction:
 // every read uses axes bound at that point, every reduction's body depends on the reduced axes
 // (an "anchor" term), every window body reads a token at t + k (or t - k). Every file declares
 // three policy tables (dsl/table_data.h) shaped for RandomScoreInputs (4 layers, 2 KV heads,
@@ -119,13 +120,14 @@ class PolicyGenerator {
             ") + 0.5) * " + anchor(inner, inner.bound) + ")\n";
     if (pairs_) text += pair_terms(f);
     text += signal_term(f);
+    text += sort_term(f);
     Scope scope;
     scope.bound = kT;
     Scope window_body = scope;
     window_body.window = true;
     window_body.negative = f % 3 == 0;
     text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
-            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + " + " + signal_read(f) + " * 0.001\n";
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + " + " + signal_read(f) + " * 0.001 + srt[t] * 0.001\n";
     return text;
   }
 
@@ -146,6 +148,20 @@ class PolicyGenerator {
     const std::string read = std::string(info.dsl_name) + "[" + index + "]";
     const std::string value = reduced.empty() ? read : "sum(" + reduced + ": " + read + ")";
     return "  " + signal_read(f) + " = " + value + "\n";
+  }
+
+  // One sort operation (dsl/sort_ops.h) per program, cycling through the operations and axes
+  // without drawing random numbers (so the other draws, and what the fixed seed covers, stay as
+  // they were). Operands are signals: rank and sorted_cumsum along t call them T times per token.
+  static std::string sort_term(int f) {
+    static const char* const terms[] = {
+        "  srt[t] = rank(t: floor(key_norm[t] * 4))\n",  // many ties: the lower index first
+        "  srt[t] = sorted_cumsum(t: mean(h: A_now[h, t]))\n",
+        "  sq = quantile(t: value_norm[t] * gamma, 0.3)\n  srt[t] = sq + key_norm[t]\n",
+        "  srt[t] = sum(d: rank(d: round(K[d, t])) * V[d, t])\n",
+        "  sq[t] = quantile(q: sum(h: A[h, q, t]), 0.6)\n  srt[t] = sq[t] + mean(h: sorted_cumsum(h: A_now[h, t]))\n",
+        "  mq[d] = quantile(t: K_pre[d, t], 0.9)\n  srt[t] = mean(h: rank(h: A_now[h, t])) + sum(d: mq[d] * V[d, t])\n"};
+    return terms[f % 6];
   }
 
   // The second axes s and e (docs/DSL.md §3): a token-pair value over (s, t) from reads renamed to
