@@ -23,6 +23,7 @@ class EngineEvictor : public PrefillEvictor {
       const PolicyDescription& d = loaded.program->description();
       accumulated_ = accumulated_ || d.needs(TensorSignal::AccumulatedAttention);
       hidden_norms_ = hidden_norms_ || d.needs(TensorSignal::HiddenNorm);
+      hidden_states_ = hidden_states_ || d.needs(TensorSignal::HiddenState);
       output_grams_ = output_grams_ || d.needs(TensorSignal::OutputNorm);
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
@@ -34,7 +35,7 @@ class EngineEvictor : public PrefillEvictor {
     int window = 0;
     for (const auto& [label, program] : programs_) window = std::max(window, recorded_window_for(*program, prompt_len));
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
-    recorder_->request_model_signals(hidden_norms_, output_grams_);
+    recorder_->request_model_signals(hidden_norms_, output_grams_, hidden_states_);
     return recorder_.get();
   }
 
@@ -71,7 +72,7 @@ class EngineEvictor : public PrefillEvictor {
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
   std::map<std::string, PolicySource> sources_;  // by label
-  bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false;
+  bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, hidden_states_ = false;
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

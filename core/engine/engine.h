@@ -58,8 +58,9 @@ class PrefillRecorder : public ForwardObserver {
   PrefillRecorder(int window, bool accumulated_attention);
   ObservationRequest request() const override;
   void after_layer(const LayerSignals& signals, KVCache& cache) override;
-  // Also records the layer inputs' norms (hidden_norm) and the output-projection Grams (out_norm).
-  void request_model_signals(bool hidden_norms, bool output_grams);
+  // Also records the layer inputs' norms (hidden_norm), the output-projection Grams (out_norm) and
+  // the attention inputs (hidden).
+  void request_model_signals(bool hidden_norms, bool output_grams, bool hidden_states = false);
 
   struct Layer {
     int window = 0;
@@ -67,6 +68,7 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<std::vector<float>> accumulated_attention;  // [n_heads][len]
     std::vector<float> hidden_norms;                        // [n_tokens] when requested
     std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
+    std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
   };
   const std::vector<Layer>& layers() const { return layers_; }
   const std::vector<int>& tokens() const { return tokens_; }  // the prompt's tokens (always recorded)

@@ -11,8 +11,9 @@ PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
 
 ObservationRequest PrefillRecorder::request() const { return request_; }
 
-void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams) {
+void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams, bool hidden_states) {
   request_.hidden_norms = hidden_norms;
+  request_.hidden_states = hidden_states;
   request_.output_grams = output_grams;
 }
 
@@ -32,6 +33,7 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   else layer.accumulated_attention.clear();
   layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());
   layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
+  layer.hidden_states.assign(signals.hidden_states.begin(), signals.hidden_states.end());
 }
 
 }  // namespace kvevict

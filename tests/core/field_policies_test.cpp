@@ -74,7 +74,7 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
 // per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
 // layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp, composed and dms in
-// selection_policies_test.cpp. One name per line.
+// selection_policies_test.cpp, kvzap in hidden_state_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "cam",
@@ -96,6 +96,7 @@ const std::vector<std::string> kFieldPolicies = {
     "headkv",
     "keydiff",
     "kvmerger",
+    "kvzap",
     "leverage",
     "look_m",
     "lukv",
