@@ -17,7 +17,7 @@ const std::map<std::string, TensorSignal> kTensorSignals = [] {
 const std::map<std::string, UnaryFn> kUnaryFns = {
     {"exp", UnaryFn::Exp}, {"log", UnaryFn::Log}, {"sqrt", UnaryFn::Sqrt}, {"abs", UnaryFn::Abs},
     {"floor", UnaryFn::Floor}, {"ceil", UnaryFn::Ceil}, {"round", UnaryFn::Round},
-    {"sin", UnaryFn::Sin}, {"cos", UnaryFn::Cos}};
+    {"sin", UnaryFn::Sin}, {"cos", UnaryFn::Cos}, {"gelu", UnaryFn::Gelu}};
 
 const std::map<std::string, Reducer> kReducers = {
     {"sum", Reducer::Sum}, {"mean", Reducer::Mean}, {"var", Reducer::Var},

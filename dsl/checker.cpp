@@ -230,6 +230,10 @@ class Checker {
     Value v = check_expr(e, scope);
     b_.locate(first, e.pos.line, e.pos.col);
     const unsigned extra = v.shape & ~kvevict::kTokenPair;
+    if (v.ok() && is_token_pair(v.shape) && (extra & kvevict::kAxisC))
+      // A row of s over the model dimension would be n_embd x T numbers: outside the static bound.
+      return fail(e.pos, "this value has shape " + shape_name(v.shape) +
+                             ": a token-pair value (axes s and t) cannot carry the model axis c; reduce over c first");
     if (v.ok() && is_token_pair(v.shape) && ((extra & kAxisQ) || (extra & (extra - 1))))
       // The static bound of a token pair: one row of s holds at most max(n_kv_heads, G,
       // head_dim) x T numbers (the interpreter's tiles hold whole rows of s; lowered.h).
@@ -425,8 +429,8 @@ class Checker {
   }
 
   // read = NAME "[" index { "," index } "]" where NAME is a table: the indices are the table's
-  // axes in order, spelled layer, kv_head and d (docs/DSL.md §11); layer and kv_head are the
-  // program's own, d must be bound. No shifts, so no read can leave the table.
+  // axes in order, spelled layer, kv_head, d and c (docs/DSL.md §11); layer and kv_head are the
+  // program's own, d and c must be bound. No shifts, so no read can leave the table.
   Value table_read(const Expr& e, Scope& scope, int index) {
     const TableData& tab = *opt_.tables[static_cast<size_t>(index)];
     // In layer_weight programs the kv_head axis is spelled g (the layer's KV heads), a bound axis.
@@ -466,6 +470,8 @@ class Checker {
                                  e.text + "[layer, g]");
       if (want[i] == static_cast<int>(TableAxis::D) && !(scope.bound & kAxisD))
         return fail(idx.pos, "axis 'd' is not bound here: declare it on the left side or reduce over it");
+      if (want[i] == static_cast<int>(TableAxis::C) && !(scope.bound & kvevict::kAxisC))
+        return fail(idx.pos, "axis 'c' is not bound here: declare it on the left side or reduce over it");
     }
     int n = b_.table(index, along_g);
     if (at_e) n = b_.rename(n, (rename_identity() & ~(7 << (3 * kvevict::kAxisIndexD))) | (kvevict::kAxisIndexE << (3 * kvevict::kAxisIndexD)));

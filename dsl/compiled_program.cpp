@@ -37,7 +37,7 @@ namespace {
 // One scalar of a per-(layer, KV head) program (head_mode, head_weight).
 double head_scalar(const LoweredProgram& p, const ScoreInputs& in) {
   EvalInputs e;
-  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .c = in.n_embd, .t = in.T};
   fill_scalars(e, in);
   e.heads.push_back(head_signals(in));
   e.seed = in.seed;
@@ -76,8 +76,8 @@ void InterpretedPolicy::channel_score(const ScoreInputs& in, float* out) const {
   for (size_t c = 0; c < d; ++c) out[c] = v.size() == 1 ? v[0] : v[c];
 }
 
-std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
-  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim);
+std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd) const {
+  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim, n_embd);
   return why.empty() ? why : "policy '" + c_.desc.name + "' (" + c_.desc.source + "): " + why;
 }
 
@@ -94,7 +94,7 @@ void InterpretedPolicy::stage_score(int program, const ScoreInputs& in, float* o
 void InterpretedPolicy::run_score(const LoweredProgram& p, const ScoreInputs& in, float* out) const {
   if (in.T < 0 || in.group < 1 || in.W < 0) throw RuntimeError("policy '" + c_.desc.name + "': invalid score inputs");
   EvalInputs e;
-  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .c = in.n_embd, .t = in.T};
   fill_scalars(e, in);
   e.heads.push_back(head_signals(in));
   e.seed = in.seed;
@@ -110,7 +110,7 @@ double InterpretedPolicy::layer_weight(const LayerWeightInputs& in) const {
     if (h.T != h0.T || h.W != h0.W || h.group != h0.group)
       throw RuntimeError("policy '" + c_.desc.name + "': layer_weight needs every KV head of the layer at the same length");
   EvalInputs e;
-  e.ext = {.g = static_cast<int>(in.heads.size()), .h = h0.group, .q = h0.W, .d = h0.head_dim, .t = h0.T};
+  e.ext = {.g = static_cast<int>(in.heads.size()), .h = h0.group, .q = h0.W, .d = h0.head_dim, .c = h0.n_embd, .t = h0.T};
   fill_scalars(e, h0);
   e.scalars[static_cast<int>(ScalarSignal::Layer)] = static_cast<float>(in.layer);
   e.scalars[static_cast<int>(ScalarSignal::NLayers)] = static_cast<float>(in.n_layers);

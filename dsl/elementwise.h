@@ -23,6 +23,8 @@ inline float apply_unary(UnaryFn f, float x) {
     case UnaryFn::Round: return std::round(x);
     case UnaryFn::Sin: return std::sin(x);
     case UnaryFn::Cos: return std::cos(x);
+    // torch.nn.GELU() (approximate='none'): x * Phi(x) with the exact erf, evaluated in float.
+    case UnaryFn::Gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
   }
   return x;
 }

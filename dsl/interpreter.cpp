@@ -390,9 +390,11 @@ class Evaluator {
         const TableData& tab = *p_.tables[static_cast<size_t>(nd.lo)];
         const long long kv_head = static_cast<long long>(in.scalars[static_cast<int>(ScalarSignal::KvHead)]);
         float* o = alloc();
-        const int64_t channels = (nd.shape & kAxisD) ? in.ext.d : 1;  // [g?][d?], g outer (along_g: layer_weight)
+        // [g?][d?][c?], g outer (along_g: layer_weight)
+        const int64_t model = (nd.shape & kvevict::kAxisC) ? in.ext.c : 1;
+        const int64_t channels = (nd.shape & kAxisD) ? in.ext.d : 1;
         for (int64_t j = 0; j < size; ++j)
-          o[j] = tab.at(in.layer, (nd.shape & kAxisG) ? j / channels : kv_head, j % channels);
+          o[j] = tab.at(in.layer, (nd.shape & kAxisG) ? j / (channels * model) : kv_head, (j / model) % channels, j % model);
         break;
       }
     }
@@ -410,12 +412,12 @@ std::vector<float> evaluate(const LoweredProgram& p, const EvalInputs& in) {
   if (p.output < 0 || p.nodes.empty()) throw RuntimeError("policy program is empty (it did not check)");
   const int G = p.layer_context ? static_cast<int>(in.heads.size()) : 1;
   if (in.heads.size() != static_cast<size_t>(G) || G < 1) throw RuntimeError("policy evaluation: wrong number of head signal sets");
-  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1 || in.ext.d < 0) throw RuntimeError("policy evaluation: invalid extents");
-  // Extents in the order of the axis table: e is a second channel axis (head_dim), s a second
-  // token axis (T).
+  if (in.ext.t < 0 || in.ext.q < 0 || in.ext.h < 1 || in.ext.d < 0 || in.ext.c < 0) throw RuntimeError("policy evaluation: invalid extents");
+  // Extents in the order of the axis table: e is a second channel axis (head_dim), c the model
+  // dimension, s a second token axis (T).
   Layout L{};
-  const int extents[kNumAxes] = {G, in.ext.h, in.ext.q, in.ext.d, in.ext.d, in.ext.t, in.ext.t};
-  static_assert(kvevict::kAxisIndexE == 4 && kvevict::kAxisIndexS == 5 && kNumAxes == 7, "extents follow KVEVICT_AXES");
+  const int extents[kNumAxes] = {G, in.ext.h, in.ext.q, in.ext.d, in.ext.d, in.ext.c, in.ext.t, in.ext.t};
+  static_assert(kvevict::kAxisIndexE == 4 && kvevict::kAxisIndexC == 5 && kvevict::kAxisIndexS == 6 && kNumAxes == 8, "extents follow KVEVICT_AXES");
   std::copy(extents, extents + kNumAxes, L.ext);
   return Evaluator(p, in, G).run(L);
 }

@@ -17,6 +17,7 @@ struct Extents {
   int h = 1;  // query heads per KV head (G)
   int q = 0;  // window rows (W)
   int d = 1;  // head dimension (channels of K, K_pre, V)
+  int c = 0;  // model dimension (n_embd: channels of hidden)
   int t = 0;  // cache length (T)
 };
 

@@ -67,7 +67,7 @@ constexpr int kS = kvevict::kAxisIndexS;
 constexpr int kOuter = kNumAxes - 1;  // every axis but t: the axes of the rows; t runs inside a row
 
 struct Layout {
-  int ext[kNumAxes];  // extents of the axes, in the order of the axis table (g, h, q, d, e, s, t)
+  int ext[kNumAxes];  // extents of the axes, in the order of the axis table (g, h, q, d, e, c, s, t)
   int64_t size(unsigned shape) const {
     int64_t n = 1;
     for (int i = 0; i < kNumAxes; ++i)

@@ -13,11 +13,12 @@
 //   q  window query                  extent W (rows of the window attention)
 //   d  channel of a head vector      extent head_dim (keys K, K_pre and values V)
 //   e  a second channel axis         extent head_dim (C[d, e]: two channels at once)
+//   c  the model dimension           extent n_embd (hidden[c, t]: the layer's attention input)
 //   s  a second cached-token axis    extent T (pairwise terms S[s, t])
 //   t  cached token                  extent T (cache length)
 // (The table is KVEVICT_AXES in core/engine/signals.h.) A shape is a bit mask of axes. A tensor
-// is stored densely, row-major, with its axes in the canonical order g, h, q, d, e, s, t (t
-// innermost, so every inner loop runs over contiguous tokens; reductions over d, e and s are
+// is stored densely, row-major, with its axes in the canonical order g, h, q, d, e, c, s, t (t
+// innermost, so every inner loop runs over contiguous tokens; reductions over d, e, c and s are
 // outer reductions like those over h and q).
 // A scalar has shape 0 and holds one value.
 //
@@ -59,13 +60,13 @@
 //                with linear interpolation, shape = shape(a) & ~axes. a is never a token pair
 //   Randn        standard normal, shape [d, e]: kv_dsl_randn (core/engine/gaussian_rng.h) keyed by
 //                (seed, layer, kv_head, d, e), the Gaussian sketch
-//   Table        tables[lo] at (layer, kv_head, d) (dsl/table_data.h): shape [d] when the table has
-//                axis d, else scalar (plus axis g in layer_weight programs, where kv_head runs
+//   Table        tables[lo] at (layer, kv_head, d, c) (dsl/table_data.h): shape [d?, c?] for the
+//                table's axes d and c, else scalar (plus axis g in layer_weight programs, where kv_head runs
 //                along g). layer and kv_head are otherwise the program's own (its scalars); an
 //                index outside the table reads 0 (the engine checks the extents before a run)
 //
 // REDUCTION ORDER (determinism): reductions over axes other than t only accumulate in float in
-// increasing index order (canonical g, h, q, d, e, s nesting), each t independently; mean = sum *
+// increasing index order (canonical g, h, q, d, e, c, s nesting), each t independently; mean = sum *
 // (1 / count) in float. A reduction whose axes include t accumulates in double, visiting the
 // operand in canonical order. Window sums accumulate in float in increasing k.
 // CONTRACTIONS: sum/mean over axes R of a * b (a Binary Mul node used only by such reductions)
@@ -104,6 +105,7 @@ using kvevict::kNumAxes;
 using kvevict::kAxisT;
 using kvevict::kAxisE;
 using kvevict::kAxisS;
+using kvevict::kAxisC;
 using kvevict::is_token_pair;
 using kvevict::kNumTensorSignals;
 using kvevict::SignalSet;
@@ -118,7 +120,7 @@ constexpr unsigned tensor_signal_shape(TensorSignal s) { return kvevict::signal_
 
 enum class NodeOp : uint8_t { Const, Scalar, Load, AxisIndex, Random, Unary, Binary, Select, Reduce, Window, Normalise, Table, Rename, Inverse, Randn, Sort };
 
-enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round, Sin, Cos };
+enum class UnaryFn : uint8_t { Neg, Not, Exp, Log, Sqrt, Abs, Floor, Ceil, Round, Sin, Cos, Gelu };
 enum class BinaryFn : uint8_t { Add, Sub, Mul, Div, Pow, Min, Max, Lt, Le, Gt, Ge, Eq, Ne, And, Or };
 enum class Reducer : uint8_t { Sum, Mean, Var, Max, Min, Entropy };
 enum class SortFn : uint8_t { Rank, SortedCumsum, Quantile };  // dsl/sort_ops.h

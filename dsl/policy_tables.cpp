@@ -47,7 +47,7 @@ bool valid_table_name(const std::string& n) {
 std::vector<int> parse_axes(const YAML::Node& n, const std::string& name, Diagnostics& diag, TableData& table) {
   std::vector<int> axes;
   if (!n.IsSequence() || n.size() == 0 || n.size() > kNumTableAxes) {
-    diag.error(pos_of(n), "table '" + name + "': 'axes' must be a list of 1 to 3 of layer, kv_head, d (in that order)");
+    diag.error(pos_of(n), "table '" + name + "': 'axes' must be a list of 1 to 4 of layer, kv_head, d, c (in that order)");
     return {};
   }
   int last = -1;
@@ -57,11 +57,11 @@ std::vector<int> parse_axes(const YAML::Node& n, const std::string& name, Diagno
       if (a.IsScalar() && a.Scalar() == kTableAxisNames[k]) found = k;
     if (found < 0) {
       diag.error(pos_of(a), "table '" + name + "': unknown axis '" + (a.IsScalar() ? a.Scalar() : "?") +
-                                "' (axes: layer, kv_head, d)");
+                                "' (axes: layer, kv_head, d, c)");
       return {};
     }
     if (found <= last) {
-      diag.error(pos_of(a), "table '" + name + "': axes must be listed once each, in the order layer, kv_head, d");
+      diag.error(pos_of(a), "table '" + name + "': axes must be listed once each, in the order layer, kv_head, d, c");
       return {};
     }
     last = found;
@@ -125,7 +125,7 @@ std::string apply_transform(TableData& t) {
 
 // row = number { sep number } ; sep = spaces / tabs / one comma.
 std::string parse_table_text(const std::string& text, TableData& table) {
-  const int last_axis = table.has[2] ? 2 : table.has[1] ? 1 : 0;
+  const int last_axis = table.has[3] ? 3 : table.has[2] ? 2 : table.has[1] ? 1 : 0;
   const size_t columns = static_cast<size_t>(table.extent[last_axis]);
   const size_t rows = table.size() / columns;
   table.values.clear();
@@ -242,12 +242,12 @@ void parse_tables_section(const YAML::Node& node, const std::string& policy_path
   }
 }
 
-std::string check_table_geometry(const TableList& tables, int n_layers, int n_kv_heads, int head_dim) {
-  const int model[kNumTableAxes] = {n_layers, n_kv_heads, head_dim};
-  const char* what[kNumTableAxes] = {"n_layers", "n_kv_heads", "head_dim"};
+std::string check_table_geometry(const TableList& tables, int n_layers, int n_kv_heads, int head_dim, int n_embd) {
+  const int model[kNumTableAxes] = {n_layers, n_kv_heads, head_dim, n_embd};
+  const char* what[kNumTableAxes] = {"n_layers", "n_kv_heads", "head_dim", "n_embd"};
   for (const auto& t : tables)
     for (int a = 0; a < kNumTableAxes; ++a)
-      if (t->has[a] && t->extent[a] != model[a])
+      if (t->has[a] && t->extent[a] != model[a] && !(a == static_cast<int>(TableAxis::C) && n_embd == 0))
         return "table '" + t->name + "' (" + t->file + ") has shape " + t->shape_text() + ", but the model has " + what[a] +
                " = " + std::to_string(model[a]);
   return "";

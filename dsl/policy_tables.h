@@ -3,7 +3,7 @@
 // layout). Grammar (YAML):
 //   tables:
 //     NAME: {file: PATH, axes: [AXIS, ...], shape: [N, ...], values: raw | rank | share}
-//   AXIS = layer | kv_head | d        (a non-empty subset, in that order)
+//   AXIS = layer | kv_head | d | c    (a non-empty subset, in that order; c: the model dimension)
 //   N    = a whole number >= 1        (one per axis; the product is at most kMaxTableElements)
 // PATH is relative to the policy file's directory (or absolute). `values` (default raw): see
 // dsl/table_data.h.
@@ -36,8 +36,9 @@ void parse_tables_section(const YAML::Node& node, const std::string& policy_path
 // `table.values`. Returns "" or the first error as "file:line:col: message".
 std::string parse_table_text(const std::string& text, TableData& table);
 
-// Whether a policy's tables fit a model: every table's layer / kv_head / d extent equals n_layers /
-// n_kv_heads / head_dim. Returns "" or a message naming the table, its file and both shapes.
-std::string check_table_geometry(const TableList& tables, int n_layers, int n_kv_heads, int head_dim);
+// Whether a policy's tables fit a model: every table's layer / kv_head / d / c extent equals
+// n_layers / n_kv_heads / head_dim / n_embd (c is not checked when n_embd is 0). Returns "" or a
+// message naming the table, its file and both shapes.
+std::string check_table_geometry(const TableList& tables, int n_layers, int n_kv_heads, int head_dim, int n_embd = 0);
 
 }  // namespace kvevict::dsl

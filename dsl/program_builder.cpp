@@ -181,7 +181,8 @@ int ProgramBuilder::table(int index, bool along_g) {
   Node n;
   n.op = NodeOp::Table;
   n.lo = index;
-  n.shape = (program_.tables.at(static_cast<size_t>(index))->has[static_cast<int>(TableAxis::D)] ? kAxisD : 0u) |
+  const TableData& t = *program_.tables.at(static_cast<size_t>(index));
+  n.shape = (t.has[static_cast<int>(TableAxis::D)] ? kAxisD : 0u) | (t.has[static_cast<int>(TableAxis::C)] ? kvevict::kAxisC : 0u) |
             (along_g ? kAxisG : 0u);
   return add(n);
 }

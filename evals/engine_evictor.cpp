@@ -23,6 +23,7 @@ class EngineEvictor : public PrefillEvictor {
       const PolicyDescription& d = loaded.program->description();
       accumulated_ = accumulated_ || d.needs(TensorSignal::AccumulatedAttention);
       hidden_norms_ = hidden_norms_ || d.needs(TensorSignal::HiddenNorm);
+      hidden_states_ = hidden_states_ || d.needs(TensorSignal::HiddenState);
       output_grams_ = output_grams_ || d.needs(TensorSignal::OutputNorm);
       output_projection_ = output_projection_ || d.needs(TensorSignal::OutputNormL1);
       programs_[choice.label] = std::move(loaded.program);
@@ -35,7 +36,10 @@ class EngineEvictor : public PrefillEvictor {
     int window = 0;
     for (const auto& [label, program] : programs_) window = std::max(window, recorded_window_for(*program, prompt_len));
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
-    recorder_->request_model_signals(hidden_norms_, output_grams_, output_projection_);
+    recorder_->request_model_signals({.hidden_norms = hidden_norms_,
+                                      .output_grams = output_grams_,
+                                      .output_projection = output_projection_,
+                                      .hidden_states = hidden_states_});
     return recorder_.get();
   }
 
@@ -72,7 +76,8 @@ class EngineEvictor : public PrefillEvictor {
   ModelConfig config_;
   std::map<std::string, std::unique_ptr<PolicyProgram>> programs_;
   std::map<std::string, PolicySource> sources_;  // by label
-  bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, output_projection_ = false;
+  bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, output_projection_ = false,
+       hidden_states_ = false;
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

@@ -30,21 +30,23 @@ bool is_boundary(const Node& n) {
          n.op == NodeOp::Sort;
 }
 // A node that needs every token before any token's score: computed by a stage into scratch. The
-// scratch slots cover (h, q, d); a value over s or e (a reduction over t that keeps s, a
-// normalise of a token pair) is computed by loops inside the thread instead (not staged).
+// scratch slots cover (h, q, d); a value over s, e or c (a reduction over t that keeps s, a
+// normalise of a token pair, a per-model-channel statistic) is computed by loops inside the thread
+// instead (not staged).
 bool is_staged(const Node& n) {
   const bool token_quantile = n.op == NodeOp::Sort && n.sort == dsl::SortFn::Quantile && (n.axes & dsl::kAxisT);
   return ((n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise || token_quantile) &&
-         !(n.shape & (dsl::kAxisS | dsl::kAxisE));
+         !(n.shape & (dsl::kAxisS | dsl::kAxisE | dsl::kAxisC));
 }
 
-// The index variable of each axis in the generated functions (d is `c`, the channel) and the
-// extent of its loops; g has none (score programs only).
-const char* const kAxisVar[] = {"", "h", "q", "c", "e", "s", "t"};
-const char* const kAxisExtent[] = {"", "a.group", "a.W", "a.head_dim", "a.head_dim", "a.T", "a.T"};
+// The index variable of each axis in the generated functions (d is `c`, the channel; the model
+// axis c is `mc`) and the extent of its loops; g has none (score programs only).
+const char* const kAxisVar[] = {"", "h", "q", "c", "e", "mc", "s", "t"};
+const char* const kAxisExtent[] = {"", "a.group", "a.W", "a.head_dim", "a.head_dim", "a.n_embd", "a.T", "a.T"};
 static_assert(sizeof(kAxisVar) / sizeof(kAxisVar[0]) == dsl::kNumAxes, "one variable per axis of KVEVICT_AXES");
-constexpr const char* kParams = "const KvScoreArgs& a, int h, int q, int c, int e, int s, int t";
-constexpr const char* kArgs = "(a, h, q, c, e, s, t)";
+static_assert(sizeof(kAxisExtent) / sizeof(kAxisExtent[0]) == dsl::kNumAxes, "one extent per axis of KVEVICT_AXES");
+constexpr const char* kParams = "const KvScoreArgs& a, int h, int q, int c, int e, int mc, int s, int t";
+constexpr const char* kArgs = "(a, h, q, c, e, mc, s, t)";
 
 class ProgramEmitter {
  public:
@@ -90,7 +92,7 @@ class ProgramEmitter {
     result.token_function = prefix_ + "_token";
     line("KVEVICT_FN float " + result.token_function + "(const KvScoreArgs& a, int t) {", where_);
     w_.indent();
-    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, 0, 0, t);", where_);
+    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, 0, 0, 0, t);", where_);
     line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score", where_);
     w_.dedent();
     line("}", where_);
@@ -150,7 +152,7 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     line("KVEVICT_FN float " + fn(i) + "(" + kParams + ") {", here);
     w_.indent();
-    line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)s; (void)t;", here);
+    line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)mc; (void)s; (void)t;", here);
     if ((n.op == NodeOp::Reduce || n.op == NodeOp::Sort) && is_staged(n)) {
       line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
     } else if (n.op == NodeOp::Normalise && is_staged(n)) {
@@ -347,7 +349,7 @@ class ProgramEmitter {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     line("double sum = 0.0;", here);
-    line("for (int rt = 0; rt < a.T; ++rt) sum += (double)" + fn(n.a) + "(a, h, q, c, e, s, rt);", here);
+    line("for (int rt = 0; rt < a.T; ++rt) sum += (double)" + fn(n.a) + "(a, h, q, c, e, mc, s, rt);", here);
     line("const float inv = sum != 0.0 ? (float)(1.0 / sum) : 0.0f;", here);
     line("return " + fn(n.a) + kArgs + " * inv;", here);
   }
@@ -371,7 +373,7 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     if (n.lo > n.hi) fail(i, "a token window with lo > hi");
     const std::string lo = std::to_string(n.lo) + "LL", hi = std::to_string(n.hi) + "LL";
-    const std::string call = fn(n.a) + "(a, h, q, c, e, s, (int)u)";
+    const std::string call = fn(n.a) + "(a, h, q, c, e, mc, s, (int)u)";
     auto range = [&] {
       line("const long long first = (long long)t + " + lo + " > 0 ? (long long)t + " + lo + " : 0;", here);
       line("const long long last = (long long)t + " + hi + " < (long long)a.T - 1 ? (long long)t + " + hi +
@@ -442,7 +444,7 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     const int k = kvevict::axis_index(n.axes);
     const std::string extent = kAxisExtent[k];
-    line("const float level = " + fn(n.b) + (lanes ? "(a, h, q, c, e, s, 0)" : kArgs) + ";  // a scalar", here);
+    line("const float level = " + fn(n.b) + (lanes ? "(a, h, q, c, e, mc, s, 0)" : kArgs) + ";  // a scalar", here);
     line("const long long n_ = " + extent + ";", here);
     line("const double p_ = level < 0.0f ? 0.0 : level > 1.0f ? 1.0 : (double)level;", here);
     line("const double pos = p_ * (double)(n_ > 0 ? n_ - 1 : 0);", here);
@@ -487,14 +489,14 @@ class ProgramEmitter {
     line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
              (has_d ? "c >= a.head_dim" : "c != 0") + ") return;", here);
     line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
-    line("const int e = 0, s = 0;  // a staged value has neither e nor s", here);
-    line("(void)e; (void)s;", here);
+    line("const int e = 0, mc = 0, s = 0;  // a staged value has neither e, c nor s", here);
+    line("(void)e; (void)mc; (void)s;", here);
     std::string result;
     if (n.op == NodeOp::Sort) {
       result = quantile_body(i, true);
     } else if (is_normalise) {
       line("double s_ = 0.0;", here);
-      line("for (int rt = lane; rt < a.T; rt += lanes) s_ += (double)" + fn(n.a) + "(a, h, q, c, e, s, rt);", here);
+      line("for (int rt = lane; rt < a.T; rt += lanes) s_ += (double)" + fn(n.a) + "(a, h, q, c, e, mc, s, rt);", here);
       line("s_ = kv_block_combine(s_, 0);", here);
       result = "s_ != 0.0 ? (float)(1.0 / s_) : 0.0f";
     } else {

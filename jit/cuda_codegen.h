@@ -1,9 +1,9 @@
 #pragma once
 // The CUDA code generator for the DSL's lowered form (dsl/lowered.h).
 //
-// Scheme: every node becomes one device function `<prefix>_n<i>(args, h, q, c, e, s, t)` that
+// Scheme: every node becomes one device function `<prefix>_n<i>(args, h, q, c, e, mc, s, t)` that
 // computes a single element of the node's tensor (c is the channel of axis d, e the second channel
-// axis, s the second token axis; indices outside the node's shape are ignored). Elementwise nodes
+// axis, mc the model axis c, s the second token axis; indices outside the node's shape are ignored). Elementwise nodes
 // call their operands at the same indices, a renamed read (K[d, s]) calls its operand with the
 // indices permuted; reductions over h, q, d, e and s and token windows are loops inside the
 // function; the output node is evaluated by one thread per token. Token pairs (axes s and t) are

@@ -42,16 +42,18 @@ std::string cuda_load(TensorSignal s) {
   const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ, has_d = axes & dsl::kAxisD;
   const bool has_t = axes & dsl::kAxisT;  // Q, Q_mean, ... have no token axis
   const bool has_e = axes & dsl::kAxisE;  // the second channel axis (Q_cov[h, d, e]): parameter `e`
+  const bool has_c = axes & dsl::kAxisC;  // the model dimension (hidden[c, t]): parameter `mc`
   std::string index = has_h ? "(long long)h" : "";
   if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
   if (has_d) index = index.empty() ? "(long long)c" : "(" + index + " * a.head_dim + c)";
   if (has_e) index = index.empty() ? "(long long)e" : "(" + index + " * a.head_dim + e)";
+  if (has_c) index = index.empty() ? "(long long)mc" : "(" + index + " * a.n_embd + mc)";
   if (has_t) index = index.empty() ? "t" : index + " * a.T + t";
   else if (index.empty()) index = "0LL";
   const std::string slot = std::to_string(kvevict::signal_index(s));
   return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
          ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? (has_e ? "2" : "1") : "0") +
-         ", " + (has_t ? "1" : "0") + "), 0.0f)";
+         ", " + (has_t ? "1" : "0") + ")" + (has_c ? " * kv_nonneg(a.n_embd)" : "") + ", 0.0f)";
 }
 
 std::string cuda_unary(UnaryFn f, const std::string& x) {
@@ -67,6 +69,8 @@ std::string cuda_unary(UnaryFn f, const std::string& x) {
     case UnaryFn::Round: return "roundf(" + x + ")";
     case UnaryFn::Sin: return "sinf(" + x + ")";
     case UnaryFn::Cos: return "cosf(" + x + ")";
+    case UnaryFn::Gelu:  // dsl/elementwise.h: the exact (erf) form of torch.nn.GELU, in float
+      return "(0.5f * (" + x + ") * (1.0f + erff((" + x + ") * 0.70710678118654752f)))";
   }
   return "";
 }
@@ -104,15 +108,18 @@ std::string cuda_table_definition(int index, const dsl::TableData& table) {
 }
 
 std::string cuda_table_read(int index, const dsl::TableData& table) {
-  // flat = (layer * n_kv_head + kv_head) * n_d + c over the axes the table has (table_data.h); an
-  // index of an axis outside its extent reads 0 like TableData::at.
-  const std::string n_k = std::to_string(table.extent[1]), n_d = std::to_string(table.extent[2]);
+  // flat = ((layer * n_kv_head + kv_head) * n_d + c) * n_c + mc over the axes the table has
+  // (table_data.h; c is axis d, mc the model axis c); an index of an axis outside its extent reads 0
+  // like TableData::at.
+  const std::string n_k = std::to_string(table.extent[1]), n_d = std::to_string(table.extent[2]),
+                    n_c = std::to_string(table.extent[3]);
   std::string in_range = "1";
-  std::string l = "0LL", k = "0LL", c = "0LL";
+  std::string l = "0LL", k = "0LL", c = "0LL", m = "0LL";
   if (table.has[0]) l = "(long long)a.layer", in_range += " && a.layer >= 0 && a.layer < " + std::to_string(table.extent[0]);
   if (table.has[1]) k = "(long long)a.kv_head", in_range += " && a.kv_head >= 0 && a.kv_head < " + n_k;
   if (table.has[2]) c = "(long long)c", in_range += " && c >= 0 && c < " + n_d;
-  const std::string flat = "((" + l + " * " + n_k + "LL + " + k + ") * " + n_d + "LL + " + c + ")";
+  if (table.has[3]) m = "(long long)mc", in_range += " && mc >= 0 && mc < " + n_c;
+  const std::string flat = "(((" + l + " * " + n_k + "LL + " + k + ") * " + n_d + "LL + " + c + ") * " + n_c + "LL + " + m + ")";
   return "((" + in_range + ") ? kv_load(kv_table_" + std::to_string(index) + ", " + flat + ", " +
          std::to_string(table.values.size()) + "LL, 0.0f) : 0.0f) /* " + table.name + " */";
 }

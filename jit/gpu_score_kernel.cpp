@@ -26,7 +26,7 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     return buffer.address();
   };
   for (int s = 0; s < kNumTensorSignals; ++s) {  // each signal's extent follows from its axes
-    const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T));
+    const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T, in.n_embd));
     args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));

@@ -30,6 +30,7 @@
   struct KvScoreArgs {                                                      \
     int layer; int kv_head; int n_layers; int n_kv_heads; int group;        \
     int head_dim; int T; int prompt_len; int decode_step; int W;            \
+    int n_embd;                                                             \
     const float* tensor[KVEVICT_NUM_TENSOR_SIGNALS];                        \
     const int* position;                                                    \
     unsigned long long seed;                                                \
@@ -44,7 +45,7 @@ namespace kvevict::jit {
 
 KVEVICT_DEFINE_KERNEL_ABI
 
-static_assert(sizeof(KvScoreArgs) == 40 + kNumTensorSignals * 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
+static_assert(sizeof(KvScoreArgs) == 48 + kNumTensorSignals * 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
 static_assert(sizeof(KvScoreArgs::tensor) / sizeof(KvScoreArgs::tensor[0]) == kNumTensorSignals);
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).

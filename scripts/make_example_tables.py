@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the EXAMPLE tables of policies/field/tables/ for stories260K (5 layers, 4 KV heads,
-head_dim 8). They are NOT any paper's data: the learned tables of DuoAttention, RLKV, HeadKV, LUKV
-and Q-Filters exist only for the models those papers trained on and are not available offline.
+head_dim 8, n_embd 64). They are NOT any paper's data: the learned tables of DuoAttention, RLKV, HeadKV, LUKV,
+Q-Filters and KVzap exist only for the models those papers trained on and are not available offline.
 The numbers are a fixed, documented function of the indices (no randomness, no model), so the
 files can be regenerated bit for bit:  python3 scripts/make_example_tables.py
 To run a method for real, put the published table for your model in the same format (docs/DSL.md
@@ -47,3 +47,12 @@ write("per_layer_compression.example.tsv", "[layer]: compression ratio per layer
       [[0.2, 0.35, 0.5, 0.65, 0.8]])
 write("qfilter.example.tsv", "[layer, kv_head, d]: Q-Filter direction per head; row = (layer, kv_head), columns = d",
       [[round(2 * value(l, h, c) - 1, 4) for c in range(D)] for l in range(L) for h in range(H)])
+# KVzap (kvpress KVzapPress, model_type linear): one nn.Linear(n_embd -> n_kv_heads) per layer on the
+# attention input. Its weight [n_kv_heads][n_embd] per layer is the [layer, kv_head, c] table (row =
+# (layer, kv_head), columns = c), its bias the [layer, kv_head] table. The trained weights
+# (nvidia/KVzap-linear-<model>) exist only for the models NVIDIA trained them on.
+E = 64  # stories260K's n_embd
+write("kvzap_weight.example.tsv", "[layer, kv_head, c]: KVzap linear weight; row = (layer, kv_head), columns = c (n_embd)",
+      [[round((2 * value(l, h, c, 4) - 1) / 8, 4) for c in range(E)] for l in range(L) for h in range(H)])
+write("kvzap_bias.example.tsv", "[layer, kv_head]: KVzap linear bias",
+      [[round(-2 + value(l, h, 5), 4) for h in range(H)] for l in range(L)])

@@ -68,7 +68,7 @@ class CpuDecoder : public Decoder {
   // Observation on request (ObservationRequest): the block's tokens, the layer inputs' norms, and
   // each layer's output-projection Grams (computed once per layer, layer_observation.h).
   std::span<const int> tokens_;
-  std::vector<float> hidden_norms_;
+  std::vector<float> hidden_norms_, hidden_states_;
   std::vector<std::vector<float>> output_grams_;
   std::vector<float> output_projection_;  // the current layer's W_o slices (out_norm_l1), rebuilt per layer
 };
@@ -128,6 +128,10 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
   if (observer && request.hidden_norms) {  // the layer's input, before the attention adds to it
     hidden_norms_.resize(rows);
     hidden_state_norms(x_.data(), n, dim, hidden_norms_.data());
+  }
+  if (observer && request.hidden_states) {  // the attention's input rows, normed as the projections read them
+    hidden_states_.resize(rows * dim);
+    cpu::rmsnorm(x_.data(), w.attn_norm.data(), n, dim, config_.norm_eps, hidden_states_.data());
   }
   xn_.resize(static_cast<size_t>(chunk) * dim);
   q_.resize(rows * q_dim);
@@ -201,6 +205,7 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
     if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
     signals.tokens = tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+    if (request.hidden_states) signals.hidden_states = hidden_states_;
     if (request.output_grams) {
       output_grams_.resize(config_.n_layers);
       if (output_grams_[layer].empty()) output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);

@@ -20,6 +20,7 @@ struct ObservationRequest {
   bool hidden_norms = false;           // the L2 norm of each block token's layer input (LayerSignals::hidden_norms)
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
   bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
+  bool hidden_states = false;          // each block token's attention input vector (LayerSignals::hidden_states)
 };
 
 struct LayerSignals {
@@ -40,6 +41,10 @@ struct LayerSignals {
   // hidden_norms[i]: the L2 norm of the layer's input hidden state (the residual stream before
   // the attention norm) at the block's token i, [n_tokens]. Empty if not requested.
   std::span<const float> hidden_norms;
+  // hidden_states[i * dim + c]: the layer's attention input at the block's token i, the residual
+  // stream AFTER the layer's input RMSNorm (times its weight): what the attention projections read
+  // and what kvpress hands a press as `hidden_states`, [n_tokens][dim]. Empty if not requested.
+  std::span<const float> hidden_states;
   // The layer's output projection per query head as Gram matrices, [n_heads][head_dim][head_dim]:
   // G_h = W_o,h^T W_o,h with W_o,h the head_dim columns of W_o that read query head h's attention
   // output, so that ||W_o,h v|| = sqrt(v^T G_h v) (core/decode/output_gram.h). Empty if not requested.

@@ -124,7 +124,7 @@ struct EvictionEngine::State {
     G = c.group_size();
     d = c.head_dim;
     check_engine_supports(desc, c, options.budget);
-    if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d); !why.empty())
+    if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d, c.dim); !why.empty())
       throw UsageError(why);
     window = desc.window;
     rope = Rope(c);
@@ -159,7 +159,8 @@ struct EvictionEngine::State {
     recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
     merge_state.reset(desc.merge, L, Hq);
-    records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm));
+    records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm),
+                  desc.needs(TensorSignal::HiddenState) ? config.dim : 0);
     if (reads_query_statistics(desc))
       query_stats.reset(L, Hq, d, desc.needs(TensorSignal::QueryCovariance), desc.observe.query_stats_from);
   }
@@ -220,6 +221,7 @@ struct EvictionEngine::State {
     in.n_kv_heads = Hs;
     in.group = Gs;
     in.head_dim = d;
+    in.n_embd = config.dim;
     in.T = T;
     in.prompt_len = prompt_len;
     in.decode_step = decoding ? decode_step + 1 : 0;
@@ -308,6 +310,10 @@ struct EvictionEngine::State {
         case TensorSignal::HiddenNorm:
           out.resize(T);
           records.hidden_norms(layer, in.position, T, out.data());
+          break;
+        case TensorSignal::HiddenState:
+          out.resize(static_cast<size_t>(config.dim) * T);
+          records.hidden_states(layer, in.position, T, out.data());
           break;
         case TensorSignal::OutputNorm:
           if (output_grams.size() != static_cast<size_t>(Hq) * d * d)
@@ -866,6 +872,7 @@ ObservationRequest EvictionEngine::request() const {
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
+  r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   return r;
 }
 
@@ -918,6 +925,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the policy needs out_norm; the recorder has no output projection");
   if (st.desc.needs(TensorSignal::OutputNormL1) && !recorded.layers().empty() && recorded.layers()[0].output_projection.empty())
     throw std::invalid_argument("apply_after_prefill: the policy needs out_norm_l1; the recorder has no output projection");
+  if (st.desc.needs(TensorSignal::HiddenState) && !recorded.layers().empty() && recorded.layers()[0].hidden_states.empty())
+    throw std::invalid_argument("apply_after_prefill: the policy needs hidden; the recorder has no hidden states");
   for (int l = 0; l < st.L; ++l) {
     const PrefillRecorder::Layer& rec = recorded.layers()[l];
     const int window = std::min(need_window, recorded.n_tokens());
@@ -938,6 +947,7 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     s.hidden_norms = rec.hidden_norms;
     s.output_grams = rec.output_grams;
     s.output_projection = rec.output_projection;
+    s.hidden_states = rec.hidden_states;
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
   st.finish_prefill(cache);

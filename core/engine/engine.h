@@ -61,9 +61,13 @@ class PrefillRecorder : public ForwardObserver {
   PrefillRecorder(int window, bool accumulated_attention);
   ObservationRequest request() const override;
   void after_layer(const LayerSignals& signals, KVCache& cache) override;
-  // Also records the layer inputs' norms (hidden_norm) and the output-projection Grams (out_norm).
-  // output_projection: W_o itself per query head (out_norm_l1; dim * n_heads * head_dim floats per layer).
-  void request_model_signals(bool hidden_norms, bool output_grams, bool output_projection = false);
+  // What a recorder keeps besides attention: the layer inputs' norms (hidden_norm), the
+  // output-projection Grams (out_norm), W_o itself per query head (out_norm_l1; dim * n_heads *
+  // head_dim floats per layer) and the attention inputs (hidden; n_tokens * dim floats per layer).
+  struct ModelSignals {
+    bool hidden_norms = false, output_grams = false, output_projection = false, hidden_states = false;
+  };
+  void request_model_signals(const ModelSignals& wanted);
 
   struct Layer {
     int window = 0;
@@ -72,6 +76,7 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<float> hidden_norms;                        // [n_tokens] when requested
     std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
     std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
+    std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
   };
   const std::vector<Layer>& layers() const { return layers_; }
   const std::vector<int>& tokens() const { return tokens_; }  // the prompt's tokens (always recorded)

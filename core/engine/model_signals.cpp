@@ -8,15 +8,18 @@
 
 namespace kvevict {
 
-void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms) {
+void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width) {
   tokens_on_ = tokens;
   hidden_on_ = hidden_norms;
   token_.clear();
   hidden_.assign(hidden_norms ? n_layers : 0, {});
+  width_ = std::max(hidden_width, 0);
+  state_floats_ = 0;
+  states_.assign(width_ > 0 ? n_layers : 0, {});
 }
 
 void PositionRecords::record(const LayerSignals& s) {
-  if (!tokens_on_ && !hidden_on_) return;
+  if (!tokens_on_ && !hidden_on_ && width_ == 0) return;
   const int64_t end = static_cast<int64_t>(s.first_position) + s.n_tokens;
   if (s.first_position < 0 || end > kMaxRecordedPositions)
     throw UsageError("token / hidden_norm records hold positions 0.." + std::to_string(kMaxRecordedPositions - 1) +
@@ -32,6 +35,20 @@ void PositionRecords::record(const LayerSignals& s) {
     if (static_cast<int64_t>(h.size()) < end) h.resize(static_cast<size_t>(end), 0.0f);
     std::copy(s.hidden_norms.begin(), s.hidden_norms.end(), h.begin() + s.first_position);
   }
+  if (width_ > 0) {
+    if (s.hidden_states.size() != static_cast<size_t>(s.n_tokens) * width_)
+      throw UsageError("the policy reads hidden, but the decoder did not record the layer's attention inputs");
+    std::vector<float>& h = states_.at(s.layer);
+    const int64_t need = end * width_;
+    if (static_cast<int64_t>(h.size()) < need) {
+      if (state_floats_ + need - static_cast<int64_t>(h.size()) > kMaxHiddenStateFloats)
+        throw UsageError("the hidden-state records would exceed " + std::to_string(kMaxHiddenStateFloats) +
+                         " floats (n_embd x tokens x layers); the block reaches position " + std::to_string(end - 1));
+      state_floats_ += need - static_cast<int64_t>(h.size());
+      h.resize(static_cast<size_t>(need), 0.0f);
+    }
+    std::copy(s.hidden_states.begin(), s.hidden_states.end(), h.begin() + static_cast<int64_t>(s.first_position) * width_);
+  }
 }
 
 void PositionRecords::tokens(const int32_t* positions, int T, float* out) const {
@@ -46,6 +63,16 @@ void PositionRecords::hidden_norms(int layer, const int32_t* positions, int T, f
   for (int t = 0; t < T; ++t) {
     const int32_t p = positions[t];
     out[t] = p >= 0 && p < static_cast<int32_t>(h.size()) ? h[p] : 0.0f;
+  }
+}
+
+void PositionRecords::hidden_states(int layer, const int32_t* positions, int T, float* out) const {
+  const std::vector<float>& h = states_.at(layer);
+  const int64_t recorded = width_ > 0 ? static_cast<int64_t>(h.size()) / width_ : 0;
+  for (int t = 0; t < T; ++t) {
+    const int32_t p = positions[t];
+    const bool have = p >= 0 && p < recorded;
+    for (int c = 0; c < width_; ++c) out[static_cast<int64_t>(c) * T + t] = have ? h[static_cast<size_t>(p) * width_ + c] : 0.0f;
   }
 }
 

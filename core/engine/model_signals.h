@@ -17,6 +17,10 @@
 // hidden_norm 0. out_norm needs no record: it is computed from the cache's values (dense or
 // reconstructed) and the layer's Gram matrices G_h = W_o,h^T W_o,h (LayerSignals::output_grams) as
 // sqrt(v^T G_h v), in double.
+//   hidden[c, t]    the layer's attention input at entry t's token (LayerSignals::hidden_states:
+//                   after the input RMSNorm, what kvpress hands a press), recorded by original
+//                   position like hidden_norm: n_embd floats per (layer, token seen), only when a
+//                   policy reads it, at most kMaxHiddenStateFloats in all (a usage error beyond).
 #include <cstdint>
 #include <vector>
 
@@ -25,22 +29,30 @@
 namespace kvevict {
 
 constexpr int kMaxRecordedPositions = 1 << 26;
+constexpr int64_t kMaxHiddenStateFloats = int64_t(1) << 30;  // 4 GiB of recorded hidden states
 
 class PositionRecords {
  public:
-  // Forgets everything; records token ids and / or hidden norms from now on.
-  void reset(int n_layers, bool tokens, bool hidden_norms);
+  // Forgets everything; records token ids and / or hidden norms from now on, and the hidden
+  // states (n_embd floats per token) when hidden_width = n_embd > 0.
+  void reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width = 0);
   // Takes the block's tokens (layer 0) and the layer's hidden norms, at positions first_position...
   void record(const LayerSignals& s);
   // out[t] = the token id at positions[t] (-1 if none was recorded).
   void tokens(const int32_t* positions, int T, float* out) const;
   // out[t] = layer's hidden norm at positions[t] (0 if none was recorded).
   void hidden_norms(int layer, const int32_t* positions, int T, float* out) const;
+  // out[c * T + t] = layer's hidden state channel c at positions[t] (0 if none was recorded): the
+  // signal layout [c][t].
+  void hidden_states(int layer, const int32_t* positions, int T, float* out) const;
 
  private:
   bool tokens_on_ = false, hidden_on_ = false;
   std::vector<int32_t> token_;               // [position]
   std::vector<std::vector<float>> hidden_;   // [layer][position]
+  int width_ = 0;                            // n_embd when hidden states are recorded, else 0
+  int64_t state_floats_ = 0;                 // floats held by states_, all layers
+  std::vector<std::vector<float>> states_;   // [layer][position][n_embd]
 };
 
 // out[g][t] = sqrt(v_t^T G_h v_t) with h = kv_head * group + g, G_h the [d][d] block h of `grams`

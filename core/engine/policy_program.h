@@ -228,6 +228,7 @@ struct ScoreInputs {
   int T = 0;                  // cache length of this head
   int prompt_len = 0;
   int decode_step = 0;        // 0 during prefill
+  int n_embd = 0;             // the model dimension: the extent of axis c (hidden[c, t])
   int W = 0;                  // rows of window_attention
   std::array<const float*, kNumTensorSignals> tensor{};  // by TensorSignal; Position's slot stays null
   const int32_t* position = nullptr;             // [T]  original positions (null: the cache slot)
@@ -283,8 +284,9 @@ class PolicyProgram {
   }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
-  virtual std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
-    (void)n_layers, (void)n_kv_heads, (void)head_dim;
+  // n_embd: the model dimension (tables with axis c); 0 = not checked.
+  virtual std::string check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd = 0) const {
+    (void)n_layers, (void)n_kv_heads, (void)head_dim, (void)n_embd;
     return "";
   }
 };

@@ -11,10 +11,11 @@ PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
 
 ObservationRequest PrefillRecorder::request() const { return request_; }
 
-void PrefillRecorder::request_model_signals(bool hidden_norms, bool output_grams, bool output_projection) {
-  request_.hidden_norms = hidden_norms;
-  request_.output_grams = output_grams;
-  request_.output_projection = output_projection;
+void PrefillRecorder::request_model_signals(const ModelSignals& wanted) {
+  request_.hidden_norms = wanted.hidden_norms;
+  request_.hidden_states = wanted.hidden_states;
+  request_.output_grams = wanted.output_grams;
+  request_.output_projection = wanted.output_projection;
 }
 
 void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
@@ -34,6 +35,7 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());
   layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
   layer.output_projection.assign(signals.output_projection.begin(), signals.output_projection.end());
+  layer.hidden_states.assign(signals.hidden_states.begin(), signals.hidden_states.end());
 }
 
 }  // namespace kvevict

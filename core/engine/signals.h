@@ -33,22 +33,24 @@
 namespace kvevict {
 
 // AXES of the language's tensors: ONE table (KVEVICT_AXES). A shape is a bit mask of axes; the
-// bit order is the canonical order g, h, q, d, e, s, t (t innermost), which is also the layout:
-// a tensor is stored row-major over its axes in that order.
+// bit order is the canonical order g, h, q, d, e, c, s, t (t innermost), which is also the
+// layout: a tensor is stored row-major over its axes in that order.
 //   g: KV heads of a layer (layer_weight programs)   h: query heads of the group   q: window queries
 //   d, e: head dimension (channels of a key / value vector), two axes of the same KIND, so that a
 //         program can name two channels at once (C[d, e] = sum(t: K[d, t] * K[e, t]))
+//   c: the model dimension (n_embd: the residual stream's channels, hidden[c, t]); a kind of its own,
+//      so a head channel (d, e) can never be bound to it
 //   s, t: cached tokens, two axes of the same kind (pairwise terms: S[s, t] = sum(d: K[d, s] * K[d, t]))
 // A read may bind a tensor's axis to another axis of the same kind (K[e, t], K[d, s]); the second
 // axis of a kind has the first one's extent (e: head_dim, s: T).
-enum class AxisKind : uint8_t { KvHead, QueryHead, Query, Channel, Token };
-//   X(enum suffix, DSL name, kind, reserved word). e and s are not reserved words: policies written
-//   before they existed name definitions and parameters `s` and `e`, and such a name hides the
-//   axis in its program.
+enum class AxisKind : uint8_t { KvHead, QueryHead, Query, Channel, Model, Token };
+//   X(enum suffix, DSL name, kind, reserved word). e, c and s are not reserved words: policies
+//   written before they existed name definitions and parameters `s`, `e` and `c`, and such a name
+//   hides the axis in its program.
 #define KVEVICT_AXES(X)                                                                              \
   X(G, "g", AxisKind::KvHead, true) X(H, "h", AxisKind::QueryHead, true) X(Q, "q", AxisKind::Query, true) \
   X(D, "d", AxisKind::Channel, true) X(E, "e", AxisKind::Channel, false)                             \
-  X(S, "s", AxisKind::Token, false) X(T, "t", AxisKind::Token, true)
+  X(C, "c", AxisKind::Model, false) X(S, "s", AxisKind::Token, false) X(T, "t", AxisKind::Token, true)
 
 enum AxisIndexOf : int {
 #define KVEVICT_AXIS_INDEX(name, dsl, kind, reserved) kAxisIndex##name,
@@ -94,7 +96,8 @@ constexpr bool is_token_pair(unsigned shape) { return (shape & kTokenPair) == kT
 #define KVEVICT_HEAD_SCALAR_SIGNALS(X)                                                                   \
   X(T, "T", T) X(W, "W", W) X(G, "G", group) X(Layer, "layer", layer) X(NLayers, "n_layers", n_layers)   \
   X(KvHead, "kv_head", kv_head) X(NKvHeads, "n_kv_heads", n_kv_heads) X(HeadDim, "head_dim", head_dim)   \
-  X(PromptLen, "prompt_len", prompt_len) X(DecodeStep, "decode_step", decode_step)
+  X(PromptLen, "prompt_len", prompt_len) X(DecodeStep, "decode_step", decode_step)                      \
+  X(NEmbd, "n_embd", n_embd)
 #define KVEVICT_LAYER_SCALAR_SIGNALS(X) X(Budget, "budget", budget)
 
 enum class ScalarSignal : uint8_t {
@@ -132,6 +135,7 @@ enum class SignalSource : uint8_t {
   PromptQueries,  // statistics of the prompt's pre-RoPE queries, accumulated during prefill (query_signals.h)
   Tokens,         // the token id of every entry, recorded by original position (model_signals.h)
   HiddenStates,   // the norm of the layer's input hidden state at every entry, by original position
+  HiddenVectors,  // the layer's attention input (after its input RMSNorm) at every entry, by original position
   OutputProjection,  // the entries' values through the layer's output projection W_o (the decoder's Gram matrices)
 };
 
@@ -156,7 +160,8 @@ enum class SignalSource : uint8_t {
   X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
   X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
   X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")  \
-  X(OutputNormL1, "out_norm_l1", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value L1 norms")
+  X(OutputNormL1, "out_norm_l1", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value L1 norms") \
+  X(HiddenState, "hidden", kAxisC | kAxisT, SignalSource::HiddenVectors, "attention-input hidden states")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -165,7 +170,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 19
+#define KVEVICT_NUM_TENSOR_SIGNALS 20
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {
@@ -199,9 +204,9 @@ constexpr unsigned signal_axes(TensorSignal s) { return signal_info(s).axes; }
 constexpr int signal_index(TensorSignal s) { return static_cast<int>(s); }
 
 // Elements of a signal's buffer for one head: the product of the extents of its axes
-// (h = group, q = W, d = head_dim, t = T; g, if present, is not part of one head's buffer). A
-// signal without axis t (Q, Q_mean, ...) does not grow with the cache.
-constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim, int T) {
+// (h = group, q = W, d = head_dim, c = n_embd, t = T; g, if present, is not part of one head's
+// buffer). A signal without axis t (Q, Q_mean, ...) does not grow with the cache.
+constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim, int T, int n_embd = 0) {
   const unsigned a = signal_axes(s);
   int64_t n = 1;
   if (a & kAxisT) n *= T > 0 ? T : 0;
@@ -209,6 +214,7 @@ constexpr int64_t signal_elements(TensorSignal s, int group, int W, int head_dim
   if (a & kAxisQ) n *= W > 0 ? W : 0;
   if (a & kAxisD) n *= head_dim > 0 ? head_dim : 0;
   if (a & kAxisE) n *= head_dim > 0 ? head_dim : 0;  // the second channel axis (Q_cov)
+  if (a & kAxisC) n *= n_embd > 0 ? n_embd : 0;       // the model dimension (hidden)
   return n;
 }
 

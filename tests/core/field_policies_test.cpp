@@ -75,7 +75,7 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
 // layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp, composed and dms in
 // selection_policies_test.cpp, think in channel_policies_test.cpp, defensive_kv in
-// rank_policies_test.cpp. One name per line.
+// rank_policies_test.cpp, kvzap in hidden_state_policies_test.cpp. One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "cam",
@@ -98,6 +98,7 @@ const std::vector<std::string> kFieldPolicies = {
     "headkv",
     "keydiff",
     "kvmerger",
+    "kvzap",
     "leverage",
     "look_m",
     "lukv",

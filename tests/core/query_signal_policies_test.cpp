@@ -217,7 +217,7 @@ TEST_F(QuerySignals, ModelSignalsReplayFromARecorderThatRecordedThem) {
   for (bool model_signals : {true, false}) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
     PrefillRecorder rec(recorded_window_for(p, S()), false);
-    if (model_signals) rec.request_model_signals(true, true);
+    if (model_signals) rec.request_model_signals({.hidden_norms = true, .output_grams = true});
     decoder->forward(std::span<const int>(tokens_), &rec);
     EvictionEngine engine(p, config(), {Budget::parse("40"), 0});
     if (model_signals) {

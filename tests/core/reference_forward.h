@@ -20,6 +20,7 @@ struct ReferenceResult {
   std::vector<std::vector<std::vector<double>>> values;            // [layer][token][kv_dim]
   std::vector<std::vector<std::vector<double>>> outputs;  // [layer][token][q_dim] attention outputs before W_o
   std::vector<std::vector<double>> hidden_norms;          // [layer][token] ||layer input|| (before the norm)
+  std::vector<std::vector<std::vector<double>>> attention_inputs;  // [layer][token][dim] the layer input after its RMSNorm
 };
 
 using Visibility = std::function<bool(int layer, int kv_head, int query_pos, int key_pos)>;
@@ -85,11 +86,13 @@ inline ReferenceResult reference_forward(const Model& m, const std::vector<int>&
     std::vector<std::vector<double>> q(n), k(n), v(n);
     r.hidden_norms.emplace_back(n);
     r.queries_pre_rope.emplace_back(n);
+    r.attention_inputs.emplace_back(n);
     for (int t = 0; t < n; ++t) {
       double ss = 0;
       for (double e : x[t]) ss += e * e;
       r.hidden_norms[l][t] = std::sqrt(ss);
       const auto xn = rmsnorm(x[t], L.attn_norm);
+      r.attention_inputs[l][t] = xn;
       q[t] = matvec(L.wq, xn, c.q_dim(), &L.bq);
       r.queries_pre_rope[l][t] = q[t];
       k[t] = matvec(L.wk, xn, c.kv_dim(), &L.bk);

@@ -216,7 +216,7 @@ TEST(PairwiseAxes, CheckerErrorsAtTheirPositions) {
   expect_error("score[t] = var(s: s * t)", "pair.dsl:1:12: error: 'var' over s of a token-pair value is not available");
   expect_error("score[t] = sum(d: sum(s: max(k in -1 .. 1: K[d, s + k] * K[d, t + k])))", "pair.dsl:1:49: error: only the token axis t can be shifted");
   // Definitions may be declared over the new axes, in canonical order.
-  expect_error("x[t, s] = s\nscore[t] = 0", "pair.dsl:1:6: error: axes must be listed in the order h, q, d, e, s, t");
+  expect_error("x[t, s] = s\nscore[t] = 0", "pair.dsl:1:6: error: axes must be listed in the order h, q, d, e, c, s, t");
 }
 
 }  // namespace

@@ -173,9 +173,9 @@ TEST_F(PolicyTables, SizeLimitsAndFileKindsAreRefused) {
 
 TEST_F(PolicyTables, DeclarationErrors) {
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [kv_head, layer], shape: [2, 3]}")),
-            "p.yaml:4:40: error: table 'duo': axes must be listed once each, in the order layer, kv_head, d");
+            "p.yaml:4:40: error: table 'duo': axes must be listed once each, in the order layer, kv_head, d, c");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, head], shape: [2, 3]}")),
-            "p.yaml:4:38: error: table 'duo': unknown axis 'head' (axes: layer, kv_head, d)");
+            "p.yaml:4:38: error: table 'duo': unknown axis 'head' (axes: layer, kv_head, d, c)");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head], shape: [2]}")),
             "p.yaml:4:55: error: table 'duo': 'shape' must list one extent per axis (2 numbers)");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head], shape: [2, 0]}")),

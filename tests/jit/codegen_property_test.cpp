@@ -76,7 +76,7 @@ std::set<std::string> every_construct() {
   for (int s = 0; s < dsl::kNumScalarSignals; ++s)
     if (s != int(dsl::ScalarSignal::Budget)) all.insert("scalar:" + std::to_string(s));  // budget: layer_weight only
   for (int s = 0; s < dsl::kNumTensorSignals; ++s) all.insert("load:" + std::to_string(s));
-  for (int f = 0; f <= int(dsl::UnaryFn::Cos); ++f) all.insert("unary:" + std::to_string(f));
+  for (int f = 0; f <= int(dsl::UnaryFn::Gelu); ++f) all.insert("unary:" + std::to_string(f));
   // The second axes: reads renamed to s and e, token pairs, reductions over s, axis values.
   for (const char* r : {"rename:[d, s]", "rename:[e, t]", "rename:[s]", "token-pair", "reduce-s", "axis:[s]", "axis:[e]"})
     all.insert(r);
@@ -91,6 +91,7 @@ std::set<std::string> every_construct() {
                         "sort:sorted_cumsum:[h]", "sort:rank:[h]"})
     all.insert(t);  // dsl/sort_ops.h
   for (const char* t : {"tl", "ta", "tq"}) all.insert(std::string("table:") + t);
+  for (const char* t : {"tl", "ta", "tq", "tc"}) all.insert(std::string("table:") + t);
   return all;
 }
 

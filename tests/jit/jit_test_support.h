@@ -82,6 +82,7 @@ struct RandomScoreInputs {
     inputs.n_kv_heads = 2;
     inputs.group = group;
     inputs.head_dim = 64;
+    inputs.n_embd = 24;  // the model axis c (hidden[c, t]): a size unlike head_dim, so a mixed-up extent shows
     inputs.T = T;
     inputs.prompt_len = T;
     inputs.W = W;
@@ -93,7 +94,7 @@ struct RandomScoreInputs {
     for (const TensorSignalInfo& info : kTensorSignalTable) {
       if (info.id == TensorSignal::Position || inputs.signal(info.id)) continue;
       std::vector<float>& buffer = other[signal_index(info.id)];
-      buffer.resize(size_t(signal_elements(info.id, group, W, inputs.head_dim, T)));
+      buffer.resize(size_t(signal_elements(info.id, group, W, inputs.head_dim, T, inputs.n_embd)));
       for (float& x : buffer) x = norm(rng);
       inputs.set_signal(info.id, buffer.data());
     }

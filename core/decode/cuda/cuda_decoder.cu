@@ -157,7 +157,7 @@ class CudaDecoder : public Decoder {
   std::vector<std::vector<float>> column_sums_;
   // Observation on request, computed on the host as the CPU decoder does (layer_observation.h).
   std::span<const int> host_tokens_;
-  std::vector<float> host_x_, hidden_norms_;
+  std::vector<float> host_x_, hidden_norms_, hidden_states_;
   std::vector<std::vector<float>> output_grams_;
 };
 
@@ -277,6 +277,10 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   proj_.resize(rows * dim);
 
   cuda::rmsnorm(x_.data(), w.attn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
+  if (observer && request.hidden_states) {  // the attention's input rows, as the projections read them
+    hidden_states_.resize(rows * dim);
+    xn_.download(hidden_states_.data(), hidden_states_.size());
+  }
   gemm(half_in_.data(), n, dim, w.wq->data(), q_dim, q_.data());
   gemm(half_in_.data(), n, dim, w.wk->data(), kv_dim, k_.data());
   gemm(half_in_.data(), n, dim, w.wv->data(), kv_dim, v_.data());
@@ -355,6 +359,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     if (want_columns) signals.accumulated_attention = &column_sums_;
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+    if (request.hidden_states) signals.hidden_states = hidden_states_;
     if (request.output_grams) {  // from the host copy of W_o, as the CPU decoder (f32 Grams)
       output_grams_.resize(config_.n_layers);
       if (output_grams_[layer].empty()) {
