@@ -56,8 +56,8 @@ HeadPlan InterpretedPolicy::head_plan(const ScoreInputs& in) const {
   return plan;
 }
 
-std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim) const {
-  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim);
+std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_heads) const {
+  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim, n_heads);
   return why.empty() ? why : "policy '" + c_.desc.name + "' (" + c_.desc.source + "): " + why;
 }
 

@@ -16,7 +16,7 @@ class InterpretedPolicy : public PolicyProgram {
   double decode_budget_for(int prompt_len, int decode_step, double budget) const override;
   HeadPlan head_plan(const ScoreInputs& in) const override;
   void stage_score(int program, const ScoreInputs& in, float* out) const override;
-  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim) const override;
+  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_heads) const override;
   const CompiledPolicy& compiled() const { return c_; }
 
  private:

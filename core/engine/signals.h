@@ -133,6 +133,7 @@ enum class SignalSource : uint8_t {
   Tokens,         // the token id of every entry, recorded by original position (model_signals.h)
   HiddenStates,   // the norm of the layer's input hidden state at every entry, by original position
   OutputProjection,  // the entries' values through the layer's output projection W_o (the decoder's Gram matrices)
+  RopeRotation,   // the model's RoPE averaged over positions after the prompt (query_signals.h: average_rope_rotation)
 };
 
 //   X(enum name, DSL name, axes,                  source,                        description)
@@ -155,7 +156,8 @@ enum class SignalSource : uint8_t {
   X(QueryCovariance, "Q_cov", kAxisH | kAxisD | kAxisE, SignalSource::PromptQueries, "prompt query covariance")   \
   X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
   X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
-  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")
+  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")    \
+  X(RopeFuture, "R_future", kAxisD | kAxisE, SignalSource::RopeRotation, "mean RoPE rotation after the prompt")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -164,7 +166,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 18
+#define KVEVICT_NUM_TENSOR_SIGNALS 19
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {
