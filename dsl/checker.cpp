@@ -452,7 +452,10 @@ class Checker {
       switch (tax) {
         case TableAxis::Index: {
           if (axis(idx.axis)) return wrong("a scalar name (a parameter or a scalar definition)");
-          Expr name_expr{ExprKind::Name, idx.pos, idx.axis};
+          Expr name_expr{};  // the index as the NAME it is
+          name_expr.kind = ExprKind::Name;
+          name_expr.pos = idx.pos;
+          name_expr.text = idx.axis;
           const Value v = name(name_expr, scope);
           if (!v.ok()) return error();
           if (v.type != Type::Number || v.shape != 0)
