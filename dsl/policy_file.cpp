@@ -457,7 +457,8 @@ class FileCompiler {
     if (!observe.IsDefined() || !observe.IsMap() || reads_query_statistics(out_.desc)) return;
     for (const char* k : {"query_stats_from", "query_rotation", "rope_future"})
       if (observe[k] && !(std::string(k) == "rope_future" && out_.desc.needs(kvevict::TensorSignal::RopeFuture)))
-        diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean and Q_cov; no program reads them");
+        diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean and Q_cov" +
+                                            (std::string(k) == "rope_future" ? " (and R_future)" : "") + "; no program reads them");
   }
 
   // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum
