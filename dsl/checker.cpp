@@ -429,52 +429,92 @@ class Checker {
   }
 
   // read = NAME "[" index { "," index } "]" where NAME is a table: the indices are the table's
-  // axes in order, spelled layer, kv_head, d and c (docs/DSL.md §11); layer and kv_head are the
-  // program's own, d and c must be bound. No shifts, so no read can leave the table.
+  // axes in order (docs/DSL.md §11, dsl/table_data.h): index -> a scalar NAME of the program (a
+  // parameter, scalar signal or scalar definition); layer and kv_head -> the program's own
+  // (kv_head along g in layer_weight programs); head -> h (query head kv_head * G + h); d and e ->
+  // the channel axes d or e, each bound; c -> the model axis c, bound. No shifts, so no read can
+  // leave the table.
   Value table_read(const Expr& e, Scope& scope, int index) {
     const TableData& tab = *opt_.tables[static_cast<size_t>(index)];
-    // In layer_weight programs the kv_head axis is spelled g (the layer's KV heads), a bound axis.
-    bool along_g = false;
-    if (layer_ctx() && tab.has[static_cast<int>(TableAxis::KvHead)]) {
-      const size_t k = tab.has[0] ? 1 : 0;
-      if (k < e.indices.size() && e.indices[k].axis == "g" && e.indices[k].shift.empty()) {
-        if (!(scope.bound & kAxisG)) return fail(e.indices[k].pos, "axis 'g' is not bound here: declare it on the left side or reduce over it");
-        along_g = true;
-      }
-    }
     std::vector<int> want;
-    bool at_e = false;  // the table's d axis read at e
     std::string table_axes;
-    for (int a = 0; a < kNumTableAxes; ++a)
-      if (tab.has[a]) {
-        want.push_back(a);
-        table_axes += (table_axes.empty() ? "" : ", ") + std::string(kTableAxisNames[a]);
+    for (TableAxis a : kTableAxisOrder)
+      if (tab.has_axis(a)) {
+        want.push_back(static_cast<int>(a));
+        table_axes += (table_axes.empty() ? "" : ", ") + std::string(kTableAxisNames[static_cast<int>(a)]);
       }
     if (e.indices.size() != want.size())
       return fail(e.pos, "table '" + e.text + "' has axes [" + table_axes + "] and takes " + std::to_string(want.size()) +
                              " indices, not " + std::to_string(e.indices.size()));
+    bool along_g = false;
+    int row = -1;               // the node of the index axis' scalar
+    int map = rename_identity();  // d / e read at e / d
+    unsigned channels = 0;      // the channel axes used, to refuse a diagonal
     for (size_t i = 0; i < want.size(); ++i) {
       const IndexTerm& idx = e.indices[i];
-      if (along_g && want[i] == static_cast<int>(TableAxis::KvHead)) continue;
-      if (want[i] == static_cast<int>(TableAxis::D) && idx.axis == "e" && idx.shift.empty()) {  // the channel kind
-        if (!(scope.bound & kAxisE)) return fail(idx.pos, "axis 'e' is not bound here: declare it on the left side or reduce over it");
-        at_e = true;
-        continue;
+      const TableAxis tax = static_cast<TableAxis>(want[i]);
+      const std::string found = idx.axis + (idx.shift.empty() ? "" : (idx.negative ? " - " : " + ") + idx.shift);
+      auto wrong = [&](const std::string& expected) {
+        return fail(idx.pos, "index " + std::to_string(i + 1) + " of table '" + e.text + "' must be " + expected + " (" + e.text +
+                                 " has axes [" + table_axes + "]), found '" + found + "'");
+      };
+      if (!idx.shift.empty()) return wrong(tax == TableAxis::Index ? "a scalar name" : "'" + std::string(kTableAxisNames[want[i]]) + "'");
+      switch (tax) {
+        case TableAxis::Index: {
+          if (axis(idx.axis)) return wrong("a scalar name (a parameter or a scalar definition)");
+          Expr name_expr{};  // the index as the NAME it is
+          name_expr.kind = ExprKind::Name;
+          name_expr.pos = idx.pos;
+          name_expr.text = idx.axis;
+          const Value v = name(name_expr, scope);
+          if (!v.ok()) return error();
+          if (v.type != Type::Number || v.shape != 0)
+            return fail(idx.pos, "index 1 of table '" + e.text + "' must be a number without axes (the row to read), found '" +
+                                     idx.axis + "'");
+          row = v.node;
+          break;
+        }
+        case TableAxis::Layer:
+          if (idx.axis != "layer") return wrong("'layer'");
+          break;
+        case TableAxis::KvHead:
+          if (layer_ctx()) {
+            if (idx.axis != "g")
+              return fail(idx.pos, "table '" + e.text + "' is per KV head; in layer_weight programs index it along axis g, e.g. " +
+                                       e.text + "[layer, g]");
+            if (!(scope.bound & kAxisG)) return fail(idx.pos, "axis 'g' is not bound here: declare it on the left side or reduce over it");
+            along_g = true;
+          } else if (idx.axis != "kv_head") {
+            return wrong("'kv_head'");
+          }
+          break;
+        case TableAxis::Head:
+          if (idx.axis != "h") return wrong("'h' (the query head of the group)");
+          if (!(scope.bound & kAxisH)) return fail(idx.pos, "axis 'h' is not bound here: declare it on the left side or reduce over it");
+          break;
+        case TableAxis::D:
+        case TableAxis::E: {
+          const unsigned bit = axis(idx.axis) & (kAxisD | kAxisE);
+          if (!bit) return wrong("'d' or 'e'");
+          if (channels & bit)
+            return fail(idx.pos, "axis '" + idx.axis + "' is used twice in this read of '" + e.text + "' (a diagonal is not available)");
+          channels |= bit;
+          if (!(scope.bound & bit))
+            return fail(idx.pos, "axis '" + idx.axis + "' is not bound here: declare it on the left side or reduce over it");
+          const int from = tax == TableAxis::D ? kvevict::kAxisIndexD : kvevict::kAxisIndexE;
+          const int to = bit == kAxisD ? kvevict::kAxisIndexD : kvevict::kAxisIndexE;
+          map = (map & ~(7 << (3 * from))) | (to << (3 * from));
+          break;
+        }
+        case TableAxis::C:
+          if (idx.axis != "c" || axis(idx.axis) != kvevict::kAxisC) return wrong("'c'");
+          if (!(scope.bound & kvevict::kAxisC))
+            return fail(idx.pos, "axis 'c' is not bound here: declare it on the left side or reduce over it");
+          break;
       }
-      if (idx.axis != kTableAxisNames[want[i]] || !idx.shift.empty())
-        return fail(idx.pos, "index " + std::to_string(i + 1) + " of table '" + e.text + "' must be '" +
-                                 kTableAxisNames[want[i]] + "' (" + e.text + " has axes [" + table_axes + "]), found '" +
-                                 idx.axis + (idx.shift.empty() ? "" : (idx.negative ? " - " : " + ") + idx.shift) + "'");
-      if (want[i] == static_cast<int>(TableAxis::KvHead) && layer_ctx())
-        return fail(idx.pos, "table '" + e.text + "' is per KV head; in layer_weight programs index it along axis g, e.g. " +
-                                 e.text + "[layer, g]");
-      if (want[i] == static_cast<int>(TableAxis::D) && !(scope.bound & kAxisD))
-        return fail(idx.pos, "axis 'd' is not bound here: declare it on the left side or reduce over it");
-      if (want[i] == static_cast<int>(TableAxis::C) && !(scope.bound & kvevict::kAxisC))
-        return fail(idx.pos, "axis 'c' is not bound here: declare it on the left side or reduce over it");
     }
-    int n = b_.table(index, along_g);
-    if (at_e) n = b_.rename(n, (rename_identity() & ~(7 << (3 * kvevict::kAxisIndexD))) | (kvevict::kAxisIndexE << (3 * kvevict::kAxisIndexD)));
+    int n = b_.table(index, along_g, row);
+    n = b_.rename(n, map);
     return Value{n, Type::Number, b_.node(n).shape};
   }
 

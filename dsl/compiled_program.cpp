@@ -76,8 +76,8 @@ void InterpretedPolicy::channel_score(const ScoreInputs& in, float* out) const {
   for (size_t c = 0; c < d; ++c) out[c] = v.size() == 1 ? v[0] : v[c];
 }
 
-std::string InterpretedPolicy::check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd) const {
-  const std::string why = check_table_geometry(c_.tables, n_layers, n_kv_heads, head_dim, n_embd);
+std::string InterpretedPolicy::check_geometry(const ModelGeometry& model) const {
+  const std::string why = check_table_geometry(c_.tables, model);
   return why.empty() ? why : "policy '" + c_.desc.name + "' (" + c_.desc.source + "): " + why;
 }
 

@@ -17,7 +17,7 @@ class InterpretedPolicy : public PolicyProgram {
   HeadPlan head_plan(const ScoreInputs& in) const override;
   void channel_score(const ScoreInputs& in, float* out) const override;
   void stage_score(int program, const ScoreInputs& in, float* out) const override;
-  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd = 0) const override;
+  std::string check_geometry(const ModelGeometry& model) const override;
   const CompiledPolicy& compiled() const { return c_; }
 
  private:

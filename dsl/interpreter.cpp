@@ -388,15 +388,33 @@ class Evaluator {
       case NodeOp::Table: {
         if (nd.lo < 0 || nd.lo >= static_cast<int>(p_.tables.size())) throw RuntimeError("policy program reads a table it does not have");
         const TableData& tab = *p_.tables[static_cast<size_t>(nd.lo)];
-        const long long kv_head = static_cast<long long>(in.scalars[static_cast<int>(ScalarSignal::KvHead)]);
-        float* o = alloc();
-        // [g?][d?][c?], g outer (along_g: layer_weight)
-        const int64_t model = (nd.shape & kvevict::kAxisC) ? in.ext.c : 1;
-        const int64_t channels = (nd.shape & kAxisD) ? in.ext.d : 1;
-        for (int64_t j = 0; j < size; ++j)
-          o[j] = tab.at(in.layer, (nd.shape & kAxisG) ? j / (channels * model) : kv_head, (j / model) % channels, j % model);
+        read_table(L, nd, tab, nd.a >= 0 ? bufs[nd.a].data : nullptr, alloc());
         break;
       }
+    }
+  }
+
+  // A Table node (lowered.h): element j of its shape [g?, h?, d?, e?, c?] (layout of the axis
+  // table) reads the table at (row, layer, kv_head or g, (kv_head or g) * G + h, d, e, c).
+  void read_table(const Layout& L, const Node& nd, const TableData& tab, const float* row, float* o) const {
+    const long long kv_head = static_cast<long long>(in_.scalars[static_cast<int>(ScalarSignal::KvHead)]);
+    std::array<long long, kNumTableAxes> idx{};
+    idx[static_cast<int>(TableAxis::Layer)] = in_.layer;
+    // The row: nearest integer; NaN or beyond the long long range reads outside the table (0).
+    const double r = row ? static_cast<double>(row[0]) : 0.0;
+    idx[static_cast<int>(TableAxis::Index)] = std::isfinite(r) && std::fabs(r) < 1e15 ? std::llround(r) : -1;
+    int64_t stride[kNumAxes];
+    L.strides(nd.shape, stride);
+    const int64_t size = L.size(nd.shape);
+    auto coord = [&](int64_t j, int axis) { return stride[axis] ? (j / stride[axis]) % L.ext[axis] : 0; };
+    for (int64_t j = 0; j < size; ++j) {
+      const long long k = (nd.shape & kAxisG) ? coord(j, kvevict::kAxisIndexG) : kv_head;
+      idx[static_cast<int>(TableAxis::KvHead)] = k;
+      idx[static_cast<int>(TableAxis::Head)] = k * in_.ext.h + coord(j, kvevict::kAxisIndexH);  // h: the group's query heads
+      idx[static_cast<int>(TableAxis::D)] = coord(j, kvevict::kAxisIndexD);
+      idx[static_cast<int>(TableAxis::E)] = coord(j, kvevict::kAxisIndexE);
+      idx[static_cast<int>(TableAxis::C)] = coord(j, kvevict::kAxisIndexC);
+      o[j] = tab.at(idx);
     }
   }
 

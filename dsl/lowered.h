@@ -60,10 +60,12 @@
 //                with linear interpolation, shape = shape(a) & ~axes. a is never a token pair
 //   Randn        standard normal, shape [d, e]: kv_dsl_randn (core/engine/gaussian_rng.h) keyed by
 //                (seed, layer, kv_head, d, e), the Gaussian sketch
-//   Table        tables[lo] at (layer, kv_head, d, c) (dsl/table_data.h): shape [d?, c?] for the
-//                table's axes d and c, else scalar (plus axis g in layer_weight programs, where kv_head runs
-//                along g). layer and kv_head are otherwise the program's own (its scalars); an
-//                index outside the table reads 0 (the engine checks the extents before a run)
+//   Table        tables[lo] (dsl/table_data.h) at (index, layer, kv_head, head, d, e, c): shape [h?, d?,
+//                e?, c?] for the table's head / d / e / c axes (plus axis g in layer_weight programs, where
+//                kv_head runs along g); head = kv_head * G + h. a (>= 0 iff the table has the index
+//                axis) is the scalar node of the index, rounded to the nearest integer. layer and
+//                kv_head are otherwise the program's own (its scalars); an index outside the table
+//                reads 0 (the engine checks the extents of the model's axes before a run)
 //
 // REDUCTION ORDER (determinism): reductions over axes other than t only accumulate in float in
 // increasing index order (canonical g, h, q, d, e, c, s nesting), each t independently; mean = sum *

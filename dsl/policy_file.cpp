@@ -459,7 +459,9 @@ class FileCompiler {
     const YAML::Node observe = root["observe"];
     if (!observe.IsDefined() || !observe.IsMap() || reads_query_statistics(out_.desc)) return;
     for (const char* k : {"query_stats_from", "query_rotation", "rope_future"})
-      if (observe[k]) diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean and Q_cov; no program reads them");
+      if (observe[k] && !(std::string(k) == "rope_future" && out_.desc.needs(kvevict::TensorSignal::RopeFuture)))
+        diag_.error(pos_of(observe[k]), std::string("'") + k + "' is read only by Q_mean and Q_cov" +
+                                            (std::string(k) == "rope_future" ? " (and R_future)" : "") + "; no program reads them");
   }
 
   // A mode key (core/engine/policy_modes.h): one of the mode's spellings, or the name of an enum
@@ -538,6 +540,9 @@ class FileCompiler {
       d.select.scope = choice(select, "scope", d.select.scope);
       d.select.kept_order = choice(select, "kept_order", d.select.kept_order);
       d.select.layer_allocation = choice(select, "layer_allocation", d.select.layer_allocation);
+      d.select.head_allocation = choice(select, "head_allocation", d.select.head_allocation);
+      if (d.select.head_allocation == HeadAllocation::Tokens && !root["head_weight"])
+        diag_.error(pos_of(select["head_allocation"]), "'head_allocation: tokens' reads each head's count from a head_weight program; the file has none");
       if (d.select.layer_allocation == LayerAllocation::Tokens && !root["layer_weight"])
         diag_.error(pos_of(select["layer_allocation"]), "'layer_allocation: tokens' reads each layer's budget from a layer_weight program; the file has none");
       if (d.select.layer_allocation == LayerAllocation::Tokens && d.run.cascading)

@@ -17,7 +17,7 @@ const std::map<std::string, std::set<std::string>>& policy_section_keys() {
       {"protect", {"first", "recent", "decode_first", "decode_recent"}},
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions",
                "decode_budget", "prefill_block"}},
-      {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "layer_allocation", "unit", "chunk",
+      {"select", {"random_share", "temperature", "scope", "floor_alpha", "kept_order", "unfold_gqa", "layer_allocation", "head_allocation", "unit", "chunk",
                   "chunk_score", "quota", "gate", "rescue", "threshold", "score_at", "stages", "mass"}},
       {"channels", {"prune"}},
       {"merge", {"enabled", "method", "similarity_threshold", "merge_budget", "ema_alpha", "ema_beta", "theta_key", "theta_value", "scope", "first_layer", "last_layer"}},

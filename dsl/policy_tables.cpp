@@ -17,8 +17,9 @@ namespace kvevict::dsl {
 
 std::string TableData::shape_text() const {
   std::string s;
-  for (int a = 0; a < kNumTableAxes; ++a)
-    if (has[a]) s += (s.empty() ? "" : ", ") + std::string(kTableAxisNames[a]) + " " + std::to_string(extent[a]);
+  for (TableAxis a : kTableAxisOrder)
+    if (has_axis(a))
+      s += (s.empty() ? "" : ", ") + std::string(kTableAxisNames[static_cast<int>(a)]) + " " + std::to_string(extent_of(a));
   return "[" + s + "]";
 }
 
@@ -44,29 +45,36 @@ bool valid_table_name(const std::string& n) {
 }
 
 // axes: [AXIS, ...] -> table.has; returns the axes in order, or an empty list after an error.
+// AXIS = index | layer | kv_head | head | d | e | c, a subset in that order; not both kv_head and head.
 std::vector<int> parse_axes(const YAML::Node& n, const std::string& name, Diagnostics& diag, TableData& table) {
   std::vector<int> axes;
-  if (!n.IsSequence() || n.size() == 0 || n.size() > kNumTableAxes) {
-    diag.error(pos_of(n), "table '" + name + "': 'axes' must be a list of 1 to 4 of layer, kv_head, d, c (in that order)");
+  if (!n.IsSequence() || n.size() == 0 || n.size() > kNumTableAxes - 1) {
+    diag.error(pos_of(n), std::string("table '") + name + "': 'axes' must be a list of 1 to 6 of " + kTableAxisOrderText +
+                              " (in that order)");
     return {};
   }
-  int last = -1;
+  int last = -1;  // position in kTableAxisOrder
   for (const YAML::Node& a : n) {
     int found = -1;
     for (int k = 0; k < kNumTableAxes; ++k)
-      if (a.IsScalar() && a.Scalar() == kTableAxisNames[k]) found = k;
+      if (a.IsScalar() && a.Scalar() == kTableAxisNames[static_cast<int>(kTableAxisOrder[k])]) found = k;
     if (found < 0) {
-      diag.error(pos_of(a), "table '" + name + "': unknown axis '" + (a.IsScalar() ? a.Scalar() : "?") +
-                                "' (axes: layer, kv_head, d, c)");
+      diag.error(pos_of(a), "table '" + name + "': unknown axis '" + (a.IsScalar() ? a.Scalar() : "?") + "' (axes: " +
+                                kTableAxisOrderText + ")");
       return {};
     }
     if (found <= last) {
-      diag.error(pos_of(a), "table '" + name + "': axes must be listed once each, in the order layer, kv_head, d, c");
+      diag.error(pos_of(a), "table '" + name + "': axes must be listed once each, in the order " + kTableAxisOrderText);
       return {};
     }
     last = found;
-    table.has[found] = true;
-    axes.push_back(found);
+    const int slot = static_cast<int>(kTableAxisOrder[found]);
+    table.has[slot] = true;
+    axes.push_back(slot);
+  }
+  if (table.has_axis(TableAxis::KvHead) && table.has_axis(TableAxis::Head)) {
+    diag.error(pos_of(n), "table '" + name + "': a table is per KV head (kv_head) or per query head (head), not both");
+    return {};
   }
   return axes;
 }
@@ -123,10 +131,13 @@ std::string apply_transform(TableData& t) {
 
 }  // namespace
 
+size_t max_table_file_bytes(const TableData& table) {
+  return std::max(kMinTableFileBytes, kTableFileBytesPerNumber * table.size());
+}
+
 // row = number { sep number } ; sep = spaces / tabs / one comma.
 std::string parse_table_text(const std::string& text, TableData& table) {
-  const int last_axis = table.has[3] ? 3 : table.has[2] ? 2 : table.has[1] ? 1 : 0;
-  const size_t columns = static_cast<size_t>(table.extent[last_axis]);
+  const size_t columns = static_cast<size_t>(table.extent_of(table.last_axis()));
   const size_t rows = table.size() / columns;
   table.values.clear();
   table.values.reserve(table.size());
@@ -185,6 +196,7 @@ std::string parse_table_text(const std::string& text, TableData& table) {
 // tables: NAME: {file: PATH, axes: [...], shape: [...]}
 void parse_tables_section(const YAML::Node& node, const std::string& policy_path, Diagnostics& diag, TableList& out) {
   if (!node || node.IsNull()) return;
+  size_t total = 0;  // numbers of the tables so far (kMaxPolicyTableElements)
   if (!node.IsMap()) {
     diag.error(pos_of(node), "'tables' must be a mapping NAME: {file: PATH, axes: [layer, kv_head], shape: [N, M]}");
     return;
@@ -213,13 +225,19 @@ void parse_tables_section(const YAML::Node& node, const std::string& policy_path
     table->name = name;
     const std::vector<int> axes = parse_axes(spec["axes"], name, diag, *table);
     if (axes.empty() || !parse_shape(spec["shape"], axes, name, diag, *table)) continue;
+    if (total + table->size() > kMaxPolicyTableElements) {
+      diag.error(pos_of(spec["shape"]), "table '" + name + "': the policy's tables would hold " + std::to_string(total + table->size()) +
+                                            " numbers, more than the limit of " + std::to_string(kMaxPolicyTableElements));
+      continue;
+    }
+    total += table->size();
     const YAML::Node file = spec["file"];
     if (!file.IsScalar() || file.Scalar().empty()) { diag.error(pos_of(file), "table '" + name + "': 'file' must be a path"); continue; }
     const std::filesystem::path p(file.Scalar());
     table->file = (p.is_absolute() ? p : dir / p).lexically_normal().string();
     std::string text;
     try {
-      text = read_input_file(table->file, kMaxTableFileBytes, "table file");
+      text = read_input_file(table->file, max_table_file_bytes(*table), "table file");
     } catch (const Error& e) {
       diag.error(pos_of(file), "table '" + name + "': " + e.what());
       continue;
@@ -242,14 +260,21 @@ void parse_tables_section(const YAML::Node& node, const std::string& policy_path
   }
 }
 
-std::string check_table_geometry(const TableList& tables, int n_layers, int n_kv_heads, int head_dim, int n_embd) {
-  const int model[kNumTableAxes] = {n_layers, n_kv_heads, head_dim, n_embd};
-  const char* what[kNumTableAxes] = {"n_layers", "n_kv_heads", "head_dim", "n_embd"};
+std::string check_table_geometry(const TableList& tables, const ModelGeometry& model) {
+  struct Rule {
+    TableAxis axis;
+    int model;
+    const char* what;
+  };
+  const Rule rules[] = {{TableAxis::Layer, model.n_layers, "n_layers"}, {TableAxis::KvHead, model.n_kv_heads, "n_kv_heads"},
+                        {TableAxis::Head, model.n_heads, "n_heads"},   {TableAxis::D, model.head_dim, "head_dim"},
+                        {TableAxis::E, model.head_dim, "head_dim"},    {TableAxis::C, model.n_embd, "n_embd"}};
+  // (the index axis is the policy's own; c is not checked when n_embd is 0)
   for (const auto& t : tables)
-    for (int a = 0; a < kNumTableAxes; ++a)
-      if (t->has[a] && t->extent[a] != model[a] && !(a == static_cast<int>(TableAxis::C) && n_embd == 0))
-        return "table '" + t->name + "' (" + t->file + ") has shape " + t->shape_text() + ", but the model has " + what[a] +
-               " = " + std::to_string(model[a]);
+    for (const Rule& r : rules)
+      if (t->has_axis(r.axis) && t->extent_of(r.axis) != r.model && !(r.axis == TableAxis::C && model.n_embd == 0))
+        return "table '" + t->name + "' (" + t->file + ") has shape " + t->shape_text() + ", but the model has " + r.what +
+               " = " + std::to_string(r.model);
   return "";
 }
 

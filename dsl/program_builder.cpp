@@ -177,12 +177,14 @@ int ProgramBuilder::randn() {
   return add(n);
 }
 
-int ProgramBuilder::table(int index, bool along_g) {
+int ProgramBuilder::table(int index, bool along_g, int row) {
   Node n;
   n.op = NodeOp::Table;
   n.lo = index;
+  n.a = row;
   const TableData& t = *program_.tables.at(static_cast<size_t>(index));
-  n.shape = (t.has[static_cast<int>(TableAxis::D)] ? kAxisD : 0u) | (t.has[static_cast<int>(TableAxis::C)] ? kvevict::kAxisC : 0u) |
+  n.shape = (t.has_axis(TableAxis::Head) ? kAxisH : 0u) | (t.has_axis(TableAxis::D) ? kAxisD : 0u) |
+            (t.has_axis(TableAxis::E) ? kAxisE : 0u) | (t.has_axis(TableAxis::C) ? kvevict::kAxisC : 0u) |
             (along_g ? kAxisG : 0u);
   return add(n);
 }

@@ -33,7 +33,8 @@ class ProgramBuilder {
   // A rank statistic of a along the one axis `axis` (dsl/sort_ops.h); level: Quantile's scalar p.
   int sort(SortFn f, unsigned axis, int a, int level = -1);
   // A read of table `index` of `tables` (set_tables) at the program's (layer, kv_head[, d]).
-  int table(int index, bool along_g = false);  // along_g: kv_head along axis g (layer_weight)
+  // along_g: kv_head along axis g (layer_weight); row: the scalar node of the index axis (-1: none).
+  int table(int index, bool along_g = false, int row = -1);
   void set_tables(const TableList& tables) { program_.tables = tables; }
   const Node& node(int i) const { return program_.nodes[i]; }
   int size() const { return static_cast<int>(program_.nodes.size()); }

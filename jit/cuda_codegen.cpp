@@ -205,7 +205,11 @@ class ProgramEmitter {
             break;
           case NodeOp::Table:
             if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
-            value = cuda_table_read(n.lo, *p_.tables[n.lo]);
+            if (p_.tables[n.lo]->values.size() > dsl::kMaxBakedTableElements)
+              fail(j, "table '" + p_.tables[n.lo]->name + "' holds " + std::to_string(p_.tables[n.lo]->values.size()) +
+                          " numbers; the CUDA generator bakes at most " + std::to_string(dsl::kMaxBakedTableElements) +
+                          " into a kernel (the interpreter reads it)");
+            value = cuda_table_read(n.lo, *p_.tables[n.lo], n.a >= 0 ? var(n.a) : "0.0f");
             break;
           case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
           case NodeOp::Binary: value = cuda_binary(n.binary, var(n.a), var(n.b)); break;

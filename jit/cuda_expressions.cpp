@@ -107,19 +107,29 @@ std::string cuda_table_definition(int index, const dsl::TableData& table) {
   return text + "\n};\n";
 }
 
-std::string cuda_table_read(int index, const dsl::TableData& table) {
-  // flat = ((layer * n_kv_head + kv_head) * n_d + c) * n_c + mc over the axes the table has
-  // (table_data.h; c is axis d, mc the model axis c); an index of an axis outside its extent reads 0
-  // like TableData::at.
-  const std::string n_k = std::to_string(table.extent[1]), n_d = std::to_string(table.extent[2]),
-                    n_c = std::to_string(table.extent[3]);
-  std::string in_range = "1";
-  std::string l = "0LL", k = "0LL", c = "0LL", m = "0LL";
-  if (table.has[0]) l = "(long long)a.layer", in_range += " && a.layer >= 0 && a.layer < " + std::to_string(table.extent[0]);
-  if (table.has[1]) k = "(long long)a.kv_head", in_range += " && a.kv_head >= 0 && a.kv_head < " + n_k;
-  if (table.has[2]) c = "(long long)c", in_range += " && c >= 0 && c < " + n_d;
-  if (table.has[3]) m = "(long long)mc", in_range += " && mc >= 0 && mc < " + n_c;
-  const std::string flat = "(((" + l + " * " + n_k + "LL + " + k + ") * " + n_d + "LL + " + c + ") * " + n_c + "LL + " + m + ")";
+std::string cuda_table_read(int index, const dsl::TableData& table, const std::string& row) {
+  // The flat index over the axes the table has, in the storage order (table_data.h); an index of
+  // an axis outside its extent reads 0 like TableData::at. The row is the nearest integer to the
+  // scalar `row` (llround, as the interpreter; NaN reads 0); head = kv_head * group + h.
+  std::string in_range = "1", flat = "0LL";
+  for (dsl::TableAxis axis : dsl::kTableAxisOrder) {
+    if (!table.has_axis(axis)) continue;
+    std::string v;
+    switch (axis) {
+      case dsl::TableAxis::Index:
+        v = "((isfinite(" + row + ") && fabsf(" + row + ") < 1e15f) ? llround((double)" + row + ") : -1LL)";
+        break;
+      case dsl::TableAxis::Layer: v = "(long long)a.layer"; break;
+      case dsl::TableAxis::KvHead: v = "(long long)a.kv_head"; break;
+      case dsl::TableAxis::Head: v = "((long long)a.kv_head * (long long)a.group + (long long)h)"; break;
+      case dsl::TableAxis::D: v = "(long long)c"; break;
+      case dsl::TableAxis::E: v = "(long long)e"; break;
+      case dsl::TableAxis::C: v = "(long long)mc"; break;  // the model axis c is `mc` in generated code
+    }
+    const std::string n = std::to_string(table.extent_of(axis));
+    in_range += " && " + v + " >= 0 && " + v + " < " + n;
+    flat = "(" + flat + " * " + n + "LL + " + v + ")";
+  }
   return "((" + in_range + ") ? kv_load(kv_table_" + std::to_string(index) + ", " + flat + ", " +
          std::to_string(table.values.size()) + "LL, 0.0f) : 0.0f) /* " + table.name + " */";
 }

@@ -21,8 +21,9 @@ std::string cuda_binary(dsl::BinaryFn f, const std::string& x, const std::string
 // A policy table (dsl/table_data.h) baked into the kernel text: "KVEVICT_TABLE kv_table_I[N] = {...};"
 // with every value as an exact hexadecimal float literal (bit-identical to the interpreter's float).
 std::string cuda_table_definition(int index, const dsl::TableData& table);
-// A read of table `index` at the kernel's (layer, kv_head) and channel c, through the bounded
-// kv_load: an index outside the table reads 0, as in the interpreter.
-std::string cuda_table_read(int index, const dsl::TableData& table);
+// A read of table `index` at the kernel's (layer, kv_head), query head h of the group, channels c
+// (d) and e, and the row given by the float local `row` (the index axis; unused without one),
+// through the bounded kv_load: an index outside the table reads 0, as in the interpreter.
+std::string cuda_table_read(int index, const dsl::TableData& table, const std::string& row);
 
 }  // namespace kvevict::jit

@@ -46,8 +46,8 @@ class JitPolicyProgram : public PolicyProgram {
     if (program == 0) score(in, false, out);
     else reference_->stage_score(program, in, out);
   }
-  std::string check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd = 0) const override {
-    return reference_->check_geometry(n_layers, n_kv_heads, head_dim, n_embd);
+  std::string check_geometry(const ModelGeometry& model) const override {
+    return reference_->check_geometry(model);
   }
 
  private:

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the EXAMPLE tables of policies/field/tables/ for stories260K (5 layers, 4 KV heads,
-head_dim 8, n_embd 64). They are NOT any paper's data: the learned tables of DuoAttention, RLKV, HeadKV, LUKV,
-Q-Filters and KVzap exist only for the models those papers trained on and are not available offline.
+"""Writes the EXAMPLE tables of policies/field/tables/ for stories260K (5 layers, 8 query heads,
+4 KV heads, head_dim 8, n_embd 64). They are NOT any paper's data: the learned tables of
+DuoAttention, RLKV, HeadKV, LUKV, Q-Filters and KVzap and the query statistics of
+ExpectedAttentionStats exist only for the models those papers trained on (or were computed on) and
+are not available offline.
 The numbers are a fixed, documented function of the indices (no randomness, no model), so the
 files can be regenerated bit for bit:  python3 scripts/make_example_tables.py
 To run a method for real, put the published table for your model in the same format (docs/DSL.md
@@ -11,6 +13,8 @@ import math
 import os
 
 L, H, D = 5, 4, 8
+HQ = 8  # query heads (ExpectedAttentionStats' statistics are per query head)
+RATIOS = 99  # rows of LUKV's budget curve: compression ratios 0.01 .. 0.99
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "policies", "field", "tables")
 
 
@@ -41,8 +45,18 @@ write("rlkv.example.tsv", "[layer, kv_head]: reasoning-head gate per head (RLKV)
       [[value(h, l, 3) for h in range(H)] for l in range(L)])
 write("headkv.example.tsv", "[layer, kv_head]: retrieval-reasoning head score (HeadKV head-score JSON, flattened)",
       [[value(l, h, 1) for h in range(H)] for l in range(L)])
-write("lukv.example.tsv", "[layer, kv_head]: relative keep count of each head at one ratio of the LUKV budget curve",
-      [[1 + round(4 * value(l, h, 2), 2) for h in range(H)] for l in range(L)])
+
+
+def prune_ratio(r, l, h):
+    """LUKV curve entry: the prune ratio of head (l, h) at row r (compression ratio (r + 1) / 100):
+    the row's ratio tilted per head by a fixed amount in [-0.3, 0.3], clamped to [0, 0.995]."""
+    ratio = (r + 1) / 100.0
+    return round(min(0.995, max(0.0, ratio + 0.6 * (value(l, h, 2) - 0.5))), 4)
+
+
+write("lukv.example.tsv", "[index, layer, kv_head]: LUKV budget curve, prune ratio per (layer, KV head) for each of the "
+      "99 compression ratios 0.01 .. 0.99 (row r: ratio (r+1)/100; kvpress LUKVPress's .npy [99, L, H_kv] flattened)",
+      [[prune_ratio(r, l, h) for h in range(H)] for r in range(RATIOS) for l in range(L)])
 write("per_layer_compression.example.tsv", "[layer]: compression ratio per layer (kvpress PerLayerCompressionPress list)",
       [[0.2, 0.35, 0.5, 0.65, 0.8]])
 write("qfilter.example.tsv", "[layer, kv_head, d]: Q-Filter direction per head; row = (layer, kv_head), columns = d",
@@ -56,3 +70,24 @@ write("kvzap_weight.example.tsv", "[layer, kv_head, c]: KVzap linear weight; row
       [[round((2 * value(l, h, c, 4) - 1) / 8, 4) for c in range(E)] for l in range(L) for h in range(H)])
 write("kvzap_bias.example.tsv", "[layer, kv_head]: KVzap linear bias",
       [[round(-2 + value(l, h, 5), 4) for h in range(H)] for l in range(L)])
+
+
+# ExpectedAttentionStats: per (layer, query head) mean [L, HQ, D] and covariance [L, HQ, D, D] of
+# pre-RoPE queries (kvpress ExpectedAttentionStats.query_mean / query_cov). The covariance is
+# A A^T / D with A a fixed [D, D] matrix per head, so it is symmetric positive semi-definite.
+def stats_a(l, q, i, j):
+    return 2 * value(l, q, i, j) - 1
+
+
+write("expected_attention_stats_mean.example.tsv",
+      "[layer, head, d]: mean pre-RoPE query per (layer, query head); row = (layer, head), columns = d",
+      [[round(3 * (2 * value(l, q, c, 5) - 1), 4) for c in range(D)] for l in range(L) for q in range(HQ)])
+cov_rows = []
+for l in range(L):
+    for q in range(HQ):
+        A = [[stats_a(l, q, i, j) for j in range(D)] for i in range(D)]
+        for i in range(D):
+            cov_rows.append([round(sum(A[i][k] * A[j][k] for k in range(D)) / D, 6) for j in range(D)])
+write("expected_attention_stats_cov.example.tsv",
+      "[layer, head, d, e]: covariance of the pre-RoPE queries per (layer, query head); row = (layer, head, d), "
+      "columns = e", cov_rows)

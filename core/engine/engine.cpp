@@ -124,7 +124,9 @@ struct EvictionEngine::State {
     G = c.group_size();
     d = c.head_dim;
     check_engine_supports(desc, c, options.budget);
-    if (const std::string why = p.check_geometry(L, desc.select.unfold_gqa ? Hq : Hkv, d, c.dim); !why.empty())
+    const ModelGeometry geometry{
+        .n_layers = L, .n_kv_heads = desc.select.unfold_gqa ? Hq : Hkv, .head_dim = d, .n_heads = Hq, .n_embd = c.dim};
+    if (const std::string why = p.check_geometry(geometry); !why.empty())
       throw UsageError(why);
     window = desc.window;
     rope = Rope(c);
@@ -303,6 +305,11 @@ struct EvictionEngine::State {
         case TensorSignal::QueryCovariance:
           query_statistic(info.id, layer, kv_head, out);
           break;
+        case TensorSignal::RopeFuture: {  // [d][d]: R x = mean of rope(x, p), p = prompt_len ..
+          const std::vector<double> R = average_rope_rotation(config, prompt_len, desc.observe.rope_future);
+          out.assign(R.begin(), R.end());
+          break;
+        }
         case TensorSignal::Token:
           out.resize(T);
           records.tokens(in.position, T, out.data());
@@ -519,7 +526,7 @@ struct EvictionEngine::State {
     if (!desc.has_head_plan || static_cast<int>(head_plans[layer].size()) != Hs) return std::vector<int>(Hs, budget);
     std::vector<int> length(Hs);
     for (int h = 0; h < Hs; ++h) length[h] = static_cast<int>(cache.length(layer, h));
-    return split_head_budgets(budget, head_plans[layer], length, pr.first + pr.recent);
+    return split_head_budgets(budget, head_plans[layer], length, pr.first + pr.recent, desc.select.head_allocation);
   }
 
   // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order),

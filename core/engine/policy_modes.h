@@ -48,6 +48,11 @@ enum class SelectQuota : uint8_t { Global, PerChunk };
 // important but spiky chunks to their top select.rescue entries and fills the budget exactly.
 enum class ChunkGate : uint8_t { None, Entropy };
 
+// select.head_allocation: what a head_weight means (core/engine/head_budgets.h). Share: the head's
+// share of its layer's budget (split exactly). Tokens: the head's own keep count in tokens, a real
+// number, rounded per layer as LUKVPress rounds its curve (round_head_counts); --budget does not
+// enter (only --budget full turns eviction off).
+enum class HeadAllocation : uint8_t { Share, Tokens };
 // select.layer_allocation: what a layer_weight means. Share: the layer's share of the model's
 // budget (the allocator splits the total exactly). Tokens: the layer's own per-head budget in
 // tokens, a data-dependent budget whose kept count is an output (SimLayerKV: a lazy layer keeps
@@ -77,6 +82,10 @@ template <> struct ModeNames<LayerAllocation> {
   static constexpr std::array<std::string_view, 3> names = {"share", "tokens", "mass"};
 };
 static_assert(ModeNames<LayerAllocation>::names.size() == static_cast<size_t>(LayerAllocation::Mass) + 1);
+template <> struct ModeNames<HeadAllocation> {
+  static constexpr std::array<std::string_view, 2> names = {"share", "tokens"};
+};
+static_assert(ModeNames<HeadAllocation>::names.size() == static_cast<size_t>(HeadAllocation::Tokens) + 1);
 template <> struct ModeNames<QueryRotation> {
   static constexpr std::array<std::string_view, 2> names = {"none", "future_mean"};
 };

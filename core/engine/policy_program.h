@@ -3,6 +3,7 @@
 // by hand) and the eviction engine (core/engine). A policy supplies numbers: per-token scores and
 // per-layer weights. The engine owns every shared mechanism: integer budgets that add up exactly,
 // cascading re-allocation, protected sets, top-k and seeded sampling, compaction, the codebook.
+#include "core/engine/model_geometry.h"
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -72,6 +73,9 @@ struct PolicySelect {
   // Added. How layer_weight is read (policy_modes.h): a share of the budget, or the layer's budget
   // in tokens (select.layer_allocation: tokens; SimLayerKV).
   LayerAllocation layer_allocation = LayerAllocation::Share;
+  // Added. What head_weight means: a share of the layer's budget, or the head's count in tokens
+  // (select.head_allocation: tokens; LUKV). core/engine/head_budgets.h.
+  HeadAllocation head_allocation = HeadAllocation::Share;
   // Added. SpindleKV's "fully unfold GQA" (spec §4.1 option B, §6 rule 3, §8 gqa_mode = unfold):
   // the score program runs per query head (ScoreInputs::group = 1, kv_head = the query head) and
   // each query head keeps its own top-k in its own copy of the KV head's entries; at the end of
@@ -284,9 +288,8 @@ class PolicyProgram {
   }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
-  // n_embd: the model dimension (tables with axis c); 0 = not checked.
-  virtual std::string check_geometry(int n_layers, int n_kv_heads, int head_dim, int n_embd = 0) const {
-    (void)n_layers, (void)n_kv_heads, (void)head_dim, (void)n_embd;
+  virtual std::string check_geometry(const ModelGeometry& model) const {
+    (void)model;
     return "";
   }
 };

@@ -137,6 +137,7 @@ enum class SignalSource : uint8_t {
   HiddenStates,   // the norm of the layer's input hidden state at every entry, by original position
   HiddenVectors,  // the layer's attention input (after its input RMSNorm) at every entry, by original position
   OutputProjection,  // the entries' values through the layer's output projection W_o (the decoder's Gram matrices)
+  RopeRotation,   // the model's RoPE averaged over positions after the prompt (query_signals.h: average_rope_rotation)
 };
 
 //   X(enum name, DSL name, axes,                  source,                        description)
@@ -159,9 +160,10 @@ enum class SignalSource : uint8_t {
   X(QueryCovariance, "Q_cov", kAxisH | kAxisD | kAxisE, SignalSource::PromptQueries, "prompt query covariance")   \
   X(Token, "token", kAxisT, SignalSource::Tokens, "token ids")                                                \
   X(HiddenNorm, "hidden_norm", kAxisT, SignalSource::HiddenStates, "hidden-state norms")                     \
-  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")  \
+  X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")    \
   X(OutputNormL1, "out_norm_l1", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value L1 norms") \
-  X(HiddenState, "hidden", kAxisC | kAxisT, SignalSource::HiddenVectors, "attention-input hidden states")
+  X(HiddenState, "hidden", kAxisC | kAxisT, SignalSource::HiddenVectors, "attention-input hidden states")       \
+  X(RopeFuture, "R_future", kAxisD | kAxisE, SignalSource::RopeRotation, "mean RoPE rotation after the prompt")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -170,7 +172,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 20
+#define KVEVICT_NUM_TENSOR_SIGNALS 21
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {

@@ -71,8 +71,9 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 
 // compression_ratio_decoding and prefill_decoding are tested in decode_budget_policies_test.cpp,
 // blockpress in block_prefill_test.cpp, chunkkv, chunkpress, entropy_gated_chunkkv and
-// noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv, lukv,
-// per_layer_compression, qfilter, rlkv) in table_policies_test.cpp, simlayerkv in
+// noncausal_attn in chunk_policies_test.cpp, the table-driven ones (duo_attention, headkv,
+// per_layer_compression, qfilter, rlkv) in table_policies_test.cpp (expected_attention_stats and
+// lukv in stats_table_policies_test.cpp), simlayerkv in
 // layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp, composed and dms in
 // selection_policies_test.cpp, think in channel_policies_test.cpp, defensive_kv in
 // rank_policies_test.cpp, kvzap in hidden_state_policies_test.cpp. One name per line.
@@ -94,6 +95,7 @@ const std::vector<std::string> kFieldPolicies = {
     "entropy_adaptive",
     "entropy_gated_chunkkv",
     "expected_attention",
+    "expected_attention_stats",
     "finch",
     "headkv",
     "keydiff",

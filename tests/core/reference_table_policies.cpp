@@ -223,15 +223,4 @@ KeptSets headkv(const PromptData& p, const Table& scores, int budget, int window
   });
 }
 
-KeptSets lukv(const PromptData& p, const Table& table, int budget, int window, int sinks) {
-  const auto b = head_budgets(p, table, budget, sinks + window);
-  return each_head(p, [&](int l, int h, const HeadData& d) {
-    const std::vector<double> a = window_sum(d, window);
-    std::vector<double> s(d.S, 0.0);
-    for (int g = 0; g < d.G; ++g)
-      for (int t = 0; t < d.S; ++t) s[t] += a[static_cast<size_t>(g) * d.S + t] / d.G;
-    return keep(s, d.S, b[l][h], sinks_and_recent(d.S, sinks, window));
-  });
-}
-
 }  // namespace kvevict::reference

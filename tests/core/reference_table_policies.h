@@ -1,6 +1,6 @@
 #pragma once
 // Independent references for the table-driven policies of policies/field/ (duo_attention, rlkv,
-// headkv, lukv, per_layer_compression, qfilter), written from each method's rule as the policy
+// headkv, per_layer_compression, qfilter; lukv: reference_stats_table_policies.h), written from each method's rule as the policy
 // file's comment cites it, in double, from the recorded prompt signals of reference::collect and
 // the table files read by a reader of their own (not the DSL's loader). Budgets are split by a
 // plain largest-remainder rule of its own (floors first, the rest in proportion, ties to the lower
@@ -39,7 +39,7 @@ KeptSets qfilter(const PromptData& p, const Table& filters, int budget);
 std::vector<int> per_layer_compression_budgets(const PromptData& p, const std::vector<double>& ratio, int budget);
 KeptSets per_layer_compression(const PromptData& p, const std::vector<double>& ratio, int budget);
 
-// Per-head budgets of HeadKV / LUKV: the layers split budget x L (floors = the protected count
+// Per-head budgets of HeadKV: the layers split budget x L (floors = the protected count
 // `prot`) by layer weight = sum of their heads' weights, then each layer's H x b_l over its heads
 // (floors = prot) by head weight. [layer][head].
 std::vector<std::vector<int>> head_budgets(const PromptData& p, const Table& head_weight, int budget, int prot);
@@ -49,9 +49,5 @@ std::vector<std::vector<int>> head_budgets(const PromptData& p, const Table& hea
 // window scored 0, max-pooled over `kernel`, mean over the group), the window kept.
 KeptSets headkv(const PromptData& p, const Table& scores, int budget, int window, int kernel, double beta);
 Table headkv_weights(const Table& scores, double beta);
-
-// LUKV: head weight = the table; window attention summed over the last `window` rows, group mean;
-// the first `sinks` positions and the `window` newest protected.
-KeptSets lukv(const PromptData& p, const Table& table, int budget, int window, int sinks);
 
 }  // namespace kvevict::reference

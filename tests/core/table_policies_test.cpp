@@ -1,5 +1,6 @@
-// The table-driven policies of policies/field/ (duo_attention, rlkv, headkv, lukv,
-// per_layer_compression, qfilter) with their shipped EXAMPLE tables keep exactly the tokens of the
+// The table-driven policies of policies/field/ (duo_attention, rlkv, headkv,
+// per_layer_compression, qfilter; lukv and expected_attention_stats: stats_table_policies_test.cpp)
+// with their shipped EXAMPLE tables keep exactly the tokens of the
 // independent references of reference_table_policies.cpp on stories260K, and their head budgets
 // (head_mode / head_weight, core/engine/head_budgets.h) add up exactly.
 #include <gtest/gtest.h>
@@ -154,17 +155,6 @@ TEST_F(TablePolicies, HeadKvBudgetsFollowTheHeadScores) {
   expect_head_budgets_add_up(r, budget, "headkv");
 }
 
-TEST_F(TablePolicies, LukvBudgetsFollowTheBudgetTable) {
-  const auto table = reference::read_table(table_path("lukv"));
-  const int budget = 48;
-  const EvictionReport r = prefill("lukv", {{"window", "16"}}, std::to_string(budget));
-  EXPECT_GT(expect_same(r, reference::lukv(*data_, table, budget, 16, 4), "lukv"), 0);
-  const auto b = reference::head_budgets(*data_, table, budget, 20);
-  for (size_t l = 0; l < b.size(); ++l)
-    for (size_t h = 0; h < b[l].size(); ++h) EXPECT_EQ(r.layers[l][h].budget, b[l][h]) << "layer " << l << " head " << h;
-  expect_head_budgets_add_up(r, budget, "lukv");
-}
-
 TEST_F(TablePolicies, ATableOfAnotherShapeIsRefusedWhenTheEngineStarts) {
   // The example tables are shaped for stories260K; a model of another geometry is refused with the
   // policy and the table named (here: the policy compiled, then checked against 6 layers).
@@ -201,14 +191,14 @@ class CascadingHeadPlan : public PolicyProgram {
 };
 
 TEST_F(TablePolicies, TheEngineRefusesHeadPlansWithCascading) {
-  CascadingHeadPlan policy(load_policy("lukv"));
+  CascadingHeadPlan policy(load_policy("headkv"));
   ASSERT_TRUE(policy.description().has_head_plan);
   try {
     EvictionEngine engine(policy, model_->config, {Budget::parse("20"), 0});
     ADD_FAILURE() << "accepted";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "policy lukv: head_mode / head_weight need select scope kv_head, no cascading and no unfold_gqa");
+              "policy headkv: head_mode / head_weight need select scope kv_head, no cascading and no unfold_gqa");
   }
 }
 

@@ -189,7 +189,7 @@ TEST(ModelAxisNames, ADefinitionNamedCHidesTheAxis) {
 TEST_F(ModelAxis, TableRefusalsOverC) {
   write("w.tsv", "1 2 3\n4 5 6\n");
   EXPECT_EQ(compile("  w: {file: w.tsv, axes: [c, layer], shape: [3, 2]}\n", "score[t] = key_norm[t]"),
-            "DIR/p.yaml:4:30: error: table 'w': axes must be listed once each, in the order layer, kv_head, d, c");
+            "DIR/p.yaml:4:30: error: table 'w': axes must be listed once each, in the order index, layer, kv_head, head, d, e, c");
   EXPECT_EQ(compile("  w: {file: w.tsv, axes: [layer, c], shape: [2, 3]}\n", "score[t] = w[layer, c]"),
             "DIR/p.yaml:6:23: error: axis 'c' is not bound here: declare it on the left side or reduce over it");
   EXPECT_EQ(compile("  w: {file: w.tsv, axes: [layer, c], shape: [2, 3]}\n", "score[t] = sum(d: w[layer, d])"),

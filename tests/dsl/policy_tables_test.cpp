@@ -80,10 +80,10 @@ TEST_F(PolicyTables, AGoodTableLoadsAndProgramsReadIt) {
       policy.score(in, false, out.data());
       EXPECT_EQ(out, std::vector<float>(4, t.values[l * 3 + h])) << l << " " << h;
     }
-  EXPECT_EQ(policy.check_geometry(2, 3, 8), "");
-  EXPECT_EQ(first_line(policy.check_geometry(5, 3, 8)),
+  EXPECT_EQ(policy.check_geometry(2, 3, 8, 6), "");
+  EXPECT_EQ(first_line(policy.check_geometry(5, 3, 8, 6)),
             "policy 'p' (p.yaml): table 'duo' (DIR/duo.tsv) has shape [layer 2, kv_head 3], but the model has n_layers = 5");
-  EXPECT_EQ(first_line(policy.check_geometry(2, 4, 8)),
+  EXPECT_EQ(first_line(policy.check_geometry(2, 4, 8, 8)),
             "policy 'p' (p.yaml): table 'duo' (DIR/duo.tsv) has shape [layer 2, kv_head 3], but the model has n_kv_heads = 4");
 }
 
@@ -101,7 +101,7 @@ TEST_F(PolicyTables, AChannelTableIsAVectorOverD) {
   std::vector<float> out(2);
   policy.score(in, false, out.data());
   EXPECT_EQ(out, (std::vector<float>{5 * 1 + 6 * 100, 5 * 10 + 6 * 1000}));
-  EXPECT_EQ(first_line(policy.check_geometry(2, 2, 4)),
+  EXPECT_EQ(first_line(policy.check_geometry(2, 2, 4, 4)),
             "policy 'p' (p.yaml): table 'duo' (DIR/qf.tsv) has shape [layer 2, kv_head 2, d 2], but the model has head_dim = 4");
 }
 
@@ -155,8 +155,9 @@ TEST_F(PolicyTables, NonNumericAndNonFiniteValuesAreErrorsAtTheirLineAndColumn) 
 }
 
 TEST_F(PolicyTables, SizeLimitsAndFileKindsAreRefused) {
-  EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head, d], shape: [100, 100, 100]}")),
-            "p.yaml:4:58: error: table 'duo': [layer 100, kv_head 100, d 100] has 1000000 elements, more than the limit of 131072");
+  EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head, d], shape: [1000, 1000, 100]}")),
+            "p.yaml:4:58: error: table 'duo': [layer 1000, kv_head 1000, d 100] has 100000000 elements, more than the limit of "
+            "16777216");
   {
     std::ofstream big(dir_ / "huge.tsv");
     const std::string row(1 << 16, '1');
@@ -173,13 +174,13 @@ TEST_F(PolicyTables, SizeLimitsAndFileKindsAreRefused) {
 
 TEST_F(PolicyTables, DeclarationErrors) {
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [kv_head, layer], shape: [2, 3]}")),
-            "p.yaml:4:40: error: table 'duo': axes must be listed once each, in the order layer, kv_head, d, c");
-  EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, head], shape: [2, 3]}")),
-            "p.yaml:4:38: error: table 'duo': unknown axis 'head' (axes: layer, kv_head, d, c)");
+            "p.yaml:4:40: error: table 'duo': axes must be listed once each, in the order index, layer, kv_head, head, d, e, c");
+  EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, heads], shape: [2, 3]}")),
+            "p.yaml:4:38: error: table 'duo': unknown axis 'heads' (axes: index, layer, kv_head, head, d, e, c)");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head], shape: [2]}")),
             "p.yaml:4:55: error: table 'duo': 'shape' must list one extent per axis (2 numbers)");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer, kv_head], shape: [2, 0]}")),
-            "p.yaml:4:59: error: table 'duo': extent '0' must be a whole number in 1..131072");
+            "p.yaml:4:59: error: table 'duo': extent '0' must be a whole number in 1..16777216");
   EXPECT_EQ(first_line(compile("{file: duo.tsv, axes: [layer], shape: [2], colour: red}")),
             "p.yaml:4:51: error: unknown key 'colour' in the declaration of table 'duo' (allowed: axes, file, shape, values)");
   EXPECT_EQ(first_line(compile("{axes: [layer], shape: [2]}")), "p.yaml:4:3: error: table 'duo' needs 'file'");
