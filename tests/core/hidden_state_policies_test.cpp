@@ -266,8 +266,8 @@ TEST_F(HiddenStatePolicies, KvzapWhileDecodingJudgesEachTokenByItsHiddenState) {
 // The engine refuses a table over c whose extent is not the model's n_embd before anything runs.
 TEST_F(HiddenStatePolicies, ATableOverCOfAnotherWidthIsRefused) {
   const auto policy = load_policy("kvzap", {});
-  EXPECT_EQ(policy->check_geometry(5, 4, 8, 64), "");
-  const std::string why = policy->check_geometry(5, 4, 8, 32);
+  EXPECT_EQ(policy->check_geometry({.n_layers = 5, .n_kv_heads = 4, .head_dim = 8, .n_embd = 64}), "");
+  const std::string why = policy->check_geometry({.n_layers = 5, .n_kv_heads = 4, .head_dim = 8, .n_embd = 32});
   EXPECT_NE(why.find("has shape [layer 5, kv_head 4, c 64], but the model has n_embd = 32"), std::string::npos) << why;
 }
 

@@ -116,9 +116,9 @@ TEST_F(ModelAxis, ALinearScorerOverCEqualsTheDoubleSum) {
         EXPECT_NEAR(out[t], want, 1e-5 * (1 + std::fabs(want))) << l << " " << h << " " << t;
       }
     }
-  EXPECT_EQ(policy.check_geometry(2, 3, 4, 5), "");
-  EXPECT_EQ(policy.check_geometry(2, 3, 4, 0), "") << "n_embd 0: not checked";
-  EXPECT_EQ(strip(policy.check_geometry(2, 3, 4, 6)),
+  EXPECT_EQ(policy.check_geometry({.n_layers = 2, .n_kv_heads = 3, .head_dim = 4, .n_embd = 5}), "");
+  EXPECT_EQ(policy.check_geometry({.n_layers = 2, .n_kv_heads = 3, .head_dim = 4, .n_embd = 0}), "") << "n_embd 0: not checked";
+  EXPECT_EQ(strip(policy.check_geometry({.n_layers = 2, .n_kv_heads = 3, .head_dim = 4, .n_embd = 6})),
             "policy 'p' (" + (dir_ / "p.yaml").string().replace(0, dir_.string().size(), "DIR") +
                 "): table 'w' (DIR/w.tsv) has shape [layer 2, kv_head 3, c 5], but the model has n_embd = 6");
 }

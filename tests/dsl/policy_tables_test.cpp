@@ -80,10 +80,10 @@ TEST_F(PolicyTables, AGoodTableLoadsAndProgramsReadIt) {
       policy.score(in, false, out.data());
       EXPECT_EQ(out, std::vector<float>(4, t.values[l * 3 + h])) << l << " " << h;
     }
-  EXPECT_EQ(policy.check_geometry(2, 3, 8, 6), "");
-  EXPECT_EQ(first_line(policy.check_geometry(5, 3, 8, 6)),
+  EXPECT_EQ(policy.check_geometry({.n_layers = 2, .n_kv_heads = 3, .head_dim = 8, .n_heads = 6}), "");
+  EXPECT_EQ(first_line(policy.check_geometry({.n_layers = 5, .n_kv_heads = 3, .head_dim = 8, .n_heads = 6})),
             "policy 'p' (p.yaml): table 'duo' (DIR/duo.tsv) has shape [layer 2, kv_head 3], but the model has n_layers = 5");
-  EXPECT_EQ(first_line(policy.check_geometry(2, 4, 8, 8)),
+  EXPECT_EQ(first_line(policy.check_geometry({.n_layers = 2, .n_kv_heads = 4, .head_dim = 8, .n_heads = 8})),
             "policy 'p' (p.yaml): table 'duo' (DIR/duo.tsv) has shape [layer 2, kv_head 3], but the model has n_kv_heads = 4");
 }
 
@@ -101,7 +101,7 @@ TEST_F(PolicyTables, AChannelTableIsAVectorOverD) {
   std::vector<float> out(2);
   policy.score(in, false, out.data());
   EXPECT_EQ(out, (std::vector<float>{5 * 1 + 6 * 100, 5 * 10 + 6 * 1000}));
-  EXPECT_EQ(first_line(policy.check_geometry(2, 2, 4, 4)),
+  EXPECT_EQ(first_line(policy.check_geometry({.n_layers = 2, .n_kv_heads = 2, .head_dim = 4, .n_heads = 4})),
             "policy 'p' (p.yaml): table 'duo' (DIR/qf.tsv) has shape [layer 2, kv_head 2, d 2], but the model has head_dim = 4");
 }
 

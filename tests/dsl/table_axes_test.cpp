@@ -78,7 +78,7 @@ TEST_F(TableAxes, TheIndexAxisIsReadAtARoundedScalar) {
   // The index axis is the policy's own: the geometry check ignores its extent.
   InterpretedPolicy policy(compile_policy_text(policy_path(), "name: p\nabout: a\ntables:\n" + std::string(kCurve) +
                                                                    "score: |\n  score[t] = cur[n_layers, layer, kv_head] + pos[t]\n"));
-  EXPECT_EQ(policy.check_geometry(2, 2, 8, 4), "");
+  EXPECT_EQ(policy.check_geometry({.n_layers = 2, .n_kv_heads = 2, .head_dim = 8, .n_heads = 4}), "");
 }
 
 TEST_F(TableAxes, HeadAndSecondChannelAxesReadTheGroupsQueryHeads) {
@@ -110,10 +110,10 @@ TEST_F(TableAxes, HeadAndSecondChannelAxesReadTheGroupsQueryHeads) {
   // t = 0: only d = e = 0: m[2,0,0] + m[3,0,0] = 5000, mu[2,0] + mu[3,0] = 5 + 7 = 12; y = 5000.
   // t = 1: d = e = 1: 2011 + 3011 = 5022, mu 6 + 8 = 14; y = 5022.
   EXPECT_EQ(out, (std::vector<float>{5012.0f * 1000000 + 5000, 5036.0f * 1000000 + 5022}));
-  EXPECT_EQ(policy.check_geometry(1, 2, 2, 4), "");
-  EXPECT_EQ(first_line(policy.check_geometry(1, 2, 2, 8)),
+  EXPECT_EQ(policy.check_geometry({.n_layers = 1, .n_kv_heads = 2, .head_dim = 2, .n_heads = 4}), "");
+  EXPECT_EQ(first_line(policy.check_geometry({.n_layers = 1, .n_kv_heads = 2, .head_dim = 2, .n_heads = 8})),
             "policy 'p' (p.yaml): table 'm' (DIR/m.tsv) has shape [layer 1, head 4, d 2, e 2], but the model has n_heads = 8");
-  EXPECT_EQ(first_line(policy.check_geometry(1, 2, 4, 4)),
+  EXPECT_EQ(first_line(policy.check_geometry({.n_layers = 1, .n_kv_heads = 2, .head_dim = 4, .n_heads = 4})),
             "policy 'p' (p.yaml): table 'm' (DIR/m.tsv) has shape [layer 1, head 4, d 2, e 2], but the model has head_dim = 4");
 }
 
