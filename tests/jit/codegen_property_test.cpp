@@ -61,6 +61,8 @@ void cover(const LoweredProgram& p, std::set<std::string>& seen) {
       case NodeOp::Normalise: seen.insert("normalise"); break;
       case NodeOp::Table: seen.insert("table:" + p.tables.at(size_t(n.lo))->name); break;
       case NodeOp::Rename: seen.insert("rename:" + dsl::shape_name(n.shape)); break;
+      case NodeOp::Inverse: seen.insert("inverse:" + dsl::shape_name(n.shape)); break;
+      case NodeOp::Randn: seen.insert("randn"); break;
     }
     if (dsl::is_token_pair(n.shape)) seen.insert("token-pair");
     if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisS)) seen.insert("reduce-s");
@@ -84,6 +86,7 @@ std::set<std::string> every_construct() {
   for (const char* r : {"sum", "mean", "max", "min"}) all.insert(std::string("window:") + r);
   all.insert("window:sum:off-centre");
   for (const char* t : {"tl", "ta", "tq"}) all.insert(std::string("table:") + t);
+  for (const char* m : {"inverse:[d, e]", "inverse:[h, d, e]", "inverse:[h, q, d, e]", "randn"}) all.insert(m);
   return all;
 }
 
