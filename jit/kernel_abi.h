@@ -35,7 +35,7 @@
 // count = (axes & 1 ? group : 1) * (axes & 2 ? max(W, 1) : 1), where `axes` is the union over the
 // program's matrices of 1 (the matrix has axis h) and 2 (axis q); a matrix's slot is
 // (h if it has h) * (axes & 2 ? max(W, 1) : 1) + (q if it has q). head_dim must be in
-// 1 .. dsl::kMaxMatrixDim: the runners check it before allocating (the stage writes NaN otherwise).
+// 1 .. dsl::kMaxMatrixDim: the runners check it before allocating (the stage writes nothing otherwise).
 #include <string>
 
 #include "core/engine/signals.h"
