@@ -10,6 +10,13 @@
 // (the operand block stays in cache across the output rows). Output rows (and token blocks) are
 // split across OpenMP threads; each element is computed by one thread, so the result does not
 // depend on the thread count.
+//
+// Speed (t kept): four output rows that share their second operand (R-KV's cosine tile: one
+// u[d, s] per row, u[d, t] shared) run as 4 x 16 tiles held in registers, so each operand vector
+// is loaded once for four rows; those tiles and the row-by-row blocks are compiled for AVX-512,
+// AVX2 and the baseline (function multiversioning, picked at load time) with fp-contract off, so
+// every clone performs the same float multiplies and adds in the same order: the same bits on
+// every machine (tests/dsl/contraction_tiles_test.cpp).
 #include "dsl/interpreter_layout.h"
 
 namespace kvevict::dsl::interp {

@@ -21,7 +21,8 @@
 //      to float. The result is exactly symmetric.
 // Every step is a fixed sequence of double operations, so the result is deterministic and
 // independent of threads. The same text (KVEVICT_DEFINE_SPD_INVERSE below) is compiled here and
-// pasted into generated CUDA, so the host-compiled kernel reproduces the interpreter bit for bit;
+// pasted into generated CUDA (a matrix stage: jit/kernel_abi.h, jit/cuda_codegen.h), so the
+// host-compiled kernel reproduces the interpreter bit for bit;
 // on a GPU it may differ in the last bits (fused multiply-adds), within tolerance.
 //
 // Cost: n^3 / 2 multiply-adds and n^2 doubles of work space per matrix (512 KiB at n = 256).
@@ -116,11 +117,6 @@ InverseReport spd_inverse_batched(const float* m, int64_t batch, int n, float* o
 // and query head, never per token: T x head_dim^2 would not be bounded by the head), in a score
 // program. Returns "" when M of `shape` may be inverted, else the error message.
 std::string inverse_operand_error(unsigned shape, bool layer_weight_program);
-
-// The CUDA generator refuses inverse() with this text after the construct (the kernel ABI has no
-// per-head matrix scratch yet: a d x d factorisation needs head_dim^2 doubles per query head);
-// tests recognise the refusal by it.
-inline constexpr const char* kInterpreterOnly = "is evaluated by the interpreter only (use --scoring interpreter)";
 
 // ---- The interpreter's nodes (dsl/lowered.h: Inverse, Randn) ----
 // Inverse: `operand` holds `elements` floats, a dense tensor whose two innermost axes are d and e

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/engine/signals.h"
+#include "jit/kernel_abi.h"
 
 namespace kvevict::dsl {
 struct CompiledPolicy;
@@ -27,6 +28,8 @@ struct GeneratedKernel {
   // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token
   // kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.
   int score_stages = 0, decode_stages = 0;
+  // The matrix stages among them (inverse(): the scratch grows by kernel_abi.h's matrix layout).
+  MatrixScratch score_matrices, decode_matrices;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

@@ -27,13 +27,16 @@ using dsl::Reducer;
 // to it stop the inlining of elementwise operands.
 bool is_boundary(const Node& n) {
   return n.op == NodeOp::Reduce || n.op == NodeOp::Window || n.op == NodeOp::Normalise || n.op == NodeOp::Rename ||
-         n.op == NodeOp::Sort;
+         n.op == NodeOp::Sort || n.op == NodeOp::Inverse;
 }
 // A node that needs every token before any token's score: computed by a stage into scratch. The
 // scratch slots cover (h, q, d); a value over s, e or c (a reduction over t that keeps s, a
 // normalise of a token pair, a per-model-channel statistic) is computed by loops inside the thread
-// instead (not staged).
+// instead (not staged). inverse() is a matrix stage (kernel_abi.h): its value depends on the whole
+// d x e matrix of its operand, which does not depend on t, so it is factorised once per (h, q)
+// before the tokens.
 bool is_staged(const Node& n) {
+  if (n.op == NodeOp::Inverse) return true;
   const bool token_quantile = n.op == NodeOp::Sort && n.sort == dsl::SortFn::Quantile && (n.axes & dsl::kAxisT);
   return ((n.op == NodeOp::Reduce && (n.axes & dsl::kAxisT)) || n.op == NodeOp::Normalise || token_quantile) &&
          !(n.shape & (dsl::kAxisS | dsl::kAxisE | dsl::kAxisC));
@@ -56,8 +59,6 @@ class ProgramEmitter {
   EmittedProgram emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
     if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
-    for (int i = 0; i < int(p_.nodes.size()); ++i)  // dsl/matrix_ops.h: no matrix scratch in the kernel ABI yet
-      if (p_.nodes[i].op == NodeOp::Inverse) fail(i, std::string("inverse() ") + dsl::kInterpreterOnly);
     const Node& out = p_.nodes[p_.output];
     if (out.shape & ~unsigned(dsl::kAxisT))
       fail(p_.output, "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));
@@ -71,12 +72,18 @@ class ProgramEmitter {
       if (p_.nodes[i].op == NodeOp::Sort && p_.nodes[i].b >= 0) functions.insert(p_.nodes[i].b);  // quantile's level
     }
     // Staged nodes in index (= topological) order: a stage may read earlier stages' slots.
-    for (int i : functions)
-      if (is_staged(p_.nodes[i])) stage_of_[i] = int(stages_.size()), stages_.push_back(i);
+    for (int i : functions) {
+      if (!is_staged(p_.nodes[i])) continue;
+      stage_of_[i] = int(stages_.size()), stages_.push_back(i);
+      if (p_.nodes[i].op != NodeOp::Inverse) continue;
+      matrix_of_[i] = matrices_.count++;
+      matrices_.axes |= ((p_.nodes[i].shape & dsl::kAxisH) ? 1 : 0) | ((p_.nodes[i].shape & dsl::kAxisQ) ? 2 : 0);
+    }
     for (int i : functions) emit_function(i);
     for (size_t s = 0; s < stages_.size(); ++s) emit_stage(int(s), stages_[s]);
     EmittedProgram result;
     result.stage_count = int(stages_.size());
+    result.matrices = matrices_;
     if (!stages_.empty()) {
       result.stage_function = prefix_ + "_stage";
       line("KVEVICT_FN void " + result.stage_function + "(const KvScoreArgs& a, int stage, int h, int q, int c) {", where_);
@@ -147,13 +154,33 @@ class ProgramEmitter {
   std::string scratch_extent() const { return "(long long)" + std::to_string(stages_.size()) + " * kv_stage_slots(a)"; }
   std::string slot(int i) const { return "kv_load(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", 0.0f)"; }
 
+  // Matrix stages (kernel_abi.h, "Matrix stages"): the arguments shared by the layout functions,
+  // the whole scratch's extent, and the offset of matrix i's slot for (h, q) (its first entry).
+  std::string layout_args() const {
+    return std::to_string(stages_.size()) + ", " + std::to_string(matrices_.count) + ", " + std::to_string(matrices_.axes);
+  }
+  std::string matrix_extent() const { return "kv_scratch_floats(a, " + layout_args() + ")"; }
+  std::string matrix_slot(int i) const {
+    const unsigned shape = p_.nodes[i].shape;
+    return "((long long)" + std::string((shape & dsl::kAxisH) ? "h" : "0") + " * " +
+           ((matrices_.axes & 2) ? "kv_stage_wp(a)" : "1") + " + " + ((shape & dsl::kAxisQ) ? "q" : "0") +
+           ") * kv_matrix_size(a)";
+  }
+  std::string matrix_out(int i) const {
+    return "kv_matrix_out(a, " + std::to_string(stages_.size()) + ", " + std::to_string(matrices_.axes) + ", " +
+           std::to_string(matrix_of_.at(i)) + ") + " + matrix_slot(i);
+  }
+
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     line("KVEVICT_FN float " + fn(i) + "(" + kParams + ") {", here);
     w_.indent();
     line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)mc; (void)s; (void)t;", here);
-    if ((n.op == NodeOp::Reduce || n.op == NodeOp::Sort) && is_staged(n)) {
+    if (n.op == NodeOp::Inverse) {
+      line("return kv_load(a.scratch, " + matrix_out(i) + " + (long long)c * a.head_dim + e, " + matrix_extent() +
+               ", 0.0f);  // factorised by stage " + std::to_string(stage_of_.at(i)), here);
+    } else if ((n.op == NodeOp::Reduce || n.op == NodeOp::Sort) && is_staged(n)) {
       line("return " + slot(i) + ";  // computed by stage " + std::to_string(stage_of_.at(i)), here);
     } else if (n.op == NodeOp::Normalise && is_staged(n)) {
       // The stage stores 1 / sum over t (0 for a zero sum), exactly as the interpreter rounds it.
@@ -484,6 +511,7 @@ class ProgramEmitter {
   void emit_stage(int s, int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
+    if (n.op == NodeOp::Inverse) return emit_matrix_stage(s, i);
     const bool is_normalise = n.op == NodeOp::Normalise;
     if (!is_normalise && (n.axes & dsl::kAxisG)) fail(i, "a reduction over g in a score program");
     const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ, has_d = n.shape & dsl::kAxisD;
@@ -511,12 +539,44 @@ class ProgramEmitter {
     line("}", here);
   }
 
+  // Stage s factorises inverse() node i for the slot (h, q, c = 0): the block's lanes fill the
+  // operand matrix M[d, e] (each entry one call of the operand's function, whose own loops are
+  // the interpreter's), then lane 0 runs kv_spd_inverse (dsl/matrix_ops.h), the interpreter's
+  // macro text, into the matrix's output slot. One thread factorises because the macro's fixed
+  // order of double operations is what makes the host kernel equal to the interpreter bit for
+  // bit; the factorisation (head_dim^3 / 2 multiply-adds, once per head) is cheap next to filling
+  // M, which is what the lanes share. head_dim outside 1 .. kMaxMatrixDim: nothing is written
+  // (the runners refuse it before allocating the scratch).
+  void emit_matrix_stage(int s, int i) {
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ;
+    line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
+    w_.indent();
+    line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || c != 0) return;",
+         here);
+    line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES, n = a.head_dim;", here);
+    line("const long long extent = " + matrix_extent() + ", slot = " + matrix_slot(i) + ";", here);
+    line("const long long out = " + matrix_out(i) + ";", here);
+    line("const long long m = kv_matrix_operand(a, " + layout_args() + ") + slot;", here);
+    line("const long long work = kv_matrix_work(a, " + layout_args() + ") + 2 * slot;", here);
+    line("if (!a.scratch || n < 1 || n > KVEVICT_MAX_MATRIX_DIM || work + 2 * kv_matrix_size(a) > extent) return;", here);
+    line("for (long long k = lane; k < (long long)n * n; k += lanes)", here);
+    line("  kv_store(a.scratch, m + k, extent, " + fn(n.a) + "(a, h, q, (int)(k / n), (int)(k % n), 0, 0));", here);
+    line("KVEVICT_SYNC();  // M complete before the factorisation reads it", here);
+    line("if (lane == 0) kv_spd_inverse(a.scratch + m, n, (double*)(a.scratch + work), a.scratch + out);", here);
+    w_.dedent();
+    line("}", here);
+  }
+
   CudaWriter& w_;
   const LoweredProgram& p_;
   std::string prefix_, file_;
   SourceLocation where_;
   std::vector<int> stages_;      // staged node indices, in stage order
   std::map<int, int> stage_of_;  // staged node -> its stage
+  std::map<int, int> matrix_of_;  // inverse() node -> its matrix (0 .. matrices_.count - 1)
+  MatrixScratch matrices_;
 };
 
 }  // namespace
@@ -554,7 +614,8 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   auto entry = [&writer](const std::string& entry_name, const EmittedProgram& p) {
     if (p.stage_count == 0) return writer.line("KVEVICT_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ")");
     writer.line("KVEVICT_STAGED_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ", " + p.stage_function + ", " +
-                std::to_string(p.stage_count) + ")");
+                std::to_string(p.stage_count) + ", " + std::to_string(p.matrices.count) + ", " +
+                std::to_string(p.matrices.axes) + ")");
   };
   // Tables are constants of the policy, baked into the text (not a kernel argument): they are
   // small (dsl/table_data.h caps them), the kernel cache keys on the text so a new table file is a
@@ -570,12 +631,14 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   entry("kvevict_score", score_program);
   kernel.entry_points.push_back("kvevict_score");
   kernel.score_stages = score_program.stage_count;
+  kernel.score_matrices = score_program.matrices;
   kernel.score_signals = score.uses;
   if (decode && !decode->nodes.empty()) {
     const EmittedProgram decode_program = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
     entry("kvevict_decode_score", decode_program);
     kernel.entry_points.push_back("kvevict_decode_score");
     kernel.decode_stages = decode_program.stage_count;
+    kernel.decode_matrices = decode_program.matrices;
     kernel.decode_signals = decode->uses;
   }
   kernel.source = writer.text();

@@ -38,9 +38,12 @@
 // Not generated (GenerateError, a UsageError whose message starts `file:line:col: error:`):
 // layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them) and the
 // constructs that exist only there: the `budget` signal, axis g. The DSL checker already rejects
-// them in score programs, so no policy file reaches these errors. inverse() (dsl/matrix_ops.h) is
-// not generated either: it needs head_dim^2 doubles of scratch per query head, which the kernel
-// ABI does not have yet (the error ends with dsl::kInterpreterOnly).
+// them in score programs, so no policy file reaches these errors.
+//
+// inverse() (dsl/matrix_ops.h) is a MATRIX STAGE (kernel_abi.h): its operand M[h?, q?, d, e] does
+// not depend on t, so it is filled and factorised once per (h, q) into the scratch, before the
+// tokens, with the interpreter's own kv_spd_inverse text (Cholesky in double, the ridge
+// fallback, NaN for a matrix that cannot be inverted); the token pass reads the inverse there.
 #include <string>
 
 #include "core/util/error.h"
@@ -62,6 +65,7 @@ struct EmittedProgram {
   std::string token_function;  // float <prefix>_token(const KvScoreArgs&, int t)
   std::string stage_function;  // void <prefix>_stage(const KvScoreArgs&, int stage, int h, int q); empty without stages
   int stage_count = 0;         // stages to run, 0 .. stage_count - 1 in order, before the tokens
+  MatrixScratch matrices;      // the matrix stages among them (inverse(); kernel_abi.h)
 };
 
 // Appends the device functions of `program` to `writer`. Lines are preceded by `#line N

@@ -1,13 +1,19 @@
 // GPU scoring runner; see gpu_score_kernel.h.
 #include "jit/gpu_score_kernel.h"
 
+#include <string>
+
 #include "core/util/error.h"
+#include "dsl/matrix_ops.h"
 
 namespace kvevict::jit {
 
-GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages)
-    : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages) {
+GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages, MatrixScratch matrices)
+    : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages),
+      matrices_(matrices) {
   if (stages_ < 0) throw RuntimeError("GpuScoreKernel: negative stage count");
+  if (matrices_.count < 0 || matrices_.count > stages_ || matrices_.axes < 0 || matrices_.axes > 3)
+    throw RuntimeError("GpuScoreKernel: invalid matrix stages");
   if (stages_ > 0) stage_function_ = module_.function(entry + "_stages");
 }
 
@@ -18,7 +24,7 @@ void GpuScoreKernel::ensure(DeviceBuffer& buffer, size_t bytes) {
 void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
   args_ = to_kernel_args(in);
-  const size_t T = size_t(in.T), G = size_t(in.group), W = size_t(in.W);
+  const size_t T = size_t(in.T);
   auto upload = [&](DeviceBuffer& buffer, const void* host, size_t bytes) -> uint64_t {
     if (!host) return 0;
     ensure(buffer, bytes);
@@ -32,9 +38,12 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
   ensure(out_, T * sizeof(float));
   args_.scratch = nullptr;
-  if (stages_ > 0) {
-    const size_t slots = G * (W > 0 ? W : 1) * size_t(in.head_dim > 0 ? in.head_dim : 1);
-    ensure(scratch_, size_t(stages_) * slots * sizeof(float));
+  if (matrices_.count > 0 && (in.head_dim < 1 || in.head_dim > dsl::kMaxMatrixDim))  // before allocating
+    throw RuntimeError("inverse(): head_dim " + std::to_string(in.head_dim) +
+                       " is outside the matrices the language inverts (1 .. " + std::to_string(dsl::kMaxMatrixDim) + ")");
+  if (stages_ > 0) {  // the layout the kernel text computes (kernel_abi.h)
+    const long long floats = kv_scratch_floats(args_, stages_, matrices_.count, matrices_.axes);
+    ensure(scratch_, size_t(floats > 0 ? floats : 1) * sizeof(float));
     args_.scratch = reinterpret_cast<float*>(scratch_.address());
   }
   launch_again();

@@ -17,8 +17,9 @@ namespace kvevict::jit {
 class GpuScoreKernel {
  public:
   // `binary` is a cubin or NUL-terminated PTX containing `entry` (and `entry`_stages when
-  // `stages` > 0: a staged kernel, kernel_abi.h). The device must be current (use_cuda_device).
-  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0);
+  // `stages` > 0: a staged kernel, kernel_abi.h; `matrices` of them are matrix stages, whose
+  // scratch follows kernel_abi.h's layout). The device must be current (use_cuda_device).
+  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0, MatrixScratch matrices = {});
 
   // Copies the inputs to the device, scores, copies out[0..T) back.
   void score(const ScoreInputs& in, float* out);
@@ -35,6 +36,7 @@ class GpuScoreKernel {
   void* function_ = nullptr;
   void* stage_function_ = nullptr;
   int stages_ = 0;
+  MatrixScratch matrices_;
   std::array<DeviceBuffer, kNumTensorSignals> tensor_;  // by TensorSignal
   DeviceBuffer position_, out_, scratch_;
   KvScoreArgs args_{};

@@ -20,9 +20,9 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   program->ordinal_ = ordinal;
   use_cuda_device(ordinal);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
-  program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry, kernel.score_stages);
+  program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry, kernel.score_stages, kernel.score_matrices);
   if (program->has_entry(kernel, kDecodeScoreEntry))
-    program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry, kernel.decode_stages);
+    program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry, kernel.decode_stages, kernel.decode_matrices);
   return program;
 }
 

@@ -38,6 +38,7 @@ const std::string& kernel_prelude() {
   // system C++ compiler (no GPU needed) and compares it with the interpreter.
   static const std::string text = std::string(R"(// ---- kvevict kernel prelude ----
 #define KVEVICT_STAGE_THREADS )" + std::to_string(kStageThreads) + R"(u
+#define KVEVICT_MAX_MATRIX_DIM )" + std::to_string(dsl::kMaxMatrixDim) + R"(
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
 #define KVEVICT_TABLE static __device__ const float
@@ -51,7 +52,8 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 // Stages: one block per scratch slot; the block's threads split the tokens (lanes).
 #define KVEVICT_LANE ((int)threadIdx.x)
 #define KVEVICT_LANES ((int)blockDim.x)
-#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages)         \
+#define KVEVICT_SYNC() __syncthreads()
+#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages, n_matrices, matrix_axes) \
   KVEVICT_SCORE_ENTRY(entry, token_score)                                        \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
     if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
@@ -72,15 +74,23 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
     for (int t = 0; t < args->T; ++t) out[t] = token_score(*args, t);            \
   }
 // Stages on the host: one lane does every token, slots and stages run in order, then the tokens.
-#include <vector>
+// The scratch is raw zeroed bytes (floats and the matrix stages' doubles live in it). A matrix
+// stage with head_dim outside 1 .. KVEVICT_MAX_MATRIX_DIM allocates nothing: every score is -inf.
+#include <memory>
 #define KVEVICT_LANE 0
 #define KVEVICT_LANES 1
-#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages)         \
+#define KVEVICT_SYNC() ((void)0)
+#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages, n_matrices, matrix_axes) \
   extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
     KvScoreArgs a = *args;                                                       \
+    if (n_matrices > 0 && (a.head_dim < 1 || a.head_dim > KVEVICT_MAX_MATRIX_DIM)) { \
+      for (int t = 0; t < a.T; ++t) out[t] = -KVEVICT_INFINITY;                  \
+      return;                                                                    \
+    }                                                                            \
     const long slots = kv_stage_slots(a);                                        \
-    std::vector<float> scratch((size_t)(n_stages * slots), 0.0f);                \
-    a.scratch = scratch.data();                                                  \
+    const long long floats = kv_scratch_floats(a, n_stages, n_matrices, matrix_axes); \
+    std::unique_ptr<unsigned char[]> bytes(new unsigned char[(size_t)(floats > 0 ? floats : 1) * sizeof(float)]()); \
+    a.scratch = reinterpret_cast<float*>(bytes.get());                           \
     for (int s = 0; s < n_stages; ++s)                                           \
       for (long k = 0; k < slots; ++k)                                           \
         stage_fn(a, s, int(k / ((long)kv_stage_wp(a) * kv_stage_cp(a))), int((k / kv_stage_cp(a)) % kv_stage_wp(a)), \
@@ -96,8 +106,9 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
 KVEVICT_FN float kv_load(const float* p, long long i, long long n, float pad) { return (p && i >= 0 && i < n) ? p[i] : pad; }
 KVEVICT_FN int kv_load_int(const int* p, long long i, long long n, int pad) { return (p && i >= 0 && i < n) ? p[i] : pad; }
 KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p && i >= 0 && i < n) p[i] = v; }
-// Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h).
-KVEVICT_FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }
+// Extents (in elements) of the buffers of KvScoreArgs, from its own scalars (kernel_abi.h), and
+// the scratch layout of stages and matrix stages, the same text the runners compile.
+)" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SCRATCH_LAYOUT(KVEVICT_FN)) + R"(
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
 // A signal buffer with axes [h?, q?, d?, e?, t?] (core/engine/signals.h): the product of their
 // extents; channels = the number of channel axes (0, 1 or 2: d and e, each head_dim).
@@ -119,11 +130,8 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SPD_INVERSE(KVEVICT_FN)) + R"(
 // rank / sorted_cumsum's order (dsl/sort_ops.h), the same macro text the interpreter compiles.
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SORT_BEFORE(KVEVICT_FN)) + R"(
-// Stage slots (kernel_abi.h): group * max(W, 1) * max(head_dim, 1) per stage, slot
-// (h * max(W, 1) + q) * max(head_dim, 1) + c.
-KVEVICT_FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }
-KVEVICT_FN int kv_stage_cp(const KvScoreArgs& a) { return a.head_dim > 0 ? a.head_dim : 1; }
-KVEVICT_FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a) * kv_stage_cp(a); }
+// Stage slots (kernel_abi.h, kv_stage_slots above): group * max(W, 1) * max(head_dim, 1) per
+// stage, slot (h * max(W, 1) + q) * max(head_dim, 1) + c.
 // One double per lane combined into one value for the block (op 0 sum, 1 max, 2 min). On the GPU
 // every thread of the block must call it and gets the result; the tree has a fixed shape, so a
 // given launch always gives the same bits. On the host there is one lane: the value itself.

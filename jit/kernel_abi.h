@@ -22,6 +22,20 @@
 //         kStageThreads threads, then NAME as above; args.scratch must point at the scratch.
 //   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
 //         token loop: the host ABI does not change.
+//
+// Matrix stages (inverse(M), dsl/matrix_ops.h): a stage whose value is a d x d matrix per (h?, q?).
+// It is one of the n_stages stages (same launch, in node order); its block for slot (h, q, c = 0)
+// fills the operand M (the lanes split the head_dim^2 entries), then lane 0 factorises it with
+// kv_spd_inverse, the interpreter's own macro text. After the n_stages float slots (rounded up to
+// an even count, so doubles are aligned) the scratch holds, for the program's n_matrices matrix
+// stages, KVEVICT_DEFINE_SCRATCH_LAYOUT below:
+//   outputs  n_matrices * count * head_dim^2 floats (matrix k, slot m at out(k) + m * head_dim^2)
+//   operand  count * head_dim^2 floats             (shared by the matrix stages: they run in turn)
+//   work     count * head_dim^2 doubles            (the Cholesky factor, shared likewise)
+// count = (axes & 1 ? group : 1) * (axes & 2 ? max(W, 1) : 1), where `axes` is the union over the
+// program's matrices of 1 (the matrix has axis h) and 2 (axis q); a matrix's slot is
+// (h if it has h) * (axes & 2 ? max(W, 1) : 1) + (q if it has q). head_dim must be in
+// 1 .. dsl::kMaxMatrixDim: the runners check it before allocating (the stage writes nothing otherwise).
 #include <string>
 
 #include "core/engine/signals.h"
@@ -37,6 +51,32 @@
     float* scratch;                                                         \
   };
 
+// The scratch extents, in floats, shared by the kernel text (pasted into the prelude) and the
+// runners that allocate the scratch (compiled in namespace kvevict::jit). No comments inside.
+#define KVEVICT_DEFINE_SCRATCH_LAYOUT(FN)                                                                    \
+  FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }                                     \
+  FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }                                 \
+  FN int kv_stage_cp(const KvScoreArgs& a) { return a.head_dim > 0 ? a.head_dim : 1; }                   \
+  FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a) * kv_stage_cp(a); } \
+  FN long long kv_even(long long x) { return x + (x & 1); }                                              \
+  FN long long kv_matrix_count(const KvScoreArgs& a, int axes) {                                         \
+    return ((axes & 1) ? kv_nonneg(a.group) : 1LL) * ((axes & 2) ? (long long)kv_stage_wp(a) : 1LL);     \
+  }                                                                                                      \
+  FN long long kv_matrix_size(const KvScoreArgs& a) { return kv_nonneg(a.head_dim) * kv_nonneg(a.head_dim); } \
+  FN long long kv_matrix_out(const KvScoreArgs& a, int n_stages, int axes, int k) {                      \
+    return kv_even((long long)n_stages * kv_stage_slots(a)) + (long long)k * kv_matrix_count(a, axes) * kv_matrix_size(a); \
+  }                                                                                                      \
+  FN long long kv_matrix_operand(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {         \
+    return kv_matrix_out(a, n_stages, axes, n_matrices);                                                 \
+  }                                                                                                      \
+  FN long long kv_matrix_work(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {            \
+    return kv_even(kv_matrix_operand(a, n_stages, n_matrices, axes) + kv_matrix_count(a, axes) * kv_matrix_size(a)); \
+  }                                                                                                      \
+  FN long long kv_scratch_floats(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {         \
+    if (n_matrices <= 0) return (long long)n_stages * kv_stage_slots(a);                                 \
+    return kv_matrix_work(a, n_stages, n_matrices, axes) + 2 * kv_matrix_count(a, axes) * kv_matrix_size(a); \
+  }
+
 namespace kvevict {
 struct ScoreInputs;
 }
@@ -47,6 +87,14 @@ KVEVICT_DEFINE_KERNEL_ABI
 
 static_assert(sizeof(KvScoreArgs) == 48 + kNumTensorSignals * 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
 static_assert(sizeof(KvScoreArgs::tensor) / sizeof(KvScoreArgs::tensor[0]) == kNumTensorSignals);
+
+KVEVICT_DEFINE_SCRATCH_LAYOUT(inline)
+
+// The matrix stages of one generated program (see "Matrix stages" above).
+struct MatrixScratch {
+  int count = 0;  // matrix stages (inverse() nodes computed into the scratch)
+  int axes = 0;   // 1: some matrix has axis h; 2: some matrix has axis q
+};
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
 inline constexpr unsigned kStageThreads = 256;

@@ -63,8 +63,8 @@ void cover(const LoweredProgram& p, std::set<std::string>& seen) {
       case NodeOp::Table: seen.insert("table:" + p.tables.at(size_t(n.lo))->name); break;
       case NodeOp::Rename: seen.insert("rename:" + dsl::shape_name(n.shape)); break;
       case NodeOp::Sort: seen.insert(std::string("sort:") + dsl::sort_name(n.sort) + ":" + dsl::shape_name(n.axes)); break;
-      case NodeOp::Inverse:
-      case NodeOp::Randn: break;  // not generated (inverse is interpreter-only; codegen_test covers randn)
+      case NodeOp::Inverse: seen.insert("inverse:" + dsl::shape_name(n.shape)); break;
+      case NodeOp::Randn: seen.insert("randn"); break;
     }
     if (dsl::is_token_pair(n.shape)) seen.insert("token-pair");
     if (n.op == NodeOp::Reduce && (n.axes & dsl::kAxisS)) seen.insert("reduce-s");
@@ -92,6 +92,7 @@ std::set<std::string> every_construct() {
     all.insert(t);  // dsl/sort_ops.h
   for (const char* t : {"tl", "ta", "tq"}) all.insert(std::string("table:") + t);
   for (const char* t : {"tl", "ta", "tq", "tc"}) all.insert(std::string("table:") + t);
+  for (const char* m : {"inverse:[d, e]", "inverse:[h, d, e]", "inverse:[h, q, d, e]", "randn"}) all.insert(m);
   return all;
 }
 

@@ -5,7 +5,9 @@
 // clamp/pow, every reducer over h, q and t, token windows shifted by t + k and t - k, normalise,
 // parameters, definitions of every shape, the second axes s and e: token pairs and renamed
 // reads, pair_terms, and the sort operations rank / sorted_cumsum / quantile along t, d, h and q,
-// sort_term). Expressions are built shape-correct by construction:
+// sort_term) and a matrix per program (matrix_terms: randn, inverse() of a well conditioned,
+// singular, ill-conditioned or indefinite matrix, per head, per query head or per (h, q)).
+// Expressions are built shape-correct by construction:
 // every read uses axes bound at that point, every reduction's body depends on the reduced axes
 // (an "anchor" term), every window body reads a token at t + k (or t - k). Every file declares
 // four policy tables (dsl/table_data.h) shaped for RandomScoreInputs (4 layers, 2 KV heads,
@@ -122,6 +124,7 @@ class PolicyGenerator {
     text += std::string("  focus = ") + reducers[f % 6] + "(" + list + ": " + unaries[f % 10] + "(" +
             bounded_for(unaries[f % 10], "abs(" + expr(inner, 2) + ") + 0.5") + ") * " + anchor(inner, inner.bound) + ")\n";
     if (pairs_) text += pair_terms(f);
+    text += matrix_terms(f);
     text += signal_term(f);
     text += sort_term(f);
     Scope scope;
@@ -130,7 +133,7 @@ class PolicyGenerator {
     window_body.window = true;
     window_body.negative = f % 3 == 0;
     text += "  score[t] = " + expr(scope, 3) + " + " + anchor(scope, kT) + " + focus * 0.5 + " + windows[f % 4] + "(k in " +
-            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + " + " + signal_read(f) + " * 0.001 + srt[t] * 0.001\n";
+            offsets[f % 5] + ": " + expr(window_body, 2) + " + " + anchor(window_body, kT) + ")" + (pairs_ ? " + pair[t]" : "") + " + " + signal_read(f) + " * 0.001 + srt[t] * 0.001 + levc[t]\n";
     return text;
   }
 
@@ -189,6 +192,27 @@ class PolicyGenerator {
             one_of({"0", "0.5", "-0.25"}) + ", t, 0))\n";
     text += "  pair[t] = " + std::string(exits[f % 4]) + "(s: if(t == pick[s], 0, pr[s, t]) * (1 + 0 * s))\n";
     return text;
+  }
+
+  // inverse() of a matrix C over (d, e), cycling (by f, not by the random draws: the rest of the
+  // sample stays as it was) through its conditioning and axes: SPD with a Gaussian term (randn),
+  // singular (rank 3, the ridge fallback; per query head h, the ridge h is 0 for h = 0), ill
+  // conditioned and batched over (h, q), indefinite (no inverse: NaN). The leverage of the keys
+  // under it reaches the score through levc, which maps NaN to a constant so that a NaN matrix
+  // does not turn the whole program's scores into -inf. Cost: head_dim^2 x T once per matrix, and
+  // head_dim^2 per token.
+  static std::string matrix_terms(int f) {
+    static const char* const axes[] = {"d, e", "h, d, e", "h, q, d, e", "d, e"};
+    static const char* const bodies[] = {
+        "sum(t: K[d, t] * K[e, t]) * 0.01 + randn[d, e] * randn[e, d] * 0.01 + if(d == e, 1, 0)",
+        "sum(t: if(t < 3, K[d, t] * K[e, t], 0)) + if(d == e, h, 0)",
+        "sum(t: K_pre[d, t] * K_pre[e, t]) + if(d == e, 1e-6 * (1 + q + h), 0)",
+        "sum(t: V[d, t] * V[e, t]) - if(d == e, 1e6, 0)"};
+    static const char* const contraction[] = {"d, e", "h, d, e", "h, q, d, e", "d, e"};
+    const int k = f % 4;
+    return std::string("  mat[") + axes[k] + "] = " + bodies[k] + "\n  mi[" + axes[k] + "] = inverse(mat[" + axes[k] +
+           "])\n  lev[t] = sum(" + contraction[k] + ": K[d, t] * mi[" + axes[k] + "] * K[e, t]) * 0.001\n" +
+           "  levc[t] = if(lev[t] == lev[t], lev[t], 0.5)\n";
   }
 
   // "[h, q, t]" for the axes (empty for a scalar); tokens as t + k inside a window.
