@@ -562,7 +562,7 @@ class ProgramEmitter {
     line("const long long work = kv_matrix_work(a, " + layout_args() + ") + 2 * slot;", here);
     line("if (!a.scratch || n < 1 || n > KVEVICT_MAX_MATRIX_DIM || work + 2 * kv_matrix_size(a) > extent) return;", here);
     line("for (long long k = lane; k < (long long)n * n; k += lanes)", here);
-    line("  kv_store(a.scratch, m + k, extent, " + fn(n.a) + "(a, h, q, (int)(k / n), (int)(k % n), 0, 0));", here);
+    line("  kv_store(a.scratch, m + k, extent, " + fn(n.a) + "(a, h, q, (int)(k / n), (int)(k % n), 0, 0, 0));", here);
     line("KVEVICT_SYNC();  // M complete before the factorisation reads it", here);
     line("if (lane == 0) kv_spd_inverse(a.scratch + m, n, (double*)(a.scratch + work), a.scratch + out);", here);
     w_.dedent();
