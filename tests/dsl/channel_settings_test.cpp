@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
@@ -18,12 +19,7 @@ const std::string kScore = "score: |\n  score[t] = -key_norm[t]\n";
 const std::string kThink = "channel_score: |\n  channel_score[d] = mean(h: mean(q: Q[h, q, d] ^ 2)) * mean(t: K[d, t] ^ 2)\n";
 
 std::string usage_error(const std::string& text) {
-  try {
-    dsl::compile_policy_text("o.yaml", text);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return dsl::test::policy_usage_error("o.yaml", text);
 }
 
 TEST(ChannelSettings, SettingsReachTheDescription) {

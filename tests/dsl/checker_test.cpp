@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
@@ -12,22 +13,10 @@
 namespace kvevict::dsl {
 namespace {
 
-struct Checked {
-  LoweredProgram program;
-  std::string errors;
-};
+using test::Checked;
 
 Checked check(const std::string& text, ProgramContext ctx = ProgramContext::Score, std::vector<ParamBinding> params = {}) {
-  Diagnostics diag("test.dsl", text);
-  TextOrigin origin;
-  origin.block = true;
-  Program p = parse_program(text, origin, diag);
-  CheckOptions opt;
-  opt.context = ctx;
-  opt.params = std::move(params);
-  opt.had_syntax_errors = !diag.empty();
-  LoweredProgram lowered = check_program(p, opt, {1, 1}, diag);
-  return {lowered, diag.format()};
+  return test::check_program_text("test.dsl", text, ctx, std::move(params));
 }
 
 // Evaluates a score program over key_norm = kn (T = kn.size()).

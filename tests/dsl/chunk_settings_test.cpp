@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 
@@ -13,12 +14,7 @@ namespace kvevict {
 namespace {
 
 std::string usage_error(const std::string& text) {
-  try {
-    dsl::compile_policy_text("c.yaml", text);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return dsl::test::policy_usage_error("c.yaml", text);
 }
 
 const std::string kHead = "name: c\nabout: x\nparams:\n  n: {int: 20}\n";  // lines 1-4

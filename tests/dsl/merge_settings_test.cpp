@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 
@@ -16,12 +17,7 @@ const std::string kHead = "name: o\nabout: x\n";
 const std::string kScore = "score: |\n  score[t] = -key_norm[t]\n";
 
 std::string usage_error(const std::string& text) {
-  try {
-    dsl::compile_policy_text("o.yaml", text);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return dsl::test::policy_usage_error("o.yaml", text);
 }
 
 TEST(MergeSettings, MethodAndThresholdReachTheDescription) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/compiled_program.h"
 #include "dsl/interpreter.h"
@@ -22,21 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Checked {
-  LoweredProgram program;
-  std::string errors;
-};
+using test::Checked;
 
 Checked check(const std::string& text) {
-  Diagnostics diag("m.dsl", text);
-  TextOrigin origin;
-  origin.block = true;
-  Program p = parse_program(text, origin, diag);
-  CheckOptions opt;
-  opt.context = ProgramContext::Score;
-  opt.had_syntax_errors = !diag.empty();
-  LoweredProgram lowered = check_program(p, opt, {1, 1}, diag);
-  return {lowered, diag.format()};
+  return test::check_program_text("m.dsl", text);
 }
 
 class ModelAxis : public ::testing::Test {

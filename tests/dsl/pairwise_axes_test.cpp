@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
@@ -14,21 +15,10 @@
 namespace kvevict::dsl {
 namespace {
 
-struct Checked {
-  LoweredProgram program;
-  std::string errors;
-};
+using test::Checked;
 
 Checked check(const std::string& text) {
-  Diagnostics diag("pair.dsl", text);
-  TextOrigin origin;
-  origin.block = true;
-  Program p = parse_program(text, origin, diag);
-  CheckOptions opt;
-  opt.context = ProgramContext::Score;
-  opt.had_syntax_errors = !diag.empty();
-  LoweredProgram lowered = check_program(p, opt, {1, 1}, diag);
-  return {lowered, diag.format()};
+  return test::check_program_text("pair.dsl", text);
 }
 
 // Keys [d][t] of T tokens and D channels, random but fixed; some pairs made near-parallel so that

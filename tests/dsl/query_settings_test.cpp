@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "dsl/program_check_test.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 
@@ -14,12 +15,7 @@ namespace kvevict {
 namespace {
 
 std::string usage_error(const std::string& text) {
-  try {
-    dsl::compile_policy_text("q.yaml", text);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
+  return dsl::test::policy_usage_error("q.yaml", text);
 }
 
 const std::string kMeanScore = "score: |\n  score[t] = sum(h, d: Q_mean[h, d] * K[d, t])\n";

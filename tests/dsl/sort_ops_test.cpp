@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
@@ -16,21 +17,10 @@
 namespace kvevict::dsl {
 namespace {
 
-struct Checked {
-  LoweredProgram program;
-  std::string errors;
-};
+using test::Checked;
 
 Checked check(const std::string& text, ProgramContext context = ProgramContext::Score) {
-  Diagnostics diag("sort.dsl", text);
-  TextOrigin origin;
-  origin.block = true;
-  Program p = parse_program(text, origin, diag);
-  CheckOptions opt;
-  opt.context = context;
-  opt.had_syntax_errors = !diag.empty();
-  LoweredProgram lowered = check_program(p, opt, {1, 1}, diag);
-  return {lowered, diag.format()};
+  return test::check_program_text("sort.dsl", text, context);
 }
 
 void expect_error(const std::string& text, const std::string& want, ProgramContext context = ProgramContext::Score) {

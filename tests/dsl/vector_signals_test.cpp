@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
@@ -11,21 +12,10 @@
 namespace kvevict::dsl {
 namespace {
 
-struct Checked {
-  LoweredProgram program;
-  std::string errors;
-};
+using test::Checked;
 
 Checked check(const std::string& text) {
-  Diagnostics diag("vec.dsl", text);
-  TextOrigin origin;
-  origin.block = true;
-  Program p = parse_program(text, origin, diag);
-  CheckOptions opt;
-  opt.context = ProgramContext::Score;
-  opt.had_syntax_errors = !diag.empty();
-  LoweredProgram lowered = check_program(p, opt, {1, 1}, diag);
-  return {lowered, diag.format()};
+  return test::check_program_text("vec.dsl", text);
 }
 
 // T = 3 tokens, d = 2 channels: keys k_0 = (1, 0), k_1 = (0, 2), k_2 = (3, 4), stored [d][t].
