@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/model/model.h"
+
 namespace kvevict {
 namespace {
 
@@ -48,12 +50,14 @@ void truncate_layer(KVCache& cache, int layer, int length) {
 // Scores one chunk [start, end) during the replay forward and drops the replay entries per layer.
 class ReplayObserver final : public ForwardObserver {
  public:
-  ReplayObserver(int context_length, int start, int end, int n_sink, int replay_length, ReplayScores& out)
-      : L_(context_length), start_(start), end_(end), sink_(std::min(n_sink, start)), R_(replay_length), out_(out) {}
+  ReplayObserver(int context_length, int start, int end, const ReplayOptions& o, int replay_length, ReplayScores& out)
+      : L_(context_length), start_(start), end_(end), sink_(std::min(o.n_sink, start)), R_(replay_length),
+        hidden_normalised_(o.hidden_normalised), out_(out) {}
 
   ObservationRequest request() const override {
     ObservationRequest r;
     r.window = R_;  // every replay query, post-RoPE
+    r.hidden_states = hidden_normalised_;
     return r;
   }
 
@@ -61,17 +65,20 @@ class ReplayObserver final : public ForwardObserver {
     const int hd = cache.head_dim(), n_kv = cache.n_kv_heads();
     if (s.window != R_) throw std::logic_error("replay_scores: the decoder returned fewer replay queries");
     const int n_heads = static_cast<int>(s.window_queries.size() / (static_cast<size_t>(R_) * hd));
+    if (n_heads != out_.n_heads) throw std::logic_error("replay_scores: the decoder returned another head count");
     const int G = n_heads / n_kv;
     const int chunk = end_ - start_, m = sink_ + chunk + R_;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    std::vector<float> scratch, logits(static_cast<size_t>(m)), best(static_cast<size_t>(chunk));
+    std::vector<float> scratch, logits(static_cast<size_t>(m));
+    const std::vector<double> factor = row_factors(s);
     for (int g = 0; g < n_kv; ++g) {
       if (cache.length(s.layer, g) != L_ + R_) throw std::logic_error("replay_scores: unexpected cache length");
       const float* keys = cache.keys_or_reconstruct(s.layer, g, scratch);
       // The subset's entry j in cache order: sinks, then the chunk, then the replay tokens.
       auto entry = [&](int j) { return j < sink_ ? j : j < sink_ + chunk ? start_ + (j - sink_) : L_ + (j - sink_ - chunk); };
-      std::fill(best.begin(), best.end(), 0.0f);
       for (int h = g * G; h < (g + 1) * G; ++h) {
+        float* best = out_.scores.data() + (static_cast<size_t>(s.layer) * n_heads + h) * out_.length + start_;
+        std::fill_n(best, chunk, 0.0f);
         for (int i = 0; i < R_; ++i) {
           const float* q = s.window_queries.data() + (static_cast<size_t>(i) * n_heads + h) * hd;
           const int visible = sink_ + chunk + i + 1;  // causal among the replay tokens
@@ -85,24 +92,46 @@ class ReplayObserver final : public ForwardObserver {
           }
           double z = 0;
           for (int j = 0; j < visible; ++j) z += std::exp(static_cast<double>(logits[j] - mx));
+          const double norm = factor[i] / z;
           for (int u = 0; u < chunk; ++u) {
-            const float p = static_cast<float>(std::exp(static_cast<double>(logits[sink_ + u] - mx)) / z);
+            const float p = static_cast<float>(std::exp(static_cast<double>(logits[sink_ + u] - mx)) * norm);
             best[u] = std::max(best[u], p);
           }
         }
       }
-      float* row = out_.scores.data() + (static_cast<size_t>(s.layer) * n_kv + g) * out_.length;
-      std::copy(best.begin(), best.end(), row + start_);
     }
     truncate_layer(cache, s.layer, L_);  // later layers never read this layer's cache
   }
 
  private:
+  // 1 / ||attention input|| of each replay token (KVzip+), or 1.
+  std::vector<double> row_factors(const LayerSignals& s) const {
+    std::vector<double> f(static_cast<size_t>(R_), 1.0);
+    if (!hidden_normalised_) return f;
+    const size_t dim = s.hidden_states.size() / static_cast<size_t>(R_);
+    if (s.hidden_states.size() != dim * R_ || dim == 0)
+      throw std::logic_error("replay_scores: the decoder did not hand over the replay's attention inputs");
+    for (int i = 0; i < R_; ++i) {
+      double ss = 0;
+      for (size_t c = 0; c < dim; ++c) ss += double(s.hidden_states[i * dim + c]) * s.hidden_states[i * dim + c];
+      f[i] = ss > 0 ? 1.0 / std::sqrt(ss) : 0.0;
+    }
+    return f;
+  }
+
   int L_, start_, end_, sink_, R_;
+  bool hidden_normalised_;
   ReplayScores& out_;
 };
 
 }  // namespace
+
+float ReplayScores::group_max(int layer, int kv_head, int t) const {
+  const int G = n_heads / n_kv_heads;
+  float best = at(layer, kv_head * G, t);
+  for (int h = kv_head * G + 1; h < (kv_head + 1) * G; ++h) best = std::max(best, at(layer, h, t));
+  return best;
+}
 
 int replay_chunk_count(int context_length, const ReplayOptions& o) {
   const int n = context_length - o.context_start;
@@ -130,17 +159,18 @@ ReplayScores replay_scores(Decoder& decoder, std::span<const int> context, const
   KVCache& cache = decoder.cache();
   ReplayScores out;
   out.n_layers = cache.n_layers();
+  out.n_heads = decoder.model().config.n_heads;
   out.n_kv_heads = cache.n_kv_heads();
   out.length = L;
-  out.scores.assign(static_cast<size_t>(out.n_layers) * out.n_kv_heads * L, 0.0f);
-  for (size_t row = 0; row < static_cast<size_t>(out.n_layers) * out.n_kv_heads; ++row) {
+  out.scores.assign(static_cast<size_t>(out.n_layers) * out.n_heads * L, 0.0f);
+  for (size_t row = 0; row < static_cast<size_t>(out.n_layers) * out.n_heads; ++row) {
     std::fill_n(out.scores.begin() + row * L, std::min(options.n_sink, L), 1.0f);
   }
   const int chunks = replay_chunk_count(L, options);
   for (int c = 0; c < chunks; ++c) {
     const int start = options.context_start + c * options.chunk, end = std::min(L, start + options.chunk);
     const std::vector<int> tokens = replay_tokens(context, prompt, options, c);
-    ReplayObserver observer(L, start, end, options.n_sink, static_cast<int>(tokens.size()), out);
+    ReplayObserver observer(L, start, end, options, static_cast<int>(tokens.size()), out);
     try {
       decoder.forward(tokens, &observer);
     } catch (...) {

@@ -30,6 +30,11 @@ struct ReplayOptions {
   int previous_tail = 8;     // a later chunk's prompt quotes the previous chunk's last tokens (kvpress: 8)
   int n_sink = 4;            // leading entries every chunk's softmax also covers, and scored 1 (kvpress: 4)
   int context_start = 0;     // kvpress's prefix_length: the chat template's prefix is not replayed
+  // KVzip+ (kvpress kvzip_plus_normalization), its row factor: each replay query's probabilities
+  // divided by the L2 norm of its attention input (the layer input after its RMSNorm, what the
+  // projections read). The column factor ||W_o,h v_t|| is a per-entry signal (out_norm) that a
+  // caller multiplies in before taking the max over the group.
+  bool hidden_normalised = false;
 };
 
 // Bounds on ReplayOptions (validated by replay_scores): a replay forward holds at most
@@ -37,15 +42,19 @@ struct ReplayOptions {
 constexpr int kMaxReplayChunk = 1 << 16;
 constexpr int kMaxReplayPromptTokens = 4096;
 
-// scores[(layer * n_kv_heads + kv_head) * length + t] for the cache's entry t (t = position).
+// scores[(layer * n_heads + q_head) * length + t] for the cache's entry t (t = position): query
+// head q_head's score of the entry of its KV head q_head / (n_heads / n_kv_heads).
 struct ReplayScores {
   int n_layers = 0;
+  int n_heads = 0;     // query heads
   int n_kv_heads = 0;
   int length = 0;
   std::vector<float> scores;
-  float at(int layer, int kv_head, int t) const {
-    return scores[(static_cast<size_t>(layer) * n_kv_heads + kv_head) * length + t];
+  float at(int layer, int q_head, int t) const {
+    return scores[(static_cast<size_t>(layer) * n_heads + q_head) * length + t];
   }
+  // kvpress's score of (layer, kv_head, t): the max over the KV head's query heads.
+  float group_max(int layer, int kv_head, int t) const;
 };
 
 // Runs the replay on `decoder`, whose cache must hold exactly the prefilled `context` (every head

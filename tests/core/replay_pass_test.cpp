@@ -34,12 +34,12 @@ class ReplayPassTest : public StoriesPromptTest {
   }
 };
 
-// The reference scores [layer][kv_head][t], written from kvpress's definition.
+// The reference scores [layer][query head][t], written from kvpress's definition.
 std::vector<std::vector<std::vector<double>>> reference_scores(const Model& model, const std::vector<int>& context,
                                                                const ReplayPrompt& prompt, const ReplayOptions& o) {
   const ModelConfig& c = model.config;
-  const int L = static_cast<int>(context.size()), G = c.group_size();
-  std::vector<std::vector<std::vector<double>>> ref(c.n_layers, std::vector<std::vector<double>>(c.n_kv_heads, std::vector<double>(L, 0.0)));
+  const int L = static_cast<int>(context.size());
+  std::vector<std::vector<std::vector<double>>> ref(c.n_layers, std::vector<std::vector<double>>(c.n_heads, std::vector<double>(L, 0.0)));
   for (auto& layer : ref) {
     for (auto& head : layer) std::fill_n(head.begin(), std::min(o.n_sink, L), 1.0);
   }
@@ -56,17 +56,20 @@ std::vector<std::vector<std::vector<double>>> reference_scores(const Model& mode
     const int R = static_cast<int>(replay.size());
     auto in_subset = [&](int u, int i) { return u < sink || (u >= start && u < end) || (u >= L && u <= L + i); };
     for (int l = 0; l < c.n_layers; ++l) {
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        std::vector<double> best(end - start, 0.0);
-        for (int h = g * G; h < (g + 1) * G; ++h) {
-          for (int i = 0; i < R; ++i) {
-            const std::vector<double>& p = r.probs[l][h][L + i];
-            double z = 0;
-            for (int u = 0; u <= L + i; ++u) z += in_subset(u, i) ? p[u] : 0.0;
-            for (int u = start; u < end; ++u) best[u - start] = std::max(best[u - start], p[u] / z);
+      for (int h = 0; h < c.n_heads; ++h) {
+        std::vector<double>& best = ref[l][h];
+        std::fill(best.begin() + start, best.begin() + end, 0.0);
+        for (int i = 0; i < R; ++i) {
+          const std::vector<double>& p = r.probs[l][h][L + i];
+          double z = 0;
+          for (int u = 0; u <= L + i; ++u) z += in_subset(u, i) ? p[u] : 0.0;
+          if (o.hidden_normalised) {  // KVzip+: divided by ||h|| of the attention input
+            double ss = 0;
+            for (double x : r.attention_inputs[l][L + i]) ss += x * x;
+            z *= std::sqrt(ss);
           }
+          for (int u = start; u < end; ++u) best[u] = std::max(best[u], p[u] / z);
         }
-        std::copy(best.begin(), best.end(), ref[l][g].begin() + start);
       }
     }
   }
@@ -88,20 +91,31 @@ std::vector<int> global_kept(int total, double ratio, Score score) {
 void expect_matches_reference(const Model& model, const std::vector<int>& context, const ReplayPrompt& prompt,
                               const ReplayOptions& o, const ReplayScores& got) {
   const auto ref = reference_scores(model, context, prompt, o);
-  const int L = got.length, n_kv = got.n_kv_heads;
-  double worst = 0;
+  const int L = got.length, n_kv = got.n_kv_heads, G = got.n_heads / n_kv;
+  ASSERT_EQ(got.n_heads, model.config.n_heads);
+  double worst = 0, largest = 0;
   for (int l = 0; l < got.n_layers; ++l) {
-    for (int g = 0; g < n_kv; ++g) {
+    for (int h = 0; h < got.n_heads; ++h) {
       for (int t = 0; t < L; ++t) {
-        EXPECT_NEAR(got.at(l, g, t), ref[l][g][t], 2e-5 + 1e-4 * ref[l][g][t]) << "layer " << l << " head " << g << " t " << t;
-        worst = std::max(worst, std::abs(got.at(l, g, t) - ref[l][g][t]));
+        EXPECT_NEAR(got.at(l, h, t), ref[l][h][t], 2e-5 * (o.hidden_normalised ? 0.1 : 1.0) + 1e-4 * ref[l][h][t])
+            << "layer " << l << " head " << h << " t " << t;
+        worst = std::max(worst, std::abs(got.at(l, h, t) - ref[l][h][t]));
+        largest = std::max(largest, ref[l][h][t]);
       }
     }
   }
+  ASSERT_GT(largest, 0.0);
+  // kvpress's score of a KV head's entry: the max over the group's query heads.
   const int total = got.n_layers * n_kv * L;
-  auto ref_at = [&](int i) { return ref[i / (n_kv * L)][(i / L) % n_kv][i % L]; };
+  auto ref_at = [&](int i) {
+    const int l = i / (n_kv * L), g = (i / L) % n_kv, t = i % L;
+    double best = 0;
+    for (int h = g * G; h < (g + 1) * G; ++h) best = std::max(best, ref[l][h][t]);
+    return best;
+  };
+  auto got_at = [&](int i) { return got.group_max(i / (n_kv * L), (i / L) % n_kv, i % L); };
   for (double ratio : {0.25, 0.5, 0.75}) {
-    EXPECT_EQ(global_kept(total, ratio, [&](int i) { return got.scores[i]; }), global_kept(total, ratio, ref_at))
+    EXPECT_EQ(global_kept(total, ratio, got_at), global_kept(total, ratio, ref_at))
         << "ratio " << ratio << " (worst score error " << worst << ")";
   }
 }
@@ -131,10 +145,18 @@ TEST_F(ReplayPassTest, ChatPrefixAndSinksMatchDoubleReference) {
   expect_matches_reference(*model_, tokens_, prompt, o, got);
   // The sinks keep 1 and the rest of the prefix 0 (kvpress's initialisation, never replayed).
   for (int l = 0; l < got.n_layers; ++l) {
-    for (int g = 0; g < got.n_kv_heads; ++g) {
-      for (int t = 0; t < 7; ++t) EXPECT_EQ(got.at(l, g, t), t < 3 ? 1.0f : 0.0f);
+    for (int h = 0; h < got.n_heads; ++h) {
+      for (int t = 0; t < 7; ++t) EXPECT_EQ(got.at(l, h, t), t < 3 ? 1.0f : 0.0f);
     }
   }
+}
+
+// KVzip+'s row factor: each replay query's attention divided by its attention input's norm.
+TEST_F(ReplayPassTest, HiddenNormalisedScoresMatchDoubleReference) {
+  auto decoder = prefilled();
+  const ReplayPrompt prompt = kvpress_prompt();
+  const ReplayOptions o{.chunk = 64, .previous_tail = 8, .n_sink = 4, .context_start = 0, .hidden_normalised = true};
+  expect_matches_reference(*model_, tokens_, prompt, o, replay_scores(*decoder, tokens_, prompt, o));
 }
 
 TEST_F(ReplayPassTest, ReplayTokensFollowKvpressPrepare) {
