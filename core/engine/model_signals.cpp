@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 #include <string>
 
 #include "core/util/error.h"
@@ -94,17 +95,27 @@ void output_norms(const float* grams, int kv_head, int group, int d, const float
 }
 
 void output_norms_l1(const float* projection, int dim, int kv_head, int group, int d, const float* values, int T, float* out) {
+  // W_o,h is [dim][d]; it is read transposed, in double, so that the inner loop runs over the dim
+  // rows at once (contiguous, vectorised). Each row's sum still adds its d products in the order
+  // b = 0 .. d-1 and the L1 sum its rows in the order i = 0 .. dim-1: the same bits as the plain
+  // per-row loop.
   const size_t per_head = static_cast<size_t>(dim) * d;
+  std::vector<double> wt(per_head);  // wt[b * dim + i] = W[i][b]
+  std::vector<double> row(static_cast<size_t>(dim));
   for (int g = 0; g < group; ++g) {
     const float* W = projection + per_head * (kv_head * group + g);
+    for (int i = 0; i < dim; ++i)
+      for (int b = 0; b < d; ++b) wt[static_cast<size_t>(b) * dim + i] = W[static_cast<size_t>(i) * d + b];
     for (int t = 0; t < T; ++t) {
       const float* v = values + static_cast<size_t>(t) * d;
-      double s = 0;
-      for (int i = 0; i < dim; ++i) {
-        double row = 0;
-        for (int b = 0; b < d; ++b) row += static_cast<double>(W[static_cast<size_t>(i) * d + b]) * v[b];
-        s += std::fabs(row);
+      std::fill(row.begin(), row.end(), 0.0);
+      for (int b = 0; b < d; ++b) {
+        const double vb = v[b];
+        const double* w = wt.data() + static_cast<size_t>(b) * dim;
+        for (int i = 0; i < dim; ++i) row[static_cast<size_t>(i)] += w[i] * vb;
       }
+      double s = 0;
+      for (int i = 0; i < dim; ++i) s += std::fabs(row[static_cast<size_t>(i)]);
       out[static_cast<size_t>(g) * T + t] = static_cast<float>(s);
     }
   }
