@@ -30,6 +30,14 @@ struct ExpectedAttentionParams {
 // (+ k^T cov' k / 2d) over the non-sink keys, softmax, mean over the group, (s + eps) |v|; the
 // sinks kept and the top budget - n_sink of the rest. Ranked by the log of that score (the same
 // order; double probabilities would underflow where the covariance term spreads the logits).
+// ExpectedAttentionPress's log score log((s + eps) |v|) (or log s without vnorm) of every position
+// t >= ep.n_sink of KV head kv of layer l, from the PRE-RoPE statistics mean [Hq][d] and cov
+// [Hq][d][d] of the layer (rotated here by the mean RoPE over positions S .. S + n_future - 1).
+// Positions < n_sink score -infinity (the caller protects them).
+std::vector<double> expected_attention_log_scores(const PromptQkv& p, const ModelConfig& c, int l, int kv,
+                                                  const std::vector<double>& mean, const std::vector<double>& cov,
+                                                  const ExpectedAttentionParams& ep);
+
 KeptSets expected_attention(const PromptQkv& p, const ModelConfig& c, int budget, const ExpectedAttentionParams& ep);
 
 // kvpress FinchPress (chunk_length None): the window is the tokens after the last `delimiter`;

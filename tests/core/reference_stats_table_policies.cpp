@@ -24,61 +24,6 @@ std::vector<int> keep_ranked(const std::vector<int>& rank_class, const std::vect
 
 }  // namespace
 
-std::vector<double> expected_attention_log_scores(const PromptQkv& p, const ModelConfig& c, int l, int kv,
-                                                  const std::vector<double>& mean, const std::vector<double>& cov,
-                                                  const ExpectedAttentionParams& ep) {
-  const int d = p.d;
-  const std::vector<double> R = mean_rope_matrix(c, p.S, ep.n_future);
-  std::vector<std::vector<double>> log_p(p.G, std::vector<double>(p.S, -INFINITY));
-  for (int g = 0; g < p.G; ++g) {
-    const int h = kv * p.G + g;
-    // mu' = R mu, cov' = R cov R^T.
-    std::vector<double> mu(d, 0.0), rc(static_cast<size_t>(d) * d, 0.0), cv(static_cast<size_t>(d) * d, 0.0);
-    for (int a = 0; a < d; ++a)
-      for (int b = 0; b < d; ++b) mu[a] += R[a * d + b] * mean[h * d + b];
-    for (int a = 0; a < d; ++a)
-      for (int b = 0; b < d; ++b)
-        for (int k = 0; k < d; ++k) rc[a * d + b] += R[a * d + k] * cov[(static_cast<size_t>(h) * d + k) * d + b];
-    for (int a = 0; a < d; ++a)
-      for (int b = 0; b < d; ++b)
-        for (int k = 0; k < d; ++k) cv[a * d + b] += rc[a * d + k] * R[b * d + k];
-    std::vector<double> logit(p.S, -INFINITY);
-    double mx = -INFINITY;
-    for (int t = ep.n_sink; t < p.S; ++t) {
-      const float* k = p.k[l][kv].data() + static_cast<size_t>(t) * d;
-      double x = 0;
-      for (int a = 0; a < d; ++a) x += k[a] * mu[a];
-      x /= std::sqrt(static_cast<double>(d));
-      if (ep.covariance) {
-        double q = 0;
-        for (int a = 0; a < d; ++a)
-          for (int b = 0; b < d; ++b) q += k[a] * cv[a * d + b] * k[b];
-        x += q / d / 2;
-      }
-      logit[t] = x;
-      mx = std::max(mx, x);
-    }
-    double z = 0;
-    for (int t = ep.n_sink; t < p.S; ++t) z += std::exp(logit[t] - mx);
-    for (int t = ep.n_sink; t < p.S; ++t) log_p[g][t] = logit[t] - mx - std::log(z);
-  }
-  std::vector<double> score(p.S, -INFINITY);
-  for (int t = ep.n_sink; t < p.S; ++t) {
-    double m = -INFINITY, sum = 0;
-    for (int g = 0; g < p.G; ++g) m = std::max(m, log_p[g][t]);
-    for (int g = 0; g < p.G; ++g) sum += std::exp(log_p[g][t] - m);
-    const double log_mean = m + std::log(sum / p.G);
-    score[t] = ep.epsilon > 0 ? std::log(std::exp(log_mean) + ep.epsilon) : log_mean;
-    if (ep.vnorm) {
-      const float* v = p.v[l][kv].data() + static_cast<size_t>(t) * d;
-      double s2 = 0;
-      for (int a = 0; a < d; ++a) s2 += static_cast<double>(v[a]) * v[a];
-      score[t] += 0.5 * std::log(s2);
-    }
-  }
-  return score;
-}
-
 KeptSets expected_attention_stats(const PromptQkv& p, const ModelConfig& c, const Table& mean_rows, const Table& cov_rows,
                                   int budget, const ExpectedAttentionParams& ep) {
   const int d = p.d;

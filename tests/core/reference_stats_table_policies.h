@@ -14,14 +14,6 @@
 
 namespace kvevict::reference {
 
-// ExpectedAttentionPress's log score log((s + eps) |v|) (or log s without vnorm) of every position
-// t >= ep.n_sink of KV head kv of layer l, from the PRE-RoPE statistics mean [Hq][d] and cov
-// [Hq][d][d] of the layer (rotated here by the mean RoPE over positions S .. S + n_future - 1).
-// Positions < n_sink score -infinity (the caller protects them).
-std::vector<double> expected_attention_log_scores(const PromptQkv& p, const ModelConfig& c, int l, int kv,
-                                                  const std::vector<double>& mean, const std::vector<double>& cov,
-                                                  const ExpectedAttentionParams& ep);
-
 // kvpress ExpectedAttentionStatsPress: the statistics of layer l are rows l * Hq .. of the mean
 // table ([layer, head] rows of d numbers) and rows (l * Hq + h) * d .. of the covariance table;
 // the first n_sink kept and the top budget - n_sink of the rest.
