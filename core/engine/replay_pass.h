@@ -8,6 +8,8 @@
 //
 // This file is the mechanism only (the scores, in cache order); tokenising the prompt texts is the
 // caller's job, so the pass does not depend on a tokenizer or a chat template.
+// NOT YET REACHABLE FROM A POLICY FILE: no `observe.replay` key or `A_replay` signal calls it (see
+// docs/POLICIES.md row 24); only tests/core/replay_pass_test.cpp does, against a double reference.
 #include <span>
 #include <vector>
 
