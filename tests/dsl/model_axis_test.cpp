@@ -16,6 +16,7 @@
 #include "dsl/compiled_program.h"
 #include "dsl/interpreter.h"
 #include "dsl/parser.h"
+#include "dsl/policy_dir_test.h"
 #include "dsl/policy_file.h"
 
 namespace kvevict::dsl {
@@ -29,33 +30,18 @@ Checked check(const std::string& text) {
   return test::check_program_text("m.dsl", text);
 }
 
-class ModelAxis : public ::testing::Test {
+class ModelAxis : public test::PolicyDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvevict_model_axis_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
   // Compiles a policy with the given `tables:` body and score; returns the error's first line with
   // the folder replaced by DIR ("" if none).
   std::string compile(const std::string& tables, const std::string& score) {
-    const std::string path = (dir_ / "p.yaml").string();
-    try {
-      compiled_ = compile_policy_text(path, "name: p\nabout: a\ntables:\n" + tables + "score: |\n  " + score + "\n");
-      return "";
-    } catch (const UsageError& e) {
-      return strip(e.what());
-    }
+    return strip(compile_text("name: p\nabout: a\ntables:\n" + tables + "score: |\n  " + score + "\n"));
   }
   std::string strip(std::string m) const {
     m = m.substr(0, m.find('\n'));
     for (size_t i; (i = m.find(dir_.string())) != std::string::npos;) m.replace(i, dir_.string().size(), "DIR");
     return m;
   }
-  fs::path dir_;
-  CompiledPolicy compiled_;
 };
 
 // KVzap's linear form: sum over c of a [layer, kv_head, c] table times hidden[c, t], plus a bias.

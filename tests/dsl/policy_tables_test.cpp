@@ -10,6 +10,7 @@
 #include "core/util/error.h"
 #include "dsl/compiled_program.h"
 #include "dsl/interpreter.h"
+#include "dsl/policy_dir_test.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_tables.h"
 
@@ -18,42 +19,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class PolicyTables : public ::testing::Test {
+class PolicyTables : public test::PolicyDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvevict_tables_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
-  std::string policy_path() const { return (dir_ / "p.yaml").string(); }
   std::string table_file(const std::string& name) const { return (dir_ / name).string(); }
 
   // A policy with one table declaration and a score program; returns the compile error ("" if none).
   std::string compile(const std::string& decl, const std::string& score = "score[t] = duo[layer, kv_head] + 0 * pos[t]",
                       const std::string& extra = "") {
-    const std::string text = "name: p\nabout: a\ntables:\n  duo: " + decl + "\n" + extra + "score: |\n  " + score + "\n";
-    try {
-      compiled_ = compile_policy_text(policy_path(), text);
-      return "";
-    } catch (const UsageError& e) {
-      return e.what();
-    }
+    return compile_text("name: p\nabout: a\ntables:\n  duo: " + decl + "\n" + extra + "score: |\n  " + score + "\n");
   }
-  // The first line of an error message with the policy path replaced by "p.yaml" and the table
-  // folder by "DIR".
-  std::string first_line(std::string m) const {
-    m = m.substr(0, m.find('\n'));
-    for (std::string from : {policy_path(), dir_.string()}) {
-      const std::string to = from == policy_path() ? "p.yaml" : "DIR";
-      for (size_t i; (i = m.find(from)) != std::string::npos;) m.replace(i, from.size(), to);
-    }
-    return m;
-  }
-
-  fs::path dir_;
-  CompiledPolicy compiled_;
 };
 
 const char* kGood = "{file: duo.tsv, axes: [layer, kv_head], shape: [2, 3]}";

@@ -11,6 +11,7 @@
 
 #include "core/util/error.h"
 #include "dsl/compiled_program.h"
+#include "dsl/policy_dir_test.h"
 #include "dsl/policy_file.h"
 #include "dsl/policy_tables.h"
 
@@ -19,39 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TableAxes : public ::testing::Test {
+class TableAxes : public test::PolicyDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvevict_table_axes_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
-  std::string policy_path() const { return (dir_ / "p.yaml").string(); }
-
   // A policy with the given `tables:` body (indented lines), extra keys and a score program.
   std::string compile(const std::string& tables, const std::string& score, const std::string& extra = "") {
-    const std::string text = "name: p\nabout: a\nparams:\n  r: {float: 1, min: -100, max: 100}\ntables:\n" + tables +
-                             extra + "score: |\n  " + score + "\n";
-    try {
-      compiled_ = compile_policy_text(policy_path(), text);
-      return "";
-    } catch (const UsageError& e) {
-      return e.what();
-    }
+    return compile_text("name: p\nabout: a\nparams:\n  r: {float: 1, min: -100, max: 100}\ntables:\n" + tables + extra +
+                        "score: |\n  " + score + "\n");
   }
-  std::string first_line(std::string m) const {
-    m = m.substr(0, m.find('\n'));
-    for (std::string from : {policy_path(), dir_.string()}) {
-      const std::string to = from == policy_path() ? "p.yaml" : "DIR";
-      for (size_t i; (i = m.find(from)) != std::string::npos;) m.replace(i, from.size(), to);
-    }
-    return m;
-  }
-
-  fs::path dir_;
-  CompiledPolicy compiled_;
 };
 
 // cur [index 3, layer 2, kv_head 2]: value 100 r + 10 l + k.
