@@ -40,25 +40,35 @@ void binary_all(const Layout& L, unsigned shape, const Buf& A, const Buf& B, flo
 }
 
 void binary(const Layout& L, const Node& nd, const Buf& A, const Buf& B, float* out) {
+  // One instantiation per function, so that each loop is compiled (and vectorised) for its own
+  // operation instead of switching per element: comparisons and selects fill R-KV's pair tiles.
   switch (nd.binary) {
-    case BinaryFn::Add: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x + y; });
-    case BinaryFn::Sub: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x - y; });
-    case BinaryFn::Mul: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x * y; });
-    case BinaryFn::Div: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return x / y; });
-    default: {
-      const BinaryFn f = nd.binary;
-      return binary_all(L, nd.shape, A, B, out, [f](float x, float y) { return apply_binary(f, x, y); });
-    }
+#define KVEVICT_BINARY_CASE(F) \
+  case BinaryFn::F: return binary_all(L, nd.shape, A, B, out, [](float x, float y) { return apply_binary(BinaryFn::F, x, y); });
+    KVEVICT_BINARY_CASE(Add) KVEVICT_BINARY_CASE(Sub) KVEVICT_BINARY_CASE(Mul) KVEVICT_BINARY_CASE(Div)
+    KVEVICT_BINARY_CASE(Pow) KVEVICT_BINARY_CASE(Min) KVEVICT_BINARY_CASE(Max) KVEVICT_BINARY_CASE(Lt)
+    KVEVICT_BINARY_CASE(Le) KVEVICT_BINARY_CASE(Gt) KVEVICT_BINARY_CASE(Ge) KVEVICT_BINARY_CASE(Eq)
+    KVEVICT_BINARY_CASE(Ne) KVEVICT_BINARY_CASE(And) KVEVICT_BINARY_CASE(Or)
+#undef KVEVICT_BINARY_CASE
   }
 }
 
+// One row of a select; CS, AS, BS: whether the condition and the branches vary along t (else
+// they are broadcast), fixed per instantiation so that the loop vectorises.
+template <int CS, int AS, int BS>
+void select_row(float* o, const float* c, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = c[i * CS] != 0.0f ? a[i * AS] : b[i * BS];
+}
+
 void select(const Layout& L, const Node& nd, const Buf& C, const Buf& A, const Buf& B, float* out) {
+  using Row = void (*)(float*, const float*, const float*, const float*, int64_t);
+  static constexpr Row rows[8] = {select_row<0, 0, 0>, select_row<0, 0, 1>, select_row<0, 1, 0>, select_row<0, 1, 1>,
+                                  select_row<1, 0, 0>, select_row<1, 0, 1>, select_row<1, 1, 0>, select_row<1, 1, 1>};
   const unsigned shapes[3] = {C.shape, A.shape, B.shape};
   const int64_t n = L.tokens(nd.shape);
-  const int64_t cs = (C.shape & kAxisT) ? 1 : 0, as = (A.shape & kAxisT) ? 1 : 0, bs = (B.shape & kAxisT) ? 1 : 0;
+  const Row row = rows[((C.shape & kAxisT) ? 4 : 0) | ((A.shape & kAxisT) ? 2 : 0) | ((B.shape & kAxisT) ? 1 : 0)];
   for_rows<3>(L, nd.shape, shapes, [&](int64_t o, const int64_t* offs) {
-    const float *c = C.data + offs[0], *a = A.data + offs[1], *b = B.data + offs[2];
-    for (int64_t i = 0; i < n; ++i) out[o + i] = c[i * cs] != 0.0f ? a[i * as] : b[i * bs];
+    row(out + o, C.data + offs[0], A.data + offs[1], B.data + offs[2], n);
   });
 }
 

@@ -84,6 +84,8 @@
 // (1 / count) in float, or sum / count in double), so results do not depend on the tile size or
 // the thread count. var over s of a token-pair body is refused by the checker. Memory: O(T x head_dim) for the signals plus O(kPairTileElements) per
 // token-pair node of the exit's operand; each exit recomputes the token-pair nodes it needs.
+// Two exits take shortcuts with the same bits (dsl/token_pairs.h): the last/first index where a
+// condition holds (a scan that stops per row) and a sum over s selected at one column per row.
 // A code generator must keep these orders to reproduce the interpreter bit for bit; within
 // tolerance, any order is acceptable.
 //

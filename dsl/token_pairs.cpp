@@ -15,10 +15,12 @@ namespace {
 int64_t size_of_axes(const Layout& L, unsigned shape, unsigned mask) { return L.size(shape & mask); }
 constexpr unsigned kBeforeS = kAxisS - 1, kAfterS = ~(kAxisS | kBeforeS);
 
-// Copies rows s0 .. s0 + n of axis s of `src` (laid out under L) into dst (laid out with s of extent n).
-void slice_rows(const Layout& L, unsigned shape, const float* src, int64_t s0, int64_t n, float* dst) {
+// Copies the rows rows[0 .. n) of axis s of `src` (laid out under L) into dst (laid out with s of
+// extent n, in that order).
+void gather_rows(const Layout& L, unsigned shape, const float* src, const int64_t* rows, int64_t n, float* dst) {
   const int64_t outer = size_of_axes(L, shape, kBeforeS), inner = size_of_axes(L, shape, kAfterS), S = L.ext[kS];
-  for (int64_t o = 0; o < outer; ++o) std::copy(src + (o * S + s0) * inner, src + (o * S + s0 + n) * inner, dst + o * n * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < n; ++i) std::copy_n(src + (o * S + rows[i]) * inner, inner, dst + (o * n + i) * inner);
 }
 
 // The inverse: writes a tile's rows back into the full tensor.
@@ -116,38 +118,241 @@ std::vector<int> physical_last_use(const LoweredProgram& p, const std::vector<bo
   return last;
 }
 
-void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, const std::vector<bool>& fused,
-                        std::vector<Buf>& bufs, const ComputeNode& compute) {
-  const Node& x = p.nodes[static_cast<size_t>(exit)];
-  // The token-pair nodes the exit depends on (through token-pair operands), and the leaves.
-  std::set<int> region, leaves;
-  std::vector<int> stack = {x.a};
+namespace {
+
+// The token-pair nodes an exit depends on (through token-pair operands) and its leaves: the
+// non-pair nodes they read, computed before the exit.
+struct PairRegion {
+  std::set<int> nodes, leaves;
+};
+
+PairRegion pair_region(const LoweredProgram& p, int exit) {
+  PairRegion r;
+  std::vector<int> stack = {p.nodes[static_cast<size_t>(exit)].a};
   while (!stack.empty()) {
     const int j = stack.back();
     stack.pop_back();
-    if (!region.insert(j).second) continue;
+    if (!r.nodes.insert(j).second) continue;
     for (int o : {p.nodes[static_cast<size_t>(j)].a, p.nodes[static_cast<size_t>(j)].b, p.nodes[static_cast<size_t>(j)].c}) {
       if (o < 0) continue;
       if (is_token_pair(p.nodes[static_cast<size_t>(o)].shape)) stack.push_back(o);
-      else leaves.insert(o);
+      else r.leaves.insert(o);
     }
   }
+  return r;
+}
+
+// Whether every node of the region is element-wise along t (its value at (s, t) depends only on its
+// operands at (s, t)): then a tile may cover any subset of the columns. Token windows and
+// normalise read other columns; anything else in a pair region is element-wise.
+bool columnwise(const LoweredProgram& p, const PairRegion& r) {
+  for (int j : r.nodes) {
+    const Node& n = p.nodes[static_cast<size_t>(j)];
+    switch (n.op) {
+      case NodeOp::Unary: case NodeOp::Binary: case NodeOp::Select: break;
+      case NodeOp::Reduce: if (n.axes & (kAxisS | kAxisT)) return false; break;
+      case NodeOp::Rename: if (rename_target(n, kS) != kS || rename_target(n, kT) != kT) return false; break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+bool is_t_index(const Node& n) { return n.op == NodeOp::AxisIndex && n.axes == kAxisT; }
+
+// The columns a tile covers: a block [t0, t0 + m) of t, or (points) one column per row of s,
+// points[i] for the tile's row i. Points evaluate a columnwise region with t of extent 1: each
+// leaf with t is gathered at the rows' columns into an array over s (t is innermost and s comes
+// just before it, so dropping t and adding s keeps every other stride).
+struct TileColumns {
+  int64_t t0 = 0, m = 0;
+  const int64_t* points = nullptr;
+};
+
+// Loads the tile's leaves (the rows rows[0 .. n) of s, the columns `cols`) into tb and computes
+// the region's nodes under Lt (the layout with s of extent n, t of extent cols.m or 1).
+void compute_tile(const LoweredProgram& p, const Layout& L, const Layout& Lt, const PairRegion& r,
+                  const std::vector<bool>& fused, const std::vector<Buf>& bufs, std::vector<Buf>& tb, const int64_t* rows,
+                  const TileColumns& cols, const ComputeNode& compute) {
+  BufferPool& pool = buffer_pool();
+  const int64_t n = Lt.ext[kS], T = L.ext[kT];
+  for (int j : r.leaves) {
+    const Buf& src = bufs[static_cast<size_t>(j)];
+    Buf& dst = tb[static_cast<size_t>(j)];
+    dst.shape = src.shape;
+    dst.data = src.data;
+    if (src.shape & kAxisS) {
+      dst.own = pool.take(static_cast<size_t>(Lt.size(src.shape)));
+      gather_rows(L, src.shape, src.data, rows, n, dst.own.data());
+      dst.data = dst.own.data();
+    } else if ((src.shape & kAxisT) && (cols.points || cols.m < T)) {
+      const int64_t outer = L.size(src.shape & ~kAxisT), width = cols.points ? n : cols.m;
+      dst.own = pool.take(static_cast<size_t>(outer * width));
+      float* o = dst.own.data();
+      for (int64_t k = 0; k < outer; ++k)
+        for (int64_t i = 0; i < width; ++i) o[k * width + i] = src.data[k * T + (cols.points ? cols.points[i] : cols.t0 + i)];
+      if (cols.points) dst.shape = (src.shape & ~kAxisT) | kAxisS;
+      dst.data = o;
+    }
+  }
+  for (int j : r.nodes)  // ascending: operands first
+    if (!fused[static_cast<size_t>(j)]) compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
+}
+
+void release_tile(std::vector<Buf>& tb) {
+  for (Buf& buf : tb) {
+    buffer_pool().give(buf.own);
+    buf.data = nullptr;
+  }
+}
+
+Layout tile_layout(const Layout& L, int64_t n, int64_t m) {
+  Layout Lt = L;
+  Lt.ext[kS] = static_cast<int>(n);
+  Lt.ext[kT] = static_cast<int>(m);
+  return Lt;
+}
+
+// Floats per (s, t) element of the region's materialised nodes and the exit: the tile budget.
+int64_t per_element(const LoweredProgram& p, const Layout& L, const PairRegion& r, const std::vector<bool>& fused, const Node& x) {
+  int64_t e = L.size(x.shape & ~(kAxisS | kAxisT));
+  for (int j : r.nodes)
+    if (!fused[static_cast<size_t>(j)]) e = std::max(e, L.size(p.nodes[static_cast<size_t>(j)].shape & ~(kAxisS | kAxisT)));
+  return std::max<int64_t>(e, 1);
+}
+
+// IndexScan: max(t: if(P, t, c)) scans the columns from the last block down; a row of s leaves
+// the scan once each of its elements holds a value no unseen column can beat (the unseen columns
+// give t0 - 1 at most, or c), so each row costs the columns up to its own last hit (R-KV: the
+// newest partner above the threshold is usually among the last few dozen tokens; a row without
+// one reads every column). min(t: if(P, t, c)) scans up from the first block (unseen: t1 at least,
+// or c). max and min of numbers that are indices or one constant do not depend on the order.
+constexpr int64_t kScanBlock = 32;
+
+void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, const PairRegion& r,
+                         const std::vector<bool>& fused, std::vector<Buf>& bufs, const ComputeNode& compute) {
+  const Node& x = p.nodes[static_cast<size_t>(exit)];
+  const float c = p.nodes[static_cast<size_t>(p.nodes[static_cast<size_t>(x.a)].c)].value;
+  const bool last = x.reducer == Reducer::Max;
+  const int64_t S = L.ext[kS], T = L.ext[kT], B = std::min(T, kScanBlock);
+  const int64_t tile = std::max<int64_t>(1, std::min<int64_t>(kPairTileRows, kPairTileElements / (per_element(p, L, r, fused, x) * B)));
+  const int64_t outer = L.size(x.shape & ~kAxisS);  // elements per row of s (s is the exit's innermost axis)
+  Buf& out = bufs[static_cast<size_t>(exit)];
+  out.shape = x.shape;
+  out.own = buffer_pool().take(static_cast<size_t>(L.size(x.shape)));
+  out.data = out.own.data();
+  float* best = out.own.data();  // best[o * S + s]
+  for (int64_t i = 0; i < outer * S; ++i) best[i] = last ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  std::vector<Buf> tb(p.nodes.size());
+  std::vector<int64_t> active, still;
+  for (int64_t s0 = 0; s0 < S; s0 += tile) {
+    active.resize(static_cast<size_t>(std::min(tile, S - s0)));
+    for (size_t i = 0; i < active.size(); ++i) active[i] = s0 + static_cast<int64_t>(i);
+    for (int64_t k = 0; k * B < T && !active.empty(); ++k) {
+      const int64_t t0 = last ? std::max<int64_t>(0, T - (k + 1) * B) : k * B;
+      const int64_t t1 = last ? T - k * B : std::min(T, (k + 1) * B);
+      const int64_t n = static_cast<int64_t>(active.size());
+      const Layout Lt = tile_layout(L, n, t1 - t0);
+      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute);
+      compute(exit, x, Lt, tb);
+      const float* v = tb[static_cast<size_t>(exit)].data;  // v[o * n + j] for the active row j
+      const float bound = last ? std::max(static_cast<float>(t0 - 1), c) : std::min(static_cast<float>(t1), c);
+      still.clear();
+      for (int64_t j = 0; j < n; ++j) {
+        bool done = true;
+        for (int64_t o = 0; o < outer; ++o) {
+          float& b = best[o * S + active[static_cast<size_t>(j)]];
+          b = last ? std::max(b, v[o * n + j]) : std::min(b, v[o * n + j]);
+          done = done && (last ? b >= bound : b <= bound);
+        }
+        if (!done) still.push_back(active[static_cast<size_t>(j)]);
+      }
+      active.swap(still);
+      release_tile(tb);
+    }
+  }
+}
+
+// PointSum: sum(s: if(t == X[s], Y, 0)) (or mean) adds, for each s, Y at the one column t = X[s]
+// (when X[s] is an index 0 .. T - 1; a row with no such column adds nothing), in increasing s:
+// the additions of the tiled evaluation without its zeros (+0 added to a sum that starts at +0
+// changes no bit), so the result is the same bit for bit.
+void evaluate_point_sum(const LoweredProgram& p, const Layout& L, int exit, const PairRegion& r, int index_node,
+                        const std::vector<bool>& fused, std::vector<Buf>& bufs, const ComputeNode& compute) {
+  const Node& x = p.nodes[static_cast<size_t>(exit)];
+  const int64_t S = L.ext[kS], T = L.ext[kT];
+  const float* X = bufs[static_cast<size_t>(index_node)].data;
+  std::vector<int64_t> column(static_cast<size_t>(S));
+  std::vector<bool> hit(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) {
+    const float v = X[s];
+    hit[static_cast<size_t>(s)] = v >= 0.0f && v < static_cast<float>(T) && v == std::floor(v);
+    column[static_cast<size_t>(s)] = hit[static_cast<size_t>(s)] ? static_cast<int64_t>(v) : 0;
+  }
+  Buf& out = bufs[static_cast<size_t>(exit)];
+  out.shape = x.shape;
+  out.own = buffer_pool().take(static_cast<size_t>(T));
+  out.data = out.own.data();
+  std::fill(out.own.begin(), out.own.end(), 0.0f);
+  const int64_t tile = std::max<int64_t>(1, kPairTileElements / per_element(p, L, r, fused, x));
+  std::vector<Buf> tb(p.nodes.size());
+  std::vector<int64_t> rows(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) rows[static_cast<size_t>(s)] = s;
+  for (int64_t s0 = 0; s0 < S; s0 += tile) {
+    const int64_t n = std::min(tile, S - s0);
+    const Layout Lt = tile_layout(L, n, 1);
+    compute_tile(p, L, Lt, r, fused, bufs, tb, rows.data() + s0, {0, 1, column.data() + s0}, compute);
+    const float* y = tb[static_cast<size_t>(x.a)].data;
+    for (int64_t i = 0; i < n; ++i)
+      if (hit[static_cast<size_t>(s0 + i)]) out.own[static_cast<size_t>(column[static_cast<size_t>(s0 + i)])] += y[i];
+    release_tile(tb);
+  }
+  if (x.reducer == Reducer::Mean)
+    for (float& o : out.own) o *= S > 0 ? 1.0f / static_cast<float>(S) : 0.0f;
+}
+
+// The index operand X of a PointSum exit (-1 if the exit is not one).
+int point_sum_index(const LoweredProgram& p, const Node& x) {
+  if (x.op != NodeOp::Reduce || (x.reducer != Reducer::Sum && x.reducer != Reducer::Mean) || x.axes != kAxisS || x.shape != kAxisT)
+    return -1;
+  const Node& sel = p.nodes[static_cast<size_t>(x.a)];
+  if (sel.op != NodeOp::Select) return -1;
+  const Node& zero = p.nodes[static_cast<size_t>(sel.c)];
+  const Node& cond = p.nodes[static_cast<size_t>(sel.a)];
+  if (zero.op != NodeOp::Const || zero.value != 0.0f || cond.op != NodeOp::Binary || cond.binary != BinaryFn::Eq) return -1;
+  for (auto [i, j] : {std::pair{cond.a, cond.b}, std::pair{cond.b, cond.a}})
+    if (is_t_index(p.nodes[static_cast<size_t>(i)]) && p.nodes[static_cast<size_t>(j)].shape == kAxisS) return j;
+  return -1;
+}
+
+bool is_index_scan(const LoweredProgram& p, const Node& x) {
+  if (x.op != NodeOp::Reduce || (x.reducer != Reducer::Max && x.reducer != Reducer::Min) || x.axes != kAxisT || !(x.shape & kAxisS))
+    return false;
+  const Node& sel = p.nodes[static_cast<size_t>(x.a)];
+  if (sel.op != NodeOp::Select) return false;
+  const Node& other = p.nodes[static_cast<size_t>(sel.c)];
+  return is_t_index(p.nodes[static_cast<size_t>(sel.b)]) && other.op == NodeOp::Const && !std::isnan(other.value) &&
+         !(other.value == 0.0f && std::signbit(other.value));
+}
+
+void evaluate_tiles(const LoweredProgram& p, const Layout& L, int exit, const PairRegion& r, const std::vector<bool>& fused,
+                    std::vector<Buf>& bufs, const ComputeNode& compute) {
+  const Node& x = p.nodes[static_cast<size_t>(exit)];
   // Rows of s per tile: as many as fit kPairTileElements in the largest materialised node.
   int64_t row = 1;
-  for (int j : region)
+  for (int j : r.nodes)
     if (!fused[static_cast<size_t>(j)]) row = std::max(row, L.size(p.nodes[static_cast<size_t>(j)].shape & ~unsigned(kAxisS)));
   row = std::max(row, L.size(x.shape & ~unsigned(kAxisS)));
-  const int64_t S = L.ext[kS];
+  const int64_t S = L.ext[kS], T = L.ext[kT];
   const int64_t tile = std::max<int64_t>(1, std::min<int64_t>(kPairTileRows, kPairTileElements / row));
   if (row > kPairRowLimit)  // the checker's shape bound keeps a row near max(G, head_dim) x T
     throw RuntimeError("policy program: a token-pair value at line " + std::to_string(x.line) + ", column " + std::to_string(x.col) +
                        " needs " + std::to_string(row) + " numbers per row of s, more than the limit of " + std::to_string(kPairRowLimit));
   const bool keeps_s = x.shape & kAxisS;
   const int64_t out_size = L.size(x.shape);
-  BufferPool& pool = buffer_pool();
   Buf& out = bufs[static_cast<size_t>(exit)];
   out.shape = x.shape;
-  out.own = pool.take(static_cast<size_t>(out_size));
+  out.own = buffer_pool().take(static_cast<size_t>(out_size));
   out.data = out.own.data();
   // An exit over s accumulates tile after tile, s outermost (then the other reduced axes in
   // canonical order, t inner): float unless t is reduced too (then double), so the result does
@@ -160,24 +365,12 @@ void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, cons
   if (!keeps_s && !with_t) std::fill(out.own.begin(), out.own.end(), static_cast<float>(init));
   const bool product = fused[static_cast<size_t>(x.a)];
   std::vector<Buf> tb(p.nodes.size());
+  std::vector<int64_t> rows(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) rows[static_cast<size_t>(s)] = s;
   for (int64_t s0 = 0; s0 < S; s0 += tile) {
     const int64_t n = std::min(tile, S - s0);
-    Layout Lt = L;
-    Lt.ext[kS] = static_cast<int>(n);
-    for (int j : leaves) {
-      const Buf& src = bufs[static_cast<size_t>(j)];
-      Buf& dst = tb[static_cast<size_t>(j)];
-      dst.shape = src.shape;
-      if (src.shape & kAxisS) {
-        dst.own = pool.take(static_cast<size_t>(Lt.size(src.shape)));
-        slice_rows(L, src.shape, src.data, s0, n, dst.own.data());
-        dst.data = dst.own.data();
-      } else {
-        dst.data = src.data;
-      }
-    }
-    for (int j : region)  // ascending: operands first
-      if (!fused[static_cast<size_t>(j)]) compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
+    const Layout Lt = tile_layout(L, n, T);
+    compute_tile(p, L, Lt, r, fused, bufs, tb, rows.data() + s0, {0, T, nullptr}, compute);
     if (keeps_s) {
       compute(exit, x, Lt, tb);
       scatter_rows(L, x.shape, tb[static_cast<size_t>(exit)].data, s0, n, out.own.data());
@@ -187,10 +380,7 @@ void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, cons
       const Buf* b = product ? &tb[static_cast<size_t>(m.b)] : nullptr;
       accumulate_over_s(Lt, x, a, b, n, acc.data(), out.own.data());
     }
-    for (Buf& buf : tb) {
-      pool.give(buf.own);
-      buf.data = nullptr;
-    }
+    release_tile(tb);
   }
   if (keeps_s) return;
   double count = 1;
@@ -206,6 +396,28 @@ void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, cons
       o *= count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
     }
     if (extreme && S == 0) o = 0.0f;  // an empty reduction is 0
+  }
+}
+
+}  // namespace
+
+PairExitKind pair_exit_kind(const LoweredProgram& p, int exit) {
+  const Node& x = p.nodes[static_cast<size_t>(exit)];
+  if (!is_pair_exit(p, exit) || !columnwise(p, pair_region(p, exit))) return PairExitKind::Tiles;
+  if (is_index_scan(p, x)) return PairExitKind::IndexScan;
+  if (point_sum_index(p, x) >= 0) return PairExitKind::PointSum;
+  return PairExitKind::Tiles;
+}
+
+void evaluate_pair_exit(const LoweredProgram& p, const Layout& L, int exit, const std::vector<bool>& fused,
+                        std::vector<Buf>& bufs, const ComputeNode& compute) {
+  const PairRegion r = pair_region(p, exit);
+  const bool shortcut = L.ext[kS] > 0 && L.ext[kT] > 0;  // an empty reduction takes the tiled path's rule
+  switch (shortcut ? pair_exit_kind(p, exit) : PairExitKind::Tiles) {
+    case PairExitKind::IndexScan: return evaluate_index_scan(p, L, exit, r, fused, bufs, compute);
+    case PairExitKind::PointSum:
+      return evaluate_point_sum(p, L, exit, r, point_sum_index(p, p.nodes[static_cast<size_t>(exit)]), fused, bufs, compute);
+    case PairExitKind::Tiles: return evaluate_tiles(p, L, exit, r, fused, bufs, compute);
   }
 }
 

@@ -5,8 +5,8 @@
 #include <sys/resource.h>
 
 #include <cmath>
-#include <random>
 
+#include "dsl/pair_keys_test.h"
 #include "dsl/program_check_test.h"
 #include "dsl/checker.h"
 #include "dsl/interpreter.h"
@@ -21,35 +21,10 @@ Checked check(const std::string& text) {
   return test::check_program_text("pair.dsl", text);
 }
 
-// Keys [d][t] of T tokens and D channels, random but fixed; some pairs made near-parallel so that
-// thresholds on the cosine see both sides.
-struct Keys {
-  int T, D;
-  std::vector<float> k;  // [d][t]
-  double at(int d, int t) const { return k[size_t(d) * size_t(T) + size_t(t)]; }
-};
+using test::Keys;
+using test::random_keys;
 
-Keys random_keys(int T, int D, uint32_t seed) {
-  Keys keys{T, D, std::vector<float>(size_t(T) * size_t(D))};
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  for (auto& v : keys.k) v = n(rng);
-  for (int t = 1; t < T; t += 3)  // token t close to token t - 1
-    for (int d = 0; d < D; ++d) keys.k[size_t(d) * T + t] = keys.k[size_t(d) * T + t - 1] + 0.3f * n(rng);
-  return keys;
-}
-
-std::vector<float> run(const LoweredProgram& p, const Keys& keys) {
-  EvalInputs in;
-  in.ext = {.g = 1, .h = 1, .q = 0, .d = keys.D, .t = keys.T};
-  in.scalars[static_cast<int>(ScalarSignal::T)] = float(keys.T);
-  HeadSignals h;
-  h.tensors[signal_index(TensorSignal::Keys)] = keys.k.data();
-  in.heads.push_back(h);
-  std::vector<float> out(size_t(keys.T));
-  evaluate_scores(p, in, out.data());
-  return out;
-}
+std::vector<float> run(const LoweredProgram& p, const Keys& keys) { return test::run_on_keys(p, keys); }
 
 TEST(PairwiseAxes, SumOverSOfDotProductsMatchesDoubleAcrossTiles) {
   // T = 150 crosses the 64-row tiles of s twice.
