@@ -240,7 +240,10 @@ class PolicyGenerator {
     };
     static const std::vector<Tensor> signals = [] {  // the signal table, and random()
       std::vector<Tensor> all;
-      for (const TensorSignalInfo& info : kTensorSignalTable) all.push_back({info.dsl_name.data(), info.axes});
+      // A_replay only through signal_term's read, which the score always uses: a file may declare
+      // observe.replay only when a program really reads it (core/engine/replay_checks.h).
+      for (const TensorSignalInfo& info : kTensorSignalTable)
+        if (info.source != SignalSource::Replay) all.push_back({info.dsl_name.data(), info.axes});
       all.push_back({"random", kT});
       return all;
     }();
