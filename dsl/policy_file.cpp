@@ -10,6 +10,8 @@
 #include "core/engine/channel_checks.h"
 #include "core/engine/merge_checks.h"
 #include "core/engine/query_checks.h"
+#include "core/engine/replay_checks.h"
+#include "core/engine/replay_pass.h"
 #include "core/engine/segment_checks.h"
 #include "core/engine/selection_checks.h"
 #include "core/util/error.h"
@@ -144,6 +146,7 @@ class FileCompiler {
       report_setting_errors(root, query_setting_errors(out_.desc));     // query_checks.h
       report_setting_errors(root, selection_setting_errors(out_.desc));
       report_setting_errors(root, channel_setting_errors(out_.desc));   // channel_checks.h
+      report_setting_errors(root, replay_setting_errors(out_.desc));    // replay_checks.h
     }
     if (!diag_.empty()) throw UsageError(diag_.format());
     for (size_t i = 0; i < out_.params.size(); ++i)
@@ -421,7 +424,9 @@ class FileCompiler {
     for (const SettingError& e : errors) {
       const YAML::Node section_node = root[e.section];
       FilePos at = section_node.IsDefined() ? pos_of(section_node) : pos_of(root);
-      if (!e.key.empty() && section_node.IsMap() && section_node[e.key]) at = pos_of(section_node[e.key]);
+      // An absent section is an invalid node (IsMap would throw): the error is then at the file's start.
+      if (!e.key.empty() && section_node.IsDefined() && section_node.IsMap() && section_node[e.key])
+        at = pos_of(section_node[e.key]);
       diag_.error(at, e.message);
     }
   }
@@ -452,6 +457,39 @@ class FileCompiler {
         diag_.error(pos_of(observe["window_after_token"]), "'window_after_token' must be a token id (a whole number >= 0), got " + fmt(v));
       else o.window_after_token = static_cast<int>(v);
     }
+  }
+
+  // KVzip's context replay (core/engine/replay_pass.h, A_replay). Production:
+  //   observe.replay: "{" [chunk: EXPR] [previous_tail: EXPR] [n_sink: EXPR] [normalise: BOOL] "}"
+  //   whole numbers over parameters: chunk 1 .. kMaxReplayChunk, previous_tail 0 .. min(chunk, 1024)
+  //   (the replay prompt is bounded: kMaxReplayPromptTokens), n_sink 0 .. 10^7; {} takes kvpress's defaults
+  void replay_settings(const YAML::Node& observe) {
+    if (!observe.IsMap() || !observe["replay"]) return;
+    const YAML::Node r = observe["replay"];
+    if (!r.IsMap()) {
+      diag_.error(pos_of(r), "'replay' must be a mapping {chunk:, previous_tail:, n_sink:, normalise:} ({} for kvpress's defaults)");
+      return;
+    }
+    check_keys(r, policy_replay_keys(), "'observe.replay' mapping");
+    PolicyObserve::Replay& o = out_.desc.observe.replay;
+    o.enabled = true;
+    auto whole = [&](const char* key, double lo, double hi, int& out) {
+      double v;
+      if (!constant_setting(r, key, false, v)) return;
+      if (!(v >= lo && v <= hi) || v != std::floor(v))
+        diag_.error(pos_of(r[key]), std::string("'") + key + "' must be a whole number between " + fmt(lo) + " and " +
+                                        fmt(hi) + ", got " + fmt(v));
+      else out = static_cast<int>(v);
+    };
+    whole("chunk", 1, kMaxReplayChunk, o.chunk);
+    whole("previous_tail", 0, 1024, o.previous_tail);
+    whole("n_sink", 0, 1e7, o.n_sink);
+    double v;
+    if (constant_setting(r, "normalise", true, v)) o.normalise = v != 0;
+    if (o.previous_tail > o.chunk)
+      diag_.error(pos_of(r["previous_tail"] ? r["previous_tail"] : r),
+                  "'previous_tail' (" + std::to_string(o.previous_tail) + ") must not exceed 'chunk' (" +
+                      std::to_string(o.chunk) + "): it quotes the end of the previous chunk");
   }
 
   // Keys of the query statistics that no program reads (they would be ignored), at the key.
@@ -493,6 +531,7 @@ class FileCompiler {
     length_setting(observe, "segment", d.observe.segment);
     if (constant_setting(observe, "scaled", true, v)) d.observe.scaled = v != 0;
     query_observe_settings(observe);
+    replay_settings(observe);
     YAML::Node protect = section(root, "protect");
     int_setting(protect, "first", out_.protect_first, d.protect.first);
     int_setting(protect, "recent", out_.protect_recent, d.protect.recent);

@@ -8,6 +8,7 @@
 //   name, about                                   required strings
 //   params:  NAME: {int|float|bool|fraction: DEFAULT, min:, max:, doc:} | {enum: [A, B], default: A, doc:}
 //   observe: {window: EXPR, causal: BOOL, same_index_head: BOOL}   window attention A[h, q, t]
+//            replay: {chunk: EXPR, previous_tail: EXPR, n_sink: EXPR, normalise: BOOL}   KVzip's A_replay
 //   protect: {first: EXPR, recent: EXPR, decode_first: EXPR, decode_recent: EXPR}
 //                                                 EXPR over params and prompt_len
 //   run:     {prefill: BOOL, cascading: BOOL, decode_every: EXPR, decode_slack: EXPR,

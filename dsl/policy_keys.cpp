@@ -13,7 +13,7 @@ const std::set<std::string>& policy_top_level_keys() {
 const std::map<std::string, std::set<std::string>>& policy_section_keys() {
   static const std::map<std::string, std::set<std::string>> sections = {
       {"observe", {"window", "causal", "same_index_head", "segment", "scaled", "query_stats_from", "query_rotation",
-                   "rope_future", "window_after_token"}},
+                   "rope_future", "window_after_token", "replay"}},
       {"protect", {"first", "recent", "decode_first", "decode_recent"}},
       {"run", {"prefill", "cascading", "decode_every", "decode_slack", "skip_margin_includes_window", "reassign_positions",
                "decode_budget", "prefill_block"}},
@@ -32,6 +32,11 @@ const std::set<std::string>& policy_parameter_keys() {
 
 const std::set<std::string>& policy_table_keys() {
   static const std::set<std::string> keys = {"file", "axes", "shape", "values"};
+  return keys;
+}
+
+const std::set<std::string>& policy_replay_keys() {
+  static const std::set<std::string> keys = {"chunk", "previous_tail", "n_sink", "normalise"};
   return keys;
 }
 

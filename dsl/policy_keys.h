@@ -24,4 +24,8 @@ const std::set<std::string>& policy_table_keys();
 // Keys of one stage of select.stages ({score: NAME, keep: EXPR} or {score: NAME, share: EXPR}; docs/DSL.md §1).
 const std::set<std::string>& policy_stage_keys();
 
+// Keys of observe.replay ({chunk: EXPR, previous_tail: EXPR, n_sink: EXPR, normalise: BOOL}; KVzip's
+// context replay, docs/DSL.md §1).
+const std::set<std::string>& policy_replay_keys();
+
 }  // namespace kvevict::dsl

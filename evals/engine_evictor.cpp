@@ -1,5 +1,6 @@
 // The production PrefillEvictor: policy files compiled by the DSL loader, applied by the eviction
-// engine from one PrefillRecorder whose window and accumulated attention cover every policy.
+// engine from one PrefillRecorder whose window and accumulated attention cover every policy (and
+// which holds KVzip's replay scores for each observe.replay setting, recorded once per sample).
 #include <algorithm>
 #include <map>
 
@@ -26,6 +27,8 @@ class EngineEvictor : public PrefillEvictor {
       hidden_states_ = hidden_states_ || d.needs(TensorSignal::HiddenState);
       output_grams_ = output_grams_ || d.needs(TensorSignal::OutputNorm);
       output_projection_ = output_projection_ || d.needs(TensorSignal::OutputNormL1);
+      if (d.observe.replay.enabled && std::find(replays_.begin(), replays_.end(), d.observe.replay) == replays_.end())
+        replays_.push_back(d.observe.replay);
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
     }
@@ -41,6 +44,10 @@ class EngineEvictor : public PrefillEvictor {
                                       .output_projection = output_projection_,
                                       .hidden_states = hidden_states_});
     return recorder_.get();
+  }
+
+  void after_recording(Decoder& decoder) override {
+    for (const PolicyObserve::Replay& settings : replays_) recorder_->record_replay(decoder, settings);
   }
 
   ForwardObserver* apply(const PolicyChoice& policy, const Budget& budget, KVCache& cache) override {
@@ -78,6 +85,7 @@ class EngineEvictor : public PrefillEvictor {
   std::map<std::string, PolicySource> sources_;  // by label
   bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, output_projection_ = false,
        hidden_states_ = false;
+  std::vector<PolicyObserve::Replay> replays_;  // the distinct observe.replay settings (KVzip)
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

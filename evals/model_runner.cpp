@@ -88,6 +88,7 @@ class ModelRunner : public SampleRunner {
     ForwardObserver* recorder = evictor_->start_recording(static_cast<int>(prompt_tokens_.size()));
     auto start = Clock::now();
     prefill_logits_ = decoder_->forward(prompt_tokens_, recorder);
+    evictor_->after_recording(*decoder_);  // e.g. KVzip's replay, shared by every (policy, budget)
     prefill_seconds_ = seconds_since(start);
     ++prefills_;
     snapshot_ = decoder_->cache();

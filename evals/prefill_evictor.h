@@ -25,6 +25,10 @@ class PrefillEvictor {
   // A fresh recorder for the next sample's prefill of `prompt_len` tokens (covers every prepared
   // policy's needs at that length: some windows depend on the prompt length, e.g. NACL's proxy share).
   virtual ForwardObserver* start_recording(int prompt_len) = 0;
+  // Called once right after the recording forward, while `decoder` still holds the full prompt: an
+  // evictor whose policies need a second pass over the full cache (KVzip's replay, A_replay) runs it
+  // here, once per sample, and keeps what it needs for every apply(). The cache ends as it was.
+  virtual void after_recording(Decoder& decoder) { (void)decoder; }
   // Evicts `cache` (the restored full-cache copy) for one (policy, budget). Returns the observer to
   // attach to later decode steps (null when the policy does nothing while decoding); it stays valid
   // until the next apply() or start_recording().

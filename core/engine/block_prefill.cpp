@@ -9,7 +9,12 @@ const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> 
                                          ForwardObserver* observer) {
   const int block = engine ? engine->prefill_block() : 0;
   const int n = static_cast<int>(tokens.size());
-  if (block <= 0 || n <= block) return decoder.forward(tokens, observer);
+  if (block <= 0 || n <= block) {
+    const std::vector<float>& logits = decoder.forward(tokens, observer);
+    // KVzip: the engine scores once the replay has run on the full cache (engine.h, finish_replay).
+    if (engine && engine->awaits_replay()) return engine->finish_replay(decoder, tokens, logits);
+    return logits;
+  }
   engine->begin_block_prefill(n);
   const std::vector<float>* logits = nullptr;
   for (int start = 0; start < n; start += block) {

@@ -27,6 +27,8 @@
 #include "core/engine/original_positions.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/recent_queries.h"
+#include "core/engine/replay_checks.h"
+#include "core/engine/replay_prompt.h"
 #include "core/engine/segment_observation.h"
 #include "core/engine/selection.h"
 #include "core/engine/staged_selection.h"
@@ -110,6 +112,13 @@ struct EvictionEngine::State {
   PositionRecords records;
   std::span<const float> output_grams;
   std::span<const float> output_projection;  // W_o per query head (out_norm_l1), valid during after_layer
+  // KVzip (A_replay; replay_checks.h): the prompt's forward records but scores nothing; the
+  // scores wait for the replay (finish_replay / apply_after_prefill). Meanwhile each layer's output
+  // projection is held here, since the decoder's spans end with its after_layer.
+  bool replay_pending = false;
+  const ReplayScores* replay = nullptr;  // what A_replay reads while the waiting prefill completes
+  std::vector<std::vector<float>> held_grams, held_projection;
+  std::vector<float> replay_logits;  // the prompt's logits, copied before the replay's forwards
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -329,6 +338,15 @@ struct EvictionEngine::State {
           out.resize(static_cast<size_t>(Gs) * T);
           output_norms(output_grams.data(), kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T,
                        out.data());
+          break;
+        case TensorSignal::ReplayAttention:  // [Gs][T] by original position (the replay's cache index)
+          if (!replay) throw std::logic_error("engine: A_replay read outside the completion of a replay prefill");
+          out.resize(static_cast<size_t>(Gs) * T);
+          for (int g = 0; g < Gs; ++g)
+            for (int t = 0; t < T; ++t) {
+              const int p = in.position[t];
+              out[static_cast<size_t>(g) * T + t] = p >= 0 && p < replay->length ? replay->at(layer, kv_head * Gs + g, p) : 0.0f;
+            }
           break;
         case TensorSignal::OutputNormL1:
           if (output_projection.empty() || output_projection.size() % (static_cast<size_t>(Hq) * d) != 0)
@@ -705,6 +723,17 @@ struct EvictionEngine::State {
     if (desc.observe.segment > 0)
       segments.record(l, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
     record_accumulated(s, cache);
+    if (l == 0 && !later_block) replay_pending = reads_replay(desc);
+    if (replay_pending) {
+      hold_output_projection(s);
+      report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
+      return;
+    }
+    evaluate_layer(l, cache, allow_cascading);
+  }
+
+  // A layer's scores and the eviction they lead to (at its own layer when cascading, else at the last).
+  void evaluate_layer(int l, KVCache& cache, bool allow_cascading) {
     score_layer_at_prefill(l, cache);
     report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
     if (!desc.run.at_prefill || skip_prefill()) return;
@@ -742,6 +771,41 @@ struct EvictionEngine::State {
     cache.unfold_keep(kept);
     for (int k = 0; k < L; ++k)
       for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], length[k][s]);
+  }
+
+  void hold_output_projection(const LayerSignals& s) {
+    held_grams.resize(L);
+    held_projection.resize(L);
+    held_grams[s.layer].assign(s.output_grams.begin(), s.output_grams.end());
+    held_projection[s.layer].assign(s.output_projection.begin(), s.output_projection.end());
+  }
+
+  // Whether the waiting prefill needs the replay's scores (a prompt within the budget evicts nothing).
+  bool awaits_replay() const { return replay_pending && !skip_prefill(); }
+
+  // Scores and evicts every layer of the waiting prefill with A_replay from `r` (null: nothing to
+  // evict, awaits_replay() false), then ends the prefill; `r` stays readable through finish_prefill.
+  void complete_replay(const ReplayScores* r, KVCache& cache) {
+    if (!replay_pending) throw std::logic_error("engine: no prefill waits for a replay");
+    if (!r && awaits_replay()) throw std::logic_error("engine: the prefill needs the replay's scores");
+    if (r && (r->n_layers != L || r->n_heads != Hq || r->n_kv_heads != Hkv || r->length != prompt_len))
+      throw std::invalid_argument("engine: the replay scores are for " + std::to_string(r->n_layers) + " layers x " +
+                                  std::to_string(r->n_heads) + " heads x " + std::to_string(r->length) +
+                                  " entries, the prefill has " + std::to_string(L) + " x " + std::to_string(Hq) + " x " +
+                                  std::to_string(prompt_len));
+    replay_pending = false;
+    replay = r;
+    if (r)
+      for (int l = 0; l < L; ++l) {
+        output_grams = held_grams[l];
+        output_projection = held_projection[l];
+        evaluate_layer(l, cache, /*allow_cascading=*/false);  // cascading is refused with A_replay
+      }
+    output_grams = output_projection = {};
+    std::vector<std::vector<float>>().swap(held_grams);
+    std::vector<std::vector<float>>().swap(held_projection);
+    finish_prefill(cache);
+    replay = nullptr;
   }
 
   // Whether the forward call that just ended completed the prompt (a prefill in blocks ends with
@@ -886,6 +950,9 @@ ObservationRequest EvictionEngine::request() const {
 void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   Stopwatch sw(&state_->report.seconds);
   const bool new_prompt = signals.layer == 0 && (!state_->prefill_done || signals.first_position == 0);
+  if (state_->replay_pending && signals.first_position > 0)
+    throw UsageError("policy " + state_->desc.name + " reads A_replay: its prompt must be prefilled by prefill_prompt "
+                     "(core/engine/block_prefill.h), which runs the replay before any other forward call");
   if (new_prompt || state_->in_prefill) state_->prefill_layer(signals, cache, true);
   else state_->decode_layer(signals, cache);
 }
@@ -894,7 +961,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   (void)n_tokens;
   Stopwatch sw(&state_->report.seconds);
   if (state_->in_prefill) {
-    if (state_->prompt_complete()) state_->finish_prefill(cache);
+    if (state_->prompt_complete() && !state_->replay_pending) state_->finish_prefill(cache);
     return;
   }
   ++state_->decode_step;
@@ -957,7 +1024,34 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     s.hidden_states = rec.hidden_states;
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
-  st.finish_prefill(cache);
+  if (!st.replay_pending) return st.finish_prefill(cache);
+  const ReplayScores* r = st.awaits_replay() ? recorded.replay(replay_options(st.desc.observe.replay)) : nullptr;
+  if (!r && st.awaits_replay())
+    throw std::invalid_argument("apply_after_prefill: the policy reads A_replay; the recorder has no replay for its "
+                                "observe.replay (PrefillRecorder::record_replay)");
+  st.complete_replay(r, cache);
+}
+
+bool EvictionEngine::awaits_replay() const { return state_->replay_pending; }
+
+const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::span<const int> prompt,
+                                                        const std::vector<float>& logits) {
+  State& st = *state_;
+  if (!st.replay_pending) throw std::logic_error("finish_replay: no prefill waits for a replay");
+  st.replay_logits = logits;  // the replay's forwards overwrite the decoder's logits buffer
+  if (!st.awaits_replay()) {
+    Stopwatch sw(&st.report.seconds);
+    st.complete_replay(nullptr, decoder.cache());
+    return st.replay_logits;
+  }
+  ReplayScores scores;
+  {
+    Stopwatch sw(&st.report.replay_seconds);
+    scores = run_policy_replay(decoder, prompt, st.desc.observe.replay);
+  }
+  Stopwatch sw(&st.report.seconds);
+  st.complete_replay(&scores, decoder.cache());
+  return st.replay_logits;
 }
 
 const EvictionReport& EvictionEngine::report() const { return state_->report; }

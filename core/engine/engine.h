@@ -6,12 +6,15 @@
 // signals of one full-cache prefill and `apply_after_prefill` replays the decision on a restored copy.
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "core/decode/decoder.h"
 #include "core/engine/budget.h"
 #include "core/engine/policy_program.h"
+#include "core/engine/replay_pass.h"
 
 namespace kvevict {
 
@@ -50,6 +53,9 @@ struct EvictionReport {
   size_t bytes_codebook = 0;
   int64_t key_codes = 0, value_codes = 0, codebook_tokens = 0;
   double codebook_seconds = 0;
+  // KVzip's context replay (observe.replay): the replay pass's wall time, outside `seconds` (it is a
+  // decoder forward; 0 when no replay ran: a prompt within the budget is not replayed).
+  double replay_seconds = 0;
   // Key-channel pruning (channel_selection.h): zeroed key channels summed over (layer, KV head).
   // Zeroed channels stay stored: bytes_kept does not change with them.
   int64_t pruned_key_channels = 0;
@@ -78,6 +84,12 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
     std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
   };
+  // KVzip's replay scores (A_replay), computed once per recorded prefill for each observe.replay
+  // setting the sweep's policies use: runs the replay pass on `decoder`, which must still hold
+  // exactly the recorded prompt (right after the recording forward; the cache ends as it was).
+  void record_replay(Decoder& decoder, const PolicyObserve::Replay& settings);
+  const ReplayScores* replay(const ReplayOptions& options) const;  // null when not recorded
+
   const std::vector<Layer>& layers() const { return layers_; }
   const std::vector<int>& tokens() const { return tokens_; }  // the prompt's tokens (always recorded)
   int first_position() const { return first_position_; }
@@ -87,6 +99,7 @@ class PrefillRecorder : public ForwardObserver {
   ObservationRequest request_;
   std::vector<Layer> layers_;
   std::vector<int> tokens_;
+  std::vector<std::pair<ReplayOptions, ReplayScores>> replays_;  // one per observe.replay setting
   int first_position_ = 0;
   int n_tokens_ = 0;
 };
@@ -111,8 +124,18 @@ class EvictionEngine : public ForwardObserver {
   // The policy's run.prefill_block (0: the prompt in one forward call).
   int prefill_block() const;
 
-  // One-shot prefill eviction from recorded signals (the recorder's window must be >= the policy's).
+  // One-shot prefill eviction from recorded signals (the recorder's window must be >= the policy's;
+  // a policy that reads A_replay needs the recorder's record_replay for its observe.replay).
   void apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache);
+
+  // KVzip (a policy that reads A_replay, docs/DSL.md §5): the prompt's forward call records its
+  // signals but scores and evicts nothing, since the scores need a second pass over the full cache.
+  // Then finish_replay runs the replay on `decoder` (skipped when the prompt is within the budget),
+  // scores every layer, evicts and ends the prefill. prefill_prompt calls it; `logits` (the
+  // prompt's, from the decoder's buffer, which the replay overwrites) are copied and returned.
+  // Any other forward call while the prefill waits is a UsageError.
+  bool awaits_replay() const;
+  const std::vector<float>& finish_replay(Decoder& decoder, std::span<const int> prompt, const std::vector<float>& logits);
 
   const EvictionReport& report() const;
 

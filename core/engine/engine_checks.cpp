@@ -4,6 +4,7 @@
 #include "core/engine/codebook_stage.h"
 #include "core/engine/merge_checks.h"
 #include "core/engine/query_checks.h"
+#include "core/engine/replay_checks.h"
 #include "core/engine/segment_checks.h"
 #include "core/engine/selection_checks.h"
 #include "core/util/error.h"
@@ -50,6 +51,8 @@ void check_engine_supports(const PolicyDescription& desc, const ModelConfig& con
   if (const auto errors = selection_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
   if (const auto errors = channel_setting_errors(desc); !errors.empty())
+    throw UsageError("policy " + desc.name + ": " + errors.front().message);
+  if (const auto errors = replay_setting_errors(desc); !errors.empty())
     throw UsageError("policy " + desc.name + ": " + errors.front().message);
   // Head plans (head_budgets.h) are per-head budgets of a one-shot, per-KV-head selection; the DSL
   // refuses the rest at the key, this guards hand-written programs.

@@ -180,6 +180,17 @@ struct PolicyObserve {
   // Added. FinchPress's delimiter (>= 0): the observation window is the prompt tokens after the
   // last occurrence of this token id (the question after the context); -1: `window` as resolved.
   int window_after_token = -1;
+  // Added. KVzip's context replay (observe.replay; core/engine/replay_pass.h): after the prefill the
+  // engine's caller replays the context once through the decoder and A_replay[h, t] is the largest
+  // attention a replay query of head h gives entry t. Defaults are kvpress KVzipPress's.
+  struct Replay {
+    bool enabled = false;   // the file has observe.replay (required by, and only with, A_replay)
+    int chunk = 2048;       // context tokens per replay forward, 1 .. kMaxReplayChunk
+    int previous_tail = 8;  // a later chunk's prompt quotes the previous chunk's last tokens, 0 .. chunk
+    int n_sink = 4;         // leading entries every chunk's softmax covers (scored 1 before the replay)
+    bool normalise = false; // KVzip+'s row factor: probabilities / ||attention input|| of the replay query
+    bool operator==(const Replay&) const = default;
+  } replay;
 };
 
 // Added. Key-channel pruning (policy file `channel_score` + `channels:`; ThinK, kvpress ThinKPress;

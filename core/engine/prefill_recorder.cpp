@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/engine/engine.h"
+#include "core/engine/replay_prompt.h"
 
 namespace kvevict {
 
@@ -25,6 +27,7 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
     first_position_ = signals.first_position;
     n_tokens_ = signals.n_tokens;
     tokens_.assign(signals.tokens.begin(), signals.tokens.end());
+    replays_.clear();  // a new recording: the replays of the previous one are stale
   }
   if (static_cast<int>(layers_.size()) <= signals.layer) layers_.resize(signals.layer + 1);
   Layer& layer = layers_[signals.layer];
@@ -36,6 +39,20 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
   layer.output_projection.assign(signals.output_projection.begin(), signals.output_projection.end());
   layer.hidden_states.assign(signals.hidden_states.begin(), signals.hidden_states.end());
+}
+
+void PrefillRecorder::record_replay(Decoder& decoder, const PolicyObserve::Replay& settings) {
+  if (first_position_ != 0 || static_cast<int>(tokens_.size()) != n_tokens_ || n_tokens_ == 0)
+    throw std::invalid_argument("record_replay: the recorder holds no whole prompt from position 0");
+  const ReplayOptions options = replay_options(settings);
+  if (replay(options)) return;  // one replay per setting and recording
+  replays_.emplace_back(options, run_policy_replay(decoder, tokens_, settings));
+}
+
+const ReplayScores* PrefillRecorder::replay(const ReplayOptions& options) const {
+  for (const auto& [o, scores] : replays_)
+    if (o == options) return &scores;
+  return nullptr;
 }
 
 }  // namespace kvevict

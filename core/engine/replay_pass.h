@@ -8,8 +8,9 @@
 //
 // This file is the mechanism only (the scores, in cache order); tokenising the prompt texts is the
 // caller's job, so the pass does not depend on a tokenizer or a chat template.
-// NOT YET REACHABLE FROM A POLICY FILE: no `observe.replay` key or `A_replay` signal calls it (see
-// docs/POLICIES.md row 24); only tests/core/replay_pass_test.cpp does, against a double reference.
+// A policy reaches it through `observe.replay` and the signal A_replay (docs/DSL.md §1, §5):
+// replay_prompt.h tokenises the prompt and runs the pass after the prefill (prefill_prompt, or a
+// PrefillRecorder once per recorded prefill), and the engine reads the scores by original position.
 #include <span>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct ReplayOptions {
   // projections read). The column factor ||W_o,h v_t|| is a per-entry signal (out_norm) that a
   // caller multiplies in before taking the max over the group.
   bool hidden_normalised = false;
+  bool operator==(const ReplayOptions&) const = default;
 };
 
 // Bounds on ReplayOptions (validated by replay_scores): a replay forward holds at most

@@ -138,6 +138,7 @@ enum class SignalSource : uint8_t {
   HiddenVectors,  // the layer's attention input (after its input RMSNorm) at every entry, by original position
   OutputProjection,  // the entries' values through the layer's output projection W_o (the decoder's Gram matrices)
   RopeRotation,   // the model's RoPE averaged over positions after the prompt (query_signals.h: average_rope_rotation)
+  Replay,         // KVzip's second forward pass over the prefilled context (replay_pass.h), once after prefill
 };
 
 //   X(enum name, DSL name, axes,                  source,                        description)
@@ -163,7 +164,8 @@ enum class SignalSource : uint8_t {
   X(OutputNorm, "out_norm", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value norms")    \
   X(OutputNormL1, "out_norm_l1", kAxisH | kAxisT, SignalSource::OutputProjection, "output-projected value L1 norms") \
   X(HiddenState, "hidden", kAxisC | kAxisT, SignalSource::HiddenVectors, "attention-input hidden states")       \
-  X(RopeFuture, "R_future", kAxisD | kAxisE, SignalSource::RopeRotation, "mean RoPE rotation after the prompt")
+  X(RopeFuture, "R_future", kAxisD | kAxisE, SignalSource::RopeRotation, "mean RoPE rotation after the prompt")   \
+  X(ReplayAttention, "A_replay", kAxisH | kAxisT, SignalSource::Replay, "context-replay max attention")
 
 enum class TensorSignal : uint8_t {
 #define KVEVICT_SIGNAL_ENUM(name, dsl, axes, source, about) name,
@@ -172,7 +174,7 @@ enum class TensorSignal : uint8_t {
 };
 
 // The count, as a literal: the kernel ABI pastes it into generated kernel text.
-#define KVEVICT_NUM_TENSOR_SIGNALS 21
+#define KVEVICT_NUM_TENSOR_SIGNALS 22
 constexpr int kNumTensorSignals = KVEVICT_NUM_TENSOR_SIGNALS;
 
 struct TensorSignalInfo {

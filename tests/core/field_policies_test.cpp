@@ -76,7 +76,8 @@ reference::PromptData* FieldPolicies::data_ = nullptr;
 // lukv in stats_table_policies_test.cpp), simlayerkv in
 // layer_allocation_policies_test.cpp, rkv in pairwise_policies_test.cpp, composed and dms in
 // selection_policies_test.cpp, think in channel_policies_test.cpp, defensive_kv in
-// rank_policies_test.cpp, kvzap in hidden_state_policies_test.cpp. One name per line.
+// rank_policies_test.cpp, kvzap in hidden_state_policies_test.cpp, kvzip in kvzip_policy_test.cpp.
+// One name per line.
 const std::vector<std::string> kFieldPolicies = {
     "blockpress",
     "cam",
@@ -101,6 +102,7 @@ const std::vector<std::string> kFieldPolicies = {
     "keydiff",
     "kvmerger",
     "kvzap",
+    "kvzip",
     "leverage",
     "look_m",
     "lukv",

@@ -16,6 +16,7 @@
 
 #include "core/decode/decoder.h"
 #include "core/decode/sampler.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
 #include "gguf_test_util.h"
@@ -96,7 +97,7 @@ std::vector<std::vector<int32_t>> kept(const Model& model, KvType type, const Po
                                        const std::vector<int>& prompt, const std::vector<int>& tail) {
   auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = type});
   EvictionEngine engine(p, model.config, {Budget::parse("40"), 5});
-  decoder->forward(prompt, &engine);
+  prefill_prompt(*decoder, prompt, &engine, &engine);  // the one way in: blocks, KVzip's replay
   for (int t : tail) decoder->forward(std::span<const int>(&t, 1), &engine);
   std::vector<std::vector<int32_t>> out;
   const KVCache& cache = decoder->cache();

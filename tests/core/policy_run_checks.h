@@ -9,19 +9,21 @@
 #include <vector>
 
 #include "core/decode/decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
 #include "reference_policies.h"
 
 namespace kvevict::test {
 
-// The report of one prefill of `tokens` under policy `name` with `params` and `budget`.
+// The report of one prefill of `tokens` under policy `name` with `params` and `budget` (through
+// prefill_prompt, the one way a prompt enters under a policy: KVzip's replay runs there).
 inline EvictionReport prefill_report(const Model& model, const std::vector<int>& tokens, const std::string& name,
                                      const std::map<std::string, std::string>& params, const std::string& budget) {
   const auto policy = load_policy(name, params);
   auto decoder = make_cpu_decoder(model, {.threads = 1, .kv_type = KvType::F32});
   EvictionEngine engine(*policy, model.config, {Budget::parse(budget), 0});
-  decoder->forward(std::span<const int>(tokens), &engine);
+  prefill_prompt(*decoder, std::span<const int>(tokens), &engine, &engine);
   return engine.report();
 }
 

@@ -1,9 +1,6 @@
 // KVzip's replay pass (core/engine/replay_pass.h) against an independent double reference on
-// stories260K: the reference runs the naive double forward over context ++ replay (the replay's
-// queries at positions S.., attending the whole context causally, as the replay against the cache
-// does) and renormalises each replay query's full-softmax probabilities over the subset kvpress's
-// score_kvzip scores against (sinks, the chunk, the replay tokens up to the query): the softmax of
-// a subset is the full softmax restricted and renormalised, a different route to the same number.
+// stories260K (reference_replay.h: the naive double forward over context ++ replay, each replay
+// query's full softmax restricted to kvpress's subset and renormalised).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +11,7 @@
 
 #include "core/decode/decoder.h"
 #include "core/engine/replay_pass.h"
-#include "reference_forward.h"
+#include "reference_replay.h"
 #include "stories_prompt_test.h"
 
 namespace kvevict::test {
@@ -22,59 +19,13 @@ namespace {
 
 class ReplayPassTest : public StoriesPromptTest {
  protected:
-  static ReplayPrompt kvpress_prompt() {
-    const Tokenizer& tok = *model_->tokenizer;
-    return {tok.encode("\n\nRepeat the previous context exactly.", false),
-            tok.encode("\n\nRepeat the part of the previous context exactly, starting with", false), tok.encode("\n", false)};
-  }
+  static ReplayPrompt kvpress_prompt() { return kvpress_test_prompt(*model_->tokenizer); }
   static std::unique_ptr<Decoder> prefilled(KvType type = KvType::F32) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = type});
     decoder->forward(tokens_);
     return decoder;
   }
 };
-
-// The reference scores [layer][query head][t], written from kvpress's definition.
-std::vector<std::vector<std::vector<double>>> reference_scores(const Model& model, const std::vector<int>& context,
-                                                               const ReplayPrompt& prompt, const ReplayOptions& o) {
-  const ModelConfig& c = model.config;
-  const int L = static_cast<int>(context.size());
-  std::vector<std::vector<std::vector<double>>> ref(c.n_layers, std::vector<std::vector<double>>(c.n_heads, std::vector<double>(L, 0.0)));
-  for (auto& layer : ref) {
-    for (auto& head : layer) std::fill_n(head.begin(), std::min(o.n_sink, L), 1.0);
-  }
-  for (int start = o.context_start, index = 0; start < L; start += o.chunk, ++index) {
-    const int end = std::min(L, start + o.chunk), sink = std::min(o.n_sink, start);
-    // The replay input, assembled here from the definition (not with replay_tokens).
-    std::vector<int> replay = index == 0 ? prompt.first : prompt.later;
-    if (index > 0) replay.insert(replay.end(), context.begin() + (start - o.previous_tail), context.begin() + start);
-    replay.insert(replay.end(), prompt.suffix.begin(), prompt.suffix.end());
-    replay.insert(replay.end(), context.begin() + start, context.begin() + end);
-    std::vector<int> sequence = context;
-    sequence.insert(sequence.end(), replay.begin(), replay.end());
-    const ReferenceResult r = reference_forward(model, sequence);
-    const int R = static_cast<int>(replay.size());
-    auto in_subset = [&](int u, int i) { return u < sink || (u >= start && u < end) || (u >= L && u <= L + i); };
-    for (int l = 0; l < c.n_layers; ++l) {
-      for (int h = 0; h < c.n_heads; ++h) {
-        std::vector<double>& best = ref[l][h];
-        std::fill(best.begin() + start, best.begin() + end, 0.0);
-        for (int i = 0; i < R; ++i) {
-          const std::vector<double>& p = r.probs[l][h][L + i];
-          double z = 0;
-          for (int u = 0; u <= L + i; ++u) z += in_subset(u, i) ? p[u] : 0.0;
-          if (o.hidden_normalised) {  // KVzip+: divided by ||h|| of the attention input
-            double ss = 0;
-            for (double x : r.attention_inputs[l][L + i]) ss += x * x;
-            z *= std::sqrt(ss);
-          }
-          for (int u = start; u < end; ++u) best[u] = std::max(best[u], p[u] / z);
-        }
-      }
-    }
-  }
-  return ref;
-}
 
 // kvpress's default selection (layerwise = false): one top-k over every (layer, head, entry),
 // keeping total - floor(total * ratio); returns the kept flat indices, sorted.
@@ -90,7 +41,7 @@ std::vector<int> global_kept(int total, double ratio, Score score) {
 
 void expect_matches_reference(const Model& model, const std::vector<int>& context, const ReplayPrompt& prompt,
                               const ReplayOptions& o, const ReplayScores& got) {
-  const auto ref = reference_scores(model, context, prompt, o);
+  const auto ref = reference_replay_scores(model, context, prompt, o);
   const int L = got.length, n_kv = got.n_kv_heads, G = got.n_heads / n_kv;
   ASSERT_EQ(got.n_heads, model.config.n_heads);
   double worst = 0, largest = 0;

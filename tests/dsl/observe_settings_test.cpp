@@ -35,7 +35,7 @@ TEST(ObserveSettings, ErrorsNameTheKey) {
   const std::string e1 = usage_error("name: o\nabout: x\nobserve: {window: 4, causal: 1}\n" + score);
   EXPECT_NE(e1.find("o.yaml:3:30: error: expected a boolean"), std::string::npos) << e1;
   const std::string e2 = usage_error("name: o\nabout: x\nobserve: {window: 4, casual: true}\n" + score);
-  EXPECT_NE(e2.find("unknown key 'casual' in the 'observe' section (allowed: causal, query_rotation, query_stats_from, rope_future, same_index_head, scaled, segment, window, window_after_token)"),
+  EXPECT_NE(e2.find("unknown key 'casual' in the 'observe' section (allowed: causal, query_rotation, query_stats_from, replay, rope_future, same_index_head, scaled, segment, window, window_after_token)"),
             std::string::npos) << e2;
 }
 

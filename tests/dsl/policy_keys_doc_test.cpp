@@ -69,6 +69,14 @@ TEST(PolicyKeysDoc, TheParameterSectionShowsEveryDeclarationKey) {
     EXPECT_NE(part.find(key + ":"), std::string::npos) << "DSL.md §2 does not show '" << key << ":'";
 }
 
+// observe.replay's mapping is shown after the key table as "REPLAY = `{...}`".
+TEST(PolicyKeysDoc, TheReplayMappingListsExactlyTheKeysTheLoaderAccepts) {
+  const std::string doc = read_dsl_doc();
+  const size_t at = doc.find("REPLAY = `{");
+  ASSERT_NE(at, std::string::npos) << "docs/DSL.md does not show observe.replay's mapping (REPLAY = `{...}`)";
+  EXPECT_EQ(keys_in_braces(doc.substr(at, doc.find('}', at) - at + 1)), policy_replay_keys());
+}
+
 TEST(PolicyKeys, AKeyOutsideTheTableIsAnErrorAtItsPosition) {
   const std::string text =
       "name: x\nabout: y\nselect: {scope: layer_shared, top_p: 0.9}\nscore: |\n  score[t] = pos[t]\n";

@@ -35,14 +35,17 @@ class PolicyGenerator {
     std::string text = "name: " + name + "\nabout: random policy for the generator's property test\n";
     text += "params:\n  gamma: {float: 1.5}\n  kernel: {int: 5, min: 1, max: 31}\n";
     text += "  mode: {enum: [a, b], default: a}\n";
-    text += "observe: {window: 8, segment: 16}\n";  // segment: programs may read A_seg
     text += "tables:\n  tl: {file: tl.tsv, axes: [layer], shape: [4]}\n"
             "  ta: {file: ta.tsv, axes: [layer, kv_head], shape: [4, 2]}\n"
             "  tq: {file: tq.tsv, axes: [layer, kv_head, d], shape: [4, 2, 64]}\n"
             "  tc: {file: tc.tsv, axes: [layer, kv_head, c], shape: [4, 2, 24]}\n";
-    text += "score: |\n" + program();
-    if (pick(2) == 0) text += "decode_score: |\n" + program();
-    return text;
+    std::string programs = "score: |\n" + program();
+    if (pick(2) == 0) programs += "decode_score: |\n" + program();
+    // segment: programs may read A_seg; A_replay needs observe.replay and a cross-head scope, which
+    // only a file that reads it may have (core/engine/replay_checks.h).
+    const bool replay = programs.find("A_replay[") != std::string::npos;
+    text += std::string("observe: {window: 8, segment: 16") + (replay ? ", replay: {}}\nselect: {scope: model}\n" : "}\n");
+    return text + programs;
   }
 
  public:
@@ -237,7 +240,10 @@ class PolicyGenerator {
     };
     static const std::vector<Tensor> signals = [] {  // the signal table, and random()
       std::vector<Tensor> all;
-      for (const TensorSignalInfo& info : kTensorSignalTable) all.push_back({info.dsl_name.data(), info.axes});
+      // A_replay only through signal_term's read, which the score always uses: a file may declare
+      // observe.replay only when a program really reads it (core/engine/replay_checks.h).
+      for (const TensorSignalInfo& info : kTensorSignalTable)
+        if (info.source != SignalSource::Replay) all.push_back({info.dsl_name.data(), info.axes});
       all.push_back({"random", kT});
       return all;
     }();
