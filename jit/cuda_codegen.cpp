@@ -63,9 +63,7 @@ class ProgramEmitter {
     const Node& out = p_.nodes[p_.output];
     const KernelOutputInfo& kind = kernel_output_info(output_);
     if (out.shape & ~kind.axis)
-      fail(p_.output, std::string(output_ == KernelOutput::Token ? "a score must be per token"
-                                                                 : "a channel score must be per key channel") +
-                          " or a scalar, not " + dsl::shape_name(out.shape));
+      fail(p_.output, std::string(kind.shape_rule) + " or a scalar, not " + dsl::shape_name(out.shape));
     // Functions needed: the output, every boundary node it reaches, and their operands.
     std::set<int> functions = {p_.output};
     for (int i = int(p_.nodes.size()) - 1; i >= 0; --i) {

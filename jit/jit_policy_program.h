@@ -1,7 +1,8 @@
 #pragma once
-// A PolicyProgram whose per-token scores come from compiled kernels: on the GPU (cubin/PTX through
-// the driver) or on the host (the same kernel text built by the system compiler, for the semantic
-// check). Everything else (the description, layer weights) is delegated to the reference program,
+// A PolicyProgram whose per-token scores and per-channel scores (channel_score) come from compiled
+// kernels: on the GPU (cubin/PTX through the driver) or on the host (the same kernel text built by
+// the system compiler). Everything else (the description, layer weights, head plans, the extra
+// select.stages programs) is delegated to the reference program,
 // normally the DSL interpreter's, so the two can only differ where the kernel differs.
 //
 // Kernel entry points follow kernel_abi.h and codegen.h: `kvevict_score` for the prefill indicator,

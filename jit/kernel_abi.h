@@ -111,10 +111,13 @@ struct KernelOutputInfo {
   const char* entry;         // the prelude's entry macro for a program without stages
   const char* staged_entry;  // ... with stages
   bool nan_to_minus_inf;
+  const char* shape_rule;    // the generator's refusal of another output shape ("... or a scalar, not [h]")
 };
 inline constexpr KernelOutputInfo kKernelOutputTable[] = {
-    {KernelOutput::Token, kAxisT, "token", "KVEVICT_SCORE_ENTRY", "KVEVICT_STAGED_SCORE_ENTRY", true},
-    {KernelOutput::Channel, kAxisD, "channel", "KVEVICT_CHANNEL_ENTRY", "KVEVICT_STAGED_CHANNEL_ENTRY", false},
+    {KernelOutput::Token, kAxisT, "token", "KVEVICT_SCORE_ENTRY", "KVEVICT_STAGED_SCORE_ENTRY", true,
+     "a score must be per token"},
+    {KernelOutput::Channel, kAxisD, "channel", "KVEVICT_CHANNEL_ENTRY", "KVEVICT_STAGED_CHANNEL_ENTRY", false,
+     "a channel score must be per key channel"},
 };
 static_assert(sizeof(kKernelOutputTable) / sizeof(kKernelOutputTable[0]) == 2 &&
                   kKernelOutputTable[int(KernelOutput::Token)].id == KernelOutput::Token &&
