@@ -63,7 +63,8 @@ void InterpretedPolicy::channel_score(const ScoreInputs& in, float* out) const {
   if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
     throw RuntimeError("policy '" + c_.desc.name + "': invalid channel_score inputs");
   EvalInputs e;
-  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .t = in.T};
+  // The model axis c (hidden[c, t]) has its extent here as in every other per-head program.
+  e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .c = in.n_embd, .t = in.T};
   fill_scalars(e, in);
   e.heads.push_back(head_signals(in));
   e.seed = in.seed;

@@ -1,5 +1,6 @@
 // Policy -> CUDA: compile the policy file with the DSL (dsl/policy_file.h) and generate kernels
-// from its lowered score programs (cuda_codegen.h). Layer weights stay on the CPU.
+// from its lowered score programs and its channel_score program (cuda_codegen.h). Layer weights
+// and head plans stay on the CPU.
 #include "jit/codegen.h"
 
 #include "core/util/error.h"
@@ -26,7 +27,9 @@ GeneratedKernel generate_compiled_policy_cuda(const dsl::CompiledPolicy& compile
   // cite the policy's own lines, so NVRTC's messages name them too.
   return generate_score_kernels(name + ".cu", path, compiled.score, compiled.desc.has_decode_score ? &compiled.decode_score : nullptr,
                                 find_policy_key_in_text(path, text, "score"),
-                                find_policy_key_in_text(path, text, "decode_score"));
+                                find_policy_key_in_text(path, text, "decode_score"),
+                                compiled.channel_score.output >= 0 ? &compiled.channel_score : nullptr,
+                                find_policy_key_in_text(path, text, "channel_score"));
 }
 
 GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std::map<std::string, std::string>& overrides,

@@ -53,15 +53,17 @@ constexpr const char* kArgs = "(a, h, q, c, e, mc, s, t)";
 
 class ProgramEmitter {
  public:
-  ProgramEmitter(CudaWriter& w, const LoweredProgram& p, std::string prefix, std::string file, SourceLocation where)
-      : w_(w), p_(p), prefix_(std::move(prefix)), file_(std::move(file)), where_(std::move(where)) {}
+  ProgramEmitter(CudaWriter& w, const LoweredProgram& p, std::string prefix, std::string file, SourceLocation where,
+                 KernelOutput output)
+      : w_(w), p_(p), prefix_(std::move(prefix)), file_(std::move(file)), where_(std::move(where)), output_(output) {}
 
   EmittedProgram emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
     if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
     const Node& out = p_.nodes[p_.output];
-    if (out.shape & ~unsigned(dsl::kAxisT))
-      fail(p_.output, "a score must be per token or a scalar, not " + dsl::shape_name(out.shape));
+    const KernelOutputInfo& kind = kernel_output_info(output_);
+    if (out.shape & ~kind.axis)
+      fail(p_.output, std::string(kind.shape_rule) + " or a scalar, not " + dsl::shape_name(out.shape));
     // Functions needed: the output, every boundary node it reaches, and their operands.
     std::set<int> functions = {p_.output};
     for (int i = int(p_.nodes.size()) - 1; i >= 0; --i) {
@@ -96,13 +98,7 @@ class ProgramEmitter {
       w_.dedent();
       line("}", where_);
     }
-    result.token_function = prefix_ + "_token";
-    line("KVEVICT_FN float " + result.token_function + "(const KvScoreArgs& a, int t) {", where_);
-    w_.indent();
-    line("const float v = " + fn(p_.output) + "(a, 0, 0, 0, 0, 0, 0, t);", where_);
-    line("return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score", where_);
-    w_.dedent();
-    line("}", where_);
+    emit_element_function(result);
     return result;
   }
 
@@ -121,8 +117,32 @@ class ProgramEmitter {
     throw GenerateError(pos + ": error: cannot generate CUDA for the " + prefix_ + " program: " + what);
   }
   void line(const std::string& text, const SourceLocation& where) { w_.line(text, where); }
+
+  // The function one thread of the entry calls: the output node at output index i (the token t or
+  // the key channel c; kernel_abi.h, KernelOutput), every other index 0 (the output has no other
+  // axis). A score's NaN becomes -inf; a channel score's NaN is kept, as the interpreter keeps it.
+  void emit_element_function(EmittedProgram& result) {
+    const KernelOutputInfo& kind = kernel_output_info(output_);
+    const int out_axis = kvevict::axis_index(kind.axis);
+    std::string call = fn(p_.output) + "(a";
+    for (int k = 1; k < dsl::kNumAxes; ++k) {
+      call += ", ";
+      call += k == out_axis ? kAxisVar[k] : "0";
+    }
+    call += ")";
+    result.output = output_;
+    result.element_function = prefix_ + "_" + kind.element;
+    line("KVEVICT_FN float " + result.element_function + "(const KvScoreArgs& a, int " + kAxisVar[out_axis] + ") {", where_);
+    w_.indent();
+    line("const float v = " + call + ";", where_);
+    line(kind.nan_to_minus_inf ? "return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score"
+                               : "return v;  // NaN kept: the channel selection ranks it lowest", where_);
+    w_.dedent();
+    line("}", where_);
+  }
   std::string fn(int i) const { return prefix_ + "_n" + std::to_string(i); }
-  std::string var(int i) const { return "v" + std::to_string(i); }
+  // Appended rather than `"v" + to_string(i)`: GCC 12 misreports that form inlined here (-Wrestrict, GCC bug 105651).
+  std::string var(int i) const { return std::string("v").append(std::to_string(i)); }
   std::string stage_name(int s) const { return prefix_ + "_stage" + std::to_string(s); }
 
   // Nodes computed inline in node i's function: i and, through elementwise edges, its operands,
@@ -573,6 +593,7 @@ class ProgramEmitter {
   const LoweredProgram& p_;
   std::string prefix_, file_;
   SourceLocation where_;
+  KernelOutput output_;
   std::vector<int> stages_;      // staged node indices, in stage order
   std::map<int, int> stage_of_;  // staged node -> its stage
   std::map<int, int> matrix_of_;  // inverse() node -> its matrix (0 .. matrices_.count - 1)
@@ -582,8 +603,8 @@ class ProgramEmitter {
 }  // namespace
 
 EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                                  const std::string& policy_file, const SourceLocation& where) {
-  return ProgramEmitter(writer, program, prefix, policy_file, where).emit();
+                                  const std::string& policy_file, const SourceLocation& where, KernelOutput output) {
+  return ProgramEmitter(writer, program, prefix, policy_file, where, output).emit();
 }
 
 SourceLocation find_policy_key_in_text(const std::string& policy_file, const std::string& text, const std::string& key) {
@@ -603,7 +624,8 @@ SourceLocation find_policy_key(const std::string& policy_file, const std::string
 
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
                                        const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
-                                       const SourceLocation& score_at, const SourceLocation& decode_at) {
+                                       const SourceLocation& score_at, const SourceLocation& decode_at,
+                                       const dsl::LoweredProgram* channel, const SourceLocation& channel_at) {
   GeneratedKernel kernel;
   kernel.name = name;
   kernel.policy_file = policy_file;
@@ -612,34 +634,45 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   writer.block(kernel_prelude());
   // A staged program gets the staged entry (NAME and NAME_stages); others keep the plain one.
   auto entry = [&writer](const std::string& entry_name, const EmittedProgram& p) {
-    if (p.stage_count == 0) return writer.line("KVEVICT_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ")");
-    writer.line("KVEVICT_STAGED_SCORE_ENTRY(" + entry_name + ", " + p.token_function + ", " + p.stage_function + ", " +
-                std::to_string(p.stage_count) + ", " + std::to_string(p.matrices.count) + ", " +
+    const KernelOutputInfo& kind = kernel_output_info(p.output);
+    if (p.stage_count == 0) return writer.line(std::string(kind.entry) + "(" + entry_name + ", " + p.element_function + ")");
+    writer.line(std::string(kind.staged_entry) + "(" + entry_name + ", " + p.element_function + ", " + p.stage_function +
+                ", " + std::to_string(p.stage_count) + ", " + std::to_string(p.matrices.count) + ", " +
                 std::to_string(p.matrices.axes) + ")");
   };
+  const bool has_decode = decode && !decode->nodes.empty(), has_channel = channel && channel->output >= 0;
   // Tables are constants of the policy, baked into the text (not a kernel argument): they are
   // small (dsl/table_data.h caps them), the kernel cache keys on the text so a new table file is a
   // new kernel, and the kernel ABI and the GPU uploads stay as they are. Every program of a policy
-  // shares the policy's table list, so one definition per table serves score and decode_score.
+  // shares the policy's table list, so one definition per table serves all of its programs.
   std::set<int> tables_read;
-  for (const dsl::LoweredProgram* p : {&score, decode})
+  for (const dsl::LoweredProgram* p : {&score, has_decode ? decode : nullptr, has_channel ? channel : nullptr})
     if (p)
       for (const dsl::Node& n : p->nodes)
         if (n.op == NodeOp::Table && n.lo >= 0 && n.lo < int(p->tables.size())) tables_read.insert(n.lo);
   for (int t : tables_read) writer.block(cuda_table_definition(t, *score.tables.at(size_t(t))));
   const EmittedProgram score_program = emit_score_program(writer, score, "score", policy_file, score_at);
-  entry("kvevict_score", score_program);
-  kernel.entry_points.push_back("kvevict_score");
+  entry(kScoreEntry, score_program);
+  kernel.entry_points.push_back(kScoreEntry);
   kernel.score_stages = score_program.stage_count;
   kernel.score_matrices = score_program.matrices;
   kernel.score_signals = score.uses;
-  if (decode && !decode->nodes.empty()) {
+  if (has_decode) {
     const EmittedProgram decode_program = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
-    entry("kvevict_decode_score", decode_program);
-    kernel.entry_points.push_back("kvevict_decode_score");
+    entry(kDecodeScoreEntry, decode_program);
+    kernel.entry_points.push_back(kDecodeScoreEntry);
     kernel.decode_stages = decode_program.stage_count;
     kernel.decode_matrices = decode_program.matrices;
     kernel.decode_signals = decode->uses;
+  }
+  if (has_channel) {  // channel_score[d]: one thread per key channel (KernelOutput::Channel)
+    const EmittedProgram channel_program =
+        emit_score_program(writer, *channel, "channel_score", policy_file, channel_at, KernelOutput::Channel);
+    entry(kChannelScoreEntry, channel_program);
+    kernel.entry_points.push_back(kChannelScoreEntry);
+    kernel.channel_stages = channel_program.stage_count;
+    kernel.channel_matrices = channel_program.matrices;
+    kernel.channel_signals = channel->uses;
   }
   kernel.source = writer.text();
   return kernel;

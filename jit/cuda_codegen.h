@@ -35,6 +35,11 @@
 // implements (Node::line, set by the DSL checker); nodes without a position (programs built
 // directly) fall back to the program's key (`score:`, `decode_score:`).
 //
+// channel_score programs (channel_score[d], core/engine/channel_selection.h) use the same scheme
+// with the output axis d instead of t (KernelOutput::Channel, kernel_abi.h): one thread per key
+// channel calls the output node at (0, 0, c, 0, 0, 0, 0); their stages and scratch are the score
+// program's. A channel score's NaN is kept (the interpreter keeps it), a score's becomes -inf.
+//
 // Not generated (GenerateError, a UsageError whose message starts `file:line:col: error:`):
 // layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them) and the
 // constructs that exist only there: the `budget` signal, axis g. The DSL checker already rejects
@@ -62,8 +67,10 @@ class GenerateError : public UsageError {
 
 // What emit_score_program appended.
 struct EmittedProgram {
-  std::string token_function;  // float <prefix>_token(const KvScoreArgs&, int t)
-  std::string stage_function;  // void <prefix>_stage(const KvScoreArgs&, int stage, int h, int q); empty without stages
+  KernelOutput output = KernelOutput::Token;
+  // float <prefix>_token(const KvScoreArgs&, int t), or <prefix>_channel(..., int c) for a channel program
+  std::string element_function;
+  std::string stage_function;  // void <prefix>_stage(const KvScoreArgs&, int stage, int h, int q, int c); empty without stages
   int stage_count = 0;         // stages to run, 0 .. stage_count - 1 in order, before the tokens
   MatrixScratch matrices;      // the matrix stages among them (inverse(); kernel_abi.h)
 };
@@ -71,15 +78,22 @@ struct EmittedProgram {
 // Appends the device functions of `program` to `writer`. Lines are preceded by `#line N
 // "<policy_file>"` for the expression they implement (or `where`, the program's key, for nodes
 // without a position and for the program's own scaffolding).
+// `output`: the program's output axis (kernel_abi.h): Token for score programs (output over t or
+// a scalar), Channel for channel_score (output over d or a scalar); any other output axis is a
+// GenerateError.
 EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
-                                  const std::string& policy_file, const SourceLocation& where = {});
+                                  const std::string& policy_file, const SourceLocation& where = {},
+                                  KernelOutput output = KernelOutput::Token);
 
-// A complete kernel source: prelude, the score program as `kvevict_score` and, when `decode` has
-// nodes, the decode program as `kvevict_decode_score` (each with `<entry>_stages` on the GPU when
-// it has stages; GeneratedKernel::score_stages / decode_stages say how many).
+// A complete kernel source: prelude, the score program as `kvevict_score`; when `decode` has
+// nodes, the decode program as `kvevict_decode_score`; when `channel` has an output, the
+// channel_score program as `kvevict_channel_score` (KVEVICT_CHANNEL_ENTRY: one thread per key
+// channel, out[c] for c < head_dim). Each gets `<entry>_stages` on the GPU when it has stages
+// (GeneratedKernel::score_stages / decode_stages / channel_stages say how many).
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
                                        const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
-                                       const SourceLocation& score_at = {}, const SourceLocation& decode_at = {});
+                                       const SourceLocation& score_at = {}, const SourceLocation& decode_at = {},
+                                       const dsl::LoweredProgram* channel = nullptr, const SourceLocation& channel_at = {});
 
 // The line of a top-level YAML key ("score", "decode_score") in a policy file; {} when absent.
 SourceLocation find_policy_key(const std::string& policy_file, const std::string& key);

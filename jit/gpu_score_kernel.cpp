@@ -8,9 +8,10 @@
 
 namespace kvevict::jit {
 
-GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages, MatrixScratch matrices)
+GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages, MatrixScratch matrices,
+                               KernelOutput output)
     : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages),
-      matrices_(matrices) {
+      matrices_(matrices), output_(output) {
   if (stages_ < 0) throw RuntimeError("GpuScoreKernel: negative stage count");
   if (matrices_.count < 0 || matrices_.count > stages_ || matrices_.axes < 0 || matrices_.axes > 3)
     throw RuntimeError("GpuScoreKernel: invalid matrix stages");
@@ -24,7 +25,7 @@ void GpuScoreKernel::ensure(DeviceBuffer& buffer, size_t bytes) {
 void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
   args_ = to_kernel_args(in);
-  const size_t T = size_t(in.T);
+  const size_t T = size_t(in.T), outputs = size_t(kernel_output_extent(args_, output_));
   auto upload = [&](DeviceBuffer& buffer, const void* host, size_t bytes) -> uint64_t {
     if (!host) return 0;
     ensure(buffer, bytes);
@@ -36,7 +37,7 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }
   args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
-  ensure(out_, T * sizeof(float));
+  ensure(out_, outputs * sizeof(float));
   args_.scratch = nullptr;
   if (matrices_.count > 0 && (in.head_dim < 1 || in.head_dim > dsl::kMaxMatrixDim))  // before allocating
     throw RuntimeError("inverse(): head_dim " + std::to_string(in.head_dim) +
@@ -48,13 +49,16 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   }
   launch_again();
   synchronize_device();
-  out_.download(out, T * sizeof(float));
+  out_.download(out, outputs * sizeof(float));
 }
 
 void GpuScoreKernel::launch_again() {
   uint64_t out_address = out_.address();
   void* params[] = {&args_, &out_address};
-  if (args_.T <= 0) return;
+  // Nothing to write, nothing to run. A channel entry runs on T = 0 too: its outputs exist (its
+  // reductions over t are empty), as the interpreter's do.
+  const long long outputs = kernel_output_extent(args_, output_);
+  if (outputs <= 0) return;
   // Stages in order on the default stream: each sees the slots of the ones before it.
   for (int stage = 0; stage < stages_; ++stage) {
     void* stage_params[] = {&args_, &stage};
@@ -66,7 +70,7 @@ void GpuScoreKernel::launch_again() {
   }
   LaunchShape shape;
   shape.block_x = kBlock;
-  shape.grid_x = unsigned((size_t(args_.T) + kBlock - 1) / kBlock);
+  shape.grid_x = unsigned((size_t(outputs) + kBlock - 1) / kBlock);
   launch_kernel(function_, shape, params);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Runs a compiled scoring kernel (KVEVICT_SCORE_ENTRY convention, kernel_abi.h) on the GPU for one
-// (layer, KV head): uploads the inputs ScoreInputs points at, launches one thread per token and
-// downloads the scores. Buffers are kept and grown across calls. The GPU tests and benchmarks use
+// (layer, KV head): uploads the inputs ScoreInputs points at, launches one thread per output
+// element (a token, or a key channel for a KVEVICT_CHANNEL_ENTRY: KernelOutput) and downloads them. Buffers are kept and grown across calls. The GPU tests and benchmarks use
 // it; the engine's CUDA path will keep its inputs on the device instead of copying them.
 #include <array>
 #include <memory>
@@ -18,10 +18,12 @@ class GpuScoreKernel {
  public:
   // `binary` is a cubin or NUL-terminated PTX containing `entry` (and `entry`_stages when
   // `stages` > 0: a staged kernel, kernel_abi.h; `matrices` of them are matrix stages, whose
-  // scratch follows kernel_abi.h's layout). The device must be current (use_cuda_device).
-  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0, MatrixScratch matrices = {});
+  // scratch follows kernel_abi.h's layout). `output`: the entry's output axis, Token (out[t], t < T)
+  // or Channel (out[c], c < head_dim). The device must be current (use_cuda_device).
+  GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0, MatrixScratch matrices = {},
+                 KernelOutput output = KernelOutput::Token);
 
-  // Copies the inputs to the device, scores, copies out[0..T) back.
+  // Copies the inputs to the device, scores, copies out[0..T) (a channel entry: out[0..head_dim)) back.
   void score(const ScoreInputs& in, float* out);
 
   // Launch only (stages, then the tokens), on inputs already uploaded by the last score() call.
@@ -37,6 +39,7 @@ class GpuScoreKernel {
   void* stage_function_ = nullptr;
   int stages_ = 0;
   MatrixScratch matrices_;
+  KernelOutput output_;
   std::array<DeviceBuffer, kNumTensorSignals> tensor_;  // by TensorSignal
   DeviceBuffer position_, out_, scratch_;
   KvScoreArgs args_{};

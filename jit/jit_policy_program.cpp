@@ -17,12 +17,16 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   std::unique_ptr<JitPolicyProgram> program(new JitPolicyProgram(std::move(reference)));
   program->score_signals_ = kernel.score_signals;
   program->decode_signals_ = kernel.decode_signals;
+  program->channel_signals_ = kernel.channel_signals;
   program->ordinal_ = ordinal;
   use_cuda_device(ordinal);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
   program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry, kernel.score_stages, kernel.score_matrices);
   if (program->has_entry(kernel, kDecodeScoreEntry))
     program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry, kernel.decode_stages, kernel.decode_matrices);
+  if (program->has_entry(kernel, kChannelScoreEntry))
+    program->gpu_channel_ = std::make_unique<GpuScoreKernel>(binary, kChannelScoreEntry, kernel.channel_stages,
+                                                             kernel.channel_matrices, KernelOutput::Channel);
   return program;
 }
 
@@ -31,16 +35,19 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   std::unique_ptr<JitPolicyProgram> program(new JitPolicyProgram(std::move(reference)));
   program->score_signals_ = kernel.score_signals;
   program->decode_signals_ = kernel.decode_signals;
+  program->channel_signals_ = kernel.channel_signals;
   program->host_ = std::make_unique<HostModule>(kernel.source, work_dir, "policy");
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
   program->host_score_ = reinterpret_cast<HostEntry>(program->host_->symbol(kScoreEntry));
   if (program->has_entry(kernel, kDecodeScoreEntry))
     program->host_decode_ = reinterpret_cast<HostEntry>(program->host_->symbol(kDecodeScoreEntry));
+  if (program->has_entry(kernel, kChannelScoreEntry))
+    program->host_channel_ = reinterpret_cast<HostEntry>(program->host_->symbol(kChannelScoreEntry));
   return program;
 }
 
-void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& signals) const {
-  if (in.T <= 0) return;
+void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const {
+  if (kernel_output_extent(to_kernel_args(in), output) <= 0) return;
   for (const TensorSignalInfo& info : kTensorSignalTable) {
     if (!signals[signal_index(info.id)] || info.id == TensorSignal::Position) continue;  // position may be null
     if (!in.signal(info.id))
@@ -54,7 +61,7 @@ void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& sig
 void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) const {
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
   const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
-  check_signals(in, use_decode ? decode_signals_ : score_signals_);
+  check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
   if (host_) {
     const HostEntry entry = use_decode ? host_decode_ : host_score_;
     const KvScoreArgs args = to_kernel_args(in);
@@ -64,6 +71,22 @@ void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) c
   use_cuda_device(ordinal_);
   GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
   kernel.score(in, out);
+}
+
+// The same checks as the interpreter's channel_score (dsl/compiled_program.cpp), then the
+// kernel's channel entry on the backend the program was built for.
+void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
+  if (host_ ? host_channel_ == nullptr : gpu_channel_ == nullptr) return reference_->channel_score(in, out);
+  if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
+    throw RuntimeError("policy '" + description().name + "': invalid channel_score inputs");
+  check_signals(in, channel_signals_, KernelOutput::Channel);
+  if (host_) {
+    const KvScoreArgs args = to_kernel_args(in);
+    host_channel_(&args, out);
+    return;
+  }
+  use_cuda_device(ordinal_);
+  gpu_channel_->score(in, out);
 }
 
 }  // namespace kvevict::jit

@@ -1,11 +1,13 @@
 #pragma once
-// A PolicyProgram whose per-token scores come from compiled kernels: on the GPU (cubin/PTX through
-// the driver) or on the host (the same kernel text built by the system compiler, for the semantic
-// check). Everything else (the description, layer weights) is delegated to the reference program,
+// A PolicyProgram whose per-token scores and per-channel scores (channel_score) come from compiled
+// kernels: on the GPU (cubin/PTX through the driver) or on the host (the same kernel text built by
+// the system compiler). Everything else (the description, layer weights, head plans, the extra
+// select.stages programs) is delegated to the reference program,
 // normally the DSL interpreter's, so the two can only differ where the kernel differs.
 //
-// Kernel entry points follow kernel_abi.h: `kvevict_score` for the prefill indicator and, when the
-// policy declares one, `kvevict_decode_score` for the decode indicator.
+// Kernel entry points follow kernel_abi.h and codegen.h: `kvevict_score` for the prefill indicator,
+// `kvevict_decode_score` for the decode indicator when the policy declares one, and
+// `kvevict_channel_score` (one thread per key channel) for its channel_score program.
 #include <memory>
 #include <string>
 
@@ -15,9 +17,6 @@
 #include "jit/host_module.h"
 
 namespace kvevict::jit {
-
-inline constexpr const char* kScoreEntry = "kvevict_score";
-inline constexpr const char* kDecodeScoreEntry = "kvevict_decode_score";
 
 class JitPolicyProgram : public PolicyProgram {
  public:
@@ -37,10 +36,11 @@ class JitPolicyProgram : public PolicyProgram {
     return reference_->decode_budget_for(prompt_len, decode_step, budget);
   }
   HeadPlan head_plan(const ScoreInputs& in) const override { return reference_->head_plan(in); }
-  // channel_score (a vector over d, core/engine/channel_selection.h): NOT generated; it runs on the
-  // reference program (the interpreter), like head_mode / head_weight. Once per (layer, KV head)
-  // at the end of prefill, so the kernel path loses little.
-  void channel_score(const ScoreInputs& in, float* out) const override { reference_->channel_score(in, out); }
+  // channel_score (a vector over d, core/engine/channel_selection.h): the kernel's
+  // `kvevict_channel_score` entry, out[0..head_dim); a kernel without that entry (a hand-written
+  // one) leaves it to the reference program. Inputs the interpreter refuses (T < 0, group < 1,
+  // W < 0, head_dim < 1) and missing signals are RuntimeErrors before anything runs.
+  void channel_score(const ScoreInputs& in, float* out) const override;
   // select.stages: the kernel is the file's `score`; the extra `scores:` programs run interpreted.
   void stage_score(int program, const ScoreInputs& in, float* out) const override {
     if (program == 0) score(in, false, out);
@@ -54,18 +54,19 @@ class JitPolicyProgram : public PolicyProgram {
   explicit JitPolicyProgram(std::unique_ptr<PolicyProgram> reference) : reference_(std::move(reference)) {}
   bool has_entry(const GeneratedKernel& kernel, const std::string& name) const;
 
-  // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead).
-  void check_signals(const ScoreInputs& in, const SignalSet& signals) const;
+  // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead);
+  // nothing is checked when the entry writes no output (`output`'s extent is 0).
+  void check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const;
 
   std::unique_ptr<PolicyProgram> reference_;
-  SignalSet score_signals_{}, decode_signals_{};
+  SignalSet score_signals_{}, decode_signals_{}, channel_signals_{};
   int ordinal_ = -1;
   // GPU backend (mutable: buffers are reused across calls; score() is const in the interface).
-  mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_;
+  mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_, gpu_channel_;
   // Host backend.
   std::unique_ptr<HostModule> host_;
   using HostEntry = void (*)(const KvScoreArgs*, float*);
-  HostEntry host_score_ = nullptr, host_decode_ = nullptr;
+  HostEntry host_score_ = nullptr, host_decode_ = nullptr, host_channel_ = nullptr;
 };
 
 }  // namespace kvevict::jit

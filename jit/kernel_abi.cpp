@@ -44,17 +44,19 @@ const std::string& kernel_prelude() {
 #define KVEVICT_TABLE static __device__ const float
 #define KVEVICT_INFINITY __int_as_float(0x7f800000)
 KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
-#define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
+// One thread per output element: a token (KVEVICT_SCORE_ENTRY, extent T) or a key channel
+// (KVEVICT_CHANNEL_ENTRY, extent head_dim); `extent` names the KvScoreArgs field.
+#define KVEVICT_ENTRY_OVER(entry, element_fn, extent)                              \
   extern "C" __global__ void entry(KvScoreArgs args, float* out) {               \
-    const int t = int(blockIdx.x * blockDim.x + threadIdx.x);                    \
-    if (t < args.T) out[t] = token_score(args, t);                               \
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);                    \
+    if (i < args.extent) out[i] = element_fn(args, i);                           \
   }
 // Stages: one block per scratch slot; the block's threads split the tokens (lanes).
 #define KVEVICT_LANE ((int)threadIdx.x)
 #define KVEVICT_LANES ((int)blockDim.x)
 #define KVEVICT_SYNC() __syncthreads()
-#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages, n_matrices, matrix_axes) \
-  KVEVICT_SCORE_ENTRY(entry, token_score)                                        \
+#define KVEVICT_STAGED_ENTRY_OVER(entry, element_fn, extent, stage_fn, n_stages, n_matrices, matrix_axes) \
+  KVEVICT_ENTRY_OVER(entry, element_fn, extent)                                  \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
     if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
     const int wp = kv_stage_wp(args), cp = kv_stage_cp(args);                   \
@@ -69,22 +71,22 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #define KVEVICT_TABLE static const float
 #define KVEVICT_INFINITY INFINITY
 KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
-#define KVEVICT_SCORE_ENTRY(entry, token_score)                                   \
+#define KVEVICT_ENTRY_OVER(entry, element_fn, extent)                              \
   extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
-    for (int t = 0; t < args->T; ++t) out[t] = token_score(*args, t);            \
+    for (int i = 0; i < args->extent; ++i) out[i] = element_fn(*args, i);        \
   }
-// Stages on the host: one lane does every token, slots and stages run in order, then the tokens.
+// Stages on the host: one lane does every token, slots and stages run in order, then the outputs.
 // The scratch is raw zeroed bytes (floats and the matrix stages' doubles live in it). A matrix
-// stage with head_dim outside 1 .. KVEVICT_MAX_MATRIX_DIM allocates nothing: every score is -inf.
+// stage with head_dim outside 1 .. KVEVICT_MAX_MATRIX_DIM allocates nothing: every output is -inf.
 #include <memory>
 #define KVEVICT_LANE 0
 #define KVEVICT_LANES 1
 #define KVEVICT_SYNC() ((void)0)
-#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages, n_matrices, matrix_axes) \
+#define KVEVICT_STAGED_ENTRY_OVER(entry, element_fn, extent, stage_fn, n_stages, n_matrices, matrix_axes) \
   extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
     KvScoreArgs a = *args;                                                       \
     if (n_matrices > 0 && (a.head_dim < 1 || a.head_dim > KVEVICT_MAX_MATRIX_DIM)) { \
-      for (int t = 0; t < a.T; ++t) out[t] = -KVEVICT_INFINITY;                  \
+      for (int i = 0; i < a.extent; ++i) out[i] = -KVEVICT_INFINITY;             \
       return;                                                                    \
     }                                                                            \
     const long slots = kv_stage_slots(a);                                        \
@@ -95,9 +97,17 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
       for (long k = 0; k < slots; ++k)                                           \
         stage_fn(a, s, int(k / ((long)kv_stage_wp(a) * kv_stage_cp(a))), int((k / kv_stage_cp(a)) % kv_stage_wp(a)), \
                  int(k % kv_stage_cp(a)));                                       \
-    for (int t = 0; t < a.T; ++t) out[t] = token_score(a, t);                    \
+    for (int i = 0; i < a.extent; ++i) out[i] = element_fn(a, i);                \
   }
 #endif
+// The entries by output axis (kernel_abi.h, KernelOutput): tokens (score programs) and key
+// channels (channel_score).
+#define KVEVICT_SCORE_ENTRY(entry, token_score) KVEVICT_ENTRY_OVER(entry, token_score, T)
+#define KVEVICT_CHANNEL_ENTRY(entry, channel_score) KVEVICT_ENTRY_OVER(entry, channel_score, head_dim)
+#define KVEVICT_STAGED_SCORE_ENTRY(entry, token_score, stage_fn, n_stages, n_matrices, matrix_axes) \
+  KVEVICT_STAGED_ENTRY_OVER(entry, token_score, T, stage_fn, n_stages, n_matrices, matrix_axes)
+#define KVEVICT_STAGED_CHANNEL_ENTRY(entry, channel_score, stage_fn, n_stages, n_matrices, matrix_axes) \
+  KVEVICT_STAGED_ENTRY_OVER(entry, channel_score, head_dim, stage_fn, n_stages, n_matrices, matrix_axes)
 )") + KVEVICT_STRINGIFY(KVEVICT_DEFINE_KERNEL_ABI) + R"(
 // Every buffer access of a generated kernel goes through kv_load / kv_load_int / kv_store with the
 // buffer's extent computed from the scalars of KvScoreArgs (kv_extent_*): an index outside [0, n),

@@ -10,6 +10,9 @@
 //   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread per token t
 //   host: extern "C" void NAME(const KvScoreArgs* args, float* out)      a loop over t
 // out[t] receives the score of cache entry t, for t in 0..T-1.
+// Channel entries (KVEVICT_CHANNEL_ENTRY, the `channel_score[d]` program; KernelOutput::Channel
+// below) are the same with the output axis d instead of t: one thread per key channel c, out[c]
+// for c in 0..head_dim-1, same arguments, same stages.
 //
 // Staged programs (reductions over the token axis t, normalise(); KVEVICT_STAGED_SCORE_ENTRY):
 // values that need every token are computed first, by stages, into `scratch`, then the per-token
@@ -95,6 +98,37 @@ struct MatrixScratch {
   int count = 0;  // matrix stages (inverse() nodes computed into the scratch)
   int axes = 0;   // 1: some matrix has axis h; 2: some matrix has axis q
 };
+
+// The output axis of an entry: what one thread computes and how many of them there are. Token:
+// the score programs (score, decode_score), out[t] for t < T, NaN written as -inf (never outranks
+// a real score). Channel: the channel_score program (core/engine/channel_selection.h), out[c] for
+// c < head_dim, NaN kept (the channel selection ranks it lowest, as it does the interpreter's).
+enum class KernelOutput { Token, Channel };
+struct KernelOutputInfo {
+  KernelOutput id;
+  unsigned axis;             // the output's axis bit (signals.h), the only axis its value may have
+  const char* element;       // suffix of the element function, `<prefix>_token(a, t)` / `<prefix>_channel(a, c)`
+  const char* entry;         // the prelude's entry macro for a program without stages
+  const char* staged_entry;  // ... with stages
+  bool nan_to_minus_inf;
+  const char* shape_rule;    // the generator's refusal of another output shape ("... or a scalar, not [h]")
+};
+inline constexpr KernelOutputInfo kKernelOutputTable[] = {
+    {KernelOutput::Token, kAxisT, "token", "KVEVICT_SCORE_ENTRY", "KVEVICT_STAGED_SCORE_ENTRY", true,
+     "a score must be per token"},
+    {KernelOutput::Channel, kAxisD, "channel", "KVEVICT_CHANNEL_ENTRY", "KVEVICT_STAGED_CHANNEL_ENTRY", false,
+     "a channel score must be per key channel"},
+};
+static_assert(sizeof(kKernelOutputTable) / sizeof(kKernelOutputTable[0]) == 2 &&
+                  kKernelOutputTable[int(KernelOutput::Token)].id == KernelOutput::Token &&
+                  kKernelOutputTable[int(KernelOutput::Channel)].id == KernelOutput::Channel,
+              "one row per KernelOutput, in enum order");
+constexpr const KernelOutputInfo& kernel_output_info(KernelOutput o) { return kKernelOutputTable[int(o)]; }
+
+// Elements an entry writes (the threads of its token/channel launch): T or head_dim, 0 if negative.
+inline long long kernel_output_extent(const KvScoreArgs& a, KernelOutput o) {
+  return kv_nonneg(o == KernelOutput::Token ? a.T : a.head_dim);
+}
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
 inline constexpr unsigned kStageThreads = 256;

@@ -66,13 +66,15 @@ struct Shape {
 // Zero lengths in each extent, W > T, single tokens, a long head.
 constexpr Shape kShapes[] = {{1, 1, 1}, {2, 0, 5}, {1, 8, 0}, {0, 4, 5}, {0, 0, 0}, {2, 40, 3}, {4, 8, 67}, {1, 3, 9000}};
 
-// Runs both entries of `kernel` on every shape, with buffers against guard pages at both ends and
-// with every signal given or none; returns normally when nothing faulted.
+// Runs every entry of `kernel` on every shape, with buffers against guard pages at both ends and
+// with every signal given or none; returns normally when nothing faulted. The output holds what the
+// entry writes: T scores, or head_dim channel scores for the channel entry (kernel_abi.h).
 // max_T: shapes with more tokens are skipped (token-pair kernels loop over s and t per token).
 void run_everything(const GeneratedKernel& kernel, const std::string& dir, int max_T = 1 << 30) {
   HostModule module(kernel.source, dir, "bounds");
   for (const std::string& name : kernel.entry_points) {
     const auto entry = reinterpret_cast<HostEntry>(module.symbol(name));
+    const KernelOutput output = name == kChannelScoreEntry ? KernelOutput::Channel : KernelOutput::Token;
     for (const Shape& s : kShapes)
       for (bool at_end : {true, false})
         for (bool given : {true, false}) {
@@ -84,7 +86,10 @@ void run_everything(const GeneratedKernel& kernel, const std::string& dir, int m
           for (const TensorSignalInfo& info : kTensorSignalTable)
             signals.push_back(std::make_unique<GuardedBuffer<float>>(
                 size_t(signal_elements(info.id, s.group, s.W, 8, s.T)), at_end));
-          GuardedBuffer<float> out(T, at_end);
+          KvScoreArgs extent_of{};
+          extent_of.T = s.T;
+          extent_of.head_dim = 8;
+          GuardedBuffer<float> out(size_t(kernel_output_extent(extent_of, output)), at_end);
           GuardedBuffer<int> position(T, at_end);
           std::mt19937 rng(7);
           std::uniform_real_distribution<float> value(0.0f, 1.0f);
@@ -170,6 +175,28 @@ TEST(KernelBounds, RandomPoliciesOfEveryConstructStayInsideTheirBuffers) {
           ::testing::ExitedWithCode(0), "")
           << text;
     }
+  }
+}
+
+// channel_score programs (the channel entry, one thread per key channel): ThinK and random ones.
+TEST(KernelBounds, ChannelProgramsStayInsideTheirBuffers) {
+  testing::TempDir dir;
+  std::vector<GeneratedKernel> kernels = {generate_policy_cuda(std::string(KVEVICT_POLICY_DIR) + "/field/think.yaml", {}, {})};
+  testing::PolicyGenerator generator(20261203u);
+  for (const auto& [name, text] : generator.table_files()) std::ofstream(dir.path() + "/" + name) << text;
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = "random_channels_" + std::to_string(i);
+    kernels.push_back(kernel_of(dir.path(), name, generator.channel_policy(name)));
+  }
+  for (const GeneratedKernel& kernel : kernels) {
+    ASSERT_EQ(kernel.entry_points.back(), kChannelScoreEntry) << kernel.policy_file;
+    EXPECT_EXIT(
+        {
+          run_everything(kernel, dir.path());
+          std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << kernel.policy_file;
   }
 }
 

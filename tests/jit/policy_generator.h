@@ -13,6 +13,11 @@
 // four policy tables (dsl/table_data.h) shaped for RandomScoreInputs (4 layers, 2 KV heads,
 // head_dim 64, n_embd 24) whose files table_files() returns, read as tl[layer], ta[layer, kv_head],
 // tq[layer, kv_head, d] and (with the model axis c, in the read of hidden[c, t]) tc[layer, kv_head, c].
+// channel_policy() writes a policy whose `channel_score[d]` program (key-channel pruning, ThinK's
+// shape) is random in the same way: definitions of random shapes, then an output over d built by
+// the same expressions with d bound (reductions over h, q and t, windows and normalise inside
+// them), plus a K and a Q term so every program reads both. It draws from the instance's stream:
+// tests call it on an instance of their own, so what policy() writes for a seed is unchanged.
 #include <cstdint>
 #include <map>
 #include <random>
@@ -49,6 +54,40 @@ class PolicyGenerator {
   }
 
  public:
+  // A policy with a trivial score and a random channel_score[d] program (see the header comment).
+  std::string channel_policy(const std::string& name) {
+    std::string text = "name: " + name + "\nabout: random channel_score program for the generator's tests\n";
+    text += "params:\n  gamma: {float: 1.5}\n  kernel: {int: 5, min: 1, max: 31}\n";
+    text += "  mode: {enum: [a, b], default: a}\n";
+    text += "observe: {window: 8, segment: 16}\nrun: {prefill: true}\n";
+    text += "tables:\n  tl: {file: tl.tsv, axes: [layer], shape: [4]}\n"
+            "  ta: {file: ta.tsv, axes: [layer, kv_head], shape: [4, 2]}\n"
+            "  tq: {file: tq.tsv, axes: [layer, kv_head, d], shape: [4, 2, 64]}\n"
+            "  tc: {file: tc.tsv, axes: [layer, kv_head, c], shape: [4, 2, 24]}\n";
+    text += "score: |\n  score[t] = key_norm[t]\n";
+    defs_.clear();
+    std::string program;
+    const int count = 1 + pick(3);
+    for (int i = 0; i < count; ++i) {
+      const unsigned axes = subset(kH | kQ | kD | kT);
+      const std::string def = "c" + std::to_string(i);
+      Scope scope;
+      scope.bound = axes;
+      program += "  " + def + axis_list(axes, scope) + " = " + expr(scope, 3) + "\n";
+      defs_[def] = axes;
+    }
+    // K over the tokens and Q over the group's window queries, reduced by a reducer that cycles
+    // (by the call count, not a draw) so a modest sample covers each.
+    static const char* const reducers[] = {"sum", "mean", "var", "max", "min"};
+    const int f = channel_focus_++;
+    Scope scope;
+    scope.bound = kD;
+    program += std::string("  kq[d] = ") + reducers[f % 5] + "(t: K[d, t] * K[d, t]) * " + reducers[(f + 2) % 5] +
+               (f % 2 ? "(h, q: Q[h, q, d] ^ 2)" : "(h: mean(q: abs(Q[h, q, d])))") + "\n";
+    program += "  channel_score[d] = kq[d] + " + expr(scope, 3) + " * 0.01 + " + anchor(scope, kD) + " * 0.001\n";
+    return text + "channel_score: |\n" + program + "channels: {prune: 0.25}\n";
+  }
+
   // The table files every policy of this generator reads (name -> text), random but fixed by the seed.
   std::map<std::string, std::string> table_files() {
     auto rows = [&](int n_rows, int n_cols) {
@@ -395,6 +434,7 @@ class PolicyGenerator {
   std::mt19937 rng_;
   bool pairs_ = true;
   int focus_ = 0;
+  int channel_focus_ = 0;
   std::map<std::string, unsigned> defs_;  // definitions so far: name -> axes
 };
 
