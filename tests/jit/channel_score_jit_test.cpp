@@ -282,14 +282,11 @@ INSTANTIATE_TEST_SUITE_P(RealArchitectures, ChannelScoreArch, ::testing::Values(
 // against the interpreter: the stages add their lanes in another order (double sums) and the
 // device's libm differs by a few ulp, hence 1e-5 relative instead of the host's equal bits.
 TEST(ChannelScoreJitGpu, ChannelEntriesMatchTheInterpreterOnTheDevice) {
-  const CudaProbe probe = CudaDriver::probe();
-  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
-  KVEVICT_REQUIRE_NVRTC();
+  KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  testing::TempDir dir;
-  KernelCache::Options options;
-  options.dir = dir.path();
-  KernelCache cache(options);
+  KernelCache& cache = gpu.cache;
+  const CudaProbe& probe = gpu.probe;
+  const testing::TempDir& dir = gpu.dir;
   std::vector<std::string> files = {think_file()};
   for (const ChannelProgram& p : kChannelPrograms) files.push_back(write_channel_policy(dir.path(), p));
   for (const std::string& file : random_channel_policies(dir.path())) files.push_back(file);

@@ -194,14 +194,10 @@ namespace kvevict::jit {
 namespace {
 
 TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
-  const CudaProbe probe = CudaDriver::probe();
-  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
-  KVEVICT_REQUIRE_NVRTC();
+  KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  testing::TempDir dir;
-  KernelCache::Options options;
-  options.dir = dir.path();
-  KernelCache cache(options);
+  KernelCache& cache = gpu.cache;
+  const CudaProbe& probe = gpu.probe;
   for (const auto& [name, program] : indicator_programs()) {
     const GeneratedKernel kernel = generate_score_kernels(name + ".cu", "policies/" + name + ".yaml", program, nullptr);
     NvrtcRequest request;
@@ -341,14 +337,10 @@ TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
 }
 
 TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
-  const CudaProbe probe = CudaDriver::probe();
-  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
-  KVEVICT_REQUIRE_NVRTC();
+  KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  testing::TempDir dir;
-  KernelCache::Options options;
-  options.dir = dir.path();
-  KernelCache cache(options);
+  KernelCache& cache = gpu.cache;
+  const CudaProbe& probe = gpu.probe;
   for (const auto& file : builtin_policy_files()) {
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
     NvrtcRequest request;

@@ -138,14 +138,11 @@ TEST(InverseCodegen, AHeadDimAboveTheLargestMatrixAllocatesNothing) {
 }
 
 TEST(InverseCodegen, EveryEntryOfTheInverseMatchesTheInterpreterOnTheDevice) {
-  const CudaProbe probe = CudaDriver::probe();
-  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
-  KVEVICT_REQUIRE_NVRTC();
+  KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  testing::TempDir dir;
-  KernelCache::Options options;
-  options.dir = dir.path();
-  KernelCache cache(options);
+  KernelCache& cache = gpu.cache;
+  const CudaProbe& probe = gpu.probe;
+  const testing::TempDir& dir = gpu.dir;
   uint32_t seed = 1900;
   for (const MatrixCase& c : kCases) {
     const std::string file = dir.path() + "/" + c.name + ".yaml";

@@ -82,13 +82,9 @@ TEST(JitPolicyProgram, TheKernelCompilesWithNvrtc) {
 }
 
 TEST(JitPolicyProgram, GpuBackendMatchesTheReference) {
-  const CudaProbe probe = CudaDriver::probe();
-  if (!probe.usable) GTEST_SKIP() << "no usable CUDA device: " << probe.reason;
-  KVEVICT_REQUIRE_NVRTC();
-  testing::TempDir dir;
-  KernelCache::Options options;
-  options.dir = dir.path();
-  KernelCache cache(options);
+  KVEVICT_GPU_TEST_SETUP(gpu);
+  KernelCache& cache = gpu.cache;
+  const CudaProbe& probe = gpu.probe;
   const GeneratedKernel kernel = hand_written_kernel();
   NvrtcRequest request;
   request.source = kernel.source;

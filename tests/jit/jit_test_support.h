@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/engine/policy_program.h"
+#include "jit/cuda_driver.h"
+#include "jit/kernel_cache.h"
 #include "jit/nvrtc_library.h"
 
 namespace kvevict::jit::testing {
@@ -106,5 +108,26 @@ struct RandomScoreInputs {
     std::string why_;                                                               \
     if (!::kvevict::jit::NvrtcLibrary::available(&why_)) GTEST_SKIP() << "NVRTC is not available: " << why_; \
   } while (0)
+
+// What a GPU test needs: the device probe (its architecture) and a kernel cache in a temporary
+// directory of its own. KVEVICT_GPU_TEST_SETUP(name) declares one and skips the test, naming the
+// reason, without a usable CUDA device or without NVRTC.
+struct GpuTestSetup {
+  CudaProbe probe = CudaDriver::probe();
+  TempDir dir;
+  KernelCache cache{cache_options(dir)};
+
+ private:
+  static KernelCache::Options cache_options(const TempDir& d) {
+    KernelCache::Options o;
+    o.dir = d.path();
+    return o;
+  }
+};
+
+#define KVEVICT_GPU_TEST_SETUP(name)                                                          \
+  ::kvevict::jit::testing::GpuTestSetup name;                                                 \
+  if (!name.probe.usable) GTEST_SKIP() << "no usable CUDA device: " << name.probe.reason;    \
+  KVEVICT_REQUIRE_NVRTC()
 
 }  // namespace kvevict::jit::testing
