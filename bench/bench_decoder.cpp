@@ -135,7 +135,7 @@ std::unique_ptr<Model> load_default_model(const LoadOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kvevict::use_matching_blas_kernels(argv);  // the figures need the CPU's SGEMM kernels
+  kvevict::use_matching_blas_kernels();  // the figures need the CPU's SGEMM kernels
   std::string model_path;
   int threads = 2, context = 4096, decode_tokens = 32, repeat = 2;
   bool probe_machine = true, json = false;

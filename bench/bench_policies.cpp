@@ -64,7 +64,7 @@ class TimedObserver : public ForwardObserver {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  kvevict::use_matching_blas_kernels(argv);  // the figures need the CPU's SGEMM kernels
+  kvevict::use_matching_blas_kernels();  // the figures need the CPU's SGEMM kernels
   const std::string path = argc > 1 ? argv[1] : bench::default_smollm2_path();
   const int n = argc > 2 ? std::atoi(argv[2]) : 4096;
   const std::string budget_text = argc > 3 ? argv[3] : "10%";

@@ -17,7 +17,7 @@ std::vector<Command>& registry() {
 
 int main(int argc, char** argv) {
   using namespace kvevict;
-  use_matching_blas_kernels(argv);  // may restart the program once (core/decode/blas_kernels.h)
+  use_matching_blas_kernels();  // may restart the program once (core/decode/blas_kernels.h)
   CLI::App app{"kvevict: KV-cache eviction policies for LLM inference, written as files"};
   app.set_version_flag("--version", std::string("kvevict ") + KVEVICT_VERSION + " (" + KVEVICT_GIT_COMMIT + ")");
   app.require_subcommand(1);

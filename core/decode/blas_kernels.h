@@ -14,10 +14,12 @@ namespace kvevict {
 // features are its inputs, so it is tested without restarting anything.
 const char* blas_core_type_override(const char* library_core, bool avx512, bool avx2_fma);
 
-// Called first thing in main: when OPENBLAS_CORETYPE is unset and blas_core_type_override gives a
-// type, sets the variable and restarts the program (/proc/self/exe, the same argv and environment).
-// Returns when no restart is needed, or when the restart failed (then one line on stderr, and the
-// slow kernels stay). OPENBLAS_CORETYPE set by the user is never overridden.
-void use_matching_blas_kernels(char** argv);
+// Called first thing in main (and by the test binaries' static initialiser,
+// tests/blas_kernels_init.cpp, so that tests run the kernels users run): when OPENBLAS_CORETYPE is
+// unset and blas_core_type_override gives a type, sets the variable and restarts the program
+// (/proc/self/exe with the arguments of /proc/self/cmdline, the same environment). Returns when no
+// restart is needed, or when the restart failed (then one line on stderr, and the slow kernels
+// stay). OPENBLAS_CORETYPE set by the user is never overridden.
+void use_matching_blas_kernels();
 
 }  // namespace kvevict

@@ -27,9 +27,7 @@ TEST(BlasKernels, ASetVariableIsNeverOverridden) {
   const char* before = std::getenv("OPENBLAS_CORETYPE");
   const std::string saved = before ? before : "";
   setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-  char name[] = "kvevict_core_tests";
-  char* argv[] = {name, nullptr};
-  use_matching_blas_kernels(argv);
+  use_matching_blas_kernels();
   EXPECT_STREQ(std::getenv("OPENBLAS_CORETYPE"), "Haswell");
   if (before) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
   else unsetenv("OPENBLAS_CORETYPE");
