@@ -307,7 +307,10 @@ TEST(EvalCommand, LengthsAboveTheModelsContextExitWith2BeforeWork) {
 
 TEST(EvalCommand, ASecondResumeOfOneRunExitsWithAClearMessage) {
   Workdir dir("resume2");
-  std::string config = dir.file("c.yaml", fake_config("delay_ms=15", 5));
+  // 60 ms per result: the first resume must still be running when the second one has started
+  // (a sanitizer build's kvevict takes a few hundred ms to start, twice where it restarts for its
+  // BLAS kernels; with 15 ms the first resume could finish before the second looked).
+  std::string config = dir.file("c.yaml", fake_config("delay_ms=60", 5));
   const int64_t total = (6 + 6) * 2 * 3;
   auto stored = [&] {
     if (!std::filesystem::exists(dir.db())) return int64_t{0};
