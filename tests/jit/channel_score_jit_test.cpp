@@ -284,19 +284,13 @@ INSTANTIATE_TEST_SUITE_P(RealArchitectures, ChannelScoreArch, ::testing::Values(
 TEST(ChannelScoreJitGpu, ChannelEntriesMatchTheInterpreterOnTheDevice) {
   KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  KernelCache& cache = gpu.cache;
-  const CudaProbe& probe = gpu.probe;
   const testing::TempDir& dir = gpu.dir;
   std::vector<std::string> files = {think_file()};
   for (const ChannelProgram& p : kChannelPrograms) files.push_back(write_channel_policy(dir.path(), p));
   for (const std::string& file : random_channel_policies(dir.path())) files.push_back(file);
   for (const std::string& file : files) {
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
-    NvrtcRequest request;
-    request.name = kernel.name;
-    request.source = kernel.source;
-    request.arch = probe.devices[0].arch();
-    const JitKernel compiled = compile_cached(request, cache, kernel.name);
+    const JitKernel compiled = gpu.compile(kernel, kernel.name);
     auto jit = JitPolicyProgram::on_gpu(
         std::make_unique<ConstantChannels>(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file))), kernel,
         *compiled.entry, 0);

@@ -196,15 +196,9 @@ namespace {
 TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
   KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  KernelCache& cache = gpu.cache;
-  const CudaProbe& probe = gpu.probe;
   for (const auto& [name, program] : indicator_programs()) {
     const GeneratedKernel kernel = generate_score_kernels(name + ".cu", "policies/" + name + ".yaml", program, nullptr);
-    NvrtcRequest request;
-    request.name = kernel.name;
-    request.source = kernel.source;
-    request.arch = probe.devices[0].arch();
-    const JitKernel compiled = compile_cached(request, cache, name);
+    const JitKernel compiled = gpu.compile(kernel, name);
     GpuScoreKernel gpu(*compiled.entry, "kvevict_score", kernel.score_stages, kernel.score_matrices);
     uint32_t seed = 300;
     for (auto [group, W, T] : {std::tuple{1, 1, 1}, {4, 32, 300}, {4, 32, 32768}}) {
@@ -339,15 +333,9 @@ TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
 TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
   KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  KernelCache& cache = gpu.cache;
-  const CudaProbe& probe = gpu.probe;
   for (const auto& file : builtin_policy_files()) {
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
-    NvrtcRequest request;
-    request.name = kernel.name;
-    request.source = kernel.source;
-    request.arch = probe.devices[0].arch();
-    const JitKernel compiled = compile_cached(request, cache, kernel.name);
+    const JitKernel compiled = gpu.compile(kernel, kernel.name);
     auto jit = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
                                         *compiled.entry, 0);
     dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));

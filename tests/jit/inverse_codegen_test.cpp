@@ -140,19 +140,13 @@ TEST(InverseCodegen, AHeadDimAboveTheLargestMatrixAllocatesNothing) {
 TEST(InverseCodegen, EveryEntryOfTheInverseMatchesTheInterpreterOnTheDevice) {
   KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);
-  KernelCache& cache = gpu.cache;
-  const CudaProbe& probe = gpu.probe;
   const testing::TempDir& dir = gpu.dir;
   uint32_t seed = 1900;
   for (const MatrixCase& c : kCases) {
     const std::string file = dir.path() + "/" + c.name + ".yaml";
     std::ofstream(file) << policy_text(c);
     const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
-    NvrtcRequest request;
-    request.name = kernel.name;
-    request.source = kernel.source;
-    request.arch = probe.devices[0].arch();
-    const JitKernel compiled = compile_cached(request, cache, kernel.name);
+    const JitKernel compiled = gpu.compile(kernel, kernel.name);
     auto jit = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
                                         *compiled.entry, 0);
     dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "core/engine/policy_program.h"
+#include "jit/codegen.h"
 #include "jit/cuda_driver.h"
+#include "jit/jit_compiler.h"
 #include "jit/kernel_cache.h"
 #include "jit/nvrtc_library.h"
 
@@ -116,6 +118,15 @@ struct GpuTestSetup {
   CudaProbe probe = CudaDriver::probe();
   TempDir dir;
   KernelCache cache{cache_options(dir)};
+
+  // `kernel` compiled by NVRTC for device 0's architecture, through the cache.
+  JitKernel compile(const GeneratedKernel& kernel, const std::string& label) {
+    NvrtcRequest request;
+    request.name = kernel.name;
+    request.source = kernel.source;
+    request.arch = probe.devices[0].arch();
+    return compile_cached(request, cache, label);
+  }
 
  private:
   static KernelCache::Options cache_options(const TempDir& d) {
