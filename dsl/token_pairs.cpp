@@ -19,6 +19,11 @@ constexpr unsigned kBeforeS = kAxisS - 1, kAfterS = ~(kAxisS | kBeforeS);
 // extent n, in that order).
 void gather_rows(const Layout& L, unsigned shape, const float* src, const int64_t* rows, int64_t n, float* dst) {
   const int64_t outer = size_of_axes(L, shape, kBeforeS), inner = size_of_axes(L, shape, kAfterS), S = L.ext[kS];
+  if (inner == 1) {  // s innermost (u[d, s]): one float per row, no call per element
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < n; ++i) dst[o * n + i] = src[o * S + rows[i]];
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < n; ++i) std::copy_n(src + (o * S + rows[i]) * inner, inner, dst + (o * n + i) * inner);
 }
@@ -173,7 +178,7 @@ struct TileColumns {
 // the region's nodes under Lt (the layout with s of extent n, t of extent cols.m or 1).
 void compute_tile(const LoweredProgram& p, const Layout& L, const Layout& Lt, const PairRegion& r,
                   const std::vector<bool>& fused, const std::vector<Buf>& bufs, std::vector<Buf>& tb, const int64_t* rows,
-                  const TileColumns& cols, const ComputeNode& compute) {
+                  const TileColumns& cols, const ComputeNode& compute, int skip = -1) {
   BufferPool& pool = buffer_pool();
   const int64_t n = Lt.ext[kS], T = L.ext[kT];
   for (int j : r.leaves) {
@@ -196,7 +201,7 @@ void compute_tile(const LoweredProgram& p, const Layout& L, const Layout& Lt, co
     }
   }
   for (int j : r.nodes)  // ascending: operands first
-    if (!fused[static_cast<size_t>(j)]) compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
+    if (!fused[static_cast<size_t>(j)] && j != skip) compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
 }
 
 void release_tile(std::vector<Buf>& tb) {
@@ -228,14 +233,47 @@ int64_t per_element(const LoweredProgram& p, const Layout& L, const PairRegion& 
 // one reads every column). min(t: if(P, t, c)) scans up from the first block (unseen: t1 at least,
 // or c). max and min of numbers that are indices or one constant do not depend on the order.
 constexpr int64_t kScanBlock = 32;
+// Rows of s per scan tile: more than the tiles' kPairTileRows, so that the blocks of the first
+// columns (where every row is still active) run as few, larger contractions (bench_rkv: 256 rows
+// 18.1 ms against 19.6 ms for 64 and 21.0 ms for 1024 per SmolLM2-shaped head).
+constexpr int64_t kScanTileRows = 256;
+
+// The exit and its select in one pass over a block of columns [t0, t0 + m): each element of the
+// exit (laid out under Lt, s of the active rows) gets the last (first) column where the condition
+// holds, combined with the constant c when some column of the block does not hold it. That is the
+// set of values `if(P, t, c)` takes in the block, so its max (min) is the tiled one bit for bit:
+// the values are exact integers or c, and max/min of a set does not depend on the order.
+void scan_block(const Layout& Lt, unsigned exit_shape, const Buf& cond, int64_t t0, float c, bool last, float* v) {
+  int64_t cs[kNumAxes], xs[kNumAxes], e[kOuter];
+  Lt.strides(cond.shape, cs);
+  Lt.strides(exit_shape, xs);
+  const int64_t rows = Lt.rows(exit_shape, e), m = Lt.ext[kT], step = cs[kT];
+  const float none = last ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t k[kOuter];
+    row_coordinates(row, e, k);
+    const float* p = cond.data + dot(k, cs);
+    int64_t hits = 0, hit = -1;
+    if (last) {
+      for (int64_t i = m - 1; i >= 0 && hit < 0; --i) hit = p[i * step] != 0.0f ? i : -1;
+    } else {
+      for (int64_t i = 0; i < m && hit < 0; ++i) hit = p[i * step] != 0.0f ? i : -1;
+    }
+    for (int64_t i = 0; i < m; ++i) hits += p[i * step] != 0.0f;
+    float r = hit >= 0 ? static_cast<float>(t0 + hit) : none;
+    if (hits < m) r = last ? std::max(r, c) : std::min(r, c);
+    v[dot(k, xs)] = r;
+  }
+}
 
 void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, const PairRegion& r,
                          const std::vector<bool>& fused, std::vector<Buf>& bufs, const ComputeNode& compute) {
   const Node& x = p.nodes[static_cast<size_t>(exit)];
-  const float c = p.nodes[static_cast<size_t>(p.nodes[static_cast<size_t>(x.a)].c)].value;
+  const Node& sel = p.nodes[static_cast<size_t>(x.a)];  // if(P, t, c): never materialised (scan_block)
+  const float c = p.nodes[static_cast<size_t>(sel.c)].value;
   const bool last = x.reducer == Reducer::Max;
   const int64_t S = L.ext[kS], T = L.ext[kT], B = std::min(T, kScanBlock);
-  const int64_t tile = std::max<int64_t>(1, std::min<int64_t>(kPairTileRows, kPairTileElements / (per_element(p, L, r, fused, x) * B)));
+  const int64_t tile = std::max<int64_t>(1, std::min<int64_t>(kScanTileRows, kPairTileElements / (per_element(p, L, r, fused, x) * B)));
   const int64_t outer = L.size(x.shape & ~kAxisS);  // elements per row of s (s is the exit's innermost axis)
   Buf& out = bufs[static_cast<size_t>(exit)];
   out.shape = x.shape;
@@ -245,6 +283,7 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
   for (int64_t i = 0; i < outer * S; ++i) best[i] = last ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   std::vector<Buf> tb(p.nodes.size());
   std::vector<int64_t> active, still;
+  std::vector<float> v(static_cast<size_t>(outer * tile));
   for (int64_t s0 = 0; s0 < S; s0 += tile) {
     active.resize(static_cast<size_t>(std::min(tile, S - s0)));
     for (size_t i = 0; i < active.size(); ++i) active[i] = s0 + static_cast<int64_t>(i);
@@ -253,9 +292,8 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
       const int64_t t1 = last ? T - k * B : std::min(T, (k + 1) * B);
       const int64_t n = static_cast<int64_t>(active.size());
       const Layout Lt = tile_layout(L, n, t1 - t0);
-      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute);
-      compute(exit, x, Lt, tb);
-      const float* v = tb[static_cast<size_t>(exit)].data;  // v[o * n + j] for the active row j
+      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute, x.a);
+      scan_block(Lt, x.shape, tb[static_cast<size_t>(sel.a)], t0, c, last, v.data());  // v[o * n + j] for the active row j
       const float bound = last ? std::max(static_cast<float>(t0 - 1), c) : std::min(static_cast<float>(t1), c);
       still.clear();
       for (int64_t j = 0; j < n; ++j) {

@@ -10,7 +10,7 @@
 // when every token-pair node they depend on is element-wise along t (no token window, no
 // normalise): the last (first) index where a condition holds, `max(t: if(P, t, c))`
 // (`min(t: ...)`) with a constant c, scans blocks of t from the end (the start), each row of s until
-// no unseen column can change its values (R-KV's "last partner above the threshold": a few
+// no unseen column can change its values, reading P in place (the select is never materialised) (R-KV's "last partner above the threshold": a few
 // blocks when partners are common, all of them when none is); a sum over s of a value selected at
 // one column per row, `sum(s: if(t == X[s], Y[s, t], 0))` (or `mean`, either side of the `==`),
 // evaluates Y at the points (s, X[s]) only: O(T) pairs instead of O(T^2).

@@ -94,6 +94,30 @@ TEST(PairShortcuts, PointSumEqualsTheTiledEvaluation) {
   }
 }
 
+// The scan reads its condition in place (scan_block): a condition broadcast along t (one value per
+// row of s: every column or none), and an exit that keeps another axis (d: one scan per channel).
+TEST(PairShortcuts, IndexScansOfBroadcastConditionsAndExtraAxesEqualTheTiledEvaluation) {
+  const std::vector<std::string> scans = {
+      "last[s] = max(t: if(u0[s] > 0, INDEX, 3))\nscore[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
+      "last[s] = min(t: if(u0[s] < 0, INDEX, 7))\nscore[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
+      "per[d, s] = max(t: if(u[d, s] * u[d, t] > 0.3, INDEX, 0))\nlast[s] = sum(d: per[d, s])\n"
+      "score[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
+      "per[d, s] = min(t: if(u[d, s] * u[d, t] < -0.4, INDEX, 50))\nlast[s] = sum(d: per[d, s])\n"
+      "score[t] = sum(s: last[s] * 0.001)\n"};
+  for (int T : {1, 33, 100, 257})
+    for (const std::string& scan : scans) {
+      const Keys keys = random_keys(T, 4, 70 + T);
+      std::string f = scan, g = scan;
+      f.replace(f.find("INDEX"), 5, "t");
+      g.replace(g.find("INDEX"), 5, "t * one[t]");
+      const std::string head = kCosine + "u0[t] = sum(d: if(d == 0, u[d, t], 0))\n";
+      const LoweredProgram fast = compiled(head + f), slow = compiled(head + g);
+      ASSERT_EQ(exit_kinds(fast).front(), PairExitKind::IndexScan) << scan;
+      ASSERT_EQ(exit_kinds(slow).front(), PairExitKind::Tiles) << scan;
+      EXPECT_EQ(test::run_on_keys(fast, keys), test::run_on_keys(slow, keys)) << "T " << T << "\n" << scan;
+    }
+}
+
 TEST(PairShortcuts, ExitsThatReadOtherColumnsStayTiled) {
   // normalise and token windows read other columns of t, and the complement form selects every
   // column but one: none of them may take a shortcut.
