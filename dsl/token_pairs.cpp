@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/util/error.h"
+#include "dsl/elementwise.h"
 
 namespace kvevict::dsl::interp {
 namespace {
@@ -174,11 +175,19 @@ struct TileColumns {
   const int64_t* points = nullptr;
 };
 
+// Nodes of a tile that are not computed: the ones a scan reads in place (skip), and one node that
+// is the same array as another (view = view_of: a diagonal select in a tile off the diagonal).
+struct TileShortcuts {
+  std::vector<int> skip;
+  int view = -1, view_of = -1;
+  bool skipped(int j) const { return j == view ? false : std::find(skip.begin(), skip.end(), j) != skip.end(); }
+};
+
 // Loads the tile's leaves (the rows rows[0 .. n) of s, the columns `cols`) into tb and computes
 // the region's nodes under Lt (the layout with s of extent n, t of extent cols.m or 1).
 void compute_tile(const LoweredProgram& p, const Layout& L, const Layout& Lt, const PairRegion& r,
                   const std::vector<bool>& fused, const std::vector<Buf>& bufs, std::vector<Buf>& tb, const int64_t* rows,
-                  const TileColumns& cols, const ComputeNode& compute, int skip = -1) {
+                  const TileColumns& cols, const ComputeNode& compute, const TileShortcuts& sc = {}) {
   BufferPool& pool = buffer_pool();
   const int64_t n = Lt.ext[kS], T = L.ext[kT];
   for (int j : r.leaves) {
@@ -200,8 +209,15 @@ void compute_tile(const LoweredProgram& p, const Layout& L, const Layout& Lt, co
       dst.data = o;
     }
   }
-  for (int j : r.nodes)  // ascending: operands first
-    if (!fused[static_cast<size_t>(j)] && j != skip) compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
+  for (int j : r.nodes) {  // ascending: operands first
+    if (fused[static_cast<size_t>(j)] || sc.skipped(j)) continue;
+    if (j == sc.view) {
+      tb[static_cast<size_t>(j)].shape = p.nodes[static_cast<size_t>(j)].shape;
+      tb[static_cast<size_t>(j)].data = tb[static_cast<size_t>(sc.view_of)].data;
+      continue;
+    }
+    compute(j, p.nodes[static_cast<size_t>(j)], Lt, tb);
+  }
 }
 
 void release_tile(std::vector<Buf>& tb) {
@@ -238,31 +254,99 @@ constexpr int64_t kScanBlock = 32;
 // 18.1 ms against 19.6 ms for 64 and 21.0 ms for 1024 per SmolLM2-shaped head).
 constexpr int64_t kScanTileRows = 256;
 
+// What an index scan reads in place (planned once per exit). The select `if(P, t, c)` is never
+// materialised; when P is a comparison `X op k` (or `k op X`) with a scalar k that no other node of
+// the region reads, neither is P: the scan compares X's values itself. A select `if(s == t, A, Y)`
+// (the self-pair mask), whose condition nothing else reads, is Y itself in a block of columns that
+// holds none of the tile's rows: it is then a view of Y (the same values, so the same bits).
+struct ScanPlan {
+  int tested = -1;     // the node whose values are tested: P, or the compared X
+  int scalar = -1;     // the comparison's scalar operand; -1: the test is P != 0
+  BinaryFn fn = BinaryFn::Ne;
+  bool scalar_left = false;
+  int diagonal = -1, diagonal_cond = -1, diagonal_else = -1;
+};
+
+bool is_comparison(BinaryFn f) {
+  return f == BinaryFn::Gt || f == BinaryFn::Ge || f == BinaryFn::Lt || f == BinaryFn::Le || f == BinaryFn::Eq || f == BinaryFn::Ne;
+}
+
+// How many nodes of the region read node i (an operand read twice by one node counts twice).
+int readers_in_region(const LoweredProgram& p, const PairRegion& r, int i) {
+  int n = 0;
+  for (int j : r.nodes)
+    for (int o : {p.nodes[static_cast<size_t>(j)].a, p.nodes[static_cast<size_t>(j)].b, p.nodes[static_cast<size_t>(j)].c}) n += o == i;
+  return n;
+}
+
+bool is_axis_index(const Node& n, unsigned axis) { return n.op == NodeOp::AxisIndex && n.axes == axis; }
+
+ScanPlan plan_scan(const LoweredProgram& p, const PairRegion& r, const Node& sel) {
+  ScanPlan plan;
+  plan.tested = sel.a;
+  const Node& cond = p.nodes[static_cast<size_t>(sel.a)];
+  if (r.nodes.count(sel.a) && cond.op == NodeOp::Binary && is_comparison(cond.binary) && readers_in_region(p, r, sel.a) == 1)
+    for (bool left : {false, true}) {
+      const int k = left ? cond.a : cond.b, x = left ? cond.b : cond.a;
+      if (p.nodes[static_cast<size_t>(k)].shape != 0 || plan.scalar >= 0) continue;
+      plan = {x, k, cond.binary, left, -1, -1, -1};
+    }
+  for (int j : r.nodes) {
+    const Node& d = p.nodes[static_cast<size_t>(j)];
+    if (d.op != NodeOp::Select || d.shape != p.nodes[static_cast<size_t>(d.c)].shape || j == sel.a) continue;
+    const Node& eq = p.nodes[static_cast<size_t>(d.a)];
+    if (eq.op != NodeOp::Binary || eq.binary != BinaryFn::Eq || readers_in_region(p, r, d.a) != 1) continue;
+    const Node &l = p.nodes[static_cast<size_t>(eq.a)], &rt = p.nodes[static_cast<size_t>(eq.b)];
+    if ((is_axis_index(l, kAxisS) && is_axis_index(rt, kAxisT)) || (is_axis_index(l, kAxisT) && is_axis_index(rt, kAxisS))) {
+      plan.diagonal = j, plan.diagonal_cond = d.a, plan.diagonal_else = d.c;
+      break;
+    }
+  }
+  return plan;
+}
+
 // The exit and its select in one pass over a block of columns [t0, t0 + m): each element of the
-// exit (laid out under Lt, s of the active rows) gets the last (first) column where the condition
-// holds, combined with the constant c when some column of the block does not hold it. That is the
-// set of values `if(P, t, c)` takes in the block, so its max (min) is the tiled one bit for bit:
-// the values are exact integers or c, and max/min of a set does not depend on the order.
-void scan_block(const Layout& Lt, unsigned exit_shape, const Buf& cond, int64_t t0, float c, bool last, float* v) {
+// exit (laid out under Lt, s of the active rows) gets the last (first) column where the test
+// holds, combined with the constant c when some column of the block fails it. That is the set of
+// values `if(P, t, c)` takes in the block, so its max (min) is the tiled one bit for bit: the
+// values are exact integers or c, and max/min of a set does not depend on the order.
+template <class Test>
+void scan_rows(const Layout& Lt, unsigned exit_shape, const Buf& tested, int64_t t0, float c, bool last, float* v, Test test) {
   int64_t cs[kNumAxes], xs[kNumAxes], e[kOuter];
-  Lt.strides(cond.shape, cs);
+  Lt.strides(tested.shape, cs);
   Lt.strides(exit_shape, xs);
   const int64_t rows = Lt.rows(exit_shape, e), m = Lt.ext[kT], step = cs[kT];
   const float none = last ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   for (int64_t row = 0; row < rows; ++row) {
     int64_t k[kOuter];
     row_coordinates(row, e, k);
-    const float* p = cond.data + dot(k, cs);
+    const float* p = tested.data + dot(k, cs);
     int64_t hits = 0, hit = -1;
     if (last) {
-      for (int64_t i = m - 1; i >= 0 && hit < 0; --i) hit = p[i * step] != 0.0f ? i : -1;
+      for (int64_t i = m - 1; i >= 0 && hit < 0; --i) hit = test(p[i * step]) ? i : -1;
     } else {
-      for (int64_t i = 0; i < m && hit < 0; ++i) hit = p[i * step] != 0.0f ? i : -1;
+      for (int64_t i = 0; i < m && hit < 0; ++i) hit = test(p[i * step]) ? i : -1;
     }
-    for (int64_t i = 0; i < m; ++i) hits += p[i * step] != 0.0f;
+    for (int64_t i = 0; i < m; ++i) hits += test(p[i * step]);
     float r = hit >= 0 ? static_cast<float>(t0 + hit) : none;
     if (hits < m) r = last ? std::max(r, c) : std::min(r, c);
     v[dot(k, xs)] = r;
+  }
+}
+
+void scan_block(const Layout& Lt, unsigned exit_shape, const ScanPlan& plan, const std::vector<Buf>& tb, int64_t t0, float c,
+                bool last, float* v) {
+  const Buf& x = tb[static_cast<size_t>(plan.tested)];
+  if (plan.scalar < 0) return scan_rows(Lt, exit_shape, x, t0, c, last, v, [](float y) { return y != 0.0f; });
+  const float k = tb[static_cast<size_t>(plan.scalar)].data[0];
+  switch (plan.fn) {  // one instantiation per comparison, so that the test is inlined
+#define KVEVICT_SCAN_CASE(F)                                                                                                 \
+  case BinaryFn::F:                                                                                                          \
+    if (plan.scalar_left) return scan_rows(Lt, exit_shape, x, t0, c, last, v, [k](float y) { return apply_binary(BinaryFn::F, k, y) != 0.0f; }); \
+    return scan_rows(Lt, exit_shape, x, t0, c, last, v, [k](float y) { return apply_binary(BinaryFn::F, y, k) != 0.0f; });
+    KVEVICT_SCAN_CASE(Gt) KVEVICT_SCAN_CASE(Ge) KVEVICT_SCAN_CASE(Lt) KVEVICT_SCAN_CASE(Le) KVEVICT_SCAN_CASE(Eq) KVEVICT_SCAN_CASE(Ne)
+#undef KVEVICT_SCAN_CASE
+    default: throw RuntimeError("policy program: an index scan planned a test that is not a comparison");
   }
 }
 
@@ -271,6 +355,7 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
   const Node& x = p.nodes[static_cast<size_t>(exit)];
   const Node& sel = p.nodes[static_cast<size_t>(x.a)];  // if(P, t, c): never materialised (scan_block)
   const float c = p.nodes[static_cast<size_t>(sel.c)].value;
+  const ScanPlan plan = plan_scan(p, r, sel);
   const bool last = x.reducer == Reducer::Max;
   const int64_t S = L.ext[kS], T = L.ext[kT], B = std::min(T, kScanBlock);
   const int64_t tile = std::max<int64_t>(1, std::min<int64_t>(kScanTileRows, kPairTileElements / (per_element(p, L, r, fused, x) * B)));
@@ -292,8 +377,15 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
       const int64_t t1 = last ? T - k * B : std::min(T, (k + 1) * B);
       const int64_t n = static_cast<int64_t>(active.size());
       const Layout Lt = tile_layout(L, n, t1 - t0);
-      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute, x.a);
-      scan_block(Lt, x.shape, tb[static_cast<size_t>(sel.a)], t0, c, last, v.data());  // v[o * n + j] for the active row j
+      // Off the diagonal when no active row (ascending) lies in [t0, t1).
+      const auto first_row = std::lower_bound(active.begin(), active.end(), t0);
+      const bool off_diagonal = plan.diagonal >= 0 && (first_row == active.end() || *first_row >= t1);
+      TileShortcuts sc;
+      sc.skip = {x.a};
+      if (plan.scalar >= 0) sc.skip.push_back(sel.a);
+      if (off_diagonal) sc.skip.push_back(plan.diagonal_cond), sc.view = plan.diagonal, sc.view_of = plan.diagonal_else;
+      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute, sc);
+      scan_block(Lt, x.shape, plan, tb, t0, c, last, v.data());  // v[o * n + j] for the active row j
       const float bound = last ? std::max(static_cast<float>(t0 - 1), c) : std::min(static_cast<float>(t1), c);
       still.clear();
       for (int64_t j = 0; j < n; ++j) {

@@ -94,7 +94,10 @@ TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   ColumnRecorder ca, cb;
   folded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), &ca, &a);
   unfolded->forward(std::span<const int>(tokens_.data() + half, tokens_.size() - half), &cb, &b);
-  EXPECT_LT(max_abs_diff(a, b), 1e-5);
+  // Within float rounding, not bit for bit: the folded layer attends both query heads of a group
+  // in one product, the unfolded one each over its own copy, and a BLAS may round the rows of two
+  // products of different shapes differently (OpenBLAS's Zen kernels do: 1.4e-5 on these logits).
+  EXPECT_LT(max_abs_diff(a, b), 1e-4);
   // Column sums: query head h's row is over its own stored head, the same entries as KV head h / G.
   ASSERT_EQ(ca.columns.size(), cb.columns.size());
   for (size_t l = 0; l < ca.columns.size(); ++l)
@@ -105,15 +108,17 @@ TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   for (int step = 0; step < 20; ++step) {
     const std::vector<float> fa = folded->forward(std::span<const int>(&token, 1));
     const std::vector<float> fb = unfolded->forward(std::span<const int>(&token, 1));
-    ASSERT_LT(max_abs_diff(fa, fb), 1e-5) << "step " << step;
+    ASSERT_LT(max_abs_diff(fa, fb), 1e-4) << "step " << step;
     token = argmax(fa);
   }
   for (int l = 0; l < c.n_layers; ++l)
     for (int h = 0; h < c.n_heads; ++h) {
       ASSERT_EQ(unfolded->cache().length(l, h), folded->cache().length(l, h / 2));
-      EXPECT_TRUE(std::equal(unfolded->cache().keys(l, h),
-                             unfolded->cache().keys(l, h) + unfolded->cache().length(l, h) * c.head_dim,
-                             folded->cache().keys(l, h / 2)));
+      const float* k = unfolded->cache().keys(l, h);
+      const int64_t n = int64_t(unfolded->cache().length(l, h)) * c.head_dim;
+      const std::vector<float> ku(k, k + n), kf(folded->cache().keys(l, h / 2), folded->cache().keys(l, h / 2) + n);
+      if (l == 0) EXPECT_EQ(ku, kf) << "layer 0 head " << h;  // computed before any attention: the same bits
+      else EXPECT_LT(max_abs_diff(ku, kf), 1e-4) << "layer " << l << " head " << h;
     }
   unfolded->reset();  // back to one stored head per KV head
   EXPECT_FALSE(unfolded->cache().unfolded());

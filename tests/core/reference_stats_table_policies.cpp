@@ -78,6 +78,12 @@ std::vector<std::vector<int>> lukv_counts(const Table& curve, int L, int H, doub
   return out;
 }
 
+std::vector<double> lukv_scores(const PromptQkv& p, const ModelConfig& c, int l, int kv, const ExpectedAttentionParams& ep) {
+  std::vector<double> mean, cov;
+  query_moments(p, c, l, ep.n_sink, mean, cov);
+  return expected_attention_log_scores(p, c, l, kv, mean, cov, ep);
+}
+
 KeptSets lukv(const PromptQkv& p, const ModelConfig& c, const Table& curve, double ratio, int sink, int window,
               const ExpectedAttentionParams& ep) {
   const std::vector<std::vector<int>> counts = lukv_counts(curve, p.L, p.Hkv, ratio, p.S);

@@ -33,4 +33,8 @@ std::vector<std::vector<int>> lukv_counts(const Table& curve, int L, int H, doub
 KeptSets lukv(const PromptQkv& p, const ModelConfig& c, const Table& curve, double ratio, int sink, int window,
               const ExpectedAttentionParams& ep);
 
+// The score lukv ranks the unprotected positions of (layer l, KV head kv) by:
+// expected_attention_log_scores with the layer's prompt statistics (for near-tie checks).
+std::vector<double> lukv_scores(const PromptQkv& p, const ModelConfig& c, int l, int kv, const ExpectedAttentionParams& ep);
+
 }  // namespace kvevict::reference

@@ -95,7 +95,8 @@ TEST(PairShortcuts, PointSumEqualsTheTiledEvaluation) {
 }
 
 // The scan reads its condition in place (scan_block): a condition broadcast along t (one value per
-// row of s: every column or none), and an exit that keeps another axis (d: one scan per channel).
+// row of s: every column or none), an exit that keeps another axis (d: one scan per channel), a
+// comparison with the scalar on either side, and the self-pair mask (a view off the diagonal).
 TEST(PairShortcuts, IndexScansOfBroadcastConditionsAndExtraAxesEqualTheTiledEvaluation) {
   const std::vector<std::string> scans = {
       "last[s] = max(t: if(u0[s] > 0, INDEX, 3))\nscore[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
@@ -103,6 +104,10 @@ TEST(PairShortcuts, IndexScansOfBroadcastConditionsAndExtraAxesEqualTheTiledEval
       "per[d, s] = max(t: if(u[d, s] * u[d, t] > 0.3, INDEX, 0))\nlast[s] = sum(d: per[d, s])\n"
       "score[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
       "per[d, s] = min(t: if(u[d, s] * u[d, t] < -0.4, INDEX, 50))\nlast[s] = sum(d: per[d, s])\n"
+      "score[t] = sum(s: last[s] * 0.001)\n",
+      // The scalar on the left of the comparison, and the self-pair mask written t == s.
+      "last[s] = max(t: if(0.5 < c[s, t], INDEX, 0))\nscore[t] = mean(s: if(t == last[s], 1, 0)) + sum(s: last[s] * 0.001)\n",
+      "e[s, t] = if(t == s, 0, sum(d: u[d, s] * u[d, t]))\nlast[s] = min(t: if(0.2 >= e[s, t], INDEX, 9))\n"
       "score[t] = sum(s: last[s] * 0.001)\n"};
   for (int T : {1, 33, 100, 257})
     for (const std::string& scan : scans) {
