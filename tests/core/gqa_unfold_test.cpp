@@ -98,10 +98,11 @@ TEST_F(Stories, UnfoldedCacheGivesTheFoldedLogitsWhenNothingIsEvicted) {
   // in one product, the unfolded one each over its own copy, and a BLAS may round the rows of two
   // products of different shapes differently (OpenBLAS's Zen kernels do: 1.4e-5 on these logits).
   EXPECT_LT(max_abs_diff(a, b), 1e-4);
-  // Column sums: query head h's row is over its own stored head, the same entries as KV head h / G.
+  // Column sums (of up to ~100 probabilities; the same rounding latitude): query head h's row is
+  // over its own stored head, the same entries as KV head h / G.
   ASSERT_EQ(ca.columns.size(), cb.columns.size());
   for (size_t l = 0; l < ca.columns.size(); ++l)
-    for (int h = 0; h < c.n_heads; ++h) EXPECT_LT(max_abs_diff(ca.columns[l][h], cb.columns[l][h]), 1e-5) << l << " " << h;
+    for (int h = 0; h < c.n_heads; ++h) EXPECT_LT(max_abs_diff(ca.columns[l][h], cb.columns[l][h]), 1e-4) << l << " " << h;
   EXPECT_EQ(unfolded->cache().total_entries(), 2 * folded->cache().total_entries());
   // ... then one token at a time (decode chunks); each append lands in both copies.
   int token = argmax(std::vector<float>(a.end() - c.vocab_size, a.end()));
