@@ -164,7 +164,7 @@ bool columnwise(const LoweredProgram& p, const PairRegion& r) {
   return true;
 }
 
-bool is_t_index(const Node& n) { return n.op == NodeOp::AxisIndex && n.axes == kAxisT; }
+bool is_axis_index(const Node& n, unsigned axis) { return n.op == NodeOp::AxisIndex && n.axes == axis; }
 
 // The columns a tile covers: a block [t0, t0 + m) of t, or (points) one column per row of s,
 // points[i] for the tile's row i. Points evaluate a columnwise region with t of extent 1: each
@@ -180,7 +180,7 @@ struct TileColumns {
 struct TileShortcuts {
   std::vector<int> skip;
   int view = -1, view_of = -1;
-  bool skipped(int j) const { return j == view ? false : std::find(skip.begin(), skip.end(), j) != skip.end(); }
+  bool skipped(int j) const { return std::find(skip.begin(), skip.end(), j) != skip.end(); }
 };
 
 // Loads the tile's leaves (the rows rows[0 .. n) of s, the columns `cols`) into tb and computes
@@ -279,8 +279,6 @@ int readers_in_region(const LoweredProgram& p, const PairRegion& r, int i) {
   return n;
 }
 
-bool is_axis_index(const Node& n, unsigned axis) { return n.op == NodeOp::AxisIndex && n.axes == axis; }
-
 ScanPlan plan_scan(const LoweredProgram& p, const PairRegion& r, const Node& sel) {
   ScanPlan plan;
   plan.tested = sel.a;
@@ -288,12 +286,14 @@ ScanPlan plan_scan(const LoweredProgram& p, const PairRegion& r, const Node& sel
   if (r.nodes.count(sel.a) && cond.op == NodeOp::Binary && is_comparison(cond.binary) && readers_in_region(p, r, sel.a) == 1)
     for (bool left : {false, true}) {
       const int k = left ? cond.a : cond.b, x = left ? cond.b : cond.a;
-      if (p.nodes[static_cast<size_t>(k)].shape != 0 || plan.scalar >= 0) continue;
-      plan = {x, k, cond.binary, left, -1, -1, -1};
+      if (p.nodes[static_cast<size_t>(k)].shape == 0) {
+        plan = {x, k, cond.binary, left, -1, -1, -1};
+        break;
+      }
     }
   for (int j : r.nodes) {
     const Node& d = p.nodes[static_cast<size_t>(j)];
-    if (d.op != NodeOp::Select || d.shape != p.nodes[static_cast<size_t>(d.c)].shape || j == sel.a) continue;
+    if (d.op != NodeOp::Select || d.shape != p.nodes[static_cast<size_t>(d.c)].shape) continue;
     const Node& eq = p.nodes[static_cast<size_t>(d.a)];
     if (eq.op != NodeOp::Binary || eq.binary != BinaryFn::Eq || readers_in_region(p, r, d.a) != 1) continue;
     const Node &l = p.nodes[static_cast<size_t>(eq.a)], &rt = p.nodes[static_cast<size_t>(eq.b)];
@@ -369,6 +369,16 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
   std::vector<Buf> tb(p.nodes.size());
   std::vector<int64_t> active, still;
   std::vector<float> v(static_cast<size_t>(outer * tile));
+  // What each block skips: the select (and the comparison the scan makes itself); off the
+  // diagonal also the self-pair condition, its select a view.
+  TileShortcuts on_diagonal;
+  on_diagonal.skip = {x.a};
+  if (plan.scalar >= 0) on_diagonal.skip.push_back(sel.a);
+  TileShortcuts off_diagonal = on_diagonal;
+  if (plan.diagonal >= 0) {
+    off_diagonal.skip.push_back(plan.diagonal_cond);
+    off_diagonal.view = plan.diagonal, off_diagonal.view_of = plan.diagonal_else;
+  }
   for (int64_t s0 = 0; s0 < S; s0 += tile) {
     active.resize(static_cast<size_t>(std::min(tile, S - s0)));
     for (size_t i = 0; i < active.size(); ++i) active[i] = s0 + static_cast<int64_t>(i);
@@ -379,12 +389,8 @@ void evaluate_index_scan(const LoweredProgram& p, const Layout& L, int exit, con
       const Layout Lt = tile_layout(L, n, t1 - t0);
       // Off the diagonal when no active row (ascending) lies in [t0, t1).
       const auto first_row = std::lower_bound(active.begin(), active.end(), t0);
-      const bool off_diagonal = plan.diagonal >= 0 && (first_row == active.end() || *first_row >= t1);
-      TileShortcuts sc;
-      sc.skip = {x.a};
-      if (plan.scalar >= 0) sc.skip.push_back(sel.a);
-      if (off_diagonal) sc.skip.push_back(plan.diagonal_cond), sc.view = plan.diagonal, sc.view_of = plan.diagonal_else;
-      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute, sc);
+      const bool off = first_row == active.end() || *first_row >= t1;
+      compute_tile(p, L, Lt, r, fused, bufs, tb, active.data(), {t0, t1 - t0, nullptr}, compute, off ? off_diagonal : on_diagonal);
       scan_block(Lt, x.shape, plan, tb, t0, c, last, v.data());  // v[o * n + j] for the active row j
       const float bound = last ? std::max(static_cast<float>(t0 - 1), c) : std::min(static_cast<float>(t1), c);
       still.clear();
@@ -451,7 +457,7 @@ int point_sum_index(const LoweredProgram& p, const Node& x) {
   const Node& cond = p.nodes[static_cast<size_t>(sel.a)];
   if (zero.op != NodeOp::Const || zero.value != 0.0f || cond.op != NodeOp::Binary || cond.binary != BinaryFn::Eq) return -1;
   for (auto [i, j] : {std::pair{cond.a, cond.b}, std::pair{cond.b, cond.a}})
-    if (is_t_index(p.nodes[static_cast<size_t>(i)]) && p.nodes[static_cast<size_t>(j)].shape == kAxisS) return j;
+    if (is_axis_index(p.nodes[static_cast<size_t>(i)], kAxisT) && p.nodes[static_cast<size_t>(j)].shape == kAxisS) return j;
   return -1;
 }
 
@@ -461,7 +467,7 @@ bool is_index_scan(const LoweredProgram& p, const Node& x) {
   const Node& sel = p.nodes[static_cast<size_t>(x.a)];
   if (sel.op != NodeOp::Select) return false;
   const Node& other = p.nodes[static_cast<size_t>(sel.c)];
-  return is_t_index(p.nodes[static_cast<size_t>(sel.b)]) && other.op == NodeOp::Const && !std::isnan(other.value) &&
+  return is_axis_index(p.nodes[static_cast<size_t>(sel.b)], kAxisT) && other.op == NodeOp::Const && !std::isnan(other.value) &&
          !(other.value == 0.0f && std::signbit(other.value));
 }
 
