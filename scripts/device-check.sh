@@ -7,10 +7,13 @@
 #   3. runs the GPU tests (every test binary; GPU tests no longer skip here) and the GPU benchmarks
 #   3b. when the toolkit has compute-sanitizer: the GPU tests again under its memcheck tool (any
 #      out-of-bounds or misaligned device access, or a leak of device memory, fails the step)
-#   4. prints a summary table; logs go to $OUT (when set) or device-check-out/
+#   4. prints a summary table (and summary.json); logs go to $OUT (when set) or device-check-out/
+# The correctness verdict (verdict.txt) is written after the tests and before any benchmark.
 #
-# Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick]
+# Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick] [--budget SECONDS]
 #   --quick: only the jit tests and bench_jit (when device time is short)
+#   --budget: wall seconds for the whole script (default 540); the benchmarks get what the build and
+#     the tests leave, and are cut (with a note) rather than overrun it
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 
@@ -18,11 +21,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs="$root/.device-debs"
 jobs="$(nproc 2>/dev/null || echo 4)"
 quick=0
+budget=540  # seconds from the start: a 15-minute lease holds the machine's start and a second run
 while (( $# )); do
   case "$1" in
     --debs) debs="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
+    --budget) budget="$2"; shift 2 ;;
     *) echo "device-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -122,17 +127,22 @@ else
 fi
 
 # ---- 3. GPU checks -------------------------------------------------------------------------------
+# The GPU tests first (every test whose name says it needs a device: Gpu, Cuda, OnTheDevice), then
+# the correctness verdict is written ($out/verdict.txt) BEFORE any benchmark runs, so a lease cut
+# short during the benchmarks still leaves the verdict. The rest of the suite (CPU tests, CI's job)
+# runs afterwards through ctest, in parallel, only while time is left.
 kvevict="$build/kvevict"
 [[ -x "$kvevict" ]] && step "kvevict devices --device cuda" "$out/devices.log" "$kvevict" devices --device cuda
 export KVEVICT_CACHE_DIR="$build/kernel-cache"
+gpu_filter='*Gpu*:*Cuda*:*OnTheDevice*:*DeviceKv*'
 for binary in "$build"/tests/kvevict_*_tests; do
   [[ -x "$binary" ]] || continue
   name="$(basename "$binary")"
   if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
-  # Every test runs: the GPU tests are part of them and skip only without a device.
-  step "$name" "$out/$name.log" "$binary" --gtest_brief=1 --gtest_output="xml:$out/$name.xml"
+  # A binary with no GPU test prints "0 tests"; every GPU test must run, none may skip here.
+  step "$name (GPU tests)" "$out/$name.log" "$binary" --gtest_brief=1 --gtest_filter="$gpu_filter" --gtest_output="xml:$out/$name.xml"
   skipped=$(grep -o 'result="skipped"' "$out/$name.xml" 2>/dev/null | wc -l)
-  (( skipped > 0 )) && record "  $name skipped" note 0 "$skipped skipped (see log)"
+  (( skipped > 0 )) && record "  $name skipped" note 0 "$skipped GPU tests skipped (see log: a missing model, or no device)"
 done
 # ---- 3b. the GPU tests under compute-sanitizer (memcheck) ------------------------------------------
 # Only the tests that launch kernels (the rest gain nothing and are slow under the tool); the test
@@ -142,24 +152,41 @@ sanitizer="$(command -v compute-sanitizer || true)"
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
     [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
-    [kvevict_core_tests]='CudaDecoder.*'
+    [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*'
   )
   for name in kvevict_jit_tests kvevict_core_tests; do
     binary="$build/tests/$name"
     [[ -x "$binary" ]] || continue
     if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
     step "compute-sanitizer memcheck: $name" "$out/$name.memcheck.log" \
-      "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 \
+      timeout 240 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 \
       "$binary" --gtest_brief=1 --gtest_filter="${gpu_filters[$name]}"
   done
 else
   record "compute-sanitizer" note 0 "not in the toolkit on this machine: memcheck step skipped"
 fi
 
-for bench in "$build"/bench/bench_jit "$build"/bench/bench_*gpu* "$build"/bench/bench_*cuda*; do
+# ---- 3c. the verdict, before any benchmark ---------------------------------------------------------
+if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
+echo "correctness verdict: $verdict (after $SECONDS s)" | tee "$out/verdict.txt"
+
+# ---- 3d. benchmarks, within what is left of the budget ---------------------------------------------
+left() { echo $(( budget - SECONDS )); }
+if [[ -x "$build/bench/bench_gpu_decode" ]] && (( $(left) > 60 )); then
+  limit=$(( $(left) - 45 ))
+  step "bench_gpu_decode (limit ${limit} s)" "$out/bench_gpu_decode.log" \
+    timeout $(( limit + 30 )) "$build/bench/bench_gpu_decode" --time-limit "$limit" --json "$out/bench_gpu_decode.json"
+fi
+for bench in "$build"/bench/bench_jit "$build"/bench/bench_*cuda*; do
   [[ -x "$bench" ]] || continue
-  step "$(basename "$bench")" "$out/$(basename "$bench").log" "$bench"
+  (( $(left) > 30 )) || { record "$(basename "$bench")" note 0 "not run: the time budget is spent"; continue; }
+  step "$(basename "$bench")" "$out/$(basename "$bench").log" timeout $(( $(left) - 10 )) "$bench"
 done
+# The CPU suite on the CUDA build (CI runs it without CUDA): only with time to spare.
+if (( ! quick && $(left) > 90 )); then
+  step "ctest (the rest, -j $jobs)" "$out/ctest.log" \
+    timeout $(( $(left) - 20 )) ctest --test-dir "$build" -j "$jobs" -E 'Gpu|Cuda|OnTheDevice|DeviceKv' --timeout 300
+fi
 
 # ---- 4. summary ----------------------------------------------------------------------------------
 echo
@@ -177,5 +204,24 @@ for log in "$out"/kvevict_*_tests.log; do
   [[ -f "$log" ]] || continue
   grep -h "max relative error" "$log" | sed 's/^/  /'
 done
-echo "logs: $out"
+if [[ -f "$out/bench_gpu_decode.log" ]]; then
+  echo
+  echo "---- bench_gpu_decode figures ----"
+  grep -vE "^(bench_gpu_decode:|model loaded)" "$out/bench_gpu_decode.log"
+fi
+# One JSON object: the steps, the verdict, and the decode benchmark's runs when it wrote them.
+python3 - "$summary" "$out" "$verdict" <<'PY' || echo "device-check: summary.json not written"
+import json, os, sys
+summary, out, verdict = sys.argv[1], sys.argv[2], sys.argv[3]
+steps = []
+for line in open(summary):
+    name, status, seconds, note = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
+    steps.append({"step": name.strip(), "status": status, "seconds": int(seconds or 0), "note": note})
+result = {"verdict": verdict, "steps": steps}
+bench = os.path.join(out, "bench_gpu_decode.json")
+if os.path.exists(bench):
+    result["bench_gpu_decode"] = json.load(open(bench))
+json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=2)
+PY
+echo "logs: $out (summary.json, verdict.txt)"
 (( failures == 0 ))

@@ -49,11 +49,19 @@ ModelConfig synthetic_config(const std::string& name) {
     c.n_layers = 32, c.dim = 4096, c.n_heads = 32, c.n_kv_heads = 8, c.head_dim = 128, c.hidden_dim = 14336;
     c.vocab_size = 128256, c.context_length = 8192, c.rope_theta = 500000.0f;
     c.tied_embeddings = false;
+  } else if (name == "llama3.1-8b") {
+    // Llama-3.1-8B: llama-8b's geometry with a 128K context through llama3 RoPE scaling (factor 8,
+    // as its config.json declares); the geometry CAKE's and issue 10's 128K figures use.
+    c = synthetic_config("llama-8b");
+    c.name = "synthetic:" + name;
+    c.context_length = 131072;
+    c.rope_scaling = {.type = "llama3", .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                      .original_max_position = 8192};
   } else if (name == "tiny") {
     c.n_layers = 2, c.dim = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 96;
     c.vocab_size = 320, c.context_length = 1024, c.rope_theta = 10000.0f;
   } else {
-    throw UsageError("unknown synthetic model '" + name + "' (known: smollm2-135m, llama-8b, tiny)");
+    throw UsageError("unknown synthetic model '" + name + "' (known: smollm2-135m, llama-8b, llama3.1-8b, tiny)");
   }
   return c;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Models with seeded random weights, for tests and benchmarks. Named geometries (spec
-// "synthetic:NAME[:seed]"): smollm2-135m, llama-8b, tiny. Weights are drawn uniformly with a
+// "synthetic:NAME[:seed]"): smollm2-135m, llama-8b, llama3.1-8b (128K context), tiny. Weights are drawn uniformly with a
 // 1/sqrt(fan-in) scale so activations stay O(1) through the layers; the tokenizer is byte-level
 // (ids 0-255 are bytes, then BOS and EOS).
 #include <cstdint>

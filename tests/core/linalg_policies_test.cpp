@@ -133,11 +133,22 @@ TEST_F(LinalgPolicies, CompactorKeepsTheReferenceSet) {
       {{{"chunk_size", "50"}, {"blending", "1"}}, {8, 4, 50, 48, 1.0, 0}, 60},                   // several chunks
       {{{"sketch_dimension", "4"}, {"sink_size_start", "2"}, {"sink_size_end", "0"}}, {2, 0, 256, 4, 0.35, 0}, 40},
   };
+  // Near-ties only (test::expect_same_kept_up_to_ties): the blend is a sum of two z-scores, each a
+  // float computation in the engine (the leverage through a float sketch and Cholesky, the
+  // attention through float logits), so two positions whose reference scores lie within 1e-4 of
+  // each other may rank either way; one such pair fell the other way in CI (sketch 4, layer 2).
+  // 1e-4 relative to scores of order 1 is ~1000 float ulps of the z-scored terms, still far below
+  // the gaps between distinct positions' scores that decide the other kept entries.
+  int swaps = 0;
   for (const Case& c : cases) {
     std::string what = "compactor budget=" + std::to_string(c.budget);
     for (const auto& [k, v] : c.set) what += " " + k + "=" + v;
-    EXPECT_GT(expect_same(prefill("compactor", c.set, c.budget), reference::compactor(*data_, c.budget, c.cp), what), 0);
+    EXPECT_GT(test::expect_same_kept_up_to_ties(
+                  prefill("compactor", c.set, c.budget), reference::compactor(*data_, c.budget, c.cp), S(),
+                  [&](int l, int kv) { return reference::compactor_scores(*data_, l, kv, c.cp); }, 1e-4, what, &swaps),
+              0);
   }
+  RecordProperty("near_tie_swaps", swaps);
   // Both terms matter: without the leverage (blending 0) or with a large blend, other sets.
   EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 0.0, 0}));
   EXPECT_NE(reference::compactor(*data_, 40, {}), reference::compactor(*data_, 40, {8, 4, 256, 48, 50.0, 0}));

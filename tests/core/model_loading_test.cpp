@@ -117,6 +117,15 @@ TEST(SyntheticModels, NamedGeometries) {
   EXPECT_EQ(big.hidden_dim, 14336);
   EXPECT_EQ(big.vocab_size, 128256);
   EXPECT_FLOAT_EQ(big.rope_theta, 5e5f);
+  EXPECT_EQ(big.context_length, 8192);
+  const ModelConfig long_ctx = synthetic_config("llama3.1-8b");  // the same geometry, 128K through llama3 RoPE
+  EXPECT_EQ(long_ctx.n_layers, big.n_layers);
+  EXPECT_EQ(long_ctx.kv_dim(), big.kv_dim());
+  EXPECT_EQ(long_ctx.hidden_dim, big.hidden_dim);
+  EXPECT_EQ(long_ctx.context_length, 131072);
+  EXPECT_EQ(long_ctx.rope_scaling.type, "llama3");
+  EXPECT_FLOAT_EQ(long_ctx.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(long_ctx.name, "synthetic:llama3.1-8b");
   EXPECT_THROW(synthetic_config("nope"), UsageError);
   EXPECT_THROW(make_synthetic_model("synthetic:tiny:abc"), UsageError);
 }

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <span>
 #include <stdexcept>
+#include <utility>
 
 #include "core/decode/decoder.h"
 #include "core/decode/rope.h"
@@ -144,50 +145,61 @@ KeptSets leverage(const LinalgPrompt& p, int budget, int sketch, uint64_t seed) 
   return out;
 }
 
-KeptSets compactor(const LinalgPrompt& p, int budget, const CompactorParams& cp) {
+namespace {
+// The unprotected span [lo, hi) of CompactorPress: `start` sinks before it, `end` recent after.
+std::pair<int, int> compactor_span(const LinalgPrompt& p, const CompactorParams& cp) {
   const int lo = std::min(cp.start, p.S), hi = std::max(lo, p.S - cp.end);
+  return {lo, hi};
+}
+}  // namespace
+
+std::vector<double> compactor_scores(const LinalgPrompt& p, int l, int kv, const CompactorParams& cp) {
+  const auto [lo, hi] = compactor_span(p, cp);
+  std::vector<double> lev = leverage_scores(p, l, kv, cp.sketch, cp.seed, lo, hi);
+  z_score(lev, lo, hi);
+  // Non-causal chunked attention (unscaled logits), summed over each chunk's queries, group mean.
+  std::vector<double> a(p.S, 0.0);
+  for (int g = 0; g < p.G; ++g) {
+    const int qh = kv * p.G + g;
+    for (int c0 = 0; c0 < p.S; c0 += cp.chunk) {
+      const int c1 = std::min(p.S, c0 + cp.chunk);
+      for (int i = c0; i < c1; ++i) {
+        const float* q = p.q[l].data() + (static_cast<size_t>(i) * p.Hq + qh) * p.d;
+        std::vector<double> logit(c1 - c0);
+        double mx = -INFINITY, z = 0;
+        for (int j = c0; j < c1; ++j) {
+          double s = 0;
+          for (int e = 0; e < p.d; ++e) s += static_cast<double>(q[e]) * row(p.k[l][kv], j, p.d)[e];
+          mx = std::max(mx, logit[j - c0] = s);
+        }
+        for (double& x : logit) z += (x = std::exp(x - mx));
+        for (int j = c0; j < c1; ++j) a[j] += logit[j - c0] / z / p.G;
+      }
+    }
+  }
+  std::vector<double> att(p.S, 0.0);
+  for (int t = lo; t < hi; ++t) {
+    double vn = 0;
+    for (int e = 0; e < p.d; ++e) vn += static_cast<double>(row(p.v[l][kv], t, p.d)[e]) * row(p.v[l][kv], t, p.d)[e];
+    a[t] *= std::sqrt(vn);
+  }
+  for (int t = lo; t < hi; ++t) {  // avg_pool1d(3, padding 1) over the unprotected span
+    for (int j = std::max(lo, t - 1); j <= std::min(hi - 1, t + 1); ++j) att[t] += a[j];
+    att[t] /= 3;
+  }
+  z_score(att, lo, hi);
+  std::vector<double> score(p.S, 0.0);
+  for (int t = lo; t < hi; ++t) score[t] = cp.blending * lev[t] + att[t];
+  return score;
+}
+
+KeptSets compactor(const LinalgPrompt& p, int budget, const CompactorParams& cp) {
+  const auto [lo, hi] = compactor_span(p, cp);
   std::vector<bool> is_protected(p.S, true);
   for (int t = lo; t < hi; ++t) is_protected[t] = false;
   KeptSets out(p.L);
   for (int l = 0; l < p.L; ++l)
-    for (int kv = 0; kv < p.Hkv; ++kv) {
-      std::vector<double> lev = leverage_scores(p, l, kv, cp.sketch, cp.seed, lo, hi);
-      z_score(lev, lo, hi);
-      // Non-causal chunked attention (unscaled logits), summed over each chunk's queries, group mean.
-      std::vector<double> a(p.S, 0.0);
-      for (int g = 0; g < p.G; ++g) {
-        const int qh = kv * p.G + g;
-        for (int c0 = 0; c0 < p.S; c0 += cp.chunk) {
-          const int c1 = std::min(p.S, c0 + cp.chunk);
-          for (int i = c0; i < c1; ++i) {
-            const float* q = p.q[l].data() + (static_cast<size_t>(i) * p.Hq + qh) * p.d;
-            std::vector<double> logit(c1 - c0);
-            double mx = -INFINITY, z = 0;
-            for (int j = c0; j < c1; ++j) {
-              double s = 0;
-              for (int e = 0; e < p.d; ++e) s += static_cast<double>(q[e]) * row(p.k[l][kv], j, p.d)[e];
-              mx = std::max(mx, logit[j - c0] = s);
-            }
-            for (double& x : logit) z += (x = std::exp(x - mx));
-            for (int j = c0; j < c1; ++j) a[j] += logit[j - c0] / z / p.G;
-          }
-        }
-      }
-      std::vector<double> att(p.S, 0.0);
-      for (int t = lo; t < hi; ++t) {
-        double vn = 0;
-        for (int e = 0; e < p.d; ++e) vn += static_cast<double>(row(p.v[l][kv], t, p.d)[e]) * row(p.v[l][kv], t, p.d)[e];
-        a[t] *= std::sqrt(vn);
-      }
-      for (int t = lo; t < hi; ++t) {  // avg_pool1d(3, padding 1) over the unprotected span
-        for (int j = std::max(lo, t - 1); j <= std::min(hi - 1, t + 1); ++j) att[t] += a[j];
-        att[t] /= 3;
-      }
-      z_score(att, lo, hi);
-      std::vector<double> score(p.S, 0.0);
-      for (int t = lo; t < hi; ++t) score[t] = cp.blending * lev[t] + att[t];
-      out[l].push_back(keep(score, budget, is_protected));
-    }
+    for (int kv = 0; kv < p.Hkv; ++kv) out[l].push_back(keep(compactor_scores(p, l, kv, cp), budget, is_protected));
   return out;
 }
 

@@ -44,6 +44,8 @@ struct CompactorParams {
   double blending = 0.35;
   uint64_t seed = 0;
 };
+// The blended score of every position of (layer l, KV head kv); 0 at the protected positions.
+std::vector<double> compactor_scores(const LinalgPrompt& p, int l, int kv, const CompactorParams& cp);
 KeptSets compactor(const LinalgPrompt& p, int budget, const CompactorParams& cp);
 
 // CapPress: mu_h = the averaged future RoPE (positions S .. S + future - 1) of the mean pre-RoPE
