@@ -116,45 +116,51 @@ KVEVICT_HOST_DEVICE inline int device_kv_compact_chunks(const DeviceKvCompactArg
   return (a.heads[block].moves + a.chunk_rows - 1) / a.chunk_rows;
 }
 
+// Chunk `chunk` of block `block`: its first move, its moves and their words (per array).
+struct DeviceKvChunk {
+  int m0, rows, words;
+};
+KVEVICT_HOST_DEVICE inline DeviceKvChunk device_kv_chunk(const DeviceKvCompactArgs& a, int block, int chunk) {
+  const int m0 = chunk * a.chunk_rows, left = a.heads[block].moves - m0;
+  const int rows = left < a.chunk_rows ? left : a.chunk_rows;
+  return {m0, rows, rows * a.row_words};
+}
+
 // Thread `thread` of block `block` (listed head) reads its share of chunk `chunk` into r. A move
 // whose source is its destination is skipped (no read, no write).
 KVEVICT_HOST_DEVICE inline void device_kv_compact_load(const DeviceKvCompactArgs& a, int block, int chunk, int thread,
                                                        DeviceKvCompactRegs& r) {
   const DeviceKvCompactHead& hd = a.heads[block];
-  const int m0 = chunk * a.chunk_rows;
-  const int rows = hd.moves - m0 < a.chunk_rows ? hd.moves - m0 : a.chunk_rows;
-  const int words = rows * a.row_words;
+  const DeviceKvChunk k = device_kv_chunk(a, block, chunk);
   for (int s = 0; s < kDeviceKvWordsPerThread; ++s) {
     const int w = thread + s * kDeviceKvCompactThreads;
-    if (w >= words) break;
+    if (w >= k.words) break;
     const int j = w / a.row_words, c = w % a.row_words;
-    const int32_t src = a.src_rows[hd.list_offset + m0 + j];
-    if (src == hd.first + m0 + j) continue;
+    const int32_t src = a.src_rows[hd.list_offset + k.m0 + j];
+    if (src == hd.first + k.m0 + j) continue;
     const size_t at = static_cast<size_t>(hd.base_row + src) * a.row_words + c;
     r.key[s] = a.key_arena[at];
     r.value[s] = a.value_arena[at];
   }
-  if (thread < rows) r.position = a.positions[hd.base_row + a.src_rows[hd.list_offset + m0 + thread]];
+  if (thread < k.rows) r.position = a.positions[hd.base_row + a.src_rows[hd.list_offset + k.m0 + thread]];
 }
 
 // The same thread writes what it loaded to the chunk's destination rows.
 KVEVICT_HOST_DEVICE inline void device_kv_compact_store(const DeviceKvCompactArgs& a, int block, int chunk, int thread,
                                                         const DeviceKvCompactRegs& r) {
   const DeviceKvCompactHead& hd = a.heads[block];
-  const int m0 = chunk * a.chunk_rows;
-  const int rows = hd.moves - m0 < a.chunk_rows ? hd.moves - m0 : a.chunk_rows;
-  const int words = rows * a.row_words;
+  const DeviceKvChunk k = device_kv_chunk(a, block, chunk);
   for (int s = 0; s < kDeviceKvWordsPerThread; ++s) {
     const int w = thread + s * kDeviceKvCompactThreads;
-    if (w >= words) break;
+    if (w >= k.words) break;
     const int j = w / a.row_words, c = w % a.row_words;
-    const int32_t dst = hd.first + m0 + j;
-    if (a.src_rows[hd.list_offset + m0 + j] == dst) continue;
+    const int32_t dst = hd.first + k.m0 + j;
+    if (a.src_rows[hd.list_offset + k.m0 + j] == dst) continue;
     const size_t at = static_cast<size_t>(hd.base_row + dst) * a.row_words + c;
     a.key_arena[at] = r.key[s];
     a.value_arena[at] = r.value[s];
   }
-  if (thread < rows) a.positions[hd.base_row + hd.first + m0 + thread] = r.position;
+  if (thread < k.rows) a.positions[hd.base_row + hd.first + k.m0 + thread] = r.position;
 }
 
 }  // namespace kvevict

@@ -212,6 +212,37 @@ void DeviceKvLayout::set_layer(int layer, DeviceKvLayerLayout layout) {
   layers_[static_cast<size_t>(layer)] = std::move(layout);
 }
 
+void DeviceKvLayout::check_block(int n, int64_t src_stride) const {
+  if (n <= 0) throw std::invalid_argument("device KV append: a block needs at least one token");
+  if (src_stride < static_cast<int64_t>(geometry_.n_heads) * geometry_.head_dim) {
+    throw std::invalid_argument("device KV append: source stride " + std::to_string(src_stride) +
+                                " shorter than a token's heads");
+  }
+}
+
+DeviceKvAppendArgs DeviceKvLayout::append_args(int layer, int n, const float* keys, const float* values,
+                                               int64_t src_stride, std::span<const int32_t> first_positions) const {
+  check_block(n, src_stride);
+  DeviceKvAppendArgs args;
+  plan_append(this->layer(layer), n, first_positions, args);
+  args.keys = keys;
+  args.values = values;
+  args.src_stride = src_stride;
+  args.head_dim = geometry_.head_dim;
+  args.type = geometry_.type;
+  return args;
+}
+
+DeviceKvCompactArgs DeviceKvLayout::compact_args(const DeviceKvCompactionPlan& plan, const int32_t* src_rows) const {
+  DeviceKvCompactArgs args;
+  args.src_rows = src_rows;
+  args.row_words = geometry_.row_words();
+  args.chunk_rows = device_kv_chunk_rows(args.row_words);
+  args.n_heads = static_cast<int>(plan.heads.size());
+  std::copy(plan.heads.begin(), plan.heads.end(), args.heads);
+  return args;
+}
+
 void DeviceKvLayout::commit_append(int layer, int n) {
   this->layer(layer);
   for (DeviceKvRegion& r : layers_[static_cast<size_t>(layer)].heads) {

@@ -127,6 +127,16 @@ class DeviceKvLayout {
   std::optional<DeviceKvLayerLayout> layout_for_lengths(int layer, std::span<const int64_t> lengths) const;
   // Adopts `layout` for `layer` (after its arenas were relocated to it).
   void set_layer(int layer, DeviceKvLayerLayout layout);
+  // Refuses (std::invalid_argument) a block of n < 1 tokens or a source stride shorter than a
+  // token's heads, before anything changes.
+  void check_block(int n, int64_t src_stride) const;
+  // The append kernel's arguments for a block landing in the layer as it is now (reserve first):
+  // plan_append plus the sources and shape; the caller sets the arenas.
+  DeviceKvAppendArgs append_args(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+                                 std::span<const int32_t> first_positions) const;
+  // The compaction kernel's arguments for `plan`, its source rows at `src_rows` (host or device,
+  // wherever the kernel runs); the caller sets the arenas.
+  DeviceKvCompactArgs compact_args(const DeviceKvCompactionPlan& plan, const int32_t* src_rows) const;
   void commit_append(int layer, int n);
   void commit_compaction(int layer, const DeviceKvCompactionPlan& plan);
   // Every layer with capacities equal to lengths: the layout of a snapshot.

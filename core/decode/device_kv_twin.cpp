@@ -46,22 +46,13 @@ void DeviceKvTwin::relocate(int layer, DeviceKvLayerLayout to) {
 
 void DeviceKvTwin::append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                           std::span<const int32_t> first_positions) {
-  const DeviceKvGeometry& g = layout_.geometry();
-  if (src_stride < static_cast<int64_t>(g.n_heads) * g.head_dim) {
-    throw std::invalid_argument("device KV append: source stride shorter than a token's heads");
-  }
+  layout_.check_block(n, src_stride);
   if (auto grown = layout_.layout_for_append(layer, n)) relocate(layer, std::move(*grown));
-  DeviceKvAppendArgs args;
-  plan_append(layout_.layer(layer), n, first_positions, args);
+  DeviceKvAppendArgs args = layout_.append_args(layer, n, keys, values, src_stride, first_positions);
   Arenas& a = arenas_[static_cast<size_t>(layer)];
-  args.keys = keys;
-  args.values = values;
-  args.src_stride = src_stride;
   args.key_arena = a.keys.data();
   args.value_arena = a.values.data();
   args.positions = a.positions.data();
-  args.head_dim = g.head_dim;
-  args.type = g.type;
   const size_t count = device_kv_append_elements(args);
   for (size_t e = 0; e < count; ++e) device_kv_append_element(args, e);  // the kernel's 1-D grid
   layout_.commit_append(layer, n);
@@ -70,15 +61,10 @@ void DeviceKvTwin::append(int layer, int n, const float* keys, const float* valu
 void DeviceKvTwin::compact(int layer, const std::vector<std::vector<int>>& keep) {
   const DeviceKvCompactionPlan plan = plan_compaction(layout_.layer(layer), keep);
   Arenas& a = arenas_[static_cast<size_t>(layer)];
-  DeviceKvCompactArgs args;
+  DeviceKvCompactArgs args = layout_.compact_args(plan, plan.src_rows.data());
   args.key_arena = a.keys.data();
   args.value_arena = a.values.data();
   args.positions = a.positions.data();
-  args.src_rows = plan.src_rows.data();
-  args.row_words = layout_.geometry().row_words();
-  args.chunk_rows = device_kv_chunk_rows(args.row_words);
-  args.n_heads = static_cast<int>(plan.heads.size());
-  std::copy(plan.heads.begin(), plan.heads.end(), args.heads);
   std::vector<DeviceKvCompactRegs> regs(kDeviceKvCompactThreads);
   for (int block = 0; block < args.n_heads; ++block) {
     const int chunks = device_kv_compact_chunks(args, block);

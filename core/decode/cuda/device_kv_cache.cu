@@ -114,22 +114,13 @@ const DeviceKvLayout& DeviceKvCache::layout() const { return impl_->layout; }
 
 void DeviceKvCache::append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                            std::span<const int32_t> first_positions) {
-  const DeviceKvGeometry& g = impl_->layout.geometry();
-  if (src_stride < int64_t(g.n_heads) * g.head_dim) {
-    throw std::invalid_argument("device KV append: source stride shorter than a token's heads");
-  }
+  impl_->layout.check_block(n, src_stride);
   if (auto grown = impl_->layout.layout_for_append(layer, n)) impl_->relocate(layer, std::move(*grown));
-  DeviceKvAppendArgs args;
-  plan_append(impl_->layout.layer(layer), n, first_positions, args);
+  DeviceKvAppendArgs args = impl_->layout.append_args(layer, n, keys, values, src_stride, first_positions);
   LayerArenas& a = impl_->layer(layer);
-  args.keys = keys;
-  args.values = values;
-  args.src_stride = src_stride;
   args.key_arena = a.keys.data();
   args.value_arena = a.values.data();
   args.positions = a.positions.data();
-  args.head_dim = g.head_dim;
-  args.type = g.type;
   const size_t count = device_kv_append_elements(args);
   const unsigned blocks = static_cast<unsigned>((count + kAppendThreads - 1) / kAppendThreads);
   append_kernel<<<blocks, kAppendThreads>>>(args, count);
@@ -139,7 +130,7 @@ void DeviceKvCache::append(int layer, int n, const float* keys, const float* val
 
 void DeviceKvCache::append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                                      std::span<const int32_t> first_positions) {
-  if (n <= 0) throw std::invalid_argument("device KV append: a block needs at least one token");
+  impl_->layout.check_block(n, src_stride);
   const size_t count = static_cast<size_t>(n - 1) * size_t(src_stride) +
                        size_t(impl_->layout.geometry().n_heads) * impl_->layout.geometry().head_dim;
   impl_->upload_keys.resize(count);
@@ -154,16 +145,11 @@ void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep
   if (!plan.heads.empty()) {
     impl_->src_rows.resize(plan.src_rows.size());
     impl_->src_rows.upload(plan.src_rows.data(), plan.src_rows.size());
+    DeviceKvCompactArgs args = impl_->layout.compact_args(plan, impl_->src_rows.data());
     LayerArenas& a = impl_->layer(layer);
-    DeviceKvCompactArgs args;
     args.key_arena = a.keys.data();
     args.value_arena = a.values.data();
     args.positions = a.positions.data();
-    args.src_rows = impl_->src_rows.data();
-    args.row_words = impl_->row_words();
-    args.chunk_rows = device_kv_chunk_rows(args.row_words);
-    args.n_heads = static_cast<int>(plan.heads.size());
-    std::copy(plan.heads.begin(), plan.heads.end(), args.heads);
     compact_kernel<<<args.n_heads, kDeviceKvCompactThreads>>>(args);
     check_launch("device KV compaction kernel");
   }
