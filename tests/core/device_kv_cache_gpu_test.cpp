@@ -9,7 +9,9 @@
 #include "device_kv_test_ops.h"
 #include "jit/cuda_driver.h"
 #if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_kv_cache.h"
+#include "core/decode/cuda/device_memory.h"
 #endif
 
 namespace kvevict {
@@ -96,6 +98,28 @@ TEST_P(DeviceKvCacheGpu, SnapshotRestoreIsExact) {
     expect_same(device, twin, "after restore " + std::to_string(round));
     if (HasFatalFailure()) return;
   }
+#endif
+}
+
+// cuda::gather_rows (out-of-place compaction by index list, kept for score-ordered keep lists)
+// against the obvious CPU loop.
+TEST(CudaGatherRows, MatchesTheCpuGather) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const int rows = 300, width = 72;
+  std::vector<float> src(static_cast<size_t>(rows) * width);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const std::vector<int> indices{299, 0, 5, 5, 150, 1, 298, 42};  // any order, repeats allowed
+  std::vector<float> expected;
+  for (int r : indices) expected.insert(expected.end(), src.begin() + size_t(r) * width, src.begin() + size_t(r + 1) * width);
+  cuda::DeviceArray<float> d_src, d_dst(expected.size());
+  cuda::DeviceArray<int> d_idx;
+  d_src.upload(src);
+  d_idx.upload(indices);
+  cuda::gather_rows(d_src.data(), d_idx.data(), static_cast<int>(indices.size()), width, d_dst.data());
+  std::vector<float> got(expected.size());
+  d_dst.download(got.data(), got.size());
+  EXPECT_EQ(got, expected);
 #endif
 }
 
