@@ -163,4 +163,32 @@ KVEVICT_HOST_DEVICE inline void device_kv_compact_store(const DeviceKvCompactArg
   if (thread < k.rows) a.positions[hd.base_row + hd.first + k.m0 + thread] = r.position;
 }
 
+// ---- gather: out of place, for heads whose keep list is in another order (score order). Scratch
+// row g receives arena row src_rows[g]; copies then bring each head's rows back to its region
+// (DeviceKvCompactionPlan::gather_back), as KVCache::keep does with a temporary.
+struct DeviceKvGatherArgs {
+  const uint16_t* key_arena = nullptr;
+  const uint16_t* value_arena = nullptr;
+  const int32_t* positions = nullptr;
+  uint16_t* key_scratch = nullptr;
+  uint16_t* value_scratch = nullptr;
+  int32_t* position_scratch = nullptr;
+  const int64_t* src_rows = nullptr;  // absolute arena rows, one per scratch row
+  int64_t rows = 0;
+  int row_words = 0;
+};
+
+KVEVICT_HOST_DEVICE inline size_t device_kv_gather_elements(const DeviceKvGatherArgs& a) {
+  return static_cast<size_t>(a.rows) * a.row_words;
+}
+
+// Word e of the scratch ([rows][row_words]); the c == 0 word of a row also moves its position.
+KVEVICT_HOST_DEVICE inline void device_kv_gather_element(const DeviceKvGatherArgs& a, size_t e) {
+  const size_t g = e / a.row_words, c = e % a.row_words;
+  const size_t at = static_cast<size_t>(a.src_rows[g]) * a.row_words + c;
+  a.key_scratch[e] = a.key_arena[at];
+  a.value_scratch[e] = a.value_arena[at];
+  if (c == 0) a.position_scratch[g] = a.positions[a.src_rows[g]];
+}
+
 }  // namespace kvevict

@@ -111,19 +111,38 @@ void plan_append(const DeviceKvLayerLayout& layout, int n, std::span<const int32
 
 namespace {
 
-void check_keep_list(const std::vector<int>& list, int64_t length, size_t head) {
+// Range and duplicates, as KVCache::keep checks them; returns whether the list is strictly ascending.
+bool check_keep_list(const std::vector<int>& list, int64_t length, size_t head) {
+  std::vector<char> seen(static_cast<size_t>(length), 0);
+  bool ascending = true;
   for (size_t j = 0; j < list.size(); ++j) {
-    if (list[j] < 0 || list[j] >= length) {
+    const int idx = list[j];
+    if (idx < 0 || idx >= length) {
       throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
-                                  std::to_string(list[j]) + ", outside [0, " + std::to_string(length) + ")");
+                                  std::to_string(idx) + ", outside [0, " + std::to_string(length) + ")");
     }
-    if (j > 0 && list[j] <= list[j - 1]) {
-      throw std::invalid_argument("device KV compaction: head " + std::to_string(head) +
-                                  "'s keep list is not strictly ascending at position " + std::to_string(j) + " (" +
-                                  std::to_string(list[j - 1]) + ", then " + std::to_string(list[j]) +
-                                  "); in-place compaction needs ascending lists");
+    if (seen[static_cast<size_t>(idx)]) {
+      throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
+                                  std::to_string(idx) + " twice");
     }
+    seen[static_cast<size_t>(idx)] = 1;
+    if (j > 0 && idx < list[j - 1]) ascending = false;
   }
+  return ascending;
+}
+
+void plan_in_place(const std::vector<int>& list, int64_t base_row, int head, DeviceKvCompactionPlan& plan) {
+  size_t first = 0;
+  while (first < list.size() && list[first] == static_cast<int>(first)) ++first;
+  if (first == list.size()) return;
+  DeviceKvCompactHead h;
+  h.base_row = base_row;
+  h.list_offset = static_cast<int64_t>(plan.src_rows.size());
+  h.first = static_cast<int32_t>(first);
+  h.moves = static_cast<int32_t>(list.size() - first);
+  plan.heads.push_back(h);
+  plan.listed.push_back(head);
+  plan.src_rows.insert(plan.src_rows.end(), list.begin() + static_cast<std::ptrdiff_t>(first), list.end());
 }
 
 }  // namespace
@@ -133,22 +152,19 @@ DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const 
     throw std::invalid_argument("device KV compaction: " + std::to_string(keep.size()) + " keep lists for " +
                                 std::to_string(layout.heads.size()) + " heads");
   }
+  std::vector<char> ascending;
+  for (size_t h = 0; h < keep.size(); ++h) ascending.push_back(check_keep_list(keep[h], layout.heads[h].length, h));
   DeviceKvCompactionPlan plan;
   for (size_t h = 0; h < keep.size(); ++h) {
     const std::vector<int>& list = keep[h];
-    check_keep_list(list, layout.heads[h].length, h);
+    const int64_t base = layout.heads[h].base_row;
     plan.new_lengths.push_back(static_cast<int64_t>(list.size()));
-    size_t first = 0;
-    while (first < list.size() && list[first] == static_cast<int>(first)) ++first;
-    if (first == list.size()) continue;
-    DeviceKvCompactHead head;
-    head.base_row = layout.heads[h].base_row;
-    head.list_offset = static_cast<int64_t>(plan.src_rows.size());
-    head.first = static_cast<int32_t>(first);
-    head.moves = static_cast<int32_t>(list.size() - first);
-    plan.heads.push_back(head);
-    plan.listed.push_back(static_cast<int>(h));
-    plan.src_rows.insert(plan.src_rows.end(), list.begin() + static_cast<std::ptrdiff_t>(first), list.end());
+    if (ascending[h]) {
+      plan_in_place(list, base, static_cast<int>(h), plan);
+      continue;
+    }
+    plan.gather_back.push_back({static_cast<int64_t>(plan.gather_src.size()), base, static_cast<int64_t>(list.size())});
+    for (int idx : list) plan.gather_src.push_back(base + idx);
   }
   return plan;
 }
@@ -240,6 +256,14 @@ DeviceKvCompactArgs DeviceKvLayout::compact_args(const DeviceKvCompactionPlan& p
   args.chunk_rows = device_kv_chunk_rows(args.row_words);
   args.n_heads = static_cast<int>(plan.heads.size());
   std::copy(plan.heads.begin(), plan.heads.end(), args.heads);
+  return args;
+}
+
+DeviceKvGatherArgs DeviceKvLayout::gather_args(const DeviceKvCompactionPlan& plan, const int64_t* src_rows) const {
+  DeviceKvGatherArgs args;
+  args.src_rows = src_rows;
+  args.rows = static_cast<int64_t>(plan.gather_src.size());
+  args.row_words = geometry_.row_words();
   return args;
 }
 

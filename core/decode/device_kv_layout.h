@@ -15,7 +15,7 @@
 // Growing relocates the whole layer (new arenas, every head copied with plan_copy).
 //
 // Plans. plan_append says where a block's n rows land per head; plan_compaction turns keep lists
-// into in-place moves; plan_copy turns two layouts into row-range copies (relocation, snapshot,
+// into in-place moves (ascending lists) or a gather through scratch rows (any other order); plan_copy turns two layouts into row-range copies (relocation, snapshot,
 // restore). The kernels (device_kv_elements.h) take the plans' plain structs as parameters.
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +66,13 @@ struct DeviceKvLayerLayout {
   int64_t live_rows() const;      // sum of lengths
 };
 
+// `rows` rows from src_row of one set of arenas to dst_row of another.
+struct DeviceKvCopy {
+  int64_t src_row = 0;
+  int64_t dst_row = 0;
+  int64_t rows = 0;
+};
+
 // Regions with the given capacities and lengths (lengths[h] <= capacities[h]), bases packed.
 DeviceKvLayerLayout packed_layout(std::span<const int64_t> capacities, std::span<const int64_t> lengths);
 
@@ -85,28 +92,29 @@ std::optional<DeviceKvLayerLayout> reserved_layout(const DeviceKvLayerLayout& cu
 void plan_append(const DeviceKvLayerLayout& layout, int n, std::span<const int32_t> first_positions,
                  DeviceKvAppendArgs& args);
 
-// Keep lists -> in-place moves. keep[h] lists the entries head h keeps, strictly ascending, each
-// in [0, length): then entry keep[h][j] moves to row j <= keep[h][j], and a gather that moves
-// chunks in ascending order, each chunk loaded whole before it is stored, never reads a row it
-// already overwrote. Rows already in place (keep[h][j] == j) are not moved: a head's moves start
-// at `first`, its first displaced entry, and heads with nothing to move are not listed.
+// Keep lists -> moves, with KVCache::keep's semantics: keep[h] lists the entries head h keeps, in
+// the order they will have, each in [0, length), no duplicates.
+//  - A strictly ascending list moves in place: entry keep[h][j] goes to row j <= keep[h][j], and a
+//    gather that moves chunks in ascending order, each chunk loaded whole before it is stored,
+//    never reads a row it already overwrote. Rows already in place (keep[h][j] == j) are not
+//    moved: the head's moves start at `first`, its first displaced entry; a head with nothing to
+//    move is not listed.
+//  - Any other order (score-ordered lists) is gathered out of place into scratch rows
+//    (gather_src, absolute arena rows) and copied back to the head's region (gather_back).
 struct DeviceKvCompactionPlan {
-  std::vector<DeviceKvCompactHead> heads;  // heads with moves
+  std::vector<DeviceKvCompactHead> heads;  // in-place heads with moves
   std::vector<int> listed;                 // their stored head indices
   std::vector<int32_t> src_rows;           // concatenated, head-relative source rows of the moves
+  std::vector<int64_t> gather_src;         // out-of-place heads: arena row of each scratch row
+  std::vector<DeviceKvCopy> gather_back;   // scratch rows (src_row) -> the head's rows (dst_row)
   std::vector<int64_t> new_lengths;        // per stored head: keep[h].size()
 };
-// std::invalid_argument naming the head and the offending index when a list is not strictly
-// ascending, an index is out of range, or there is not one list per head.
+// std::invalid_argument naming the head and the offending index when an index is out of range or
+// repeated, or there is not one list per head; nothing is planned then.
 DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep);
 
 // Live rows of `from` copied to the same heads of `to` (to[h].capacity >= from[h].length, else
 // std::logic_error): one range per head, adjacent ranges merged (same offset in both layouts).
-struct DeviceKvCopy {
-  int64_t src_row = 0;
-  int64_t dst_row = 0;
-  int64_t rows = 0;
-};
 std::vector<DeviceKvCopy> plan_copy(const DeviceKvLayerLayout& from, const DeviceKvLayerLayout& to);
 
 // The whole cache's bookkeeping: geometry, growth policy and one layout per layer. The device
@@ -137,6 +145,9 @@ class DeviceKvLayout {
   // The compaction kernel's arguments for `plan`, its source rows at `src_rows` (host or device,
   // wherever the kernel runs); the caller sets the arenas.
   DeviceKvCompactArgs compact_args(const DeviceKvCompactionPlan& plan, const int32_t* src_rows) const;
+  // The gather's arguments for `plan`'s out-of-place heads, rows at `src_rows`; arenas and scratch
+  // set by the caller.
+  DeviceKvGatherArgs gather_args(const DeviceKvCompactionPlan& plan, const int64_t* src_rows) const;
   void commit_append(int layer, int n);
   void commit_compaction(int layer, const DeviceKvCompactionPlan& plan);
   // Every layer with capacities equal to lengths: the layout of a snapshot.

@@ -73,6 +73,19 @@ void DeviceKvTwin::compact(int layer, const std::vector<std::vector<int>>& keep)
       for (int t = 0; t < kDeviceKvCompactThreads; ++t) device_kv_compact_store(args, block, chunk, t, regs[t]);
     }
   }
+  if (!plan.gather_src.empty()) {  // heads in another order: through scratch rows and back
+    const size_t rows = plan.gather_src.size(), words = rows * static_cast<size_t>(args.row_words);
+    Arenas scratch{std::vector<uint16_t>(words), std::vector<uint16_t>(words), std::vector<int32_t>(rows)};
+    DeviceKvGatherArgs g = layout_.gather_args(plan, plan.gather_src.data());
+    g.key_arena = a.keys.data();
+    g.value_arena = a.values.data();
+    g.positions = a.positions.data();
+    g.key_scratch = scratch.keys.data();
+    g.value_scratch = scratch.values.data();
+    g.position_scratch = scratch.positions.data();
+    for (size_t e = 0; e < device_kv_gather_elements(g); ++e) device_kv_gather_element(g, e);
+    copy_rows(scratch, a, plan.gather_back);
+  }
   layout_.commit_compaction(layer, plan);
 }
 

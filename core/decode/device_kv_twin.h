@@ -1,9 +1,9 @@
 #pragma once
 // The device KV cache's host twin: the same layouts (DeviceKvLayout) and the same element code
 // (device_kv_elements.h) as core/decode/cuda/device_kv_cache.cu, run on host arenas over an
-// emulated grid. An append runs the append element for every index of its 1-D grid; a compaction
-// runs each listed head's chunks in ascending order, every thread of a chunk loading before any
-// stores (the kernel's __syncthreads). The CPU tests compare it with an independent reference;
+// emulated grid. An append (or an out-of-place gather) runs its element for every index of its
+// 1-D grid; an in-place compaction runs each listed head's chunks in ascending order, every thread
+// of a chunk loading before any stores (the kernel's __syncthreads). The CPU tests compare it with an independent reference;
 // the GPU test compares the device cache with it after the same operations.
 #include <cstdint>
 #include <span>
@@ -32,7 +32,8 @@ class DeviceKvTwin {
   // when a head lacks room (relocating every head, as the device does).
   void append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
               std::span<const int32_t> first_positions);
-  // Keeps keep[h] (strictly ascending) in head h, in place (plan_compaction's contract).
+  // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place,
+  // others through scratch rows.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
   DeviceKvHeadContents read_head(int layer, int head) const;
 

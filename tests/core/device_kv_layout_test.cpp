@@ -114,26 +114,42 @@ TEST(DeviceKvLayout, CompactionPlansListOnlyDisplacedEntries) {
   EXPECT_EQ(plan.src_rows, (std::vector<int32_t>{4, 5, 2, 3}));
 }
 
+TEST(DeviceKvLayout, OtherOrdersAreGatheredThroughScratch) {
+  const DeviceKvLayerLayout l = layer_of({8, 8, 8}, {6, 6, 6});
+  const DeviceKvCompactionPlan plan = plan_compaction(l, {{5, 0, 3}, {1, 2}, {2, 1, 0}});
+  EXPECT_EQ(plan.new_lengths, (std::vector<int64_t>{3, 2, 3}));
+  EXPECT_EQ(plan.listed, (std::vector<int>{1}));  // only head 1 is ascending
+  EXPECT_EQ(plan.gather_src, (std::vector<int64_t>{5, 0, 3, 18, 17, 16}));
+  ASSERT_EQ(plan.gather_back.size(), 2u);
+  EXPECT_EQ(plan.gather_back[0].src_row, 0);
+  EXPECT_EQ(plan.gather_back[0].dst_row, 0);
+  EXPECT_EQ(plan.gather_back[0].rows, 3);
+  EXPECT_EQ(plan.gather_back[1].src_row, 3);
+  EXPECT_EQ(plan.gather_back[1].dst_row, 16);
+  EXPECT_EQ(plan.gather_back[1].rows, 3);
+}
+
 TEST(DeviceKvLayout, BadKeepListsAreRefused) {
   const DeviceKvLayerLayout l = layer_of({8, 8}, {5, 5});
   EXPECT_THROW(plan_compaction(l, {{0, 1}}), std::invalid_argument);             // one list for two heads
   EXPECT_THROW(plan_compaction(l, {{0, 5}, {}}), std::invalid_argument);         // beyond the length
   EXPECT_THROW(plan_compaction(l, {{-1}, {}}), std::invalid_argument);           // negative
-  EXPECT_THROW(plan_compaction(l, {{2, 1}, {}}), std::invalid_argument);         // descending
   EXPECT_THROW(plan_compaction(l, {{1, 1}, {}}), std::invalid_argument);         // duplicate
   try {
-    plan_compaction(l, {{}, {0, 3, 2}});
-    FAIL() << "a descending list was accepted";
+    plan_compaction(l, {{}, {0, 3, 2, 3}});
+    FAIL() << "a repeated entry was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("head 1"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("ascending"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
   }
   DeviceKvTwin twin(DeviceKvGeometry{1, 2, 4, KvType::F16});
   std::vector<float> block(3 * 2 * 4, 1.0f);
   twin.append(0, 3, block.data(), block.data(), 8, std::vector<int32_t>{0, 0});
-  EXPECT_THROW(twin.compact(0, {{1, 0}, {}}), std::invalid_argument);
-  EXPECT_EQ(twin.layout().length(0, 0), 3);  // refused before anything moved
+  EXPECT_THROW(twin.compact(0, {{1}, {2, 2}}), std::invalid_argument);
+  EXPECT_EQ(twin.layout().length(0, 0), 3);  // refused before anything moved, in any head
   EXPECT_EQ(twin.layout().length(0, 1), 3);
+  EXPECT_THROW(twin.append(0, 1, block.data(), block.data(), 7, std::vector<int32_t>{0, 0}), std::invalid_argument);
+  EXPECT_THROW(twin.append(0, 0, block.data(), block.data(), 8, std::vector<int32_t>{0, 0}), std::invalid_argument);
 }
 
 TEST(DeviceKvLayout, CopiesMergeAdjacentFullHeads) {

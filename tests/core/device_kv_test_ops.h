@@ -3,6 +3,7 @@
 // entries appended and erased like a list) and random operation sequences to drive it, the host
 // twin and the device cache alike. The reference converts f32 with kv_from_f32, the host
 // KVCache's bulk conversion (F16C / AVX-512 where built), not with the twin's scalar code.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -94,17 +95,18 @@ inline float random_value(std::mt19937& rng) {
 }
 
 // A keep list for a head of `length` entries: all, none, a random subset, a suffix, a prefix,
-// or all but one.
+// all but one, or a random subset in random order (a score-ordered list).
 inline std::vector<int> random_keep(std::mt19937& rng, int length) {
   std::vector<int> out;
-  const int mode = std::uniform_int_distribution<int>(0, 5)(rng);
+  const int mode = std::uniform_int_distribution<int>(0, 6)(rng);
   const int cut = length == 0 ? 0 : std::uniform_int_distribution<int>(0, length)(rng);
   std::bernoulli_distribution coin(0.5);
   for (int t = 0; t < length; ++t) {
-    const bool keep = mode == 0 || (mode == 2 && coin(rng)) || (mode == 3 && t >= cut) || (mode == 4 && t < cut) ||
+    const bool keep = mode == 0 || ((mode == 2 || mode == 6) && coin(rng)) || (mode == 3 && t >= cut) || (mode == 4 && t < cut) ||
                       (mode == 5 && t != cut);
     if (keep) out.push_back(t);
   }
+  if (mode == 6) std::shuffle(out.begin(), out.end(), rng);
   return out;
 }
 

@@ -37,14 +37,21 @@ __global__ void __launch_bounds__(kDeviceKvCompactThreads) compact_kernel(const 
   }
 }
 
+__global__ void gather_kernel(const DeviceKvGatherArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_gather_element(args, e);
+}
+
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
 // One layer's device arenas: keys and values as 16-bit words, positions.
 struct LayerArenas {
   DeviceArray<uint16_t> keys, values;
   DeviceArray<int32_t> positions;
-  LayerArenas(const DeviceKvLayerLayout& layout, int row_words) {
-    const size_t rows = static_cast<size_t>(layout.capacity_rows());
+  LayerArenas(const DeviceKvLayerLayout& layout, int row_words)
+      : LayerArenas(static_cast<size_t>(layout.capacity_rows()), row_words) {}
+  LayerArenas(size_t rows, int row_words) { resize(rows, row_words); }
+  void resize(size_t rows, int row_words) {  // grows only; contents not kept
     keys.resize(rows * row_words);
     values.resize(rows * row_words);
     positions.resize(rows);
@@ -89,6 +96,8 @@ struct DeviceKvCache::Impl {
   std::vector<std::unique_ptr<LayerArenas>> arenas;  // [layer]
   DeviceArray<float> upload_keys, upload_values;     // append_from_host's staging
   DeviceArray<int32_t> src_rows;                     // compaction plans' source rows
+  DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
+  std::unique_ptr<LayerArenas> scratch;              // their scratch rows
 
   int row_words() const { return layout.geometry().row_words(); }
   LayerArenas& layer(int l) { return *arenas[size_t(l)]; }
@@ -97,6 +106,26 @@ struct DeviceKvCache::Impl {
     copy_rows(layer(l), *fresh, plan_copy(layout.layer(l), to), row_words());
     arenas[size_t(l)] = std::move(fresh);  // cudaFree of the old arenas waits for the copies
     layout.set_layer(l, std::move(to));
+  }
+  // Heads whose keep list is in another order: gathered into scratch rows, copied back.
+  void gather(int l, const DeviceKvCompactionPlan& plan) {
+    const size_t rows = plan.gather_src.size();
+    if (!scratch) scratch = std::make_unique<LayerArenas>(rows, row_words());
+    scratch->resize(rows, row_words());
+    gather_src.resize(rows);
+    gather_src.upload(plan.gather_src.data(), rows);
+    DeviceKvGatherArgs g = layout.gather_args(plan, gather_src.data());
+    LayerArenas& a = layer(l);
+    g.key_arena = a.keys.data();
+    g.value_arena = a.values.data();
+    g.positions = a.positions.data();
+    g.key_scratch = scratch->keys.data();
+    g.value_scratch = scratch->values.data();
+    g.position_scratch = scratch->positions.data();
+    const size_t count = device_kv_gather_elements(g);
+    gather_kernel<<<static_cast<unsigned>((count + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(g, count);
+    check_launch("device KV gather kernel");
+    copy_rows(*scratch, a, plan.gather_back, row_words());
   }
 };
 
@@ -153,6 +182,7 @@ void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep
     compact_kernel<<<args.n_heads, kDeviceKvCompactThreads>>>(args);
     check_launch("device KV compaction kernel");
   }
+  if (!plan.gather_src.empty()) impl_->gather(layer, plan);
   impl_->layout.commit_compaction(layer, plan);
 }
 

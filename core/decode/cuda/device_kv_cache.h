@@ -58,7 +58,8 @@ class DeviceKvCache {
   // The same from host arrays (uploaded first): for tests and tools, not the decode loop.
   void append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                         std::span<const int32_t> first_positions);
-  // Keeps keep[h] (strictly ascending, plan_compaction's contract) in head h, in place.
+  // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place
+  // (no second buffer), others gathered through scratch rows and copied back.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
   // One head's live entries copied to the host (synchronises): inspect, reports, tests.
   DeviceKvHeadContents read_head(int layer, int head) const;
