@@ -101,6 +101,33 @@ TEST_P(DeviceKvCacheGpu, SnapshotRestoreIsExact) {
 #endif
 }
 
+// The in-place compaction's worst cases on real threads: every source is a later destination
+// (shift by one), with one row per chunk (head_dim 1024 f32) and 256 rows per chunk (head_dim 8).
+// A missing barrier or an out-of-order chunk would show up as a row read after it was overwritten.
+TEST(DeviceKvCacheGpuCompaction, ShiftsInPlaceLikeTheTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {8, 1024}) {
+    const DeviceKvGeometry g{1, 2, head_dim, KvType::F32};
+    const int rows = 2000;
+    std::vector<float> block(static_cast<size_t>(rows) * g.n_heads * head_dim);
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(i);
+    cuda::DeviceKvCache device(g);
+    DeviceKvTwin twin(g);
+    const std::vector<int32_t> first{0, 0};
+    device.append_from_host(0, rows, block.data(), block.data(), int64_t(g.n_heads) * head_dim, first);
+    twin.append(0, rows, block.data(), block.data(), int64_t(g.n_heads) * head_dim, first);
+    std::vector<std::vector<int>> keep(2);
+    for (int t = 1; t < rows; ++t) keep[0].push_back(t);      // shift by one
+    for (int t = 0; t < rows; t += 3) keep[1].push_back(t);   // every third row
+    device.compact(0, keep);
+    twin.compact(0, keep);
+    expect_same(device, twin, "head_dim " + std::to_string(head_dim));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
 // cuda::gather_rows (out-of-place compaction by index list, kept for score-ordered keep lists)
 // against the obvious CPU loop.
 TEST(CudaGatherRows, MatchesTheCpuGather) {
