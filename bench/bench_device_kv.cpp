@@ -1,0 +1,110 @@
+// GPU micro-benchmark of the device-resident KV cache (core/decode/cuda/device_kv_cache.h) on a
+// Llama-8B geometry (32 layers, 8 KV heads, head_dim 128, f16): prefill append, one-token decode
+// appends, compaction to half (in place, and score-ordered through scratch), snapshot and restore
+// bandwidth. Prints "skipped: <why>" and exits 0 without the CUDA toolkit or a usable device.
+// Never run during development: no GPU was available (docs/CUDA.md).
+//   bench_device_kv [prompt_tokens = 8192] [restores = 8]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "jit/cuda_driver.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "core/decode/cuda/device_kv_cache.h"
+#include "core/decode/cuda/device_memory.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+#if defined(KVEVICT_HAVE_CUDA)
+// Seconds of `work` after the device is idle, waiting for its last kernel.
+template <typename F>
+double timed(F&& work) {
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const double t0 = bench::wall_seconds();
+  work();
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return bench::wall_seconds() - t0;
+}
+
+int run(int prompt, int restores) {
+  const DeviceKvGeometry g{32, 8, 128, KvType::F16};
+  const int64_t stride = int64_t(g.n_heads) * g.head_dim;
+  std::vector<float> host(size_t(prompt) * stride);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : host) x = normal(rng);
+  cuda::DeviceArray<float> block;
+  block.upload(host);
+  cuda::DeviceKvCache cache(g);
+  const std::vector<int32_t> zero(g.n_heads, 0);
+  const double prefill = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) cache.append(l, prompt, block.data(), block.data(), stride, zero);
+  });
+  const size_t prefill_bytes = cache.layout().bytes_in_use();
+  std::printf("prefill append  %d tokens x %d layers: %.3f ms, %.1f GB/s written\n", prompt, g.n_layers, 1e3 * prefill,
+              prefill_bytes / prefill / 1e9);
+  const int steps = 64;
+  const double decode = timed([&] {
+    for (int s = 0; s < steps; ++s) {
+      const std::vector<int32_t> pos(g.n_heads, prompt + s);
+      for (int l = 0; l < g.n_layers; ++l) cache.append(l, 1, block.data(), block.data(), stride, pos);
+    }
+  });
+  std::printf("decode append   1 token x %d layers: %.1f us per token\n", g.n_layers, 1e6 * decode / steps);
+  const cuda::DeviceKvSnapshot snap = cache.snapshot();
+  const int len = prompt + steps;
+  std::vector<std::vector<int>> half(g.n_heads), shuffled(g.n_heads);
+  for (int h = 0; h < g.n_heads; ++h) {
+    for (int t = 0; t < len; t += 2) half[h].push_back(t);
+    shuffled[h] = half[h];
+    std::shuffle(shuffled[h].begin(), shuffled[h].end(), rng);
+  }
+  const double in_place = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, half);
+  });
+  cache.restore(snap);
+  const double gathered = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, shuffled);
+  });
+  std::printf("compact to half (all layers): in place %.3f ms, score-ordered %.3f ms\n", 1e3 * in_place, 1e3 * gathered);
+  const double restore = timed([&] {
+    for (int r = 0; r < restores; ++r) cache.restore(snap);
+  });
+  std::printf("restore         %.1f MB x %d: %.3f ms each, %.1f GB/s\n", snap.bytes() / 1e6, restores,
+              1e3 * restore / restores, double(snap.bytes()) * restores / restore / 1e9);
+  return 0;
+}
+#endif
+
+}  // namespace
+}  // namespace kvevict
+
+int main(int argc, char** argv) {
+#if !defined(KVEVICT_HAVE_CUDA)
+  (void)argc;
+  (void)argv;
+  std::printf("skipped: this kvevict was built without the CUDA toolkit\n");
+  return 0;
+#else
+  const kvevict::jit::CudaProbe probe = kvevict::jit::CudaDriver::probe();
+  if (!probe.usable) {
+    std::printf("skipped: no usable CUDA device: %s\n", probe.reason.c_str());
+    return 0;
+  }
+  const int prompt = argc > 1 ? std::atoi(argv[1]) : 8192;
+  const int restores = argc > 2 ? std::atoi(argv[2]) : 8;
+  if (prompt < 2 || restores < 1) {
+    std::fprintf(stderr, "usage: bench_device_kv [prompt_tokens >= 2] [restores >= 1]\n");
+    return 2;
+  }
+  return kvevict::run(prompt, restores);
+#endif
+}

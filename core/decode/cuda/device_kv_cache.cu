@@ -1,0 +1,251 @@
+// The device-resident KV cache; contract in device_kv_cache.h. The kernels are thin: their
+// per-element bodies live in core/decode/device_kv_elements.h, shared with the host twin.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/cuda/device_kv_cache.h"
+#include "core/decode/cuda/device_memory.h"
+#include "core/decode/device_kv_elements.h"
+
+namespace kvevict::cuda {
+
+namespace {
+
+constexpr int kAppendThreads = 256;
+
+// Arguments travel by value (parameter space, at most 4 KiB on every architecture we build for).
+static_assert(sizeof(DeviceKvAppendArgs) <= 4096 && sizeof(DeviceKvCompactArgs) <= 4096, "kernel parameters");
+
+__global__ void append_kernel(const DeviceKvAppendArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_append_element(args, e);
+}
+
+// One block per listed head; its chunks in ascending order, each loaded whole before it is stored.
+__global__ void __launch_bounds__(kDeviceKvCompactThreads) compact_kernel(const DeviceKvCompactArgs args) {
+  const int block = blockIdx.x;
+  const int chunks = device_kv_compact_chunks(args, block);
+  DeviceKvCompactRegs regs;
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    device_kv_compact_load(args, block, chunk, threadIdx.x, regs);
+    __syncthreads();
+    device_kv_compact_store(args, block, chunk, threadIdx.x, regs);
+    __syncthreads();
+  }
+}
+
+__global__ void gather_kernel(const DeviceKvGatherArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_gather_element(args, e);
+}
+
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// One layer's device arenas: keys and values as 16-bit words, positions.
+struct LayerArenas {
+  DeviceArray<uint16_t> keys, values;
+  DeviceArray<int32_t> positions;
+  LayerArenas(const DeviceKvLayerLayout& layout, int row_words)
+      : LayerArenas(static_cast<size_t>(layout.capacity_rows()), row_words) {}
+  LayerArenas(size_t rows, int row_words) { resize(rows, row_words); }
+  void resize(size_t rows, int row_words) {  // grows only; contents not kept
+    keys.resize(rows * row_words);
+    values.resize(rows * row_words);
+    positions.resize(rows);
+  }
+};
+
+// Device-to-device copies of whole rows, asynchronous on the default stream.
+void copy_rows(const LayerArenas& from, LayerArenas& to, const std::vector<DeviceKvCopy>& copies, int row_words) {
+  const size_t rw = static_cast<size_t>(row_words);
+  for (const DeviceKvCopy& c : copies) {
+    const size_t s = size_t(c.src_row), d = size_t(c.dst_row), n = size_t(c.rows);
+    check(cudaMemcpyAsync(to.keys.data() + d * rw, from.keys.data() + s * rw, n * rw * sizeof(uint16_t),
+                          cudaMemcpyDeviceToDevice, nullptr),
+          "device KV copy (keys)");
+    check(cudaMemcpyAsync(to.values.data() + d * rw, from.values.data() + s * rw, n * rw * sizeof(uint16_t),
+                          cudaMemcpyDeviceToDevice, nullptr),
+          "device KV copy (values)");
+    check(cudaMemcpyAsync(to.positions.data() + d, from.positions.data() + s, n * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, nullptr),
+          "device KV copy (positions)");
+  }
+}
+
+}  // namespace
+
+struct DeviceKvSnapshot::Data {
+  DeviceKvLayout layout;
+  std::vector<std::unique_ptr<LayerArenas>> layers;
+};
+
+DeviceKvSnapshot::DeviceKvSnapshot() = default;
+DeviceKvSnapshot::~DeviceKvSnapshot() = default;
+DeviceKvSnapshot::DeviceKvSnapshot(DeviceKvSnapshot&&) noexcept = default;
+DeviceKvSnapshot& DeviceKvSnapshot::operator=(DeviceKvSnapshot&&) noexcept = default;
+const DeviceKvLayout& DeviceKvSnapshot::layout() const {
+  if (!data_) throw std::logic_error("device KV snapshot: empty");
+  return data_->layout;
+}
+
+struct DeviceKvCache::Impl {
+  DeviceKvLayout layout;
+  std::vector<std::unique_ptr<LayerArenas>> arenas;  // [layer]
+  DeviceArray<float> upload_keys, upload_values;     // append_from_host's staging
+  DeviceArray<int32_t> src_rows;                     // compaction plans' source rows
+  DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
+  std::unique_ptr<LayerArenas> scratch;              // their scratch rows
+
+  int row_words() const { return layout.geometry().row_words(); }
+  LayerArenas& layer(int l) { return *arenas[size_t(l)]; }
+  void relocate(int l, DeviceKvLayerLayout to) {
+    auto fresh = std::make_unique<LayerArenas>(to, row_words());
+    copy_rows(layer(l), *fresh, plan_copy(layout.layer(l), to), row_words());
+    arenas[size_t(l)] = std::move(fresh);  // cudaFree of the old arenas waits for the copies
+    layout.set_layer(l, std::move(to));
+  }
+  // Heads whose keep list is in another order: gathered into scratch rows, copied back.
+  void gather(int l, const DeviceKvCompactionPlan& plan) {
+    const size_t rows = plan.gather_src.size();
+    if (!scratch) scratch = std::make_unique<LayerArenas>(rows, row_words());
+    scratch->resize(rows, row_words());
+    gather_src.resize(rows);
+    gather_src.upload(plan.gather_src.data(), rows);
+    DeviceKvGatherArgs g = layout.gather_args(plan, gather_src.data());
+    LayerArenas& a = layer(l);
+    g.key_arena = a.keys.data();
+    g.value_arena = a.values.data();
+    g.positions = a.positions.data();
+    g.key_scratch = scratch->keys.data();
+    g.value_scratch = scratch->values.data();
+    g.position_scratch = scratch->positions.data();
+    const size_t count = device_kv_gather_elements(g);
+    gather_kernel<<<static_cast<unsigned>((count + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(g, count);
+    check_launch("device KV gather kernel");
+    copy_rows(*scratch, a, plan.gather_back, row_words());
+  }
+};
+
+DeviceKvCache::DeviceKvCache(const DeviceKvGeometry& geometry, const DeviceKvGrowthPolicy& policy)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->layout = DeviceKvLayout(geometry, policy);
+  for (int l = 0; l < geometry.n_layers; ++l) {
+    impl_->arenas.push_back(std::make_unique<LayerArenas>(impl_->layout.layer(l), impl_->row_words()));
+  }
+}
+
+DeviceKvCache::~DeviceKvCache() = default;
+
+const DeviceKvLayout& DeviceKvCache::layout() const { return impl_->layout; }
+
+void DeviceKvCache::append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+                           std::span<const int32_t> first_positions) {
+  impl_->layout.check_block(n, src_stride);
+  if (auto grown = impl_->layout.layout_for_append(layer, n)) impl_->relocate(layer, std::move(*grown));
+  DeviceKvAppendArgs args = impl_->layout.append_args(layer, n, keys, values, src_stride, first_positions);
+  LayerArenas& a = impl_->layer(layer);
+  args.key_arena = a.keys.data();
+  args.value_arena = a.values.data();
+  args.positions = a.positions.data();
+  const size_t count = device_kv_append_elements(args);
+  const unsigned blocks = static_cast<unsigned>((count + kAppendThreads - 1) / kAppendThreads);
+  append_kernel<<<blocks, kAppendThreads>>>(args, count);
+  check_launch("device KV append kernel");
+  impl_->layout.commit_append(layer, n);
+}
+
+void DeviceKvCache::append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+                                     std::span<const int32_t> first_positions) {
+  impl_->layout.check_block(n, src_stride);
+  const size_t count = static_cast<size_t>(n - 1) * size_t(src_stride) +
+                       size_t(impl_->layout.geometry().n_heads) * impl_->layout.geometry().head_dim;
+  impl_->upload_keys.resize(count);
+  impl_->upload_values.resize(count);
+  impl_->upload_keys.upload(keys, count);
+  impl_->upload_values.upload(values, count);
+  append(layer, n, impl_->upload_keys.data(), impl_->upload_values.data(), src_stride, first_positions);
+}
+
+void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep) {
+  const DeviceKvCompactionPlan plan = plan_compaction(impl_->layout.layer(layer), keep);
+  if (!plan.heads.empty()) {
+    impl_->src_rows.resize(plan.src_rows.size());
+    impl_->src_rows.upload(plan.src_rows.data(), plan.src_rows.size());
+    DeviceKvCompactArgs args = impl_->layout.compact_args(plan, impl_->src_rows.data());
+    LayerArenas& a = impl_->layer(layer);
+    args.key_arena = a.keys.data();
+    args.value_arena = a.values.data();
+    args.positions = a.positions.data();
+    compact_kernel<<<args.n_heads, kDeviceKvCompactThreads>>>(args);
+    check_launch("device KV compaction kernel");
+  }
+  if (!plan.gather_src.empty()) impl_->gather(layer, plan);
+  impl_->layout.commit_compaction(layer, plan);
+}
+
+DeviceKvHeadContents DeviceKvCache::read_head(int layer, int head) const {
+  const DeviceKvRegion& r = impl_->layout.layer(layer).heads.at(size_t(head));
+  const size_t rw = size_t(impl_->row_words()), b = size_t(r.base_row), n = size_t(r.length);
+  const LayerArenas& a = *impl_->arenas[size_t(layer)];
+  DeviceKvHeadContents out;
+  out.keys.resize(n * rw);
+  out.values.resize(n * rw);
+  out.positions.resize(n);
+  if (n > 0) {
+    a.keys.download(out.keys.data(), n * rw, b * rw);
+    a.values.download(out.values.data(), n * rw, b * rw);
+    a.positions.download(out.positions.data(), n, b);
+  }
+  return out;
+}
+
+DeviceKvSnapshot DeviceKvCache::snapshot() const {
+  DeviceKvSnapshot s;
+  s.data_ = std::make_unique<DeviceKvSnapshot::Data>();
+  s.data_->layout = impl_->layout.packed();
+  for (int l = 0; l < impl_->layout.geometry().n_layers; ++l) {
+    s.data_->layers.push_back(std::make_unique<LayerArenas>(s.data_->layout.layer(l), impl_->row_words()));
+    copy_rows(*impl_->arenas[size_t(l)], *s.data_->layers.back(),
+              plan_copy(impl_->layout.layer(l), s.data_->layout.layer(l)), impl_->row_words());
+  }
+  return s;
+}
+
+void DeviceKvCache::restore(const DeviceKvSnapshot& snapshot) {
+  const DeviceKvGeometry& g = impl_->layout.geometry();
+  const DeviceKvGeometry& sg = snapshot.layout().geometry();
+  if (sg.n_layers != g.n_layers || sg.n_heads != g.n_heads || sg.head_dim != g.head_dim || sg.type != g.type) {
+    throw std::invalid_argument("device KV restore: snapshot of another cache geometry");
+  }
+  for (int l = 0; l < g.n_layers; ++l) {
+    const DeviceKvLayerLayout& from = snapshot.layout().layer(l);
+    std::vector<int64_t> lengths;
+    for (const DeviceKvRegion& r : from.heads) lengths.push_back(r.length);
+    DeviceKvLayerLayout target = impl_->layout.layer(l);
+    if (auto grown = impl_->layout.layout_for_lengths(l, lengths)) {
+      target = std::move(*grown);
+      impl_->arenas[size_t(l)] = std::make_unique<LayerArenas>(target, impl_->row_words());
+    }
+    for (size_t h = 0; h < target.heads.size(); ++h) target.heads[h].length = lengths[h];
+    copy_rows(*snapshot.data_->layers[size_t(l)], impl_->layer(l), plan_copy(from, target), impl_->row_words());
+    impl_->layout.set_layer(l, std::move(target));
+  }
+}
+
+const void* DeviceKvCache::keys(int layer) const {
+  impl_->layout.layer(layer);
+  return impl_->arenas[size_t(layer)]->keys.data();
+}
+const void* DeviceKvCache::values(int layer) const {
+  impl_->layout.layer(layer);
+  return impl_->arenas[size_t(layer)]->values.data();
+}
+const int32_t* DeviceKvCache::positions(int layer) const {
+  impl_->layout.layer(layer);
+  return impl_->arenas[size_t(layer)]->positions.data();
+}
+
+}  // namespace kvevict::cuda

@@ -1,0 +1,82 @@
+#pragma once
+// A device-resident KV cache (issue 10; built only with KVEVICT_HAVE_CUDA). Ragged per (layer,
+// stored head) in one key, one value and one position arena per layer (layout and growth:
+// core/decode/device_kv_layout.h), elements of the chosen KvType (F16 by default), appended and
+// compacted on the device by kernels whose per-element code is shared with DeviceKvTwin
+// (core/decode/device_kv_twin.h), the CPU-tested host twin. The host sees entries only on request
+// (read_head); snapshots and restores are device-to-device copies.
+//
+// Streams: everything runs on the legacy default stream, like the CUDA decoder's kernels, so the
+// cache's work is ordered with theirs without events. read_head synchronises (device -> host).
+// Errors: a failing CUDA call throws RuntimeError naming it; bad plans throw before any launch
+// (device_kv_layout.h). This header needs no CUDA headers.
+//
+// Status: compiled with nvcc, never run on a GPU (none was available); the GPU test
+// (tests/core/device_kv_cache_gpu_test.cpp) compares it with the host twin and skips without one.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_twin.h"
+
+namespace kvevict::cuda {
+
+class DeviceKvCache;
+
+// A packed device copy of a whole cache (capacities = lengths); moves only.
+class DeviceKvSnapshot {
+ public:
+  DeviceKvSnapshot();
+  ~DeviceKvSnapshot();
+  DeviceKvSnapshot(DeviceKvSnapshot&&) noexcept;
+  DeviceKvSnapshot& operator=(DeviceKvSnapshot&&) noexcept;
+  const DeviceKvLayout& layout() const;
+  size_t bytes() const { return layout().bytes_reserved(); }
+
+ private:
+  friend class DeviceKvCache;
+  struct Data;
+  std::unique_ptr<Data> data_;
+};
+
+// Uses the current CUDA device (cudaSetDevice before constructing it).
+class DeviceKvCache {
+ public:
+  explicit DeviceKvCache(const DeviceKvGeometry& geometry, const DeviceKvGrowthPolicy& policy = {});
+  ~DeviceKvCache();
+  DeviceKvCache(const DeviceKvCache&) = delete;
+  DeviceKvCache& operator=(const DeviceKvCache&) = delete;
+
+  const DeviceKvLayout& layout() const;
+  // keys / values: device pointers to [n][src_stride] f32 (post-RoPE keys), head h at column
+  // h * head_dim, as the decoder's K/V projection leaves them. Head h's token i gets position
+  // first_positions[h] + i. Grows (relocates) the layer first when a head lacks room.
+  void append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+              std::span<const int32_t> first_positions);
+  // The same from host arrays (uploaded first): for tests and tools, not the decode loop.
+  void append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+                        std::span<const int32_t> first_positions);
+  // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place
+  // (no second buffer), others gathered through scratch rows and copied back.
+  void compact(int layer, const std::vector<std::vector<int>>& keep);
+  // One head's live entries copied to the host (synchronises): inspect, reports, tests.
+  DeviceKvHeadContents read_head(int layer, int head) const;
+
+  DeviceKvSnapshot snapshot() const;
+  // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head
+  // lacks room). std::invalid_argument for a snapshot of another geometry.
+  void restore(const DeviceKvSnapshot& snapshot);
+
+  // The layer's arenas on the device, for kernels that read the cache (rows per layout().layer()).
+  const void* keys(int layer) const;
+  const void* values(int layer) const;
+  const int32_t* positions(int layer) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvevict::cuda

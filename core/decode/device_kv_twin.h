@@ -1,0 +1,62 @@
+#pragma once
+// The device KV cache's host twin: the same layouts (DeviceKvLayout) and the same element code
+// (device_kv_elements.h) as core/decode/cuda/device_kv_cache.cu, run on host arenas over an
+// emulated grid. An append (or an out-of-place gather) runs its element for every index of its
+// 1-D grid; an in-place compaction runs each listed head's chunks in ascending order, every thread
+// of a chunk loading before any stores (the kernel's __syncthreads). The CPU tests compare it with an independent reference;
+// the GPU test compares the device cache with it after the same operations.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/decode/device_kv_layout.h"
+
+namespace kvevict {
+
+// One head's live entries as stored: raw 16-bit words ([length][row_words]; an F32 element is
+// two words in memory order) and original positions.
+struct DeviceKvHeadContents {
+  std::vector<uint16_t> keys, values;
+  std::vector<int32_t> positions;
+};
+// Stored words of `elements` elements of `type` converted to f32 (for inspection and reports).
+std::vector<float> device_kv_words_to_f32(KvType type, std::span<const uint16_t> words);
+
+class DeviceKvTwin {
+ public:
+  explicit DeviceKvTwin(const DeviceKvGeometry& geometry, const DeviceKvGrowthPolicy& policy = {});
+
+  const DeviceKvLayout& layout() const { return layout_; }
+  // Appends a block of n tokens: keys/values are [n][src_stride] f32, head h at column
+  // h * head_dim; head h's token i gets position first_positions[h] + i. Grows the layer first
+  // when a head lacks room (relocating every head, as the device does).
+  void append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
+              std::span<const int32_t> first_positions);
+  // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place,
+  // others through scratch rows.
+  void compact(int layer, const std::vector<std::vector<int>>& keep);
+  DeviceKvHeadContents read_head(int layer, int head) const;
+
+  struct Arenas {
+    std::vector<uint16_t> keys, values;  // [capacity rows][row_words]
+    std::vector<int32_t> positions;      // [capacity rows]
+  };
+  // A packed copy of every layer (capacities = lengths), and its restore: the cache returns to the
+  // snapshot's lengths and contents, growing a layer only when a head lacks room.
+  struct Snapshot {
+    DeviceKvLayout layout;
+    std::vector<Arenas> layers;
+  };
+  Snapshot snapshot() const;
+  void restore(const Snapshot& snapshot);
+
+ private:
+  Arenas allocate(const DeviceKvLayerLayout& layout) const;
+  void copy_rows(const Arenas& from, Arenas& to, const std::vector<DeviceKvCopy>& copies) const;
+  void relocate(int layer, DeviceKvLayerLayout to);
+
+  DeviceKvLayout layout_;
+  std::vector<Arenas> arenas_;  // [layer]
+};
+
+}  // namespace kvevict

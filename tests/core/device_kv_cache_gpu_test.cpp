@@ -1,0 +1,157 @@
+// The device KV cache (core/decode/cuda/device_kv_cache.h) against its host twin after the same
+// operations: every stored word and position equal (GPU only; skipped with the reason when the
+// build has no CUDA or no usable device). Never run during development: no GPU was available.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/decode/device_kv_twin.h"
+#include "device_kv_test_ops.h"
+#include "jit/cuda_driver.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/device_kv_cache.h"
+#include "core/decode/cuda/device_memory.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+std::string gpu_missing_reason() {
+#if !defined(KVEVICT_HAVE_CUDA)
+  return "this kvevict was built without the CUDA toolkit";
+#else
+  const jit::CudaProbe probe = jit::CudaDriver::probe();
+  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
+#endif
+}
+
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
+  } while (0)
+
+#if defined(KVEVICT_HAVE_CUDA)
+
+void expect_same(const cuda::DeviceKvCache& device, const DeviceKvTwin& twin, const std::string& where) {
+  const DeviceKvGeometry& g = twin.layout().geometry();
+  for (int l = 0; l < g.n_layers; ++l) {
+    for (int h = 0; h < g.n_heads; ++h) {
+      ASSERT_EQ(device.layout().length(l, h), twin.layout().length(l, h)) << where;
+      const DeviceKvHeadContents d = device.read_head(l, h), t = twin.read_head(l, h);
+      ASSERT_EQ(d.positions, t.positions) << where << " layer " << l << " head " << h;
+      ASSERT_EQ(d.keys, t.keys) << where << " keys, layer " << l << " head " << h;
+      ASSERT_EQ(d.values, t.values) << where << " values, layer " << l << " head " << h;
+    }
+  }
+}
+
+void apply(cuda::DeviceKvCache& device, DeviceKvTwin& twin, const device_kv_test::Op& op) {
+  if (op.append) {
+    device.append_from_host(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+    twin.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+  } else {
+    device.compact(op.layer, op.keep);
+    twin.compact(op.layer, op.keep);
+  }
+}
+
+#endif
+
+class DeviceKvCacheGpu : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(DeviceKvCacheGpu, MatchesTheHostTwinAfterRandomAppendsAndKeeps) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {6, 64, 128}) {
+    const DeviceKvGeometry g{3, 4, head_dim, GetParam()};
+    const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+    cuda::DeviceKvCache device(g, policy);
+    DeviceKvTwin twin(g, policy);
+    const auto ops = device_kv_test::random_ops(g, 120, 31u + static_cast<uint32_t>(head_dim));
+    for (size_t o = 0; o < ops.size(); ++o) {
+      apply(device, twin, ops[o]);
+      expect_same(device, twin, "head_dim " + std::to_string(head_dim) + ", after op " + std::to_string(o));
+      if (HasFatalFailure()) return;
+    }
+  }
+#endif
+}
+
+TEST_P(DeviceKvCacheGpu, SnapshotRestoreIsExact) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const DeviceKvGeometry g{2, 8, 128, GetParam()};
+  cuda::DeviceKvCache device(g);
+  DeviceKvTwin twin(g);
+  for (const auto& op : device_kv_test::random_ops(g, 12, 7u)) apply(device, twin, op);
+  const cuda::DeviceKvSnapshot snap = device.snapshot();
+  const DeviceKvTwin::Snapshot twin_snap = twin.snapshot();
+  EXPECT_EQ(snap.bytes(), twin.layout().bytes_in_use());
+  for (uint32_t round = 0; round < 3; ++round) {
+    for (const auto& op : device_kv_test::random_ops(g, 20, 50u + round)) {
+      if (op.append) apply(device, twin, op);  // appends stay valid from any lengths
+    }
+    expect_same(device, twin, "before restore " + std::to_string(round));
+    device.restore(snap);
+    twin.restore(twin_snap);
+    expect_same(device, twin, "after restore " + std::to_string(round));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+// The in-place compaction's worst cases on real threads: every source is a later destination
+// (shift by one), with one row per chunk (head_dim 1024 f32) and 256 rows per chunk (head_dim 8).
+// A missing barrier or an out-of-order chunk would show up as a row read after it was overwritten.
+TEST(DeviceKvCacheGpuCompaction, ShiftsInPlaceLikeTheTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {8, 1024}) {
+    const DeviceKvGeometry g{1, 2, head_dim, KvType::F32};
+    const int rows = 2000;
+    std::vector<float> block(static_cast<size_t>(rows) * g.n_heads * head_dim);
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(i);
+    cuda::DeviceKvCache device(g);
+    DeviceKvTwin twin(g);
+    const std::vector<int32_t> first{0, 0};
+    device.append_from_host(0, rows, block.data(), block.data(), int64_t(g.n_heads) * head_dim, first);
+    twin.append(0, rows, block.data(), block.data(), int64_t(g.n_heads) * head_dim, first);
+    std::vector<std::vector<int>> keep(2);
+    for (int t = 1; t < rows; ++t) keep[0].push_back(t);      // shift by one
+    for (int t = 0; t < rows; t += 3) keep[1].push_back(t);   // every third row
+    device.compact(0, keep);
+    twin.compact(0, keep);
+    expect_same(device, twin, "head_dim " + std::to_string(head_dim));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+// cuda::gather_rows (out-of-place compaction by index list, kept for score-ordered keep lists)
+// against the obvious CPU loop.
+TEST(CudaGatherRows, MatchesTheCpuGather) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const int rows = 300, width = 72;
+  std::vector<float> src(static_cast<size_t>(rows) * width);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const std::vector<int> indices{299, 0, 5, 5, 150, 1, 298, 42};  // any order, repeats allowed
+  std::vector<float> expected;
+  for (int r : indices) expected.insert(expected.end(), src.begin() + size_t(r) * width, src.begin() + size_t(r + 1) * width);
+  cuda::DeviceArray<float> d_src, d_dst(expected.size());
+  cuda::DeviceArray<int> d_idx;
+  d_src.upload(src);
+  d_idx.upload(indices);
+  cuda::gather_rows(d_src.data(), d_idx.data(), static_cast<int>(indices.size()), width, d_dst.data());
+  std::vector<float> got(expected.size());
+  d_dst.download(got.data(), got.size());
+  EXPECT_EQ(got, expected);
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DeviceKvCacheGpu, ::testing::Values(KvType::F16, KvType::BF16, KvType::F32),
+                         [](const auto& info) { return std::string(kv_type_name(info.param)); });
+
+}  // namespace
+}  // namespace kvevict

@@ -1,0 +1,254 @@
+// The device KV cache's bookkeeping (device_kv_layout.h) and the in-place compaction's ordering
+// (device_kv_elements.h run by the host twin): host-only, no GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <stdexcept>
+
+#include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_twin.h"
+
+namespace kvevict {
+namespace {
+
+DeviceKvLayerLayout layer_of(std::vector<int64_t> caps, std::vector<int64_t> lens) { return packed_layout(caps, lens); }
+
+TEST(DeviceKvLayout, ElementSizesMatchTheHostCache) {
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) {
+    EXPECT_EQ(device_kv_element_bytes(t), kv_type_size(t)) << kv_type_name(t);
+    EXPECT_EQ(kDeviceKvElementBytes[static_cast<int>(t)], kv_type_size(t)) << kv_type_name(t);
+  }
+  const DeviceKvGeometry g{2, 8, 64, KvType::F16};
+  EXPECT_EQ(g.row_bytes(), 128u);
+  EXPECT_EQ(g.row_words(), 64);
+  EXPECT_EQ(g.entry_bytes(), 2 * 128u + 4u);
+  EXPECT_EQ((DeviceKvGeometry{1, 1, 64, KvType::F32}.row_words()), 128);
+}
+
+TEST(DeviceKvLayout, GeometryAndPolicyAreValidated) {
+  EXPECT_THROW(DeviceKvLayout(DeviceKvGeometry{0, 1, 8, KvType::F16}), std::invalid_argument);
+  EXPECT_THROW(DeviceKvLayout(DeviceKvGeometry{1, kDeviceKvMaxHeads + 1, 8, KvType::F16}), std::invalid_argument);
+  EXPECT_THROW(DeviceKvLayout(DeviceKvGeometry{1, 1, kDeviceKvMaxRowWords / 2 + 1, KvType::F32}), std::invalid_argument);
+  EXPECT_NO_THROW(DeviceKvLayout(DeviceKvGeometry{1, 1, kDeviceKvMaxRowWords / 2, KvType::F32}));
+  EXPECT_THROW(DeviceKvLayout(DeviceKvGeometry{1, 1, 8, KvType::F16}, DeviceKvGrowthPolicy{.row_quantum = 0}),
+               std::invalid_argument);
+  EXPECT_THROW(DeviceKvLayout(DeviceKvGeometry{1, 1, 8, KvType::F16}, DeviceKvGrowthPolicy{.growth = 0.5}),
+               std::invalid_argument);
+}
+
+TEST(DeviceKvLayout, CapacitiesRoundAndGrowGeometrically) {
+  const DeviceKvGrowthPolicy p;  // quantum 64, growth 1.5
+  EXPECT_EQ(rounded_capacity(0, p), 0);
+  EXPECT_EQ(rounded_capacity(1, p), 64);
+  EXPECT_EQ(rounded_capacity(64, p), 64);
+  EXPECT_EQ(rounded_capacity(65, p), 128);
+  const DeviceKvGeometry g{1, 3, 16, KvType::F16};
+  // Head 0 fits, head 1 needs one more row than it has (64 -> ceil(96) -> 128), head 2 jumps far.
+  const DeviceKvLayerLayout cur = layer_of({64, 64, 0}, {10, 64, 0});
+  const std::vector<int64_t> need{20, 65, 1000};
+  const auto grown = reserved_layout(cur, need, g, p);
+  ASSERT_TRUE(grown.has_value());
+  EXPECT_EQ(grown->heads[0].capacity, 64);
+  EXPECT_EQ(grown->heads[1].capacity, 128);
+  EXPECT_EQ(grown->heads[2].capacity, 1024);
+  EXPECT_EQ(grown->heads[1].base_row, 64);
+  EXPECT_EQ(grown->heads[2].base_row, 192);
+  EXPECT_EQ(grown->heads[1].length, 64);  // lengths are kept
+  const std::vector<int64_t> fits{64, 64, 0};
+  EXPECT_FALSE(reserved_layout(cur, fits, g, p).has_value());
+}
+
+TEST(DeviceKvLayout, AbsurdSizesAreRefused) {
+  const DeviceKvGeometry g{1, 2, 128, KvType::F16};
+  DeviceKvGrowthPolicy p;
+  p.max_rows_per_head = 1000;
+  EXPECT_THROW(rounded_capacity(1001, p), std::length_error);
+  EXPECT_EQ(rounded_capacity(999, p), 1000);  // rounding stops at the limit
+  const DeviceKvLayerLayout cur = layer_of({0, 0}, {0, 0});
+  const std::vector<int64_t> too_many{1001, 0};
+  EXPECT_THROW(reserved_layout(cur, too_many, g, p), std::length_error);
+  // A geometric step past the limit is clipped instead of refused.
+  const DeviceKvLayerLayout near = layer_of({960, 0}, {960, 0});
+  const std::vector<int64_t> one_more{961, 0};
+  EXPECT_EQ(reserved_layout(near, one_more, g, p)->heads[0].capacity, 1000);
+  p.max_arena_bytes = 256 * 127;  // 127 rows of 256 bytes per arena; two heads of 64 rows need 128
+  p.max_rows_per_head = 1 << 20;
+  const std::vector<int64_t> both{64, 64};
+  EXPECT_THROW(reserved_layout(cur, both, g, p), std::length_error);
+  const std::vector<int64_t> just_fits{64, 63};
+  EXPECT_NO_THROW(reserved_layout(cur, just_fits, g, DeviceKvGrowthPolicy{.row_quantum = 1, .max_arena_bytes = 256 * 127}));
+  DeviceKvLayout layout(g, p);
+  EXPECT_THROW(layout.layout_for_append(0, 100), std::length_error);
+}
+
+TEST(DeviceKvLayout, AppendLandsAfterEachHeadsLiveRows) {
+  const DeviceKvLayerLayout l = layer_of({8, 16}, {3, 16});
+  DeviceKvAppendArgs args;
+  const std::vector<int32_t> first{100, 200};
+  EXPECT_THROW(plan_append(l, 1, first, args), std::logic_error);  // head 1 is full
+  const DeviceKvLayerLayout roomy = layer_of({8, 20}, {3, 16});
+  plan_append(roomy, 4, first, args);
+  EXPECT_EQ(args.n, 4);
+  EXPECT_EQ(args.n_heads, 2);
+  EXPECT_EQ(args.heads[0].dst_row, 3);
+  EXPECT_EQ(args.heads[1].dst_row, 8 + 16);
+  EXPECT_EQ(args.heads[1].first_position, 200);
+  EXPECT_THROW(plan_append(roomy, 0, first, args), std::invalid_argument);
+  EXPECT_THROW(plan_append(roomy, 1, std::vector<int32_t>{1}, args), std::invalid_argument);
+}
+
+TEST(DeviceKvLayout, CompactionPlansListOnlyDisplacedEntries) {
+  const DeviceKvLayerLayout l = layer_of({8, 8, 8, 8}, {6, 6, 6, 6});
+  const DeviceKvCompactionPlan plan = plan_compaction(l, {{0, 1, 2}, {0, 1, 4, 5}, {}, {2, 3}});
+  EXPECT_EQ(plan.new_lengths, (std::vector<int64_t>{3, 4, 0, 2}));
+  ASSERT_EQ(plan.heads.size(), 2u);  // head 0 keeps a prefix, head 2 keeps nothing: no moves
+  EXPECT_EQ(plan.listed, (std::vector<int>{1, 3}));
+  EXPECT_EQ(plan.heads[0].base_row, 8);
+  EXPECT_EQ(plan.heads[0].first, 2);
+  EXPECT_EQ(plan.heads[0].moves, 2);
+  EXPECT_EQ(plan.heads[0].list_offset, 0);
+  EXPECT_EQ(plan.heads[1].base_row, 24);
+  EXPECT_EQ(plan.heads[1].first, 0);
+  EXPECT_EQ(plan.heads[1].moves, 2);
+  EXPECT_EQ(plan.heads[1].list_offset, 2);
+  EXPECT_EQ(plan.src_rows, (std::vector<int32_t>{4, 5, 2, 3}));
+}
+
+TEST(DeviceKvLayout, OtherOrdersAreGatheredThroughScratch) {
+  const DeviceKvLayerLayout l = layer_of({8, 8, 8}, {6, 6, 6});
+  const DeviceKvCompactionPlan plan = plan_compaction(l, {{5, 0, 3}, {1, 2}, {2, 1, 0}});
+  EXPECT_EQ(plan.new_lengths, (std::vector<int64_t>{3, 2, 3}));
+  EXPECT_EQ(plan.listed, (std::vector<int>{1}));  // only head 1 is ascending
+  EXPECT_EQ(plan.gather_src, (std::vector<int64_t>{5, 0, 3, 18, 17, 16}));
+  ASSERT_EQ(plan.gather_back.size(), 2u);
+  EXPECT_EQ(plan.gather_back[0].src_row, 0);
+  EXPECT_EQ(plan.gather_back[0].dst_row, 0);
+  EXPECT_EQ(plan.gather_back[0].rows, 3);
+  EXPECT_EQ(plan.gather_back[1].src_row, 3);
+  EXPECT_EQ(plan.gather_back[1].dst_row, 16);
+  EXPECT_EQ(plan.gather_back[1].rows, 3);
+}
+
+TEST(DeviceKvLayout, BadKeepListsAreRefused) {
+  const DeviceKvLayerLayout l = layer_of({8, 8}, {5, 5});
+  EXPECT_THROW(plan_compaction(l, {{0, 1}}), std::invalid_argument);             // one list for two heads
+  EXPECT_THROW(plan_compaction(l, {{0, 5}, {}}), std::invalid_argument);         // beyond the length
+  EXPECT_THROW(plan_compaction(l, {{-1}, {}}), std::invalid_argument);           // negative
+  EXPECT_THROW(plan_compaction(l, {{1, 1}, {}}), std::invalid_argument);         // duplicate
+  try {
+    plan_compaction(l, {{}, {0, 3, 2, 3}});
+    FAIL() << "a repeated entry was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("head 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+  }
+  DeviceKvTwin twin(DeviceKvGeometry{1, 2, 4, KvType::F16});
+  std::vector<float> block(3 * 2 * 4, 1.0f);
+  twin.append(0, 3, block.data(), block.data(), 8, std::vector<int32_t>{0, 0});
+  EXPECT_THROW(twin.compact(0, {{1}, {2, 2}}), std::invalid_argument);
+  EXPECT_EQ(twin.layout().length(0, 0), 3);  // refused before anything moved, in any head
+  EXPECT_EQ(twin.layout().length(0, 1), 3);
+  EXPECT_THROW(twin.append(0, 1, block.data(), block.data(), 7, std::vector<int32_t>{0, 0}), std::invalid_argument);
+  EXPECT_THROW(twin.append(0, 0, block.data(), block.data(), 8, std::vector<int32_t>{0, 0}), std::invalid_argument);
+}
+
+TEST(DeviceKvLayout, CopiesMergeAdjacentFullHeads) {
+  const DeviceKvLayerLayout from = layer_of({4, 4, 8}, {4, 4, 2});
+  const DeviceKvLayerLayout packed = layer_of({4, 4, 2}, {0, 0, 0});
+  const std::vector<DeviceKvCopy> c = plan_copy(from, packed);
+  ASSERT_EQ(c.size(), 1u);  // heads 0, 1 full and adjacent, head 2 starts where head 1 ends in both
+  EXPECT_EQ(c[0].rows, 10);
+  const DeviceKvLayerLayout spread = layer_of({8, 8, 8}, {0, 0, 0});
+  const std::vector<DeviceKvCopy> s = plan_copy(from, spread);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].src_row, 4);
+  EXPECT_EQ(s[1].dst_row, 8);
+  EXPECT_EQ(s[2].rows, 2);
+  EXPECT_THROW(plan_copy(from, layer_of({4, 3, 8}, {0, 0, 0})), std::logic_error);
+}
+
+TEST(DeviceKvLayout, BytesCountLiveAndReservedEntries) {
+  const DeviceKvGeometry g{2, 2, 8, KvType::BF16};
+  DeviceKvTwin twin(g, DeviceKvGrowthPolicy{.row_quantum = 16});
+  std::vector<float> block(5 * 2 * 8, 0.25f);
+  twin.append(1, 5, block.data(), block.data(), 16, std::vector<int32_t>{0, 0});
+  EXPECT_EQ(twin.layout().bytes_in_use(), 2 * 5 * g.entry_bytes());
+  EXPECT_EQ(twin.layout().bytes_reserved(), 2 * 16 * g.entry_bytes());
+  EXPECT_EQ(twin.layout().packed().bytes_reserved(), twin.layout().bytes_in_use());
+}
+
+// ---- In-place compaction reads each source before any chunk overwrites it. Rows carry their own
+// index (F32, exact), so a row read after it was overwritten shows up as a wrong index.
+struct Numbered {
+  DeviceKvGeometry g;
+  DeviceKvTwin twin;
+  Numbered(int head_dim, int rows) : g{1, 1, head_dim, KvType::F32}, twin(g) {
+    std::vector<float> block(static_cast<size_t>(rows) * head_dim);
+    for (int r = 0; r < rows; ++r) {
+      for (int d = 0; d < head_dim; ++d) block[static_cast<size_t>(r) * head_dim + d] = float(r * 10000 + d);
+    }
+    twin.append(0, rows, block.data(), block.data(), head_dim, std::vector<int32_t>{0});
+  }
+  void expect_rows(const std::vector<int>& keep) {
+    const DeviceKvHeadContents c = twin.read_head(0, 0);
+    const std::vector<float> k = device_kv_words_to_f32(KvType::F32, c.keys);
+    ASSERT_EQ(c.positions, std::vector<int32_t>(keep.begin(), keep.end()));
+    for (size_t j = 0; j < keep.size(); ++j) {
+      for (int d = 0; d < g.head_dim; ++d) ASSERT_EQ(k[j * g.head_dim + d], float(keep[j] * 10000 + d)) << "row " << j;
+    }
+  }
+};
+
+TEST(DeviceKvCompaction, InPlaceNeverReadsAnOverwrittenRow) {
+  // head_dim 1024 f32: one row per chunk; 8: 256 rows per chunk; 100: 40 rows per chunk.
+  for (int head_dim : {1024, 8, 100}) {
+    const int rows = 700;
+    std::vector<std::vector<int>> cases;
+    cases.push_back(std::vector<int>(rows - 1));
+    std::iota(cases.back().begin(), cases.back().end(), 1);  // shift by one: every source is a later destination
+    cases.emplace_back();
+    for (int t = 0; t < rows; t += 2) cases.back().push_back(t);  // every other row
+    cases.emplace_back();
+    for (int t = rows / 2; t < rows; ++t) cases.back().push_back(t);  // the back half to the front
+    cases.push_back({0, 1, 2, 500, 501, 699});
+    for (const auto& keep : cases) {
+      Numbered n(head_dim, rows);
+      n.twin.compact(0, {keep});
+      n.expect_rows(keep);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The barrier matters: the same element code run without it (each thread storing right after its
+// own load, threads in reverse order) corrupts the shift-by-one case. This is the failure the
+// previous test would catch if the twin or the kernel dropped the load/store split.
+TEST(DeviceKvCompaction, WithoutTheBarrierTheShiftCorrupts) {
+  Numbered n(8, 64);
+  std::vector<int> keep(63);
+  std::iota(keep.begin(), keep.end(), 1);
+  const DeviceKvCompactionPlan plan = plan_compaction(n.twin.layout().layer(0), {keep});
+  DeviceKvTwin::Snapshot s = n.twin.snapshot();  // its arenas are packed: base row 0, same rows
+  DeviceKvCompactArgs args;
+  args.key_arena = s.layers[0].keys.data();
+  args.value_arena = s.layers[0].values.data();
+  args.positions = s.layers[0].positions.data();
+  args.src_rows = plan.src_rows.data();
+  args.row_words = n.g.row_words();
+  args.chunk_rows = device_kv_chunk_rows(args.row_words);
+  args.n_heads = 1;
+  args.heads[0] = plan.heads[0];
+  DeviceKvCompactRegs r{};
+  for (int t = kDeviceKvCompactThreads - 1; t >= 0; --t) {
+    device_kv_compact_load(args, 0, 0, t, r);
+    device_kv_compact_store(args, 0, 0, t, r);
+  }
+  int wrong = 0;
+  for (int j = 0; j < 63; ++j) wrong += s.layers[0].positions[j] != keep[j];
+  EXPECT_GT(wrong, 0);
+  n.twin.compact(0, {keep});  // with the barrier: right
+  n.expect_rows(keep);
+}
+
+}  // namespace
+}  // namespace kvevict
