@@ -177,7 +177,7 @@ if [[ -x "$build/bench/bench_gpu_decode" ]] && (( $(left) > 60 )); then
   step "bench_gpu_decode (limit ${limit} s)" "$out/bench_gpu_decode.log" \
     timeout $(( limit + 30 )) "$build/bench/bench_gpu_decode" --time-limit "$limit" --json "$out/bench_gpu_decode.json"
 fi
-for bench in "$build"/bench/bench_jit "$build"/bench/bench_*cuda*; do
+for bench in "$build"/bench/bench_jit "$build"/bench/bench_device_kv "$build"/bench/bench_*cuda*; do
   [[ -x "$bench" ]] || continue
   (( $(left) > 30 )) || { record "$(basename "$bench")" note 0 "not run: the time budget is spent"; continue; }
   step "$(basename "$bench")" "$out/$(basename "$bench").log" timeout $(( $(left) - 10 )) "$bench"
