@@ -249,7 +249,9 @@ TEST_F(EvictionPlanOnStories, ReportedBudgetsAreThePlansStaticOnes) {
         reported += r.layers[l][0].budget;
         for (int h = 0; h < Hkv; ++h) {
           EXPECT_EQ(r.layers[l][h].budget, plan.budget.layer[l]) << "layer " << l << " head " << h;
-          if (plan.budget.head_rule == HeadBudgetRule::Layer) EXPECT_EQ(plan.static_head_budget(l, h), r.layers[l][h].budget);
+          if (plan.budget.head_rule == HeadBudgetRule::Layer) {
+            EXPECT_EQ(plan.static_head_budget(l, h), r.layers[l][h].budget);
+          }
           // The plan's protected positions survive (when the budget holds them: NACL's 256 sinks do not fit).
           if (plan.budget.protected_floor > plan.budget.layer[l]) continue;
           const std::set<int32_t> kept(r.layers[l][h].kept_positions.begin(), r.layers[l][h].kept_positions.end());
