@@ -935,7 +935,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
     }
 }
 
-int EvictionEngine::prefill_block() const { return state_->desc.run.prefill_block; }
+int EvictionEngine::prefill_block() const { return state_->plan.prefill.block; }
 
 void EvictionEngine::begin_block_prefill(int prompt_len) {
   if (prompt_len <= 0) throw std::invalid_argument("begin_block_prefill: the prompt must have tokens");
