@@ -71,9 +71,9 @@ EvictionPlan plan_skeleton(const PolicyDescription& desc, const PlanGeometry& ge
   // decide their kept counts themselves: only --budget full turns them off.
   const bool own_counts = desc.has_head_plan || desc.select.layer_allocation != LayerAllocation::Share ||
                           desc.select.has_threshold || !desc.select.stages.empty();
-  plan.prefill.skip_rule = own_counts                                 ? SkipRule::OnlyFullBudget
+  plan.prefill.skip_rule = own_counts                             ? SkipRule::OnlyFullBudget
                            : desc.run.skip_margin_includes_window ? SkipRule::WithinBudgetPlusWindow
-                                                                   : SkipRule::WithinBudget;
+                                                                  : SkipRule::WithinBudget;
   plan.decode.every = desc.run.decode_every;
   plan.decode.slack = desc.run.decode_slack;
   plan.decode.has_budget = desc.run.has_decode_budget;
@@ -84,10 +84,10 @@ EvictionPlan plan_skeleton(const PolicyDescription& desc, const PlanGeometry& ge
                  : desc.select.layer_allocation == LayerAllocation::Mass ? LayerBudgetRule::Mass
                  : desc.has_layer_weight                                 ? LayerBudgetRule::Weighted
                                                                          : LayerBudgetRule::Uniform;
-  b.head_rule = plan.select.kept_count_is_output               ? HeadBudgetRule::SelectionOutput
-                : desc.has_head_plan                           ? HeadBudgetRule::HeadPlan
-                : desc.select.scope == SelectScope::Layer      ? HeadBudgetRule::LayerAdaptive
-                                                               : HeadBudgetRule::Layer;
+  b.head_rule = plan.select.kept_count_is_output          ? HeadBudgetRule::SelectionOutput
+                : desc.has_head_plan                      ? HeadBudgetRule::HeadPlan
+                : desc.select.scope == SelectScope::Layer ? HeadBudgetRule::LayerAdaptive
+                                                          : HeadBudgetRule::Layer;
   return plan;
 }
 
