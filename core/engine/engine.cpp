@@ -1013,6 +1013,8 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
 
 const EvictionReport& EvictionEngine::report() const { return state_->report; }
 
+const EvictionPlan& EvictionEngine::plan() const { return state_->plan; }
+
 int recorded_window_for(const PolicyProgram& policy, int prompt_len) {
   const PolicyDescription& d = policy.description();
   // Every segment's last queries, the prompt query statistics and a window found from the tokens

@@ -263,6 +263,21 @@ TEST_F(EvictionPlanOnStories, ReportedBudgetsAreThePlansStaticOnes) {
     }
 }
 
+TEST_F(EvictionPlanOnStories, TheEnginesPlanIsThePureFunctions) {
+  for (const std::string name : {"snapkv", "nacl", "cake", "finch"}) {
+    SCOPED_TRACE(name);
+    const auto policy = load_policy(name);
+    const Budget budget = Budget::parse("30%");
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+    EvictionEngine engine(*policy, model_->config, {budget, 0});
+    EXPECT_EQ(engine.plan(), plan_before_prompt(*policy, plan_geometry(*policy, model_->config, budget), budget));
+    EXPECT_EQ(engine.plan().prompt_len, 0);
+    prefill_prompt(*decoder, std::span<const int>(tokens_), &engine, &engine);
+    EXPECT_EQ(engine.plan(), make_eviction_plan(*policy, model_->config, budget, S(), tokens_));
+    EXPECT_EQ(engine.plan().prompt_len, S());
+  }
+}
+
 TEST_F(EvictionPlanOnStories, TheEngineSkipsExactlyWhenThePlanSays) {
   struct Case { std::string policy; Params params; int budget; bool skip; };
   const int s = S();
