@@ -18,8 +18,11 @@
 //   HeadBudgetRule) and the engine applies it with the allocators (budget_allocator.h,
 //   head_budgets.h, mass_budget.h) as the data arrives.
 // * Static budgets (`PlanBudget::layer`, `head`) are the split of the whole prompt's cache: each
-//   layer capped at prompt_len. A prefill in blocks re-splits at each block over what the layers
-//   hold then (the same allocator), and only the block that completes the prompt meets the plan.
+//   layer capped at prompt_len. The engine uses them when its cache holds the whole prompt in every
+//   head; a prefill in blocks re-splits at each block over what the layers hold then (the same
+//   allocator, capped by those lengths).
+// * A layer_weight that reads no signal (PyramidKV's ramp of scalars) would be static too, but a
+//   PolicyProgram does not say which of its programs read signals: it is evaluated at run time.
 // * Errors: UsageError (exit 2) for a policy that does not fit the model or budget (as the engine's
 //   constructor always did), a negative resolved window or protected count, a negative prompt
 //   length, or a window_after_token prompt without the delimiter (and no window to fall back on).
