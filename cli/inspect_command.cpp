@@ -7,16 +7,20 @@
 // inspect prefills exactly the ids `kvevict eval` prefills for that user message.
 // --parse-special keeps the text as given but maps special-token strings to their ids (a prompt
 // that is already templated, e.g. a stored prompt from the results database).
+// --plan prints the eviction plan (core/engine/eviction_plan.h; cli/eviction_plan_output.h) as one
+// JSON object instead: what is decided before any score, for this prompt's length; nothing runs.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/eviction_plan_output.h"
 #include "cli/eviction_report_output.h"
 #include "cli/option_checks.h"
 #include "cli/policy_options.h"
 #include "core/decode/decoder.h"
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
+#include "core/engine/eviction_plan.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
@@ -33,6 +37,7 @@ struct InspectOptions {
   WeightStorage weights = WeightStorage::Native;
   std::string kv_type = "f16";
   bool json = false;
+  bool plan = false;
   bool chat = false;
   bool parse_special = false;
 };
@@ -78,6 +83,9 @@ std::function<int()> setup_inspect(CLI::App& app) {
   app.add_option("--kv-type", o->kv_type, "KV cache element type: f16, bf16 or f32 (the exact reference)")
       ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_flag("--json", o->json, "Print one JSON object (with the prompt's token ids)");
+  app.add_flag("--plan", o->plan,
+               "Print the eviction plan for this prompt as one JSON object (window, protected sets, budgets "
+               "when static, skip verdict, selection, triggers) without running the model");
   app.add_flag("--chat", o->chat,
                             "Wrap the prompt in the model's chat template and parse special tokens, as kvevict eval "
                             "does (the prompt is the user message)");
@@ -96,6 +104,11 @@ std::function<int()> setup_inspect(CLI::App& app) {
     const auto model = load_model(o->model, load);
     const std::vector<int> tokens = encode_prompt(*model, *o);
     const Budget budget = o->policy.parsed_budget(static_cast<int>(tokens.size()));
+    if (o->plan) {
+      const EvictionPlan plan = make_eviction_plan(*program, model->config, budget, static_cast<int>(tokens.size()), tokens);
+      std::cout << eviction_plan_json(plan, program->description().name, budget.text).dump() << "\n";
+      return 0;
+    }
     auto decoder = make_cpu_decoder(*model, {.threads = o->threads, .kv_type = parse_kv_type(o->kv_type, "--kv-type")});
     EvictionEngine engine(*program, model->config, {budget, o->seed});
     prefill_prompt(*decoder, tokens, &engine, &engine);

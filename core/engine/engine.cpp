@@ -16,7 +16,7 @@
 #include "core/engine/channel_selection.h"
 #include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
-#include "core/engine/engine_checks.h"
+#include "core/engine/eviction_plan.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/merge_state.h"
 #include "core/engine/model_signals.h"
@@ -70,26 +70,25 @@ struct EvictionEngine::State {
   const PolicyDescription& desc;
   ModelConfig config;
   EngineOptions options;
-  EvictionReport report;
-  int L = 0, Hkv = 0, Hq = 0, G = 1, d = 0;
-  // Heads the policy selects for: KV heads (Gs = G query heads each), or query heads when the
-  // policy unfolds GQA (Hs = Hq, Gs = 1; the cache is unfolded at the end of prefill).
-  bool unfold = false;
-  int Hs = 0, Gs = 1;
+  // What is fixed for the current prompt (eviction_plan.h): window, protected sets, budgets when
+  // static, skip verdict, selection spec, triggers. Built once per prompt (before the first one:
+  // plan_before_prompt); everything below it is the run's mutable state.
+  EvictionPlan plan;
+  // Abbreviations of plan.geometry (fixed for the engine's life): the model's layers, KV heads,
+  // query heads, group size and head dimension; the heads the policy selects for: KV heads (Gs = G
+  // query heads each), or query heads when it unfolds GQA (Hs = Hq, Gs = 1; the cache is unfolded at
+  // the end of prefill).
+  const int L, Hkv, Hq, G, d;
+  const bool unfold;
+  const int Hs, Gs;
 
-  // Observation window and protected sets resolved for the current prompt (policies may make them
-  // depend on the prompt length: PolicyProgram::window_for / protect_for).
-  int window = 0;
-  PolicyProtect protect;
-  PolicyProtect decode_protect;  // the decoding phase's (protect.decode_first / decode_recent), else `protect`
+  EvictionReport report;
   bool in_prefill = false, prefill_done = false;
-  int prompt_len = 0;
   int decode_step = 0;
   int appended = 0;  // tokens appended after the prompt (a decode forward may carry several: a question block)
   int block_prompt = 0;  // the prompt's length during a prefill in blocks (begin_block_prefill), else 0
   int prefill_seen = 0;  // prompt tokens in the cache so far (the end of the latest block)
-  int64_t total_budget = 0;   // sum over layers of the per-head budget
-  std::vector<int> layer_budget;                         // per-head budget of each layer
+  std::vector<int> layer_budget;  // per-head budget of each layer in force (the plan's when static)
   std::vector<double> layer_weight;                      // P_l when the policy has one
   // Head-level budgets (head_budgets.h), when the policy has head_mode / head_weight programs:
   // [layer][stored head] plans from prefill, and the budgets of the layer's last eviction.
@@ -126,40 +125,34 @@ struct EvictionEngine::State {
   }
 
   State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
-      : policy(p), desc(p.description()), config(c), options(std::move(o)) {
-    L = c.n_layers;
-    Hkv = c.n_kv_heads;
-    Hq = c.n_heads;
-    G = c.group_size();
-    d = c.head_dim;
-    check_engine_supports(desc, c, options.budget);
-    const ModelGeometry geometry{
-        .n_layers = L, .n_kv_heads = desc.select.unfold_gqa ? Hq : Hkv, .head_dim = d, .n_heads = Hq, .n_embd = c.dim};
-    if (const std::string why = p.check_geometry(geometry); !why.empty())
-      throw UsageError(why);
-    window = desc.window;
+      : policy(p),
+        desc(p.description()),
+        config(c),
+        options(std::move(o)),
+        plan(plan_before_prompt(p, plan_geometry(p, c, options.budget), options.budget)),  // checks the policy
+        L(plan.geometry.n_layers),
+        Hkv(plan.geometry.n_kv_heads),
+        Hq(plan.geometry.n_heads),
+        G(plan.geometry.group),
+        d(plan.geometry.head_dim),
+        unfold(plan.geometry.unfold_gqa),
+        Hs(plan.geometry.stored_heads),
+        Gs(plan.geometry.stored_group) {
     rope = Rope(c);
-    set_protect(desc.protect);
-    unfold = desc.select.unfold_gqa;
-    Hs = unfold ? Hq : Hkv;
-    Gs = unfold ? 1 : G;
   }
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.
   int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
 
-  // What the budget's unit needs to resolve (budget.h): the model and this prompt's window.
-  Budget::Geometry geometry() const { return {L, Hkv, window}; }
-
-  int query_window() const { return std::max(window, desc.needs(TensorSignal::CurrentAttention) ? 1 : 0); }
+  int query_window() const { return plan.query_window; }
 
   void reset() {
     report = EvictionReport{};
     report.policy = desc.name;
     report.budget = options.budget.text;
     in_prefill = prefill_done = false;
-    prompt_len = decode_step = appended = 0;
+    decode_step = appended = 0;
     sampling_seed = options.seed;
     layer_budget.assign(L, 0);
     layer_weight.assign(L, 1.0);
@@ -192,7 +185,7 @@ struct EvictionEngine::State {
   void query_statistic(TensorSignal id, int layer, int kv_head, std::vector<float>& out) const {
     std::vector<double> R;
     if (desc.observe.query_rotation == QueryRotation::FutureMean)
-      R = average_rope_rotation(config, prompt_len, desc.observe.rope_future);
+      R = average_rope_rotation(config, plan.prompt_len, desc.observe.rope_future);
     std::vector<float> mean(static_cast<size_t>(Gs) * d);
     const bool cov = id == TensorSignal::QueryCovariance;
     if (cov) out.resize(static_cast<size_t>(Gs) * d * d);
@@ -234,16 +227,16 @@ struct EvictionEngine::State {
     in.head_dim = d;
     in.n_embd = config.dim;
     in.T = T;
-    in.prompt_len = prompt_len;
+    in.prompt_len = plan.prompt_len;
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
     in.position = positions(cache, layer, src);
     const float* keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
     const int rows = recent.rows(layer);
     const float* q = recent.data(layer);
-    const bool want_window = window > 0 && (!decoding || desc.run.decode_uses_window_attention);
+    const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention);
     if (want_window && rows > 0) {
-      const int W = std::min(window, rows);
+      const int W = std::min(plan.window, rows);
       const int skip = rows - W;
       const float* window_rows = q + static_cast<size_t>(skip) * Hq * d;
       const int first = recent.first_position(layer) + skip;
@@ -315,7 +308,7 @@ struct EvictionEngine::State {
           query_statistic(info.id, layer, kv_head, out);
           break;
         case TensorSignal::RopeFuture: {  // [d][d]: R x = mean of rope(x, p), p = prompt_len ..
-          const std::vector<double> R = average_rope_rotation(config, prompt_len, desc.observe.rope_future);
+          const std::vector<double> R = average_rope_rotation(config, plan.prompt_len, desc.observe.rope_future);
           out.assign(R.begin(), R.end());
           break;
         }
@@ -367,8 +360,8 @@ struct EvictionEngine::State {
   bool window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache, const float* keys,
                           ScoreInputs& in, HeadSignals& hs, std::vector<float>& out) const {
     const int rows = recent.rows(layer);
-    if (window <= 0 || rows == 0) return false;
-    const int W = std::min(window, rows), skip = rows - W;
+    if (plan.window <= 0 || rows == 0) return false;
+    const int W = std::min(plan.window, rows), skip = rows - W;
     const WindowQueries q{recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip};
     const float* values = id == TensorSignal::WindowOutputs
                               ? cache.values_or_reconstruct(layer, cache_head(kv_head, cache), hs.value_scratch)
@@ -381,7 +374,7 @@ struct EvictionEngine::State {
 
   std::vector<float> score(const HeadSignals& hs, bool decoding) {
     std::vector<float> out(hs.in.T, 0.0f);
-    policy.score(hs.in, decoding && desc.has_decode_score, out.data());
+    policy.score(hs.in, decoding && plan.decode.own_score, out.data());
     return out;
   }
 
@@ -395,9 +388,9 @@ struct EvictionEngine::State {
     const int T = cache.length(layer, cache_head(0, cache));
     bool same_length = !desc.observe.same_index_head;  // same_index_head gives one head, not G
     for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
-    const size_t per_head = static_cast<size_t>(Gs) * std::min(window, recent.rows(layer)) * T;
+    const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
-#pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * window > 65536)
+#pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
     for (int h = 0; h < Hs; ++h)
       heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
@@ -409,15 +402,11 @@ struct EvictionEngine::State {
       LayerWeightInputs lw;
       lw.layer = layer;
       lw.n_layers = L;
-      lw.prompt_len = prompt_len;
-      lw.budget = options.budget.tokens_per_head(prompt_len, geometry());
+      lw.prompt_len = plan.prompt_len;
+      lw.budget = plan.budget.tokens_per_head;
       for (auto& h : heads) lw.heads.push_back(h.in);
       layer_weight[layer] = policy.layer_weight(lw);
     }
-  }
-
-  int protected_count(int length) const {
-    return std::min(length, protect.first + protect.recent);  // prompt positions are contiguous
   }
 
   // Budgets of layers 0..last: `stage_total` split by weight, floors = protected, caps = what each holds.
@@ -428,26 +417,26 @@ struct EvictionEngine::State {
       w[k] = desc.has_layer_weight ? layer_weight[k] : 1.0;
       hi[k] = cache.length(k, 0);
       for (int h = 1; h < cache.n_stored_heads(); ++h) hi[k] = std::min<int64_t>(hi[k], cache.length(k, h));
-      lo[k] = protected_count(prompt_len);
+      lo[k] = plan.budget.protected_floor;
     }
     return allocate_budgets(w, lo, hi, stage_total);
   }
-
-  bool merges_on_evict() const { return desc.merge.enabled && desc.merge.method != MergeMethod::Codebook; }
 
   // Budgets of layers 0..last: the weighted split of `stage_total`, or with layer_allocation
   // tokens each layer's own layer_weight in tokens, at least its protected count and at most
   // --budget's per-head budget and what the layer holds.
   std::vector<int64_t> layer_budgets(int last, int64_t stage_total, const KVCache& cache) const {
-    if (desc.select.layer_allocation == LayerAllocation::Share) return split(last, stage_total, cache);
-    const double cap = options.budget.tokens_per_head(prompt_len, geometry());
+    if (plan.static_layer_budgets() && last == L - 1 && stage_total == plan.budget.total && holds_whole_prompt(cache))
+      return std::vector<int64_t>(plan.budget.layer.begin(), plan.budget.layer.end());
+    if (plan.select.layer_allocation == LayerAllocation::Share) return split(last, stage_total, cache);
+    const double cap = plan.budget.tokens_per_head;
     std::vector<int64_t> out(last + 1);
     for (int k = 0; k <= last; ++k) {
       int64_t held = cache.length(k, 0);
       for (int h = 1; h < cache.n_stored_heads(); ++h) held = std::min<int64_t>(held, cache.length(k, h));
-      const double own = desc.select.layer_allocation == LayerAllocation::Mass ? mass_layer_budget(k, cache) : layer_weight[k];
+      const double own = plan.select.layer_allocation == LayerAllocation::Mass ? mass_layer_budget(k, cache) : layer_weight[k];
       const double want = std::min({own, cap, static_cast<double>(held)});
-      out[k] = std::max<int64_t>(protected_count(prompt_len), std::llround(std::max(0.0, want)));
+      out[k] = std::max<int64_t>(plan.budget.protected_floor, std::llround(std::max(0.0, want)));
     }
     return out;
   }
@@ -459,25 +448,34 @@ struct EvictionEngine::State {
     for (int h = 0; h < Hs; ++h) {
       const int T = cache.length(layer, cache_head(h, cache));
       sum += mass_count(std::span<const float>(scores[layer][h].data(), T),
-                        std::span<const int32_t>(positions(cache, layer, cache_head(h, cache)), T), protect.first,
-                        protect.recent, desc.select.mass);
+                        std::span<const int32_t>(positions(cache, layer, cache_head(h, cache)), T), plan.protect.first,
+                        plan.protect.recent, plan.select.mass);
     }
-    return protected_count(prompt_len) + std::ceil(sum / Hs);
+    return plan.budget.protected_floor + std::ceil(sum / Hs);
+  }
+
+  // Whether every stored head of every layer holds the whole prompt: the cache the plan's static
+  // budgets were split for (not a block of a prefill in blocks, not a layer already cut).
+  bool holds_whole_prompt(const KVCache& cache) const {
+    for (int k = 0; k < L; ++k)
+      for (int h = 0; h < cache.n_stored_heads(); ++h)
+        if (cache.length(k, h) != plan.prompt_len) return false;
+    return true;
   }
 
   // score_at insertion with decode triggers: the prefill scores stay after prefill, kept aligned with
   // the cache, and each decoded entry is scored at its own step (without triggers nothing reads them).
-  bool keeps_frozen_scores() const { return desc.select.score_at == ScoreAt::Insertion && desc.run.decode_every > 0; }
+  bool keeps_frozen_scores() const { return plan.select.frozen_scores; }
 
   // Whether each head's kept count is an output of the selection (recorded as its budget).
-  bool kept_count_is_output() const { return desc.select.has_threshold || desc.select.scope == SelectScope::Model; }
+  bool kept_count_is_output() const { return plan.select.kept_count_is_output; }
 
   // Every eviction of a layer (prefill and decode) ends here (unfold_gqa's excepted, which the
   // engine checks keep away from merge-on-evict): a layer-level merge (d2o) sees every head's kept
   // set first, then each head is kept. `scores[h]`: what head h's selection ranked.
   void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
                   const std::vector<std::span<const float>>& scores) {
-    if (merges_on_evict() && MergeOnEvictState::merges_per_layer(desc.merge))
+    if (plan.stages.merge_per_layer)
       merge_state.merge_layer(desc.merge, cache, layer, kept);
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
   }
@@ -486,7 +484,7 @@ struct EvictionEngine::State {
   // compaction and the aligned state.
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores) {
     const size_t length = cache.length(layer, kv_head);
-    if (merges_on_evict() && !MergeOnEvictState::merges_per_layer(desc.merge))  // folds the evicted in first
+    if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
       merge_on_evict(desc.merge, cache, layer, kv_head, kept,
                      merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
                                          std::span<const int32_t>(positions(cache, layer, kv_head), length)));
@@ -515,14 +513,14 @@ struct EvictionEngine::State {
     merge_state.kept(layer, kv_head, Gs, kept, length);
   }
 
-  HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const PolicyProtect& pr) const {
+  HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const ProtectedSet& pr) const {
     HeadSelectionSpec s;
     s.budget = budget;
     s.protect_first = pr.first;
     s.protect_recent = pr.recent;
-    s.random_share = desc.select.random_share;
-    s.temperature = desc.select.temperature;
-    s.score_order = desc.select.kept_order == KeptOrder::Score;
+    s.random_share = plan.select.random_share;
+    s.temperature = plan.select.temperature;
+    s.score_order = plan.select.kept_order == KeptOrder::Score;
     s.seed = sampling_seed;
     s.layer = layer;
     s.kv_head = kv_head;
@@ -532,28 +530,28 @@ struct EvictionEngine::State {
   // One head's kept entries (or a layer_shared layer's, on the mean scores): the token rule, or
   // the chunk rule select asks for (chunk_selection.h).
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
-                                  int budget, const PolicyProtect& pr) const {
+                                  int budget, const ProtectedSet& pr) const {
     if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
-    if (desc.select.has_threshold && options.budget.kind != Budget::Kind::Full)  // full: the threshold is off
-      budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, desc.select.threshold);
+    if (plan.select.threshold)  // --budget full turns it off
+      budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, plan.select.threshold_value);
     return select_head(sc, pos, spec_for(layer, head, budget, pr));
   }
 
   // Per-head budgets of `layer` for a layer budget (uniform unless the policy plans heads).
-  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget, const PolicyProtect& pr) const {
+  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget, const ProtectedSet& pr) const {
     if (!desc.has_head_plan || static_cast<int>(head_plans[layer].size()) != Hs) return std::vector<int>(Hs, budget);
     std::vector<int> length(Hs);
     for (int h = 0; h < Hs; ++h) length[h] = static_cast<int>(cache.length(layer, h));
-    return split_head_budgets(budget, head_plans[layer], length, pr.first + pr.recent, desc.select.head_allocation);
+    return split_head_budgets(budget, head_plans[layer], length, pr.first + pr.recent, plan.select.head_allocation);
   }
 
   // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order),
   // never evicting the protected set `pr` (the prefill's, or the decoding phase's).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores,
-                   const PolicyProtect& pr) {
-    if (!desc.select.stages.empty()) {
+                   const ProtectedSet& pr) {
+    if (plan.select.stages > 0) {
       evict_staged(cache, layer, budget, pr);
-    } else if (desc.select.scope == SelectScope::Layer) {
+    } else if (plan.select.scope == SelectScope::Layer) {
       std::vector<std::span<const float>> sc;
       std::vector<std::span<const int32_t>> pos;
       for (int h = 0; h < Hs; ++h) {
@@ -561,10 +559,10 @@ struct EvictionEngine::State {
         pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
       const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first,
-                                              pr.recent, desc.select.floor_alpha,
-                                              desc.select.kept_order == KeptOrder::Score);
+                                              pr.recent, plan.select.floor_alpha,
+                                              plan.select.kept_order == KeptOrder::Score);
       keep_layer(cache, layer, kept, sc);
-    } else if (desc.select.scope == SelectScope::LayerShared) {
+    } else if (plan.select.scope == SelectScope::LayerShared) {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
       // has kept the same positions in the same order so far, so one index list fits all.
       const int T = cache.length(layer, 0);
@@ -594,9 +592,9 @@ struct EvictionEngine::State {
 
   // select.stages (staged_selection.h): every stage scores each head's current entries with its own
   // program (signals recomputed on the shrunk cache) and keeps its share; kv_head scope (checked).
-  void evict_staged(KVCache& cache, int layer, int budget, const PolicyProtect& pr) {
+  void evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
     const size_t n = desc.select.stages.size();
-    if (desc.select.stages.front().share > 0) {  // shares of one budget, all scored on the same cache
+    if (plan.select.stage_shares) {  // shares of one budget, all scored on the same cache
       std::vector<double> shares;
       for (const PolicySelect::Stage& stage : desc.select.stages) shares.push_back(stage.share);
       for (int h = 0; h < Hs; ++h) {
@@ -609,7 +607,7 @@ struct EvictionEngine::State {
         }
         keep(cache, layer, h,
              select_shares(spans, std::span<const int32_t>(positions(cache, layer, h), hs.in.T), shares, budget, pr.first,
-                           pr.recent, desc.select.kept_order == KeptOrder::Score),
+                           pr.recent, plan.select.kept_order == KeptOrder::Score),
              spans.front());
       }
       return;
@@ -635,8 +633,8 @@ struct EvictionEngine::State {
         sc[k].emplace_back(scores[k][h].data(), scores[k][h].size());
         pos[k].emplace_back(positions(cache, k, h), cache.length(k, h));
       }
-    const auto kept = select_model_wide(sc, pos, layer_budget, protect.first, protect.recent,
-                                        desc.select.kept_order == KeptOrder::Score);
+    const auto kept = select_model_wide(sc, pos, layer_budget, plan.protect.first, plan.protect.recent,
+                                        plan.select.kept_order == KeptOrder::Score);
     for (int k = 0; k < L; ++k) keep_layer(cache, k, kept[k], sc[k]);
   }
 
@@ -655,49 +653,8 @@ struct EvictionEngine::State {
     }
   }
 
-  // The protected sets of both phases from one PolicyProtect (decode_* -1: as at prefill).
-  void set_protect(const PolicyProtect& p) {
-    protect = p;
-    decode_protect = p;
-    if (p.decode_first >= 0) decode_protect.first = p.decode_first;
-    if (p.decode_recent >= 0) decode_protect.recent = p.decode_recent;
-  }
-
-  // FinchPress: the tokens after the prompt's last delimiter (observe.window_after_token); a
-  // prompt without one (or ending with it) takes the resolved observe.window, if any.
-  int window_from_tokens(const LayerSignals& s) const {
-    const int id = desc.observe.window_after_token;
-    if (static_cast<int>(s.tokens.size()) != s.n_tokens)
-      throw std::logic_error("engine: the decoder did not hand over the prompt's tokens");
-    const int w = window_after_token(s.tokens, id);
-    if (w <= 0 && window > 0) return window;
-    if (w <= 0)
-      throw UsageError("policy " + desc.name + ": observe.window_after_token: the prompt has " +
-                       std::string(w < 0 ? "no" : "nothing after its last") + " delimiter token " + std::to_string(id) +
-                       (w < 0 ? "" : " (the window would be empty)"));
-    return w;
-  }
-
-  void resolve_for_prompt() {
-    window = policy.window_for(prompt_len);
-    set_protect(policy.protect_for(prompt_len));
-    if (window < 0 || protect.first < 0 || protect.recent < 0)
-      throw UsageError("policy " + desc.name + ": window and protected counts must be >= 0 (prompt of " +
-                       std::to_string(prompt_len) + " tokens)");
-  }
-
-  bool skip_prefill() const {
-    const double b = options.budget.tokens_per_head(prompt_len, geometry());
-    const double margin = b + (desc.run.skip_margin_includes_window ? window : 0);
-    // Full and streaming heads do not follow the budget (head_budgets.h): a prompt within it is
-    // still split by head mode.
-    if (desc.has_head_plan) return options.budget.kind == Budget::Kind::Full;
-    // A layer_weight in tokens decides the budget itself: only --budget full turns it off.
-    if (desc.select.layer_allocation != LayerAllocation::Share) return options.budget.kind == Budget::Kind::Full;
-    // A threshold or fractions of stages evict below the budget too.
-    if (desc.select.has_threshold || !desc.select.stages.empty()) return options.budget.kind == Budget::Kind::Full;
-    return options.budget.kind == Budget::Kind::Full || prompt_len <= margin;
-  }
+  // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.
+  bool skip_prefill() const { return plan.prefill.skip; }
 
   void prefill_layer(const LayerSignals& s, KVCache& cache, bool allow_cascading) {
     const int l = s.layer;
@@ -705,19 +662,19 @@ struct EvictionEngine::State {
     if (l == 0 && !later_block) {
       reset();
       in_prefill = true;
-      prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
-      resolve_for_prompt();
-      if (desc.observe.window_after_token >= 0) window = window_from_tokens(s);
+      const int prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
+      if (desc.observe.window_after_token >= 0 && static_cast<int>(s.tokens.size()) != s.n_tokens)
+        throw std::logic_error("engine: the decoder did not hand over the prompt's tokens");
+      plan = make_eviction_plan(policy, plan.geometry, options.budget, prompt_len, s.tokens);
       if (desc.observe.segment > 0)
-        segments.reset(L, desc.observe.segment, window, prompt_len, static_cast<size_t>(Hq) * d);
-      total_budget = options.budget.total_per_kv_head(prompt_len, geometry());
+        segments.reset(L, desc.observe.segment, plan.window, prompt_len, static_cast<size_t>(Hq) * d);
       report.prompt_len = prompt_len;
       report.bytes_full = cache.bytes_for_uniform_length(prompt_len);
     }
     if (l == 0) prefill_seen = s.first_position + s.n_tokens;
-    if (prefill_seen > prompt_len)
+    if (prefill_seen > plan.prompt_len)
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
-                       " tokens for a prompt of " + std::to_string(prompt_len));
+                       " tokens for a prompt of " + std::to_string(plan.prompt_len));
     record_queries(s);
     record_query_and_model_signals(s);
     if (desc.observe.segment > 0)
@@ -736,20 +693,20 @@ struct EvictionEngine::State {
   void evaluate_layer(int l, KVCache& cache, bool allow_cascading) {
     score_layer_at_prefill(l, cache);
     report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
-    if (!desc.run.at_prefill || skip_prefill()) return;
-    const bool cascading = allow_cascading && desc.run.cascading;
+    if (!plan.prefill.evicts || skip_prefill()) return;
+    const bool cascading = allow_cascading && plan.prefill.cascading;
     if (!cascading && l != L - 1) return;
     // Layers not seen yet keep their floors out of the stage total (CAKE splits B_total over the
-    // seen layers; each layer also keeps its window), so the last stage splits exactly total_budget.
-    const int64_t stage_total = total_budget - static_cast<int64_t>(L - 1 - l) * protected_count(prompt_len);
+    // seen layers; each layer also keeps its window), so the last stage splits exactly the total.
+    const int64_t stage_total = plan.budget.total - static_cast<int64_t>(L - 1 - l) * plan.budget.protected_floor;
     const auto budgets = layer_budgets(l, stage_total, cache);
     for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     if (unfold) {
       unfold_and_evict(cache);
-    } else if (desc.select.scope == SelectScope::Model) {
+    } else if (plan.select.scope == SelectScope::Model) {
       evict_model(cache);
     } else {
-      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k], protect);
+      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k], plan.protect);
     }
     report.prefill_evicted = true;
     ++report.applications;
@@ -763,7 +720,7 @@ struct EvictionEngine::State {
       for (int s = 0; s < Hs; ++s) {
         const int src = cache_head(s, cache), T = cache.length(k, src);
         kept[k][s] = select_head(std::span<const float>(scores[k][s].data(), T),
-                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k], protect));
+                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k], plan.protect));
       }
     std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
     for (int k = 0; k < L; ++k)
@@ -788,11 +745,11 @@ struct EvictionEngine::State {
   void complete_replay(const ReplayScores* r, KVCache& cache) {
     if (!replay_pending) throw std::logic_error("engine: no prefill waits for a replay");
     if (!r && awaits_replay()) throw std::logic_error("engine: the prefill needs the replay's scores");
-    if (r && (r->n_layers != L || r->n_heads != Hq || r->n_kv_heads != Hkv || r->length != prompt_len))
+    if (r && (r->n_layers != L || r->n_heads != Hq || r->n_kv_heads != Hkv || r->length != plan.prompt_len))
       throw std::invalid_argument("engine: the replay scores are for " + std::to_string(r->n_layers) + " layers x " +
                                   std::to_string(r->n_heads) + " heads x " + std::to_string(r->length) +
                                   " entries, the prefill has " + std::to_string(L) + " x " + std::to_string(Hq) + " x " +
-                                  std::to_string(prompt_len));
+                                  std::to_string(plan.prompt_len));
     replay_pending = false;
     replay = r;
     if (r)
@@ -817,18 +774,18 @@ struct EvictionEngine::State {
     block_prompt = 0;
     prefill_done = true;
     if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
-      const auto budgets = layer_budgets(L - 1, total_budget, cache);
+      const auto budgets = layer_budgets(L - 1, plan.budget.total, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
     if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy
       cache.unfold();
       report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
     }
-    if (desc.channels.enabled && options.budget.kind != Budget::Kind::Full) prune_key_channels(cache);
-    if (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook) apply_codebook(cache);
+    if (plan.stages.prune_key_channels) prune_key_channels(cache);
+    if (plan.stages.codebook) apply_codebook(cache);
     // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
     // appends at the cache length, as StreamingLLM's official code does.
-    if (desc.run.reassign_positions) original.start_and_reassign(cache);
+    if (plan.stages.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
     if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
@@ -878,12 +835,12 @@ struct EvictionEngine::State {
   // the tokens appended since the prompt, so prompt_len + decode_step = tokens seen (layers split
   // as at prefill: a weighted split is scaled by decode_budget / budget).
   int decode_budget(int l) const {
-    if (!desc.run.has_decode_budget) return layer_budget[l];
-    const double b0 = options.budget.tokens_per_head(prompt_len, geometry());
-    const double b = policy.decode_budget_for(prompt_len, appended, b0);
+    if (!plan.decode.has_budget) return layer_budget[l];
+    const double b0 = plan.budget.tokens_per_head;
+    const double b = policy.decode_budget_for(plan.prompt_len, appended, b0);
     if (!(b >= 0 && b <= 1e9))
       throw UsageError("policy " + desc.name + ": run.decode_budget is " + std::to_string(b) + " after " +
-                       std::to_string(appended) + " generated tokens (prompt of " + std::to_string(prompt_len) +
+                       std::to_string(appended) + " generated tokens (prompt of " + std::to_string(plan.prompt_len) +
                        " tokens); a budget must be a number of tokens in 0..10^9");
     const double scaled = desc.has_layer_weight && b0 > 0 ? layer_budget[l] * (b / b0) : b;
     return static_cast<int>(std::floor(scaled + 0.5));
@@ -900,19 +857,19 @@ struct EvictionEngine::State {
     if (l == 0) appended += s.n_tokens;
     const bool frozen = keeps_frozen_scores();
     if (frozen) score_new_entries(l, cache, s.n_tokens);  // every step, trigger or not: at its own step
-    if (desc.run.decode_every <= 0 || step % desc.run.decode_every != 0) return;
+    if (plan.decode.every <= 0 || step % plan.decode.every != 0) return;
     const int budget = decode_budget(l);
     // A threshold evicts below the budget too (--budget full turns it off, select_entries).
-    bool over = desc.select.has_threshold && options.budget.kind != Budget::Kind::Full;
-    const std::vector<int> budgets = head_budgets(cache, l, budget, decode_protect);
-    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + desc.run.decode_slack;
+    bool over = plan.select.threshold;
+    const std::vector<int> budgets = head_budgets(cache, l, budget, plan.decode.protect);
+    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + plan.decode.slack;
     if (!over) return;
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
-    evict_layer(cache, l, budget, sc, decode_protect);  // PrefillDecodingPress: the second press's own set
+    evict_layer(cache, l, budget, sc, plan.decode.protect);  // PrefillDecodingPress: the second press's own set
     merge_state.evicted(l);
-    if (desc.run.reassign_positions) OriginalPositions::reassign_layer(cache, l);
+    if (plan.stages.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
   }
 };
@@ -978,7 +935,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
     }
 }
 
-int EvictionEngine::prefill_block() const { return state_->desc.run.prefill_block; }
+int EvictionEngine::prefill_block() const { return state_->plan.prefill.block; }
 
 void EvictionEngine::begin_block_prefill(int prompt_len) {
   if (prompt_len <= 0) throw std::invalid_argument("begin_block_prefill: the prompt must have tokens");
@@ -1055,6 +1012,8 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
 }
 
 const EvictionReport& EvictionEngine::report() const { return state_->report; }
+
+const EvictionPlan& EvictionEngine::plan() const { return state_->plan; }
 
 int recorded_window_for(const PolicyProgram& policy, int prompt_len) {
   const PolicyDescription& d = policy.description();

@@ -13,6 +13,7 @@
 
 #include "core/decode/decoder.h"
 #include "core/engine/budget.h"
+#include "core/engine/eviction_plan.h"
 #include "core/engine/policy_program.h"
 #include "core/engine/replay_pass.h"
 
@@ -138,6 +139,9 @@ class EvictionEngine : public ForwardObserver {
   const std::vector<float>& finish_replay(Decoder& decoder, std::span<const int> prompt, const std::vector<float>& logits);
 
   const EvictionReport& report() const;
+  // What is fixed for the current prompt (eviction_plan.h): equal to make_eviction_plan for this
+  // policy, model, budget and prompt once the prompt's first layer arrived; plan_before_prompt's before.
+  const EvictionPlan& plan() const;
 
   // Lengths of the per-entry state the engine holds for stored head (layer, stored_head): its
   // prefill scores (only during prefill) and the accumulated-attention rows of the head's query
