@@ -15,11 +15,7 @@
 // function qualifier) and generated kernels cannot drift from the CPU side.
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KVEVICT_HOST_DEVICE __host__ __device__
-#else
-#define KVEVICT_HOST_DEVICE
-#endif
+#include "core/util/host_device.h"
 
 // No comments inside: the macro is also stringified into kernel source.
 #define KVEVICT_DEFINE_PHILOX(FN)                                                                     \

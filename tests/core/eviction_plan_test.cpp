@@ -17,6 +17,7 @@
 #include "dsl/policy_loader.h"
 #include "policy_run_checks.h"
 #include "policy_test_prompt.h"
+#include "stories_prompt_test.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -213,17 +214,7 @@ TEST(EvictionPlan, BadInputIsAUsageError) {
 
 // A real prefill: the budgets the engine reports equal the plan's static ones, which equal the
 // split by hand; the plan's protected positions are kept; the skip verdict is the engine's.
-class EvictionPlanOnStories : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
-    model_ = load_model(test::stories_checkpoint());
-    tokens_ = model_->tokenizer->encode(test::kPolicyTestStory, true);
-  }
-  int S() const { return static_cast<int>(tokens_.size()); }
-  std::unique_ptr<Model> model_;
-  std::vector<int> tokens_;
-};
+class EvictionPlanOnStories : public test::StoriesPromptTest {};
 
 TEST_F(EvictionPlanOnStories, ReportedBudgetsAreThePlansStaticOnes) {
   const int L = model_->config.n_layers, Hkv = model_->config.n_kv_heads;
