@@ -14,35 +14,6 @@ std::string budget_kind_name(Budget::Kind kind) {
   return "?";
 }
 
-std::string layer_rule_name(LayerBudgetRule r) {
-  switch (r) {
-    case LayerBudgetRule::Uniform: return "uniform";
-    case LayerBudgetRule::Weighted: return "weighted";
-    case LayerBudgetRule::Tokens: return "tokens";
-    case LayerBudgetRule::Mass: return "mass";
-  }
-  return "?";
-}
-
-std::string head_rule_name(HeadBudgetRule r) {
-  switch (r) {
-    case HeadBudgetRule::Layer: return "layer";
-    case HeadBudgetRule::LayerAdaptive: return "layer_adaptive";
-    case HeadBudgetRule::HeadPlan: return "head_plan";
-    case HeadBudgetRule::SelectionOutput: return "selection_output";
-  }
-  return "?";
-}
-
-std::string skip_rule_name(SkipRule r) {
-  switch (r) {
-    case SkipRule::WithinBudget: return "prompt_within_budget";
-    case SkipRule::WithinBudgetPlusWindow: return "prompt_within_budget_plus_window";
-    case SkipRule::OnlyFullBudget: return "only_full_budget";
-  }
-  return "?";
-}
-
 nlohmann::json protected_json(const ProtectedSet& p) { return {{"first", p.first}, {"recent", p.recent}}; }
 
 nlohmann::json selection_json(const PlanSelection& s) {
@@ -78,8 +49,8 @@ nlohmann::json eviction_plan_json(const EvictionPlan& plan, const std::string& p
                                 {"tokens_per_head", b.tokens_per_head},
                                 {"total", b.total},
                                 {"protected_floor", b.protected_floor},
-                                {"layer_rule", layer_rule_name(b.layer_rule)},
-                                {"head_rule", head_rule_name(b.head_rule)}};
+                                {"layer_rule", mode_name(b.layer_rule)},
+                                {"head_rule", mode_name(b.head_rule)}};
   if (plan.static_layer_budgets()) budget_plan["layers"] = b.layer;
   return {{"policy", policy},
           {"budget", budget},
@@ -95,7 +66,7 @@ nlohmann::json eviction_plan_json(const EvictionPlan& plan, const std::string& p
           {"select", selection_json(plan.select)},
           {"prefill",
            {{"evicts", plan.prefill.evicts}, {"cascading", plan.prefill.cascading}, {"block", plan.prefill.block},
-            {"skip_rule", skip_rule_name(plan.prefill.skip_rule)}, {"skip", plan.prefill.skip}}},
+            {"skip_rule", mode_name(plan.prefill.skip_rule)}, {"skip", plan.prefill.skip}}},
           {"decode",
            {{"every", plan.decode.every}, {"slack", plan.decode.slack}, {"has_budget", plan.decode.has_budget},
             {"own_score", plan.decode.own_score}, {"uses_window_attention", plan.decode.uses_window_attention},

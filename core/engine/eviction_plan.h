@@ -26,8 +26,10 @@
 // * Errors: UsageError (exit 2) for a policy that does not fit the model or budget (as the engine's
 //   constructor always did), a negative resolved window or protected count, a negative prompt
 //   length, or a window_after_token prompt without the delimiter (and no window to fall back on).
+#include <array>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "core/engine/budget.h"
@@ -80,6 +82,21 @@ enum class SkipRule : uint8_t {
   WithinBudgetPlusWindow,  // S <= B + W (run.skip_margin_includes_window, CAKE)
   OnlyFullBudget,          // data-dependent budgets (head plans, layer allocation, threshold, stages): only --budget full
 };
+
+// Names in reports (kvevict inspect --plan), tied to the enums as policy_modes.h ties its modes.
+template <> struct ModeNames<LayerBudgetRule> {
+  static constexpr std::array<std::string_view, 4> names = {"uniform", "weighted", "tokens", "mass"};
+};
+static_assert(ModeNames<LayerBudgetRule>::names.size() == static_cast<size_t>(LayerBudgetRule::Mass) + 1);
+template <> struct ModeNames<HeadBudgetRule> {
+  static constexpr std::array<std::string_view, 4> names = {"layer", "layer_adaptive", "head_plan", "selection_output"};
+};
+static_assert(ModeNames<HeadBudgetRule>::names.size() == static_cast<size_t>(HeadBudgetRule::SelectionOutput) + 1);
+template <> struct ModeNames<SkipRule> {
+  static constexpr std::array<std::string_view, 3> names = {"prompt_within_budget", "prompt_within_budget_plus_window",
+                                                            "only_full_budget"};
+};
+static_assert(ModeNames<SkipRule>::names.size() == static_cast<size_t>(SkipRule::OnlyFullBudget) + 1);
 
 struct PlanBudget {
   Budget::Kind kind = Budget::Kind::Full;
