@@ -116,8 +116,11 @@ configure() {
     -DKVEVICT_CBLAS_INCLUDE="$prefix/usr/include/$multiarch/openblas-pthread" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
     -DCMAKE_CUDA_ARCHITECTURES="$gpu_arch" \
-    -DKVEVICT_CUDA=ON -DKVEVICT_TESTS=ON -DKVEVICT_BENCH=ON
+    -DKVEVICT_CUDA=ON -DKVEVICT_TESTS=ON -DKVEVICT_BENCH=ON "${shared_args[@]}"
 }
+# The carried test models (scripts/device-fetch-debs.sh), laid out as ../shared is.
+shared_args=()
+[[ -d "$root/.device-shared/models" ]] && shared_args=(-DKVEVICT_SHARED_DIR="$root/.device-shared")
 step "configure (CUDA sm_$gpu_arch, $generator)" "$out/configure.log" configure
 if (( quick )); then
   step "build jit targets" "$out/build.log" cmake --build "$build" -j "$jobs" --target kvevict kvevict_jit_tests bench_jit
@@ -172,12 +175,19 @@ echo "correctness verdict: $verdict (after $SECONDS s)" | tee "$out/verdict.txt"
 
 # ---- 3d. benchmarks, within what is left of the budget ---------------------------------------------
 left() { echo $(( budget - SECONDS )); }
+# CPU vs GPU agreement on real weights first (SmolLM2's first blocks, carried in .device-shared).
+agreement_model="$(ls "$root"/.device-shared/models/smollm2-135m-first*.gguf 2>/dev/null | head -n1)"
+if [[ -x "$build/bench/bench_gpu_agreement" && -n "$agreement_model" ]] && (( $(left) > 120 )); then
+  step "bench_gpu_agreement ($(basename "$agreement_model"))" "$out/bench_gpu_agreement.log" \
+    timeout 120 "$build/bench/bench_gpu_agreement" --model "$agreement_model" --json "$out/bench_gpu_agreement.json"
+fi
 if [[ -x "$build/bench/bench_gpu_decode" ]] && (( $(left) > 60 )); then
   limit=$(( $(left) - 45 ))
   step "bench_gpu_decode (limit ${limit} s)" "$out/bench_gpu_decode.log" \
     timeout $(( limit + 30 )) "$build/bench/bench_gpu_decode" --time-limit "$limit" --json "$out/bench_gpu_decode.json"
 fi
-for bench in "$build"/bench/bench_jit "$build"/bench/bench_device_kv "$build"/bench/bench_*cuda*; do
+for bench in "$build"/bench/bench_jit "$build"/bench/bench_device_kv "$build"/bench/bench_ragged_attention \
+             "$build"/bench/bench_device_topk "$build"/bench/bench_*cuda*; do
   [[ -x "$bench" ]] || continue
   (( $(left) > 30 )) || { record "$(basename "$bench")" note 0 "not run: the time budget is spent"; continue; }
   step "$(basename "$bench")" "$out/$(basename "$bench").log" timeout $(( $(left) - 10 )) "$bench"
@@ -204,6 +214,11 @@ for log in "$out"/kvevict_*_tests.log; do
   [[ -f "$log" ]] || continue
   grep -h "max relative error" "$log" | sed 's/^/  /'
 done
+if [[ -f "$out/bench_gpu_agreement.log" ]]; then
+  echo
+  echo "---- bench_gpu_agreement figures ----"
+  cat "$out/bench_gpu_agreement.log"
+fi
 if [[ -f "$out/bench_gpu_decode.log" ]]; then
   echo
   echo "---- bench_gpu_decode figures ----"
@@ -218,9 +233,10 @@ for line in open(summary):
     name, status, seconds, note = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
     steps.append({"step": name.strip(), "status": status, "seconds": int(seconds or 0), "note": note})
 result = {"verdict": verdict, "steps": steps}
-bench = os.path.join(out, "bench_gpu_decode.json")
-if os.path.exists(bench):
-    result["bench_gpu_decode"] = json.load(open(bench))
+for name in ("bench_gpu_decode", "bench_gpu_agreement"):
+    bench = os.path.join(out, name + ".json")
+    if os.path.exists(bench):
+        result[name] = json.load(open(bench))
 json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=2)
 PY
 echo "logs: $out (summary.json, verdict.txt)"

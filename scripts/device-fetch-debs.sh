@@ -4,7 +4,13 @@
 # machine with apt; scripts/device-check.sh unpacks the files there with `dpkg -x` into a private
 # prefix. The folder is git-ignored, so it travels only when named explicitly (carry).
 #
+# It also prepares .device-shared/ (git-ignored, carried too): the test models the GPU tests and
+# bench_gpu_agreement read there, since ../shared and ~/.cache do not travel: stories260K, and
+# SmolLM2-135M cut to its first blocks (scripts/gguf_keep_layers.py), because the whole file (94 MB)
+# exceeds the 64 MiB that travel.
+#
 # Usage: scripts/device-fetch-debs.sh [DIR]      (default: .device-debs in the repository root)
+#   KVEVICT_DEVICE_SMOLLM2_LAYERS: blocks of SmolLM2 to keep (default 4: 39 MiB)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,5 +46,31 @@ if (( total_kib > limit_mib * 1024 )); then
   echo "device-fetch-debs: more than ${limit_mib} MiB; the working tree and the packages must fit in 64 MiB" >&2
   exit 1
 fi
+# ---- the models (.device-shared/models, laid out as ../shared/models is) -----------------------------
+shared="$root/.device-shared/models"
+mkdir -p "$shared"
+stories="$root/../shared/models/stories260K"
+if [[ -d "$stories" ]]; then
+  rm -rf "$shared/stories260K" && cp -r "$stories" "$shared/stories260K"
+else
+  echo "device-fetch-debs: $stories not found; the stories260K GPU tests will skip there" >&2
+fi
+smollm2="${KVEVICT_MODEL_DIR:-$HOME/.cache/kvevict/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+layers="${KVEVICT_DEVICE_SMOLLM2_LAYERS:-4}"
+rm -f "$shared"/smollm2-135m-first*.gguf
+if [[ -f "$smollm2" ]]; then
+  python3 "$root/scripts/gguf_keep_layers.py" "$smollm2" "$shared/smollm2-135m-first$layers.gguf" --layers "$layers"
+else
+  echo "device-fetch-debs: $smollm2 not found (scripts/setup.sh fetches it); bench_gpu_agreement will skip there" >&2
+fi
+# What travels: the tracked and untracked-not-ignored files, plus the two carried folders.
+tree_kib=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 du -ck 2>/dev/null | tail -n1 | cut -f1)
+shared_kib=$(du -sk "$root/.device-shared" | cut -f1)
+all_mib=$(( (tree_kib + total_kib + shared_kib) / 1024 ))
+echo "device-fetch-debs: working tree + .device-debs + .device-shared = $all_mib MiB (the limit is 64)"
+if (( all_mib > 62 )); then
+  echo "device-fetch-debs: too much to travel; lower KVEVICT_DEVICE_SMOLLM2_LAYERS" >&2
+  exit 1
+fi
 # The packages are built for this machine's architecture; the accelerator machine must match.
-echo "device-fetch-debs: architecture $(dpkg --print-architecture); carry '$(realpath --relative-to="$root" "$dir")' to the device"
+echo "device-fetch-debs: architecture $(dpkg --print-architecture); carry '$(realpath --relative-to="$root" "$dir")' and '.device-shared' to the device"

@@ -513,6 +513,25 @@ struct EvictionEngine::State {
     merge_state.kept(layer, kv_head, Gs, kept, length);
   }
 
+  // EngineOptions::trace_selection: the latest scores and positions a head was selected from.
+  struct SelectionTrace {
+    std::vector<float> scores;
+    std::vector<int32_t> positions;
+  };
+  mutable std::vector<std::vector<SelectionTrace>> traces;  // [layer][head], filled on demand
+  void trace_selection(int layer, int head, std::span<const float> sc, std::span<const int32_t> pos) const {
+    if (traces.size() != static_cast<size_t>(L)) traces.assign(L, {});
+    auto& row = traces[layer];
+    if (row.size() <= static_cast<size_t>(head)) row.resize(static_cast<size_t>(head) + 1);
+    row[head].scores.assign(sc.begin(), sc.end());
+    row[head].positions.assign(pos.begin(), pos.end());
+  }
+  void copy_trace(int layer, int head, HeadReport& r) const {
+    if (static_cast<size_t>(layer) >= traces.size() || static_cast<size_t>(head) >= traces[layer].size()) return;
+    r.selection_scores = traces[layer][head].scores;
+    r.selection_positions = traces[layer][head].positions;
+  }
+
   HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const ProtectedSet& pr) const {
     HeadSelectionSpec s;
     s.budget = budget;
@@ -531,6 +550,7 @@ struct EvictionEngine::State {
   // the chunk rule select asks for (chunk_selection.h).
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
                                   int budget, const ProtectedSet& pr) const {
+    if (options.trace_selection) trace_selection(layer, head, sc, pos);
     if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
     if (plan.select.threshold)  // --budget full turns it off
       budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, plan.select.threshold_value);
@@ -826,6 +846,7 @@ struct EvictionEngine::State {
         const int32_t* pos = positions(cache, l, h);
         r.kept_positions.assign(pos, pos + r.kept);
         std::sort(r.kept_positions.begin(), r.kept_positions.end());
+        if (options.trace_selection) copy_trace(l, h, r);
       }
     }
     report.bytes_kept = cache.bytes_in_use();
@@ -932,6 +953,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
       const int32_t* pos = state_->positions(cache, l, h);
       r.kept_positions.assign(pos, pos + r.kept);
       std::sort(r.kept_positions.begin(), r.kept_positions.end());
+      if (state_->options.trace_selection) state_->copy_trace(l, h, r);
     }
 }
 

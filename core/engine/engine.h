@@ -22,12 +22,21 @@ namespace kvevict {
 struct EngineOptions {
   Budget budget;
   uint64_t seed = 0;
+  // Keep, per (layer, stored head), the scores and positions of the head's latest per-head
+  // selection (HeadReport::selection_*): for agreement checks between backends (bench_gpu_agreement),
+  // which classify kept-set differences as near-ties. Off by default (a copy per selection).
+  bool trace_selection = false;
 };
 
 struct HeadReport {
   int budget = 0;  // tokens this (layer, KV head) was allowed
   int kept = 0;    // tokens it holds after the application
   std::vector<int32_t> kept_positions;  // original positions, ascending
+  // With EngineOptions::trace_selection: the scores the head's latest per-head selection ranked and
+  // the original positions they belong to (same order). Empty without the option, and for heads
+  // selected by a layer-wide rule (Ada-KV's joint top-k, unfolded GQA), which this trace skips.
+  std::vector<float> selection_scores;
+  std::vector<int32_t> selection_positions;
 };
 
 struct EvictionReport {
