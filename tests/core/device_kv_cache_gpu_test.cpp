@@ -7,7 +7,7 @@
 
 #include "core/decode/device_kv_twin.h"
 #include "device_kv_test_ops.h"
-#include "jit/cuda_driver.h"
+#include "device_kv_gpu_test_util.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_kv_cache.h"
@@ -16,20 +16,6 @@
 
 namespace kvevict {
 namespace {
-
-std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
 
 #if defined(KVEVICT_HAVE_CUDA)
 
