@@ -22,6 +22,7 @@
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/device_kv_twin.h"
 #include "core/engine/engine.h"
+#include "core/model/synthetic_model.h"
 #include "device_kv_test_ops.h"
 #include "dsl/policy_loader.h"
 #include "stories_prompt_test.h"
@@ -169,19 +170,24 @@ TEST_F(DeviceKvMirrorTest, SpindleKVCodebookHeads) {
 }
 
 // The eval runner's cycle: one prefill, a snapshot (a copy: not watched), then per run a restore
-// by assignment (on_replaced), an eviction and decode steps.
-TEST_F(DeviceKvMirrorTest, SnapshotRestoreByAssignment) {
+// (Decoder::restore, or a plain assignment: both assign the host cache, on_replaced), an eviction
+// and decode steps.
+TEST_F(DeviceKvMirrorTest, SnapshotRestoreCycle) {
   auto decoder = make_cpu_decoder(*model_, {.threads = 1});
   DeviceKvTwin twin(geometry_of(decoder->cache()));
   DeviceKvBackendFor<DeviceKvTwin> backend(twin);
   DeviceKvMirror mirror(decoder->cache(), backend, MirrorAppends::Host);
   decoder->forward(std::span<const int>(tokens_));
-  const KVCache snapshot = decoder->cache();
-  EXPECT_EQ(snapshot.listener(), nullptr);
-  const int position = decoder->position();
-  for (int run = 0; run < 3; ++run) {
-    decoder->cache() = snapshot;
-    decoder->set_position(position);
+  const auto snapshot = decoder->snapshot();
+  EXPECT_EQ(snapshot->cache().listener(), nullptr);
+  EXPECT_EQ(snapshot->position(), S());
+  for (int run = 0; run < 4; ++run) {
+    if (run % 2 == 0) {
+      decoder->restore(*snapshot);
+    } else {
+      decoder->cache() = snapshot->cache();
+      decoder->set_position(snapshot->position());
+    }
     EXPECT_EQ(decoder->cache().listener(), &mirror);
     mirror.flush_all();
     ASSERT_TRUE(twin_equals_host(twin, decoder->cache())) << "run " << run << " restored";
@@ -196,11 +202,18 @@ TEST_F(DeviceKvMirrorTest, SnapshotRestoreByAssignment) {
       mirror.flush_all();
       ASSERT_TRUE(twin_equals_host(twin, decoder->cache())) << "run " << run << " step " << step;
     }
+    EXPECT_EQ(decoder->position(), S() + 3);
   }
   decoder->reset();  // clear
   mirror.flush_all();
   EXPECT_TRUE(twin_equals_host(twin, decoder->cache()));
   EXPECT_EQ(twin.layout().bytes_in_use(), 0u);
+  // A snapshot of another model's cache is refused.
+  ModelConfig c = model_->config;
+  c.n_layers += 1;
+  const auto other_model = make_random_model(c, 3);
+  auto other = make_cpu_decoder(*other_model, {.threads = 1});
+  EXPECT_THROW(decoder->restore(*other->snapshot()), std::invalid_argument);
 }
 
 // Control: the same run without flushing leaves the twin behind, and the check says so.
