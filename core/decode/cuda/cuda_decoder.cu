@@ -271,8 +271,8 @@ void CudaDecoder::refuse_unfolded() const {
 
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
-  if (mirror_) {
-    refuse_unfolded();
+  // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.
+  if (mirror_ && !cache_.unfolded()) {
     mirror_->flush_all();  // the device copy must hold what the host copy holds
     s->device = device_kv_->snapshot();
   }
