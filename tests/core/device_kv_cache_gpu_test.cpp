@@ -64,6 +64,25 @@ TEST_P(DeviceKvCacheGpu, MatchesTheHostTwinAfterRandomAppendsAndKeeps) {
 #endif
 }
 
+TEST_P(DeviceKvCacheGpu, WriteRowsMatchesTheHostTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const DeviceKvGeometry g{2, 3, 64, GetParam()};
+  const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+  cuda::DeviceKvCache device(g, policy);
+  DeviceKvTwin twin(g, policy);
+  for (const auto& op : device_kv_test::random_ops(g, 20, 5u)) apply(device, twin, op);
+  const auto lengths = [&](int l, int h) { return twin.layout().length(l, h); };
+  for (uint32_t round = 0; round < 30; ++round) {
+    const auto w = device_kv_test::random_writes(g, 1, 100u + round, lengths)[0];
+    device.write_rows(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+    twin.write_rows(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+    expect_same(device, twin, "after write " + std::to_string(round));
+    if (HasFatalFailure()) return;
+  }
+#endif
+}
+
 TEST_P(DeviceKvCacheGpu, SnapshotRestoreIsExact) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
