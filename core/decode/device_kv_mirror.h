@@ -75,7 +75,9 @@ class DeviceKvMirror final : public KvCacheListener {
   DeviceKvMirror& operator=(const DeviceKvMirror&) = delete;
 
   // Sends the layer's pending work to the device: buffered appends, one compaction, then the row
-  // and head resyncs. Cheap when nothing is pending.
+  // and head resyncs. Cheap when nothing is pending. Throws std::logic_error when afterwards a
+  // head's device length differs from the host's (a mutation the mirror did not hear of), or the
+  // host cache is unfolded; std::invalid_argument for a bad layer or another geometry.
   void flush(int layer);
   void flush_all();
   // Declares the device equal to the host as it is now, dropping pending work: for a caller that
