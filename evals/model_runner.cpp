@@ -91,8 +91,7 @@ class ModelRunner : public SampleRunner {
     evictor_->after_recording(*decoder_);  // e.g. KVzip's replay, shared by every (policy, budget)
     prefill_seconds_ = seconds_since(start);
     ++prefills_;
-    snapshot_ = decoder_->cache();
-    snapshot_position_ = decoder_->position();
+    snapshot_ = decoder_->snapshot();
 
     if (sample.fidelity) {
       // The full cache's teacher-forced distributions and greedy tokens are the reference.
@@ -104,8 +103,8 @@ class ModelRunner : public SampleRunner {
 
   RunOutcome run(const PolicyChoice& policy, const Budget& budget) override {
     RunOutcome outcome;
-    outcome.kv_bytes_full = static_cast<int64_t>(snapshot_.bytes_in_use());
-    const int64_t entries_full = snapshot_.total_entries();
+    outcome.kv_bytes_full = static_cast<int64_t>(snapshot_->cache().bytes_in_use());
+    const int64_t entries_full = snapshot_->cache().total_entries();
     auto start = Clock::now();
     ForwardObserver* decode_observer = evict(policy, budget);
     const double evict_seconds = seconds_since(start);
@@ -162,10 +161,8 @@ class ModelRunner : public SampleRunner {
     continuation_tokens_ = std::move(ids.continuation);
   }
 
-  void restore() {
-    decoder_->cache() = snapshot_;
-    decoder_->set_position(snapshot_position_);
-  }
+  // Back to the shared prefill's state (the CUDA decoder restores its device cache device-to-device).
+  void restore() { decoder_->restore(*snapshot_); }
 
   // Restores the snapshot and applies one (policy, budget); returns the observer for decode steps
   // (null for the full cache or a prefill-only policy). A policy that prefills by itself (in
@@ -220,8 +217,7 @@ class ModelRunner : public SampleRunner {
   double prefill_seconds_ = 0;
   bool own_prefill_ = false;        // the current (policy, budget) prefilled by itself (in blocks)
   std::vector<float> own_logits_;  // its prompt logits
-  KVCache snapshot_;
-  int snapshot_position_ = 0;
+  std::unique_ptr<DecoderSnapshot> snapshot_;
   std::vector<float> reference_logits_;
   std::vector<int> reference_greedy_;
   int64_t prefills_ = 0;

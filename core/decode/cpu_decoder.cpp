@@ -42,6 +42,17 @@ class CpuDecoder : public Decoder {
     cache_.clear();
     position_ = 0;
   }
+  std::unique_ptr<DecoderSnapshot> snapshot() const override {
+    return std::make_unique<DecoderSnapshot>(cache_, position_);
+  }
+  void restore(const DecoderSnapshot& snapshot) override {
+    // Any snapshot of this model's geometry fits the CPU decoder; it copies the host cache.
+    if (snapshot.cache().n_layers() != cache_.n_layers() || snapshot.cache().n_kv_heads() != cache_.n_kv_heads() ||
+        snapshot.cache().head_dim() != cache_.head_dim())
+      throw std::invalid_argument("restore: a snapshot of another model's cache");
+    cache_ = snapshot.cache();
+    position_ = snapshot.position();
+  }
   std::string device_name() const override { return "cpu"; }
   const Model& model() const override { return model_; }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/decode/kv_cache.h"
@@ -65,10 +66,35 @@ class ForwardObserver {
   virtual void after_forward(int n_tokens, KVCache& cache) { (void)n_tokens; (void)cache; }
 };
 
+// Where the CUDA decoder's attention reads the KV cache from (cuda_decoder.h, docs/CUDA.md).
+enum class DeviceKvMode {
+  Resident,      // a device-resident cache kept equal to the host cache by a mirror (default)
+  PackedUpload,  // the reference path: the layer's whole host cache uploaded per forward call
+};
+
 struct DecoderOptions {
   int threads = 0;  // 0: OpenMP/BLAS default
   int device_ordinal = 0;  // CUDA device index for the CUDA backend (make_decoder.h); unused on the CPU
   KvType kv_type = KvType::F16;  // element type of the KV cache (kv_type.h); F32 is the exact reference
+  DeviceKvMode device_kv = DeviceKvMode::Resident;  // CUDA backend only; unused on the CPU
+};
+
+// A decoder's state at one moment: a copy of its host cache and its position, plus whatever a
+// backend keeps elsewhere (the CUDA decoder: a device-to-device copy of its device cache). Made by
+// Decoder::snapshot and consumed by restore of the same decoder, any number of times (the eval
+// sweep's one prefill, many (policy, budget) runs).
+class DecoderSnapshot {
+ public:
+  DecoderSnapshot(KVCache cache, int position) : cache_(std::move(cache)), position_(position) {}
+  virtual ~DecoderSnapshot() = default;
+  DecoderSnapshot(const DecoderSnapshot&) = delete;
+  DecoderSnapshot& operator=(const DecoderSnapshot&) = delete;
+  const KVCache& cache() const { return cache_; }  // for byte and entry counts
+  int position() const { return position_; }
+
+ private:
+  KVCache cache_;
+  int position_ = 0;
 };
 
 class Decoder {
@@ -82,6 +108,11 @@ class Decoder {
   virtual int position() const = 0;   // next position (tokens processed so far; not the cache length)
   virtual void set_position(int position) = 0;  // used when restoring a cache snapshot
   virtual void reset() = 0;           // empty cache, position 0
+  // The cache and position as they are now; restore returns to them (the host cache is assigned,
+  // so a listener attached to it stays attached and is told). restore throws std::invalid_argument
+  // for a snapshot another decoder made.
+  virtual std::unique_ptr<DecoderSnapshot> snapshot() const = 0;
+  virtual void restore(const DecoderSnapshot& snapshot) = 0;
   virtual std::string device_name() const = 0;
   virtual const Model& model() const = 0;
 };

@@ -83,6 +83,35 @@ KVEVICT_HOST_DEVICE inline void device_kv_append_element(const DeviceKvAppendArg
   if (d == 0) a.positions[row] = a.heads[h].first_position + i;
 }
 
+// ---- write: rows [dst_row, dst_row + rows) of one head's region overwritten from f32 rows and
+// their positions (the device mirror's resync of rows the host changed in place: merges, channel
+// zeroing, re-rotated keys, codebook reconstructions, or a whole head). Converts as append does.
+struct DeviceKvWriteArgs {
+  const float* keys = nullptr;             // [rows][head_dim]
+  const float* values = nullptr;           // [rows][head_dim]
+  const int32_t* src_positions = nullptr;  // [rows]
+  void* key_arena = nullptr;
+  void* value_arena = nullptr;
+  int32_t* positions = nullptr;
+  int64_t dst_row = 0;  // arena row of source row 0
+  int64_t rows = 0;
+  int head_dim = 0;
+  KvType type = KvType::F16;
+};
+
+KVEVICT_HOST_DEVICE inline size_t device_kv_write_elements(const DeviceKvWriteArgs& a) {
+  return static_cast<size_t>(a.rows) * a.head_dim;
+}
+
+// Element e of [rows][head_dim]; the d == 0 element of a row also writes its position.
+KVEVICT_HOST_DEVICE inline void device_kv_write_element(const DeviceKvWriteArgs& a, size_t e) {
+  const size_t d = e % a.head_dim, r = e / a.head_dim;
+  const size_t dst = static_cast<size_t>(a.dst_row + static_cast<int64_t>(r)) * a.head_dim + d;
+  device_kv_store(a.key_arena, a.type, dst, a.keys[e]);
+  device_kv_store(a.value_arena, a.type, dst, a.values[e]);
+  if (d == 0) a.positions[a.dst_row + static_cast<int64_t>(r)] = a.src_positions[r];
+}
+
 // ---- compaction: in place, chunks of chunk_rows moves in ascending order (device_kv_layout.h).
 struct DeviceKvCompactHead {
   int64_t base_row = 0;     // the head's region

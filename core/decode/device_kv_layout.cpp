@@ -267,6 +267,60 @@ DeviceKvGatherArgs DeviceKvLayout::gather_args(const DeviceKvCompactionPlan& pla
   return args;
 }
 
+namespace {
+
+void check_write(const DeviceKvLayerLayout& l, int head, int64_t first_row, int64_t rows) {
+  if (head < 0 || head >= static_cast<int>(l.heads.size())) {
+    throw std::invalid_argument("device KV write: no head " + std::to_string(head));
+  }
+  const int64_t length = l.heads[static_cast<size_t>(head)].length;
+  if (rows < 0 || first_row < 0 || first_row > length) {
+    throw std::invalid_argument("device KV write: rows [" + std::to_string(first_row) + ", +" + std::to_string(rows) +
+                                ") of head " + std::to_string(head) + " leave a hole after its " +
+                                std::to_string(length) + " entries");
+  }
+}
+
+}  // namespace
+
+std::optional<DeviceKvLayerLayout> DeviceKvLayout::layout_for_write(int layer, int head, int64_t first_row,
+                                                                    int64_t rows) const {
+  const DeviceKvLayerLayout& current = this->layer(layer);
+  check_write(current, head, first_row, rows);
+  std::vector<int64_t> needed;
+  for (const DeviceKvRegion& r : current.heads) needed.push_back(r.length);
+  int64_t& mine = needed[static_cast<size_t>(head)];
+  mine = std::max(mine, first_row + rows);
+  return reserved_layout(current, needed, geometry_, policy_);
+}
+
+DeviceKvWriteArgs DeviceKvLayout::write_args(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
+                                             const float* values, const int32_t* positions) const {
+  const DeviceKvLayerLayout& l = this->layer(layer);
+  check_write(l, head, first_row, rows);
+  const DeviceKvRegion& r = l.heads[static_cast<size_t>(head)];
+  if (first_row + rows > r.capacity) {
+    throw std::logic_error("device KV write: head " + std::to_string(head) + " has room for " +
+                           std::to_string(r.capacity) + " rows, not " + std::to_string(first_row + rows));
+  }
+  DeviceKvWriteArgs args;
+  args.keys = keys;
+  args.values = values;
+  args.src_positions = positions;
+  args.dst_row = r.base_row + first_row;
+  args.rows = rows;
+  args.head_dim = geometry_.head_dim;
+  args.type = geometry_.type;
+  return args;
+}
+
+void DeviceKvLayout::commit_write(int layer, int head, int64_t first_row, int64_t rows) {
+  check_write(this->layer(layer), head, first_row, rows);
+  DeviceKvRegion& r = layers_[static_cast<size_t>(layer)].heads[static_cast<size_t>(head)];
+  if (first_row + rows > r.capacity) throw std::logic_error("commit_write: write beyond a head's capacity");
+  r.length = std::max(r.length, first_row + rows);
+}
+
 void DeviceKvLayout::commit_append(int layer, int n) {
   this->layer(layer);
   for (DeviceKvRegion& r : layers_[static_cast<size_t>(layer)].heads) {

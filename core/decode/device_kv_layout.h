@@ -148,6 +148,15 @@ class DeviceKvLayout {
   // The gather's arguments for `plan`'s out-of-place heads, rows at `src_rows`; arenas and scratch
   // set by the caller.
   DeviceKvGatherArgs gather_args(const DeviceKvCompactionPlan& plan, const int64_t* src_rows) const;
+  // Rows [first_row, first_row + rows) of `head` rewritten from host rows (DeviceKvWriteArgs):
+  // first_row may not pass the head's length (no holes), and the length becomes
+  // max(length, first_row + rows). layout_for_write: the layer's layout with room for that, or
+  // nullopt; write_args refuses (std::invalid_argument) a bad head, a negative count or a hole,
+  // and (std::logic_error) a head lacking capacity; the caller sets the arenas.
+  std::optional<DeviceKvLayerLayout> layout_for_write(int layer, int head, int64_t first_row, int64_t rows) const;
+  DeviceKvWriteArgs write_args(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
+                               const float* values, const int32_t* positions) const;
+  void commit_write(int layer, int head, int64_t first_row, int64_t rows);
   void commit_append(int layer, int n);
   void commit_compaction(int layer, const DeviceKvCompactionPlan& plan);
   // Every layer with capacities equal to lengths: the layout of a snapshot.

@@ -58,6 +58,18 @@ void DeviceKvTwin::append(int layer, int n, const float* keys, const float* valu
   layout_.commit_append(layer, n);
 }
 
+void DeviceKvTwin::write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
+                              const float* values, const int32_t* positions) {
+  if (auto grown = layout_.layout_for_write(layer, head, first_row, rows)) relocate(layer, std::move(*grown));
+  DeviceKvWriteArgs args = layout_.write_args(layer, head, first_row, rows, keys, values, positions);
+  Arenas& a = arenas_[static_cast<size_t>(layer)];
+  args.key_arena = a.keys.data();
+  args.value_arena = a.values.data();
+  args.positions = a.positions.data();
+  for (size_t e = 0; e < device_kv_write_elements(args); ++e) device_kv_write_element(args, e);  // the kernel's grid
+  layout_.commit_write(layer, head, first_row, rows);
+}
+
 void DeviceKvTwin::compact(int layer, const std::vector<std::vector<int>>& keep) {
   const DeviceKvCompactionPlan plan = plan_compaction(layout_.layer(layer), keep);
   Arenas& a = arenas_[static_cast<size_t>(layer)];

@@ -35,6 +35,11 @@ class DeviceKvTwin {
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place,
   // others through scratch rows.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
+  // Overwrites rows [first_row, first_row + rows) of `head` from f32 rows ([rows][head_dim]) and
+  // positions, converted as append converts; the head's length becomes max(length, first_row +
+  // rows) (DeviceKvLayout::write_args' contract). Grows the layer first when the head lacks room.
+  void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
+                  const int32_t* positions);
   DeviceKvHeadContents read_head(int layer, int head) const;
 
   struct Arenas {

@@ -59,11 +59,13 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
   Head& h = head(layer, kv_head);
   if (h.codebook) {
     append_codebook_entry(layer, kv_head, position, key, value);
+    if (listener_.ptr) listener_.ptr->on_append(layer, kv_head, position, key, value);
     return;
   }
   h.keys.append(key);
   h.values.append(value);
   h.positions.push_back(position);
+  if (listener_.ptr) listener_.ptr->on_append(layer, kv_head, position, key, value);
 }
 
 void KVCache::write_entry(int layer, int kv_head, int t, const float* key, const float* value) {
@@ -74,6 +76,7 @@ void KVCache::write_entry(int layer, int kv_head, int t, const float* key, const
                                 std::to_string(h.positions.size()) + ")");
   if (key) h.keys.write(static_cast<size_t>(t), key);
   if (value) h.values.write(static_cast<size_t>(t), value);
+  if (listener_.ptr) listener_.ptr->on_write_entry(layer, kv_head, t);
 }
 
 void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
@@ -94,6 +97,7 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
   }
   if (h.codebook) {
     keep_codebook(layer, kv_head, indices);
+    if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
     return;
   }
   const size_t n = indices.size();
@@ -127,6 +131,7 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
   h.keys.resize(n);
   h.values.resize(n);
   h.positions.resize(n);
+  if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
 }
 
 size_t KVCache::head_bytes_in_use(int layer, int kv_head) const {
@@ -201,6 +206,7 @@ void KVCache::clear() {
     h.reassigned = false;
   }
   for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
+  if (listener_.ptr) listener_.ptr->on_clear();
 }
 
 }  // namespace kvevict

@@ -24,12 +24,17 @@
 // f32 (`reconstruct_*`, `keys_or_reconstruct` convert into scratch). `keys()`/`values()`/`mutable_*`
 // exist only for an F32 cache (std::logic_error otherwise), like for codebook heads. Codebook codes
 // and norms stay f32 (they are few; their reconstruction multiplies them anyway).
+//
+// Listener (kv_cache_listener.h). One KvCacheListener may be attached; every mutation of the
+// contents is reported to it after it succeeded. Copies never carry it; assigning into a cache
+// keeps the target's listener and reports on_replaced().
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "core/decode/kv_cache_listener.h"
 #include "core/decode/kv_rows.h"
 #include "core/decode/kv_type.h"
 #include "core/decode/rope.h"
@@ -65,6 +70,10 @@ class KVCache {
   explicit KVCache(const ModelConfig& config, KvType type = KvType::F16);
 
   KvType kv_type() const { return kv_type_; }
+
+  // Attaches `listener` (not owned; nullptr detaches). It replaces any listener attached before.
+  void set_listener(KvCacheListener* listener) { listener_.ptr = listener; }
+  KvCacheListener* listener() const { return listener_.ptr; }
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
@@ -212,6 +221,26 @@ class KVCache {
   std::vector<LayerCodebook> layer_codes_;  // [layer]; used by heads with shared_codes
   Rope rope_;               // re-applies RoPE to codebook keys; grown only by mutators
   int rope_positions_ = 0;  // positions rope_ has tabulated
+
+  // The attached listener. A copy or move constructs an empty slot (a copy is not watched);
+  // assigning keeps the target's pointer and reports on_replaced(). It must stay the LAST member:
+  // the defaulted assignment operators assign members in declaration order, so the report comes
+  // after every other member holds the new contents.
+  struct ListenerSlot {
+    KvCacheListener* ptr = nullptr;
+    ListenerSlot() = default;
+    ListenerSlot(const ListenerSlot&) noexcept {}
+    ListenerSlot(ListenerSlot&&) noexcept {}
+    ListenerSlot& operator=(const ListenerSlot&) {
+      if (ptr) ptr->on_replaced();
+      return *this;
+    }
+    ListenerSlot& operator=(ListenerSlot&&) {
+      if (ptr) ptr->on_replaced();
+      return *this;
+    }
+  };
+  ListenerSlot listener_;
 };
 
 }  // namespace kvevict

@@ -175,6 +175,7 @@ void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
   // Release, not just clear: the point of the codebook is the memory.
   h.keys.release();
   h.values.release();
+  if (listener_.ptr) listener_.ptr->on_codebook(layer, kv_head);
 }
 
 void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<CodebookHead> heads) {
@@ -199,6 +200,7 @@ void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<Cod
     h.keys.release();
     h.values.release();
   }
+  if (listener_.ptr) listener_.ptr->on_codebook(layer, KvCacheListener::kAllHeads);
 }
 
 const LayerCodebook* KVCache::layer_codebook(int layer) const {

@@ -20,7 +20,10 @@ void KVCache::reassign_positions(int layer, int kv_head) {
   Head& h = head(layer, kv_head);
   h.reassigned = true;
   const int len = static_cast<int>(h.positions.size());
-  if (len == 0) return;
+  if (len == 0) {
+    if (listener_.ptr) listener_.ptr->on_reassign(layer, kv_head);
+    return;
+  }
   if (!h.codebook) {
     // The cache's own table serves both rotations (lookups equal direct evaluation, rope.h), so a
     // per-step re-assignment costs table reads, not trigonometry.
@@ -37,6 +40,7 @@ void KVCache::reassign_positions(int layer, int kv_head) {
     }
   }
   for (int t = 0; t < len; ++t) h.positions[t] = t;
+  if (listener_.ptr) listener_.ptr->on_reassign(layer, kv_head);
 }
 
 bool KVCache::any_positions_reassigned() const {

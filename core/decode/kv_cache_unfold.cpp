@@ -64,6 +64,7 @@ void KVCache::unfold_keep(const std::vector<std::vector<std::vector<int>>>& kept
   heads_ = std::move(out);
   n_stored_ = n_query;
   unfolded_ = true;
+  if (listener_.ptr) listener_.ptr->on_unfold();
 }
 
 void KVCache::unfold() {

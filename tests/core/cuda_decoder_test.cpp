@@ -20,35 +20,14 @@
 #include "core/model/model.h"
 #include "core/model/synthetic_model.h"
 #include "hand_policies.h"
-#include "jit/cuda_driver.h"
+#include "device_kv_gpu_test_util.h"
 #include "test_models.h"
 
 namespace kvevict {
 namespace {
 
-std::string gpu_missing_reason() {
-  if (!cuda_decoder_built()) return "this kvevict was built without the CUDA toolkit";
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  if (!probe.usable) return "no usable CUDA device: " + probe.reason;
-  return "";
-}
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
-float logit_bound(const std::vector<float>& cpu) {
-  float scale = 0;
-  for (float v : cpu) scale = std::max(scale, std::abs(v));
-  return 0.02f * (1.0f + scale);
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using test::logit_bound;
+using test::max_abs_diff;
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 

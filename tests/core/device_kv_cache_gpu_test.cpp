@@ -7,7 +7,7 @@
 
 #include "core/decode/device_kv_twin.h"
 #include "device_kv_test_ops.h"
-#include "jit/cuda_driver.h"
+#include "device_kv_gpu_test_util.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_kv_cache.h"
@@ -16,20 +16,6 @@
 
 namespace kvevict {
 namespace {
-
-std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
 
 #if defined(KVEVICT_HAVE_CUDA)
 
@@ -74,6 +60,25 @@ TEST_P(DeviceKvCacheGpu, MatchesTheHostTwinAfterRandomAppendsAndKeeps) {
       expect_same(device, twin, "head_dim " + std::to_string(head_dim) + ", after op " + std::to_string(o));
       if (HasFatalFailure()) return;
     }
+  }
+#endif
+}
+
+TEST_P(DeviceKvCacheGpu, WriteRowsMatchesTheHostTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const DeviceKvGeometry g{2, 3, 64, GetParam()};
+  const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+  cuda::DeviceKvCache device(g, policy);
+  DeviceKvTwin twin(g, policy);
+  for (const auto& op : device_kv_test::random_ops(g, 20, 5u)) apply(device, twin, op);
+  const auto lengths = [&](int l, int h) { return twin.layout().length(l, h); };
+  for (uint32_t round = 0; round < 30; ++round) {
+    const auto w = device_kv_test::random_writes(g, 1, 100u + round, lengths)[0];
+    device.write_rows(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+    twin.write_rows(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+    expect_same(device, twin, "after write " + std::to_string(round));
+    if (HasFatalFailure()) return;
   }
 #endif
 }

@@ -61,6 +61,21 @@ struct ReferenceCache {
       old = std::move(next);
     }
   }
+  // Rows [first, first + rows) of one head overwritten (or appended past its end) from f32 rows.
+  void write(int l, int h, int64_t first, int64_t rows, const float* k, const float* v, const int32_t* pos) {
+    Head& hd = head(l, h);
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t t = static_cast<size_t>(first + r), at = static_cast<size_t>(r) * g.head_dim;
+      if (t == hd.positions.size()) {
+        hd.keys.emplace_back();
+        hd.values.emplace_back();
+        hd.positions.push_back(0);
+      }
+      hd.keys.at(t) = stored_words(g.type, k + at, g.head_dim);
+      hd.values.at(t) = stored_words(g.type, v + at, g.head_dim);
+      hd.positions.at(t) = pos[r];
+    }
+  }
   // The head flattened like DeviceKvHeadContents.
   std::vector<uint16_t> key_words(int l, int h) const { return flatten(head(l, h).keys); }
   std::vector<uint16_t> value_words(int l, int h) const { return flatten(head(l, h).values); }
@@ -107,6 +122,36 @@ inline std::vector<int> random_keep(std::mt19937& rng, int length) {
     if (keep) out.push_back(t);
   }
   if (mode == 6) std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
+
+// A write of `rows` random rows at `first` of one head: rows, then positions.
+struct WriteOp {
+  int layer = 0, head = 0;
+  int64_t first = 0, rows = 0;
+  std::vector<float> keys, values;
+  std::vector<int32_t> positions;
+};
+// Random writes valid for the lengths of `lengths(l, h)`: inside the head, straddling its end, or
+// extending it (first == length).
+template <class Lengths>
+inline std::vector<WriteOp> random_writes(const DeviceKvGeometry& g, int count, uint32_t seed, Lengths lengths) {
+  std::mt19937 rng(seed);
+  std::vector<WriteOp> out;
+  for (int i = 0; i < count; ++i) {
+    WriteOp w;
+    w.layer = std::uniform_int_distribution<int>(0, g.n_layers - 1)(rng);
+    w.head = std::uniform_int_distribution<int>(0, g.n_heads - 1)(rng);
+    const int64_t len = lengths(w.layer, w.head);
+    w.first = std::uniform_int_distribution<int64_t>(0, len)(rng);
+    w.rows = std::uniform_int_distribution<int64_t>(0, 70)(rng);
+    w.keys.resize(static_cast<size_t>(w.rows) * g.head_dim);
+    w.values.resize(w.keys.size());
+    for (float& x : w.keys) x = random_value(rng);
+    for (float& x : w.values) x = random_value(rng);
+    for (int64_t r = 0; r < w.rows; ++r) w.positions.push_back(std::uniform_int_distribution<int32_t>(0, 1 << 20)(rng));
+    out.push_back(std::move(w));
+  }
   return out;
 }
 

@@ -142,6 +142,33 @@ TEST_P(DeviceKvTwinTypes, StoresWhatTheHostKVCacheStores) {
   }
 }
 
+// write_rows (the mirror's resync): overwrites inside a head, straddles its end or extends it,
+// growing the layer when needed; converts as append does (the reference's kv_from_f32).
+TEST_P(DeviceKvTwinTypes, WriteRowsOverwritesAndExtendsLikeTheReference) {
+  for (int head_dim : {6, 64}) {
+    const DeviceKvGeometry g{2, 3, head_dim, GetParam()};
+    DeviceKvTwin twin(g, DeviceKvGrowthPolicy{.row_quantum = 4, .growth = 1.25});
+    ReferenceCache ref(g);
+    for (const Op& op : random_ops(g, 20, 5u)) apply(twin, ref, op);
+    const auto lengths = [&](int l, int h) { return twin.layout().length(l, h); };
+    for (uint32_t round = 0; round < 30; ++round) {
+      const auto w = device_kv_test::random_writes(g, 1, 100u + round, lengths)[0];
+      twin.write_rows(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+      ref.write(w.layer, w.head, w.first, w.rows, w.keys.data(), w.values.data(), w.positions.data());
+      expect_equal(twin, ref, "after write " + std::to_string(round));
+      if (HasFatalFailure()) return;
+    }
+    // A hole after the head's end is refused before anything changes.
+    const int64_t len = twin.layout().length(1, 2);
+    const std::vector<float> row(static_cast<size_t>(head_dim), 1.0f);
+    const int32_t pos = 0;
+    EXPECT_THROW(twin.write_rows(1, 2, len + 1, 1, row.data(), row.data(), &pos), std::invalid_argument);
+    EXPECT_THROW(twin.write_rows(1, 3, 0, 1, row.data(), row.data(), &pos), std::invalid_argument);
+    EXPECT_EQ(twin.layout().length(1, 2), len);
+    expect_equal(twin, ref, "after the refused writes");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, DeviceKvTwinTypes, ::testing::Values(KvType::F16, KvType::BF16, KvType::F32),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
 

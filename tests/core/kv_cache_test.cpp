@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/decode/kv_cache.h"
 #include "core/decode/rope.h"
@@ -136,6 +138,65 @@ TEST_P(PreRope, KeysBeforeRopeAreRecovered) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, PreRope, ::testing::Values(RopeStyle::AdjacentPairs, RopeStyle::HalfSplit));
+
+// Records the listener calls as short strings.
+class EventLog : public KvCacheListener {
+ public:
+  void on_append(int l, int h, int32_t p, const float*, const float*) override { add("append", l, h, p); }
+  void on_keep(int l, int h, std::span<const int> idx) override { add("keep", l, h, static_cast<int>(idx.size())); }
+  void on_write_entry(int l, int h, int t) override { add("write", l, h, t); }
+  void on_reassign(int l, int h) override { add("reassign", l, h, 0); }
+  void on_codebook(int l, int h) override { add("codebook", l, h, 0); }
+  void on_unfold() override { events.push_back("unfold"); }
+  void on_clear() override { events.push_back("clear"); }
+  void on_replaced() override { events.push_back("replaced"); }
+  std::vector<std::string> events;
+
+ private:
+  void add(const char* what, int l, int h, int x) {
+    events.push_back(std::string(what) + " " + std::to_string(l) + "," + std::to_string(h) + "," + std::to_string(x));
+  }
+};
+
+TEST(KVCache, ListenerHearsEveryMutationAfterItSucceeded) {
+  KVCache cache(cache_config());
+  EventLog log;
+  cache.set_listener(&log);
+  fill(cache, 1, 0, 3);
+  cache.keep(1, 0, std::vector<int>{2, 0});
+  EXPECT_THROW(cache.keep(1, 0, std::vector<int>{5}), std::invalid_argument);  // refused: not reported
+  const std::vector<float> row(cache.head_dim(), 0.5f);
+  cache.write_entry(1, 0, 1, row.data(), nullptr);
+  cache.reassign_positions(1, 0);
+  cache.unfold();
+  cache.clear();
+  EXPECT_EQ(log.events, (std::vector<std::string>{"append 1,0,0", "append 1,0,1", "append 1,0,2", "keep 1,0,2",
+                                                   "write 1,0,1", "reassign 1,0,0", "unfold", "clear"}));
+  cache.set_listener(nullptr);
+  fill(cache, 0, 0, 1);
+  EXPECT_EQ(log.events.size(), 8u);
+}
+
+TEST(KVCache, CopiesDoNotCarryTheListenerAndAssignmentReportsAReplacement) {
+  KVCache cache(cache_config());
+  EventLog log;
+  cache.set_listener(&log);
+  fill(cache, 0, 1, 2);
+  KVCache copy = cache;
+  EXPECT_EQ(copy.listener(), nullptr);
+  KVCache moved = std::move(copy);
+  EXPECT_EQ(moved.listener(), nullptr);
+  fill(moved, 0, 1, 1);
+  log.events.clear();
+  cache = moved;  // the target keeps its listener and hears once, after the contents changed
+  EXPECT_EQ(cache.listener(), &log);
+  EXPECT_EQ(cache.length(0, 1), 3);
+  EXPECT_EQ(log.events, std::vector<std::string>{"replaced"});
+  cache = KVCache(cache_config());
+  EXPECT_EQ(cache.listener(), &log);
+  EXPECT_EQ(cache.length(0, 1), 0);
+  EXPECT_EQ(log.events, (std::vector<std::string>{"replaced", "replaced"}));
+}
 
 }  // namespace
 }  // namespace kvevict

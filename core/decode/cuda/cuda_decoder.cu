@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/device_kv_mirror.h"
 #include "core/decode/layer_observation.h"
 #include "core/decode/quant_dot.h"
 #include "core/decode/rope.h"
@@ -67,13 +70,32 @@ struct DeviceLayer {
   DeviceArray<float>*attn_norm, *ffn_norm, *bq = nullptr, *bk = nullptr, *bv = nullptr;
 };
 
+// The host cache and position, plus (device-resident mode) a device-to-device copy of the device
+// cache, so a restore uploads nothing. `owner` ties it to the decoder that made it.
+class CudaDecoderSnapshot final : public DecoderSnapshot {
+ public:
+  CudaDecoderSnapshot(KVCache cache, int position, const void* owner)
+      : DecoderSnapshot(std::move(cache), position), owner(owner) {}
+  const void* owner;
+  std::optional<cuda::DeviceKvSnapshot> device;
+};
+
+DeviceKvGeometry device_kv_geometry(const ModelConfig& c, KvType type) {
+  return {c.n_layers, c.n_kv_heads, c.head_dim, type};
+}
+
 class CudaDecoder : public Decoder {
  public:
   CudaDecoder(const Model& model, const DecoderOptions& options)
       : model_(model), config_(model.config), cache_(model.config, options.kv_type), rope_(model.config),
-        ordinal_(options.device_ordinal) {
+        ordinal_(options.device_ordinal), kv_mode_(options.device_kv) {
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check_blas(cublasCreate(&blas_), "cublasCreate");
+    if (kv_mode_ == DeviceKvMode::Resident) {
+      device_kv_ = std::make_unique<cuda::DeviceKvCache>(device_kv_geometry(config_, options.kv_type));
+      backend_ = std::make_unique<DeviceKvBackendFor<cuda::DeviceKvCache>>(*device_kv_);
+      mirror_ = std::make_unique<DeviceKvMirror>(cache_, *backend_, MirrorAppends::Decoder);
+    }
     const Weights& w = model.weights;
     const int dim = config_.dim, hidden = config_.hidden_dim, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
     embedding_ = upload_matrix<float>(w.embedding_matrix(config_.vocab_size, dim), floats_);
@@ -112,11 +134,19 @@ class CudaDecoder : public Decoder {
     position_ = position;
   }
   void reset() override {
-    cache_.clear();
+    cache_.clear();  // the mirror empties the device cache at its next flush
     position_ = 0;
   }
+  std::unique_ptr<DecoderSnapshot> snapshot() const override;
+  void restore(const DecoderSnapshot& snapshot) override;
   std::string device_name() const override { return "cuda:" + std::to_string(ordinal_); }
   const Model& model() const override { return model_; }
+  const cuda::DeviceKvCache* synced_device_kv() {
+    if (!mirror_) return nullptr;
+    refuse_unfolded();
+    mirror_->flush_all();
+    return device_kv_.get();
+  }
 
  private:
   // y[n][out] = x[n][in] · W^T, W stored [out][in] row-major (= column-major [in][out], op T).
@@ -129,13 +159,24 @@ class CudaDecoder : public Decoder {
   void upload_rope_table(int first, int n);
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
   void feed_forward_layer(int layer, int n);
-  cuda::PackedLayer pack_layer(int layer);
+  void refuse_unfolded() const;
+  // The block's post-RoPE K/V (k_, v_) into the cache(s) at rotary position `rotary_first`, and
+  // the view attention reads: the device-resident layer, or the packed upload of the host cache.
+  DeviceKvLayerView store_block(int layer, int n, int rotary_first);
+  void append_to_host(int layer, int n, int rotary_first);
+  DeviceKvLayerView pack_layer(int layer);
 
   const Model& model_;
   const ModelConfig& config_;
   KVCache cache_;
   Rope rope_;
   int ordinal_ = 0;
+  DeviceKvMode kv_mode_ = DeviceKvMode::Resident;
+  // Device-resident mode: the device cache and the mirror that keeps it equal to cache_ (declared
+  // after cache_, so the mirror detaches before the cache goes).
+  std::unique_ptr<cuda::DeviceKvCache> device_kv_;
+  std::unique_ptr<DeviceKvBackend> backend_;
+  std::unique_ptr<DeviceKvMirror> mirror_;
   int position_ = 0;
   int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
   cublasHandle_t blas_ = nullptr;
@@ -145,14 +186,12 @@ class CudaDecoder : public Decoder {
   DeviceArray<__half>* output_ = nullptr;
   std::vector<DeviceLayer> layers_;
 
-  // Activations of the current block ([n][...]), and the packed cache of the layer being attended.
+  // Activations of the current block ([n][...]).
   DeviceArray<int> tokens_;
   DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_d_, cos_, sin_, row_max_, row_sum_, column_d_;
   DeviceArray<__half> half_in_;
-  DeviceArray<float> packed_keys_, packed_values_;
+  DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
-  DeviceArray<int64_t> offsets_;
-  DeviceArray<int> lengths_;
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
   std::vector<std::vector<float>> column_sums_;
   // Observation on request, computed on the host as the CPU decoder does (layer_observation.h).
@@ -222,39 +261,101 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   return logits_;
 }
 
-// Copies the layer's host cache (the source of truth, possibly compacted by eviction since the
-// last call) into one packed device buffer: O(layer cache bytes) host->device per call.
-cuda::PackedLayer CudaDecoder::pack_layer(int layer) {
-  // The packed layout and the kernels index KV heads by h / G; a per-query-head cache would be
+void CudaDecoder::refuse_unfolded() const {
+  // The device layouts and the kernels index KV heads by h / G; a per-query-head cache would be
   // read wrongly, so refuse it rather than compute silently wrong attention.
   if (cache_.unfolded())
     throw UsageError("the CUDA decoder does not support an unfolded KV cache (gqa_mode = unfold: one stored head "
                      "per query head); use --device cpu");
+}
+
+std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
+  auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
+  // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.
+  if (mirror_ && !cache_.unfolded()) {
+    mirror_->flush_all();  // the device copy must hold what the host copy holds
+    s->device = device_kv_->snapshot();
+  }
+  return s;
+}
+
+void CudaDecoder::restore(const DecoderSnapshot& snapshot) {
+  const auto* mine = dynamic_cast<const CudaDecoderSnapshot*>(&snapshot);
+  if (!mine || mine->owner != this) throw std::invalid_argument("restore: a snapshot made by another decoder");
+  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  cache_ = snapshot.cache();  // the mirror hears on_replaced and would re-upload everything ...
+  position_ = snapshot.position();
+  if (mirror_ && mine->device) {
+    device_kv_->restore(*mine->device);  // ... but the device copy is restored device-to-device
+    mirror_->mark_synced();
+  }
+}
+
+// Reference path: copies the layer's host cache (possibly compacted by eviction since the last
+// call) into one packed f32 device buffer: O(layer cache bytes) host->device per call.
+DeviceKvLayerView CudaDecoder::pack_layer(int layer) {
   const int heads = config_.n_kv_heads, hd = config_.head_dim;
-  std::vector<int64_t> offsets(heads);
-  std::vector<int> lengths(heads);
+  if (heads > kDeviceKvMaxHeads)
+    throw UsageError("the CUDA decoder supports at most " + std::to_string(kDeviceKvMaxHeads) + " KV heads per layer");
+  DeviceKvLayerView view;
+  view.n_heads = heads;
+  view.head_dim = hd;
+  view.type = KvType::F32;
   int64_t total = 0;
   for (int h = 0; h < heads; ++h) {
-    offsets[h] = total;
-    lengths[h] = cache_.length(layer, h);
-    total += lengths[h];
+    view.base_row[h] = total;
+    view.length[h] = cache_.length(layer, h);
+    total += view.length[h];
   }
   packed_keys_.resize(static_cast<size_t>(total) * hd);
   packed_values_.resize(static_cast<size_t>(total) * hd);
-  // The device layout is f32; the host cache may hold F16/BF16 (or codebook heads), so each head
+  // The packed layout is f32; the host cache may hold F16/BF16 (or codebook heads), so each head
   // is converted into host scratch first (reconstruct_* is the one f32 view of every head).
   for (int h = 0; h < heads; ++h) {
-    const size_t count = static_cast<size_t>(lengths[h]) * hd, at = static_cast<size_t>(offsets[h]) * hd;
+    const int len = static_cast<int>(view.length[h]);
+    const size_t count = static_cast<size_t>(len) * hd, at = static_cast<size_t>(view.base_row[h]) * hd;
     if (count == 0) continue;
     upload_scratch_.resize(count);
-    cache_.reconstruct_keys(layer, h, 0, lengths[h], upload_scratch_.data());
+    cache_.reconstruct_keys(layer, h, 0, len, upload_scratch_.data());
     packed_keys_.upload(upload_scratch_.data(), count, at);
-    cache_.reconstruct_values(layer, h, 0, lengths[h], upload_scratch_.data());
+    cache_.reconstruct_values(layer, h, 0, len, upload_scratch_.data());
     packed_values_.upload(upload_scratch_.data(), count, at);
   }
-  offsets_.upload(offsets);
-  lengths_.upload(lengths);
-  return {packed_keys_.data(), packed_values_.data(), offsets_.data(), lengths_.data()};
+  view.keys = packed_keys_.data();
+  view.values = packed_values_.data();
+  return view;
+}
+
+// The host cache is appended from a download of just the block's rows: O(new tokens).
+void CudaDecoder::append_to_host(int layer, int n, int rotary_first) {
+  const int hd = config_.head_dim, kv_dim = config_.kv_dim();
+  host_k_.resize(static_cast<size_t>(n) * kv_dim);
+  host_v_.resize(static_cast<size_t>(n) * kv_dim);
+  k_.download(host_k_.data(), host_k_.size());
+  v_.download(host_v_.data(), host_v_.size());
+  for (int h = 0; h < config_.n_kv_heads; ++h) {
+    for (int i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * hd;
+      cache_.append(layer, h, rotary_first + i, host_k_.data() + at, host_v_.data() + at);
+    }
+  }
+}
+
+DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
+  refuse_unfolded();
+  if (!mirror_) {
+    append_to_host(layer, n, rotary_first);
+    return pack_layer(layer);
+  }
+  // Pending keeps and resyncs first: the mirror numbers the device rows without the new block.
+  mirror_->flush(layer);
+  const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
+  device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
+  append_to_host(layer, n, rotary_first);
+  mirror_->flush(layer);  // a codebook head's new rows are its reconstruction (no-op otherwise)
+  const DeviceKvLayout& layout = device_kv_->layout();
+  return make_layer_view(layout.layer(layer), layout.geometry(), device_kv_->keys(layer), device_kv_->values(layer),
+                         device_kv_->positions(layer));
 }
 
 void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
@@ -303,32 +404,21 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   cuda::rope(q_.data(), n, config_.n_heads, hd, cos_.data(), sin_.data(), adjacent);
   cuda::rope(k_.data(), n, config_.n_kv_heads, hd, cos_.data(), sin_.data(), adjacent);
 
-  // The host cache stays authoritative: the block's K/V go there first, then the layer is packed.
-  host_k_.resize(rows * kv_dim);
-  host_v_.resize(rows * kv_dim);
-  k_.download(host_k_.data(), host_k_.size());
-  v_.download(host_v_.data(), host_v_.size());
   const int first = position_;
-  for (int h = 0; h < config_.n_kv_heads; ++h) {
-    for (int i = 0; i < n; ++i) {
-      const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * hd;
-      cache_.append(layer, h, rotary_first + i, host_k_.data() + at, host_v_.data() + at);
-    }
-  }
-  const cuda::PackedLayer packed = pack_layer(layer);
+  const DeviceKvLayerView view = store_block(layer, n, rotary_first);
 
   const bool want_columns = request.accumulated_attention;
   if (want_columns) {
     row_max_.resize(rows * config_.n_heads);
     row_sum_.resize(rows * config_.n_heads);
   }
-  cuda::attention(packed, q_.data(), n, config_.n_heads, config_.group_size(), hd, att_.data(),
+  cuda::attention(view, q_.data(), n, config_.n_heads, config_.group_size(), hd, att_.data(),
                   want_columns ? row_max_.data() : nullptr, want_columns ? row_sum_.data() : nullptr);
   if (want_columns) {
     int max_len = 0;
     for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
     column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
-    cuda::attention_column_sums(packed, q_.data(), n, config_.n_heads, config_.group_size(), hd, row_max_.data(),
+    cuda::attention_column_sums(view, q_.data(), n, config_.n_heads, config_.group_size(), hd, row_max_.data(),
                                 row_sum_.data(), max_len, column_d_.data());
     host_columns_.resize(column_d_.size());
     column_d_.download(host_columns_.data(), host_columns_.size());
@@ -396,6 +486,11 @@ void CudaDecoder::feed_forward_layer(int layer, int n) {
 
 std::unique_ptr<Decoder> make_cuda_decoder(const Model& model, const DecoderOptions& options) {
   return std::make_unique<CudaDecoder>(model, options);
+}
+
+const cuda::DeviceKvCache* synced_device_kv_cache(Decoder& decoder) {
+  auto* cuda_decoder = dynamic_cast<CudaDecoder*>(&decoder);
+  return cuda_decoder ? cuda_decoder->synced_device_kv() : nullptr;
 }
 
 }  // namespace kvevict

@@ -15,6 +15,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = 4;            // warps per attention block, each walking every kWarps-th key
 constexpr int kMaxDimsPerLane = 8;   // head_dim <= 256
 
+// The layer view travels by value in the kernels' parameters.
+static_assert(sizeof(DeviceKvLayerView) <= 4096, "kernel parameters");
+
 unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
 void check_launch(const char* what) {
@@ -102,16 +105,15 @@ __global__ void half_kernel(const float* x, size_t count, __half* y) {
 // its lanes split head_dim for the dot product and the output accumulator. Each warp keeps an
 // online softmax (running max m, sum l, accumulator), merged across warps at the end: no score
 // array of the context's length exists anywhere.
-__global__ void attention_kernel(PackedLayer cache, const float* queries, int n, int n_heads, int group,
+__global__ void attention_kernel(const DeviceKvLayerView cache, const float* queries, int n, int n_heads, int group,
                                  int head_dim, float scale, float* out, float* row_max, float* row_sum) {
   const int i = blockIdx.x, h = blockIdx.y;
   const int kv = h / group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int len = cache.lengths[kv];
+  const int len = int(cache.length[kv]);
   const int visible = len - n + i + 1;  // entries [0, visible)
   const float* q = queries + (size_t(i) * n_heads + h) * head_dim;
-  const float* keys = cache.keys + cache.offsets[kv] * head_dim;
-  const float* values = cache.values + cache.offsets[kv] * head_dim;
+  const int64_t base = cache.base_row[kv];
 
   float q_reg[kMaxDimsPerLane], acc[kMaxDimsPerLane];
   const int per_lane = (head_dim + 31) / 32;
@@ -125,7 +127,7 @@ __global__ void attention_kernel(PackedLayer cache, const float* queries, int n,
     float dot = 0;
     for (int r = 0; r < per_lane; ++r) {
       const int d = lane + 32 * r;
-      if (d < head_dim) dot += q_reg[r] * keys[size_t(t) * head_dim + d];
+      if (d < head_dim) dot += q_reg[r] * device_kv_load(cache.keys, cache.type, base + t, head_dim, d);
     }
     const float s = warp_sum(dot) * scale;
     const float new_m = fmaxf(m, s);
@@ -134,7 +136,7 @@ __global__ void attention_kernel(PackedLayer cache, const float* queries, int n,
     l = l * correction + p;
     for (int r = 0; r < per_lane; ++r) {
       const int d = lane + 32 * r;
-      acc[r] = acc[r] * correction + (d < head_dim ? p * values[size_t(t) * head_dim + d] : 0.0f);
+      acc[r] = acc[r] * correction + (d < head_dim ? p * device_kv_load(cache.values, cache.type, base + t, head_dim, d) : 0.0f);
     }
     m = new_m;
   }
@@ -168,21 +170,21 @@ __global__ void attention_kernel(PackedLayer cache, const float* queries, int n,
 }
 
 // One thread per (cache entry t, query head h): loops over the block's queries that see t.
-__global__ void column_sums_kernel(PackedLayer cache, const float* queries, int n, int n_heads, int group,
+__global__ void column_sums_kernel(const DeviceKvLayerView cache, const float* queries, int n, int n_heads, int group,
                                    int head_dim, float scale, const float* row_max, const float* row_sum,
                                    int max_len, float* column_sums) {
   const int h = blockIdx.y;
   const int kv = h / group;
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  const int len = cache.lengths[kv];
+  const int len = int(cache.length[kv]);
   if (t >= len) return;
-  const float* key = cache.keys + (cache.offsets[kv] + t) * head_dim;
+  const int64_t row = cache.base_row[kv] + t;
   const int first_query = max(0, t - (len - n));  // query i sees t when t <= len - n + i
   float total = 0;
   for (int i = first_query; i < n; ++i) {
     const float* q = queries + (size_t(i) * n_heads + h) * head_dim;
     float dot = 0;
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * key[d];
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * device_kv_load(cache.keys, cache.type, row, head_dim, d);
     const size_t r = size_t(i) * n_heads + h;
     total += expf(dot * scale - row_max[r]) / row_sum[r];
   }
@@ -234,7 +236,7 @@ void to_half(const float* x, size_t count, __half* y) {
   check_launch("to_half");
 }
 
-void attention(const PackedLayer& cache, const float* queries, int n, int n_heads, int group, int head_dim,
+void attention(const DeviceKvLayerView& cache, const float* queries, int n, int n_heads, int group, int head_dim,
                float* out, float* row_max, float* row_sum) {
   if (head_dim > 32 * kMaxDimsPerLane) throw std::runtime_error("CUDA attention: head_dim above 256 is not supported");
   const dim3 grid(n, n_heads);
@@ -244,7 +246,7 @@ void attention(const PackedLayer& cache, const float* queries, int n, int n_head
   check_launch("attention");
 }
 
-void attention_column_sums(const PackedLayer& cache, const float* queries, int n, int n_heads, int group,
+void attention_column_sums(const DeviceKvLayerView& cache, const float* queries, int n, int n_heads, int group,
                            int head_dim, const float* row_max, const float* row_sum, int max_len, float* column_sums) {
   const dim3 grid(blocks_for(size_t(max_len)), n_heads);
   column_sums_kernel<<<grid, kThreads>>>(cache, queries, n, n_heads, group, head_dim, 1.0f / std::sqrt(float(head_dim)),

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/decode/device_kv_view.h"
+
 namespace kvevict::cuda {
 
 // out[i][:] = embedding[tokens[i]][:]  (fp32 table). Reference: the copy in cpu_decoder.cpp.
@@ -19,21 +21,17 @@ void add_inplace(float* y, const float* x, size_t count);
 void add_bias_rows(float* y, const float* bias, int n, int out);
 void to_half(const float* x, size_t count, __half* y);
 
-// Causal GQA attention over one layer's packed ragged cache (reference: block_attention).
-//   keys/values: per KV head h the entries [offsets[h], offsets[h] + lengths[h]) of [*][head_dim];
-//   query i of the block attends to entries [0, lengths[h] - n + i] of its KV head.
+// Causal GQA attention over one layer of the KV cache (reference: block_attention), read through
+// a DeviceKvLayerView (by value; rows converted to f32 on load with device_kv_load): KV head h's
+// entries are rows [base_row[h], base_row[h] + length[h]) of its arenas, in cache order. That is
+// the device-resident cache's layer, or the packed upload of the reference path (F32 rows).
+//   query i of the block attends to entries [0, length[h] - n + i] of its KV head h = query / group.
 // `row_max` / `row_sum` ([n][n_heads]) receive the softmax statistics when non-null.
-struct PackedLayer {
-  const float* keys;
-  const float* values;
-  const int64_t* offsets;  // device, [n_kv_heads]
-  const int* lengths;      // device, [n_kv_heads]
-};
-void attention(const PackedLayer& cache, const float* queries, int n, int n_heads, int group, int head_dim,
+void attention(const DeviceKvLayerView& cache, const float* queries, int n, int n_heads, int group, int head_dim,
                float* out, float* row_max, float* row_sum);
 // column_sums[h][t] (row stride `max_len`) = sum over block queries i of the probability query head h
 // gave entry t of its KV head, recomputed from q, k and the row statistics (no S x S matrix).
-void attention_column_sums(const PackedLayer& cache, const float* queries, int n, int n_heads, int group,
+void attention_column_sums(const DeviceKvLayerView& cache, const float* queries, int n, int n_heads, int group,
                            int head_dim, const float* row_max, const float* row_sum, int max_len, float* column_sums);
 // dst[j][:] = src[indices[j]][:] for j < count, rows of `width` floats (compaction; src != dst).
 void gather_rows(const float* src, const int* indices, int count, int width, float* dst);

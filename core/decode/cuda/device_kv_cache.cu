@@ -37,6 +37,11 @@ __global__ void __launch_bounds__(kDeviceKvCompactThreads) compact_kernel(const 
   }
 }
 
+__global__ void write_kernel(const DeviceKvWriteArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_write_element(args, e);
+}
+
 __global__ void gather_kernel(const DeviceKvGatherArgs args, size_t count) {
   const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (e < count) device_kv_gather_element(args, e);
@@ -94,7 +99,8 @@ const DeviceKvLayout& DeviceKvSnapshot::layout() const {
 struct DeviceKvCache::Impl {
   DeviceKvLayout layout;
   std::vector<std::unique_ptr<LayerArenas>> arenas;  // [layer]
-  DeviceArray<float> upload_keys, upload_values;     // append_from_host's staging
+  DeviceArray<float> upload_keys, upload_values;     // append_from_host's and write_rows' staging
+  DeviceArray<int32_t> upload_positions;             // write_rows' staging
   DeviceArray<int32_t> src_rows;                     // compaction plans' source rows
   DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
@@ -167,6 +173,31 @@ void DeviceKvCache::append_from_host(int layer, int n, const float* keys, const 
   impl_->upload_keys.upload(keys, count);
   impl_->upload_values.upload(values, count);
   append(layer, n, impl_->upload_keys.data(), impl_->upload_values.data(), src_stride, first_positions);
+}
+
+void DeviceKvCache::write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
+                               const float* values, const int32_t* positions) {
+  if (auto grown = impl_->layout.layout_for_write(layer, head, first_row, rows)) impl_->relocate(layer, std::move(*grown));
+  const size_t count = size_t(rows) * impl_->layout.geometry().head_dim;
+  if (count > 0) {
+    // Synchronous uploads on the legacy stream: they wait for kernels still reading the staging.
+    impl_->upload_keys.resize(count);
+    impl_->upload_values.resize(count);
+    impl_->upload_positions.resize(size_t(rows));
+    impl_->upload_keys.upload(keys, count);
+    impl_->upload_values.upload(values, count);
+    impl_->upload_positions.upload(positions, size_t(rows));
+    DeviceKvWriteArgs args = impl_->layout.write_args(layer, head, first_row, rows, impl_->upload_keys.data(),
+                                                      impl_->upload_values.data(), impl_->upload_positions.data());
+    LayerArenas& a = impl_->layer(layer);
+    args.key_arena = a.keys.data();
+    args.value_arena = a.values.data();
+    args.positions = a.positions.data();
+    const unsigned blocks = static_cast<unsigned>((count + kAppendThreads - 1) / kAppendThreads);
+    write_kernel<<<blocks, kAppendThreads>>>(args, count);
+    check_launch("device KV write kernel");
+  }
+  impl_->layout.commit_write(layer, head, first_row, rows);
 }
 
 void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep) {

@@ -61,6 +61,12 @@ class DeviceKvCache {
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place
   // (no second buffer), others gathered through scratch rows and copied back.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
+  // Overwrites rows [first_row, first_row + rows) of `head` from HOST f32 rows ([rows][head_dim])
+  // and positions (uploaded first), converted as append converts; the head's length becomes
+  // max(length, first_row + rows) (DeviceKvLayout::write_args). For the device mirror's resync of
+  // rows the host cache changed in place (device_kv_mirror.h).
+  void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
+                  const int32_t* positions);
   // One head's live entries copied to the host (synchronises): inspect, reports, tests.
   DeviceKvHeadContents read_head(int layer, int head) const;
 

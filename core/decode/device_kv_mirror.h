@@ -1,0 +1,134 @@
+#pragma once
+// Keeps a device KV cache (cuda::DeviceKvCache, or its CPU twin DeviceKvTwin) equal to a host
+// KVCache that the eviction engine mutates, by listening to the host cache's mutations
+// (kv_cache_listener.h) and replaying them on the device in batches. Host code, no CUDA.
+//
+// What goes to the device, and when:
+//  - keep(layer, head, indices) is recorded, composed with earlier keeps of the same head, and
+//    sent as ONE compact(layer, lists) per layer at the next flush(layer); heads of the layer that
+//    kept nothing get the identity list. Ascending lists compose to ascending lists, so positional
+//    policies stay on the in-place path.
+//  - write_entry marks the row; reassign_positions, a codebook, or a wholesale replacement marks
+//    the head (or every head) for a resync: at flush those rows are uploaded from the host's f32
+//    view (reconstruct_keys/values: the stored words converted exactly, or a codebook head's
+//    reconstruction) with the positions, through the backend's write_rows, which rounds as append
+//    does. clear() empties the device heads at the next flush.
+//  - appends: with MirrorAppends::Decoder the decoder appends each block to the device itself
+//    (straight from its projection's device buffers) and must call flush(layer) BEFORE doing so;
+//    the host append only advances the bookkeeping (a codebook head's row is marked for resync,
+//    since the host stores it approximated). With MirrorAppends::Host the mirror copies each
+//    host append's f32 rows and writes them at the next flush (the CPU decoder, tests).
+// After flush(layer) every head of the layer holds on the device exactly what the host holds:
+// the same words of the KvType and the same positions.
+//
+// Unfolded caches (one stored head per query head) are not mirrored: after unfold() events are
+// ignored and flush throws std::logic_error until clear() or a replacement by a folded cache.
+// A host cache of another geometry than the backend's throws std::invalid_argument (construction,
+// or the flush after a replacement).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/decode/device_kv_layout.h"
+#include "core/decode/kv_cache.h"
+#include "core/decode/kv_cache_listener.h"
+
+namespace kvevict {
+
+// The operations the mirror needs from a device cache (both DeviceKvTwin and cuda::DeviceKvCache
+// have them; DeviceKvBackendFor adapts either).
+class DeviceKvBackend {
+ public:
+  virtual ~DeviceKvBackend() = default;
+  virtual const DeviceKvLayout& layout() const = 0;
+  virtual void compact(int layer, const std::vector<std::vector<int>>& keep) = 0;
+  virtual void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
+                          const float* values, const int32_t* positions) = 0;
+};
+
+template <class Cache>
+class DeviceKvBackendFor final : public DeviceKvBackend {
+ public:
+  explicit DeviceKvBackendFor(Cache& cache) : cache_(cache) {}
+  const DeviceKvLayout& layout() const override { return cache_.layout(); }
+  void compact(int layer, const std::vector<std::vector<int>>& keep) override { cache_.compact(layer, keep); }
+  void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
+                  const int32_t* positions) override {
+    cache_.write_rows(layer, head, first_row, rows, keys, values, positions);
+  }
+
+ private:
+  Cache& cache_;
+};
+
+// Who appends new entries to the device (see the header comment).
+enum class MirrorAppends { Decoder, Host };
+
+class DeviceKvMirror final : public KvCacheListener {
+ public:
+  // Attaches itself to `cache` (replacing any listener) and marks every non-empty head for a resync
+  // (the backend must start empty), so the first flush uploads whatever the host holds. Both must
+  // outlive the mirror.
+  DeviceKvMirror(KVCache& cache, DeviceKvBackend& backend, MirrorAppends appends);
+  ~DeviceKvMirror() override;  // detaches from the cache
+  DeviceKvMirror(const DeviceKvMirror&) = delete;
+  DeviceKvMirror& operator=(const DeviceKvMirror&) = delete;
+
+  // Sends the layer's pending work to the device: buffered appends, one compaction, then the row
+  // and head resyncs. Cheap when nothing is pending. Throws std::logic_error when afterwards a
+  // head's device length differs from the host's (a mutation the mirror did not hear of), or the
+  // host cache is unfolded; std::invalid_argument for a bad layer or another geometry.
+  void flush(int layer);
+  void flush_all();
+  // Declares the device equal to the host as it is now, dropping pending work: for a caller that
+  // restored both from matching snapshots (the decoder's restore).
+  void mark_synced();
+  bool pending(int layer) const;
+
+  struct Counts {
+    int64_t compactions = 0;   // compact calls sent
+    int64_t rows_written = 0;  // rows sent through write_rows (appends buffered in Host mode included)
+    int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
+  };
+  const Counts& counts() const { return counts_; }
+
+  void on_append(int layer, int head, int32_t position, const float* key, const float* value) override;
+  void on_keep(int layer, int head, std::span<const int> indices) override;
+  void on_write_entry(int layer, int head, int t) override;
+  void on_reassign(int layer, int head) override;
+  void on_codebook(int layer, int head) override;
+  void on_unfold() override;
+  void on_clear() override;
+  void on_replaced() override;
+
+ private:
+  // One (layer, head)'s difference between the device and the host. Device rows are numbered as
+  // the device holds them, then the rows of `tail` (Host mode appends not written yet).
+  struct HeadState {
+    bool keep_pending = false;
+    std::vector<int> map;           // keep_pending: device row of each host row, in host order
+    bool resync = false;            // upload the whole head from the host
+    std::vector<int> dirty;         // host rows to upload (may repeat)
+    std::vector<float> tail_keys, tail_values;  // Host mode: appended rows not on the device yet
+    std::vector<int32_t> tail_positions;
+  };
+  HeadState& state(int layer, int head) { return heads_[static_cast<size_t>(layer) * n_heads_ + head]; }
+  const HeadState& state(int layer, int head) const { return heads_[static_cast<size_t>(layer) * n_heads_ + head]; }
+  void check_geometry() const;
+  void mark_all_for_resync();
+  void write_tail(int layer, int head, HeadState& s);
+  void compact_layer(int layer);
+  void resync_rows(int layer, int head, HeadState& s);
+
+  KVCache& cache_;
+  DeviceKvBackend& backend_;
+  MirrorAppends appends_;
+  int n_layers_ = 0, n_heads_ = 0, head_dim_ = 0;
+  bool unfolded_ = false;
+  std::vector<HeadState> heads_;    // [layer][head]
+  std::vector<char> layer_pending_;  // [layer]
+  Counts counts_;
+  std::vector<float> keys_, values_;  // upload scratch
+};
+
+}  // namespace kvevict

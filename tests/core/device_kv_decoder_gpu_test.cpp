@@ -1,0 +1,171 @@
+// The CUDA decoder on its device-resident KV cache (DeviceKvMode::Resident, the default) - GPU
+// only; skipped with the reason when the build has no CUDA or no usable device. Never run during
+// development: no GPU was available (docs/CUDA.md).
+//  - against the CPU decoder under eviction (snapkv: ascending keeps; cake: score-ordered keeps
+//    and cascading eviction during the prefill) and a decode run, with the tolerance of
+//    cuda_decoder_test.cpp (teacher forced on the CPU's tokens);
+//  - the device cache against the host cache after eviction and decode, word for word
+//    (read_head vs the host's stored words and positions), and after a snapshot/restore cycle;
+//  - against the reference packed-upload path (DeviceKvMode::PackedUpload): both read the same
+//    KvType words converted to f32 the same way, so the logits agree to rounding noise.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/decode/make_decoder.h"
+#include "core/engine/engine.h"
+#include "core/model/synthetic_model.h"
+#include "device_kv_gpu_test_util.h"
+#include "dsl/policy_loader.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/cuda_decoder.h"
+#include "core/decode/cuda/device_kv_cache.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+using test::logit_bound;
+using test::max_abs_diff;
+
+ModelConfig gqa_config() {
+  ModelConfig c;
+  c.name = "device-kv-test";
+  c.n_layers = 3, c.dim = 96, c.n_heads = 6, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 160;
+  c.vocab_size = 300, c.context_length = 512;
+  return c;
+}
+
+std::vector<int> random_prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> t(static_cast<size_t>(n));
+  for (int& v : t) v = int(rng() % 300);
+  return t;
+}
+
+int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Prefill under the policy, then `steps` decode steps teacher forced on the CPU's tokens; per call
+// the logits within the bound and the kept positions equal.
+void compare_under_policy(const std::string& name, const std::string& budget, int steps) {
+  const auto model = make_random_model(gqa_config(), 21);
+  const auto policy = load_policy(name, {});
+  auto cpu = make_decoder(*model, DecoderDevice::Cpu, {.threads = 1});
+  auto gpu = make_decoder(*model, DecoderDevice::Cuda, {.device_kv = DeviceKvMode::Resident});
+  EvictionEngine cpu_engine(*policy, model->config, {Budget::parse(budget), 0});
+  EvictionEngine gpu_engine(*policy, model->config, {Budget::parse(budget), 0});
+  const std::vector<int> prompt = random_prompt(160, 5);
+  std::vector<float> c = cpu->forward(prompt, &cpu_engine);
+  std::vector<float> g = gpu->forward(prompt, &gpu_engine);
+  for (int s = 0; s <= steps; ++s) {
+    ASSERT_LE(max_abs_diff(c, g), logit_bound(c)) << name << " step " << s;
+    for (int l = 0; l < model->config.n_layers; ++l)
+      for (int h = 0; h < model->config.n_kv_heads; ++h) {
+        const int len = cpu->cache().length(l, h);
+        ASSERT_EQ(len, gpu->cache().length(l, h)) << name << " layer " << l << " head " << h;
+        ASSERT_TRUE(std::equal(cpu->cache().positions(l, h), cpu->cache().positions(l, h) + len,
+                               gpu->cache().positions(l, h)))
+            << name << " kept positions differ at layer " << l << " head " << h;
+      }
+    if (s == steps) break;
+    const int next = argmax(c);
+    c = cpu->forward(std::vector<int>{next}, &cpu_engine);
+    g = gpu->forward(std::vector<int>{next}, &gpu_engine);
+  }
+}
+
+TEST(DeviceKvDecoderGpu, ResidentSnapKVMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_under_policy("snapkv", "64", 12);
+}
+
+TEST(DeviceKvDecoderGpu, ResidentCakeMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_under_policy("cake", "64", 12);
+}
+
+TEST(DeviceKvDecoderGpu, ResidentH2ODecodeEvictionMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_under_policy("h2o", "64", 16);
+}
+
+#if defined(KVEVICT_HAVE_CUDA)
+// Every head of the decoder's device cache against its host cache, as stored words and positions.
+::testing::AssertionResult device_equals_host(Decoder& decoder) {
+  const cuda::DeviceKvCache* dev = synced_device_kv_cache(decoder);
+  if (!dev) return ::testing::AssertionFailure() << "no device-resident cache";
+  const KVCache& cache = decoder.cache();
+  const size_t words = static_cast<size_t>(cache.head_dim()) * (cache.kv_type() == KvType::F32 ? 2 : 1);
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_kv_heads(); ++h) {
+      const DeviceKvHeadContents d = dev->read_head(l, h);
+      const size_t len = static_cast<size_t>(cache.length(l, h));
+      const std::string at = "layer " + std::to_string(l) + " head " + std::to_string(h);
+      if (d.positions.size() != len) return ::testing::AssertionFailure() << at << ": lengths differ";
+      if (!std::equal(d.positions.begin(), d.positions.end(), cache.positions(l, h)))
+        return ::testing::AssertionFailure() << at << ": positions differ";
+      const auto* k = reinterpret_cast<const uint16_t*>(cache.kv_type() == KvType::F32
+                                                            ? static_cast<const void*>(cache.stored_keys(l, h).f32())
+                                                            : cache.stored_keys(l, h).bits16());
+      const auto* v = reinterpret_cast<const uint16_t*>(cache.kv_type() == KvType::F32
+                                                            ? static_cast<const void*>(cache.stored_values(l, h).f32())
+                                                            : cache.stored_values(l, h).bits16());
+      if (len && (std::memcmp(d.keys.data(), k, len * words * 2) || std::memcmp(d.values.data(), v, len * words * 2)))
+        return ::testing::AssertionFailure() << at << ": stored words differ";
+    }
+  return ::testing::AssertionSuccess();
+}
+#endif
+
+TEST(DeviceKvDecoderGpu, DeviceCacheEqualsTheHostCacheAfterEvictionAndRestore) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 23);
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    auto gpu = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    const std::vector<int> prompt = random_prompt(150, 7);
+    gpu->forward(prompt);
+    const auto snapshot = gpu->snapshot();
+    for (const char* name : {"snapkv", "cake", "h2o"}) {
+      gpu->restore(*snapshot);
+      ASSERT_TRUE(device_equals_host(*gpu)) << name << " restored";
+      // Evict as an eval run does: a fresh prefill under the policy, then decode steps.
+      gpu->reset();
+      const auto policy = load_policy(name, {});
+      EvictionEngine engine(*policy, model->config, {Budget::parse("48"), 0});
+      std::vector<float> logits = gpu->forward(prompt, &engine);
+      ASSERT_TRUE(device_equals_host(*gpu)) << name << " after the prefill, " << kv_type_name(type);
+      for (int s = 0; s < 6; ++s) {
+        logits = gpu->forward(std::vector<int>{argmax(logits)}, &engine);
+        ASSERT_TRUE(device_equals_host(*gpu)) << name << " step " << s << ", " << kv_type_name(type);
+      }
+    }
+  }
+#endif
+}
+
+TEST(DeviceKvDecoderGpu, ResidentAndPackedUploadGiveTheSameLogits) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(gqa_config(), 29);
+  const auto policy = load_policy("cake", {});
+  auto resident = make_decoder(*model, DecoderDevice::Cuda, {.device_kv = DeviceKvMode::Resident});
+  auto packed = make_decoder(*model, DecoderDevice::Cuda, {.device_kv = DeviceKvMode::PackedUpload});
+  EvictionEngine e1(*policy, model->config, {Budget::parse("64"), 0});
+  EvictionEngine e2(*policy, model->config, {Budget::parse("64"), 0});
+  const std::vector<int> prompt = random_prompt(140, 9);
+  std::vector<float> a = resident->forward(prompt, &e1), b = packed->forward(prompt, &e2);
+  float worst = 0;
+  for (int s = 0; s < 10; ++s) {
+    // Same words, same conversion, same kernels: only the order of cuBLAS work could differ.
+    worst = std::max(worst, max_abs_diff(a, b));
+    ASSERT_LE(max_abs_diff(a, b), 1e-4f * logit_bound(a) / 0.02f) << "step " << s;
+    const int next = argmax(a);
+    a = resident->forward(std::vector<int>{next}, &e1);
+    b = packed->forward(std::vector<int>{next}, &e2);
+  }
+  std::printf("resident vs packed upload: max |dlogit| = %g\n", worst);
+}
+
+}  // namespace
+}  // namespace kvevict

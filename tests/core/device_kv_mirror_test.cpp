@@ -1,0 +1,327 @@
+// The device KV mirror (core/decode/device_kv_mirror.h) on the CPU: a DeviceKvTwin follows the
+// CPU decoder's host KVCache while the eviction engine runs shipped policies on stories260K
+// (prefill, eviction, decode). After every forward call every (layer, head) of the twin must equal
+// the host cache bit for bit: the stored words of the cache's KvType (a codebook head: its
+// reconstruction rounded as the cache would store it) and the positions. The policies are chosen
+// so that every mutation event occurs: ascending keeps (snapkv), score-ordered keeps and cascading
+// eviction during the prefill (cake), per-step keeps (h2o), re-assigned positions (streamingllm),
+// merged entries (d2o: write_entry), zeroed key channels (think: write_entry), codebook heads
+// (spindlekv), and an eval-style snapshot/restore cycle (whole-cache assignment). A control shows
+// the check fails when the mirror is not flushed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <memory>
+#include <string>
+
+#include "core/decode/decoder.h"
+#include "core/decode/device_kv_mirror.h"
+#include "core/decode/device_kv_twin.h"
+#include "core/engine/engine.h"
+#include "core/model/synthetic_model.h"
+#include "device_kv_test_ops.h"
+#include "dsl/policy_loader.h"
+#include "stories_prompt_test.h"
+
+namespace kvevict {
+namespace {
+
+DeviceKvGeometry geometry_of(const KVCache& cache) {
+  return {cache.n_layers(), cache.n_kv_heads(), cache.head_dim(), cache.kv_type()};
+}
+
+// The head's keys or values as the device stores them: the host's own words for a dense head,
+// the reconstruction rounded to the KvType for a codebook head.
+std::vector<uint16_t> host_words(const KVCache& cache, int l, int h, bool keys) {
+  const int len = cache.length(l, h), d = cache.head_dim();
+  if (!cache.is_codebook(l, h)) {
+    const KvRows& rows = keys ? cache.stored_keys(l, h) : cache.stored_values(l, h);
+    if (cache.kv_type() == KvType::F32) {
+      std::vector<uint16_t> w(static_cast<size_t>(len) * d * 2);
+      if (len > 0) std::memcpy(w.data(), rows.f32(), w.size() * sizeof(uint16_t));
+      return w;
+    }
+    return std::vector<uint16_t>(rows.bits16(), rows.bits16() + static_cast<size_t>(len) * d);
+  }
+  std::vector<float> f(static_cast<size_t>(len) * d);
+  if (keys) cache.reconstruct_keys(l, h, 0, len, f.data());
+  else cache.reconstruct_values(l, h, 0, len, f.data());
+  std::vector<uint16_t> out;
+  for (int t = 0; t < len; ++t) {
+    const auto row = device_kv_test::stored_words(cache.kv_type(), f.data() + static_cast<size_t>(t) * d, d);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+::testing::AssertionResult twin_equals_host(const DeviceKvTwin& twin, const KVCache& cache) {
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    for (int h = 0; h < cache.n_kv_heads(); ++h) {
+      const DeviceKvHeadContents dev = twin.read_head(l, h);
+      const int len = cache.length(l, h);
+      const std::string at = "layer " + std::to_string(l) + " head " + std::to_string(h);
+      if (static_cast<int>(dev.positions.size()) != len)
+        return ::testing::AssertionFailure() << at << ": " << dev.positions.size() << " entries on the twin, " << len
+                                             << " on the host";
+      if (!std::equal(dev.positions.begin(), dev.positions.end(), cache.positions(l, h)))
+        return ::testing::AssertionFailure() << at << ": positions differ";
+      if (dev.keys != host_words(cache, l, h, true)) return ::testing::AssertionFailure() << at << ": keys differ";
+      if (dev.values != host_words(cache, l, h, false)) return ::testing::AssertionFailure() << at << ": values differ";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Forwards to the engine, flushing layer l before the engine sees it (as the CUDA decoder flushes
+// before appending): keeps then stay pending across the next forward call's host appends.
+class FlushingObserver : public ForwardObserver {
+ public:
+  FlushingObserver(ForwardObserver& inner, DeviceKvMirror& mirror) : inner_(inner), mirror_(mirror) {}
+  ObservationRequest request() const override { return inner_.request(); }
+  void after_layer(const LayerSignals& s, KVCache& cache) override {
+    mirror_.flush(s.layer);
+    inner_.after_layer(s, cache);
+  }
+  void after_forward(int n, KVCache& cache) override { inner_.after_forward(n, cache); }
+
+ private:
+  ForwardObserver& inner_;
+  DeviceKvMirror& mirror_;
+};
+
+struct Case {
+  std::string policy;
+  std::map<std::string, std::string> params;
+  std::string budget;
+  KvType type = KvType::F16;
+};
+
+class DeviceKvMirrorTest : public test::StoriesPromptTest {
+ protected:
+  // Prefill + `steps` greedy decode steps under the policy; the twin is checked after each call.
+  // Returns what the mirror sent, and `appended`: the rows the decoder appended in all.
+  static DeviceKvMirror::Counts run_and_check(const Case& c, int steps, int64_t* appended = nullptr) {
+    const auto policy = load_policy(c.policy, c.params);
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = c.type});
+    DeviceKvTwin twin(geometry_of(decoder->cache()));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(decoder->cache(), backend, MirrorAppends::Host);
+    EvictionEngine engine(*policy, model_->config, {Budget::parse(c.budget), 0});
+    FlushingObserver observer(engine, mirror);
+    const int64_t heads = int64_t(model_->config.n_layers) * model_->config.n_kv_heads;
+    if (appended) *appended = (S() + steps) * heads;
+    std::vector<float> logits = decoder->forward(std::span<const int>(tokens_), &observer);
+    mirror.flush_all();
+    EXPECT_TRUE(twin_equals_host(twin, decoder->cache())) << c.policy << " after the prefill";
+    EXPECT_LT(decoder->cache().total_entries(), S() * heads) << c.policy << " evicted nothing";
+    for (int step = 0; step < steps; ++step) {
+      const int next = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      logits = decoder->forward(std::span<const int>(&next, 1), &observer);
+      mirror.flush_all();
+      EXPECT_TRUE(twin_equals_host(twin, decoder->cache())) << c.policy << " after decode step " << step;
+    }
+    std::printf("%s: %lld compactions, %lld rows written, %lld head resyncs\n", c.policy.c_str(),
+                static_cast<long long>(mirror.counts().compactions), static_cast<long long>(mirror.counts().rows_written),
+                static_cast<long long>(mirror.counts().head_resyncs));
+    return mirror.counts();
+  }
+  static int64_t heads() { return int64_t(model_->config.n_layers) * model_->config.n_kv_heads; }
+};
+
+// Each case also checks that its event happened (the counts of what the mirror sent).
+TEST_F(DeviceKvMirrorTest, SnapKVAscendingKeeps) {
+  EXPECT_EQ(run_and_check({"snapkv", {}, "48"}, 6).compactions, model_->config.n_layers);
+  run_and_check({"snapkv", {}, "48", KvType::BF16}, 3);
+  run_and_check({"snapkv", {}, "48", KvType::F32}, 3);
+}
+
+TEST_F(DeviceKvMirrorTest, CakeScoreOrderedCascadingKeeps) {
+  // Cascading: layers are cut again while later layers prefill, so more than one compaction each.
+  EXPECT_GT(run_and_check({"cake", {}, "48"}, 6).compactions, model_->config.n_layers);
+}
+
+TEST_F(DeviceKvMirrorTest, H2OKeepsEveryDecodeStep) {
+  EXPECT_GE(run_and_check({"h2o", {}, "48"}, 8).compactions, 8 * model_->config.n_layers);
+}
+
+TEST_F(DeviceKvMirrorTest, StreamingLLMReassignedPositions) {
+  EXPECT_GE(run_and_check({"streamingllm", {}, "32"}, 8).head_resyncs, 8 * heads());
+}
+
+TEST_F(DeviceKvMirrorTest, D2OMergedEntries) {
+  int64_t appended = 0;
+  EXPECT_GT(run_and_check({"d2o", {}, "48"}, 6, &appended).rows_written, appended);  // merged rows re-sent
+}
+
+TEST_F(DeviceKvMirrorTest, ThinKZeroedKeyChannels) {
+  int64_t appended = 0;
+  EXPECT_GT(run_and_check({"think", {}, "48"}, 4, &appended).rows_written, appended);  // zeroed rows re-sent
+}
+
+TEST_F(DeviceKvMirrorTest, SpindleKVCodebookHeads) {
+  int64_t appended = 0;
+  const DeviceKvMirror::Counts n = run_and_check({"spindlekv", {}, "40%"}, 6, &appended);
+  EXPECT_GE(n.head_resyncs, heads());     // every head became a codebook
+  EXPECT_GT(n.rows_written, appended);    // decoded rows re-sent as reconstructions
+}
+
+// The eval runner's cycle: one prefill, a snapshot (a copy: not watched), then per run a restore
+// (Decoder::restore, or a plain assignment: both assign the host cache, on_replaced), an eviction
+// and decode steps.
+TEST_F(DeviceKvMirrorTest, SnapshotRestoreCycle) {
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  DeviceKvTwin twin(geometry_of(decoder->cache()));
+  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+  DeviceKvMirror mirror(decoder->cache(), backend, MirrorAppends::Host);
+  decoder->forward(std::span<const int>(tokens_));
+  const auto snapshot = decoder->snapshot();
+  EXPECT_EQ(snapshot->cache().listener(), nullptr);
+  EXPECT_EQ(snapshot->position(), S());
+  for (int run = 0; run < 4; ++run) {
+    if (run % 2 == 0) {
+      decoder->restore(*snapshot);
+    } else {
+      decoder->cache() = snapshot->cache();
+      decoder->set_position(snapshot->position());
+    }
+    EXPECT_EQ(decoder->cache().listener(), &mirror);
+    mirror.flush_all();
+    ASSERT_TRUE(twin_equals_host(twin, decoder->cache())) << "run " << run << " restored";
+    for (int h = 0; h < model_->config.n_kv_heads; ++h) {  // a hand eviction: every (run + 2)-th entry
+      std::vector<int> keep;
+      for (int t = decoder->cache().length(0, h) - 1; t >= 0; t -= run + 2) keep.push_back(t);  // descending
+      decoder->cache().keep(0, h, keep);
+    }
+    for (int step = 0; step < 3; ++step) {
+      const int token = 1 + step;
+      decoder->forward(std::span<const int>(&token, 1));
+      mirror.flush_all();
+      ASSERT_TRUE(twin_equals_host(twin, decoder->cache())) << "run " << run << " step " << step;
+    }
+    EXPECT_EQ(decoder->position(), S() + 3);
+  }
+  decoder->reset();  // clear
+  mirror.flush_all();
+  EXPECT_TRUE(twin_equals_host(twin, decoder->cache()));
+  EXPECT_EQ(twin.layout().bytes_in_use(), 0u);
+  // A snapshot of another model's cache is refused.
+  ModelConfig c = model_->config;
+  c.n_layers += 1;
+  const auto other_model = make_random_model(c, 3);
+  auto other = make_cpu_decoder(*other_model, {.threads = 1});
+  EXPECT_THROW(decoder->restore(*other->snapshot()), std::invalid_argument);
+}
+
+// Control: the same run without flushing leaves the twin behind, and the check says so.
+TEST_F(DeviceKvMirrorTest, ControlUnflushedMirrorDiverges) {
+  const auto policy = load_policy("snapkv", {});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  DeviceKvTwin twin(geometry_of(decoder->cache()));
+  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+  DeviceKvMirror mirror(decoder->cache(), backend, MirrorAppends::Host);
+  EvictionEngine engine(*policy, model_->config, {Budget::parse("48"), 0});
+  decoder->forward(std::span<const int>(tokens_), &engine);
+  EXPECT_FALSE(twin_equals_host(twin, decoder->cache()));
+  EXPECT_TRUE(mirror.pending(0));
+  mirror.flush_all();
+  EXPECT_TRUE(twin_equals_host(twin, decoder->cache()));
+  // A mutation the listener does not report (a raw write into an F32 cache) is caught too.
+  auto f32 = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+  DeviceKvTwin twin32(geometry_of(f32->cache()));
+  DeviceKvBackendFor<DeviceKvTwin> backend32(twin32);
+  DeviceKvMirror mirror32(f32->cache(), backend32, MirrorAppends::Host);
+  f32->forward(std::span<const int>(tokens_));
+  mirror32.flush_all();
+  ASSERT_TRUE(twin_equals_host(twin32, f32->cache()));
+  f32->cache().mutable_keys(1, 0)[3] += 1.0f;
+  mirror32.flush_all();
+  EXPECT_FALSE(twin_equals_host(twin32, f32->cache()));
+}
+
+// MirrorAppends::Decoder as the CUDA decoder drives it: per layer flush, the block appended to the
+// device first, then to the host, flush again; between blocks random keeps (ascending and in any
+// order), written entries, re-assigned heads, clears and restores by assignment. The twin must
+// equal the host after every block, in three KvTypes.
+TEST(DeviceKvMirror, DecoderModeRandomOperations) {
+  ModelConfig c;
+  c.n_layers = 2, c.n_heads = 6, c.n_kv_heads = 3, c.head_dim = 8, c.dim = 48, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 4096;
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    KVCache cache(c, type);
+    DeviceKvTwin twin(geometry_of(cache));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::optional<KVCache> saved;
+    int position = 0;
+    for (int round = 0; round < 40; ++round) {
+      const int n = 1 + static_cast<int>(rng() % 9);
+      const int kv_dim = c.n_kv_heads * c.head_dim;
+      std::vector<float> k(static_cast<size_t>(n) * kv_dim), v(k.size());
+      for (float& x : k) x = normal(rng);
+      for (float& x : v) x = normal(rng);
+      for (int l = 0; l < c.n_layers; ++l) {
+        mirror.flush(l);
+        std::vector<int32_t> first;
+        for (int h = 0; h < c.n_kv_heads; ++h) first.push_back(cache.next_position(l, h, position));
+        twin.append(l, n, k.data(), v.data(), kv_dim, first);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          for (int i = 0; i < n; ++i) {
+            const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * c.head_dim;
+            cache.append(l, h, first[h] + i, k.data() + at, v.data() + at);
+          }
+        mirror.flush(l);
+      }
+      ASSERT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type) << " round " << round;
+      position += n;
+      for (int l = 0; l < c.n_layers; ++l)  // the engine's turn: any mix of mutations, left pending
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const int len = cache.length(l, h);
+          std::vector<int> keep(static_cast<size_t>(len));
+          std::iota(keep.begin(), keep.end(), 0);
+          std::shuffle(keep.begin(), keep.end(), rng);
+          keep.resize(static_cast<size_t>(len) * 3 / 4);
+          if (rng() % 2) std::sort(keep.begin(), keep.end());
+          cache.keep(l, h, keep);
+          if (!keep.empty() && rng() % 3 == 0) {
+            std::vector<float> row(static_cast<size_t>(c.head_dim), normal(rng));
+            cache.write_entry(l, h, static_cast<int>(rng() % keep.size()), row.data(), rng() % 2 ? row.data() : nullptr);
+          }
+          if (rng() % 3 == 0) cache.keep(l, h, std::vector<int>(keep.size() > 1 ? 1 : 0, 0));
+        }
+      if (round % 7 == 3) cache.reassign_positions(1, 2);
+      if (round % 11 == 5) saved = cache;
+      if (round % 11 == 9 && saved) cache = *saved;
+      if (round == 30) cache.clear();
+    }
+  }
+}
+
+// The decoder-appends contract: appending to a head whose keeps were not flushed is refused.
+TEST(DeviceKvMirror, DecoderModeRefusesAnAppendBeforeTheFlush) {
+  ModelConfig c;
+  c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.dim = 8, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 16;
+  KVCache cache(c);
+  DeviceKvTwin twin(geometry_of(cache));
+  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  const float k[4] = {1, 2, 3, 4};
+  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  cache.append(0, 0, 0, k, k);
+  mirror.flush(0);
+  EXPECT_TRUE(twin_equals_host(twin, cache));
+  cache.keep(0, 0, std::vector<int>{});
+  EXPECT_THROW(cache.append(0, 0, 1, k, k), std::logic_error);
+  // Another geometry is refused at construction.
+  KVCache other(c, KvType::BF16);
+  EXPECT_THROW(DeviceKvMirror(other, backend, MirrorAppends::Host), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvevict
