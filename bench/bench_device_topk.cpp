@@ -172,7 +172,9 @@ int main(int argc, char** argv) {
     if (cpu) return kvevict::run_cpu(json);
     const std::string why = kvevict::gpu_missing_reason();
     if (!why.empty()) {
-      std::printf(json ? "{\"skipped\": \"%s\"}\n" : "skipped: %s\n", why.c_str());
+      std::string quoted;  // the reason as a JSON string body
+      for (char c : why) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+      std::printf(json ? "{\"skipped\": \"%s\"}\n" : "skipped: %s\n", json ? quoted.c_str() : why.c_str());
       return 0;
     }
 #if defined(KVEVICT_HAVE_CUDA)

@@ -74,11 +74,22 @@ KVEVICT_HOST_DEVICE void radix_threshold(Exec& ex, SelShared& sh, int64_t n, int
       for (int b = t; b < kSelBins; b += kSelThreads) sh.hist[b] = 0;
     });
     ex.phase([&](int t) {
+      // Runs of equal digits are added at once: heavily tied scores would otherwise serialise
+      // every thread of the block on one shared counter.
+      unsigned run_bin = 0, run = 0;
       for (int64_t i = t; i < n; i += kSelThreads) {
         if (!elig(i)) continue;
         const SelKey kk = key(i);
-        if (key_equal(key_top(kk, d), sh.prefix)) sel_atomic_add(&sh.hist[key_digit(kk, d)], 1u);
+        if (!key_equal(key_top(kk, d), sh.prefix)) continue;
+        const unsigned bin = key_digit(kk, d);
+        if (run != 0 && bin != run_bin) {
+          sel_atomic_add(&sh.hist[run_bin], run);
+          run = 0;
+        }
+        run_bin = bin;
+        ++run;
       }
+      if (run != 0) sel_atomic_add(&sh.hist[run_bin], run);
     });
     ex.phase([&](int t) {
       if (t != 0) return;

@@ -127,6 +127,38 @@ TEST(DeviceSelection, TwinEqualsSelectLayerAdaptive) {
   }
 }
 
+// The input built from a DeviceKvLayerView: ragged heads whose positions sit at arena rows
+// base_row[h] (not packed from row 0), scores dense with a stride longer than the heads.
+TEST(DeviceSelection, TwinOnAViewOfTheDeviceCacheLayoutEqualsSelectHead) {
+  std::mt19937 rng(17);
+  const int lengths[] = {700, 0, 1, 2500};
+  const int64_t stride = 3000;
+  std::vector<int32_t> arena(9000, -7);
+  std::vector<float> scores(4 * stride, 0.0f);
+  DeviceKvLayerView view;
+  view.n_heads = 4;
+  view.positions = arena.data();
+  std::vector<devsel::HeadParams> params;
+  std::vector<HeadCase> heads;
+  int64_t row = 100;
+  for (int h = 0; h < 4; ++h) {
+    HeadCase c = devsel_test::random_head(rng, lengths[h], h);
+    view.base_row[h] = row;
+    view.length[h] = lengths[h];
+    std::copy(c.positions.begin(), c.positions.end(), arena.begin() + row);
+    std::copy(c.scores.begin(), c.scores.end(), scores.begin() + h * stride);
+    row += lengths[h] + 13;
+    params.push_back(device_head_params(c.spec));
+    heads.push_back(std::move(c));
+  }
+  const devsel::SelLayerInput in = selection_input(view, scores.data(), stride);
+  EXPECT_EQ(in.max_length, 2500);
+  const auto got = twin_select_heads(in, params);
+  for (int h = 0; h < 4; ++h)
+    EXPECT_EQ(got[h], select_head(heads[h].scores, heads[h].positions, heads[h].spec)) << describe(heads[h]);
+  EXPECT_THROW(selection_input(view, scores.data(), 1000), UsageError);  // stride shorter than a head
+}
+
 // A reference with a deliberately wrong tie rule (larger position first): the same comparison
 // must tell it apart from the twin on tied scores, so the tests above can see a tie-rule error.
 std::vector<int> wrong_tie_rule_top(const std::vector<float>& s, const std::vector<int32_t>& p, int k) {
