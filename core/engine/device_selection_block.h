@@ -166,7 +166,8 @@ KVEVICT_HOST_DEVICE int32_t* radix_sort_ranked(Exec& ex, SelShared& sh, int32_t*
                                                int n_digits, Key key, unsigned* counts) {
   int32_t* src = a;
   int32_t* dst = b;
-  constexpr int kPerThread = kSelBins * kSelThreads / kSelThreads;  // scan segment per thread
+  // The kSelBins * kSelThreads counters are scanned in kSelThreads equal segments, one per thread.
+  constexpr int kPerThread = kSelBins;
   for (int d = n_digits - 1; d >= 0; --d) {
     ex.phase([&](int t) {
       for (int bin = 0; bin < kSelBins; ++bin) counts[bin * kSelThreads + t] = 0;
