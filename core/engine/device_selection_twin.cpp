@@ -19,9 +19,17 @@ using devsel::SelLayerInput;
 
 // The twin's block: a phase runs every thread's body in turn (the kernel's barrier is implicit).
 struct TwinExec {
+  TwinThreadOrder order = TwinThreadOrder::Ascending;
   template <class F>
   void phase(F&& f) {
-    for (int t = 0; t < devsel::kSelThreads; ++t) f(t);
+    constexpr int n = devsel::kSelThreads;
+    for (int j = 0; j < n; ++j) {
+      // Interleaved: odd threads first, then even ones (a stride-2 permutation).
+      const int t = order == TwinThreadOrder::Ascending    ? j
+                    : order == TwinThreadOrder::Descending ? n - 1 - j
+                                                           : (j < n / 2 ? 2 * j + 1 : 2 * (j - n / 2));
+      f(t);
+    }
   }
 };
 
@@ -178,11 +186,12 @@ std::vector<int64_t> adaptive_shares(const std::vector<HeadState>& states, doubl
   return allocate_budgets(weight, cap, total_free);
 }
 
-std::vector<std::vector<int>> twin_select_heads(const SelLayerInput& in, const std::vector<HeadParams>& params) {
+std::vector<std::vector<int>> twin_select_heads(const SelLayerInput& in, const std::vector<HeadParams>& params,
+                                                TwinThreadOrder order) {
   check_selection_input(in);
   if (params.size() != static_cast<size_t>(in.n_heads)) bad("one HeadParams per head expected");
   TwinBuffers buf(in);
-  TwinExec ex;
+  TwinExec ex{order};
   devsel::SelShared sh{};
   for (int h = 0; h < in.n_heads; ++h)
     devsel::select_head_block(ex, sh, devsel::head_io(in, buf.ws, buf.out, h), params[static_cast<size_t>(h)]);
@@ -191,13 +200,13 @@ std::vector<std::vector<int>> twin_select_heads(const SelLayerInput& in, const s
 
 std::vector<std::vector<int>> twin_select_layer_adaptive(const SelLayerInput& in, const std::vector<int>& budget,
                                                          int protect_first, int protect_recent, double floor_alpha,
-                                                         bool score_order) {
+                                                         bool score_order, TwinThreadOrder order) {
   check_selection_input(in);
   if (budget.size() != static_cast<size_t>(in.n_heads)) bad("one budget per head expected");
   std::vector<HeadParams> params =
       adaptive_head_params(budget, protect_first, protect_recent, floor_alpha, score_order);
   TwinBuffers buf(in);
-  TwinExec ex;
+  TwinExec ex{order};
   devsel::SelShared sh{};
   std::vector<HeadState> states(static_cast<size_t>(in.n_heads));
   for (int h = 0; h < in.n_heads; ++h)

@@ -61,12 +61,18 @@ std::vector<devsel::HeadParams> adaptive_head_params(const std::vector<int>& bud
 // n_h (1 - floor_alpha) + floor_alpha free_h, largest remainder, capped at the candidates).
 std::vector<int64_t> adaptive_shares(const std::vector<devsel::HeadState>& states, double floor_alpha);
 
+// The order in which the twin runs the threads of a phase. The results must not depend on it
+// (a GPU runs them in any order); the tests run the other orders to check that.
+enum class TwinThreadOrder { Ascending, Descending, Interleaved };
+
 // The twin: the device algorithm on host memory over an emulated block per head. `params` has
 // one entry per head. Returns the kept lists.
 std::vector<std::vector<int>> twin_select_heads(const devsel::SelLayerInput& in,
-                                                const std::vector<devsel::HeadParams>& params);
+                                                const std::vector<devsel::HeadParams>& params,
+                                                TwinThreadOrder order = TwinThreadOrder::Ascending);
 std::vector<std::vector<int>> twin_select_layer_adaptive(const devsel::SelLayerInput& in,
                                                          const std::vector<int>& budget, int protect_first,
-                                                         int protect_recent, double floor_alpha, bool score_order);
+                                                         int protect_recent, double floor_alpha, bool score_order,
+                                                         TwinThreadOrder order = TwinThreadOrder::Ascending);
 
 }  // namespace kvevict

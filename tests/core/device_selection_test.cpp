@@ -159,6 +159,31 @@ TEST(DeviceSelection, TwinOnAViewOfTheDeviceCacheLayoutEqualsSelectHead) {
   EXPECT_THROW(selection_input(view, scores.data(), 1000), UsageError);  // stride shorter than a head
 }
 
+// A GPU runs the threads of a phase in any order: the twin's result must not depend on it.
+TEST(DeviceSelection, TwinResultDoesNotDependOnThreadOrder) {
+  std::mt19937 rng(23);
+  for (int i = 0; i < 40; ++i) {
+    std::vector<std::vector<float>> s;
+    std::vector<std::vector<int32_t>> p;
+    std::vector<devsel::HeadParams> params;
+    std::vector<int> budget;
+    for (int h = 0; h < 3; ++h) {
+      HeadCase c = devsel_test::random_head(rng, devsel_test::random_length(rng, i), h);
+      s.push_back(c.scores);
+      p.push_back(c.positions);
+      params.push_back(device_head_params(c.spec));
+      budget.push_back(c.spec.budget);
+    }
+    const PackedSelectionLayer packed = pack_selection_layer(devsel_test::spans(s), devsel_test::spans(p));
+    const auto heads = twin_select_heads(packed.input, params);
+    const auto ada = twin_select_layer_adaptive(packed.input, budget, 2, 5, 0.3, i % 2);
+    for (TwinThreadOrder order : {TwinThreadOrder::Descending, TwinThreadOrder::Interleaved}) {
+      ASSERT_EQ(twin_select_heads(packed.input, params, order), heads) << "case " << i;
+      ASSERT_EQ(twin_select_layer_adaptive(packed.input, budget, 2, 5, 0.3, i % 2, order), ada) << "case " << i;
+    }
+  }
+}
+
 // A reference with a deliberately wrong tie rule (larger position first): the same comparison
 // must tell it apart from the twin on tied scores, so the tests above can see a tie-rule error.
 std::vector<int> wrong_tie_rule_top(const std::vector<float>& s, const std::vector<int32_t>& p, int k) {
