@@ -27,6 +27,13 @@
 
 #include "core/decode/device_kv_view.h"
 
+// Loops over a thread's accumulators unroll on the GPU so they stay in registers.
+#if defined(__CUDACC__)
+#define KVEVICT_RAGGED_UNROLL _Pragma("unroll")
+#else
+#define KVEVICT_RAGGED_UNROLL
+#endif
+
 namespace kvevict {
 
 inline constexpr int kRaggedThreads = 128;            // threads per attention block
@@ -69,10 +76,11 @@ struct RaggedThreadState {
   float acc[kRaggedMaxDimsPerThread] = {};
 };
 
-// A block's place: stored head, its rows [row0, row0 + rows) and its key range [begin, end).
+// A block's place: stored head (its length and first arena row), its rows [row0, row0 + rows)
+// and its key range [begin, end).
 struct RaggedBlock {
   int kv = 0, chunk = 0, row0 = 0, rows = 0;
-  int64_t begin = 0, end = 0;
+  int64_t len = 0, base_row = 0, begin = 0, end = 0;
 };
 
 // Shared memory of a block: q [R][head_dim], k [tile_keys][head_dim + 1], s [R][tile_keys].
@@ -102,6 +110,8 @@ KVEVICT_HOST_DEVICE inline RaggedBlock ragged_block(const RaggedAttentionArgs& a
   const int left = p.n * p.group - b.row0;
   b.rows = left < p.rows_per_block ? left : p.rows_per_block;
   const int64_t len = a.kv.length[kv];
+  b.len = len;
+  b.base_row = a.kv.base_row[kv];
   // Rows are i-major, so the last row has the largest visible range.
   const int64_t seen = b.rows > 0 ? ragged_visible(len, p.n, (b.row0 + b.rows - 1) / p.group) : 0;
   b.begin = static_cast<int64_t>(chunk) * p.chunk;
@@ -126,16 +136,15 @@ KVEVICT_HOST_DEVICE inline void ragged_load_queries(const RaggedAttentionArgs& a
   }
 }
 
-// Thread t converts its share of entries [t0, t0 + count) of head kv from `arena` into `tile`
-// (stride head_dim + 1); entries past `stop` become zeros, so masked rows never carry NaNs.
-KVEVICT_HOST_DEVICE inline void ragged_load_tile(const DeviceKvLayerView& kv, const void* arena, int head,
-                                                 int64_t t0, int64_t stop, int count, float* tile, int t,
-                                                 int threads) {
-  const int hd = kv.head_dim;
+// Thread t (of `threads`) converts its share of a head's entries [t0, t0 + count) from `arena`
+// (the head's entry 0 at base_row) into `tile` (stride hd + 1); consecutive threads read
+// consecutive elements. Entries past `stop` become zeros, so masked rows never carry NaNs.
+KVEVICT_HOST_DEVICE inline void ragged_load_tile(const void* arena, KvType type, int64_t base_row, int hd, int64_t t0,
+                                                 int64_t stop, int count, float* tile, int t, int threads) {
   for (int e = t; e < count * hd; e += threads) {
     const int j = e / hd, d = e % hd;
     const int64_t entry = t0 + j;
-    tile[j * (hd + 1) + d] = entry < stop ? device_kv_load(arena, kv.type, kv.base_row[head] + entry, hd, d) : 0.0f;
+    tile[j * (hd + 1) + d] = entry < stop ? device_kv_load(arena, type, base_row + entry, hd, d) : 0.0f;
   }
 }
 
@@ -149,11 +158,10 @@ KVEVICT_HOST_DEVICE inline float ragged_dot(const float* q, const float* k, int 
 KVEVICT_HOST_DEVICE inline void ragged_scores(const RaggedAttentionArgs& a, const RaggedBlock& b, RaggedShared s,
                                               int64_t t0, int t) {
   const RaggedAttentionPlan& p = a.plan;
-  const int64_t len = a.kv.length[b.kv];
   for (int e = t; e < p.rows_per_block * p.tile_keys; e += kRaggedThreads) {
     const int r = e / p.tile_keys, j = e % p.tile_keys;
     const int64_t entry = t0 + j;
-    const bool seen = r < b.rows && entry < b.end && entry < ragged_visible(len, p.n, (b.row0 + r) / p.group);
+    const bool seen = r < b.rows && entry < b.end && entry < ragged_visible(b.len, p.n, (b.row0 + r) / p.group);
     s.s[e] = seen ? ragged_dot(s.q + r * p.head_dim, s.k + j * (p.head_dim + 1), p.head_dim) * p.scale : -INFINITY;
   }
 }
@@ -168,7 +176,11 @@ KVEVICT_HOST_DEVICE inline void ragged_rescale(const RaggedAttentionPlan& p, Rag
   const float factor = st.m == -INFINITY ? 1.0f : expf(st.m - m);
   st.m = m;
   st.l *= factor;
-  for (int k = 0; k < p.dims_per_thread; ++k) st.acc[k] *= factor;
+  KVEVICT_RAGGED_UNROLL
+  for (int k = 0; k < kRaggedMaxDimsPerThread; ++k) {
+    if (k >= p.dims_per_thread) break;
+    st.acc[k] *= factor;
+  }
 }
 
 // Adds the tile's values (in s.k by now) weighted by exp(score - m) to thread t's dims and sum.
@@ -181,9 +193,11 @@ KVEVICT_HOST_DEVICE inline void ragged_accumulate(const RaggedAttentionPlan& p, 
     const float w = expf(row[j] - st.m);  // exp(-inf) = 0 for masked entries
     st.l += w;
     const float* v = s.k + j * (p.head_dim + 1);
-    for (int k = 0; k < p.dims_per_thread; ++k) {
+    KVEVICT_RAGGED_UNROLL
+    for (int k = 0; k < kRaggedMaxDimsPerThread; ++k) {
       const int d = sub + k * p.threads_per_row;
-      if (d < p.head_dim) st.acc[k] += w * v[d];
+      if (k >= p.dims_per_thread || d >= p.head_dim) break;
+      st.acc[k] += w * v[d];
     }
   }
 }
@@ -207,16 +221,20 @@ KVEVICT_HOST_DEVICE inline void ragged_epilogue(const RaggedAttentionArgs& a, co
       part[0] = st.m;
       part[1] = st.l;
     }
-    for (int k = 0; k < p.dims_per_thread; ++k) {
+    KVEVICT_RAGGED_UNROLL
+    for (int k = 0; k < kRaggedMaxDimsPerThread; ++k) {
       const int d = sub + k * p.threads_per_row;
-      if (d < p.head_dim) part[2 + d] = st.acc[k];
+      if (k >= p.dims_per_thread || d >= p.head_dim) break;
+      part[2 + d] = st.acc[k];
     }
     return;
   }
   const float inv = st.l > 0.0f ? 1.0f / st.l : 0.0f;
-  for (int k = 0; k < p.dims_per_thread; ++k) {
+  KVEVICT_RAGGED_UNROLL
+  for (int k = 0; k < kRaggedMaxDimsPerThread; ++k) {
     const int d = sub + k * p.threads_per_row;
-    if (d < p.head_dim) a.out[qh * p.head_dim + d] = st.acc[k] * inv;
+    if (k >= p.dims_per_thread || d >= p.head_dim) break;
+    a.out[qh * p.head_dim + d] = st.acc[k] * inv;
   }
   if (sub == 0 && a.row_max) {
     a.row_max[qh] = st.m;

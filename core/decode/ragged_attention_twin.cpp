@@ -127,11 +127,11 @@ void run_block(const RaggedAttentionArgs& a, int row_tile, int chunk, int kv, st
   }
   for (int64_t t0 = b.begin; t0 < b.end; t0 += p.tile_keys) {
     for (int t = 0; t < kRaggedThreads; ++t)
-      ragged_load_tile(a.kv, a.kv.keys, b.kv, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
+      ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
     for (int t = 0; t < kRaggedThreads; ++t) ragged_scores(a, b, s, t0, t);
     for (int t = 0; t < kRaggedThreads; ++t) {
       ragged_rescale(p, s, t, st[t]);
-      ragged_load_tile(a.kv, a.kv.values, b.kv, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
+      ragged_load_tile(a.kv.values, a.kv.type, b.base_row, p.head_dim, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
     }
     for (int t = 0; t < kRaggedThreads; ++t) ragged_accumulate(p, s, t, st[t]);
   }
@@ -145,7 +145,7 @@ void run_column_block(const RaggedColumnArgs& a, int x, int h, std::vector<float
   const int kv = h / p.group, threads = p.tile_keys;
   const int64_t len = a.kv.length[kv], t0 = int64_t(x) * p.tile_keys;
   for (int t = 0; t < threads; ++t) {
-    ragged_load_tile(a.kv, a.kv.keys, kv, t0, len, p.tile_keys, s.k, t, threads);
+    ragged_load_tile(a.kv.keys, a.kv.type, a.kv.base_row[kv], p.head_dim, t0, len, p.tile_keys, s.k, t, threads);
     sums[t] = 0.0f;
   }
   for (int i0 = ragged_first_query(len, p.n, t0); i0 < p.n; i0 += kRaggedQueryTile) {
