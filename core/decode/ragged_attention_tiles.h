@@ -14,16 +14,22 @@
 // (query i, query head h) pairs, numbered r = i * group + (h - kv * group); a block takes
 // rows_per_block consecutive rows (all reading the same keys, so a key tile loaded once serves
 // the whole GQA group and, in prefill, neighbouring queries) and one chunk of `chunk` entries:
-// grid = (row_tiles, max_chunks, n_kv) (row tiles on x, the only axis without a 65535 limit). Decode (n*group small) gets many chunks per head
-// (split-K, "flash-decoding"): each block leaves a partial (max m, sum l, unnormalised
-// accumulator) per row and a merge pass combines the chunks. Prefill usually fills the GPU with
-// row tiles alone and gets one chunk: blocks then normalise and write the output themselves.
-// Inside a block, tiles of tile_keys entries go through shared memory as f32 (row stride
-// head_dim + 1 so a thread per key reads conflict-free); an online softmax keeps, per row, the
-// running max and sum and head_dim accumulators spread over the row's threads_per_row threads.
+// grid = (row_tiles, max_chunks, n_kv), row tiles on x (the only axis without a 65535 limit).
+// Decode (n * group small) gets many chunks per head (split-K, "flash-decoding"): each block
+// leaves a partial (max m, sum l, unnormalised accumulator) per row and a merge pass combines the
+// chunks. Prefill usually fills the GPU with row tiles alone and gets one chunk: blocks then
+// normalise and write the output themselves, so no n x S matrix or partial exists.
+//
+// A block's phases per tile of tile_keys entries (barrier after each): load the key tile into
+// shared memory as f32 (16-byte loads; row stride head_dim + 1 so a thread per key reads
+// conflict-free) | scores s[r][j] | each row's threads raise the running max and rescale their
+// sum and accumulators, while the value tile overwrites the keys | the row's threads turn its
+// scores into weights exp(s - m) | every thread adds weights x values to its dims. Per row, the
+// head_dim accumulators are spread over the row's threads_per_row threads (registers).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/decode/device_kv_view.h"
 
@@ -136,15 +142,59 @@ KVEVICT_HOST_DEVICE inline void ragged_load_queries(const RaggedAttentionArgs& a
   }
 }
 
+// 16 bytes of an arena (the kernels' vector load; memcpy on the host) and element k of them.
+struct RaggedVector {
+  uint32_t x[4];
+};
+KVEVICT_HOST_DEVICE inline RaggedVector ragged_load16(const void* at) {
+  RaggedVector v;
+#if defined(__CUDA_ARCH__)
+  const uint4 u = *static_cast<const uint4*>(at);
+  v.x[0] = u.x, v.x[1] = u.y, v.x[2] = u.z, v.x[3] = u.w;
+#else
+  memcpy(v.x, at, sizeof(v.x));
+#endif
+  return v;
+}
+KVEVICT_HOST_DEVICE inline float ragged_element(KvType type, const RaggedVector& v, int k) {
+  if (type == KvType::F32) return kv_scalar::float_of(v.x[k & 3]);  // k < 4 for F32 (mask: provably in bounds)
+  const uint16_t w = static_cast<uint16_t>(v.x[k >> 1] >> ((k & 1) * 16));  // little-endian words
+  return type == KvType::F16 ? kv_scalar::f16_to_f32(w) : kv_scalar::bf16_to_f32(w);
+}
+
 // Thread t (of `threads`) converts its share of a head's entries [t0, t0 + count) from `arena`
-// (the head's entry 0 at base_row) into `tile` (stride hd + 1); consecutive threads read
-// consecutive elements. Entries past `stop` become zeros, so masked rows never carry NaNs.
+// (the head's entry 0 at base_row) into `tile` (stride hd + 1). Rows of a multiple of 16 bytes in
+// a 16-byte aligned arena (head_dim % 8 == 0 for F16/BF16, % 4 for F32: the usual sizes) move 16
+// bytes per thread and load, consecutive threads reading consecutive vectors; other rows move an
+// element at a time. Entries past `stop` become zeros, so masked rows never carry NaNs.
 KVEVICT_HOST_DEVICE inline void ragged_load_tile(const void* arena, KvType type, int64_t base_row, int hd, int64_t t0,
                                                  int64_t stop, int count, float* tile, int t, int threads) {
-  for (int e = t; e < count * hd; e += threads) {
-    const int j = e / hd, d = e % hd;
+  const int bytes = static_cast<int>(device_kv_element_bytes(type)), per_vector = 16 / bytes;
+  const bool vectors = (hd * bytes) % 16 == 0 && reinterpret_cast<uintptr_t>(arena) % 16 == 0;
+  if (!vectors) {
+    for (int e = t; e < count * hd; e += threads) {
+      const int j = e / hd, d = e % hd;
+      const int64_t entry = t0 + j;
+      tile[j * (hd + 1) + d] = entry < stop ? device_kv_load(arena, type, base_row + entry, hd, d) : 0.0f;
+    }
+    return;
+  }
+  const int row_vectors = hd / per_vector;
+  for (int e = t; e < count * row_vectors; e += threads) {
+    const int j = e / row_vectors, d0 = (e % row_vectors) * per_vector;
     const int64_t entry = t0 + j;
-    tile[j * (hd + 1) + d] = entry < stop ? device_kv_load(arena, type, base_row + entry, hd, d) : 0.0f;
+    float* dst = tile + j * (hd + 1) + d0;
+    if (entry >= stop) {
+      for (int k = 0; k < per_vector; ++k) dst[k] = 0.0f;
+      continue;
+    }
+    const size_t at = (static_cast<size_t>(base_row + entry) * hd + d0) * bytes;
+    const RaggedVector v = ragged_load16(static_cast<const char*>(arena) + at);
+    KVEVICT_RAGGED_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      if (k >= per_vector) break;
+      dst[k] = ragged_element(type, v, k);
+    }
   }
 }
 
@@ -183,14 +233,22 @@ KVEVICT_HOST_DEVICE inline void ragged_rescale(const RaggedAttentionPlan& p, Rag
   }
 }
 
-// Adds the tile's values (in s.k by now) weighted by exp(score - m) to thread t's dims and sum.
+// Turns thread t's share of its row's scores into weights exp(score - m) (0 where masked, and
+// for a row that has seen nothing): each exp once, by one of the row's threads.
+KVEVICT_HOST_DEVICE inline void ragged_weights(const RaggedAttentionPlan& p, RaggedShared s, int t,
+                                               const RaggedThreadState& st) {
+  float* row = s.s + (t / p.threads_per_row) * p.tile_keys;
+  for (int j = t % p.threads_per_row; j < p.tile_keys; j += p.threads_per_row)
+    row[j] = st.m == -INFINITY ? 0.0f : expf(row[j] - st.m);
+}
+
+// Adds the tile's values (in s.k by now) times the row's weights to thread t's dims and sum.
 KVEVICT_HOST_DEVICE inline void ragged_accumulate(const RaggedAttentionPlan& p, RaggedShared s, int t,
                                                   RaggedThreadState& st) {
-  if (st.m == -INFINITY) return;  // nothing seen: every weight is 0
   const float* row = s.s + (t / p.threads_per_row) * p.tile_keys;
   const int sub = t % p.threads_per_row;
   for (int j = 0; j < p.tile_keys; ++j) {
-    const float w = expf(row[j] - st.m);  // exp(-inf) = 0 for masked entries
+    const float w = row[j];
     st.l += w;
     const float* v = s.k + j * (p.head_dim + 1);
     KVEVICT_RAGGED_UNROLL

@@ -133,6 +133,7 @@ void run_block(const RaggedAttentionArgs& a, int row_tile, int chunk, int kv, st
       ragged_rescale(p, s, t, st[t]);
       ragged_load_tile(a.kv.values, a.kv.type, b.base_row, p.head_dim, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
     }
+    for (int t = 0; t < kRaggedThreads; ++t) ragged_weights(p, s, t, st[t]);
     for (int t = 0; t < kRaggedThreads; ++t) ragged_accumulate(p, s, t, st[t]);
   }
   for (int t = 0; t < kRaggedThreads; ++t) ragged_epilogue(a, b, t, st[t]);

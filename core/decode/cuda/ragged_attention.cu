@@ -43,6 +43,8 @@ __global__ void __launch_bounds__(kRaggedThreads) ragged_attention_kernel(const 
     ragged_rescale(p, s, t, st);  // reads scores only, so the value tile may overwrite the keys
     ragged_load_tile(a.kv.values, a.kv.type, b.base_row, p.head_dim, t0, b.end, p.tile_keys, s.k, t, kRaggedThreads);
     __syncthreads();
+    ragged_weights(p, s, t, st);  // each row's weights are written by the row's own threads
+    __syncthreads();
     ragged_accumulate(p, s, t, st);
     __syncthreads();
   }
