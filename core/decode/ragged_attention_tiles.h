@@ -260,6 +260,14 @@ KVEVICT_HOST_DEVICE inline void ragged_accumulate(const RaggedAttentionPlan& p, 
   }
 }
 
+// The first stored head whose entries the plan's chunks do not cover, or -1 (launchers and the
+// twin refuse such a view: a plan holds only while the lengths it was made for do not grow).
+inline int ragged_uncovered_head(const RaggedAttentionPlan& p, const DeviceKvLayerView& v) {
+  for (int h = 0; h < v.n_heads && h < kDeviceKvMaxHeads; ++h)
+    if (v.length[h] > p.chunk * p.max_chunks) return h;
+  return -1;
+}
+
 KVEVICT_HOST_DEVICE inline size_t ragged_partial_at(const RaggedAttentionPlan& p, size_t qh, int chunk) {
   return (qh * p.max_chunks + chunk) * (p.head_dim + 2);
 }
@@ -349,6 +357,13 @@ struct RaggedColumnArgs {
   const float* row_sum = nullptr;
   float* column_sums = nullptr;    // [n_heads][max_len]; entries past a head's length get 0
 };
+
+// The first stored head longer than the plan's row stride, or -1 (refused like the above).
+inline int ragged_column_uncovered_head(const RaggedColumnPlan& p, const DeviceKvLayerView& v) {
+  for (int h = 0; h < v.n_heads && h < kDeviceKvMaxHeads; ++h)
+    if (v.length[h] > p.max_len) return h;
+  return -1;
+}
 
 // Block (x = key tile, y = query head h), tile_keys threads, thread t owning entry t0 + t with
 // t0 = x * tile_keys: the key tile is loaded once, then query tiles from the first query that

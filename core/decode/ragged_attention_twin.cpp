@@ -161,6 +161,9 @@ void run_column_block(const RaggedColumnArgs& a, int x, int h, std::vector<float
 RaggedAttentionOutput ragged_attention_twin(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan,
                                             const float* queries) {
   check_plan(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_uncovered_head(plan, view); h >= 0)
+    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+           " entries; the plan covers " + std::to_string(plan.chunk * plan.max_chunks));
   const size_t qh = size_t(plan.n) * plan.n_heads;
   RaggedAttentionOutput o{std::vector<float>(qh * plan.head_dim), std::vector<float>(qh), std::vector<float>(qh)};
   std::vector<float> workspace(plan.workspace_floats), shared(size_t(plan.shared_floats));
@@ -187,6 +190,9 @@ RaggedAttentionOutput ragged_attention_twin(const DeviceKvLayerView& view, const
 std::vector<float> ragged_column_sums_twin(const DeviceKvLayerView& view, const RaggedColumnPlan& plan,
                                            const float* queries, const float* row_max, const float* row_sum) {
   check_plan(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_column_uncovered_head(plan, view); h >= 0)
+    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+           " entries; the column sums' row stride is " + std::to_string(plan.max_len));
   std::vector<float> out(size_t(plan.n_heads) * plan.max_len);
   RaggedColumnArgs a;
   a.kv = view;

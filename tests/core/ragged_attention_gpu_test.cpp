@@ -149,8 +149,14 @@ TEST(RaggedAttentionGpu, LaunchersRefuseBadArguments) {
   DeviceKvLayerView other = v;
   other.head_dim = 128;
   EXPECT_THROW(cuda::ragged_attention(other, plan, nullptr, nullptr, nullptr, nullptr, nullptr, 0), UsageError);
+  DeviceKvLayerView longer = v;
+  longer.length[1] = 5100;
+  float dummy = 0;  // a workspace "of the right size": only the lengths are wrong
+  EXPECT_THROW(cuda::ragged_attention(longer, plan, nullptr, nullptr, nullptr, nullptr, &dummy, plan.workspace_floats),
+               UsageError);
   const RaggedColumnPlan cp = plan_ragged_column_sums(v, 1, 1, 5000);
   EXPECT_THROW(cuda::ragged_column_sums(other, cp, nullptr, nullptr, nullptr, nullptr), UsageError);
+  EXPECT_THROW(cuda::ragged_column_sums(longer, cp, nullptr, nullptr, nullptr, nullptr), UsageError);
 }
 
 #else

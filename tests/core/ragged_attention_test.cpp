@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <string>
 
 #include "core/decode/ragged_attention_twin.h"
@@ -72,11 +73,11 @@ struct Case {
 };
 
 std::string name(const Case& c) {
-  std::string s = std::string(kv_type_name(c.type)) + " group " + std::to_string(c.group) + " head_dim " +
-                  std::to_string(c.head_dim) + " n " + std::to_string(c.n) + " chunk " + std::to_string(c.chunk) +
-                  " lengths";
-  for (int64_t l : c.lengths) s += " " + std::to_string(l);
-  return s;
+  std::ostringstream s;
+  s << kv_type_name(c.type) << " group " << c.group << " head_dim " << c.head_dim << " n " << c.n << " chunk "
+    << c.chunk << " lengths";
+  for (int64_t l : c.lengths) s << ' ' << l;
+  return s.str();
 }
 
 void check_case(const Case& c, uint32_t seed, bool columns) {
@@ -243,6 +244,11 @@ TEST(RaggedAttentionPlan, RefusesWhatTheKernelsCannotRun) {
   expect_refused([] { plan_ragged_column_sums(shape(2, 64, 10), 1, 1, 9); }, "row stride 9 is below");
   const RaggedAttentionPlan p = plan_ragged_attention(shape(2, 64, 10), 1, 1);
   expect_refused([&] { ragged_attention_twin(shape(3, 64, 10), p, nullptr); }, "another layer shape");
+  expect_refused([&] { ragged_attention_twin(shape(2, 64, 10, 100), p, nullptr); },
+                 "stored head 1 has 110 entries; the plan covers 64");
+  const RaggedColumnPlan cp = plan_ragged_column_sums(shape(2, 64, 10), 1, 1, 10);
+  expect_refused([&] { ragged_column_sums_twin(shape(2, 64, 10, 1), cp, nullptr, nullptr, nullptr); },
+                 "stored head 1 has 11 entries; the column sums' row stride is 10");
 }
 
 }  // namespace

@@ -80,6 +80,9 @@ __global__ void ragged_column_sums_kernel(const RaggedColumnArgs a) {
 void ragged_attention(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan, const float* queries, float* out,
                       float* row_max, float* row_sum, float* workspace, size_t workspace_floats) {
   check_shape(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_uncovered_head(plan, view); h >= 0)
+    throw UsageError("ragged attention: stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+                     " entries; the plan covers " + std::to_string(plan.chunk * plan.max_chunks));
   if (plan.split() && (workspace == nullptr || workspace_floats < plan.workspace_floats))
     throw UsageError("ragged attention: the plan needs " + std::to_string(plan.workspace_floats) +
                      " floats of workspace, got " + std::to_string(workspace == nullptr ? 0 : workspace_floats));
@@ -104,6 +107,10 @@ void ragged_attention(const DeviceKvLayerView& view, const RaggedAttentionPlan& 
 void ragged_column_sums(const DeviceKvLayerView& view, const RaggedColumnPlan& plan, const float* queries,
                         const float* row_max, const float* row_sum, float* column_sums) {
   check_shape(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_column_uncovered_head(plan, view); h >= 0)
+    throw UsageError("ragged attention: stored head " + std::to_string(h) + " has " +
+                     std::to_string(view.length[h]) + " entries; the column sums' row stride is " +
+                     std::to_string(plan.max_len));
   RaggedColumnArgs a;
   a.kv = view;
   a.plan = plan;
