@@ -49,6 +49,7 @@ inline constexpr int kRaggedRowDims = 2048;           // rows_per_block * head_d
 inline constexpr int kRaggedMaxDimsPerThread = kRaggedRowDims / kRaggedThreads;  // 16 accumulators
 inline constexpr int kRaggedSharedBytes = 48 * 1024;  // static limit, no opt-in needed
 inline constexpr int kRaggedQueryTile = 8;            // column sums: queries per shared tile
+inline constexpr int kRaggedLoadBatch = 8;            // 16-byte loads a thread issues before using them
 
 struct RaggedAttentionPlan {
   int n = 0, n_heads = 0, n_kv = 0, group = 1, head_dim = 0;
@@ -179,21 +180,31 @@ KVEVICT_HOST_DEVICE inline void ragged_load_tile(const void* arena, KvType type,
     }
     return;
   }
-  const int row_vectors = hd / per_vector;
-  for (int e = t; e < count * row_vectors; e += threads) {
-    const int j = e / row_vectors, d0 = (e % row_vectors) * per_vector;
-    const int64_t entry = t0 + j;
-    float* dst = tile + j * (hd + 1) + d0;
-    if (entry >= stop) {
-      for (int k = 0; k < per_vector; ++k) dst[k] = 0.0f;
-      continue;
-    }
-    const size_t at = (static_cast<size_t>(base_row + entry) * hd + d0) * bytes;
-    const RaggedVector v = ragged_load16(static_cast<const char*>(arena) + at);
+  // Batches of kRaggedLoadBatch vectors: every load of a batch is issued before the first
+  // conversion stores to shared memory, so a thread keeps that many DRAM requests in flight
+  // (interleaved loads and stores would serialise them: the compiler cannot tell the pointers apart).
+  const int row_vectors = hd / per_vector, total = count * row_vectors;
+  for (int first = t; first < total; first += threads * kRaggedLoadBatch) {
+    RaggedVector v[kRaggedLoadBatch];
     KVEVICT_RAGGED_UNROLL
-    for (int k = 0; k < 8; ++k) {
-      if (k >= per_vector) break;
-      dst[k] = ragged_element(type, v, k);
+    for (int b = 0; b < kRaggedLoadBatch; ++b) {
+      const int e = first + b * threads, j = e / row_vectors;
+      if (e < total && t0 + j < stop) {
+        const size_t at = (static_cast<size_t>(base_row + t0 + j) * hd + (e % row_vectors) * per_vector) * bytes;
+        v[b] = ragged_load16(static_cast<const char*>(arena) + at);
+      }
+    }
+    KVEVICT_RAGGED_UNROLL
+    for (int b = 0; b < kRaggedLoadBatch; ++b) {
+      const int e = first + b * threads, j = e / row_vectors;
+      if (e >= total) break;
+      float* dst = tile + j * (hd + 1) + (e % row_vectors) * per_vector;
+      const bool live = t0 + j < stop;
+      KVEVICT_RAGGED_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        if (k >= per_vector) break;
+        dst[k] = live ? ragged_element(type, v[b], k) : 0.0f;
+      }
     }
   }
 }
