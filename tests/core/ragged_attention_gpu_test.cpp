@@ -61,8 +61,9 @@ struct Case {
   KvType type;
   int group, head_dim, n;
   std::vector<int64_t> lengths;
-  int64_t chunk = 0;
+  int64_t chunk = 0;  // forced chunk (0: the planner's; kOneChunk: no split)
 };
+constexpr int64_t kOneChunk = int64_t(1) << 40;
 
 void check_case(const Case& c, uint32_t seed) {
   const std::string where = std::string(kv_type_name(c.type)) + " group " + std::to_string(c.group) + " head_dim " +
@@ -111,6 +112,7 @@ TEST(RaggedAttentionGpu, DecodeMatchesTheTwin) {
       for (int hd : {64, 128, 33}) {
         check_case({type, group, hd, 1, {0, 1, 300, 4100}}, seed++);
         check_case({type, group, hd, 1, {0, 1, 300, 4100}, 128}, seed++);
+        check_case({type, group, hd, 1, {0, 1, 300, 4100}, kOneChunk}, seed++);
       }
 }
 
@@ -122,6 +124,7 @@ TEST(RaggedAttentionGpu, BlocksMatchTheTwin) {
       check_case({type, group, 64, 37, {37, 5, 700, 1500}}, seed++);
       check_case({type, group, 128, 3, {3, 1000, 2, 64}}, seed++);
       check_case({type, group, 33, 19, {19, 650, 200, 0}, 192}, seed++);
+      check_case({type, group, 64, 37, {37, 5, 700, 1500}, kOneChunk}, seed++);
     }
   check_case({KvType::F16, 4, 256, 9, {9, 300, 1031}}, seed++);
   check_case({KvType::F16, 8, 96, 70, {900, 70}}, seed++);

@@ -69,8 +69,9 @@ struct Case {
   KvType type;
   int group, head_dim, n;
   std::vector<int64_t> lengths;
-  int64_t chunk = 0;  // forced chunk (0: the planner's)
+  int64_t chunk = 0;  // forced chunk (0: the planner's; kOneChunk: no split, blocks write the output)
 };
+constexpr int64_t kOneChunk = int64_t(1) << 40;
 
 std::string name(const Case& c) {
   std::ostringstream s;
@@ -87,6 +88,7 @@ void check_case(const Case& c, uint32_t seed, bool columns) {
   RaggedPlanOptions o;
   o.chunk = c.chunk;
   const RaggedAttentionPlan plan = plan_ragged_attention(L.view, c.n, c.group, o);
+  if (c.chunk != 0) EXPECT_EQ(plan.split(), c.chunk != kOneChunk) << name(c);  // forced splits split
   const RaggedAttentionOutput got = ragged_attention_twin(L.view, plan, q.data());
   const Reference ref = ragged_test::reference(L, q, c.n, c.group);
   expect_attention(got, ref, name(c));
@@ -107,6 +109,7 @@ TEST(RaggedAttention, DecodeMatchesTheReference) {
         const std::vector<int64_t> lengths = {0, 1, 300, 4100};
         check_case({type, group, hd, 1, lengths}, seed++, group == 2);
         check_case({type, group, hd, 1, lengths, 128}, seed++, false);
+        check_case({type, group, hd, 1, lengths, kOneChunk}, seed++, false);
       }
 }
 
@@ -120,6 +123,7 @@ TEST(RaggedAttention, BlocksMatchTheReferenceWithCausalMasking) {
       check_case({type, group, 64, 37, {37, 5, 700, 1500}}, seed++, true);
       check_case({type, group, 128, 3, {3, 1000, 2, 64}}, seed++, true);
       check_case({type, group, 33, 19, {19, 650, 200, 0}, 192}, seed++, true);
+      check_case({type, group, 64, 37, {37, 5, 700, 1500}, kOneChunk}, seed++, true);
     }
   check_case({KvType::F16, 4, 256, 9, {9, 300, 1031}}, seed++, true);
   check_case({KvType::F16, 8, 96, 70, {900, 70}}, seed++, true);
@@ -151,7 +155,10 @@ TEST(RaggedAttention, MergeUsesEveryChunk) {
   EXPECT_FLOAT_EQ(got.out[1], 0.04f);
   EXPECT_EQ(got.row_max[0], 0.0f);
   EXPECT_EQ(got.row_sum[0], 1000.0f);
-  const RaggedAttentionOutput whole = ragged_attention_twin(L.view, plan_ragged_attention(L.view, 1, 1), q.data());
+  o.chunk = kOneChunk;
+  const RaggedAttentionPlan one = plan_ragged_attention(L.view, 1, 1, o);
+  ASSERT_FALSE(one.split());
+  const RaggedAttentionOutput whole = ragged_attention_twin(L.view, one, q.data());
   EXPECT_FLOAT_EQ(whole.out[0], 499.5f);
   EXPECT_EQ(whole.row_sum[0], 1000.0f);
 }
