@@ -47,7 +47,7 @@ inline constexpr int kRaggedMaxHeadDim = 256;
 inline constexpr int kRaggedMaxRows = 16;             // rows per block
 inline constexpr int kRaggedRowDims = 2048;           // rows_per_block * head_dim bound (registers)
 inline constexpr int kRaggedMaxDimsPerThread = kRaggedRowDims / kRaggedThreads;  // 16 accumulators
-inline constexpr int kRaggedSharedBytes = 48 * 1024;  // static limit, no opt-in needed
+inline constexpr int kRaggedSharedBytes = 48 * 1024;  // dynamic shared memory without an opt-in
 inline constexpr int kRaggedQueryTile = 8;            // column sums: queries per shared tile
 inline constexpr int kRaggedLoadBatch = 8;            // 16-byte loads a thread issues before using them
 

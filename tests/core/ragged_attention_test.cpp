@@ -213,7 +213,12 @@ TEST(RaggedAttentionPlan, PrefillFillsTheGridWithRowTilesAlone) {
 TEST(RaggedAttentionPlan, BoundsForEveryHeadSize) {
   for (int hd = 1; hd <= kRaggedMaxHeadDim; ++hd)
     for (int n : {1, 3, 64})
-      for (int group : {1, 4, 8}) expect_sound(plan_ragged_attention(shape(4, hd, 777, 1), n, group), 777 + 3);
+      for (int group : {1, 4, 8}) {
+        expect_sound(plan_ragged_attention(shape(4, hd, 777, 1), n, group), 777 + 3);
+        const RaggedColumnPlan c = plan_ragged_column_sums(shape(4, hd, 777, 1), n, group, 780);
+        EXPECT_LE(c.shared_floats * 4, kRaggedSharedBytes);
+        EXPECT_GE(int64_t(c.key_tiles) * c.tile_keys, 780);
+      }
   const RaggedAttentionPlan big = plan_ragged_attention(shape(4, 256, 100), 64, 1);
   EXPECT_EQ(big.rows_per_block, 8);
   EXPECT_EQ(big.tile_keys, 32);
