@@ -31,6 +31,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
 #include "core/decode/device_kv_view.h"
 
 // Loops over a thread's accumulators unroll on the GPU so they stay in registers.
@@ -157,10 +161,17 @@ KVEVICT_HOST_DEVICE inline RaggedVector ragged_load16(const void* at) {
 #endif
   return v;
 }
+// F16 widens with the hardware conversion on the device (exact, like kv_scalar's on the host: every
+// f16 is an f32), which keeps the conversion from costing more than the load it follows.
 KVEVICT_HOST_DEVICE inline float ragged_element(KvType type, const RaggedVector& v, int k) {
   if (type == KvType::F32) return kv_scalar::float_of(v.x[k & 3]);  // k < 4 for F32 (mask: provably in bounds)
   const uint16_t w = static_cast<uint16_t>(v.x[k >> 1] >> ((k & 1) * 16));  // little-endian words
-  return type == KvType::F16 ? kv_scalar::f16_to_f32(w) : kv_scalar::bf16_to_f32(w);
+  if (type == KvType::BF16) return kv_scalar::bf16_to_f32(w);
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(w));
+#else
+  return kv_scalar::f16_to_f32(w);
+#endif
 }
 
 // Thread t (of `threads`) converts its share of a head's entries [t0, t0 + count) from `arena`
