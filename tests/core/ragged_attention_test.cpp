@@ -1,6 +1,7 @@
 // The ragged attention kernels' CPU twin (core/decode/ragged_attention_twin.h), which runs the
 // kernels' own tile, split and merge phases, against an independent double-precision reference
-// (ragged_attention_test_layer.h), and the planner's choices and refusals.
+// (ragged_attention_test_layer.h) and the decoder's block_attention, and the planner's choices and
+// refusals.
 //
 // Tolerance. The twin computes in f32 (unit roundoff u = 2^-24 ~ 6e-8) what the reference
 // computes in double over the same rounded K/V. Scores are dots of head_dim <= 128 products of
@@ -19,7 +20,10 @@
 #include <sstream>
 #include <string>
 
+#include "core/decode/block_attention.h"
+#include "core/decode/kv_cache.h"
 #include "core/decode/ragged_attention_twin.h"
+#include "core/model/model_config.h"
 #include "core/util/error.h"
 #include "ragged_attention_test_layer.h"
 
@@ -166,6 +170,42 @@ TEST(RaggedAttention, MergeUsesEveryChunk) {
 }
 
 // A layer's shape for the planner (no arenas); head h has len + spread * h entries.
+// The decoder's own CPU attention (block_attention over a KVCache holding the same entries): same
+// outputs and column sums, so the kernels keep the decoder's contract (causal rule, GQA mapping,
+// column layout), not just the test's reading of it.
+TEST(RaggedAttention, AgreesWithBlockAttention) {
+  ModelConfig c;
+  c.name = "ragged";
+  c.n_layers = 1;
+  c.dim = 64;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.hidden_dim = 64;
+  c.vocab_size = 16;
+  c.context_length = 4096;
+  const int n = 5, group = c.group_size();
+  const Layer L = ragged_test::random_layer(KvType::F16, c.head_dim, {700, 40}, 21);
+  KVCache cache(c, KvType::F16);
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    for (int64_t t = 0; t < L.lengths[h]; ++t)
+      cache.append(0, h, int32_t(t), &L.k32[h][size_t(t) * c.head_dim], &L.v32[h][size_t(t) * c.head_dim]);
+  const auto q = ragged_test::random_queries(n, c.n_heads, c.head_dim, 1.5f, 22);
+  std::vector<float> want(q.size());
+  std::vector<std::vector<float>> sums;
+  block_attention(cache, {0, q.data(), n, c.n_heads, group, want.data(), &sums});
+  const RaggedAttentionOutput got = ragged_attention_twin(L.view, plan_ragged_attention(L.view, n, group), q.data());
+  for (size_t e = 0; e < want.size(); ++e) ASSERT_LE(close_error(got.out[e], want[e]), kTol) << "element " << e;
+  const RaggedColumnPlan cp = plan_ragged_column_sums(L.view, n, group, 700);
+  const auto cols = ragged_column_sums_twin(L.view, cp, q.data(), got.row_max.data(), got.row_sum.data());
+  ASSERT_EQ(sums.size(), size_t(c.n_heads));
+  for (int h = 0; h < c.n_heads; ++h) {
+    ASSERT_EQ(sums[h].size(), size_t(L.lengths[h / group]));
+    for (size_t t = 0; t < sums[h].size(); ++t)
+      ASSERT_LE(close_error(cols[h * 700 + t], sums[h][t]), kTol) << "head " << h << " entry " << t;
+  }
+}
+
 DeviceKvLayerView shape(int n_heads, int head_dim, int64_t len, int64_t spread = 0) {
   DeviceKvLayerView v;
   v.n_heads = n_heads;
