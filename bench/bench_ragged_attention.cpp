@@ -10,9 +10,9 @@
 //   bench_ragged_attention [--cpu] [--json] [--iters N]
 // Never run on a GPU during development (no GPU was available).
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
