@@ -387,8 +387,9 @@ inline int ragged_column_uncovered_head(const RaggedColumnPlan& p, const DeviceK
   return -1;
 }
 
-// Block (x = key tile, y = query head h), tile_keys threads, thread t owning entry t0 + t with
-// t0 = x * tile_keys: the key tile is loaded once, then query tiles from the first query that
+// Block (x = key tile, y = stored head kv), tile_keys threads, thread t owning entry t0 + t with
+// t0 = x * tile_keys: the key tile is loaded once and serves the whole GQA group (keys are read
+// once, not group times); for each query head of the group, query tiles from the first query that
 // sees t0 stream through shared memory. Shared: k [tile_keys][head_dim + 1], q
 // [kRaggedQueryTile][head_dim], stats [kRaggedQueryTile][2] (row max, row sum).
 struct RaggedColumnShared {

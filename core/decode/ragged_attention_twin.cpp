@@ -139,21 +139,23 @@ void run_block(const RaggedAttentionArgs& a, int row_tile, int chunk, int kv, st
   for (int t = 0; t < kRaggedThreads; ++t) ragged_epilogue(a, b, t, st[t]);
 }
 
-// One column-sums block (key tile x, query head h), phase by phase; mirrors column_sums_kernel.
-void run_column_block(const RaggedColumnArgs& a, int x, int h, std::vector<float>& shared, std::vector<float>& sums) {
+// One column-sums block (key tile x, stored head kv), phase by phase; mirrors
+// ragged_column_sums_kernel.
+void run_column_block(const RaggedColumnArgs& a, int x, int kv, std::vector<float>& shared, std::vector<float>& sums) {
   const RaggedColumnPlan& p = a.plan;
   const RaggedColumnShared s = ragged_column_shared(p, shared.data());
-  const int kv = h / p.group, threads = p.tile_keys;
+  const int threads = p.tile_keys;
   const int64_t len = a.kv.length[kv], t0 = int64_t(x) * p.tile_keys;
-  for (int t = 0; t < threads; ++t) {
+  for (int t = 0; t < threads; ++t)
     ragged_load_tile(a.kv.keys, a.kv.type, a.kv.base_row[kv], p.head_dim, t0, len, p.tile_keys, s.k, t, threads);
-    sums[t] = 0.0f;
+  for (int h = kv * p.group; h < (kv + 1) * p.group; ++h) {
+    for (int t = 0; t < threads; ++t) sums[t] = 0.0f;
+    for (int i0 = ragged_first_query(len, p.n, t0); i0 < p.n; i0 += kRaggedQueryTile) {
+      for (int t = 0; t < threads; ++t) ragged_column_load_queries(a, h, i0, s.q, s.stats, t);
+      for (int t = 0; t < threads; ++t) sums[t] += ragged_column_accumulate(p, len, t0 + t, i0, s.k, s.q, s.stats, t);
+    }
+    for (int t = 0; t < threads; ++t) ragged_column_store(a, h, t0 + t, len, sums[t]);
   }
-  for (int i0 = ragged_first_query(len, p.n, t0); i0 < p.n; i0 += kRaggedQueryTile) {
-    for (int t = 0; t < threads; ++t) ragged_column_load_queries(a, h, i0, s.q, s.stats, t);
-    for (int t = 0; t < threads; ++t) sums[t] += ragged_column_accumulate(p, len, t0 + t, i0, s.k, s.q, s.stats, t);
-  }
-  for (int t = 0; t < threads; ++t) ragged_column_store(a, h, t0 + t, len, sums[t]);
 }
 
 }  // namespace
@@ -202,8 +204,8 @@ std::vector<float> ragged_column_sums_twin(const DeviceKvLayerView& view, const 
   a.row_sum = row_sum;
   a.column_sums = out.data();
   std::vector<float> shared(size_t(plan.shared_floats)), sums(size_t(plan.tile_keys));
-  for (int h = 0; h < plan.n_heads; ++h)
-    for (int x = 0; x < plan.key_tiles; ++x) run_column_block(a, x, h, shared, sums);
+  for (int kv = 0; kv < plan.n_kv; ++kv)
+    for (int x = 0; x < plan.key_tiles; ++x) run_column_block(a, x, kv, shared, sums);
   return out;
 }
 

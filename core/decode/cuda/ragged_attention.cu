@@ -57,22 +57,24 @@ __global__ void __launch_bounds__(kRaggedThreads) ragged_merge_kernel(const Ragg
   ragged_merge(a, qh / a.plan.n_heads, qh % a.plan.n_heads, threadIdx.x, blockDim.x);
 }
 
-// Block (key tile, query head), one thread per entry; query tiles stream through shared memory.
+// Block (key tile, stored head), one thread per entry; query tiles stream through shared memory.
 __global__ void ragged_column_sums_kernel(const RaggedColumnArgs a) {
   extern __shared__ float shared[];
   const RaggedColumnPlan& p = a.plan;
   const RaggedColumnShared s = ragged_column_shared(p, shared);
-  const int h = blockIdx.y, kv = h / p.group, t = threadIdx.x;
+  const int kv = blockIdx.y, t = threadIdx.x;
   const int64_t len = a.kv.length[kv], t0 = int64_t(blockIdx.x) * p.tile_keys;
   ragged_load_tile(a.kv.keys, a.kv.type, a.kv.base_row[kv], p.head_dim, t0, len, p.tile_keys, s.k, t, p.tile_keys);
-  float sum = 0.0f;
-  for (int i0 = ragged_first_query(len, p.n, t0); i0 < p.n; i0 += kRaggedQueryTile) {
-    __syncthreads();  // the key tile is in; the previous query tile's readers are done
-    ragged_column_load_queries(a, h, i0, s.q, s.stats, t);
-    __syncthreads();
-    sum += ragged_column_accumulate(p, len, t0 + t, i0, s.k, s.q, s.stats, t);
+  for (int h = kv * p.group; h < (kv + 1) * p.group; ++h) {  // the key tile serves the whole group
+    float sum = 0.0f;
+    for (int i0 = ragged_first_query(len, p.n, t0); i0 < p.n; i0 += kRaggedQueryTile) {
+      __syncthreads();  // the key tile is in; the previous query tile's readers are done
+      ragged_column_load_queries(a, h, i0, s.q, s.stats, t);
+      __syncthreads();
+      sum += ragged_column_accumulate(p, len, t0 + t, i0, s.k, s.q, s.stats, t);
+    }
+    ragged_column_store(a, h, t0 + t, len, sum);
   }
-  ragged_column_store(a, h, t0 + t, len, sum);
 }
 
 }  // namespace
@@ -118,7 +120,7 @@ void ragged_column_sums(const DeviceKvLayerView& view, const RaggedColumnPlan& p
   a.row_max = row_max;
   a.row_sum = row_sum;
   a.column_sums = column_sums;
-  const dim3 grid(unsigned(plan.key_tiles), unsigned(plan.n_heads));
+  const dim3 grid(unsigned(plan.key_tiles), unsigned(plan.n_kv));
   ragged_column_sums_kernel<<<grid, unsigned(plan.tile_keys), size_t(plan.shared_floats) * sizeof(float)>>>(a);
   check_launch("ragged_column_sums_kernel");
 }
