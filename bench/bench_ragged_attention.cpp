@@ -169,25 +169,28 @@ double device_us(int iters, F&& launch) {
   return 1e3 * ms / iters;
 }
 
-// The old cuda::attention's input: an f32 packed copy of the layer (keys and values alike).
+// The old decoder path's input: an f32 packed copy of the layer (keys and values alike), read by
+// the old one-block-per-query cuda::attention through an F32 view.
 struct OldLayer {
   cuda::DeviceArray<float> kv;
-  cuda::DeviceArray<int64_t> offsets;
-  cuda::DeviceArray<int> lengths;
-  cuda::PackedLayer packed() { return {kv.data(), kv.data(), offsets.data(), lengths.data()}; }
+  DeviceKvLayerView view;
+  DeviceKvLayerView packed() const { return view; }
 };
 void pack_old(OldLayer& old, const std::vector<uint16_t>& words, const std::vector<int64_t>& lengths) {
   std::vector<float> f(size_t(total_rows(lengths)) * kHeadDim);
   kv_to_f32(KvType::F16, words.data(), f.data(), f.size());
   old.kv.upload(f);
-  std::vector<int64_t> offsets;
-  std::vector<int> lens;
-  for (int64_t l : lengths) {
-    offsets.push_back(offsets.empty() ? 0 : offsets.back() + lens.back());
-    lens.push_back(int(l));
+  old.view = DeviceKvLayerView{};
+  old.view.keys = old.view.values = old.kv.data();
+  old.view.n_heads = static_cast<int>(lengths.size());
+  old.view.head_dim = kHeadDim;
+  old.view.type = KvType::F32;
+  int64_t base = 0;
+  for (size_t h = 0; h < lengths.size(); ++h) {
+    old.view.base_row[h] = base;
+    old.view.length[h] = lengths[h];
+    base += lengths[h];
   }
-  old.offsets.upload(offsets);
-  old.lengths.upload(lens);
 }
 
 float max_difference(const cuda::DeviceArray<float>& a, const cuda::DeviceArray<float>& b) {

@@ -12,6 +12,8 @@
 
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/ragged_attention.h"
+#include "core/decode/ragged_attention_twin.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_mirror.h"
@@ -190,6 +192,7 @@ class CudaDecoder : public Decoder {
   DeviceArray<int> tokens_;
   DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_d_, cos_, sin_, row_max_, row_sum_, column_d_;
   DeviceArray<__half> half_in_;
+  DeviceArray<float> attention_workspace_;  // split-K partials (RaggedAttentionPlan::workspace_floats)
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
@@ -412,14 +415,20 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     row_max_.resize(rows * config_.n_heads);
     row_sum_.resize(rows * config_.n_heads);
   }
-  cuda::attention(view, q_.data(), n, config_.n_heads, config_.group_size(), hd, att_.data(),
-                  want_columns ? row_max_.data() : nullptr, want_columns ? row_sum_.data() : nullptr);
+  // Split-K over the ragged heads for a few queries, tiles of queries x entries for a prompt
+  // (core/decode/ragged_attention_tiles.h): planned here per call from the view's lengths.
+  const RaggedAttentionPlan plan = plan_ragged_attention(view, n, config_.group_size());
+  if (plan.split()) attention_workspace_.resize(plan.workspace_floats);
+  cuda::ragged_attention(view, plan, q_.data(), att_.data(), want_columns ? row_max_.data() : nullptr,
+                         want_columns ? row_sum_.data() : nullptr,
+                         plan.split() ? attention_workspace_.data() : nullptr,
+                         plan.split() ? plan.workspace_floats : 0);
   if (want_columns) {
     int max_len = 0;
     for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
     column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
-    cuda::attention_column_sums(view, q_.data(), n, config_.n_heads, config_.group_size(), hd, row_max_.data(),
-                                row_sum_.data(), max_len, column_d_.data());
+    const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
+    cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
     host_columns_.resize(column_d_.size());
     column_d_.download(host_columns_.data(), host_columns_.size());
     column_sums_.resize(config_.n_heads);
