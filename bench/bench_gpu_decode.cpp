@@ -13,6 +13,9 @@
 // always ends in time. Without a CUDA build or device it prints why and exits 0 (nothing measured).
 //   bench_gpu_decode [--model M] [--contexts 4096,32768] [--policies full,cake] [--budget 3%]
 //                    [--decode-tokens N] [--time-limit SECONDS] [--json FILE] [--device cuda|cpu]
+//                    [--cache synthetic,prefill] [--kv-path resident|packed]
+// --kv-path packed runs the CUDA decoder's reference path (the host cache uploaded per layer and
+// call, DeviceKvMode::PackedUpload): the "before" of the device-resident cache.
 // --device cpu runs the same protocol on the CPU decoder (small contexts only: a check of the
 // benchmark itself on a machine without a GPU).
 //
@@ -57,6 +60,7 @@ enum class CacheFill { Synthetic, Prefill };
 struct Options {
   std::string model = "synthetic:llama3.1-8b", budget = "3%", device = "cuda", json;
   std::vector<CacheFill> fills = {CacheFill::Synthetic, CacheFill::Prefill};
+  DeviceKvMode kv_path = DeviceKvMode::Resident;  // --kv-path packed: the old per-call upload
   std::vector<int> contexts = {4096, 32768, 131072};
   std::vector<std::string> policies = {"full", "cake", "snapkv"};
   int decode_tokens = 16;
@@ -87,7 +91,10 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--time-limit") o.time_limit = std::stod(v);
     else if (a == "--json") o.json = v;
     else if (a == "--device") o.device = v;
-    else if (a == "--cache") {
+    else if (a == "--kv-path") {
+      if (v != "resident" && v != "packed") throw UsageError("bench_gpu_decode: --kv-path takes resident or packed");
+      o.kv_path = v == "packed" ? DeviceKvMode::PackedUpload : DeviceKvMode::Resident;
+    } else if (a == "--cache") {
       o.fills.clear();
       for (const std::string& f : split<std::string>(v, [](const std::string& x) { return x; })) {
         if (f == "synthetic") o.fills.push_back(CacheFill::Synthetic);
@@ -134,7 +141,7 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
                                               EngineOptions{Budget::parse(o.budget), 0});
   }
   auto decoder = make_decoder(model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                              {.device_ordinal = device.ordinal});
+                              {.device_ordinal = device.ordinal, .device_kv = o.kv_path});
   const size_t mem_loaded = device_bytes_in_use(device);
   const double t0 = now();
   const std::vector<float>* logits = &prefill_prompt(*decoder, prompt, engine.get(), engine.get());
@@ -193,7 +200,7 @@ nlohmann::json run_synthetic(const Model& model, const Options& o, const jit::De
                           ? context
                           : std::max(1, static_cast<int>(std::lround(Budget::parse(o.budget).tokens_per_head(context))));
   auto decoder = make_decoder(model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                              {.device_ordinal = device.ordinal});
+                              {.device_ordinal = device.ordinal, .device_kv = o.kv_path});
   const size_t mem_loaded = device_bytes_in_use(device);
   const double t0 = now();
   decoder->cache() = synthetic_cache(model.config, context, entries);
