@@ -32,8 +32,21 @@ while (( $# )); do
   esac
 done
 
-out="${OUT:-$root/device-check-out}"
-mkdir -p "$out"
+# Logs go to device-check-out/; the device tool brings back at most 8 files from $OUT, so publish
+# (below) copies there only verdict.txt, summary.tsv, summary.json, the benchmarks' JSON and one
+# tarball of every log: after the verdict (a lease cut short still returns it) and at the end.
+out="$root/device-check-out"
+rm -rf "$out" && mkdir -p "$out"
+publish() {
+  [[ -n "${OUT:-}" ]] || return 0
+  mkdir -p "$OUT"
+  local f
+  for f in verdict.txt summary.tsv summary.json bench_gpu_decode.json bench_gpu_agreement.json; do
+    [[ -f "$out/$f" ]] && cp "$out/$f" "$OUT/$f"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$out" --exclude='*.tar.gz' . 2>/dev/null
+  return 0
+}
 prefix="$root/build-device/prefix"
 build="$root/build-device/build"
 summary="$out/summary.tsv"
@@ -138,14 +151,30 @@ kvevict="$build/kvevict"
 [[ -x "$kvevict" ]] && step "kvevict devices --device cuda" "$out/devices.log" "$kvevict" devices --device cuda
 export KVEVICT_CACHE_DIR="$build/kernel-cache"
 gpu_filter='*Gpu*:*Cuda*:*OnTheDevice*:*DeviceKv*'
+# Each launch synchronises (core/decode/cuda/launch_status.h), so a kernel fault is named after its
+# kernel; each test suite runs in its own process, so a fault (which breaks the CUDA context)
+# fails its suite only, not every GPU test after it.
+export KVEVICT_CUDA_SYNC_LAUNCHES=1
+# "Suite.Test:Suite.Test2 ..." per suite, one line each, from --gtest_list_tests under a filter.
+suite_filters() {
+  "$1" --gtest_list_tests --gtest_filter="$2" 2>/dev/null | awk '
+    /^[^ ]/ { if (tests != "") print tests; suite = $1; tests = ""; next }
+    /^  /   { sub(/^ +/, ""); sub(/ .*/, ""); tests = tests (tests == "" ? "" : ":") suite $0 }
+    END     { if (tests != "") print tests }'
+}
 for binary in "$build"/tests/kvevict_*_tests; do
   [[ -x "$binary" ]] || continue
   name="$(basename "$binary")"
   if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
-  # A binary with no GPU test prints "0 tests"; every GPU test must run, none may skip here.
-  step "$name (GPU tests)" "$out/$name.log" "$binary" --gtest_brief=1 --gtest_filter="$gpu_filter" --gtest_output="xml:$out/$name.xml"
-  skipped=$(grep -o 'result="skipped"' "$out/$name.xml" 2>/dev/null | wc -l)
-  (( skipped > 0 )) && record "  $name skipped" note 0 "$skipped GPU tests skipped (see log: a missing model, or no device)"
+  # Every GPU test must run here; a skip is listed (a missing model, or no device).
+  while IFS= read -r tests; do
+    [[ -n "$tests" ]] || continue
+    suite="${tests%%.*}"
+    log="$out/$name.${suite//\//_}.log"
+    step "$name ${suite}" "$log" "$binary" --gtest_brief=1 --gtest_filter="$tests" --gtest_output="xml:${log%.log}.xml"
+    skipped=$(grep -o 'result="skipped"' "${log%.log}.xml" 2>/dev/null | wc -l)
+    (( skipped > 0 )) && record "  ${suite} skipped" note 0 "$skipped GPU tests skipped (see $(basename "$log"))"
+  done < <(suite_filters "$binary" "$gpu_filter")
 done
 # ---- 3b. the GPU tests under compute-sanitizer (memcheck) ------------------------------------------
 # Only the tests that launch kernels (the rest gain nothing and are slow under the tool); the test
@@ -185,6 +214,8 @@ fi
 # ---- 3c. the verdict, before any benchmark ---------------------------------------------------------
 if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
 echo "correctness verdict: $verdict (after $SECONDS s)" | tee "$out/verdict.txt"
+publish
+unset KVEVICT_CUDA_SYNC_LAUNCHES  # the benchmarks time unsynchronised launches
 
 # ---- 3d. benchmarks, within what is left of the budget ---------------------------------------------
 left() { echo $(( budget - SECONDS )); }
@@ -223,7 +254,7 @@ if [[ -f "$out/bench_jit.log" ]]; then
   echo "---- bench_jit figures ----"
   grep -E "ms|GB/s|skipped" "$out/bench_jit.log"
 fi
-for log in "$out"/kvevict_*_tests.log; do
+for log in "$out"/kvevict_*_tests.*.log; do
   [[ -f "$log" ]] || continue
   grep -h "max relative error" "$log" | sed 's/^/  /'
 done
@@ -252,5 +283,6 @@ for name in ("bench_gpu_decode", "bench_gpu_agreement"):
         result[name] = json.load(open(bench))
 json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=2)
 PY
-echo "logs: $out (summary.json, verdict.txt)"
+publish
+echo "logs: $out${OUT:+; in \$OUT: verdict.txt, summary.tsv, summary.json, benchmark JSON, logs.tar.gz}"
 (( failures == 0 ))

@@ -125,7 +125,10 @@ class CudaDecoder : public Decoder {
       layers_.push_back(d);
     }
   }
-  ~CudaDecoder() override { cublasDestroy(blas_); }
+  ~CudaDecoder() override {
+    cudaSetDevice(ordinal_);  // frees below run on this decoder's device; no throwing here
+    cublasDestroy(blas_);
+  }
 
   const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer,
                                     std::vector<float>* all_logits) override;
@@ -146,6 +149,7 @@ class CudaDecoder : public Decoder {
   const cuda::DeviceKvCache* synced_device_kv() {
     if (!mirror_) return nullptr;
     refuse_unfolded();
+    cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
     mirror_->flush_all();
     return device_kv_.get();
   }
@@ -273,6 +277,7 @@ void CudaDecoder::refuse_unfolded() const {
 }
 
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
+  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");  // the snapshot's arenas belong on this device
   auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
   // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.
   if (mirror_ && !cache_.unfolded()) {
@@ -471,6 +476,9 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       signals.output_grams = output_grams_[layer];
     }
     observer->after_layer(signals, cache_);
+    // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
+    // device): the next layer's kernels and cuBLAS calls must run on this decoder's again.
+    cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/cuda_kernels.h"
 
 namespace kvevict::cuda {
@@ -21,7 +22,7 @@ static_assert(sizeof(DeviceKvLayerView) <= 4096, "kernel parameters");
 unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
 void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = launch_status();
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
@@ -161,7 +162,7 @@ __global__ void attention_kernel(const DeviceKvLayerView cache, const float* que
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float sum = 0;
     for (int w = 0; w < kWarps; ++w) sum += warp_acc[w * head_dim + d];
-    out[(size_t(i) * n_heads + h) * head_dim + d] = sum / total_l;
+    out[(size_t(i) * n_heads + h) * head_dim + d] = total_l > 0 ? sum / total_l : 0.0f;  // no visible entry: 0
   }
   if (threadIdx.x == 0 && row_max) {
     row_max[size_t(i) * n_heads + h] = total_m;
@@ -177,7 +178,11 @@ __global__ void column_sums_kernel(const DeviceKvLayerView cache, const float* q
   const int kv = h / group;
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   const int len = int(cache.length[kv]);
-  if (t >= len) return;
+  if (t >= max_len) return;
+  if (t >= len) {  // past this head's entries: 0, as the ragged kernel writes (no stale memory)
+    column_sums[size_t(h) * max_len + t] = 0.0f;
+    return;
+  }
   const int64_t row = cache.base_row[kv] + t;
   const int first_query = max(0, t - (len - n));  // query i sees t when t <= len - n + i
   float total = 0;

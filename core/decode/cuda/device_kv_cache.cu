@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_elements.h"
@@ -47,7 +48,7 @@ __global__ void gather_kernel(const DeviceKvGatherArgs args, size_t count) {
   if (e < count) device_kv_gather_element(args, e);
 }
 
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
+void check_launch(const char* what) { check(launch_status(), what); }
 
 // One layer's device arenas: keys and values as 16-bit words, positions.
 struct LayerArenas {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/ragged_attention.h"
 #include "core/util/error.h"
 
@@ -16,7 +17,7 @@ namespace {
 static_assert(sizeof(RaggedAttentionArgs) <= 4096 && sizeof(RaggedColumnArgs) <= 4096, "kernel parameters");
 
 void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = launch_status();
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA ") + kernel + ": " + cudaGetErrorString(e));
 }
 

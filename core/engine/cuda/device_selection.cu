@@ -1,5 +1,6 @@
 // Kernels of device-side selection: thin wrappers that run device_selection_head.h's block
 // stages with a barrier-per-phase executor (contract: device_selection.h).
+#include "core/decode/cuda/launch_status.h"
 #include "core/engine/cuda/device_selection.h"
 
 #include <cuda_runtime.h>
@@ -21,7 +22,7 @@ using devsel::SelWorkspace;
 void check_call(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw RuntimeError(std::string("device selection: ") + what + ": " + cudaGetErrorString(e));
 }
-void check_launch(const char* kernel) { check_call(cudaGetLastError(), kernel); }
+void check_launch(const char* kernel) { check_call(launch_status(), kernel); }
 
 // Every thread runs the driver; the leading barrier keeps a phase from overwriting shared state
 // that a slower thread is still reading in the driver (device_selection_elements.h).
