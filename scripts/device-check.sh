@@ -12,7 +12,7 @@
 #
 # Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick] [--budget SECONDS]
 #   --quick: only the jit tests and bench_jit (when device time is short)
-#   --budget: wall seconds for the whole script (default 540); the benchmarks get what the build and
+#   --budget: wall seconds for the whole script (default 420); the benchmarks get what the build and
 #     the tests leave, and are cut (with a note) rather than overrun it
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
@@ -21,7 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs="$root/.device-debs"
 jobs="$(nproc 2>/dev/null || echo 4)"
 quick=0
-budget=540  # seconds from the start: a 15-minute lease holds the machine's start and a second run
+budget=420  # seconds: with the machine's start this leaves 4+ minutes of a 15-minute lease for a rerun
 while (( $# )); do
   case "$1" in
     --debs) debs="$2"; shift 2 ;;
