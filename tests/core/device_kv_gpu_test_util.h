@@ -1,7 +1,6 @@
 #pragma once
-// Shared by the GPU tests. The skip rule: a test that needs a CUDA device calls SKIP_WITHOUT_GPU()
-// first and is skipped with the reason when the build has no CUDA or no usable device. The logit
-// tolerance of the CUDA decoder against the CPU decoder (its derivation: cuda_decoder_test.cpp).
+// Shared by the CUDA decoder's GPU tests: the skip rule (gpu_test_skip.h) and the logit tolerance
+// of the CUDA decoder against the CPU decoder (its derivation: cuda_decoder_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,18 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "jit/cuda_driver.h"
+#include "gpu_test_skip.h"
 
 namespace kvevict::test {
-
-inline std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
 
 // max |logit_cuda - logit_cpu| allowed: 0.02 * (1 + max |logit_cpu|).
 inline float logit_bound(const std::vector<float>& cpu) {
@@ -36,8 +26,3 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
 }
 
 }  // namespace kvevict::test
-
-#define SKIP_WITHOUT_GPU()                                                                     \
-  do {                                                                                         \
-    if (const std::string why = ::kvevict::test::gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)

@@ -9,7 +9,7 @@
 
 #include "core/engine/device_selection_twin.h"
 #include "device_selection_cases.h"
-#include "jit/cuda_driver.h"
+#include "gpu_test_skip.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/device_memory.h"
 #include "core/engine/cuda/device_selection.h"
@@ -17,20 +17,6 @@
 
 namespace kvevict {
 namespace {
-
-std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
 
 #if defined(KVEVICT_HAVE_CUDA)
 

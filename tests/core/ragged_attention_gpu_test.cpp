@@ -13,7 +13,7 @@
 
 #include "core/decode/ragged_attention_twin.h"
 #include "core/util/error.h"
-#include "jit/cuda_driver.h"
+#include "gpu_test_skip.h"
 #include "ragged_attention_test_layer.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/device_memory.h"
@@ -22,20 +22,6 @@
 
 namespace kvevict {
 namespace {
-
-std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
-
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (const std::string why = gpu_missing_reason(); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
 
 #if defined(KVEVICT_HAVE_CUDA)
 
