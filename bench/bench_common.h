@@ -1,5 +1,7 @@
 #pragma once
-// What several benchmarks share: where the default model lives and the two clocks they report.
+// What several benchmarks share: where the default model lives, the two clocks they report and
+// the process's peak resident memory.
+#include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
@@ -26,6 +28,13 @@ inline double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The process's peak resident set so far (getrusage's ru_maxrss, KiB on Linux), in MiB.
+inline double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
 }  // namespace kvevict::bench

@@ -89,12 +89,6 @@ double machine_read_gbps(int threads) {
   return best;
 }
 
-double peak_rss_mib() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss / 1024.0;
-}
-
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -267,9 +261,9 @@ int main(int argc, char** argv) {
             << " tokens/s; achieved " << 100.0 * tps / limit << "%\n";
   out << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
             << 100.0 * tps / limit_with_kv << "%\n";
-  out << "peak RSS: " << peak_rss_mib() << " MiB\n";
+  out << "peak RSS: " << bench::peak_rss_mib() << " MiB\n";
   js << ",\"decode_context\":" << context << ",\"decode_tok_s\":" << tps << ",\"weight_mb_per_token\":" << weight_bytes / 1e6
-     << ",\"kv_mb\":" << kv_bytes / 1e6 << ",\"peak_rss_mib\":" << peak_rss_mib() << "}";
+     << ",\"kv_mb\":" << kv_bytes / 1e6 << ",\"peak_rss_mib\":" << bench::peak_rss_mib() << "}";
   if (json) std::cout << js.str() << "\n";
   return 0;
 }
