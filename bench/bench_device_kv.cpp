@@ -94,9 +94,8 @@ int main(int argc, char** argv) {
   std::printf("skipped: this kvevict was built without the CUDA toolkit\n");
   return 0;
 #else
-  const kvevict::jit::CudaProbe probe = kvevict::jit::CudaDriver::probe();
-  if (!probe.usable) {
-    std::printf("skipped: no usable CUDA device: %s\n", probe.reason.c_str());
+  if (const std::string why = kvevict::bench::gpu_missing_reason(); !why.empty()) {
+    std::printf("skipped: %s\n", why.c_str());
     return 0;
   }
   const int prompt = argc > 1 ? std::atoi(argv[1]) : 8192;

@@ -146,15 +146,6 @@ int run_gpu(bool json) {
 }
 #endif
 
-std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
-}
-
 }  // namespace
 }  // namespace kvevict
 
@@ -170,7 +161,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (cpu) return kvevict::run_cpu(json);
-    const std::string why = kvevict::gpu_missing_reason();
+    const std::string why = kvevict::bench::gpu_missing_reason();
     if (!why.empty()) {
       std::string quoted;  // the reason as a JSON string body
       for (char c : why) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);

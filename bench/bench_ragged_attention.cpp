@@ -304,12 +304,9 @@ int run(int argc, char** argv) {
   if (o.cpu) {
     status = run_cpu(o, rows);
   } else {
-#if !defined(KVEVICT_HAVE_CUDA)
-    skipped = "this build has no CUDA (no toolkit at build time)";
-#else
-    const jit::CudaProbe probe = jit::CudaDriver::probe();
-    if (!probe.usable) skipped = "no usable CUDA device: " + probe.reason;
-    else status = run_gpu(o, rows);
+    skipped = bench::gpu_missing_reason();
+#if defined(KVEVICT_HAVE_CUDA)
+    if (skipped.empty()) status = run_gpu(o, rows);
 #endif
   }
   if (!skipped.empty() && !o.json) std::printf("bench_ragged_attention: skipped: %s\n", skipped.c_str());
