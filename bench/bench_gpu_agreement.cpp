@@ -14,7 +14,7 @@
 //     difference. The default 1e-2 is the logit tolerance's order: scores are sums of softmax
 //     probabilities whose exponents carry the logits' relative error.
 // Nothing is asserted: it prints a table (and JSON with --json) for docs/PERFORMANCE.md.
-//   bench_gpu_agreement [--model PATH] [--prompt-tokens N] [--tokens 64] [--policies snapkv,cake]
+//   bench_gpu_agreement [--model PATH] [--prompt-tokens N] [--tokens 64] [--policies snapkv,cake,h2o]
 //                       [--budget 10%] [--a cpu|cuda] [--b cuda|cpu] [--kv-a f16] [--kv-b f16]
 //                       [--score-tol 1e-2] [--json FILE]
 // Without a CUDA build or device (and --b cuda) it prints `skipped: <why>` and exits 0. `--b cpu
@@ -48,7 +48,7 @@ namespace {
 
 struct Options {
   std::string model, budget = "10%", a = "cpu", b = "cuda", kv_a = "f16", kv_b = "f16", json;
-  std::vector<std::string> policies = {"snapkv", "cake"};
+  std::vector<std::string> policies = {"snapkv", "cake", "h2o"};  // h2o: the column sums' path
   int prompt_tokens = 512, tokens = 64;
   double score_tol = 1e-2;
 };

@@ -3,8 +3,9 @@
 //     as generate and eval run it) and the policy's share of it (the engine's own clock);
 //   - decode latency per token (median and p90 of --decode-tokens greedy steps, the policy's
 //     decode triggers included);
-//   - the KV cache bytes after the prefill, and the device memory in use (total - free, sampled
-//     after load, after the prefill and after decoding: sampled, not a true peak);
+//   - the KV cache bytes after the prefill and their peak during it (the engine's report: CAKE's
+//     cascading bounds it), and the device memory in use (total - free: after the load, polled
+//     every 2 ms during the prefill for its peak, after the prefill and after decoding);
 //   - each policy's decode speed-up over the full cache at the same context.
 // Defaults: synthetic:llama3.1-8b (random weights of Llama-3.1-8B's geometry, 128K context),
 // contexts 4096, 32768 and 131072, policies full, cake and snapkv at 3% of the prompt, 16 decode
@@ -28,6 +29,7 @@
 // --decode-tokens greedy steps run without the engine. Its rows say `cache: synthetic`: the same
 // attention work per token as the policy's cache, not the policy's decode-time scoring.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -35,6 +37,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -121,6 +124,40 @@ size_t device_bytes_in_use(const jit::DeviceChoice& device) {
   return 0;
 }
 
+// The largest device_bytes_in_use seen while it lives: a thread polls cudaMemGetInfo every 2 ms
+// (a sampled peak: an allocation freed within 2 ms can be missed). Nothing on the CPU.
+class DeviceMemoryPeak {
+ public:
+  explicit DeviceMemoryPeak(const jit::DeviceChoice& device) : device_(device), peak_(device_bytes_in_use(device)) {
+    if (device.kind != jit::DeviceKind::Cuda) return;
+    poller_ = std::thread([this] {
+#ifdef KVEVICT_HAVE_CUDA
+      cudaSetDevice(device_.ordinal);
+#endif
+      while (!stop_.load()) {
+        const size_t now_bytes = device_bytes_in_use(device_);
+        size_t seen = peak_.load();
+        while (now_bytes > seen && !peak_.compare_exchange_weak(seen, now_bytes)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  ~DeviceMemoryPeak() { stop(); }
+  // Stops polling; returns the peak.
+  size_t stop() {
+    stop_.store(true);
+    if (poller_.joinable()) poller_.join();
+    return std::max(peak_.load(), device_bytes_in_use(device_));
+  }
+
+ private:
+  jit::DeviceChoice device_;
+  std::atomic<size_t> peak_;
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+};
+
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 double percentile(std::vector<double> v, double p) {
@@ -145,9 +182,11 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
   auto decoder = make_decoder(model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                               {.device_ordinal = device.ordinal, .device_kv = o.kv_path});
   const size_t mem_loaded = device_bytes_in_use(device);
+  DeviceMemoryPeak prefill_peak(device);
   const double t0 = now();
   const std::vector<float>* logits = &prefill_prompt(*decoder, prompt, engine.get(), engine.get());
   const double ttft = now() - t0;
+  const size_t mem_peak = prefill_peak.stop();
   const size_t mem_prefill = device_bytes_in_use(device);
   const size_t cache_bytes = decoder->cache().bytes_in_use();
   std::vector<double> steps;
@@ -169,7 +208,9 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
           {"decode_ms_p90", 1e3 * percentile(steps, 0.9)},
           {"cache_bytes", cache_bytes},
           {"device_bytes_loaded", mem_loaded},
+          {"device_bytes_peak_prefill", mem_peak},
           {"device_bytes_after_prefill", mem_prefill},
+          {"cache_bytes_peak_prefill", engine ? engine->report().peak_bytes : cache_bytes},
           {"device_bytes_after_decode", device_bytes_in_use(device)}};
 }
 
@@ -243,7 +284,7 @@ void print_row(const nlohmann::json& r) {
               r.contains("fill_s") ? r["fill_s"].get<double>() : r["ttft_s"].get<double>(),
               100 * r["policy_share_of_prefill"].get<double>(), r["decode_ms_median"].get<double>(),
               r["decode_ms_p90"].get<double>(), r["cache_bytes"].get<double>() / (1 << 20),
-              r["device_bytes_after_prefill"].get<double>() / (1 << 20));
+              r.value("device_bytes_peak_prefill", r["device_bytes_after_prefill"].get<double>()) / (1 << 20));
 }
 
 // One pass over contexts x policies with one way of filling the cache. A run whose estimate (the
