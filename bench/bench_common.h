@@ -1,14 +1,12 @@
 #pragma once
-// What several benchmarks share: where the default model lives, the two clocks they report, the
-// process's peak resident memory and why a GPU benchmark cannot run.
+// What several benchmarks share: where the default model lives, the two clocks they report and the
+// process's peak resident memory.
 #include <sys/resource.h>
 #include <time.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <string>
-
-#include "jit/cuda_driver.h"
 
 namespace kvevict::bench {
 
@@ -30,17 +28,6 @@ inline double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-// Empty when a GPU benchmark can run; otherwise why not (no CUDA at build time, or no usable
-// device): the benchmark prints it as `skipped: <reason>` and exits 0.
-inline std::string gpu_missing_reason() {
-#if !defined(KVEVICT_HAVE_CUDA)
-  return "this kvevict was built without the CUDA toolkit";
-#else
-  const jit::CudaProbe probe = jit::CudaDriver::probe();
-  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
-#endif
 }
 
 // The process's peak resident set so far (getrusage's ru_maxrss, KiB on Linux), in MiB.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "jit/device.h"
 #include "jit/cuda_driver.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
   std::printf("skipped: this kvevict was built without the CUDA toolkit\n");
   return 0;
 #else
-  if (const std::string why = kvevict::bench::gpu_missing_reason(); !why.empty()) {
+  if (const std::string why = kvevict::jit::cuda_unavailable_reason(); !why.empty()) {
     std::printf("skipped: %s\n", why.c_str());
     return 0;
   }

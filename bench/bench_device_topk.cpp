@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "jit/device.h"
 #include "core/engine/device_selection_twin.h"
 #include "jit/cuda_driver.h"
 #if defined(KVEVICT_HAVE_CUDA)
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (cpu) return kvevict::run_cpu(json);
-    const std::string why = kvevict::bench::gpu_missing_reason();
+    const std::string why = kvevict::jit::cuda_unavailable_reason();
     if (!why.empty()) {
       std::string quoted;  // the reason as a JSON string body
       for (char c : why) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);

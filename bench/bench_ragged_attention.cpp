@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "jit/device.h"
 #include "core/decode/kv_type.h"
 #include "core/decode/ragged_attention_twin.h"
 #include "jit/cuda_driver.h"
@@ -304,7 +305,7 @@ int run(int argc, char** argv) {
   if (o.cpu) {
     status = run_cpu(o, rows);
   } else {
-    skipped = bench::gpu_missing_reason();
+    skipped = jit::cuda_unavailable_reason();
 #if defined(KVEVICT_HAVE_CUDA)
     if (skipped.empty()) status = run_gpu(o, rows);
 #endif

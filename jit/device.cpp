@@ -4,6 +4,7 @@
 #include <atomic>
 #include <iostream>
 
+#include "core/decode/make_decoder.h"
 #include "core/util/error.h"
 
 namespace kvevict::jit {
@@ -57,5 +58,11 @@ std::string target_arch(const std::string& explicit_arch, const DeviceChoice& de
 }
 
 void reset_device_notice_for_tests() { fallback_noted = false; }
+
+std::string cuda_unavailable_reason() {
+  if (!cuda_decoder_built()) return "this kvevict was built without the CUDA toolkit";
+  const CudaProbe probe = CudaDriver::probe();
+  return probe.usable ? "" : "no usable CUDA device: " + probe.reason;
+}
 
 }  // namespace kvevict::jit

@@ -28,6 +28,11 @@ DeviceChoice resolve_device(const std::string& request, std::ostream* notes = nu
 // The architecture to compile for: an explicit --arch wins; else the device's; else `fallback`.
 std::string target_arch(const std::string& explicit_arch, const DeviceChoice& device, const std::string& fallback = "sm_80");
 
+// Empty when this build can run CUDA code on a device now; otherwise why not: the build has no
+// CUDA toolkit (no CUDA decoder or kernels), or no device is usable (the driver's reason). GPU tests
+// skip with it; GPU benchmarks print it as `skipped: <reason>`.
+std::string cuda_unavailable_reason();
+
 // For tests: forget that auto's fallback message was printed.
 void reset_device_notice_for_tests();
 

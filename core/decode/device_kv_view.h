@@ -7,6 +7,8 @@
 // Rows: stored head h's live entries are arena rows [base_row[h], base_row[h] + length[h]), in
 // cache order; a key (value) row is head_dim elements of `type`; positions are one int32 per row.
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "core/decode/device_kv_elements.h"
 #include "core/decode/device_kv_layout.h"
@@ -32,9 +34,13 @@ KVEVICT_HOST_DEVICE inline float device_kv_load(const void* arena, KvType type, 
   return type == KvType::F16 ? kv_scalar::f16_to_f32(w) : kv_scalar::bf16_to_f32(w);
 }
 
-// The view of `layout` over the given arenas (device or host pointers alike).
+// The view of `layout` over the given arenas (device or host pointers alike). std::invalid_argument
+// for more than kDeviceKvMaxHeads heads (the view holds per-head data by value).
 inline DeviceKvLayerView make_layer_view(const DeviceKvLayerLayout& layout, const DeviceKvGeometry& geometry,
                                          const void* keys, const void* values, const int32_t* positions) {
+  if (layout.heads.size() > static_cast<size_t>(kDeviceKvMaxHeads))
+    throw std::invalid_argument("device KV view: " + std::to_string(layout.heads.size()) + " heads; at most " +
+                                std::to_string(kDeviceKvMaxHeads));
   DeviceKvLayerView v;
   v.keys = keys;
   v.values = values;
@@ -42,7 +48,7 @@ inline DeviceKvLayerView make_layer_view(const DeviceKvLayerLayout& layout, cons
   v.n_heads = static_cast<int>(layout.heads.size());
   v.head_dim = geometry.head_dim;
   v.type = geometry.type;
-  for (int h = 0; h < v.n_heads && h < kDeviceKvMaxHeads; ++h) {
+  for (int h = 0; h < v.n_heads; ++h) {
     v.base_row[h] = layout.heads[static_cast<size_t>(h)].base_row;
     v.length[h] = layout.heads[static_cast<size_t>(h)].length;
   }

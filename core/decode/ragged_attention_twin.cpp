@@ -109,11 +109,29 @@ RaggedColumnPlan plan_ragged_column_sums(const DeviceKvLayerView& view, int n, i
 
 namespace {
 
-void check_plan(const DeviceKvLayerView& view, int n_kv, int head_dim) {
+void check_shape(const DeviceKvLayerView& view, int n_kv, int head_dim) {
   if (view.n_heads != n_kv || view.head_dim != head_dim)
     refuse("the plan was made for another layer shape (" + std::to_string(n_kv) + " heads of " +
            std::to_string(head_dim) + ")");
 }
+
+}  // namespace
+
+void check_plan_fits(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan) {
+  check_shape(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_uncovered_head(plan, view); h >= 0)
+    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+           " entries; the plan covers " + std::to_string(plan.chunk * plan.max_chunks));
+}
+
+void check_plan_fits(const DeviceKvLayerView& view, const RaggedColumnPlan& plan) {
+  check_shape(view, plan.n_kv, plan.head_dim);
+  if (const int h = ragged_column_uncovered_head(plan, view); h >= 0)
+    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+           " entries; the column sums' row stride is " + std::to_string(plan.max_len));
+}
+
+namespace {
 
 // One attention block, phase by phase; the loop mirrors attention_kernel in ragged_attention.cu.
 void run_block(const RaggedAttentionArgs& a, int row_tile, int chunk, int kv, std::vector<float>& shared,
@@ -162,10 +180,7 @@ void run_column_block(const RaggedColumnArgs& a, int x, int kv, std::vector<floa
 
 RaggedAttentionOutput ragged_attention_twin(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan,
                                             const float* queries) {
-  check_plan(view, plan.n_kv, plan.head_dim);
-  if (const int h = ragged_uncovered_head(plan, view); h >= 0)
-    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
-           " entries; the plan covers " + std::to_string(plan.chunk * plan.max_chunks));
+  check_plan_fits(view, plan);
   const size_t qh = size_t(plan.n) * plan.n_heads;
   RaggedAttentionOutput o{std::vector<float>(qh * plan.head_dim), std::vector<float>(qh), std::vector<float>(qh)};
   std::vector<float> workspace(plan.workspace_floats), shared(size_t(plan.shared_floats));
@@ -191,10 +206,7 @@ RaggedAttentionOutput ragged_attention_twin(const DeviceKvLayerView& view, const
 
 std::vector<float> ragged_column_sums_twin(const DeviceKvLayerView& view, const RaggedColumnPlan& plan,
                                            const float* queries, const float* row_max, const float* row_sum) {
-  check_plan(view, plan.n_kv, plan.head_dim);
-  if (const int h = ragged_column_uncovered_head(plan, view); h >= 0)
-    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
-           " entries; the column sums' row stride is " + std::to_string(plan.max_len));
+  check_plan_fits(view, plan);
   std::vector<float> out(size_t(plan.n_heads) * plan.max_len);
   RaggedColumnArgs a;
   a.kv = view;

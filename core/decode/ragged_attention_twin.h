@@ -34,6 +34,12 @@ RaggedAttentionPlan plan_ragged_attention(const DeviceKvLayerView& view, int n, 
 // The column-sums plan; max_len (the output's row stride) must cover every head's length.
 RaggedColumnPlan plan_ragged_column_sums(const DeviceKvLayerView& view, int n, int group, int max_len);
 
+// Refuse (UsageError) running `plan` over `view`: a plan made for another layer shape, or a head
+// longer than the plan covers (the view's heads grew since it was planned). The twin and the CUDA
+// launchers both check with these before anything runs.
+void check_plan_fits(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan);
+void check_plan_fits(const DeviceKvLayerView& view, const RaggedColumnPlan& plan);
+
 // Outputs of the attention: out [n][n_heads][head_dim], row_max / row_sum [n][n_heads].
 struct RaggedAttentionOutput {
   std::vector<float> out, row_max, row_sum;

@@ -7,6 +7,7 @@
 
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/device_kv_view.h"
 
 namespace kvevict {
 namespace {
@@ -248,6 +249,26 @@ TEST(DeviceKvCompaction, WithoutTheBarrierTheShiftCorrupts) {
   EXPECT_GT(wrong, 0);
   n.twin.compact(0, {keep});  // with the barrier: right
   n.expect_rows(keep);
+}
+
+// The view reading kernels take: each head's base row and length from the layout, the arenas and
+// geometry as given; more heads than the view can carry by value are refused, not truncated.
+TEST(DeviceKvLayerView, CopiesTheLayoutAndRefusesTooManyHeads) {
+  const DeviceKvGeometry g{1, 3, 16, KvType::BF16};
+  const DeviceKvLayerLayout layout = layer_of({64, 128, 64}, {10, 0, 64});
+  int dummy = 0;
+  const DeviceKvLayerView v = make_layer_view(layout, g, &dummy, &dummy + 1, nullptr);
+  EXPECT_EQ(v.n_heads, 3);
+  EXPECT_EQ(v.head_dim, 16);
+  EXPECT_EQ(v.type, KvType::BF16);
+  EXPECT_EQ(v.keys, &dummy);
+  EXPECT_EQ(v.values, &dummy + 1);
+  for (int h = 0; h < 3; ++h) {
+    EXPECT_EQ(v.base_row[h], layout.heads[h].base_row) << h;
+    EXPECT_EQ(v.length[h], layout.heads[h].length) << h;
+  }
+  const std::vector<int64_t> many(kDeviceKvMaxHeads + 1, 64);
+  EXPECT_THROW(make_layer_view(packed_layout(many, many), g, nullptr, nullptr, nullptr), std::invalid_argument);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/decode/make_decoder.h"
 #include "core/util/error.h"
 #include "jit/codegen.h"
 #include "jit/device.h"
@@ -195,6 +196,19 @@ TEST_F(CompileCli, PolicyWithTokenReductionsEmitsStageKernels) {
   const std::string ptx = read_text(output);
   EXPECT_NE(ptx.find(".entry kvevict_decode_score_stages"), std::string::npos) << ptx;
   EXPECT_EQ(ptx.find(".entry kvevict_score_stages"), std::string::npos) << "the prefill indicator needs no stage";
+}
+
+// The one skip reason of the GPU tests and benchmarks: empty exactly when a CUDA build sees a
+// usable device, and otherwise it names which of the two is missing.
+TEST(DeviceResolution, CudaUnavailableReasonNamesWhatIsMissing) {
+  const std::string why = cuda_unavailable_reason();
+  if (!cuda_decoder_built()) {
+    EXPECT_EQ(why, "this kvevict was built without the CUDA toolkit");
+    return;
+  }
+  const CudaProbe probe = CudaDriver::probe();
+  if (probe.usable) EXPECT_EQ(why, "");
+  else EXPECT_EQ(why, "no usable CUDA device: " + probe.reason);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/ragged_attention.h"
+#include "core/decode/ragged_attention_twin.h"
 #include "core/util/error.h"
 
 namespace kvevict::cuda {
@@ -19,12 +20,6 @@ static_assert(sizeof(RaggedAttentionArgs) <= 4096 && sizeof(RaggedColumnArgs) <=
 void check_launch(const char* kernel) {
   const cudaError_t e = launch_status();
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA ") + kernel + ": " + cudaGetErrorString(e));
-}
-
-void check_shape(const DeviceKvLayerView& view, int n_kv, int head_dim) {
-  if (view.n_heads != n_kv || view.head_dim != head_dim)
-    throw UsageError("ragged attention: the plan was made for another layer shape (" + std::to_string(n_kv) +
-                     " heads of " + std::to_string(head_dim) + ")");
 }
 
 // Block (row tile, chunk, stored head): key tiles through shared memory with an online softmax.
@@ -82,10 +77,7 @@ __global__ void ragged_column_sums_kernel(const RaggedColumnArgs a) {
 
 void ragged_attention(const DeviceKvLayerView& view, const RaggedAttentionPlan& plan, const float* queries, float* out,
                       float* row_max, float* row_sum, float* workspace, size_t workspace_floats) {
-  check_shape(view, plan.n_kv, plan.head_dim);
-  if (const int h = ragged_uncovered_head(plan, view); h >= 0)
-    throw UsageError("ragged attention: stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
-                     " entries; the plan covers " + std::to_string(plan.chunk * plan.max_chunks));
+  check_plan_fits(view, plan);
   if (plan.split() && (workspace == nullptr || workspace_floats < plan.workspace_floats))
     throw UsageError("ragged attention: the plan needs " + std::to_string(plan.workspace_floats) +
                      " floats of workspace, got " + std::to_string(workspace == nullptr ? 0 : workspace_floats));
@@ -109,11 +101,7 @@ void ragged_attention(const DeviceKvLayerView& view, const RaggedAttentionPlan& 
 
 void ragged_column_sums(const DeviceKvLayerView& view, const RaggedColumnPlan& plan, const float* queries,
                         const float* row_max, const float* row_sum, float* column_sums) {
-  check_shape(view, plan.n_kv, plan.head_dim);
-  if (const int h = ragged_column_uncovered_head(plan, view); h >= 0)
-    throw UsageError("ragged attention: stored head " + std::to_string(h) + " has " +
-                     std::to_string(view.length[h]) + " entries; the column sums' row stride is " +
-                     std::to_string(plan.max_len));
+  check_plan_fits(view, plan);
   RaggedColumnArgs a;
   a.kv = view;
   a.plan = plan;
