@@ -1,12 +1,16 @@
 #pragma once
 // What several benchmarks share: where the default model lives, the two clocks they report and the
-// process's peak resident memory.
+// process's peak resident memory, and numeric options parsed strictly.
 #include <sys/resource.h>
 #include <time.h>
 
+#include <charconv>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <string>
+
+#include "core/util/error.h"
 
 namespace kvevict::bench {
 
@@ -35,6 +39,22 @@ inline double peak_rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// `text` as a whole number / a finite number, or UsageError naming the option (exit 2).
+inline int parse_int_option(const std::string& option, const std::string& text) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    throw UsageError(option + ": '" + text + "' is not a whole number");
+  return v;
+}
+inline double parse_double_option(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+    throw UsageError(option + ": '" + text + "' is not a number");
+  return v;
 }
 
 }  // namespace kvevict::bench

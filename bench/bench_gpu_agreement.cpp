@@ -61,14 +61,14 @@ Options parse_options(int argc, char** argv) {
     if (i + 1 >= argc) throw UsageError("bench_gpu_agreement: " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--model") o.model = v;
-    else if (a == "--prompt-tokens") o.prompt_tokens = std::max(8, std::stoi(v));
-    else if (a == "--tokens") o.tokens = std::max(1, std::stoi(v));
+    else if (a == "--prompt-tokens") o.prompt_tokens = std::max(8, bench::parse_int_option(a, v));
+    else if (a == "--tokens") o.tokens = std::max(1, bench::parse_int_option(a, v));
     else if (a == "--budget") o.budget = v;
     else if (a == "--a") o.a = v;
     else if (a == "--b") o.b = v;
     else if (a == "--kv-a") o.kv_a = v;
     else if (a == "--kv-b") o.kv_b = v;
-    else if (a == "--score-tol") o.score_tol = std::stod(v);
+    else if (a == "--score-tol") o.score_tol = bench::parse_double_option(a, v);
     else if (a == "--json") o.json = v;
     else if (a == "--policies") {
       o.policies.clear();
@@ -111,13 +111,18 @@ struct DeviceSide {
 
 // One decoder run: the prompt's prefill (with the policy), then `forced` fed one token at a time.
 struct Run {
-  std::vector<std::vector<float>> logits;  // after the prefill, then after each forced token
+  std::vector<int> ids;                    // the ids fed after the prompt
+  std::vector<std::vector<float>> logits;  // after the prefill, then after each fed id
   EvictionReport report;                   // right after the prefill's eviction
   EvictionReport final_report;             // after the last forced token (decode-time evictions)
 };
 
+int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// `forced` null: greedy, each step feeding the previous logits' argmax (A). Otherwise those ids
+// are fed (B, teacher-forced on A's). Either way `ids` holds the o.tokens ids fed.
 Run run(const Model& model, const DeviceSide& side, const std::string& policy, const Options& o,
-        const std::vector<int>& prompt, const std::vector<int>& forced) {
+        const std::vector<int>& prompt, const std::vector<int>* forced) {
   std::unique_ptr<PolicyProgram> program;
   std::unique_ptr<EvictionEngine> engine;
   if (policy != "full") {
@@ -132,39 +137,18 @@ Run run(const Model& model, const DeviceSide& side, const std::string& policy, c
   Run r;
   r.logits.push_back(prefill_prompt(*decoder, prompt, engine.get(), engine.get()));
   if (engine) r.report = engine->report();  // the kept sets right after the prefill's eviction
-  for (int id : forced) r.logits.push_back(decoder->forward(std::span<const int>(&id, 1), engine.get()));
+  for (int i = 0; i < o.tokens; ++i) {
+    r.ids.push_back(forced ? (*forced)[static_cast<size_t>(i)] : argmax(r.logits.back()));
+    r.logits.push_back(decoder->forward(std::span<const int>(&r.ids.back(), 1), engine.get()));
+  }
   if (engine) r.final_report = engine->report();
   return r;
 }
-
-int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 double top2_margin(const std::vector<float>& v) {
   std::vector<float> c(v);
   std::partial_sort(c.begin(), c.begin() + 2, c.end(), std::greater<float>());
   return static_cast<double>(c[0]) - c[1];
-}
-
-// Greedy ids of A for `tokens` steps (A's own run defines the forced sequence).
-std::vector<int> greedy_ids(const Model& model, const DeviceSide& side, const std::string& policy, const Options& o,
-                            const std::vector<int>& prompt) {
-  // A decodes greedily once to fix the sequence; compare_policy's runs then re-feed it (identical
-  // on A by determinism), so both sides see the same forced tokens.
-  std::vector<int> ids;
-  std::unique_ptr<PolicyProgram> program;
-  std::unique_ptr<EvictionEngine> engine;
-  if (policy != "full") {
-    program = jit::load_scored_policy(policy, {}, {}, jit::resolve_scoring("auto", side.device, "--scoring"), side.device);
-    engine = std::make_unique<EvictionEngine>(*program, model.config, EngineOptions{Budget::parse(o.budget), 0});
-  }
-  const DecoderDevice kind = side.device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu;
-  auto decoder = make_decoder(model, kind, {.device_ordinal = side.device.ordinal, .kv_type = side.kv_type});
-  const std::vector<float>* logits = &prefill_prompt(*decoder, prompt, engine.get(), engine.get());
-  for (int i = 0; i < o.tokens; ++i) {
-    ids.push_back(argmax(*logits));
-    logits = &decoder->forward(std::span<const int>(&ids.back(), 1), engine.get());
-  }
-  return ids;
 }
 
 // Kept-set comparison of one policy's prefill eviction, classified with A's traced scores. A's
@@ -226,9 +210,9 @@ nlohmann::json compare_kept(const EvictionReport& a, const EvictionReport& b, do
 
 nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const DeviceSide& b, const std::string& policy,
                               const Options& o, const std::vector<int>& prompt) {
-  const std::vector<int> ids = greedy_ids(model, a, policy, o, prompt);
-  const Run ra = run(model, a, policy, o, prompt, ids);
-  const Run rb = run(model, b, policy, o, prompt, ids);
+  const Run ra = run(model, a, policy, o, prompt, nullptr);
+  const Run rb = run(model, b, policy, o, prompt, &ra.ids);
+  const std::vector<int>& ids = ra.ids;
   double max_abs = 0, max_logit = 0, prefill_abs = 0;
   int agree = 0, near_tie_flips = 0, first_disagreement = -1;
   for (size_t s = 0; s < ra.logits.size(); ++s) {

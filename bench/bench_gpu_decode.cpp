@@ -89,11 +89,12 @@ Options parse_options(int argc, char** argv) {
     if (i + 1 >= argc) throw UsageError("bench_gpu_decode: " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--model") o.model = v;
-    else if (a == "--contexts") o.contexts = split<int>(v, [](const std::string& s) { return std::stoi(s); });
+    else if (a == "--contexts")
+      o.contexts = split<int>(v, [](const std::string& s) { return bench::parse_int_option("--contexts", s); });
     else if (a == "--policies") o.policies = split<std::string>(v, [](const std::string& s) { return s; });
     else if (a == "--budget") o.budget = v;
-    else if (a == "--decode-tokens") o.decode_tokens = std::max(1, std::stoi(v));
-    else if (a == "--time-limit") o.time_limit = std::stod(v);
+    else if (a == "--decode-tokens") o.decode_tokens = std::max(1, bench::parse_int_option(a, v));
+    else if (a == "--time-limit") o.time_limit = bench::parse_double_option(a, v);
     else if (a == "--json") o.json = v;
     else if (a == "--device") o.device = v;
     else if (a == "--kv-path") {
@@ -385,6 +386,9 @@ int main(int argc, char** argv) try {
     if (!out) throw RuntimeError("bench_gpu_decode: cannot write " + o.json);
   }
   return 0;
+} catch (const UsageError& e) {
+  std::fprintf(stderr, "bench_gpu_decode: %s\n", e.what());
+  return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_gpu_decode: %s\n", e.what());
   return 1;
