@@ -9,6 +9,8 @@ figures come from such a cut model). The output is a valid llama-architecture GG
 copied byte for byte.
 
 Usage: gguf_keep_layers.py INPUT OUTPUT --layers N
+Exit status: 0 written; 2 a bad argument or input file (the message names the file); nothing is
+written then.
 """
 import argparse
 import os
@@ -18,6 +20,15 @@ import sys
 # GGUF metadata value types -> struct format of a scalar (8 = string, 9 = array).
 SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 MAX_HEADER_BYTES = 64 << 20  # metadata and tensor infos larger than this are refused
+MAX_FILE_BYTES = 64 << 30    # the whole file is read into memory: refuse anything larger
+
+
+class InputError(Exception):
+    """A malformed input or argument: reported in one line, exit status 2."""
+
+
+def fail(message):
+    raise InputError(message)
 
 
 class Reader:
@@ -27,16 +38,21 @@ class Reader:
     def take(self, fmt):
         size = struct.calcsize("<" + fmt)
         if self.pos + size > len(self.data):
-            raise ValueError(f"truncated file at byte {self.pos}")
+            fail(f"truncated file at byte {self.pos}")
         value = struct.unpack_from("<" + fmt, self.data, self.pos)
         self.pos += size
         return value if len(value) > 1 else value[0]
 
     def string(self):
         n = self.take("Q")
-        if n > MAX_HEADER_BYTES or self.pos + n > len(self.data):
-            raise ValueError(f"string of {n} bytes at byte {self.pos}")
-        s = self.data[self.pos:self.pos + n].decode("utf-8")
+        if n > MAX_HEADER_BYTES:
+            fail(f"a string of {n} bytes at byte {self.pos}")
+        if self.pos + n > len(self.data):
+            fail(f"a string of {n} bytes at byte {self.pos} runs past the end of the file")
+        try:
+            s = self.data[self.pos:self.pos + n].decode("utf-8")
+        except UnicodeDecodeError:
+            fail(f"a string at byte {self.pos} is not UTF-8")
         self.pos += n
         return s
 
@@ -48,7 +64,7 @@ class Reader:
             if item_type in SCALAR:
                 size = struct.calcsize("<" + SCALAR[item_type]) * count
                 if self.pos + size > len(self.data):
-                    raise ValueError("array runs past the end of the file")
+                    fail("array runs past the end of the file")
                 self.pos += size
             else:
                 for _ in range(count):
@@ -56,7 +72,7 @@ class Reader:
         elif vtype in SCALAR:
             self.take(SCALAR[vtype])
         else:
-            raise ValueError(f"unknown metadata type {vtype} at byte {self.pos}")
+            fail(f"unknown metadata type {vtype} at byte {self.pos}")
 
 
 def gguf_string(s):
@@ -64,19 +80,17 @@ def gguf_string(s):
     return struct.pack("<Q", len(b)) + b
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("input")
-    ap.add_argument("output")
-    ap.add_argument("--layers", type=int, required=True)
-    args = ap.parse_args()
+def cut(args):
     if not os.path.isfile(args.input):
-        sys.exit(f"gguf_keep_layers: {args.input}: not a regular file")
-    data = open(args.input, "rb").read()
+        fail("not a regular file")
+    if os.path.getsize(args.input) > MAX_FILE_BYTES:
+        fail(f"larger than {MAX_FILE_BYTES >> 30} GiB")
+    with open(args.input, "rb") as f:
+        data = f.read()
     r = Reader(data)
     magic, version = r.take("4s"), r.take("I")
     if magic != b"GGUF" or version not in (2, 3):
-        sys.exit(f"gguf_keep_layers: {args.input}: not a GGUF v2/v3 file")
+        fail("not a GGUF v2/v3 file")
     n_tensors, n_kv = r.take("Q"), r.take("Q")
 
     kvs, arch, blocks, alignment = [], None, None, 32
@@ -93,7 +107,7 @@ def main():
             alignment = struct.unpack_from("<I", data, value_at)[0]
         kvs.append((key, vtype, value_at, raw))
     if arch is None:
-        sys.exit(f"gguf_keep_layers: {args.input}: no general.architecture")
+        fail("no general.architecture")
 
     out_kv = []
     for key, vtype, value_at, raw in kvs:
@@ -105,9 +119,9 @@ def main():
             raw = gguf_string(key) + struct.pack("<I", 8) + gguf_string(f"{name} (first {args.layers} blocks)")
         out_kv.append(raw)
     if blocks is None:
-        sys.exit(f"gguf_keep_layers: {args.input}: no {arch}.block_count")
+        fail(f"no {arch}.block_count")
     if not 1 <= args.layers <= blocks:
-        sys.exit(f"gguf_keep_layers: --layers must be in [1, {blocks}]")
+        fail(f"--layers {args.layers}: the model has {blocks} blocks (1 to {blocks})")
 
     tensors = []  # (name, info bytes without offset, offset)
     for _ in range(n_tensors):
@@ -115,20 +129,30 @@ def main():
         name = r.string()
         n_dims = r.take("I")
         if n_dims > 8:
-            sys.exit(f"gguf_keep_layers: tensor {name}: {n_dims} dimensions")
+            fail(f"tensor {name}: {n_dims} dimensions")
         r.take("Q" * n_dims) if n_dims else None
         r.take("I")
         info = data[start:r.pos]
         offset = r.take("Q")
         tensors.append((name, info, offset))
+    if alignment < 1:
+        fail("general.alignment is 0")
     data_start = (r.pos + alignment - 1) // alignment * alignment
-    ends = sorted(t[2] for t in tensors) + [len(data) - data_start]
+    offsets = sorted(t[2] for t in tensors)
+    if len(set(offsets)) != len(offsets):
+        fail("two tensors share one data offset")
+    ends = offsets + [len(data) - data_start]
+    if ends[-1] < 0 or any(b < a for a, b in zip(ends, ends[1:])):
+        fail("a tensor's data lies past the end of the file")
     size_of = {off: ends[i + 1] - off for i, off in enumerate(ends[:-1])}
 
     def kept(name):
         if not name.startswith("blk."):
             return True
-        return int(name.split(".")[1]) < args.layers
+        block = name.split(".")[1]
+        if not block.isdigit():
+            fail(f"tensor {name}: no block number")
+        return int(block) < args.layers
 
     chosen = [t for t in tensors if kept(t[0])]
     header = b"GGUF" + struct.pack("<IQQ", version, len(chosen), len(out_kv)) + b"".join(out_kv)
@@ -146,6 +170,19 @@ def main():
             f.write(chunk)
     print(f"gguf_keep_layers: {args.output}: {args.layers} of {blocks} blocks, {len(chosen)} of {n_tensors} tensors, "
           f"{os.path.getsize(args.output) / 2**20:.1f} MiB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])  # usage errors: exit 2
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("--layers", type=int, required=True)
+    args = ap.parse_args()
+    try:
+        cut(args)
+    except InputError as e:
+        print(f"gguf_keep_layers: {args.input}: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
