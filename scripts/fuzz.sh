@@ -50,7 +50,8 @@ for t in $TARGETS; do
   work="build-fuzz/fuzz-corpus/$t"  # new inputs go here; the seeds stay as generated
   mkdir -p "$work" "$seeds/$t"
   echo "fuzz.sh: $t ($budget)"
-  if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 OMP_NUM_THREADS=1 \
+  # intercept_tls_get_addr=0: see scripts/sanitize.sh (an LSan tracer crash with dlopen'ed TLS).
+  if ! UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 OMP_NUM_THREADS=1 \
       "./build-fuzz/tests/fuzz/${t}_fuzzer" "$budget" -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="build-fuzz/${t}-" "$work" "$seeds/$t" 2>&1 | tail -n 40; then
     status=1
