@@ -174,7 +174,7 @@ std::function<int()> setup_generate(CLI::App& app) {
       cache = {{"policy", r.policy},         {"budget", r.budget},          {"bytes", c.bytes_in_use()},
                {"bytes_full", c.bytes_for_uniform_length(decoder->position())},
                {"tokens_min", lo},           {"tokens_max", hi},            {"entries", entries},
-               {"applications", r.applications}};
+               {"applications", r.applications}, {"selection", mode_name(r.selection)}};
       if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
     }
     if (o->json) {
@@ -189,7 +189,8 @@ std::function<int()> setup_generate(CLI::App& app) {
         std::cerr << "cache (" << cache["policy"].get<std::string>() << ", budget " << cache["budget"].get<std::string>()
                   << "): " << cache["bytes"] << " bytes (full cache " << cache["bytes_full"] << "), "
                   << cache["tokens_min"] << ".." << cache["tokens_max"] << " tokens per (layer, KV head), "
-                  << cache["applications"] << " evictions\n";
+                  << cache["applications"] << " evictions, selected on " << cache["selection"].get<std::string>()
+                  << "\n";
       }
     }
     return 0;

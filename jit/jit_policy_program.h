@@ -46,6 +46,10 @@ class JitPolicyProgram : public PolicyProgram {
     if (program == 0) score(in, false, out);
     else reference_->stage_score(program, in, out);
   }
+  // The GPU backend's scores are made on the device: select there too (layer_selector.h).
+  SelectionDevice selection_device() const override {
+    return ordinal_ >= 0 ? SelectionDevice::Cuda : SelectionDevice::Host;
+  }
   std::string check_geometry(const ModelGeometry& model) const override {
     return reference_->check_geometry(model);
   }

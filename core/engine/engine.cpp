@@ -22,6 +22,7 @@
 #include "core/engine/model_signals.h"
 #include "core/engine/query_signals.h"
 #include "core/engine/head_budgets.h"
+#include "core/engine/layer_selector.h"
 #include "core/engine/mass_budget.h"
 #include "core/engine/model_selection.h"
 #include "core/engine/original_positions.h"
@@ -103,6 +104,8 @@ struct EvictionEngine::State {
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
   MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
+  // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
+  std::unique_ptr<LayerSelector> selector;
   // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
   // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
   // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
@@ -137,7 +140,8 @@ struct EvictionEngine::State {
         d(plan.geometry.head_dim),
         unfold(plan.geometry.unfold_gqa),
         Hs(plan.geometry.stored_heads),
-        Gs(plan.geometry.stored_group) {
+        Gs(plan.geometry.stored_group),
+        selector(make_layer_selector(options.selection.value_or(p.selection_device()))) {
     rope = Rope(c);
   }
 
@@ -151,6 +155,7 @@ struct EvictionEngine::State {
     report = EvictionReport{};
     report.policy = desc.name;
     report.budget = options.budget.text;
+    report.selection = selector->device();
     in_prefill = prefill_done = false;
     decode_step = appended = 0;
     sampling_seed = options.seed;
@@ -546,15 +551,34 @@ struct EvictionEngine::State {
     return s;
   }
 
-  // One head's kept entries (or a layer_shared layer's, on the mean scores): the token rule, or
-  // the chunk rule select asks for (chunk_selection.h).
+  // Kept entries of heads `head[i]` of `layer` (or of a layer_shared layer, on the mean scores):
+  // the chunk rule select asks for (chunk_selection.h, on the host), or the token rule with the
+  // threshold's budget, all heads in one call of the layer selector (host, twin or device).
+  std::vector<std::vector<int>> select_layer_entries(const std::vector<std::span<const float>>& sc,
+                                                     const std::vector<std::span<const int32_t>>& pos, int layer,
+                                                     const std::vector<int>& head, const std::vector<int>& budget,
+                                                     const ProtectedSet& pr) {
+    const size_t n = sc.size();
+    if (options.trace_selection)
+      for (size_t i = 0; i < n; ++i) trace_selection(layer, head[i], sc[i], pos[i]);
+    std::vector<std::vector<int>> kept(n);
+    if (chunked_selection(desc.select)) {
+      for (size_t i = 0; i < n; ++i) kept[i] = select_chunked(sc[i], pos[i], desc.select, budget[i], pr.first, pr.recent);
+      return kept;
+    }
+    std::vector<HeadSelectionSpec> specs;
+    for (size_t i = 0; i < n; ++i) {
+      int b = budget[i];
+      if (plan.select.threshold)  // --budget full turns it off
+        b = threshold_budget(sc[i], pos[i], b, pr.first, pr.recent, plan.select.threshold_value);
+      specs.push_back(spec_for(layer, head[i], b, pr));
+    }
+    ++report.layer_selections;
+    return selector->select_heads(sc, pos, specs);
+  }
   std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
-                                  int budget, const ProtectedSet& pr) const {
-    if (options.trace_selection) trace_selection(layer, head, sc, pos);
-    if (chunked_selection(desc.select)) return select_chunked(sc, pos, desc.select, budget, pr.first, pr.recent);
-    if (plan.select.threshold)  // --budget full turns it off
-      budget = threshold_budget(sc, pos, budget, pr.first, pr.recent, plan.select.threshold_value);
-    return select_head(sc, pos, spec_for(layer, head, budget, pr));
+                                  int budget, const ProtectedSet& pr) {
+    return std::move(select_layer_entries({sc}, {pos}, layer, {head}, {budget}, pr).front());
   }
 
   // Per-head budgets of `layer` for a layer budget (uniform unless the policy plans heads).
@@ -578,9 +602,10 @@ struct EvictionEngine::State {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
         pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
-      const auto kept = select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first,
-                                              pr.recent, plan.select.floor_alpha,
-                                              plan.select.kept_order == KeptOrder::Score);
+      ++report.layer_selections;
+      const auto kept = selector->select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first, pr.recent,
+                                                        plan.select.floor_alpha,
+                                                        plan.select.kept_order == KeptOrder::Score);
       keep_layer(cache, layer, kept, sc);
     } else if (plan.select.scope == SelectScope::LayerShared) {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
@@ -599,14 +624,16 @@ struct EvictionEngine::State {
     } else {
       const std::vector<int> budgets = head_budgets(cache, layer, budget, pr);
       if (desc.has_head_plan) head_budget[layer] = budgets;
-      std::vector<std::vector<int>> kept(Hs);
       std::vector<std::span<const float>> sc(Hs);
+      std::vector<std::span<const int32_t>> pos(Hs);
+      std::vector<int> heads(Hs);
       for (int h = 0; h < Hs; ++h) {
         const int T = cache.length(layer, h);
         sc[h] = std::span<const float>(head_scores[h].data(), T);
-        kept[h] = select_entries(sc[h], std::span<const int32_t>(positions(cache, layer, h), T), layer, h, budgets[h], pr);
+        pos[h] = std::span<const int32_t>(positions(cache, layer, h), T);
+        heads[h] = h;
       }
-      keep_layer(cache, layer, kept, sc);
+      keep_layer(cache, layer, select_layer_entries(sc, pos, layer, heads, budgets, pr), sc);
     }
   }
 
@@ -735,13 +762,20 @@ struct EvictionEngine::State {
   // gqa unfold, one-shot: each query head keeps its own top-k of its KV head's entries (scores
   // were computed per query head), then the cache becomes one stored head per query head.
   void unfold_and_evict(KVCache& cache) {
-    std::vector<std::vector<std::vector<int>>> kept(L, std::vector<std::vector<int>>(Hs));
-    for (int k = 0; k < L; ++k)
+    std::vector<std::vector<std::vector<int>>> kept(L);
+    for (int k = 0; k < L; ++k) {
+      std::vector<std::span<const float>> sc(Hs);
+      std::vector<std::span<const int32_t>> pos(Hs);
+      std::vector<HeadSelectionSpec> specs(Hs);
       for (int s = 0; s < Hs; ++s) {
         const int src = cache_head(s, cache), T = cache.length(k, src);
-        kept[k][s] = select_head(std::span<const float>(scores[k][s].data(), T),
-                                 std::span<const int32_t>(cache.positions(k, src), T), spec_for(k, s, layer_budget[k], plan.protect));
+        sc[s] = std::span<const float>(scores[k][s].data(), T);
+        pos[s] = std::span<const int32_t>(cache.positions(k, src), T);
+        specs[s] = spec_for(k, s, layer_budget[k], plan.protect);
       }
+      ++report.layer_selections;
+      kept[k] = selector->select_heads(sc, pos, specs);
+    }
     std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
     for (int k = 0; k < L; ++k)
       for (int s = 0; s < Hs; ++s) length[k][s] = cache.length(k, cache_head(s, cache));

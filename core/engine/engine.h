@@ -6,6 +6,7 @@
 // signals of one full-cache prefill and `apply_after_prefill` replays the decision on a restored copy.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <string>
@@ -26,6 +27,10 @@ struct EngineOptions {
   // selection (HeadReport::selection_*): for agreement checks between backends (bench_gpu_agreement),
   // which classify kept-set differences as near-ties. Off by default (a copy per selection).
   bool trace_selection = false;
+  // Where token selections run (core/engine/layer_selector.h). Unset: where the policy program's
+  // scores are made (PolicyProgram::selection_device: cuda for the CUDA scoring backend, else host).
+  // Twin runs the device algorithm on the CPU (tests).
+  std::optional<SelectionDevice> selection;
 };
 
 struct HeadReport {
@@ -51,6 +56,11 @@ struct EvictionReport {
   size_t bytes_kept = 0;  // cache bytes after the latest application
   size_t peak_bytes = 0;  // largest cache size seen during prefill
   double seconds = 0;     // time spent inside the engine
+  // Where the token selections ran, and how many layer selections (one call per layer and
+  // application, all heads at once; chunk, share, model-wide and staged-share rules run on the host
+  // and are not counted).
+  SelectionDevice selection = SelectionDevice::Host;
+  int64_t layer_selections = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

@@ -66,6 +66,9 @@ enum class LayerAllocation : uint8_t { Share, Tokens, Mass };
 // (core/engine/query_signals.h). None: pre-RoPE as accumulated. FutureMean (ExpectedAttention):
 // by the mean RoPE rotation over the next observe.rope_future positions after the prompt.
 enum class QueryRotation : uint8_t { None, FutureMean };
+// Where the engine runs its token selection (core/engine/layer_selector.h): select_head on the
+// host, the device algorithm's CPU twin (tests), or the CUDA kernels.
+enum class SelectionDevice : uint8_t { Host, Twin, Cuda };
 
 template <class Mode> struct ModeNames;
 template <> struct ModeNames<SelectScope> {
@@ -90,6 +93,10 @@ template <> struct ModeNames<QueryRotation> {
   static constexpr std::array<std::string_view, 2> names = {"none", "future_mean"};
 };
 static_assert(ModeNames<QueryRotation>::names.size() == static_cast<size_t>(QueryRotation::FutureMean) + 1);
+template <> struct ModeNames<SelectionDevice> {
+  static constexpr std::array<std::string_view, 3> names = {"host", "twin", "cuda"};
+};
+static_assert(ModeNames<SelectionDevice>::names.size() == static_cast<size_t>(SelectionDevice::Cuda) + 1);
 template <> struct ModeNames<MergeScope> {
   static constexpr std::array<std::string_view, 2> names = {"per_head", "per_layer_across_heads"};
 };

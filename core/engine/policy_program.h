@@ -297,6 +297,9 @@ class PolicyProgram {
     (void)in, (void)out;
     throw std::logic_error("policy " + description().name + ": this backend has no channel_score program");
   }
+  // Added. Where the engine should run this program's token selection: where its scores are made
+  // (the CUDA scoring backend: on the device). EngineOptions::selection overrides it.
+  virtual SelectionDevice selection_device() const { return SelectionDevice::Host; }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
   virtual std::string check_geometry(const ModelGeometry& model) const {

@@ -40,6 +40,7 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   const auto a = nlohmann::json::parse(interpreted.out), b = nlohmann::json::parse(host.out);
   EXPECT_EQ(a["tokens"], b["tokens"]);
   EXPECT_EQ(a["cache"], b["cache"]);
+  EXPECT_EQ(a["cache"]["selection"], "host");  // CPU scores: selected on the host (cuda scoring selects on the GPU)
   EXPECT_EQ(generate("auto").out, interpreted.out);  // auto on the CPU is the interpreter
 }
 

@@ -1,0 +1,75 @@
+// The engine's cuda layer selector; see cuda_layer_selector.h.
+#include "core/engine/cuda/cuda_layer_selector.h"
+
+#include <algorithm>
+
+#include "core/decode/cuda/device_memory.h"
+#include "core/engine/cuda/device_selection.h"
+#include "core/engine/device_selection_twin.h"
+
+namespace kvevict::cuda {
+namespace {
+
+class CudaLayerSelector final : public LayerSelector {
+ public:
+  SelectionDevice device() const override { return SelectionDevice::Cuda; }
+
+  std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
+                                             const std::vector<std::span<const int32_t>>& positions,
+                                             const std::vector<HeadSelectionSpec>& specs) override {
+    std::vector<devsel::HeadParams> params;
+    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
+    const devsel::SelLayerInput in = upload(scores, positions);
+    selector_.select_heads(in, params, output(in));
+    return download(in);
+  }
+
+  std::vector<std::vector<int>> select_layer_adaptive(const std::vector<std::span<const float>>& scores,
+                                                      const std::vector<std::span<const int32_t>>& positions,
+                                                      const std::vector<int>& budget, int protect_first,
+                                                      int protect_recent, double floor_alpha, bool score_order) override {
+    const devsel::SelLayerInput in = upload(scores, positions);
+    selector_.select_layer_adaptive(in, budget, protect_first, protect_recent, floor_alpha, score_order, output(in));
+    return download(in);
+  }
+
+ private:
+  // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
+  devsel::SelLayerInput upload(const std::vector<std::span<const float>>& scores,
+                               const std::vector<std::span<const int32_t>>& positions) {
+    const PackedSelectionLayer packed = pack_selection_layer(scores, positions);
+    scores_.upload(packed.scores);
+    positions_.upload(packed.positions);
+    return repoint(packed.input, scores_.data(), positions_.data());
+  }
+  devsel::SelOutput output(const devsel::SelLayerInput& in) {
+    kept_.resize(static_cast<size_t>(std::max(1, in.n_heads)) * std::max<int64_t>(1, in.max_length));
+    counts_.resize(std::max(1, in.n_heads));
+    return {kept_.data(), std::max<int64_t>(1, in.max_length), counts_.data()};
+  }
+  std::vector<std::vector<int>> download(const devsel::SelLayerInput& in) {
+    const int64_t stride = std::max<int64_t>(1, in.max_length);
+    std::vector<int32_t> counts(in.n_heads), rows(static_cast<size_t>(in.n_heads) * stride);
+    if (in.n_heads > 0) counts_.download(counts.data(), counts.size());  // synchronises with the kernels
+    if (!rows.empty()) kept_.download(rows.data(), rows.size());
+    std::vector<std::vector<int>> kept(in.n_heads);
+    for (int h = 0; h < in.n_heads; ++h) {
+      if (counts[h] < 0 || counts[h] > in.length[h])
+        throw RuntimeError("device selection: head " + std::to_string(h) + " returned " + std::to_string(counts[h]) +
+                           " kept entries of " + std::to_string(in.length[h]));
+      const auto* row = rows.data() + static_cast<size_t>(h) * stride;
+      kept[h].assign(row, row + counts[h]);
+    }
+    return kept;
+  }
+
+  DeviceSelector selector_;
+  DeviceArray<float> scores_;
+  DeviceArray<int32_t> positions_, kept_, counts_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerSelector> make_cuda_layer_selector() { return std::make_unique<CudaLayerSelector>(); }
+
+}  // namespace kvevict::cuda

@@ -1,0 +1,69 @@
+// The engine's layer selectors; see layer_selector.h.
+#include "core/engine/layer_selector.h"
+
+#include "core/engine/device_selection_twin.h"
+#include "core/util/error.h"
+
+#ifdef KVEVICT_HAVE_CUDA
+#include "core/engine/cuda/cuda_layer_selector.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+class HostLayerSelector final : public LayerSelector {
+ public:
+  SelectionDevice device() const override { return SelectionDevice::Host; }
+  std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
+                                             const std::vector<std::span<const int32_t>>& positions,
+                                             const std::vector<HeadSelectionSpec>& specs) override {
+    std::vector<std::vector<int>> kept(scores.size());
+    for (size_t h = 0; h < scores.size(); ++h) kept[h] = select_head(scores[h], positions[h], specs[h]);
+    return kept;
+  }
+  std::vector<std::vector<int>> select_layer_adaptive(const std::vector<std::span<const float>>& scores,
+                                                      const std::vector<std::span<const int32_t>>& positions,
+                                                      const std::vector<int>& budget, int protect_first,
+                                                      int protect_recent, double floor_alpha, bool score_order) override {
+    return kvevict::select_layer_adaptive(scores, positions, budget, protect_first, protect_recent, floor_alpha,
+                                          score_order);
+  }
+};
+
+class TwinLayerSelector final : public LayerSelector {
+ public:
+  SelectionDevice device() const override { return SelectionDevice::Twin; }
+  std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
+                                             const std::vector<std::span<const int32_t>>& positions,
+                                             const std::vector<HeadSelectionSpec>& specs) override {
+    const PackedSelectionLayer packed = pack_selection_layer(scores, positions);
+    std::vector<devsel::HeadParams> params;
+    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
+    return twin_select_heads(packed.input, params);
+  }
+  std::vector<std::vector<int>> select_layer_adaptive(const std::vector<std::span<const float>>& scores,
+                                                      const std::vector<std::span<const int32_t>>& positions,
+                                                      const std::vector<int>& budget, int protect_first,
+                                                      int protect_recent, double floor_alpha, bool score_order) override {
+    const PackedSelectionLayer packed = pack_selection_layer(scores, positions);
+    return twin_select_layer_adaptive(packed.input, budget, protect_first, protect_recent, floor_alpha, score_order);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<LayerSelector> make_layer_selector(SelectionDevice device) {
+  switch (device) {
+    case SelectionDevice::Host: return std::make_unique<HostLayerSelector>();
+    case SelectionDevice::Twin: return std::make_unique<TwinLayerSelector>();
+    case SelectionDevice::Cuda:
+#ifdef KVEVICT_HAVE_CUDA
+      return cuda::make_cuda_layer_selector();
+#else
+      throw RuntimeError("device selection: this build has no CUDA (configure with the CUDA toolkit)");
+#endif
+  }
+  throw std::logic_error("make_layer_selector: unknown SelectionDevice");
+}
+
+}  // namespace kvevict
