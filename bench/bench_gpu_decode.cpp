@@ -191,10 +191,13 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
   const size_t mem_prefill = device_bytes_in_use(device);
   const size_t cache_bytes = decoder->cache().bytes_in_use();
   std::vector<double> steps;
+  // As generate and eval decode: the engine observes decode calls only when its policy evicts then
+  // (otherwise the device-resident cache is the only cache the decode loop touches).
+  ForwardObserver* decode_observer = engine && engine->observes_decode() ? engine.get() : nullptr;
   for (int i = 0; i < o.decode_tokens; ++i) {
     const int next = argmax(*logits);
     const double s = now();
-    logits = &decoder->forward(std::span<const int>(&next, 1), engine.get());
+    logits = &decoder->forward(std::span<const int>(&next, 1), decode_observer);
     steps.push_back(now() - s);
   }
   const double engine_seconds = engine ? engine->report().seconds : 0.0;

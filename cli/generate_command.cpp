@@ -82,7 +82,10 @@ bool is_stop(const Tokenizer& tok, int id) {
 // `on_piece` streams the text.
 Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int> prompt,
                     const std::function<void(const std::string&)>& on_piece, EvictionEngine* engine = nullptr) {
+  // The engine observes the prompt; while decoding only if its policy evicts then (without an
+  // observer a device-resident decoder keeps the host cache out of the decode loop).
   ForwardObserver* observer = engine;
+  ForwardObserver* decode_observer = engine && engine->observes_decode() ? engine : nullptr;
   using clock = std::chrono::steady_clock;
   const Model& model = decoder.model();
   const Tokenizer& tok = *model.tokenizer;
@@ -103,7 +106,7 @@ Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int>
     if (on_piece) on_piece(piece);
     prev = next;
     if (i + 1 == o.max_tokens || decoder.position() >= model.config.context_length) break;
-    logits = &decoder.forward(std::span<const int>(&next, 1), observer);
+    logits = &decoder.forward(std::span<const int>(&next, 1), decode_observer);
   }
   g.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return g;

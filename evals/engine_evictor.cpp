@@ -57,7 +57,7 @@ class EngineEvictor : public PrefillEvictor {
     options.seed = seed_;
     engine_ = std::make_unique<EvictionEngine>(program, config_, options);
     engine_->apply_after_prefill(*recorder_, cache);
-    return program.description().run.decode_every > 0 ? engine_.get() : nullptr;
+    return engine_->observes_decode() ? engine_.get() : nullptr;
   }
 
   bool prefills_itself(const PolicyChoice& policy) const override {
@@ -69,7 +69,7 @@ class EngineEvictor : public PrefillEvictor {
     const PolicyProgram& program = *programs_.at(policy.label);
     engine_ = std::make_unique<EvictionEngine>(program, config_, EngineOptions{budget, seed_});
     logits = prefill_prompt(decoder, prompt, engine_.get(), engine_.get());
-    return program.description().run.decode_every > 0 ? engine_.get() : nullptr;
+    return engine_->observes_decode() ? engine_.get() : nullptr;
   }
 
   PolicySource source(const PolicyChoice& choice) const override { return sources_.at(choice.label); }

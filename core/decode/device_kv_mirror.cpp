@@ -25,6 +25,7 @@ DeviceKvMirror::DeviceKvMirror(KVCache& cache, DeviceKvBackend& backend, MirrorA
   check_geometry();
   heads_.resize(static_cast<size_t>(n_layers_) * n_heads_);
   layer_pending_.assign(static_cast<size_t>(n_layers_), 0);
+  host_lag_.assign(static_cast<size_t>(n_layers_), 0);
   unfolded_ = cache_.unfolded();
   // The device cache starts empty: heads the host holds entries in are uploaded at the first flush.
   for (int l = 0; l < n_layers_ && !unfolded_; ++l)
@@ -59,18 +60,66 @@ void DeviceKvMirror::mark_all_for_resync() {
     s.resync = true;
   }
   std::fill(layer_pending_.begin(), layer_pending_.end(), 1);
+  std::fill(host_lag_.begin(), host_lag_.end(), 0);  // every head is re-uploaded from the host
 }
 
 void DeviceKvMirror::mark_synced() {
   for (HeadState& s : heads_) s = HeadState{};
   std::fill(layer_pending_.begin(), layer_pending_.end(), 0);
+  std::fill(host_lag_.begin(), host_lag_.end(), 0);
   unfolded_ = cache_.unfolded();
+}
+
+void DeviceKvMirror::refuse_while_lagging(int layer, int head, const char* what) const {
+  if (host_lag_[static_cast<size_t>(layer)] > 0)
+    throw std::logic_error(std::string("device KV mirror: ") + what + " on " + where(layer, head) +
+                           " while the host cache lags the device by " +
+                           std::to_string(host_lag_[static_cast<size_t>(layer)]) + " rows (sync_host first)");
+}
+
+bool DeviceKvMirror::defer_host_append(int layer, int rows) {
+  if (layer < 0 || layer >= n_layers_ || rows < 0)
+    throw std::invalid_argument("device KV mirror: defer_host_append(" + std::to_string(layer) + ", " +
+                                std::to_string(rows) + ")");
+  if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)]) return false;
+  for (int h = 0; h < n_heads_; ++h)
+    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return false;
+  host_lag_[static_cast<size_t>(layer)] += rows;
+  counts_.rows_deferred += static_cast<int64_t>(rows) * n_heads_;
+  return true;
+}
+
+void DeviceKvMirror::sync_host() {
+  for (int l = 0; l < n_layers_; ++l) {
+    const int lag = host_lag_[static_cast<size_t>(l)];
+    if (lag == 0) continue;
+    std::vector<DeviceKvHeadContents> rows(static_cast<size_t>(n_heads_));
+    for (int h = 0; h < n_heads_; ++h) {
+      const int64_t host = cache_.length(l, h), device = backend_.layout().length(l, h);
+      if (device != host + lag)
+        throw std::logic_error("device KV mirror: " + where(l, h) + " holds " + std::to_string(device) +
+                               " entries on the device, " + std::to_string(host) + " on the host, lagging " +
+                               std::to_string(lag));
+      rows[static_cast<size_t>(h)] = backend_.read_rows(l, h, host, lag);
+    }
+    host_lag_[static_cast<size_t>(l)] = 0;  // the appends below are the catch-up, not new work
+    const KvType type = backend_.layout().geometry().type;
+    for (int h = 0; h < n_heads_; ++h) {
+      const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
+      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
+      for (int i = 0; i < lag; ++i)
+        cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
+                      values.data() + static_cast<size_t>(i) * head_dim_);
+      counts_.rows_read += lag;
+    }
+  }
 }
 
 bool DeviceKvMirror::pending(int layer) const { return layer_pending_.at(static_cast<size_t>(layer)) != 0; }
 
 void DeviceKvMirror::on_append(int layer, int head, int32_t position, const float* key, const float* value) {
   if (unfolded_) return;
+  refuse_while_lagging(layer, head, "a host append");
   HeadState& s = state(layer, head);
   if (s.resync) return;  // the whole head is read from the host anyway
   if (appends_ == MirrorAppends::Decoder) {
@@ -98,6 +147,7 @@ void DeviceKvMirror::on_append(int layer, int head, int32_t position, const floa
 
 void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) {
   if (unfolded_) return;
+  refuse_while_lagging(layer, head, "a keep");
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   if (s.resync) return;
@@ -122,6 +172,7 @@ void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) 
 
 void DeviceKvMirror::on_write_entry(int layer, int head, int t) {
   if (unfolded_) return;
+  refuse_while_lagging(layer, head, "a written entry");
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   if (!s.resync) s.dirty.push_back(t);
@@ -129,6 +180,7 @@ void DeviceKvMirror::on_write_entry(int layer, int head, int t) {
 
 void DeviceKvMirror::on_reassign(int layer, int head) {
   if (unfolded_) return;
+  refuse_while_lagging(layer, head, "re-assigned positions");
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   s = HeadState{};
@@ -143,7 +195,10 @@ void DeviceKvMirror::on_codebook(int layer, int head) {
   for (int h = 0; h < n_heads_; ++h) on_reassign(layer, h);
 }
 
-void DeviceKvMirror::on_unfold() { unfolded_ = true; }
+void DeviceKvMirror::on_unfold() {
+  for (int l = 0; l < n_layers_; ++l) refuse_while_lagging(l, 0, "an unfold");
+  unfolded_ = true;
+}
 
 void DeviceKvMirror::on_clear() {
   unfolded_ = false;

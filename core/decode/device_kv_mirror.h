@@ -18,6 +18,13 @@
 //    the host append only advances the bookkeeping (a codebook head's row is marked for resync,
 //    since the host stores it approximated). With MirrorAppends::Host the mirror copies each
 //    host append's f32 rows and writes them at the next flush (the CPU decoder, tests).
+//  - deferred host appends (Decoder mode): when no one reads the host cache during a forward call
+//    (no observer), the decoder appends to the device only and calls defer_host_append; the host
+//    cache then lags the device by those rows until sync_host() reads them back (O(rows lagged),
+//    the device's stored words converted exactly, so the host ends with the words it would have
+//    stored itself). Whoever hands the host cache out must sync_host() first. While a layer lags,
+//    any other mutation of its host heads is a std::logic_error (it would number rows the host
+//    does not have); clear(), a replacement and mark_synced() end the lag.
 // After flush(layer) every head of the layer holds on the device exactly what the host holds:
 // the same words of the KvType and the same positions.
 //
@@ -30,6 +37,7 @@
 #include <vector>
 
 #include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_twin.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/kv_cache_listener.h"
 
@@ -44,6 +52,7 @@ class DeviceKvBackend {
   virtual void compact(int layer, const std::vector<std::vector<int>>& keep) = 0;
   virtual void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
                           const float* values, const int32_t* positions) = 0;
+  virtual DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const = 0;
 };
 
 template <class Cache>
@@ -55,6 +64,9 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
                   const int32_t* positions) override {
     cache_.write_rows(layer, head, first_row, rows, keys, values, positions);
+  }
+  DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const override {
+    return cache_.read_rows(layer, head, first_row, rows);
   }
 
  private:
@@ -85,10 +97,23 @@ class DeviceKvMirror final : public KvCacheListener {
   void mark_synced();
   bool pending(int layer) const;
 
+  // Decoder mode: the decoder appended `rows` rows to every head of `layer` on the device only
+  // (after flush(layer)). Returns false, deferring nothing, where the host must take the rows now:
+  // Host mode, an unfolded cache, pending work on the layer, or a head whose host rows are not the
+  // device's words (a codebook head) or whose next position depends on the host's length
+  // (re-assigned positions); the caller then appends to the host as usual.
+  bool defer_host_append(int layer, int rows);
+  // Appends every lagging row to the host cache from the device (one read per lagging head).
+  // Throws std::logic_error when the device does not hold host + lagged rows.
+  void sync_host();
+  int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
+
   struct Counts {
     int64_t compactions = 0;   // compact calls sent
     int64_t rows_written = 0;  // rows sent through write_rows (appends buffered in Host mode included)
     int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
+    int64_t rows_deferred = 0;  // rows appended to the device only (defer_host_append), summed over heads
+    int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
   };
   const Counts& counts() const { return counts_; }
 
@@ -119,6 +144,7 @@ class DeviceKvMirror final : public KvCacheListener {
   void write_tail(int layer, int head, HeadState& s);
   void compact_layer(int layer);
   void resync_rows(int layer, int head, HeadState& s);
+  void refuse_while_lagging(int layer, int head, const char* what) const;
 
   KVCache& cache_;
   DeviceKvBackend& backend_;
@@ -127,6 +153,7 @@ class DeviceKvMirror final : public KvCacheListener {
   bool unfolded_ = false;
   std::vector<HeadState> heads_;    // [layer][head]
   std::vector<char> layer_pending_;  // [layer]
+  std::vector<int> host_lag_;        // [layer]: rows every head of the layer has on the device only
   Counts counts_;
   std::vector<float> keys_, values_;  // upload scratch
 };

@@ -102,10 +102,16 @@ void DeviceKvTwin::compact(int layer, const std::vector<std::vector<int>>& keep)
 }
 
 DeviceKvHeadContents DeviceKvTwin::read_head(int layer, int head) const {
+  return read_rows(layer, head, 0, layout_.layer(layer).heads.at(static_cast<size_t>(head)).length);
+}
+
+DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_row, int64_t rows) const {
   const DeviceKvRegion& r = layout_.layer(layer).heads.at(static_cast<size_t>(head));
+  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
+    throw std::out_of_range("device KV read_rows: rows outside the head's length");
   const size_t rw = static_cast<size_t>(layout_.geometry().row_words());
   const Arenas& a = arenas_[static_cast<size_t>(layer)];
-  const size_t b = static_cast<size_t>(r.base_row), n = static_cast<size_t>(r.length);
+  const size_t b = static_cast<size_t>(r.base_row + first_row), n = static_cast<size_t>(rows);
   DeviceKvHeadContents out;
   out.keys.assign(a.keys.begin() + b * rw, a.keys.begin() + (b + n) * rw);
   out.values.assign(a.values.begin() + b * rw, a.values.begin() + (b + n) * rw);

@@ -41,6 +41,8 @@ class DeviceKvTwin {
   void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
                   const int32_t* positions);
   DeviceKvHeadContents read_head(int layer, int head) const;
+  // Rows [first_row, first_row + rows) of one head (within its length; std::out_of_range otherwise).
+  DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
 
   struct Arenas {
     std::vector<uint16_t> keys, values;  // [capacity rows][row_words]

@@ -1067,6 +1067,8 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
   return st.replay_logits;
 }
 
+bool EvictionEngine::observes_decode() const { return state_->desc.run.decode_every > 0; }
+
 const EvictionReport& EvictionEngine::report() const { return state_->report; }
 
 const EvictionPlan& EvictionEngine::plan() const { return state_->plan; }

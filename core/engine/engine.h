@@ -30,7 +30,7 @@ struct EngineOptions {
   // Where token selections run (core/engine/layer_selector.h). Unset: where the policy program's
   // scores are made (PolicyProgram::selection_device: cuda for the CUDA scoring backend, else host).
   // Twin runs the device algorithm on the CPU (tests).
-  std::optional<SelectionDevice> selection;
+  std::optional<SelectionDevice> selection = std::nullopt;
 };
 
 struct HeadReport {
@@ -158,6 +158,10 @@ class EvictionEngine : public ForwardObserver {
   const std::vector<float>& finish_replay(Decoder& decoder, std::span<const int> prompt, const std::vector<float>& logits);
 
   const EvictionReport& report() const;
+  // Whether the engine acts on decode calls (the policy evicts while decoding: run.decode_every > 0).
+  // When false, callers decode without it as observer, which lets a device-resident decoder keep
+  // the host cache out of the decode loop (docs/CUDA.md, "Deferred host appends").
+  bool observes_decode() const;
   // What is fixed for the current prompt (eviction_plan.h): equal to make_eviction_plan for this
   // policy, model, budget and prompt once the prompt's first layer arrived; plan_before_prompt's before.
   const EvictionPlan& plan() const;

@@ -145,6 +145,43 @@ TEST(DeviceKvDecoderGpu, DeviceCacheEqualsTheHostCacheAfterEvictionAndRestore) {
 #endif
 }
 
+// Calls without an observer append to the device only (DeviceKvMirror::defer_host_append) and
+// the host cache catches up when asked for. A decoder decoding so must give the same logits as one
+// whose every call has an observer (which keeps the host cache appended), and, once asked, the
+// same host cache word for word, equal to its device cache; in three KvTypes, after an eviction.
+TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct WatchOnly : ForwardObserver {  // asks for nothing, but its presence keeps the host appended
+    ObservationRequest request() const override { return {}; }
+    void after_layer(const LayerSignals&, KVCache&) override {}
+  } watch;
+  const auto model = make_random_model(gqa_config(), 31);
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    auto deferred = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    auto appended = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    const std::vector<int> prompt = random_prompt(120, 9);
+    const auto policy = load_policy("snapkv", {});
+    EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+    std::vector<float> a = deferred->forward(prompt, &e1), b = appended->forward(prompt, &e2);
+    for (int s = 0; s < 12; ++s) {
+      ASSERT_EQ(a, b) << "step " << s << ", " << kv_type_name(type);
+      const int next = argmax(a);
+      a = deferred->forward(std::vector<int>{next});
+      b = appended->forward(std::vector<int>{next}, &watch);
+    }
+    ASSERT_TRUE(device_equals_host(*deferred)) << kv_type_name(type);  // cache(): the host catches up
+    ASSERT_TRUE(device_equals_host(*appended)) << kv_type_name(type);
+    const KVCache &x = deferred->cache(), &y = appended->cache();
+    for (int l = 0; l < x.n_layers(); ++l)
+      for (int h = 0; h < x.n_kv_heads(); ++h) {
+        ASSERT_EQ(x.length(l, h), y.length(l, h));
+        EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h)));
+      }
+  }
+#endif
+}
+
 TEST(DeviceKvDecoderGpu, ResidentAndPackedUploadGiveTheSameLogits) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(gqa_config(), 29);

@@ -323,5 +323,115 @@ TEST(DeviceKvMirror, DecoderModeRefusesAnAppendBeforeTheFlush) {
   EXPECT_THROW(DeviceKvMirror(other, backend, MirrorAppends::Host), std::invalid_argument);
 }
 
+// Deferred host appends (the CUDA decoder's calls without an observer): blocks go to the device
+// only and the host cache lags until sync_host reads them back. A reference host cache takes every
+// block directly; after each sync the mirrored host cache must hold exactly its words and
+// positions, and the twin must equal both. Rounds with an observer (sync first, host append, then
+// the engine's keeps and written entries) interleave with deferred rounds, in three KvTypes.
+TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
+  ModelConfig c;
+  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8, c.dim = 32, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 4096;
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    KVCache cache(c, type), reference(c, type);
+    DeviceKvTwin twin(geometry_of(cache));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    int position = 0, deferred_rounds = 0;
+    for (int round = 0; round < 30; ++round) {
+      const bool observer = round % 3 == 2;  // two deferred calls, then one that reads the host cache
+      if (observer) mirror.sync_host();
+      const int n = 1 + static_cast<int>(rng() % 5);
+      const int kv_dim = c.n_kv_heads * c.head_dim;
+      std::vector<float> k(static_cast<size_t>(n) * kv_dim), v(k.size());
+      for (float& x : k) x = normal(rng);
+      for (float& x : v) x = normal(rng);
+      for (int l = 0; l < c.n_layers; ++l) {
+        mirror.flush(l);
+        const std::vector<int32_t> first(static_cast<size_t>(c.n_kv_heads), position);
+        twin.append(l, n, k.data(), v.data(), kv_dim, first);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          for (int i = 0; i < n; ++i) {
+            const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * c.head_dim;
+            reference.append(l, h, position + i, k.data() + at, v.data() + at);
+            if (observer) cache.append(l, h, position + i, k.data() + at, v.data() + at);
+          }
+        if (!observer) {
+          ASSERT_TRUE(mirror.defer_host_append(l, n));
+          EXPECT_GE(mirror.host_lag(l), n);
+        }
+        mirror.flush(l);
+      }
+      position += n;
+      deferred_rounds += !observer;
+      if (!observer) continue;
+      ASSERT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type) << " round " << round;
+      ASSERT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type) << " round " << round;
+      for (int l = 0; l < c.n_layers; ++l)  // the engine's turn, on both host caches
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (rng() % 4 != 0) keep.push_back(t);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+          if (!keep.empty()) {
+            const std::vector<float> row(static_cast<size_t>(c.head_dim), normal(rng));
+            const int t = static_cast<int>(rng() % keep.size());
+            cache.write_entry(l, h, t, row.data(), row.data());
+            reference.write_entry(l, h, t, row.data(), row.data());
+          }
+        }
+    }
+    mirror.sync_host();
+    mirror.flush_all();
+    EXPECT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type) << " at the end";
+    EXPECT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type) << " at the end";
+    EXPECT_EQ(mirror.counts().rows_read, mirror.counts().rows_deferred);
+    EXPECT_GT(mirror.counts().rows_deferred, 0);
+    EXPECT_GT(deferred_rounds, 0);
+  }
+}
+
+// Where the host must take the rows at once, defer_host_append declines (re-assigned positions:
+// the next position is the host's length); clear() ends a lag.
+TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
+  ModelConfig c;
+  c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.dim = 8, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 16;
+  KVCache cache(c);
+  DeviceKvTwin twin(geometry_of(cache));
+  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  const float k[4] = {1, 2, 3, 4};
+  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  ASSERT_TRUE(mirror.defer_host_append(0, 1));
+  EXPECT_EQ(cache.length(0, 0), 0);
+  // A mutation while the host lags is a bug of the caller (it skipped sync_host); the mirror
+  // reports it (after the host cache changed: the listener hears of done mutations).
+  EXPECT_THROW(cache.append(0, 0, 1, k, k), std::logic_error);
+  EXPECT_THROW(cache.keep(0, 0, std::vector<int>{}), std::logic_error);
+  cache.clear();  // the device head is emptied at the next flush; nothing lags any more
+  EXPECT_EQ(mirror.host_lag(0), 0);
+  mirror.flush(0);
+  EXPECT_TRUE(twin_equals_host(twin, cache));
+  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  cache.append(0, 0, 0, k, k);
+  mirror.flush(0);
+  cache.reassign_positions(0, 0);
+  mirror.flush(0);
+  twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
+  EXPECT_FALSE(mirror.defer_host_append(0, 1));  // re-assigned: the host appends now
+  EXPECT_EQ(mirror.host_lag(0), 0);
+  EXPECT_THROW(mirror.defer_host_append(1, 1), std::invalid_argument);
+  MirrorAppends host_mode = MirrorAppends::Host;
+  KVCache other(c);
+  DeviceKvTwin twin2(geometry_of(other));
+  DeviceKvBackendFor<DeviceKvTwin> backend2(twin2);
+  DeviceKvMirror host_mirror(other, backend2, host_mode);
+  EXPECT_FALSE(host_mirror.defer_host_append(0, 1));  // Host mode: the host appends itself
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -132,7 +132,12 @@ class CudaDecoder : public Decoder {
 
   const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer,
                                     std::vector<float>* all_logits) override;
-  KVCache& cache() override { return cache_; }
+  // The host cache is brought up to date first: during calls without an observer it lags the
+  // device (the rows appended then live on the device only; DeviceKvMirror::defer_host_append).
+  KVCache& cache() override {
+    if (mirror_) mirror_->sync_host();
+    return cache_;
+  }
   int position() const override { return position_; }
   void set_position(int position) override {
     if (position < 0) throw std::invalid_argument("set_position: negative position");
@@ -183,6 +188,7 @@ class CudaDecoder : public Decoder {
   std::unique_ptr<cuda::DeviceKvCache> device_kv_;
   std::unique_ptr<DeviceKvBackend> backend_;
   std::unique_ptr<DeviceKvMirror> mirror_;
+  bool defer_host_ = false;  // this forward call appends to the device only (no observer)
   int position_ = 0;
   int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
   cublasHandle_t blas_ = nullptr;
@@ -236,6 +242,10 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   }
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
   const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+  // No observer: no one reads the host cache during this call, so its rows go to the device only
+  // and the host catches up when it is next asked for (cache(), snapshot(), a call with an observer).
+  defer_host_ = mirror_ && !observer;
+  if (mirror_ && !defer_host_) mirror_->sync_host();
   host_tokens_ = tokens;
   tokens_.resize(n);
   tokens_.upload(tokens.data(), n);
@@ -278,6 +288,7 @@ void CudaDecoder::refuse_unfolded() const {
 
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");  // the snapshot's arenas belong on this device
+  if (mirror_) mirror_->sync_host();  // the host copy catches up with deferred rows first
   auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
   // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.
   if (mirror_ && !cache_.unfolded()) {
@@ -359,7 +370,7 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
   mirror_->flush(layer);
   const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
   device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
-  append_to_host(layer, n, rotary_first);
+  if (!(defer_host_ && mirror_->defer_host_append(layer, n))) append_to_host(layer, n, rotary_first);
   mirror_->flush(layer);  // a codebook head's new rows are its reconstruction (no-op otherwise)
   const DeviceKvLayout& layout = device_kv_->layout();
   return make_layer_view(layout.layer(layer), layout.geometry(), device_kv_->keys(layer), device_kv_->values(layer),

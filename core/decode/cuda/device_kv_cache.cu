@@ -219,8 +219,14 @@ void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep
 }
 
 DeviceKvHeadContents DeviceKvCache::read_head(int layer, int head) const {
+  return read_rows(layer, head, 0, impl_->layout.layer(layer).heads.at(size_t(head)).length);
+}
+
+DeviceKvHeadContents DeviceKvCache::read_rows(int layer, int head, int64_t first_row, int64_t rows) const {
   const DeviceKvRegion& r = impl_->layout.layer(layer).heads.at(size_t(head));
-  const size_t rw = size_t(impl_->row_words()), b = size_t(r.base_row), n = size_t(r.length);
+  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
+    throw std::out_of_range("device KV read_rows: rows outside the head's length");
+  const size_t rw = size_t(impl_->row_words()), b = size_t(r.base_row + first_row), n = size_t(rows);
   const LayerArenas& a = *impl_->arenas[size_t(layer)];
   DeviceKvHeadContents out;
   out.keys.resize(n * rw);

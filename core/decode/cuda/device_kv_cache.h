@@ -69,6 +69,9 @@ class DeviceKvCache {
                   const int32_t* positions);
   // One head's live entries copied to the host (synchronises): inspect, reports, tests.
   DeviceKvHeadContents read_head(int layer, int head) const;
+  // Rows [first_row, first_row + rows) of one head (synchronises; std::out_of_range outside its
+  // length): the host cache's catch-up after deferred appends (device_kv_mirror.h, sync_host).
+  DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
 
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head
