@@ -242,6 +242,15 @@ TEST_F(DeviceKvMirrorTest, ControlUnflushedMirrorDiverges) {
   EXPECT_FALSE(twin_equals_host(twin32, f32->cache()));
 }
 
+// A block of n rows of K and V, [n][kv_dim] each, N(0, 1).
+std::pair<std::vector<float>, std::vector<float>> random_block(std::mt19937& rng, int n, int kv_dim) {
+  std::normal_distribution<float> normal;
+  std::vector<float> k(static_cast<size_t>(n) * kv_dim), v(k.size());
+  for (float& x : k) x = normal(rng);
+  for (float& x : v) x = normal(rng);
+  return {std::move(k), std::move(v)};
+}
+
 // MirrorAppends::Decoder as the CUDA decoder drives it: per layer flush, the block appended to the
 // device first, then to the host, flush again; between blocks random keeps (ascending and in any
 // order), written entries, re-assigned heads, clears and restores by assignment. The twin must
@@ -262,9 +271,7 @@ TEST(DeviceKvMirror, DecoderModeRandomOperations) {
     for (int round = 0; round < 40; ++round) {
       const int n = 1 + static_cast<int>(rng() % 9);
       const int kv_dim = c.n_kv_heads * c.head_dim;
-      std::vector<float> k(static_cast<size_t>(n) * kv_dim), v(k.size());
-      for (float& x : k) x = normal(rng);
-      for (float& x : v) x = normal(rng);
+      const auto [k, v] = random_block(rng, n, kv_dim);
       for (int l = 0; l < c.n_layers; ++l) {
         mirror.flush(l);
         std::vector<int32_t> first;
@@ -302,25 +309,36 @@ TEST(DeviceKvMirror, DecoderModeRandomOperations) {
   }
 }
 
-// The decoder-appends contract: appending to a head whose keeps were not flushed is refused.
-TEST(DeviceKvMirror, DecoderModeRefusesAnAppendBeforeTheFlush) {
+// One layer, one KV head of head_dim 4: the smallest cache the contract tests need.
+ModelConfig one_head_config() {
   ModelConfig c;
   c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.dim = 8, c.hidden_dim = 8;
   c.vocab_size = 8, c.context_length = 16;
-  KVCache cache(c);
-  DeviceKvTwin twin(geometry_of(cache));
-  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  return c;
+}
+
+// A Decoder-mode mirror over a one_head_config cache and a twin.
+struct OneHeadMirror {
+  KVCache cache{one_head_config()};
+  DeviceKvTwin twin{geometry_of(cache)};
+  DeviceKvBackendFor<DeviceKvTwin> backend{twin};
+  DeviceKvMirror mirror{cache, backend, MirrorAppends::Decoder};
+};
+
+// The decoder-appends contract: appending to a head whose keeps were not flushed is refused.
+TEST(DeviceKvMirror, DecoderModeRefusesAnAppendBeforeTheFlush) {
+  const ModelConfig c = one_head_config();
+  OneHeadMirror m;
   const float k[4] = {1, 2, 3, 4};
-  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
-  cache.append(0, 0, 0, k, k);
-  mirror.flush(0);
-  EXPECT_TRUE(twin_equals_host(twin, cache));
-  cache.keep(0, 0, std::vector<int>{});
-  EXPECT_THROW(cache.append(0, 0, 1, k, k), std::logic_error);
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  m.cache.append(0, 0, 0, k, k);
+  m.mirror.flush(0);
+  EXPECT_TRUE(twin_equals_host(m.twin, m.cache));
+  m.cache.keep(0, 0, std::vector<int>{});
+  EXPECT_THROW(m.cache.append(0, 0, 1, k, k), std::logic_error);
   // Another geometry is refused at construction.
   KVCache other(c, KvType::BF16);
-  EXPECT_THROW(DeviceKvMirror(other, backend, MirrorAppends::Host), std::invalid_argument);
+  EXPECT_THROW(DeviceKvMirror(other, m.backend, MirrorAppends::Host), std::invalid_argument);
 }
 
 // Deferred host appends (the CUDA decoder's calls without an observer): blocks go to the device
@@ -345,9 +363,7 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
       if (observer) mirror.sync_host();
       const int n = 1 + static_cast<int>(rng() % 5);
       const int kv_dim = c.n_kv_heads * c.head_dim;
-      std::vector<float> k(static_cast<size_t>(n) * kv_dim), v(k.size());
-      for (float& x : k) x = normal(rng);
-      for (float& x : v) x = normal(rng);
+      const auto [k, v] = random_block(rng, n, kv_dim);
       for (int l = 0; l < c.n_layers; ++l) {
         mirror.flush(l);
         const std::vector<int32_t> first(static_cast<size_t>(c.n_kv_heads), position);
@@ -397,34 +413,29 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
 // Where the host must take the rows at once, defer_host_append declines (re-assigned positions:
 // the next position is the host's length); clear() ends a lag.
 TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
-  ModelConfig c;
-  c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.dim = 8, c.hidden_dim = 8;
-  c.vocab_size = 8, c.context_length = 16;
-  KVCache cache(c);
-  DeviceKvTwin twin(geometry_of(cache));
-  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  const ModelConfig c = one_head_config();
+  OneHeadMirror m;
   const float k[4] = {1, 2, 3, 4};
-  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
-  ASSERT_TRUE(mirror.defer_host_append(0, 1));
-  EXPECT_EQ(cache.length(0, 0), 0);
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  ASSERT_TRUE(m.mirror.defer_host_append(0, 1));
+  EXPECT_EQ(m.cache.length(0, 0), 0);
   // A mutation while the host lags is a bug of the caller (it skipped sync_host); the mirror
   // reports it (after the host cache changed: the listener hears of done mutations).
-  EXPECT_THROW(cache.append(0, 0, 1, k, k), std::logic_error);
-  EXPECT_THROW(cache.keep(0, 0, std::vector<int>{}), std::logic_error);
-  cache.clear();  // the device head is emptied at the next flush; nothing lags any more
-  EXPECT_EQ(mirror.host_lag(0), 0);
-  mirror.flush(0);
-  EXPECT_TRUE(twin_equals_host(twin, cache));
-  twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
-  cache.append(0, 0, 0, k, k);
-  mirror.flush(0);
-  cache.reassign_positions(0, 0);
-  mirror.flush(0);
-  twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
-  EXPECT_FALSE(mirror.defer_host_append(0, 1));  // re-assigned: the host appends now
-  EXPECT_EQ(mirror.host_lag(0), 0);
-  EXPECT_THROW(mirror.defer_host_append(1, 1), std::invalid_argument);
+  EXPECT_THROW(m.cache.append(0, 0, 1, k, k), std::logic_error);
+  EXPECT_THROW(m.cache.keep(0, 0, std::vector<int>{}), std::logic_error);
+  m.cache.clear();  // the device head is emptied at the next flush; nothing lags any more
+  EXPECT_EQ(m.mirror.host_lag(0), 0);
+  m.mirror.flush(0);
+  EXPECT_TRUE(twin_equals_host(m.twin, m.cache));
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  m.cache.append(0, 0, 0, k, k);
+  m.mirror.flush(0);
+  m.cache.reassign_positions(0, 0);
+  m.mirror.flush(0);
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
+  EXPECT_FALSE(m.mirror.defer_host_append(0, 1));  // re-assigned: the host appends now
+  EXPECT_EQ(m.mirror.host_lag(0), 0);
+  EXPECT_THROW(m.mirror.defer_host_append(1, 1), std::invalid_argument);
   MirrorAppends host_mode = MirrorAppends::Host;
   KVCache other(c);
   DeviceKvTwin twin2(geometry_of(other));
