@@ -33,7 +33,10 @@ inline std::string name(const Case& c) {
   static const char* wheres[] = {"blind", "sees-all", "middle"};
   std::string s = std::string(kv_type_name(c.type)) + " group " + std::to_string(c.group) + " head_dim " +
                   std::to_string(c.head_dim) + " W " + std::to_string(c.W) + " lengths";
-  for (int64_t l : c.lengths) s += " " + std::to_string(l);
+  for (int64_t l : c.lengths) {
+    s += ' ';  // two appends, not " " + string: GCC 12's -Wrestrict misfires on that
+    s += std::to_string(l);
+  }
   s += c.causal ? " causal" : " non-causal";
   s += c.scaled ? " scaled" : " unscaled";
   s += c.ascending ? " ascending" : " permuted";
