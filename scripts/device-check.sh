@@ -197,7 +197,7 @@ memcheck() {
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
     [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
-    [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*'
+    [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*'
   )
   for name in kvevict_jit_tests kvevict_core_tests; do
     [[ -x "$build/tests/$name" ]] || continue

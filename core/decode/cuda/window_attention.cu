@@ -1,0 +1,61 @@
+// The window attention kernel; contracts in window_attention.h. The kernel is the phase sequence
+// of window_attention_tiles.h with barriers between phases; window_attention_twin.cpp runs the
+// same sequence on the CPU (keep the two loops identical).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/decode/cuda/launch_status.h"
+#include "core/decode/cuda/window_attention.h"
+#include "core/decode/window_attention_twin.h"
+#include "core/util/error.h"
+
+namespace kvevict::cuda {
+
+namespace {
+
+// Arguments travel by value (parameter space, at most 4 KiB on every architecture we build for).
+static_assert(sizeof(WindowAttentionArgs) <= 4096, "kernel parameters");
+
+// Block (row tile, stored head): pass 1 streams the head's key tiles through shared memory and
+// leaves logits plus per-thread online statistics; pass 2 normalises the block's rows in place.
+__global__ void __launch_bounds__(kWindowThreads) window_attention_kernel(const WindowAttentionArgs a) {
+  extern __shared__ float shared[];
+  const WindowAttentionPlan& p = a.plan;
+  const WindowBlock b = window_block(a, blockIdx.x, blockIdx.y);
+  const WindowShared s = window_shared(p, shared);
+  const int t = threadIdx.x;
+  WindowThreadState st;
+  window_load_queries(a, b, s, t);
+  for (int64_t t0 = 0; t0 < b.len; t0 += p.tile_keys) {
+    ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
+    __syncthreads();  // the key tile (and, the first time, the queries) are in
+    window_scores(a, b, s, t0, t, st);
+    __syncthreads();  // every reader of the tile is done before the next overwrites it
+  }
+  window_publish(s, t, st);
+  __syncthreads();  // partials, and the logits each thread wrote to global memory, are visible
+  window_normalise(a, b, s, t);
+}
+
+}  // namespace
+
+void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& plan, const float* queries, float* out,
+                      size_t out_floats) {
+  check_plan_fits(view, plan);
+  if (out_floats < plan.out_floats)
+    throw UsageError("window attention: the plan writes " + std::to_string(plan.out_floats) +
+                     " floats of output, got " + std::to_string(out_floats));
+  if (plan.out_floats == 0) return;  // an empty grid is not a valid launch
+  WindowAttentionArgs a;
+  a.kv = view;
+  a.plan = plan;
+  a.queries = queries;
+  a.out = out;
+  const dim3 grid(unsigned(plan.row_tiles), unsigned(plan.n_kv));
+  window_attention_kernel<<<grid, kWindowThreads, size_t(plan.shared_floats) * sizeof(float)>>>(a);
+  const cudaError_t e = launch_status();
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window_attention_kernel: ") + cudaGetErrorString(e));
+}
+
+}  // namespace kvevict::cuda

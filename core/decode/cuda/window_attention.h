@@ -1,0 +1,25 @@
+#pragma once
+// CUDA launcher of the window attention kernel (core/decode/window_attention_tiles.h): the window
+// attention signal A of one layer, read from the device-resident KV cache through
+// DeviceKvLayerView and written to device memory, so the scoring kernels can read it in place.
+// No CUDA headers here: pointers are plain device pointers, the launch goes to the legacy default
+// stream (ordered with the decoder's kernels), and nothing is synchronised or allocated.
+//
+// Plan on the host (plan_window_attention, window_attention_twin.h) from the same view, then
+// launch as often as no head outgrows the plan's row stride. A plan for another layer shape or a
+// too-small output is refused (UsageError); a failed launch throws RuntimeError naming the kernel.
+// The launcher mirrors its CPU twin, which the GPU test compares it with.
+#include <cstddef>
+
+#include "core/decode/window_attention_tiles.h"
+
+namespace kvevict::cuda {
+
+// queries [W][n_heads][head_dim] f32 (device); out [n_kv][group][W][plan.max_len] f32 (device),
+// out_floats its size (checked against plan.out_floats). Every element of the output is written
+// (zeros past each head's length). Launches nothing when the output is empty (W == 0 or every
+// head empty with row stride 0).
+void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& plan, const float* queries, float* out,
+                      size_t out_floats);
+
+}  // namespace kvevict::cuda

@@ -1,0 +1,129 @@
+// Planning and the CPU twin of the window attention kernel; contracts in window_attention_twin.h.
+#include "core/decode/window_attention_twin.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "core/util/error.h"
+
+namespace kvevict {
+
+namespace {
+
+void refuse(const std::string& what) { throw UsageError("window attention: " + what); }
+
+// The checks of every plan; returns the longest head.
+int64_t check_problem(const DeviceKvLayerView& view, int W, int group, const WindowPlanOptions& o) {
+  if (view.head_dim < 1 || view.head_dim > kWindowMaxHeadDim)
+    refuse("head_dim " + std::to_string(view.head_dim) + " is outside [1, " + std::to_string(kWindowMaxHeadDim) + "]");
+  if (view.n_heads < 1 || view.n_heads > kDeviceKvMaxHeads)
+    refuse(std::to_string(view.n_heads) + " stored heads; the kernel takes 1 to " + std::to_string(kDeviceKvMaxHeads));
+  if (group < 1) refuse("group " + std::to_string(group) + " is below 1");
+  const int64_t n_heads = int64_t(view.n_heads) * group;
+  if (n_heads > 4096) refuse(std::to_string(n_heads) + " query heads; at most 4096 are supported");
+  if (W < 0) refuse("window W " + std::to_string(W) + " is negative");
+  // Rows of a head (g * W + w) and query offsets are ints in the kernel; a row tile may reach
+  // kWindowMaxRows past the last row.
+  if (int64_t(group) * W > INT_MAX - kWindowMaxRows || int64_t(W) * n_heads * view.head_dim > INT_MAX)
+    refuse("a window of " + std::to_string(W) + " rows is too large for the kernel's indexing");
+  if (W > 0 && int64_t(o.query_position0) + W - 1 > INT32_MAX)
+    refuse("window positions from query_position0 " + std::to_string(o.query_position0) + " pass INT32_MAX");
+  int64_t longest = 0;
+  for (int h = 0; h < view.n_heads; ++h) {
+    if (view.length[h] < 0 || view.length[h] > INT_MAX)
+      refuse("stored head " + std::to_string(h) + " has length " + std::to_string(view.length[h]));
+    longest = std::max(longest, view.length[h]);
+  }
+  if (o.max_len != 0 && (o.max_len < longest || o.max_len > INT_MAX))
+    refuse("row stride max_len " + std::to_string(o.max_len) + " is outside [" + std::to_string(longest) +
+           " (the longest head), " + std::to_string(INT_MAX) + "]");
+  return longest;
+}
+
+bool fits(int rows, int tile_keys, int head_dim) {
+  return window_shared_floats(rows, tile_keys, head_dim) * int(sizeof(float)) <= kWindowSharedBytes;
+}
+
+}  // namespace
+
+WindowAttentionPlan plan_window_attention(const DeviceKvLayerView& view, int W, int group,
+                                          const WindowPlanOptions& options) {
+  const int64_t longest = check_problem(view, W, group, options);
+  WindowAttentionPlan p;
+  p.W = W;
+  p.n_kv = view.n_heads;
+  p.group = group;
+  p.n_heads = view.n_heads * group;
+  p.head_dim = view.head_dim;
+  p.query_position0 = options.query_position0;
+  p.causal = options.causal;
+  p.scale = options.scaled ? 1.0f / std::sqrt(static_cast<float>(view.head_dim)) : 1.0f;
+  p.max_len = options.max_len != 0 ? options.max_len : longest;
+  // Rows per block: a power of two, enough for the head's group * W rows when they are few (more
+  // rows share each key tile), then the largest tile and row count the shared memory takes.
+  const int rows = group * W;
+  int r = 1;
+  while (r < rows && r < kWindowMaxRows) r *= 2;
+  while (r > 1 && !fits(r, 32, p.head_dim)) r /= 2;
+  p.rows_per_block = r;
+  p.tile_keys = fits(r, 64, p.head_dim) ? 64 : 32;
+  p.threads_per_row = kWindowThreads / r;
+  p.shared_floats = window_shared_floats(r, p.tile_keys, p.head_dim);
+  p.row_tiles = (rows + r - 1) / r;
+  p.out_floats = size_t(p.n_kv) * size_t(group) * size_t(W) * size_t(p.max_len);
+  return p;
+}
+
+void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& plan) {
+  if (view.n_heads != plan.n_kv || view.head_dim != plan.head_dim)
+    refuse("the plan was made for another layer shape (" + std::to_string(plan.n_kv) + " heads of " +
+           std::to_string(plan.head_dim) + ")");
+  if (const int h = window_uncovered_head(plan, view); h >= 0)
+    refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
+           " entries; the plan's row stride is " + std::to_string(plan.max_len));
+}
+
+namespace {
+
+// One block, phase by phase for every thread; the loop mirrors window_attention_kernel in
+// cuda/window_attention.cu (keep the two identical).
+void run_block(const WindowAttentionArgs& a, int row_tile, int kv, std::vector<float>& shared,
+               std::vector<WindowThreadState>& st) {
+  const WindowAttentionPlan& p = a.plan;
+  const WindowBlock b = window_block(a, row_tile, kv);
+  const WindowShared s = window_shared(p, shared.data());
+  for (int t = 0; t < kWindowThreads; ++t) {
+    st[t] = WindowThreadState{};
+    window_load_queries(a, b, s, t);
+  }
+  for (int64_t t0 = 0; t0 < b.len; t0 += p.tile_keys) {
+    for (int t = 0; t < kWindowThreads; ++t)
+      ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
+    for (int t = 0; t < kWindowThreads; ++t) window_scores(a, b, s, t0, t, st[t]);
+  }
+  for (int t = 0; t < kWindowThreads; ++t) window_publish(s, t, st[t]);
+  for (int t = 0; t < kWindowThreads; ++t) window_normalise(a, b, s, t);
+}
+
+}  // namespace
+
+std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const WindowAttentionPlan& plan,
+                                         const float* queries) {
+  check_plan_fits(view, plan);
+  std::vector<float> out(plan.out_floats);
+  if (out.empty()) return out;
+  WindowAttentionArgs a;
+  a.kv = view;
+  a.plan = plan;
+  a.queries = queries;
+  a.out = out.data();
+  std::vector<float> shared(size_t(plan.shared_floats));
+  std::vector<WindowThreadState> st(kWindowThreads);
+  for (int kv = 0; kv < plan.n_kv; ++kv)
+    for (int r = 0; r < plan.row_tiles; ++r) run_block(a, r, kv, shared, st);
+  return out;
+}
+
+}  // namespace kvevict

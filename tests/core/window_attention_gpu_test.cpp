@@ -1,0 +1,145 @@
+// The window attention CUDA kernel (core/decode/cuda/window_attention.h) against its CPU twin on
+// device copies of the CPU test's layers (GPU only; skipped with the reason without the CUDA
+// toolkit or a usable device). Never run during development: no GPU was available.
+//
+// Tolerance: the twin runs the same phases in the same order, so only the compilers' FMA
+// contraction and the device's expf (2 ulp) differ: a few f32 ulps per logit and per probability,
+// held to |got - twin| <= 1e-5 * twin + 1e-7 (over 100 ulps of each probability). Entries the twin
+// leaves exactly 0 (masked, padding, blind rows) must be exactly 0 on the device too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/decode/window_attention_twin.h"
+#include "core/util/error.h"
+#include "gpu_test_skip.h"
+#include "window_attention_test_cases.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/device_memory.h"
+#include "core/decode/cuda/window_attention.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+#if defined(KVEVICT_HAVE_CUDA)
+
+using window_test::Case;
+
+constexpr double kRel = 1e-5, kAbs = 1e-7;
+
+void check_case(const Case& c, uint32_t seed) {
+  const window_test::Problem P = window_test::make_problem(c, seed);
+  const WindowAttentionPlan plan = plan_window_attention(P.layer.view, c.W, c.group, P.options);
+  const std::vector<float> twin = window_attention_twin(P.layer.view, plan, P.queries.data());
+
+  cuda::DeviceArray<uint16_t> keys, values;
+  cuda::DeviceArray<int32_t> positions;
+  cuda::DeviceArray<float> queries, out(std::max<size_t>(plan.out_floats, 1));
+  keys.upload(P.layer.keys);
+  values.upload(P.layer.values);
+  positions.upload(P.positions);
+  queries.upload(P.queries);
+  DeviceKvLayerView view = P.layer.view;
+  view.keys = keys.data();
+  view.values = values.data();
+  view.positions = positions.data();
+  // NaN in the output first: an element the kernel does not write shows up.
+  const std::vector<float> poison(out.size(), NAN);
+  out.upload(poison.data(), poison.size());
+  cuda::window_attention(view, plan, queries.data(), out.data(), out.size());
+  std::vector<float> got(plan.out_floats);
+  if (!got.empty()) out.download(got.data(), got.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t e = 0; e < twin.size(); ++e) {
+    const double ratio = twin[e] == 0.0f ? (got[e] == 0.0f ? 0.0 : INFINITY)
+                         : std::isfinite(got[e])
+                             ? std::abs(double(got[e]) - twin[e]) / (kRel * twin[e] + kAbs)
+                             : INFINITY;
+    if (ratio > worst) worst = ratio, at = e;
+  }
+  EXPECT_LE(worst, 1.0) << name(c) << ": element " << at << " got " << (got.empty() ? 0.0f : got[at]) << " twin "
+                        << (twin.empty() ? 0.0f : twin[at]);
+}
+
+TEST(WindowAttentionGpu, SweepMatchesTheTwin) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1;
+  for (const Case& c : window_test::sweep_cases()) check_case(c, seed++);
+}
+
+TEST(WindowAttentionGpu, EveryWindowSizeAndPlace) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 500;
+  for (int W : {0, 1, 8, 32, 64})
+    for (Case::Where where : {Case::kBlind, Case::kSeesAll, Case::kMiddle})
+      for (bool ascending : {true, false})
+        for (bool causal : {true, false}) {
+          Case c;
+          c.type = KvType::F16;
+          c.group = 4;
+          c.head_dim = 64;
+          c.W = W;
+          c.lengths = {0, 5, 200, 64, 1};
+          c.where = where;
+          c.ascending = ascending;
+          c.causal = causal;
+          check_case(c, seed++);
+        }
+}
+
+TEST(WindowAttentionGpu, LongHeadsAndAWideRowStride) {
+  SKIP_WITHOUT_GPU();
+  for (bool ascending : {true, false}) {
+    Case c;
+    c.type = KvType::BF16;
+    c.group = 2;
+    c.head_dim = 128;
+    c.W = 32;
+    c.lengths = {3000, 70, 0};
+    c.ascending = ascending;
+    c.where = Case::kSeesAll;
+    check_case(c, 900 + ascending);
+    c.max_len = 3100;
+    c.where = Case::kMiddle;
+    check_case(c, 910 + ascending);
+  }
+  Case big;  // a realistic layer: 8 KV heads of a 32-head model, W 32, a few thousand entries
+  big.type = KvType::F16;
+  big.group = 4;
+  big.head_dim = 128;
+  big.W = 32;
+  big.lengths = {4096, 1500, 4000, 9, 2048, 0, 3333, 4095};
+  big.ascending = false;
+  check_case(big, 42);
+}
+
+// The launcher's argument checks run before any CUDA call, so they are tested without a device.
+TEST(WindowAttentionGpu, LauncherRefusesBadArguments) {
+  DeviceKvLayerView v;
+  v.n_heads = 2;
+  v.head_dim = 64;
+  v.length[0] = 100;
+  v.length[1] = 50;
+  const WindowAttentionPlan plan = plan_window_attention(v, 8, 2);
+  EXPECT_THROW(cuda::window_attention(v, plan, nullptr, nullptr, plan.out_floats - 1), UsageError);
+  DeviceKvLayerView other = v;
+  other.head_dim = 128;
+  EXPECT_THROW(cuda::window_attention(other, plan, nullptr, nullptr, plan.out_floats), UsageError);
+  DeviceKvLayerView longer = v;
+  longer.length[1] = 101;
+  EXPECT_THROW(cuda::window_attention(longer, plan, nullptr, nullptr, plan.out_floats), UsageError);
+}
+
+#else
+
+TEST(WindowAttentionGpu, SweepMatchesTheTwin) { SKIP_WITHOUT_GPU(); }
+
+#endif
+
+}  // namespace
+}  // namespace kvevict

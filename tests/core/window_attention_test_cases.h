@@ -1,0 +1,110 @@
+#pragma once
+// Test helpers of the window attention tests (CPU and GPU): a random layer in host arenas laid out
+// as the device cache lays them (ragged_attention_test_layer.h: heads at spaced base rows, NaN key
+// words in between, so a read outside a head's rows poisons the result) plus a positions arena,
+// either ascending (prefill order, gaps between positions) or a random permutation (a cache kept
+// in score order), and the window queries.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/decode/window_attention_twin.h"
+#include "ragged_attention_test_layer.h"
+
+namespace kvevict::window_test {
+
+struct Case {
+  KvType type = KvType::F16;
+  int group = 1, head_dim = 64, W = 8;
+  std::vector<int64_t> lengths;
+  bool causal = true, scaled = true, ascending = true;
+  // Where window row 0 sits: kBlind puts it W/2 before every position (the first rows see
+  // nothing), kSeesAll puts row W/2 at the last position (the last rows see everything), kMiddle
+  // in the middle of the positions' span.
+  enum Where { kBlind, kSeesAll, kMiddle } where = kMiddle;
+  int64_t max_len = 0;  // row stride (0: the longest head)
+};
+
+inline std::string name(const Case& c) {
+  static const char* wheres[] = {"blind", "sees-all", "middle"};
+  std::string s = std::string(kv_type_name(c.type)) + " group " + std::to_string(c.group) + " head_dim " +
+                  std::to_string(c.head_dim) + " W " + std::to_string(c.W) + " lengths";
+  for (int64_t l : c.lengths) {
+    s += ' ';  // two appends, not " " + string: GCC 12's -Wrestrict misfires on that
+    s += std::to_string(l);
+  }
+  s += c.causal ? " causal" : " non-causal";
+  s += c.scaled ? " scaled" : " unscaled";
+  s += c.ascending ? " ascending" : " permuted";
+  return s + " " + wheres[c.where];
+}
+
+struct Problem {
+  ragged_test::Layer layer;          // keys (values unused), view.positions over `positions`
+  std::vector<int32_t> positions;    // one per arena row (0 in the gaps: their keys are NaN)
+  std::vector<float> queries;        // [W][n_heads][head_dim]
+  int32_t span = 0;                  // positions lie in [0, span)
+  WindowPlanOptions options;
+};
+
+inline Problem make_problem(const Case& c, uint32_t seed) {
+  Problem P;
+  P.layer = ragged_test::random_layer(c.type, c.head_dim, c.lengths, seed);
+  const int64_t longest = c.lengths.empty() ? 0 : *std::max_element(c.lengths.begin(), c.lengths.end());
+  P.span = static_cast<int32_t>(2 * longest + 8);  // room for gaps between kept positions
+  const size_t rows = P.layer.keys.size() / (size_t(c.head_dim) * (c.type == KvType::F32 ? 2 : 1));
+  P.positions.assign(rows, 0);
+  std::mt19937 rng(seed + 17);
+  std::vector<int32_t> all(static_cast<size_t>(P.span));
+  std::iota(all.begin(), all.end(), 0);
+  for (size_t h = 0; h < c.lengths.size(); ++h) {
+    // A random subset of the span, as eviction leaves it: sorted (positional order) or shuffled.
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int32_t> kept(all.begin(), all.begin() + c.lengths[h]);
+    if (c.ascending) std::sort(kept.begin(), kept.end());
+    std::copy(kept.begin(), kept.end(), P.positions.begin() + P.layer.view.base_row[h]);
+  }
+  P.layer.view.positions = P.positions.data();
+  const int n_heads = P.layer.view.n_heads * c.group;
+  // Logits of spread ~1.5 either way: unscaled runs get queries 1/sqrt(head_dim) smaller.
+  const float q_scale = c.scaled ? 1.5f : 1.5f / std::sqrt(float(c.head_dim));
+  P.queries = ragged_test::random_queries(c.W, n_heads, c.head_dim, q_scale, seed + 1);
+  P.options.causal = c.causal;
+  P.options.scaled = c.scaled;
+  P.options.max_len = c.max_len;
+  P.options.query_position0 = c.where == Case::kBlind     ? -c.W / 2
+                              : c.where == Case::kSeesAll ? P.span - 1 - c.W / 2
+                                                          : P.span / 2;
+  return P;
+}
+
+// The CPU sweep: every KvType x group x head_dim, with W, order, mask, scale and window place
+// cycling, over very uneven heads (empty, one entry, a tile and a bit, long).
+inline std::vector<Case> sweep_cases() {
+  std::vector<Case> cases;
+  const int Ws[] = {0, 1, 8, 32, 64};
+  int i = 0;
+  for (KvType type : {KvType::F32, KvType::F16, KvType::BF16})
+    for (int group : {1, 2, 4, 8})
+      for (int hd : {1, 33, 64, 128, 256}) {
+        Case c;
+        c.type = type;
+        c.group = group;
+        c.head_dim = hd;
+        c.W = Ws[i % 5];
+        c.lengths = {int64_t(37 + i % 3), 0, 1, 300, 65};
+        c.causal = i % 4 != 3;
+        c.scaled = i % 3 != 2;
+        c.ascending = i % 2 == 0;
+        c.where = static_cast<Case::Where>(i % 3);
+        cases.push_back(c);
+        ++i;
+      }
+  return cases;
+}
+
+}  // namespace kvevict::window_test
