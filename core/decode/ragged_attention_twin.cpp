@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/decode/device_kv_view_checks.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -18,22 +19,10 @@ void refuse(const std::string& what) { throw UsageError("ragged attention: " + w
 
 // The checks every plan makes; returns the longest head.
 int64_t check_problem(const DeviceKvLayerView& view, int n, int group) {
-  if (view.head_dim < 1 || view.head_dim > kRaggedMaxHeadDim)
-    refuse("head_dim " + std::to_string(view.head_dim) + " is outside [1, " + std::to_string(kRaggedMaxHeadDim) + "]");
-  if (view.n_heads < 1 || view.n_heads > kDeviceKvMaxHeads)
-    refuse(std::to_string(view.n_heads) + " stored heads; the kernels take 1 to " + std::to_string(kDeviceKvMaxHeads));
-  if (group < 1) refuse("group " + std::to_string(group) + " is below 1");
-  if (static_cast<int64_t>(view.n_heads) * group > 4096)
-    refuse(std::to_string(int64_t(view.n_heads) * group) + " query heads; at most 4096 are supported");
+  const int64_t longest = check_layer_view_for_kernel(view, group, kRaggedMaxHeadDim, "ragged attention");
   if (n < 1) refuse("a block of " + std::to_string(n) + " queries");
   if (static_cast<int64_t>(n) * view.n_heads * group > INT_MAX / kRaggedMaxRows)
     refuse("a block of " + std::to_string(n) + " queries is too large for the kernels' indexing");
-  int64_t longest = 0;
-  for (int h = 0; h < view.n_heads; ++h) {
-    if (view.length[h] < 0 || view.length[h] > INT_MAX)
-      refuse("stored head " + std::to_string(h) + " has length " + std::to_string(view.length[h]));
-    longest = std::max(longest, view.length[h]);
-  }
   return longest;
 }
 

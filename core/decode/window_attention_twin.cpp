@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/decode/device_kv_view_checks.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -16,13 +17,8 @@ void refuse(const std::string& what) { throw UsageError("window attention: " + w
 
 // The checks of every plan; returns the longest head.
 int64_t check_problem(const DeviceKvLayerView& view, int W, int group, const WindowPlanOptions& o) {
-  if (view.head_dim < 1 || view.head_dim > kWindowMaxHeadDim)
-    refuse("head_dim " + std::to_string(view.head_dim) + " is outside [1, " + std::to_string(kWindowMaxHeadDim) + "]");
-  if (view.n_heads < 1 || view.n_heads > kDeviceKvMaxHeads)
-    refuse(std::to_string(view.n_heads) + " stored heads; the kernel takes 1 to " + std::to_string(kDeviceKvMaxHeads));
-  if (group < 1) refuse("group " + std::to_string(group) + " is below 1");
+  const int64_t longest = check_layer_view_for_kernel(view, group, kWindowMaxHeadDim, "window attention");
   const int64_t n_heads = int64_t(view.n_heads) * group;
-  if (n_heads > 4096) refuse(std::to_string(n_heads) + " query heads; at most 4096 are supported");
   if (W < 0) refuse("window W " + std::to_string(W) + " is negative");
   // Rows of a head (g * W + w) and query offsets are ints in the kernel; a row tile may reach
   // kWindowMaxRows past the last row.
@@ -30,12 +26,6 @@ int64_t check_problem(const DeviceKvLayerView& view, int W, int group, const Win
     refuse("a window of " + std::to_string(W) + " rows is too large for the kernel's indexing");
   if (W > 0 && int64_t(o.query_position0) + W - 1 > INT32_MAX)
     refuse("window positions from query_position0 " + std::to_string(o.query_position0) + " pass INT32_MAX");
-  int64_t longest = 0;
-  for (int h = 0; h < view.n_heads; ++h) {
-    if (view.length[h] < 0 || view.length[h] > INT_MAX)
-      refuse("stored head " + std::to_string(h) + " has length " + std::to_string(view.length[h]));
-    longest = std::max(longest, view.length[h]);
-  }
   if (o.max_len != 0 && (o.max_len < longest || o.max_len > INT_MAX))
     refuse("row stride max_len " + std::to_string(o.max_len) + " is outside [" + std::to_string(longest) +
            " (the longest head), " + std::to_string(INT_MAX) + "]");

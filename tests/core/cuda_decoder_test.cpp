@@ -82,13 +82,7 @@ std::vector<std::vector<int>> random_prompts(int vocab, int count, uint32_t seed
   return prompts;
 }
 
-ModelConfig gqa_config() {
-  ModelConfig c;
-  c.name = "cuda-test";
-  c.n_layers = 3, c.dim = 96, c.n_heads = 6, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 160;
-  c.vocab_size = 300, c.context_length = 512;
-  return c;
-}
+ModelConfig gqa_config() { return test::gqa_test_config("cuda-test"); }
 
 TEST(CudaDecoder, SyntheticTinyMatchesTheCpu) {
   SKIP_WITHOUT_GPU();

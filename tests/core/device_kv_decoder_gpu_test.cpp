@@ -29,13 +29,7 @@ namespace {
 using test::logit_bound;
 using test::max_abs_diff;
 
-ModelConfig gqa_config() {
-  ModelConfig c;
-  c.name = "device-kv-test";
-  c.n_layers = 3, c.dim = 96, c.n_heads = 6, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 160;
-  c.vocab_size = 300, c.context_length = 512;
-  return c;
-}
+ModelConfig gqa_config() { return test::gqa_test_config("device-kv-test"); }
 
 std::vector<int> random_prompt(int n, uint32_t seed) {
   std::mt19937 rng(seed);

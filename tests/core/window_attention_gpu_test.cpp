@@ -32,9 +32,10 @@ using window_test::Case;
 constexpr double kRel = 1e-5, kAbs = 1e-7;
 
 void check_case(const Case& c, uint32_t seed) {
-  const window_test::Problem P = window_test::make_problem(c, seed);
-  const WindowAttentionPlan plan = plan_window_attention(P.layer.view, c.W, c.group, P.options);
-  const std::vector<float> twin = window_attention_twin(P.layer.view, plan, P.queries.data());
+  const window_test::TwinRun run = window_test::run_twin(c, seed);
+  const window_test::Problem& P = run.P;
+  const WindowAttentionPlan& plan = run.plan;
+  const std::vector<float>& twin = run.out;
 
   cuda::DeviceArray<uint16_t> keys, values;
   cuda::DeviceArray<int32_t> positions;
@@ -74,40 +75,12 @@ TEST(WindowAttentionGpu, SweepMatchesTheTwin) {
 
 TEST(WindowAttentionGpu, EveryWindowSizeAndPlace) {
   SKIP_WITHOUT_GPU();
-  uint32_t seed = 500;
-  for (int W : {0, 1, 8, 32, 64})
-    for (Case::Where where : {Case::kBlind, Case::kSeesAll, Case::kMiddle})
-      for (bool ascending : {true, false})
-        for (bool causal : {true, false}) {
-          Case c;
-          c.type = KvType::F16;
-          c.group = 4;
-          c.head_dim = 64;
-          c.W = W;
-          c.lengths = {0, 5, 200, 64, 1};
-          c.where = where;
-          c.ascending = ascending;
-          c.causal = causal;
-          check_case(c, seed++);
-        }
+  for (const window_test::SeededCase& s : window_test::place_cases()) check_case(s.c, s.seed);
 }
 
 TEST(WindowAttentionGpu, LongHeadsAndAWideRowStride) {
   SKIP_WITHOUT_GPU();
-  for (bool ascending : {true, false}) {
-    Case c;
-    c.type = KvType::BF16;
-    c.group = 2;
-    c.head_dim = 128;
-    c.W = 32;
-    c.lengths = {3000, 70, 0};
-    c.ascending = ascending;
-    c.where = Case::kSeesAll;
-    check_case(c, 900 + ascending);
-    c.max_len = 3100;
-    c.where = Case::kMiddle;
-    check_case(c, 910 + ascending);
-  }
+  for (const window_test::SeededCase& s : window_test::long_head_cases()) check_case(s.c, s.seed);
   Case big;  // a realistic layer: 8 KV heads of a 32-head model, W 32, a few thousand entries
   big.type = KvType::F16;
   big.group = 4;

@@ -107,4 +107,65 @@ inline std::vector<Case> sweep_cases() {
   return cases;
 }
 
+// A case's problem, its plan and the twin's output (moving keeps the arenas' addresses: vectors).
+struct TwinRun {
+  Problem P;
+  WindowAttentionPlan plan;
+  std::vector<float> out;
+};
+inline TwinRun run_twin(const Case& c, uint32_t seed) {
+  TwinRun r{make_problem(c, seed), {}, {}};
+  r.plan = plan_window_attention(r.P.layer.view, c.W, c.group, r.P.options);
+  r.out = window_attention_twin(r.P.layer.view, r.plan, r.P.queries.data());
+  return r;
+}
+
+// A case with the seed of its random layer: the CPU and GPU tests run the same ones.
+struct SeededCase {
+  Case c;
+  uint32_t seed = 0;
+};
+
+// Every window size at every place, both orders, causal and not, on one shape.
+inline std::vector<SeededCase> place_cases() {
+  std::vector<SeededCase> cases;
+  uint32_t seed = 500;
+  for (int W : {0, 1, 8, 32, 64})
+    for (Case::Where where : {Case::kBlind, Case::kSeesAll, Case::kMiddle})
+      for (bool ascending : {true, false})
+        for (bool causal : {true, false}) {
+          Case c;
+          c.type = KvType::F16;
+          c.group = 4;
+          c.head_dim = 64;
+          c.W = W;
+          c.lengths = {0, 5, 200, 64, 1};
+          c.where = where;
+          c.ascending = ascending;
+          c.causal = causal;
+          cases.push_back({c, seed++});
+        }
+  return cases;
+}
+
+// Long and uneven heads (many key tiles), then a row stride wider than the longest head.
+inline std::vector<SeededCase> long_head_cases() {
+  std::vector<SeededCase> cases;
+  for (bool ascending : {true, false}) {
+    Case c;
+    c.type = KvType::BF16;
+    c.group = 2;
+    c.head_dim = 128;
+    c.W = 32;
+    c.lengths = {3000, 70, 0};
+    c.ascending = ascending;
+    c.where = Case::kSeesAll;
+    cases.push_back({c, 900u + ascending});
+    c.max_len = 3100;
+    c.where = Case::kMiddle;
+    cases.push_back({c, 910u + ascending});
+  }
+  return cases;
+}
+
 }  // namespace kvevict::window_test

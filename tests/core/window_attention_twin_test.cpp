@@ -118,9 +118,10 @@ struct Observed {
 };
 
 Comparison run_case(const Case& c, uint32_t seed) {
-  const Problem P = window_test::make_problem(c, seed);
-  const WindowAttentionPlan plan = plan_window_attention(P.layer.view, c.W, c.group, P.options);
-  const std::vector<float> got = window_attention_twin(P.layer.view, plan, P.queries.data());
+  const window_test::TwinRun run = window_test::run_twin(c, seed);
+  const Problem& P = run.P;
+  const WindowAttentionPlan& plan = run.plan;
+  const std::vector<float>& got = run.out;
   EXPECT_EQ(got.size(), plan.out_floats) << name(c);
   const Comparison r = compare(got, plan, P, engine_reference(P, c));
   EXPECT_TRUE(r.ok()) << name(c) << ": worst " << r.at << " (err / tol " << r.worst_ratio << "), worst row sum "
@@ -138,42 +139,14 @@ TEST(WindowAttentionTwin, MatchesTheEngineOnTheSweep) {
 // Every window size at every place, both orders, causal and not, on one shape.
 TEST(WindowAttentionTwin, EveryWindowSizeAndPlace) {
   Observed o;
-  uint32_t seed = 500;
-  for (int W : {0, 1, 8, 32, 64})
-    for (Case::Where where : {Case::kBlind, Case::kSeesAll, Case::kMiddle})
-      for (bool ascending : {true, false})
-        for (bool causal : {true, false}) {
-          Case c;
-          c.type = KvType::F16;
-          c.group = 4;
-          c.head_dim = 64;
-          c.W = W;
-          c.lengths = {0, 5, 200, 64, 1};
-          c.where = where;
-          c.ascending = ascending;
-          c.causal = causal;
-          o.add(run_case(c, seed++));
-        }
+  for (const window_test::SeededCase& s : window_test::place_cases()) o.add(run_case(s.c, s.seed));
   o.report("window sizes and places");
 }
 
 // Long and uneven heads (many key tiles), a row stride wider than the longest head (padding 0).
 TEST(WindowAttentionTwin, LongHeadsAndAWideRowStride) {
   Observed o;
-  for (bool ascending : {true, false}) {
-    Case c;
-    c.type = KvType::BF16;
-    c.group = 2;
-    c.head_dim = 128;
-    c.W = 32;
-    c.lengths = {3000, 70, 0};
-    c.ascending = ascending;
-    c.where = Case::kSeesAll;
-    o.add(run_case(c, 900 + ascending));
-    c.max_len = 3100;
-    c.where = Case::kMiddle;
-    o.add(run_case(c, 910 + ascending));
-  }
+  for (const window_test::SeededCase& s : window_test::long_head_cases()) o.add(run_case(s.c, s.seed));
   o.report("long heads");
 }
 
@@ -186,9 +159,9 @@ TEST(WindowAttentionTwin, BlindRowsAreZeroAndFullRowsSeeEverything) {
   c.W = 8;
   c.lengths = {40, 9};
   c.where = Case::kBlind;  // rows at positions -4 .. 3
-  const Problem P = window_test::make_problem(c, 77);
-  const WindowAttentionPlan plan = plan_window_attention(P.layer.view, c.W, c.group, P.options);
-  const std::vector<float> got = window_attention_twin(P.layer.view, plan, P.queries.data());
+  const window_test::TwinRun blind = window_test::run_twin(c, 77);
+  const WindowAttentionPlan& plan = blind.plan;
+  const std::vector<float>& got = blind.out;
   for (int kv = 0; kv < 2; ++kv)
     for (int g = 0; g < c.group; ++g)
       for (int w = 0; w < 4; ++w)  // positions < 0: nothing is visible
@@ -196,11 +169,11 @@ TEST(WindowAttentionTwin, BlindRowsAreZeroAndFullRowsSeeEverything) {
           EXPECT_EQ(got[window_out_row(plan, kv, g * c.W + w) + size_t(t)], 0.0f) << kv << " " << g << " " << w;
   Case all = c;
   all.where = Case::kSeesAll;
-  const Problem Q = window_test::make_problem(all, 78);
-  const WindowAttentionPlan qp = plan_window_attention(Q.layer.view, all.W, all.group, Q.options);
-  const std::vector<float> seen = window_attention_twin(Q.layer.view, qp, Q.queries.data());
+  const window_test::TwinRun full = window_test::run_twin(all, 78);
+  const WindowAttentionPlan& qp = full.plan;
+  const std::vector<float>& seen = full.out;
   for (int kv = 0; kv < 2; ++kv)
-    for (int64_t t = 0; t < Q.layer.view.length[kv]; ++t)  // the last row sees every entry
+    for (int64_t t = 0; t < full.P.layer.view.length[kv]; ++t)  // the last row sees every entry
       EXPECT_GT(seen[window_out_row(qp, kv, all.W - 1) + size_t(t)], 0.0f) << kv << " " << t;
 }
 
@@ -215,9 +188,10 @@ TEST(WindowAttentionTwin, PlantedBugsAreCaught) {
     c.W = 8;
     c.lengths = {50, 120, 17};
     c.ascending = ascending;
-    const Problem P = window_test::make_problem(c, 31 + ascending);
-    const WindowAttentionPlan plan = plan_window_attention(P.layer.view, c.W, c.group, P.options);
-    const std::vector<float> got = window_attention_twin(P.layer.view, plan, P.queries.data());
+    const window_test::TwinRun run = window_test::run_twin(c, 31 + ascending);
+    const Problem& P = run.P;
+    const WindowAttentionPlan& plan = run.plan;
+    const std::vector<float>& got = run.out;
     ASSERT_TRUE(compare(got, plan, P, engine_reference(P, c)).ok()) << "the unplanted comparison must pass";
     const Comparison mask = compare(got, plan, P, engine_reference(P, c, 0, 1));
     const Comparison head = compare(got, plan, P, engine_reference(P, c, 1, 0));
