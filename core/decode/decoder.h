@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/decode/kv_cache.h"
+#include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
 
 namespace kvevict {
@@ -22,6 +23,10 @@ struct ObservationRequest {
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
   bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
   bool hidden_states = false;          // each block token's attention input vector (LayerSignals::hidden_states)
+  // W > 0: the window attention of the block's last min(W, n_tokens) queries over the layer's cache
+  // (causal, scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute
+  // it (the CUDA decoder does, on the device); an observer must handle its absence.
+  int window_attention = 0;
 };
 
 struct LayerSignals {
@@ -54,6 +59,9 @@ struct LayerSignals {
   // feature i), for ||W_o,h v||_1 (out_norm_l1, core/engine/model_signals.h). Valid during
   // after_layer only (the decoder reuses one buffer). Empty if not requested.
   std::span<const float> output_projection;
+  // The window attention the decoder computed on request (window_attention_signal.h: layout,
+  // memory, lifetime). Empty when not requested or when the decoder does not compute it.
+  WindowAttentionSignal window_attention;
 };
 
 class ForwardObserver {

@@ -119,6 +119,11 @@ DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_
   return out;
 }
 
+DeviceKvLayerView DeviceKvTwin::layer_view(int layer) const {
+  const Arenas& a = arenas_.at(static_cast<size_t>(layer));
+  return make_layer_view(layout_.layer(layer), layout_.geometry(), a.keys.data(), a.values.data(), a.positions.data());
+}
+
 DeviceKvTwin::Snapshot DeviceKvTwin::snapshot() const {
   Snapshot s{layout_.packed(), {}};
   for (int l = 0; l < layout_.geometry().n_layers; ++l) {

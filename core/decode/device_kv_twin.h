@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_view.h"
 
 namespace kvevict {
 
@@ -43,6 +44,10 @@ class DeviceKvTwin {
   DeviceKvHeadContents read_head(int layer, int head) const;
   // Rows [first_row, first_row + rows) of one head (within its length; std::out_of_range otherwise).
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
+  // The view of one layer over the host arenas, for the CPU twins of the kernels that read the
+  // cache (window_attention_twin): valid until the layer is next appended to, grown, written,
+  // compacted or restored.
+  DeviceKvLayerView layer_view(int layer) const;
 
   struct Arenas {
     std::vector<uint16_t> keys, values;  // [capacity rows][row_words]

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "core/decode/device_kv_view_checks.h"
@@ -114,6 +115,23 @@ std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const Wi
   for (int kv = 0; kv < plan.n_kv; ++kv)
     for (int r = 0; r < plan.row_tiles; ++r) run_block(a, r, kv, shared, st);
   return out;
+}
+
+WindowAttentionSignal describe_window_attention(const WindowAttentionPlan& plan, const float* data, bool on_device) {
+  if (!plan.causal || plan.scale != 1.0f / std::sqrt(static_cast<float>(plan.head_dim)))
+    throw std::invalid_argument("window attention: the observation signal is causal and scaled; the plan is not");
+  WindowAttentionSignal a;
+  a.data = data;
+  a.on_device = on_device;
+  a.W = plan.W;
+  a.query_position0 = plan.query_position0;
+  a.group = plan.group;
+  a.n_kv = plan.n_kv;
+  a.max_len = plan.max_len;
+  a.row_stride = plan.max_len;
+  a.group_stride = plan.W * plan.max_len;
+  a.kv_stride = plan.group * a.group_stride;
+  return a;
 }
 
 }  // namespace kvevict

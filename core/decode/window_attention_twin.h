@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/decode/window_attention_signal.h"
 #include "core/decode/window_attention_tiles.h"
 
 namespace kvevict {
@@ -41,5 +42,10 @@ void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& p
 // [W][n_heads][head_dim]. Returns A as [n_kv][group][W][max_len] (window_attention_tiles.h).
 std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const WindowAttentionPlan& plan,
                                          const float* queries);
+
+// The observer's description (window_attention_signal.h) of an output `plan` wrote at `data`
+// ([n_kv][group][W][max_len]), in device or host memory. The signal's contract is causal and
+// scaled: std::invalid_argument for a plan that is not.
+WindowAttentionSignal describe_window_attention(const WindowAttentionPlan& plan, const float* data, bool on_device);
 
 }  // namespace kvevict

@@ -13,6 +13,7 @@
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/ragged_attention.h"
+#include "core/decode/cuda/window_attention.h"
 #include "core/decode/ragged_attention_twin.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
@@ -204,6 +205,7 @@ class CudaDecoder : public Decoder {
   DeviceArray<__half> half_in_;
   DeviceArray<float> attention_workspace_;  // split-K partials (RaggedAttentionPlan::workspace_floats)
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
+  cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
   std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
   std::vector<std::vector<float>> column_sums_;
@@ -472,6 +474,15 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       signals.window_queries = std::span<const float>(window_queries_);
     }
     if (want_columns) signals.accumulated_attention = &column_sums_;
+    // The window attention on request, over the cache as the block's append left it, before the
+    // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
+    // (the device holds those; the observer's causal mask reads the original ones).
+    if (request.window_attention > 0 && view.positions && rotary_first == first) {
+      const int wa = std::min(request.window_attention, n);
+      signals.window_attention = window_attention_.fill(view, config_.group_size(),
+                                                        q_.data() + static_cast<size_t>(n - wa) * q_dim, wa,
+                                                        first + n - wa);
+    }
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
     if (request.hidden_states) signals.hidden_states = hidden_states_;

@@ -19,6 +19,10 @@
 //     re-assigned positions that differ between the KV heads of a layer.
 //   - snapshot()/restore(): the host cache and position, plus a device-to-device copy of the
 //     device cache in Resident mode (restore uploads nothing).
+//   - ObservationRequest::window_attention: right after a layer's append, before its observer runs,
+//     cuda::window_attention fills one device buffer [n_kv][G][W][max_len] from the device cache
+//     (LayerSignals::window_attention, device memory; reused layer after layer). Resident mode
+//     only, and not over re-assigned positions; otherwise the signal stays empty.
 // Not validated on a GPU during development (none was available); tests/core/cuda_decoder_test.cpp
 // and tests/core/device_kv_decoder_gpu_test.cpp compare it with the CPU decoder when a GPU is present.
 #include <memory>

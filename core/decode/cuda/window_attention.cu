@@ -58,4 +58,35 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window_attention_kernel: ") + cudaGetErrorString(e));
 }
 
+WindowAttentionBuffer::~WindowAttentionBuffer() { cudaFree(data_); }
+
+WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
+                                                  int query_position0) {
+  WindowPlanOptions options;
+  options.query_position0 = query_position0;
+  WindowAttentionPlan plan;
+  try {
+    plan = plan_window_attention(view, W, group, options);
+  } catch (const UsageError&) {
+    return {};  // a view the kernel does not take: the observer computes its own
+  }
+  if (plan.out_floats == 0) return {};
+  if (plan.out_floats > capacity_) {
+    cudaFree(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    const cudaError_t e = cudaMalloc(&data_, plan.out_floats * sizeof(float));
+    if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
+    capacity_ = plan.out_floats;
+  }
+  window_attention(view, plan, queries, data_, capacity_);
+  return describe_window_attention(plan, data_, /*on_device=*/true);
+}
+
+void download_floats(const float* device, size_t floats, float* host) {
+  if (floats == 0) return;
+  const cudaError_t e = cudaMemcpy(host, device, floats * sizeof(float), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA download of the window attention: ") + cudaGetErrorString(e));
+}
+
 }  // namespace kvevict::cuda

@@ -11,6 +11,7 @@
 // The launcher mirrors its CPU twin, which the GPU test compares it with.
 #include <cstddef>
 
+#include "core/decode/window_attention_signal.h"
 #include "core/decode/window_attention_tiles.h"
 
 namespace kvevict::cuda {
@@ -21,5 +22,30 @@ namespace kvevict::cuda {
 // head empty with row stride 0).
 void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& plan, const float* queries, float* out,
                       size_t out_floats);
+
+// The CUDA decoder's window attention for its observer (ObservationRequest::window_attention): one
+// device output buffer, grown as needed (never shrunk, freed on destruction), reused layer after
+// layer. fill plans over `view` (causal, scaled, row stride = the longest head), launches, and
+// returns the signal describing the buffer (device memory, [n_kv][group][W][max_len]); an empty
+// signal when the planner refuses the view (head_dim past 256, too many heads, ...: the observer
+// then computes its own) or there is nothing to write. queries: the W window rows, [W][n_heads]
+// [head_dim] f32 on the device.
+class WindowAttentionBuffer {
+ public:
+  WindowAttentionBuffer() = default;
+  ~WindowAttentionBuffer();
+  WindowAttentionBuffer(const WindowAttentionBuffer&) = delete;
+  WindowAttentionBuffer& operator=(const WindowAttentionBuffer&) = delete;
+  WindowAttentionSignal fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
+                             int query_position0);
+
+ private:
+  float* data_ = nullptr;
+  size_t capacity_ = 0;  // floats
+};
+
+// Synchronous copy of `floats` floats from device memory (the legacy default stream, so after every
+// kernel launched before it) into host memory. RuntimeError when the copy fails.
+void download_floats(const float* device, size_t floats, float* host);
 
 }  // namespace kvevict::cuda
