@@ -26,6 +26,7 @@
 #include "core/engine/mass_budget.h"
 #include "core/engine/model_selection.h"
 #include "core/engine/original_positions.h"
+#include "core/engine/precomputed_window.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/recent_queries.h"
 #include "core/engine/replay_checks.h"
@@ -104,6 +105,9 @@ struct EvictionEngine::State {
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;  // active once the policy re-assigned the cache's positions
   MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
+  // The decoder's window attention of the current layer, when it offered the engine's own
+  // (precomputed_window.h); held during one after_layer.
+  PrecomputedWindow window_in;
   // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
   std::unique_ptr<LayerSelector> selector;
   // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
@@ -167,6 +171,7 @@ struct EvictionEngine::State {
     accumulated.assign(L, std::vector<std::vector<float>>());
     recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
+    window_in.reset_counts();
     merge_state.reset(desc.merge, L, Hq);
     records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm),
                   desc.needs(TensorSignal::HiddenState) ? config.dim : 0);
@@ -201,6 +206,44 @@ struct EvictionEngine::State {
   // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
   void record_queries(const LayerSignals& s) {
     recent.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window, query_window());
+  }
+
+  // The query rows a layer's window attention is computed from now: the newest min(window, rows)
+  // recorded queries ([W][Hq][d] at `rows`), the first at position `first`; W = 0 when none.
+  struct WindowRows {
+    const float* rows = nullptr;
+    int W = 0, first = 0;
+  };
+  WindowRows window_rows(int layer) const {
+    const int rows = recent.rows(layer);
+    if (plan.window <= 0 || rows == 0) return {};
+    const int W = std::min(plan.window, rows), skip = rows - W;
+    return {recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, recent.first_position(layer) + skip};
+  }
+
+  // Whether the policy's window attention is the one a decoder may compute for it
+  // (ObservationRequest::window_attention): causal, scaled, the G query heads of each KV head; not
+  // NACL's non-causal proxy nor its same_index_head map.
+  bool ordinary_window_attention() const {
+    return plan.window > 0 && !desc.observe.same_index_head && desc.observe.causal;
+  }
+
+  // ObservationRequest::window_attention: the policy's window when its A is the ordinary one and
+  // the window is known before the prompt (not from the prompt's length or tokens), while a prompt
+  // is pending or the decode trigger reads A; 0 otherwise.
+  int requested_window_attention() const {
+    if (!ordinary_window_attention() || desc.depends_on_prompt_len || desc.observe.window_after_token >= 0) return 0;
+    const bool decode_reads = plan.decode.every > 0 && plan.decode.uses_window_attention;
+    return !prefill_done || in_prefill || decode_reads ? plan.window : 0;
+  }
+
+  // Holds the decoder's window attention of the block's layer when it is the engine's own (after
+  // record_queries: the window rows are the layer's newest). Not over re-assigned positions: the
+  // engine's causal mask reads the original ones.
+  void offer_window_attention(const LayerSignals& s, const KVCache& cache) {
+    if (!ordinary_window_attention() || original.active()) return;
+    const WindowRows r = window_rows(s.layer);
+    window_in.offer(s, r.W, r.first, G, cache);
   }
 
   // Adds the block's attention column sums to the stored accumulated attention of the layer.
@@ -240,21 +283,20 @@ struct EvictionEngine::State {
     const int rows = recent.rows(layer);
     const float* q = recent.data(layer);
     const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention);
-    if (want_window && rows > 0) {
-      const int W = std::min(plan.window, rows);
-      const int skip = rows - W;
-      const float* window_rows = q + static_cast<size_t>(skip) * Hq * d;
-      const int first = recent.first_position(layer) + skip;
+    if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
+      const int W = wr.W, first = wr.first;
       std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
       if (!desc.observe.same_index_head) {
         if (!window_out) {  // no layer-shared buffer: the head's own
           own.resize(static_cast<size_t>(Gs) * W * T);
           window_out = own.data();
         }
-        compute_window_attention(window_rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
-                                 desc.observe.causal);
+        // The decoder's, when it computed exactly this (precomputed_window.h); else the host's.
+        if (!window_in.copy(layer, src, kv_head * Gs, Gs, W, first, T, window_out))
+          compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
+                                   desc.observe.causal);
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
-        in.group = observe_same_index_head(desc.observe.causal, WindowQueries{window_rows, W, Hq, first}, cache, layer,
+        in.group = observe_same_index_head(desc.observe.causal, WindowQueries{wr.rows, W, Hq, first}, cache, layer,
                                            kv_head, G, keys, own);
         window_out = own.data();
       }
@@ -364,10 +406,10 @@ struct EvictionEngine::State {
   // false when there are no window rows (the signal then stays null, as A does).
   bool window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache, const float* keys,
                           ScoreInputs& in, HeadSignals& hs, std::vector<float>& out) const {
-    const int rows = recent.rows(layer);
-    if (plan.window <= 0 || rows == 0) return false;
-    const int W = std::min(plan.window, rows), skip = rows - W;
-    const WindowQueries q{recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, Hq, recent.first_position(layer) + skip};
+    const WindowRows wr = window_rows(layer);
+    if (wr.W == 0) return false;
+    const int W = wr.W;
+    const WindowQueries q{wr.rows, W, Hq, wr.first};
     const float* values = id == TensorSignal::WindowOutputs
                               ? cache.values_or_reconstruct(layer, cache_head(kv_head, cache), hs.value_scratch)
                               : nullptr;
@@ -493,6 +535,7 @@ struct EvictionEngine::State {
       merge_on_evict(desc.merge, cache, layer, kv_head, kept,
                      merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
                                          std::span<const int32_t>(positions(cache, layer, kv_head), length)));
+    window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
     cache.keep(layer, kv_head, kept);
     permute_aligned(layer, kv_head, kept, length);
     original.kept(layer, kv_head, kept);
@@ -723,6 +766,7 @@ struct EvictionEngine::State {
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
                        " tokens for a prompt of " + std::to_string(plan.prompt_len));
     record_queries(s);
+    offer_window_attention(s, cache);
     record_query_and_model_signals(s);
     if (desc.observe.segment > 0)
       segments.record(l, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
@@ -779,6 +823,7 @@ struct EvictionEngine::State {
     std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
     for (int k = 0; k < L; ++k)
       for (int s = 0; s < Hs; ++s) length[k][s] = cache.length(k, cache_head(s, cache));
+    window_in.drop();
     cache.unfold_keep(kept);
     for (int k = 0; k < L; ++k)
       for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], length[k][s]);
@@ -905,6 +950,7 @@ struct EvictionEngine::State {
     const int l = s.layer;
     original.appended(l, cache, s.first_position);
     record_queries(s);
+    offer_window_attention(s, cache);
     record_query_and_model_signals(s);
     record_accumulated(s, cache);
     merge_state.record_decode(s, cache);
@@ -956,6 +1002,7 @@ ObservationRequest EvictionEngine::request() const {
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
+  r.window_attention = state_->requested_window_attention();
   return r;
 }
 
@@ -965,6 +1012,15 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   if (state_->replay_pending && signals.first_position > 0)
     throw UsageError("policy " + state_->desc.name + " reads A_replay: its prompt must be prefilled by prefill_prompt "
                      "(core/engine/block_prefill.h), which runs the replay before any other forward call");
+  // The decoder's window attention is valid during this call only: dropped however it ends.
+  struct DropWindow {
+    State& st;
+    ~DropWindow() {
+      st.window_in.drop();
+      st.report.window_attention_reused = st.window_in.heads_copied();
+      st.report.window_attention_downloads = st.window_in.downloads();
+    }
+  } drop_window{*state_};
   if (new_prompt || state_->in_prefill) state_->prefill_layer(signals, cache, true);
   else state_->decode_layer(signals, cache);
 }

@@ -61,6 +61,11 @@ struct EvictionReport {
   // and are not counted).
   SelectionDevice selection = SelectionDevice::Host;
   int64_t layer_selections = 0;
+  // The window attention the decoder computed (LayerSignals::window_attention) used instead of the
+  // host's compute_window_attention: (layer, stored head) signals copied out of it, and device
+  // buffers downloaded for that (one per layer at most). 0 when the decoder computed none.
+  int64_t window_attention_reused = 0;
+  int64_t window_attention_downloads = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run
