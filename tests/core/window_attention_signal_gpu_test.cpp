@@ -1,0 +1,181 @@
+// The CUDA decoder's window attention for its observer (ObservationRequest::window_attention,
+// LayerSignals::window_attention) - GPU only; skipped with the reason when the build has no CUDA
+// or no usable device. Never run during development: no GPU was available (docs/CUDA.md).
+//  - WindowAttentionSignalGpu: the device buffer the decoder fills right after each layer's append,
+//    downloaded, against window_attention_twin over the same layer of the host cache (a random GQA
+//    model: group 3, head_dim 16), at the prefill, on a decode block over a cache compacted in
+//    ascending (snapkv) and score (cake) order, and on one-token steps; the description (W,
+//    position, strides) against the twin's plan. Tolerance as window_attention_gpu_test.cpp:
+//    |got - twin| <= 1e-5 * twin + 1e-7, and the twin's exact zeros exact.
+//  - WindowAttentionEngineGpu: an engine on the CUDA decoder keeps the same cache (positions per
+//    (layer, head) in cache order) reading the device buffer as computing A on the host (the
+//    request stripped, test::WithoutWindowAttention), on stories260K; the report proves the buffer
+//    was downloaded and read. The packed upload (no device positions) leaves A to the engine.
+// The CPU proof of the same wiring: window_attention_engine_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/decode/make_decoder.h"
+#include "core/model/synthetic_model.h"
+#include "device_kv_gpu_test_util.h"
+#include "dsl/policy_loader.h"
+#include "gpu_test_skip.h"
+#include "stories_prompt_test.h"
+#include "window_attention_injection.h"
+
+namespace kvevict {
+namespace {
+
+constexpr double kRel = 1e-5, kAbs = 1e-7;
+
+// Checks the decoder's buffer against the twin in every after_layer, then hands the layer to the
+// engine (which evicts, so later calls see compacted caches).
+class CheckingObserver : public ForwardObserver {
+ public:
+  CheckingObserver(EvictionEngine& engine, int W, int group) : engine_(engine), W_(W), group_(group) {}
+  ObservationRequest request() const override {
+    ObservationRequest r = engine_.request();
+    r.window = std::max(r.window, W_);
+    r.window_attention = W_;
+    return r;
+  }
+  void after_layer(const LayerSignals& s, KVCache& cache) override {
+    check(s, cache);
+    engine_.after_layer(s, cache);
+  }
+  void after_forward(int n, KVCache& cache) override { engine_.after_forward(n, cache); }
+  int checked = 0;
+  double worst = 0;
+
+ private:
+  void check(const LayerSignals& s, const KVCache& cache) {
+    const WindowAttentionSignal& a = s.window_attention;
+    ASSERT_FALSE(a.empty()) << "layer " << s.layer << ": the decoder filled no buffer";
+    ASSERT_TRUE(a.on_device);
+    WindowAttentionPlan plan;
+    const std::vector<float> want = test::twin_window_attention(cache, s, std::min(W_, s.n_tokens), group_, plan);
+    const WindowAttentionSignal d = describe_window_attention(plan, a.data, true);
+    ASSERT_EQ(a.W, d.W);
+    ASSERT_EQ(a.query_position0, d.query_position0);
+    ASSERT_EQ(a.n_kv, d.n_kv);
+    ASSERT_EQ(a.group, d.group);
+    ASSERT_EQ(a.max_len, d.max_len);
+    ASSERT_EQ(a.row_stride, d.row_stride);
+    ASSERT_EQ(a.group_stride, d.group_stride);
+    ASSERT_EQ(a.kv_stride, d.kv_stride);
+    std::vector<float> got;
+    download_window_attention(a, got);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t e = 0; e < want.size(); ++e) {
+      const double err = std::abs(double(got[e]) - want[e]);
+      if (want[e] == 0.0f) ASSERT_EQ(got[e], 0.0f) << "layer " << s.layer << " element " << e;
+      ASSERT_LE(err, kRel * want[e] + kAbs) << "layer " << s.layer << " element " << e;
+      worst = std::max(worst, err / (want[e] + kAbs));
+    }
+    ++checked;
+  }
+
+  EvictionEngine& engine_;
+  int W_, group_;
+};
+
+void check_under_policy(const std::string& name) {
+  const auto model = make_random_model(test::gqa_test_config("window-signal-test"), 31);
+  const auto policy = load_policy(name, {});
+  auto gpu = make_decoder(*model, DecoderDevice::Cuda, {.device_kv = DeviceKvMode::Resident});
+  EvictionEngine engine(*policy, model->config, {Budget::parse("48"), 0});
+  CheckingObserver observer(engine, 16, model->config.group_size());
+  std::mt19937 rng(9);
+  std::vector<int> prompt(160);
+  for (int& t : prompt) t = int(rng() % 300);
+  gpu->forward(prompt, &observer);
+  ASSERT_TRUE(engine.report().prefill_evicted) << name;
+  gpu->forward(std::span<const int>(prompt).subspan(3, 20), &observer);  // a block on the compacted cache
+  for (int s = 0; s < 2; ++s) gpu->forward(std::span<const int>(prompt).subspan(40 + s, 1), &observer);
+  EXPECT_EQ(observer.checked, 4 * model->config.n_layers) << name;
+  std::printf("[ info ] %s: worst relative difference %.3g\n", name.c_str(), observer.worst);
+}
+
+TEST(WindowAttentionSignalGpu, CudaDecoderFillsTheTwinsWindowAttention) {
+  SKIP_WITHOUT_GPU();
+  check_under_policy("snapkv");  // ascending keeps
+  check_under_policy("cake");    // score-ordered keeps, cascading
+}
+
+struct Case {
+  std::string policy;
+  std::map<std::string, std::string> params;
+  int steps = 3;
+  int decode_block = 0;
+};
+
+struct EngineRun {
+  std::vector<test::CacheLayout> layouts;
+  std::vector<std::vector<float>> logits;
+  EvictionReport report;
+};
+
+class WindowAttentionEngineGpu : public test::StoriesPromptTest {
+ protected:
+  static EngineRun run(const Case& c, bool use_device_buffer, DeviceKvMode mode = DeviceKvMode::Resident) {
+    const auto policy = load_policy(c.policy, c.params);
+    auto gpu = make_decoder(*model_, DecoderDevice::Cuda, {.device_kv = mode});
+    EvictionEngine engine(*policy, model_->config, {Budget::parse("48"), 3});
+    test::WithoutWindowAttention stripped(engine);
+    ForwardObserver* observer = use_device_buffer ? static_cast<ForwardObserver*>(&engine) : &stripped;
+    EngineRun r;
+    auto step = [&](std::span<const int> block) {
+      r.logits.push_back(gpu->forward(block, observer));
+      r.layouts.push_back(test::cache_layout_of(gpu->cache()));
+    };
+    step(tokens_);
+    for (int s = 0; s < c.steps; ++s) {
+      const auto& last = r.logits.back();
+      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+      step(std::span<const int>(&next, 1));
+    }
+    if (c.decode_block > 0) step(std::span<const int>(tokens_).subspan(1, c.decode_block));
+    r.report = engine.report();
+    return r;
+  }
+};
+
+TEST_F(WindowAttentionEngineGpu, SameCacheWithAndWithoutTheDeviceBuffer) {
+  SKIP_WITHOUT_GPU();
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads;
+  for (const Case& c : std::vector<Case>{{"snapkv"},
+                                         {"pyramidkv"},
+                                         {"adakv"},
+                                         {"cake"},
+                                         {"tova"},
+                                         {"cake", {{"decode_indicator", "mean_plus_gamma_var"}}, 2, 40}}) {
+    const EngineRun with = run(c, true), without = run(c, false);
+    EXPECT_GE(with.report.window_attention_reused, heads) << c.policy << ": the device buffer was not read";
+    EXPECT_GT(with.report.window_attention_downloads, 0) << c.policy;
+    EXPECT_EQ(without.report.window_attention_reused, 0) << c.policy;
+    ASSERT_EQ(with.layouts.size(), without.layouts.size());
+    for (size_t i = 0; i < with.layouts.size(); ++i) {
+      EXPECT_EQ(with.layouts[i], without.layouts[i]) << c.policy << ": cache after call " << i;
+      EXPECT_LE(test::max_abs_diff(with.logits[i], without.logits[i]), 1e-4f * test::logit_bound(without.logits[i]))
+          << c.policy << ": logits of call " << i;
+    }
+  }
+}
+
+TEST_F(WindowAttentionEngineGpu, PackedUploadLeavesItToTheEngine) {
+  SKIP_WITHOUT_GPU();
+  const EngineRun packed = run({"snapkv"}, true, DeviceKvMode::PackedUpload);
+  EXPECT_TRUE(packed.report.prefill_evicted);
+  EXPECT_EQ(packed.report.window_attention_reused, 0);
+  EXPECT_EQ(packed.report.window_attention_downloads, 0);
+}
+
+}  // namespace
+}  // namespace kvevict
