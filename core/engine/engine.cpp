@@ -437,6 +437,7 @@ struct EvictionEngine::State {
     for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
     const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
+    window_in.fetch();  // a device buffer comes down here, not on a worker thread
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
     for (int h = 0; h < Hs; ++h)
       heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);

@@ -27,7 +27,7 @@ void PrecomputedWindow::drop() {
 }
 
 const float* PrecomputedWindow::host_data() {
-  if (!signal_.on_device) return signal_.data;
+  if (layer_ < 0 || !signal_.on_device) return signal_.data;
   std::lock_guard<std::mutex> lock(download_mutex_);
   if (!downloaded_) {
     download_window_attention(signal_, host_);

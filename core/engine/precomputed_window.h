@@ -36,6 +36,9 @@ class PrecomputedWindow {
   // entries it had when offered; false otherwise (the caller computes them). Safe to call from
   // several threads at once (the one download is guarded).
   bool copy(int layer, int cache_head, int first_query_head, int n_query_heads, int W, int first, int T, float* out);
+  // Downloads a held device signal now, on the calling thread (the decoder's: its CUDA device is
+  // current there), so that copies made by worker threads find it on the host. No-op otherwise.
+  void fetch() { (void)host_data(); }
 
   // Heads copied out and device buffers downloaded since the last reset_counts.
   int64_t heads_copied() const { return copied_.load(); }
