@@ -619,6 +619,9 @@ struct EvictionEngine::State {
       }
       const auto kept = select_entries(std::span<const float>(mean.data(), T),
                                        std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget, pr);
+      if (options.trace_selection)  // every head was selected on the mean (head 0 traced above)
+        for (int h = 1; h < Hs; ++h)
+          trace_selection(layer, h, mean, std::span<const int32_t>(positions(cache, layer, h), T));
       keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept),
                  std::vector<std::span<const float>>(Hs, std::span<const float>(mean)));
     } else {
