@@ -1,5 +1,5 @@
 // The CUDA decoder against the CPU decoder (GPU only; skipped with the reason when no GPU is usable
-// or the build has no CUDA). Never run during development: no GPU was available (docs/CUDA.md).
+// or the build has no CUDA). First run on an H200 on 2026-12-04 (docs/CUDA.md "First GPU run").
 //
 // Tolerance. The CUDA backend rounds weights and GEMM inputs to fp16 (unit roundoff u = 2^-11,
 // about 4.9e-4) and accumulates in fp32; everything else is fp32 as on the CPU. Each product then
