@@ -166,6 +166,7 @@ nlohmann::json kept_json(const KeptSetComparison& c) {
           {"heads_identical", c.heads_identical},
           {"entries_kept_a", c.entries_kept_a},
           {"kept_count_shift", c.kept_count_shift},
+          {"kept_count_moved", c.kept_count_moved},
           {"entries_differing", c.entries_differing},
           {"differing_near_ties", c.differing_near_ties},
           {"differing_real", c.differing_real()},

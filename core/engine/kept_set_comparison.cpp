@@ -11,15 +11,33 @@
 namespace kvevict {
 namespace {
 
-// A's latest selection of one head: its scores by position, and the near-tie band.
+// A's latest selection of one head: its scores by position, and where its boundary lies: the
+// best evicted score and the near-tie band, over the head's own ranking, or over the layer's when
+// the heads were ranked jointly (Ada-KV).
 struct HeadTrace {
   const HeadReport& report;
+  double top_evicted = -INFINITY;
   double band = 0;
-  explicit HeadTrace(const HeadReport& r, double tol) : report(r) {
+  HeadTrace(const HeadReport& r, const std::vector<HeadReport>& layer, double tol) : report(r) {
     double scale = 0;
-    for (float s : r.selection_scores)
-      if (std::isfinite(s)) scale = std::max(scale, static_cast<double>(std::abs(s)));
+    auto include = [&](const HeadReport& h) {
+      for (size_t i = 0; i < h.selection_scores.size(); ++i) {
+        const double s = h.selection_scores[i];
+        if (!std::isfinite(s)) continue;
+        scale = std::max(scale, std::abs(s));
+        if (!kept_by(h, h.selection_positions[i])) top_evicted = std::max(top_evicted, s);
+      }
+    };
+    if (r.selection_layer_wide) {
+      for (const HeadReport& h : layer)
+        if (h.selection_layer_wide) include(h);
+    } else {
+      include(r);
+    }
     band = tol * std::max(scale, 1e-30);
+  }
+  static bool kept_by(const HeadReport& h, int32_t p) {
+    return std::binary_search(h.kept_positions.begin(), h.kept_positions.end(), p);
   }
   // The score A's selection gave position p, or nullopt when it did not rank p.
   std::optional<double> score(int32_t p) const {
@@ -28,18 +46,11 @@ struct HeadTrace {
     if (it == pos.end()) return std::nullopt;
     return report.selection_scores[static_cast<size_t>(it - pos.begin())];
   }
-  bool kept(int32_t p) const {
-    return std::binary_search(report.kept_positions.begin(), report.kept_positions.end(), p);
-  }
+  bool kept(int32_t p) const { return kept_by(report, p); }
 };
 
 // Classifies one head's differing entries with A's trace; returns the first real one, or -1.
 int64_t classify_entries(const HeadTrace& a, const std::vector<int32_t>& diff, KeptSetComparison& out) {
-  double top_evicted = -INFINITY;
-  for (size_t i = 0; i < a.report.selection_scores.size(); ++i) {
-    const double s = a.report.selection_scores[i];
-    if (std::isfinite(s) && !a.kept(a.report.selection_positions[i])) top_evicted = std::max(top_evicted, s);
-  }
   int64_t first_real = -1;
   for (int32_t p : diff) {
     const std::optional<double> s = a.score(p);
@@ -47,7 +58,7 @@ int64_t classify_entries(const HeadTrace& a, const std::vector<int32_t>& diff, K
       ++out.differing_unclassified;
       continue;
     }
-    if (a.kept(p) ? *s <= top_evicted + a.band : *s >= top_evicted - a.band)
+    if (a.kept(p) ? *s <= a.top_evicted + a.band : *s >= a.top_evicted - a.band)
       ++out.differing_near_ties;
     else if (first_real < 0)
       first_real = p;
@@ -96,11 +107,17 @@ KeptSetComparison compare_kept_sets(const EvictionReport& a, const EvictionRepor
     return {&(*order_a)[l][h], &(*order_b)[l][h]};
   };
   for (size_t l = 0; l < a.layers.size() && l < b.layers.size(); ++l) {
+    int64_t joint_kept_a = 0, joint_kept_b = 0;  // heads ranked jointly: only their total is a budget
     for (size_t h = 0; h < a.layers[l].size() && h < b.layers[l].size(); ++h) {
       const HeadReport &ha = a.layers[l][h], &hb = b.layers[l][h];
       ++out.heads;
       out.entries_kept_a += ha.kept;
-      out.kept_count_shift += std::abs(ha.kept - hb.kept);
+      if (ha.selection_layer_wide) {
+        joint_kept_a += ha.kept, joint_kept_b += hb.kept;
+        out.kept_count_moved += std::abs(ha.kept - hb.kept);
+      } else {
+        out.kept_count_shift += std::abs(ha.kept - hb.kept);
+      }
       std::vector<int32_t> diff;
       std::set_symmetric_difference(ha.kept_positions.begin(), ha.kept_positions.end(), hb.kept_positions.begin(),
                                     hb.kept_positions.end(), std::back_inserter(diff));
@@ -111,7 +128,7 @@ KeptSetComparison compare_kept_sets(const EvictionReport& a, const EvictionRepor
           continue;
         }
         ++out.heads_reordered;
-        const int64_t slot = classify_slots(HeadTrace(ha, tol), *oa, *ob, out);
+        const int64_t slot = classify_slots(HeadTrace(ha, a.layers[l], tol), *oa, *ob, out);
         if (slot >= 0 && out.first_real.empty()) out.first_real = where(l, h) + " slot " + std::to_string(slot);
         continue;
       }
@@ -121,9 +138,10 @@ KeptSetComparison compare_kept_sets(const EvictionReport& a, const EvictionRepor
         out.differing_unclassified += static_cast<int64_t>(diff.size());
         continue;
       }
-      const int64_t real = classify_entries(HeadTrace(ha, tol), diff, out);
+      const int64_t real = classify_entries(HeadTrace(ha, a.layers[l], tol), diff, out);
       if (real >= 0 && out.first_real.empty()) out.first_real = where(l, h) + " position " + std::to_string(real);
     }
+    out.kept_count_shift += std::abs(joint_kept_a - joint_kept_b);
   }
   return out;
 }
@@ -145,6 +163,7 @@ std::string KeptSetFork::describe() const {
                   std::to_string(c.differing_near_ties) + " near ties, " + std::to_string(c.differing_real()) +
                   " real, " + std::to_string(c.differing_unclassified) + " unclassified), kept counts shifted by " +
                   std::to_string(c.kept_count_shift);
+  if (c.kept_count_moved > 0) s += ", " + std::to_string(c.kept_count_moved) + " kept moved between jointly ranked heads";
   if (c.heads_reordered > 0)
     s += ", " + std::to_string(c.slots_differing) + " slots reordered in " + std::to_string(c.heads_reordered) +
          " heads (" + std::to_string(c.slots_near_ties) + " near ties, " + std::to_string(c.slots_real()) + " real, " +

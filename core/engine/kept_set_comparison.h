@@ -34,7 +34,8 @@ struct KeptSetComparison {
   int heads_identical = 0;        // with the same kept positions
   int heads_untraced = 0;         // differing heads without A's selection trace (layer-wide rules)
   int64_t entries_kept_a = 0;     // kept entries in A, all heads
-  int64_t kept_count_shift = 0;   // sum over heads of |kept_a - kept_b|
+  int64_t kept_count_shift = 0;   // sum over heads of |kept_a - kept_b| (jointly ranked heads: per layer)
+  int64_t kept_count_moved = 0;   // sum over jointly ranked heads of |kept_a - kept_b| (not a budget)
   int64_t entries_differing = 0;  // positions kept by exactly one of the two runs
   int64_t differing_near_ties = 0;    // ... within the band of A's top-k boundary
   int64_t differing_unclassified = 0;  // ... not ranked by A's latest selection of that head
@@ -62,7 +63,11 @@ CacheOrder cache_order(const KVCache& cache);
 // `tol` x (the head's largest |score|) of A's boundary on its own side (an entry A kept and B
 // dropped scores at most A's best evicted score + band; one A dropped and B kept at least that
 // score - band), so a swap of two such entries is a score gap of at most 2 band. A differing entry
-// A's latest selection did not rank (evicted at an earlier step) is unclassified. With both slot
+// A's latest selection did not rank (evicted at an earlier step) is unclassified. Heads ranked
+// jointly (HeadReport::selection_layer_wide: Ada-KV) share the layer's boundary and band, and only
+// their layer total is a budget: entries moving between them are classified like any other (an
+// entry kept by the floor of a head below the joint boundary would be called real: conservative).
+// With both slot
 // orders, a head holding the same set in another order counts each slot that differs: a near tie
 // when A scored its two entries within the band of each other.
 KeptSetComparison compare_kept_sets(const EvictionReport& a, const EvictionReport& b,

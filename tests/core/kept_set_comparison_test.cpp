@@ -79,6 +79,33 @@ TEST(KeptSetComparison, SlotOrderIsComparedWhenGiven) {
   EXPECT_EQ(real.first_real, "layer 0 head 0 slot 0");
 }
 
+// Two heads ranked jointly (Ada-KV): A kept 0, 1 of head 0 and 0 of head 1; B moved one entry from
+// head 0 (position 1, score 0.5) to head 1 (position 1, score 0.499): the layer's boundary (0.499)
+// makes it a near tie, and the layer's total budget did not move.
+TEST(KeptSetComparison, JointlyRankedHeadsShareTheLayersBoundary) {
+  auto joint = [](std::vector<int32_t> kept, std::vector<float> scores) {
+    HeadReport h;
+    h.kept = static_cast<int>(kept.size());
+    h.kept_positions = std::move(kept);
+    h.selection_scores = std::move(scores);
+    h.selection_positions = {0, 1};
+    h.selection_layer_wide = true;
+    return h;
+  };
+  EvictionReport a, b;
+  a.layers = {{joint({0, 1}, {0.9f, 0.5f}), joint({0}, {0.8f, 0.499f})}};
+  b.layers = {{joint({0}, {}), joint({0, 1}, {})}};
+  const KeptSetComparison c = compare_kept_sets(a, b);
+  EXPECT_EQ(c.entries_differing, 2);
+  EXPECT_EQ(c.differing_near_ties, 2);
+  EXPECT_EQ(c.kept_count_shift, 0);
+  EXPECT_EQ(c.kept_count_moved, 2);
+  EXPECT_TRUE(c.only_near_ties());
+  // Per head, head 1's own boundary (0.499 evicted, nothing else) would not see head 0's 0.5.
+  a.layers[0][0].selection_layer_wide = a.layers[0][1].selection_layer_wide = false;
+  EXPECT_EQ(compare_kept_sets(a, b).kept_count_shift, 2);
+}
+
 TEST(KeptSetComparison, TheForkIsTheFirstDivergenceOnly) {
   KeptSetFork fork;
   EXPECT_TRUE(fork.observe(0, one_head({0, 1}, kScores), one_head({0, 1})));
@@ -122,7 +149,8 @@ TEST_P(KeptSetLockstep, F16AndF32CachesPartOnlyOnNearTies) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, KeptSetLockstep, ::testing::Values("snapkv", "cake", "h2o", "tova", "pyramidkv"));
+INSTANTIATE_TEST_SUITE_P(Policies, KeptSetLockstep,
+                         ::testing::Values("snapkv", "cake", "h2o", "tova", "pyramidkv", "adakv"));
 
 // The control: B scores with another parameter, so its caches differ for a reason that is no
 // rounding; the lockstep comparison must say so.
