@@ -7,12 +7,19 @@
 //   - logits: max |B - A| over the prefill's and every step's logits, and that relative to the
 //     logits' scale, against the tolerance 0.02 * (1 + max |A|) (tests/core/cuda_decoder_test.cpp
 //     derives it: fp16 weights and GEMM inputs, u = 2^-11, about 7 rounded products per layer);
-//   - kept sets after the prefill's eviction, per (layer, KV head): heads identical, and entries in
-//     one set but not the other. Each differing entry is classified with A's own selection scores
-//     (EngineOptions::trace_selection; compare_kept says how): a near tie when it lies within
-//     `--score-tol` (relative to the head's largest |score|) of A's top-k boundary, else a real
-//     difference. The default 1e-2 is the logit tolerance's order: scores are sums of softmax
-//     probabilities whose exponents carry the logits' relative error.
+//   - kept sets per (layer, KV head) after the prefill and after the last step, and the first step
+//     where they differ (KeptSetFork, core/engine/kept_set_comparison.h). Each differing entry is
+//     classified with A's own selection scores (EngineOptions::trace_selection): a near tie when it
+//     lies within `--score-tol` (relative to the head's largest |score|) of A's top-k boundary, real
+//     otherwise, unclassified when A's latest selection did not rank it (evicted at an earlier
+//     step). The default 1e-2 is the logit tolerance's order: scores are sums of softmax
+//     probabilities whose exponents carry the logits' relative error. Only the first divergence
+//     says anything about the backends: after it the caches differ, so later scores and logits do
+//     too (CAKE's decode pooling along cache slots spreads one flip quickly);
+//   - logits while the caches are the same ("same" steps: the prefill and the decode steps up to
+//     the first divergence) against the tolerance, and over all steps for reference.
+// The verdict `ok`: logits within the tolerance while the caches are the same, and the first
+// divergence (if any) made of near ties only.
 // Nothing is asserted: it prints a table (and JSON with --json) for docs/PERFORMANCE.md.
 //   bench_gpu_agreement [--model PATH] [--prompt-tokens N] [--tokens 64] [--policies snapkv,cake,h2o]
 //                       [--budget 10%] [--a cpu|cuda] [--b cuda|cpu] [--kv-a f16] [--kv-b f16]
@@ -37,6 +44,7 @@
 #include "core/decode/make_decoder.h"
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
+#include "core/engine/kept_set_comparison.h"
 #include "core/model/model.h"
 #include "core/util/error.h"
 #include "jit/device.h"
@@ -113,8 +121,10 @@ struct DeviceSide {
 struct Run {
   std::vector<int> ids;                    // the ids fed after the prompt
   std::vector<std::vector<float>> logits;  // after the prefill, then after each fed id
-  EvictionReport report;                   // right after the prefill's eviction
-  EvictionReport final_report;             // after the last forced token (decode-time evictions)
+  // The engine's report right after the prefill's eviction, then after each fed id (decode-time
+  // evictions): the kept sets of every step, for the first divergence (KeptSetFork).
+  std::vector<EvictionReport> reports;
+  std::vector<CacheOrder> orders;  // the cache's slot orders at the same moments
 };
 
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
@@ -136,12 +146,12 @@ Run run(const Model& model, const DeviceSide& side, const std::string& policy, c
   auto decoder = make_decoder(model, kind, {.device_ordinal = side.device.ordinal, .kv_type = side.kv_type});
   Run r;
   r.logits.push_back(prefill_prompt(*decoder, prompt, engine.get(), engine.get()));
-  if (engine) r.report = engine->report();  // the kept sets right after the prefill's eviction
+  if (engine) r.reports.push_back(engine->report()), r.orders.push_back(cache_order(decoder->cache()));
   for (int i = 0; i < o.tokens; ++i) {
     r.ids.push_back(forced ? (*forced)[static_cast<size_t>(i)] : argmax(r.logits.back()));
     r.logits.push_back(decoder->forward(std::span<const int>(&r.ids.back(), 1), engine.get()));
+    if (engine) r.reports.push_back(engine->report()), r.orders.push_back(cache_order(decoder->cache()));
   }
-  if (engine) r.final_report = engine->report();
   return r;
 }
 
@@ -151,61 +161,22 @@ double top2_margin(const std::vector<float>& v) {
   return static_cast<double>(c[0]) - c[1];
 }
 
-// Kept-set comparison of one policy's prefill eviction, classified with A's traced scores. A's
-// selection splits its traced entries into kept and evicted; `top_evicted` is the best evicted
-// score, where a top-k boundary lies. A differing entry is a near tie when it sits within `tol`
-// (relative to the head's largest |score|) of that boundary on its own side: an entry A kept and B
-// dropped scores at most top_evicted + tol, an entry A dropped and B kept at least top_evicted -
-// tol; a swap of two such entries is then a score gap of at most 2 tol. Differing kept counts
-// (a budget that moved between heads or layers, as CAKE's allocator may) are reported apart.
-nlohmann::json compare_kept(const EvictionReport& a, const EvictionReport& b, double tol) {
-  int heads = 0, identical = 0, untraced = 0;
-  int64_t differing = 0, near_ties = 0, kept_a = 0, count_shift = 0;
-  for (size_t l = 0; l < a.layers.size() && l < b.layers.size(); ++l) {
-    for (size_t h = 0; h < a.layers[l].size() && h < b.layers[l].size(); ++h) {
-      const HeadReport &ha = a.layers[l][h], &hb = b.layers[l][h];
-      ++heads;
-      kept_a += ha.kept;
-      count_shift += std::abs(ha.kept - hb.kept);
-      std::vector<int32_t> diff;
-      std::set_symmetric_difference(ha.kept_positions.begin(), ha.kept_positions.end(), hb.kept_positions.begin(),
-                                    hb.kept_positions.end(), std::back_inserter(diff));
-      if (diff.empty()) {
-        ++identical;
-        continue;
-      }
-      differing += static_cast<int64_t>(diff.size());
-      if (ha.selection_scores.empty()) {
-        ++untraced;
-        continue;
-      }
-      auto kept_by_a = [&](int32_t p) {
-        return std::binary_search(ha.kept_positions.begin(), ha.kept_positions.end(), p);
-      };
-      double top_evicted = -INFINITY, scale = 0;
-      for (size_t i = 0; i < ha.selection_scores.size(); ++i) {
-        const double s = ha.selection_scores[i];
-        if (!std::isfinite(s)) continue;
-        scale = std::max(scale, std::abs(s));
-        if (!kept_by_a(ha.selection_positions[i])) top_evicted = std::max(top_evicted, s);
-      }
-      const double band = tol * std::max(scale, 1e-30);
-      for (int32_t p : diff) {
-        const auto it = std::find(ha.selection_positions.begin(), ha.selection_positions.end(), p);
-        if (it == ha.selection_positions.end()) continue;  // not among A's latest selection's entries
-        const double s = ha.selection_scores[static_cast<size_t>(it - ha.selection_positions.begin())];
-        if (kept_by_a(p) ? s <= top_evicted + band : s >= top_evicted - band) ++near_ties;
-      }
-    }
-  }
-  return {{"heads", heads},
-          {"heads_identical", identical},
-          {"entries_kept_a", kept_a},
-          {"kept_count_shift", count_shift},
-          {"entries_differing", differing},
-          {"differing_near_ties", near_ties},
-          {"differing_real", differing - near_ties},
-          {"heads_untraced", untraced}};
+nlohmann::json kept_json(const KeptSetComparison& c) {
+  return {{"heads", c.heads},
+          {"heads_identical", c.heads_identical},
+          {"entries_kept_a", c.entries_kept_a},
+          {"kept_count_shift", c.kept_count_shift},
+          {"kept_count_moved", c.kept_count_moved},
+          {"entries_differing", c.entries_differing},
+          {"differing_near_ties", c.differing_near_ties},
+          {"differing_real", c.differing_real()},
+          {"differing_unclassified", c.differing_unclassified},
+          {"heads_untraced", c.heads_untraced},
+          {"heads_reordered", c.heads_reordered},
+          {"slots_differing", c.slots_differing},
+          {"slots_near_ties", c.slots_near_ties},
+          {"slots_real", c.slots_real()},
+          {"slots_unclassified", c.slots_unclassified}};
 }
 
 nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const DeviceSide& b, const std::string& policy,
@@ -213,7 +184,15 @@ nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const Dev
   const Run ra = run(model, a, policy, o, prompt, nullptr);
   const Run rb = run(model, b, policy, o, prompt, &ra.ids);
   const std::vector<int>& ids = ra.ids;
-  double max_abs = 0, max_logit = 0, prefill_abs = 0;
+  // The first step whose kept sets differ (step 0: the prefill). Logits up to and including that
+  // step were computed on identical caches (a layer's eviction runs after its attention and only
+  // touches its own cache); later ones on caches that have parted, so they say nothing about the
+  // backends and are reported apart.
+  KeptSetFork fork(o.score_tol);
+  for (size_t s = 0; s < ra.reports.size() && s < rb.reports.size(); ++s)
+    if (!fork.observe(static_cast<int>(s), ra.reports[s], rb.reports[s], &ra.orders[s], &rb.orders[s])) break;
+  const size_t same_cache_steps = fork.parted() ? static_cast<size_t>(fork.step()) + 1 : ra.logits.size();
+  double max_abs = 0, max_logit = 0, prefill_abs = 0, same_cache_abs = 0, same_cache_logit = 0;
   int agree = 0, near_tie_flips = 0, first_disagreement = -1;
   for (size_t s = 0; s < ra.logits.size(); ++s) {
     const auto &la = ra.logits[s], &lb = rb.logits[s];
@@ -225,6 +204,10 @@ nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const Dev
     max_abs = std::max(max_abs, step_max);
     if (s == 0) prefill_abs = step_max;
     max_logit = std::max(max_logit, step_scale);
+    if (s < same_cache_steps) {
+      same_cache_abs = std::max(same_cache_abs, step_max);
+      same_cache_logit = std::max(same_cache_logit, step_scale);
+    }
     if (s + 1 == ra.logits.size()) break;  // the last logits have no greedy step to compare
     const double tolerance = 0.02 * (1 + step_scale);
     if (argmax(la) == argmax(lb)) {
@@ -234,6 +217,7 @@ nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const Dev
       if (top2_margin(la) <= tolerance) ++near_tie_flips;
     }
   }
+  const double same_cache_tol = 0.02 * (1 + same_cache_logit);
   nlohmann::json r{{"policy", policy},
                    {"steps", static_cast<int>(ids.size())},
                    {"greedy_ids_agree", agree},
@@ -243,28 +227,43 @@ nlohmann::json compare_policy(const Model& model, const DeviceSide& a, const Dev
                    {"prefill_logits_max_abs_diff", prefill_abs},
                    {"logits_max_abs", max_logit},
                    {"logits_tolerance", 0.02 * (1 + max_logit)},
-                   {"logits_within_tolerance", max_abs <= 0.02 * (1 + max_logit)}};
-  if (policy != "full") {
-    r["kept"] = compare_kept(ra.report, rb.report, o.score_tol);
-    r["kept_after_decode"] = compare_kept(ra.final_report, rb.final_report, o.score_tol);
+                   {"logits_within_tolerance", max_abs <= 0.02 * (1 + max_logit)},
+                   {"same_cache_steps", static_cast<int>(same_cache_steps)},
+                   {"same_cache_logits_max_abs_diff", same_cache_abs},
+                   {"same_cache_logits_tolerance", same_cache_tol},
+                   {"same_cache_logits_within_tolerance", same_cache_abs <= same_cache_tol}};
+  if (policy != "full" && !ra.reports.empty() && !rb.reports.empty()) {
+    r["kept"] = kept_json(compare_kept_sets(ra.reports.front(), rb.reports.front(), o.score_tol));
+    r["kept_after_decode"] = kept_json(compare_kept_sets(ra.reports.back(), rb.reports.back(), o.score_tol));
+    r["kept_fork"] = {{"parted", fork.parted()},
+                      {"step", fork.step()},
+                      {"only_near_ties", !fork.parted() || fork.at_fork().only_near_ties()},
+                      {"at_fork", kept_json(fork.at_fork())},
+                      {"describe", fork.describe()}};
   }
+  // The verdict: the logits agree while the caches are the same, and the caches part (if they do)
+  // on near ties only.
+  r["ok"] = same_cache_abs <= same_cache_tol && (!r.contains("kept_fork") || r["kept_fork"]["only_near_ties"].get<bool>());
   return r;
 }
 
 void print_row(const nlohmann::json& r) {
-  std::printf("%-10s %5d/%-3d %6d %9.4f %9.4f %9.4f %5s\n", r["policy"].get<std::string>().c_str(),
+  std::printf("%-10s %5d/%-3d %6d %11.4f %5d %9.4f %9.4f %9.4f %5s\n", r["policy"].get<std::string>().c_str(),
               r["greedy_ids_agree"].get<int>(), r["steps"].get<int>(), r["first_disagreement"].get<int>(),
-              r["prefill_logits_max_abs_diff"].get<double>(), r["logits_max_abs_diff"].get<double>(),
-              r["logits_tolerance"].get<double>(), r["logits_within_tolerance"].get<bool>() ? "yes" : "NO");
+              r["prefill_logits_max_abs_diff"].get<double>(), r["same_cache_steps"].get<int>(),
+              r["same_cache_logits_max_abs_diff"].get<double>(), r["same_cache_logits_tolerance"].get<double>(),
+              r["logits_max_abs_diff"].get<double>(), r["ok"].get<bool>() ? "yes" : "NO");
   for (const char* when : {"kept", "kept_after_decode"}) {
     if (!r.contains(when)) continue;
     const auto& k = r[when];
-    std::printf("    %-18s heads %d/%d identical, %lld entries differ (%lld near ties, %lld not), kept counts "
-                "shifted by %lld\n",
+    std::printf("    %-18s heads %d/%d identical, %lld entries differ (%lld near ties, %lld real, %lld unclassified), "
+                "kept counts shifted by %lld\n",
                 when, k["heads_identical"].get<int>(), k["heads"].get<int>(), k["entries_differing"].get<long long>(),
                 k["differing_near_ties"].get<long long>(), k["differing_real"].get<long long>(),
-                k["kept_count_shift"].get<long long>());
+                k["differing_unclassified"].get<long long>(), k["kept_count_shift"].get<long long>());
   }
+  if (r.contains("kept_fork"))
+    std::printf("    %-18s %s\n", "first divergence", r["kept_fork"]["describe"].get<std::string>().c_str());
   std::fflush(stdout);
 }
 
@@ -298,7 +297,8 @@ int main(int argc, char** argv) try {
   std::printf("bench_gpu_agreement: %s, %d prompt tokens, %d greedy steps, budget %s; A = %s (%s), B = %s (%s)\n",
               o.model.c_str(), o.prompt_tokens, o.tokens, o.budget.c_str(), a.device.describe().c_str(),
               o.kv_a.c_str(), b.device.describe().c_str(), o.kv_b.c_str());
-  std::printf("%-10s %9s %6s %9s %9s %9s %5s\n", "policy", "ids_agree", "first", "prefill|dl|", "max|dl|", "tol",
+  std::printf("%-10s %9s %6s %11s %5s %9s %9s %9s %5s\n", "policy", "ids_agree", "first", "prefill|dl|", "same",
+              "same|dl|", "tol", "max|dl|",
               "ok");
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::string> policies = {"full"};

@@ -566,19 +566,23 @@ struct EvictionEngine::State {
   struct SelectionTrace {
     std::vector<float> scores;
     std::vector<int32_t> positions;
+    bool layer_wide = false;
   };
   mutable std::vector<std::vector<SelectionTrace>> traces;  // [layer][head], filled on demand
-  void trace_selection(int layer, int head, std::span<const float> sc, std::span<const int32_t> pos) const {
+  void trace_selection(int layer, int head, std::span<const float> sc, std::span<const int32_t> pos,
+                       bool layer_wide = false) const {
     if (traces.size() != static_cast<size_t>(L)) traces.assign(L, {});
     auto& row = traces[layer];
     if (row.size() <= static_cast<size_t>(head)) row.resize(static_cast<size_t>(head) + 1);
     row[head].scores.assign(sc.begin(), sc.end());
     row[head].positions.assign(pos.begin(), pos.end());
+    row[head].layer_wide = layer_wide;
   }
   void copy_trace(int layer, int head, HeadReport& r) const {
     if (static_cast<size_t>(layer) >= traces.size() || static_cast<size_t>(head) >= traces[layer].size()) return;
     r.selection_scores = traces[layer][head].scores;
     r.selection_positions = traces[layer][head].positions;
+    r.selection_layer_wide = traces[layer][head].layer_wide;
   }
 
   HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const ProtectedSet& pr) const {
@@ -646,6 +650,8 @@ struct EvictionEngine::State {
         sc.emplace_back(head_scores[h].data(), head_scores[h].size());
         pos.emplace_back(positions(cache, layer, h), cache.length(layer, h));
       }
+      if (options.trace_selection)  // one joint ranking over the layer's heads
+        for (int h = 0; h < Hs; ++h) trace_selection(layer, h, sc[h], pos[h], true);
       ++report.layer_selections;
       const auto kept = selector->select_layer_adaptive(sc, pos, std::vector<int>(Hs, budget), pr.first, pr.recent,
                                                         plan.select.floor_alpha,
@@ -663,6 +669,9 @@ struct EvictionEngine::State {
       }
       const auto kept = select_entries(std::span<const float>(mean.data(), T),
                                        std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget, pr);
+      if (options.trace_selection)  // every head was selected on the mean (head 0 traced above)
+        for (int h = 1; h < Hs; ++h)
+          trace_selection(layer, h, mean, std::span<const int32_t>(positions(cache, layer, h), T));
       keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept),
                  std::vector<std::span<const float>>(Hs, std::span<const float>(mean)));
     } else {

@@ -37,11 +37,13 @@ struct HeadReport {
   int budget = 0;  // tokens this (layer, KV head) was allowed
   int kept = 0;    // tokens it holds after the application
   std::vector<int32_t> kept_positions;  // original positions, ascending
-  // With EngineOptions::trace_selection: the scores the head's latest per-head selection ranked and
-  // the original positions they belong to (same order). Empty without the option, and for heads
-  // selected by a layer-wide rule (Ada-KV's joint top-k, unfolded GQA), which this trace skips.
+  // With EngineOptions::trace_selection: the scores the head's latest selection ranked and the
+  // original positions they belong to (same order). Empty without the option, and under unfolded
+  // GQA, which this trace skips. selection_layer_wide: the head was ranked jointly with the
+  // layer's other heads (Ada-KV's joint top-k), so its boundary is the layer's.
   std::vector<float> selection_scores;
   std::vector<int32_t> selection_positions;
+  bool selection_layer_wide = false;
 };
 
 struct EvictionReport {

@@ -1,5 +1,5 @@
 // The CUDA decoder against the CPU decoder (GPU only; skipped with the reason when no GPU is usable
-// or the build has no CUDA). Never run during development: no GPU was available (docs/CUDA.md).
+// or the build has no CUDA). First run on an H200 on 2026-12-04 (docs/CUDA.md "First GPU run").
 //
 // Tolerance. The CUDA backend rounds weights and GEMM inputs to fp16 (unit roundoff u = 2^-11,
 // about 4.9e-4) and accumulates in fp32; everything else is fp32 as on the CPU. Each product then
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "core/decode/make_decoder.h"
@@ -21,6 +22,7 @@
 #include "core/model/synthetic_model.h"
 #include "hand_policies.h"
 #include "device_kv_gpu_test_util.h"
+#include "lockstep_eviction.h"
 #include "test_models.h"
 
 namespace kvevict {
@@ -144,6 +146,8 @@ TEST(CudaDecoder, ObserverSignalsMatchTheCpu) {
   }
 }
 
+// CAKE with cascading (earlier layers re-evicted at every layer) on the prompt, then decode steps:
+// the same caches until they part, and then only on near ties (lockstep_eviction.h).
 TEST(CudaDecoder, EvictionDecisionsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(gqa_config(), 13);
@@ -153,19 +157,13 @@ TEST(CudaDecoder, EvictionDecisionsMatchTheCpu) {
   for (int& t : prompt) t = int(rng() % 300);
   auto cpu = make_decoder(*model, DecoderDevice::Cpu, {.threads = 1});
   auto gpu = make_decoder(*model, DecoderDevice::Cuda);
-  EvictionEngine cpu_engine(policy, model->config, {Budget::parse("48"), 0});
-  EvictionEngine gpu_engine(policy, model->config, {Budget::parse("48"), 0});
-  cpu->forward(prompt, &cpu_engine);
-  gpu->forward(prompt, &gpu_engine);
-  for (int l = 0; l < model->config.n_layers; ++l) {
-    for (int h = 0; h < model->config.n_kv_heads; ++h) {
-      const int len = cpu->cache().length(l, h);
-      ASSERT_EQ(len, gpu->cache().length(l, h)) << "layer " << l << " head " << h;
-      const int32_t* a = cpu->cache().positions(l, h);
-      const int32_t* b = gpu->cache().positions(l, h);
-      EXPECT_TRUE(std::equal(a, a + len, b)) << "kept positions differ at layer " << l << " head " << h;
-    }
-  }
+  EngineOptions options{Budget::parse("48"), 0};
+  options.trace_selection = true;
+  EvictionEngine cpu_engine(policy, model->config, options);
+  EvictionEngine gpu_engine(policy, model->config, options);
+  const auto outcome = test::eviction_in_lockstep(*cpu, cpu_engine, *gpu, gpu_engine, prompt, 8, logit_bound);
+  EXPECT_TRUE(outcome);
+  std::printf("hand cake: %s\n", outcome.message());
 }
 
 // StreamingLLM's position re-assignment (run.reassign_positions): the CUDA backend re-uploads its

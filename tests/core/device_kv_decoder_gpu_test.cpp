@@ -1,15 +1,17 @@
 // The CUDA decoder on its device-resident KV cache (DeviceKvMode::Resident, the default) - GPU
-// only; skipped with the reason when the build has no CUDA or no usable device. Never run during
-// development: no GPU was available (docs/CUDA.md).
+// only; skipped with the reason when the build has no CUDA or no usable device. First run on an
+// H200 on 2026-12-04 (docs/CUDA.md).
 //  - against the CPU decoder under eviction (snapkv: ascending keeps; cake: score-ordered keeps
-//    and cascading eviction during the prefill) and a decode run, with the tolerance of
-//    cuda_decoder_test.cpp (teacher forced on the CPU's tokens);
+//    and cascading eviction during the prefill; h2o: decode-time eviction) and a decode run, in
+//    lockstep with the tolerance of cuda_decoder_test.cpp (lockstep_eviction.h): exact kept sets
+//    were too strict, the first H200 run parted CAKE's caches on rounding-level score ties;
 //  - the device cache against the host cache after eviction and decode, word for word
 //    (read_head vs the host's stored words and positions), and after a snapshot/restore cycle;
 //  - against the reference packed-upload path (DeviceKvMode::PackedUpload): both read the same
 //    KvType words converted to f32 the same way, so the logits agree to rounding noise.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -17,6 +19,7 @@
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_gpu_test_util.h"
+#include "lockstep_eviction.h"
 #include "dsl/policy_loader.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/cuda_decoder.h"
@@ -40,33 +43,22 @@ std::vector<int> random_prompt(int n, uint32_t seed) {
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// Prefill under the policy, then `steps` decode steps teacher forced on the CPU's tokens; per call
-// the logits within the bound and the kept positions equal.
+// Prefill under the policy, then `steps` decode steps on the CPU's greedy tokens, in lockstep
+// (lockstep_eviction.h): the logits within the bound while the caches are the same, and the caches
+// the same (kept sets and slot order) until they part, which they may only on near ties.
 void compare_under_policy(const std::string& name, const std::string& budget, int steps) {
   const auto model = make_random_model(gqa_config(), 21);
   const auto policy = load_policy(name, {});
   auto cpu = make_decoder(*model, DecoderDevice::Cpu, {.threads = 1});
   auto gpu = make_decoder(*model, DecoderDevice::Cuda, {.device_kv = DeviceKvMode::Resident});
-  EvictionEngine cpu_engine(*policy, model->config, {Budget::parse(budget), 0});
-  EvictionEngine gpu_engine(*policy, model->config, {Budget::parse(budget), 0});
-  const std::vector<int> prompt = random_prompt(160, 5);
-  std::vector<float> c = cpu->forward(prompt, &cpu_engine);
-  std::vector<float> g = gpu->forward(prompt, &gpu_engine);
-  for (int s = 0; s <= steps; ++s) {
-    ASSERT_LE(max_abs_diff(c, g), logit_bound(c)) << name << " step " << s;
-    for (int l = 0; l < model->config.n_layers; ++l)
-      for (int h = 0; h < model->config.n_kv_heads; ++h) {
-        const int len = cpu->cache().length(l, h);
-        ASSERT_EQ(len, gpu->cache().length(l, h)) << name << " layer " << l << " head " << h;
-        ASSERT_TRUE(std::equal(cpu->cache().positions(l, h), cpu->cache().positions(l, h) + len,
-                               gpu->cache().positions(l, h)))
-            << name << " kept positions differ at layer " << l << " head " << h;
-      }
-    if (s == steps) break;
-    const int next = argmax(c);
-    c = cpu->forward(std::vector<int>{next}, &cpu_engine);
-    g = gpu->forward(std::vector<int>{next}, &gpu_engine);
-  }
+  EngineOptions options{Budget::parse(budget), 0};
+  options.trace_selection = true;
+  EvictionEngine cpu_engine(*policy, model->config, options);
+  EvictionEngine gpu_engine(*policy, model->config, options);
+  const auto outcome = test::eviction_in_lockstep(*cpu, cpu_engine, *gpu, gpu_engine, random_prompt(160, 5), steps,
+                                                  logit_bound);
+  EXPECT_TRUE(outcome) << name;
+  std::printf("%s: %s\n", name.c_str(), outcome.message());
 }
 
 TEST(DeviceKvDecoderGpu, ResidentSnapKVMatchesTheCpu) {
