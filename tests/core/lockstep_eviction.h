@@ -24,13 +24,16 @@ struct LockstepOutcome {
 };
 
 // Engines must trace selections on A (EngineOptions::trace_selection) for the classification.
+// `observer_b`: B's observer when it wraps eb (eb itself by default).
 inline ::testing::AssertionResult eviction_in_lockstep(Decoder& a, EvictionEngine& ea, Decoder& b, EvictionEngine& eb,
                                                        const std::vector<int>& prompt, int steps,
                                                        const std::function<float(const std::vector<float>&)>& bound,
-                                                       LockstepOutcome* outcome = nullptr) {
+                                                       LockstepOutcome* outcome = nullptr,
+                                                       ForwardObserver* observer_b = nullptr) {
   LockstepOutcome local;
   LockstepOutcome& out = outcome ? *outcome : local;
-  std::vector<float> la = a.forward(prompt, &ea), lb = b.forward(prompt, &eb);
+  ForwardObserver* observer = observer_b ? observer_b : &eb;
+  std::vector<float> la = a.forward(prompt, &ea), lb = b.forward(prompt, observer);
   for (int s = 0;; ++s) {
     float diff = 0;
     for (size_t i = 0; i < la.size() && i < lb.size(); ++i) diff = std::max(diff, std::abs(la[i] - lb[i]));
@@ -47,7 +50,7 @@ inline ::testing::AssertionResult eviction_in_lockstep(Decoder& a, EvictionEngin
     if (s == steps) return ::testing::AssertionSuccess() << "same caches for all " << steps << " steps";
     const int next = static_cast<int>(std::max_element(la.begin(), la.end()) - la.begin());
     la = a.forward(std::vector<int>{next}, &ea);
-    lb = b.forward(std::vector<int>{next}, &eb);
+    lb = b.forward(std::vector<int>{next}, observer);
   }
 }
 
