@@ -4,14 +4,37 @@
 //   - decode latency per token (median and p90 of --decode-tokens greedy steps, the policy's
 //     decode triggers included);
 //   - the KV cache bytes after the prefill and their peak during it (the engine's report: CAKE's
-//     cascading bounds it), and the device memory in use (total - free: after the load, polled
-//     every 2 ms during the prefill for its peak, after the prefill and after decoding);
+//     cascading bounds it), and the device memory in use (see "Device memory" below);
 //   - each policy's decode speed-up over the full cache at the same context.
 // Defaults: synthetic:llama3.1-8b (random weights of Llama-3.1-8B's geometry, 128K context),
 // contexts 4096, 32768 and 131072, policies full, cake and snapkv at 3% of the prompt, 16 decode
-// tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device). A run that would not fit --time-limit (estimated from
-// the previous context's prefill, scaled quadratically) is skipped and listed, so a device check
-// always ends in time. Without a CUDA build or device it prints why and exits 0 (nothing measured).
+// tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
+//
+// One decoder for the whole process: it is made once after the model is loaded (for an 8B model
+// the weights' fp16 conversion and upload take tens of seconds: the `decoder made in` line and
+// "decoder_s" in the JSON) and every run of both sweeps reuses it, reset first to an empty cache at
+// position 0 (Decoder::reset, then an empty cache assigned so the host memory a large run left is
+// released; the CUDA decoder's device mirror empties, or re-uploads, its device cache at the next
+// flush). A run that would not fit --time-limit (counted from the start of the process) is skipped
+// and listed, so a device check always ends in time: its estimate is the per-run cost alone (the
+// model load and the decoder are paid once, before any run), the largest of the runs at the same
+// context so far or else the last measured context's, scaled quadratically for a prefill and
+// linearly for a synthetic fill. Without a CUDA build or device it prints why and exits 0
+// (nothing measured).
+//
+// Device memory (cudaMemGetInfo's total - free: everything on the device, 0 on the CPU). The shared
+// decoder keeps what it allocated: its device KV arenas and activation buffers grow and are never
+// released between runs, so a run's absolute figures include what any earlier run reserved.
+//   "device_bytes_loaded" (JSON, once): right after the decoder was made: the weights, the
+//     decoder's first buffers and the CUDA context;
+//   per run, "device_bytes_at_start": after the reset, before the run (the figures below minus
+//     this are what the run itself added);
+//   prefill runs: "device_bytes_peak_prefill" (polled every 2 ms during the prefill: a sampled
+//     peak), "device_bytes_after_prefill", "device_bytes_after_decode";
+//   synthetic runs: "device_bytes_after_upload" (after the first decode step, which uploads the
+//     assigned cache), "device_bytes_after_decode".
+// Printed: dev_MiB is the prefill's peak (prefill) or the figure after the upload (synthetic);
+// +dev_MiB is dev_MiB minus device_bytes_at_start (0 where earlier runs had reserved enough).
 //   bench_gpu_decode [--model M] [--contexts 4096,32768] [--policies full,cake] [--budget 3%]
 //                    [--decode-tokens N] [--time-limit SECONDS] [--json FILE] [--device cuda|cpu]
 //                    [--cache synthetic,prefill] [--kv-path resident|packed]
@@ -23,22 +46,25 @@
 // --cache synthetic,prefill (default: both, synthetic first). `prefill` is the protocol above.
 // `synthetic` measures decode latency alone, without the prompt's prefill (whose fp32 attention
 // takes minutes at 128K on today's kernels, docs/CUDA.md): the decoder's cache is filled with
-// random K/V (the host cache is assigned; the device mirror uploads it) holding, per (layer, KV
-// head), the whole context for `full` and budget x context entries for any other policy (a
-// uniform stand-in for the policy's kept set, positions evenly spread over the context), then
-// --decode-tokens greedy steps run without the engine. Its rows say `cache: synthetic`: the same
-// attention work per token as the policy's cache, not the policy's decode-time scoring.
+// random K/V (the host cache is assigned; the device mirror uploads it at the first step) holding,
+// per (layer, KV head), the whole context for `full` and budget x context entries for any other
+// policy (a uniform stand-in for the policy's kept set, positions evenly spread over the context),
+// then --decode-tokens greedy steps run without the engine. The K/V are deterministic (one
+// splitmix64 stream per (layer, KV head, block of entries), drawn on all cores, whatever their
+// number). Its rows say `cache: synthetic`: the same attention work per token as the policy's
+// cache, not the policy's decode-time scoring.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -167,29 +193,46 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-// One (context, policy) run on a fresh decoder.
-nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceChoice& device, int context,
-                       const std::string& policy_name) {
+// What every run shares: the options, the device and the one decoder of the process.
+struct Bench {
+  const Model& model;
+  const Options& o;
+  jit::DeviceChoice device;
+  Decoder& decoder;
+};
+
+// Back to an empty cache at position 0 before a run. reset() empties the cache and position (the
+// CUDA decoder's mirror drops any host lag and empties the device cache at its next flush); the
+// empty cache assigned after it also releases the host memory the last run left reserved (clear
+// keeps capacities: 16 GiB after a 128K full cache).
+void reset_decoder(Decoder& decoder) {
+  decoder.reset();
+  decoder.cache() = KVCache(decoder.model().config, decoder.cache().kv_type());
+  decoder.set_position(0);
+}
+
+// One (context, policy) run of the prefill protocol on the shared decoder, reset first.
+nlohmann::json run_one(const Bench& b, int context, const std::string& policy_name) {
+  const Options& o = b.o;
+  Decoder& decoder = b.decoder;
   std::vector<int> prompt(static_cast<size_t>(context));
   for (int i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = 32 + (i * 7919) % 95;  // printable bytes
   std::unique_ptr<PolicyProgram> program;
   std::unique_ptr<EvictionEngine> engine;
   if (policy_name != "full") {
-    const auto backend = jit::resolve_scoring("auto", device, "--scoring");
-    program = jit::load_scored_policy(policy_name, {}, {}, backend, device);
-    engine = std::make_unique<EvictionEngine>(*program, model.config,
-                                              EngineOptions{Budget::parse(o.budget), 0});
+    const auto backend = jit::resolve_scoring("auto", b.device, "--scoring");
+    program = jit::load_scored_policy(policy_name, {}, {}, backend, b.device);
+    engine = std::make_unique<EvictionEngine>(*program, b.model.config, EngineOptions{Budget::parse(o.budget), 0});
   }
-  auto decoder = make_decoder(model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                              {.device_ordinal = device.ordinal, .device_kv = o.kv_path});
-  const size_t mem_loaded = device_bytes_in_use(device);
-  DeviceMemoryPeak prefill_peak(device);
+  reset_decoder(decoder);
+  const size_t mem_start = device_bytes_in_use(b.device);
+  DeviceMemoryPeak prefill_peak(b.device);
   const double t0 = now();
-  const std::vector<float>* logits = &prefill_prompt(*decoder, prompt, engine.get(), engine.get());
+  const std::vector<float>* logits = &prefill_prompt(decoder, prompt, engine.get(), engine.get());
   const double ttft = now() - t0;
   const size_t mem_peak = prefill_peak.stop();
-  const size_t mem_prefill = device_bytes_in_use(device);
-  const size_t cache_bytes = decoder->cache().bytes_in_use();
+  const size_t mem_prefill = device_bytes_in_use(b.device);
+  const size_t cache_bytes = decoder.cache().bytes_in_use();
   std::vector<double> steps;
   // As generate and eval decode: the engine observes decode calls only when its policy evicts then
   // (otherwise the device-resident cache is the only cache the decode loop touches).
@@ -197,7 +240,7 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
   for (int i = 0; i < o.decode_tokens; ++i) {
     const int next = argmax(*logits);
     const double s = now();
-    logits = &decoder->forward(std::span<const int>(&next, 1), decode_observer);
+    logits = &decoder.forward(std::span<const int>(&next, 1), decode_observer);
     steps.push_back(now() - s);
   }
   const double engine_seconds = engine ? engine->report().seconds : 0.0;
@@ -211,55 +254,104 @@ nlohmann::json run_one(const Model& model, const Options& o, const jit::DeviceCh
           {"decode_ms_median", 1e3 * percentile(steps, 0.5)},
           {"decode_ms_p90", 1e3 * percentile(steps, 0.9)},
           {"cache_bytes", cache_bytes},
-          {"device_bytes_loaded", mem_loaded},
+          {"device_bytes_at_start", mem_start},
           {"device_bytes_peak_prefill", mem_peak},
           {"device_bytes_after_prefill", mem_prefill},
           {"cache_bytes_peak_prefill", engine ? engine->report().peak_bytes : cache_bytes},
-          {"device_bytes_after_decode", device_bytes_in_use(device)}};
+          {"device_bytes_after_decode", device_bytes_in_use(b.device)}};
+}
+
+// splitmix64: one stream per (layer, KV head, block of entries) of the synthetic cache.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Block `block` (its `count` entries) of one (layer, KV head) of the synthetic cache: keys and
+// values ([count][head_dim] each) uniform in [-1, 1), two 24-bit draws per 64-bit output. The
+// stream depends on (layer, head, block) only, so the data do not depend on how blocks meet threads.
+void fill_synthetic_block(int layer, int head, int64_t block, int64_t count, int head_dim, float* keys,
+                          float* values) {
+  uint64_t state = 0x6A09E667F3BCC909ull ^ (static_cast<uint64_t>(layer) << 48) ^ (static_cast<uint64_t>(head) << 32) ^
+                   static_cast<uint64_t>(block);
+  splitmix64(state);  // decorrelates neighbouring seeds before the first draw used
+  const size_t n = static_cast<size_t>(count) * static_cast<size_t>(head_dim);
+  auto fill = [&state](float* out, size_t size) {
+    constexpr float kScale = 0x1.0p-23f;  // 24 bits -> [0, 2), minus 1 -> [-1, 1)
+    size_t i = 0;
+    for (; i + 2 <= size; i += 2) {
+      const uint64_t bits = splitmix64(state);
+      out[i] = static_cast<float>(bits >> 40) * kScale - 1.0f;
+      out[i + 1] = static_cast<float>((bits >> 8) & 0xFFFFFFu) * kScale - 1.0f;
+    }
+    if (i < size) out[i] = static_cast<float>(splitmix64(state) >> 40) * kScale - 1.0f;
+  };
+  fill(keys, n);
+  fill(values, n);
 }
 
 // A cache of `entries` random entries per (layer, KV head), positions evenly spread over
 // [0, context): what a policy keeping that many entries leaves, as far as attention's cost goes.
-KVCache synthetic_cache(const ModelConfig& config, int context, int entries) {
-  KVCache cache(config, KvType::F16);
-  std::vector<float> key(static_cast<size_t>(config.head_dim)), value(key.size());
-  uint64_t state = 0x9E3779B97F4A7C15ull;
-  auto uniform = [&state] {  // xorshift64*: enough for filler data
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return static_cast<float>(static_cast<double>((state * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-  };
+// Up to 128K entries x 32 layers x 8 heads (16 GiB of f16 K/V): the random rows are drawn in
+// parallel (OpenMP over (head, block) of one chunk of a layer), the appends stay on this thread,
+// chunk by chunk, so the cache is mutated by one thread only.
+KVCache synthetic_cache(const ModelConfig& config, KvType type, int context, int entries) {
+  constexpr int64_t kBlock = 1024;      // entries per random stream
+  constexpr int64_t kChunkBlocks = 8;   // blocks per head drawn before they are appended
+  KVCache cache(config, type);
+  const int heads = config.n_kv_heads, head_dim = config.head_dim;
+  const int64_t blocks = (entries + kBlock - 1) / kBlock;
+  const size_t head_stride = static_cast<size_t>(kChunkBlocks * kBlock) * static_cast<size_t>(head_dim);
+  std::vector<float> keys(static_cast<size_t>(heads) * head_stride), values(keys.size());
   for (int l = 0; l < config.n_layers; ++l)
-    for (int h = 0; h < config.n_kv_heads; ++h)
-      for (int i = 0; i < entries; ++i) {
-        for (size_t c = 0; c < key.size(); ++c) key[c] = uniform(), value[c] = uniform();
-        const int32_t position = static_cast<int32_t>(static_cast<int64_t>(i) * context / entries);
-        cache.append(l, h, position, key.data(), value.data());
+    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+      const int64_t chunk_blocks = std::min(kChunkBlocks, blocks - b0);
+      const int64_t tasks = static_cast<int64_t>(heads) * chunk_blocks;
+      // Threads only where they pay (a small cache is drawn faster than a team starts on a busy machine).
+#pragma omp parallel for schedule(static) if (tasks * kBlock * head_dim >= (int64_t{1} << 20))
+      for (int64_t t = 0; t < tasks; ++t) {
+        const int h = static_cast<int>(t / chunk_blocks);
+        const int64_t j = t % chunk_blocks, block = b0 + j;
+        const int64_t count = std::min(kBlock, entries - block * kBlock);
+        const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(j * kBlock) * head_dim;
+        fill_synthetic_block(l, h, block, count, head_dim, keys.data() + at, values.data() + at);
       }
+      const int64_t first = b0 * kBlock, last = std::min<int64_t>(entries, (b0 + chunk_blocks) * kBlock);
+      for (int h = 0; h < heads; ++h)
+        for (int64_t i = first; i < last; ++i) {
+          const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(i - first) * head_dim;
+          const int32_t position = static_cast<int32_t>(i * context / entries);
+          cache.append(l, h, position, keys.data() + at, values.data() + at);
+        }
+    }
   return cache;
 }
 
-// Decode latency over a synthetic cache (no prefill, no engine); see the header comment.
-nlohmann::json run_synthetic(const Model& model, const Options& o, const jit::DeviceChoice& device, int context,
-                             const std::string& policy_name) {
+// Decode latency over a synthetic cache (no prefill, no engine) on the shared decoder; see the
+// header comment.
+nlohmann::json run_synthetic(const Bench& b, int context, const std::string& policy_name) {
+  const Options& o = b.o;
+  Decoder& decoder = b.decoder;
   const int entries = policy_name == "full"
                           ? context
                           : std::max(1, static_cast<int>(std::lround(Budget::parse(o.budget).tokens_per_head(context))));
-  auto decoder = make_decoder(model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                              {.device_ordinal = device.ordinal, .device_kv = o.kv_path});
-  const size_t mem_loaded = device_bytes_in_use(device);
+  reset_decoder(decoder);
+  const size_t mem_start = device_bytes_in_use(b.device);
   const double t0 = now();
-  decoder->cache() = synthetic_cache(model.config, context, entries);
-  decoder->set_position(context);
+  decoder.cache() = synthetic_cache(b.model.config, decoder.cache().kv_type(), context, entries);
+  decoder.set_position(context);
   const double fill = now() - t0;
-  const size_t cache_bytes = decoder->cache().bytes_in_use();
+  const size_t cache_bytes = decoder.cache().bytes_in_use();
   std::vector<double> steps;
+  size_t mem_uploaded = 0;
   int next = 32;
   for (int i = 0; i < o.decode_tokens; ++i) {
     const double s = now();
-    next = argmax(decoder->forward(std::span<const int>(&next, 1)));
+    next = argmax(decoder.forward(std::span<const int>(&next, 1)));
     steps.push_back(now() - s);
+    if (i == 0) mem_uploaded = device_bytes_in_use(b.device);
   }
   // The first step uploads the assigned cache (the mirror's resync): reported apart, not timed.
   const double first_step = steps.front();
@@ -277,42 +369,52 @@ nlohmann::json run_synthetic(const Model& model, const Options& o, const jit::De
           {"decode_ms_median", 1e3 * percentile(steps, 0.5)},
           {"decode_ms_p90", 1e3 * percentile(steps, 0.9)},
           {"cache_bytes", cache_bytes},
-          {"device_bytes_loaded", mem_loaded},
-          {"device_bytes_after_prefill", device_bytes_in_use(device)},
-          {"device_bytes_after_decode", device_bytes_in_use(device)}};
+          {"device_bytes_at_start", mem_start},
+          {"device_bytes_after_upload", mem_uploaded},
+          {"device_bytes_after_decode", device_bytes_in_use(b.device)}};
 }
 
 void print_row(const nlohmann::json& r) {
-  std::printf("%8d %-10s %9.2f %8.2f%% %10.2f %10.2f %12.1f %12.1f\n", r["context"].get<int>(),
-              r["policy"].get<std::string>().c_str(),
-              r.contains("fill_s") ? r["fill_s"].get<double>() : r["ttft_s"].get<double>(),
+  const bool synthetic = r.contains("fill_s");
+  const double dev = synthetic ? r["device_bytes_after_upload"].get<double>() : r["device_bytes_peak_prefill"].get<double>();
+  const double added = std::max(0.0, dev - r["device_bytes_at_start"].get<double>());
+  std::printf("%8d %-10s %9.2f %8.2f%% %10.2f %10.2f %12.1f %12.1f %10.1f\n", r["context"].get<int>(),
+              r["policy"].get<std::string>().c_str(), synthetic ? r["fill_s"].get<double>() : r["ttft_s"].get<double>(),
               100 * r["policy_share_of_prefill"].get<double>(), r["decode_ms_median"].get<double>(),
-              r["decode_ms_p90"].get<double>(), r["cache_bytes"].get<double>() / (1 << 20),
-              r.value("device_bytes_peak_prefill", r["device_bytes_after_prefill"].get<double>()) / (1 << 20));
+              r["decode_ms_p90"].get<double>(), r["cache_bytes"].get<double>() / (1 << 20), dev / (1 << 20),
+              added / (1 << 20));
 }
 
-// One pass over contexts x policies with one way of filling the cache. A run whose estimate (the
-// previous context's cost, scaled quadratically for a prefill, linearly for a synthetic fill) does
-// not fit the time left is skipped and listed; a failing run is recorded and the next goes on.
-void sweep(const Model& model, const Options& o, const jit::DeviceChoice& device, CacheFill fill, double start,
-           nlohmann::json& runs, nlohmann::json& skipped) {
+// One pass over contexts x policies with one way of filling the cache, on the shared decoder. A run
+// whose estimated cost does not fit the time left is skipped and listed; a failing run is recorded
+// and the next goes on. The estimate is per run (the decoder is made before any sweep): the largest
+// cost measured at this context so far, or else the last measured context's largest, scaled by the
+// context ratio (quadratically for a prefill, linearly for a synthetic fill); 0 for the first run.
+void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, nlohmann::json& skipped) {
+  const Options& o = b.o;
   const char* fill_name = fill == CacheFill::Synthetic ? "synthetic" : "prefill";
   std::printf("-- cache: %s\n", fill_name);
   // A synthetic row's first time column is the fill (host cache built and assigned), not a TTFT.
-  std::printf("%8s %-10s %9s %9s %10s %10s %12s %12s\n", "context", "policy",
+  std::printf("%8s %-10s %9s %9s %10s %10s %12s %12s %10s\n", "context", "policy",
               fill == CacheFill::Synthetic ? "fill_s" : "ttft_s", "policy%", "dec_ms_p50", "dec_ms_p90", "cache_MiB",
-              "dev_MiB");
-  double last_cost = 0;
-  int last_context = 0;
+              "dev_MiB", "+dev_MiB");
+  std::fflush(stdout);
+  double measured_cost = 0;  // the largest run cost at measured_context
+  int measured_context = 0;  // the last context with a measured run
   for (int context : o.contexts) {
-    if (context + o.decode_tokens > model.config.context_length) {
+    if (context + o.decode_tokens > b.model.config.context_length) {
       skipped.push_back({{"context", context}, {"cache", fill_name}, {"why", "beyond the model's context"}});
+      std::printf("%8d %-10s skipped: beyond the model's context (%d)\n", context, "*", b.model.config.context_length);
+      std::fflush(stdout);
       continue;
     }
-    double full_ms = 0;
+    double full_ms = 0, cost_here = 0;
     for (const std::string& policy : o.policies) {
-      const double scale = last_context > 0 ? static_cast<double>(context) / last_context : 1.0;
-      const double estimate = last_cost * (fill == CacheFill::Prefill ? scale * scale : scale);
+      double estimate = cost_here;
+      if (estimate == 0 && measured_context > 0) {
+        const double scale = static_cast<double>(context) / measured_context;
+        estimate = measured_cost * (fill == CacheFill::Prefill ? scale * scale : scale);
+      }
       const double left = o.time_limit - (now() - start);
       if (estimate > left) {
         skipped.push_back({{"context", context}, {"policy", policy}, {"cache", fill_name},
@@ -325,8 +427,7 @@ void sweep(const Model& model, const Options& o, const jit::DeviceChoice& device
       nlohmann::json r;
       const double t0 = now();
       try {
-        r = fill == CacheFill::Synthetic ? run_synthetic(model, o, device, context, policy)
-                                         : run_one(model, o, device, context, policy);
+        r = fill == CacheFill::Synthetic ? run_synthetic(b, context, policy) : run_one(b, context, policy);
       } catch (const std::exception& e) {  // e.g. out of device memory: recorded, the next run goes on
         skipped.push_back({{"context", context}, {"policy", policy}, {"cache", fill_name},
                            {"why", std::string("failed: ") + e.what()}});
@@ -334,20 +435,26 @@ void sweep(const Model& model, const Options& o, const jit::DeviceChoice& device
         std::fflush(stdout);
         continue;
       }
+      const double cost = now() - t0;
+      r["run_s"] = cost;
       if (policy == "full") full_ms = r["decode_ms_median"].get<double>();
       if (full_ms > 0 && policy != "full") r["decode_speedup_vs_full"] = full_ms / r["decode_ms_median"].get<double>();
       print_row(r);
       std::fflush(stdout);
-      last_cost = std::max(last_cost, now() - t0);
+      cost_here = std::max(cost_here, cost);
       runs.push_back(r);
     }
-    last_context = context;
+    if (cost_here > 0) {
+      measured_cost = cost_here;
+      measured_context = context;
+    }
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every line out at once: a killed run keeps what it printed
   const Options o = parse_options(argc, argv);
   const double start = now();
   if (o.device != "cpu" && !cuda_decoder_built()) {
@@ -363,26 +470,49 @@ int main(int argc, char** argv) try {
   }
   std::printf("bench_gpu_decode: %s on %s, budget %s, %d decode tokens, time limit %.0f s\n", o.model.c_str(),
               device.describe().c_str(), o.budget.c_str(), o.decode_tokens, o.time_limit);
+  std::fflush(stdout);
   const auto model = load_model(o.model);
+  const double load_seconds = now() - start;
   // Issue 10: weights go to the device without a full f32 host copy (host peak RSS <= ~1.2x the
-  // weight file); the peak after the load and after every run is recorded to check it.
+  // weight file); the peak after the load, after the decoder is made and at the end is recorded.
   const double rss_after_load = bench::peak_rss_mib();
   std::error_code size_error;
   const auto file_bytes = std::filesystem::file_size(o.model, size_error);
-  std::printf("model loaded in %.1f s, host peak RSS %.0f MiB%s\n", now() - start, rss_after_load,
+  std::printf("model loaded in %.1f s, host peak RSS %.0f MiB%s\n", load_seconds, rss_after_load,
               size_error ? "" : (", weight file " + std::to_string(file_bytes >> 20) + " MiB").c_str());
+  std::fflush(stdout);
+  // The one decoder of the process (see the header comment): the weights converted and uploaded once.
+  const double decoder_start = now();
+  const auto decoder =
+      make_decoder(*model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
+                   {.threads = 0, .device_ordinal = device.ordinal, .kv_type = KvType::F16, .device_kv = o.kv_path});
+  const double decoder_seconds = now() - decoder_start;
+  const size_t mem_loaded = device_bytes_in_use(device);
+  const double rss_after_decoder = bench::peak_rss_mib();
+  std::printf("decoder made in %.1f s (once, reused by every run), device memory in use %.1f MiB, host peak RSS %.0f MiB\n",
+              decoder_seconds, static_cast<double>(mem_loaded) / (1 << 20), rss_after_decoder);
+  std::fflush(stdout);
+  const Bench bench{*model, o, device, *decoder};
   nlohmann::json runs = nlohmann::json::array(), skipped = nlohmann::json::array();
-  for (CacheFill fill : o.fills) sweep(*model, o, device, fill, start, runs, skipped);
+  for (CacheFill fill : o.fills) sweep(bench, fill, start, runs, skipped);
   for (const auto& r : runs)
     if (r.contains("decode_speedup_vs_full"))
       std::printf("speed-up %s at %d (%s cache): %.2fx per decoded token over the full cache\n",
                   r["policy"].get<std::string>().c_str(), r["context"].get<int>(),
                   r["cache"].get<std::string>().c_str(), r["decode_speedup_vs_full"].get<double>());
+  std::printf("total %.1f s (model load %.1f s, decoder %.1f s)\n", now() - start, load_seconds, decoder_seconds);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
-    nlohmann::json doc{{"model", o.model},         {"device", device.describe()},
-                       {"runs", runs},             {"skipped", skipped},
+    nlohmann::json doc{{"model", o.model},
+                       {"device", device.describe()},
+                       {"model_load_s", load_seconds},
+                       {"decoder_s", decoder_seconds},
+                       {"device_bytes_loaded", mem_loaded},
+                       {"runs", runs},
+                       {"skipped", skipped},
+                       {"total_s", now() - start},
                        {"host_peak_rss_mib_after_load", rss_after_load},
+                       {"host_peak_rss_mib_after_decoder", rss_after_decoder},
                        {"host_peak_rss_mib_at_end", bench::peak_rss_mib()}};
     if (!size_error) doc["model_file_bytes"] = file_bytes;
     out << doc.dump(2) << "\n";

@@ -131,7 +131,8 @@ std::function<int()> setup_generate(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
-  app.add_flag("--json", o->json, "Print {\"prompt_tokens\", \"tokens\", \"text\"} as JSON (plus \"cache\" with --policy)");
+  app.add_flag("--json", o->json,
+               "Print {\"prompt_tokens\", \"tokens\", \"text\", \"device\"} as JSON (plus \"cache\" with --policy)");
   o->policy.add_to(app);
 
   return [o]() {
@@ -141,9 +142,10 @@ std::function<int()> setup_generate(CLI::App& app) {
     load.tokenizer_path = o->tokenizer;
     load.weights = o->weights;
     std::unique_ptr<PolicyProgram> program;
+    jit::ScoringBackend scoring = jit::ScoringBackend::Interpreter;
     if (o->policy.enabled() || !o->policy.set.empty() || !o->policy.budget.empty()) {
       if (!o->policy.enabled()) throw UsageError("--budget and --set need --policy");
-      program = o->policy.load(device);  // policy errors before the model loads
+      program = o->policy.load(device, &scoring);  // policy errors before the model loads
       if (program->description().select.unfold_gqa && device.kind == jit::DeviceKind::Cuda)
         throw UsageError("policy " + program->description().name +
                          ": gqa_mode unfold (one stored head per query head) runs on the CPU decoder only; use --device cpu");
@@ -177,11 +179,13 @@ std::function<int()> setup_generate(CLI::App& app) {
       cache = {{"policy", r.policy},         {"budget", r.budget},          {"bytes", c.bytes_in_use()},
                {"bytes_full", c.bytes_for_uniform_length(decoder->position())},
                {"tokens_min", lo},           {"tokens_max", hi},            {"entries", entries},
-               {"applications", r.applications}, {"selection", mode_name(r.selection)}};
+               {"applications", r.applications}, {"selection", mode_name(r.selection)},
+               {"scoring", mode_name(scoring)}};
       if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
     }
     if (o->json) {
-      nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text}};
+      nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text},
+                          {"device", device.describe()}};
       if (engine) j["cache"] = cache;
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
@@ -192,8 +196,8 @@ std::function<int()> setup_generate(CLI::App& app) {
         std::cerr << "cache (" << cache["policy"].get<std::string>() << ", budget " << cache["budget"].get<std::string>()
                   << "): " << cache["bytes"] << " bytes (full cache " << cache["bytes_full"] << "), "
                   << cache["tokens_min"] << ".." << cache["tokens_max"] << " tokens per (layer, KV head), "
-                  << cache["applications"] << " evictions, selected on " << cache["selection"].get<std::string>()
-                  << "\n";
+                  << cache["applications"] << " evictions, scored by " << cache["scoring"].get<std::string>()
+                  << ", selected on " << cache["selection"].get<std::string>() << "\n";
       }
     }
     return 0;

@@ -29,9 +29,11 @@ std::map<std::string, std::string> PolicyOptions::overrides() const {
   return out;
 }
 
-std::unique_ptr<PolicyProgram> PolicyOptions::load(const jit::DeviceChoice& device) const {
+std::unique_ptr<PolicyProgram> PolicyOptions::load(const jit::DeviceChoice& device,
+                                                   jit::ScoringBackend* resolved) const {
   if (!set.empty() && policy.empty()) throw UsageError("--set needs --policy");
   const jit::ScoringBackend backend = jit::resolve_scoring(scoring, device, "--scoring");
+  if (resolved) *resolved = backend;
   return jit::load_scored_policy(policy, overrides(), policy_path, backend, device);
 }
 

@@ -13,6 +13,7 @@
 #include "core/engine/budget.h"
 #include "core/engine/policy_program.h"
 #include "jit/device.h"
+#include "jit/scoring_backend.h"
 
 namespace kvevict::cli {
 
@@ -30,7 +31,8 @@ struct PolicyOptions {
   std::map<std::string, std::string> overrides() const;
   // Loads and compiles the policy for the --scoring backend on `device`, where the decoder runs
   // (unknown policy, unknown parameter, bad value, a backend the device cannot run: UsageError).
-  std::unique_ptr<PolicyProgram> load(const jit::DeviceChoice& device) const;
+  // `backend`, when given, receives the scoring backend `--scoring` resolved to on `device`.
+  std::unique_ptr<PolicyProgram> load(const jit::DeviceChoice& device, jit::ScoringBackend* backend = nullptr) const;
   // Parses --budget and checks it against the prompt (a token budget above the prompt is an error);
   // prompt_len < 0: parse only (to report a bad budget before loading the model).
   Budget parsed_budget(int prompt_len) const;

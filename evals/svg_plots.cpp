@@ -24,7 +24,9 @@ std::string score_colour(double score) {
   int red = t < 0.5 ? 215 : static_cast<int>(215 - (t - 0.5) * 2 * 189);
   int green = t < 0.5 ? static_cast<int>(48 + t * 2 * 167) : static_cast<int>(215 - (t - 0.5) * 2 * 65);
   int blue = 48;
-  char text[8];
+  // Room for any three ints in %02x (8 hex digits each): GCC cannot see that the formulas above
+  // stay within [0, 255].
+  char text[32];
   std::snprintf(text, sizeof(text), "#%02x%02x%02x", red, green, blue);
   return text;
 }

@@ -4,33 +4,47 @@
 #   1. unpacks the Debian packages brought in .device-debs/ (scripts/device-fetch-debs.sh) with
 #      `dpkg -x` into a private prefix (never into /); without dpkg, Python unpacks the .deb files
 #   2. configures and builds kvevict with CUDA (tests and benchmarks)
-#   3. runs the GPU tests (every test binary; GPU tests no longer skip here) and the GPU benchmarks
-#   3b. when the toolkit has compute-sanitizer: the GPU tests again under its memcheck tool (any
-#      out-of-bounds or misaligned device access, or a leak of device memory, fails the step)
+#   3. runs the GPU tests (every test binary; GPU tests no longer skip here): one process per test
+#      suite, up to --test-jobs of them at once; then writes the correctness verdict (verdict.txt)
+#   3b. when the toolkit has compute-sanitizer: the kernel tests again under its memcheck tool (any
+#      out-of-bounds or misaligned device access, or a leak of device memory, fails the step), both
+#      binaries at once, each for at most 120 s; then writes the verdict again, memcheck included
+#   3d. the GPU benchmarks, in what is left of the budget (at least the last 120 s of it)
 #   4. prints a summary table (and summary.json); logs go to $OUT (when set) or device-check-out/
-# The correctness verdict (verdict.txt) is written after the tests and before any benchmark.
+# Both verdicts are written and published before any benchmark. Planned for the default budget:
+# with a 107 s build the first verdict comes at about 170 s, memcheck ends by 300 s, and the
+# benchmarks have the last 120 s (or more, when memcheck finishes early).
 #
-# Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--quick] [--budget SECONDS]
+# Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--test-jobs N] [--quick] [--budget SECONDS]
+#   --jobs: build jobs (default: the cores)
+#   --test-jobs: GPU test suites run at once (default: half the cores, at least 1)
 #   --quick: only the jit tests and bench_jit (when device time is short)
-#   --budget: wall seconds for the whole script (default 420); the benchmarks get what the build and
-#     the tests leave, and are cut (with a note) rather than overrun it
+#   --budget: wall seconds for the whole script (default 420); the benchmarks get what the build,
+#     the tests and memcheck leave (memcheck never runs into the last 120 s), and are cut (with a
+#     note) rather than overrun it
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs="$root/.device-debs"
-jobs="$(nproc 2>/dev/null || echo 4)"
+cores="$(nproc 2>/dev/null || echo 4)"
+jobs="$cores"
+test_jobs=$(( cores / 2 ))
 quick=0
 budget=420  # seconds: with the machine's start this leaves 4+ minutes of a 15-minute lease for a rerun
+bench_reserve=120  # the last seconds of the budget, kept for the benchmarks: memcheck never eats into them
+memcheck_cap=120   # seconds per memcheck binary (the two run at once)
 while (( $# )); do
   case "$1" in
     --debs) debs="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
+    --test-jobs) test_jobs="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --budget) budget="$2"; shift 2 ;;
     *) echo "device-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+(( test_jobs < 1 )) && test_jobs=1
 
 # Logs go to device-check-out/; the device tool brings back at most 8 files from $OUT, so publish
 # (below) copies there only verdict.txt, summary.tsv, summary.json, the benchmarks' JSON and one
@@ -144,9 +158,10 @@ fi
 
 # ---- 3. GPU checks -------------------------------------------------------------------------------
 # The GPU tests first (every test whose name says it needs a device: Gpu, Cuda, OnTheDevice), then
-# the correctness verdict is written ($out/verdict.txt) BEFORE any benchmark runs, so a lease cut
-# short during the benchmarks still leaves the verdict. The rest of the suite (CPU tests, CI's job)
-# runs afterwards through ctest, in parallel, only while time is left.
+# the correctness verdict is written ($out/verdict.txt) and published; then memcheck, after which
+# the verdict is written again with its result, all BEFORE any benchmark runs, so a lease cut short
+# during memcheck or the benchmarks still leaves a verdict. The rest of the suite (CPU tests, CI's
+# job) runs afterwards through ctest, in parallel, only while time is left.
 kvevict="$build/kvevict"
 [[ -x "$kvevict" ]] && step "kvevict devices --device cuda" "$out/devices.log" "$kvevict" devices --device cuda
 export KVEVICT_CACHE_DIR="$build/kernel-cache"
@@ -162,6 +177,8 @@ suite_filters() {
     /^  /   { sub(/^ +/, ""); sub(/ .*/, ""); tests = tests (tests == "" ? "" : ":") suite $0 }
     END     { if (tests != "") print tests }'
 }
+# The suites, in a stable order (binary, then gtest's order): their logs, XML and summary rows.
+suite_names=(); suite_binaries=(); suite_tests=(); suite_logs=()
 for binary in "$build"/tests/kvevict_*_tests; do
   [[ -x "$binary" ]] || continue
   name="$(basename "$binary")"
@@ -170,60 +187,123 @@ for binary in "$build"/tests/kvevict_*_tests; do
   while IFS= read -r tests; do
     [[ -n "$tests" ]] || continue
     suite="${tests%%.*}"
-    log="$out/$name.${suite//\//_}.log"
-    step "$name ${suite}" "$log" "$binary" --gtest_brief=1 --gtest_filter="$tests" --gtest_output="xml:${log%.log}.xml"
-    skipped=$(grep -o 'result="skipped"' "${log%.log}.xml" 2>/dev/null | wc -l)
-    (( skipped > 0 )) && record "  ${suite} skipped" note 0 "$skipped GPU tests skipped (see $(basename "$log"))"
+    suite_names+=("$name $suite")
+    suite_binaries+=("$binary")
+    suite_tests+=("$tests")
+    suite_logs+=("$out/$name.${suite//\//_}.log")
   done < <(suite_filters "$binary" "$gpu_filter")
 done
+# Up to --test-jobs suites at once (default: half the cores), each in its own process as above.
+# They start slowest first (the NVRTC compiles: PolicyCodegen took 35 s, InverseCodegen 12 s of
+# the 90 s the suites took one after another on the H200) and share the cores: OpenMP and OpenBLAS
+# get cores / jobs threads each, waiting passively as under ctest. A suite still running when the
+# time before the benchmarks' reserve is spent (at least 60 s) is stopped and fails.
+suite_limit=$(( budget - bench_reserve - SECONDS ))
+(( suite_limit < 60 )) && suite_limit=60
+suite_threads=$(( cores / test_jobs ))
+(( suite_threads < 1 )) && suite_threads=1
+run_suite() {  # INDEX: runs one suite; its exit status and seconds go to <log>.status
+  local i="$1" log="${suite_logs[$1]}" start=$SECONDS
+  OMP_NUM_THREADS=$suite_threads OPENBLAS_NUM_THREADS=$suite_threads OMP_WAIT_POLICY=PASSIVE \
+    timeout "$suite_limit" "${suite_binaries[i]}" --gtest_brief=1 --gtest_filter="${suite_tests[i]}" \
+    --gtest_output="xml:${log%.log}.xml" > "$log" 2>&1
+  echo "$? $((SECONDS - start))" > "${log%.log}.status"
+}
+order=()
+for i in "${!suite_names[@]}"; do [[ "${suite_names[i]}" =~ Codegen|Jit ]] && order+=("$i"); done
+for i in "${!suite_names[@]}"; do [[ "${suite_names[i]}" =~ Codegen|Jit ]] || order+=("$i"); done
+suites_start=$SECONDS
+running=0
+for i in "${order[@]}"; do
+  if (( running >= test_jobs )); then wait -n; running=$((running - 1)); fi
+  echo "== ${suite_names[i]}"
+  run_suite "$i" &
+  running=$((running + 1))
+done
+wait
+if (( ${#suite_names[@]} > 0 )); then
+  record "GPU test suites (${#suite_names[@]}, $test_jobs at a time)" note $((SECONDS - suites_start)) \
+    "wall time of them all; each suite's own time below"
+fi
+for i in "${!suite_names[@]}"; do
+  log="${suite_logs[i]}"
+  rc=1 took=0
+  [[ -f "${log%.log}.status" ]] && read -r rc took < "${log%.log}.status"
+  rm -f "${log%.log}.status"
+  if (( rc == 0 )); then record "${suite_names[i]}" ok "$took" "$(basename "$log")"
+  elif (( rc == 124 )); then record "${suite_names[i]}" FAIL "$took" "stopped at $suite_limit s, see $(basename "$log")"; tail -n 25 "$log"
+  else record "${suite_names[i]}" FAIL "$took" "exit $rc, see $(basename "$log")"; tail -n 25 "$log"; fi
+  skipped=$(grep -o 'result="skipped"' "${log%.log}.xml" 2>/dev/null | wc -l)
+  (( skipped > 0 )) && record "  ${suite_names[i]#* } skipped" note 0 "$skipped GPU tests skipped (see $(basename "$log"))"
+done
+
+# ---- 3a. the verdict of the GPU tests, published before memcheck -----------------------------------
+write_verdict() {  # WHAT: what the verdict covers
+  if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
+  echo "correctness verdict: $verdict (after $SECONDS s; $1)" | tee "$out/verdict.txt"
+  publish
+}
+write_verdict "the GPU tests; memcheck next"
+
 # ---- 3b. the GPU tests under compute-sanitizer (memcheck) ------------------------------------------
 # Only the tests that launch kernels (the rest gain nothing and are slow under the tool); the test
 # that provokes launch errors on purpose is left out, since the tool reports those as API errors.
 sanitizer="$(command -v compute-sanitizer || true)"
 [[ -z "$sanitizer" && -x /usr/local/cuda/bin/compute-sanitizer ]] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
-# Each binary's memcheck run gets at most 150 s and never eats into the last 240 s of the budget
-# (kept for the benchmarks); a run cut by its time limit found nothing before the cut and is a
-# note, not a failure (exit status 124 of timeout).
-memcheck() {
+# Both binaries run at once, each for at most $memcheck_cap s and never into the last
+# $bench_reserve s of the budget (kept for the benchmarks); a run cut by its time limit found
+# nothing before the cut and is a note, not a failure (exit status 124 of timeout).
+memcheck() {  # NAME FILTER LIMIT: exit status and seconds go to <log>.status
   local name="$1" filter="$2" limit="$3" log="$out/$1.memcheck.log" start=$SECONDS
-  echo "== compute-sanitizer memcheck: $name (limit $limit s)"
   timeout "$limit" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 \
     "$build/tests/$name" --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
-  local rc=$? took=$((SECONDS - start))
-  if (( rc == 0 )); then record "compute-sanitizer memcheck: $name" ok "$took" "$(basename "$log")"
-  elif (( rc == 124 )); then record "compute-sanitizer memcheck: $name" note "$took" "cut at $limit s, no error before the cut"
-  else record "compute-sanitizer memcheck: $name" FAIL "$took" "exit $rc, see $(basename "$log")"; tail -n 25 "$log"; fi
+  echo "$? $((SECONDS - start))" > "${log%.log}.status"
 }
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
     [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
     [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*'
   )
+  memcheck_limit=$(( budget - bench_reserve - SECONDS ))
+  (( memcheck_limit > memcheck_cap )) && memcheck_limit=$memcheck_cap
+  memcheck_names=()
   for name in kvevict_jit_tests kvevict_core_tests; do
     [[ -x "$build/tests/$name" ]] || continue
     if (( quick )) && [[ "$name" != kvevict_jit_tests ]]; then continue; fi
-    limit=$(( budget - 240 - SECONDS ))
-    (( limit > 150 )) && limit=150
-    if (( limit < 20 )); then record "compute-sanitizer memcheck: $name" note 0 "not run: time kept for the benchmarks"; continue; fi
-    memcheck "$name" "${gpu_filters[$name]}" "$limit"
+    memcheck_names+=("$name")
+    if (( memcheck_limit < 20 )); then continue; fi
+    echo "== compute-sanitizer memcheck: $name (limit $memcheck_limit s)"
+    memcheck "$name" "${gpu_filters[$name]}" "$memcheck_limit" &
+  done
+  wait
+  for name in "${memcheck_names[@]}"; do
+    step_name="compute-sanitizer memcheck: $name" log="$out/$name.memcheck.log"
+    if (( memcheck_limit < 20 )); then record "$step_name" note 0 "not run: time kept for the benchmarks"; continue; fi
+    rc=1 took=0
+    [[ -f "${log%.log}.status" ]] && read -r rc took < "${log%.log}.status"
+    rm -f "${log%.log}.status"
+    if (( rc == 0 )); then record "$step_name" ok "$took" "$(basename "$log")"
+    elif (( rc == 124 )); then record "$step_name" note "$took" "cut at $memcheck_limit s, no error before the cut"
+    else record "$step_name" FAIL "$took" "exit $rc, see $(basename "$log")"; tail -n 25 "$log"; fi
   done
 else
   record "compute-sanitizer" note 0 "not in the toolkit on this machine: memcheck step skipped"
 fi
 
-# ---- 3c. the verdict, before any benchmark ---------------------------------------------------------
-if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
-echo "correctness verdict: $verdict (after $SECONDS s)" | tee "$out/verdict.txt"
-publish
+# ---- 3c. the verdict again, memcheck included, before any benchmark --------------------------------
+write_verdict "the GPU tests and memcheck"
 unset KVEVICT_CUDA_SYNC_LAUNCHES  # the benchmarks time unsynchronised launches
 
 # ---- 3d. benchmarks, within what is left of the budget ---------------------------------------------
 left() { echo $(( budget - SECONDS )); }
 # CPU vs GPU agreement on real weights first (SmolLM2's first blocks, carried in .device-shared).
 agreement_model="$(ls "$root"/.device-shared/models/smollm2-135m-first*.gguf 2>/dev/null | head -n1)"
-if [[ -x "$build/bench/bench_gpu_agreement" && -n "$agreement_model" ]] && (( $(left) > 120 )); then
+# It took 5 s on the H200: at most 120 s, and never the last 60 s (bench_gpu_decode's).
+if [[ -x "$build/bench/bench_gpu_agreement" && -n "$agreement_model" ]] && (( $(left) > 80 )); then
+  limit=$(( $(left) - 60 ))
+  (( limit > 120 )) && limit=120
   step "bench_gpu_agreement ($(basename "$agreement_model"))" "$out/bench_gpu_agreement.log" \
-    timeout 120 "$build/bench/bench_gpu_agreement" --model "$agreement_model" --json "$out/bench_gpu_agreement.json"
+    timeout "$limit" "$build/bench/bench_gpu_agreement" --model "$agreement_model" --json "$out/bench_gpu_agreement.json"
 fi
 if [[ -x "$build/bench/bench_gpu_decode" ]] && (( $(left) > 60 )); then
   limit=$(( $(left) - 45 ))

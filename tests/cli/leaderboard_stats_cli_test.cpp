@@ -22,7 +22,9 @@ TEST(LeaderboardStatsCli, SortByIsoAndThreshold) {
   // At 90% odd keeps 90 of 100 from the smallest budget on.
   auto loose = nlohmann::json::parse(run_kvevict("leaderboard --format json --iso-threshold 0.9 --db " + db.path).out);
   for (const auto& record : loose) {
-    if (record["policy"] == "odd") EXPECT_EQ(record["iso"]["text"], "< 25.0%");
+    if (record["policy"] == "odd") {
+      EXPECT_EQ(record["iso"]["text"], "< 25.0%");
+    }
   }
   auto md = run_kvevict("leaderboard --format md --iso-threshold 0.9 --db " + db.path);
   EXPECT_NE(md.out.find("| iso@90% |"), std::string::npos) << md.out;

@@ -59,7 +59,9 @@ TEST(BudgetAllocator, AddsUpExactlyForManyRandomCases) {
     for (int i = 0; i < n; ++i) {
       EXPECT_LE(b[i], hi[i]);
       EXPECT_GE(b[i], 0);
-      if (total >= sum_lo) EXPECT_GE(b[i], std::min(lo[i], hi[i])) << "trial " << trial;
+      if (total >= sum_lo) {
+        EXPECT_GE(b[i], std::min(lo[i], hi[i])) << "trial " << trial;
+      }
     }
   }
 }

@@ -213,7 +213,9 @@ TEST_F(HiddenStatePolicies, KvzapAtPrefillKeepsTheReferenceSets) {
         EXPECT_GT(test::expect_same_kept(r, want, S(), what), 0) << what;
         for (const auto& layer : r.layers)
           for (const HeadReport& h : layer) EXPECT_EQ(h.budget, h.kept) << what << ": the kept count is the head's budget";
-        if (budget == "100%") EXPECT_GT(counts.size(), 1u) << what << ": the threshold gives every head the same count";
+        if (budget == "100%") {
+          EXPECT_GT(counts.size(), 1u) << what << ": the threshold gives every head the same count";
+        }
       }
     }
 }
@@ -258,7 +260,9 @@ TEST_F(HiddenStatePolicies, KvzapWhileDecodingJudgesEachTokenByItsHiddenState) {
         }
     }
     EXPECT_GT(evicting, c.n_layers * c.n_kv_heads) << "decode steps must evict too";
-    if (budget == "40") EXPECT_GT(capped, 0) << "the cap never bound";
+    if (budget == "40") {
+      EXPECT_GT(capped, 0) << "the cap never bound";
+    }
     EXPECT_GT(closest, 1e-5) << "a score within float noise of the threshold";
   }
 }

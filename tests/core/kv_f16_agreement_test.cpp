@@ -87,7 +87,7 @@ TEST(KvF16Agreement, SmolLM2GreedyIdsAndLogits) {
   // activations are rounded to 8 bits per block, so a 2^-11 change in attention can move a value
   // across a rounding step and the logits differ by up to ~4% of their scale (measured 4.1e-2, ids
   // first differing at step 51 of 64 at a near-tie); QuantDecoderSmolLM2 covers that path.
-  auto model = load_model(test::smollm2_gguf_path(), {.weights = WeightStorage::F32});
+  auto model = load_model(test::smollm2_gguf_path(), {.tokenizer_path = {}, .weights = WeightStorage::F32});
   expect_agreement(*model, model->tokenizer->encode(test::kPolicyTestStory, true), 64);
 }
 

@@ -53,8 +53,8 @@ TEST_P(QuantDecoder, LogitsMatchTheF32Path) {
   spec.seed = 40 + c.type;
   const std::string path = (std::filesystem::temp_directory_path() / ("kvevict_quant_" + ggml_type_name(c.type) + ".gguf")).string();
   spec.writer().write(path);
-  const auto native = load_model(path, {.weights = WeightStorage::Native});
-  const auto f32 = load_model(path, {.weights = WeightStorage::F32});
+  const auto native = load_model(path, {.tokenizer_path = {}, .weights = WeightStorage::Native});
+  const auto f32 = load_model(path, {.tokenizer_path = {}, .weights = WeightStorage::F32});
   std::remove(path.c_str());
   ASSERT_TRUE(native->weights.has_native());
   EXPECT_TRUE(native->weights.layers[0].wq.empty()) << "no f32 copy of a native matrix";
@@ -112,8 +112,8 @@ TEST(QuantDecoderSmolLM2, GreedyAgreesExceptAtNearTies) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "SmolLM2 not found at " << path;
   constexpr float kClearMargin = 0.5f;
   constexpr int kSteps = 32;
-  const auto native = load_model(path, {.weights = WeightStorage::Native});
-  const auto f32 = load_model(path, {.weights = WeightStorage::F32});
+  const auto native = load_model(path, {.tokenizer_path = {}, .weights = WeightStorage::Native});
+  const auto f32 = load_model(path, {.tokenizer_path = {}, .weights = WeightStorage::F32});
   const int vocab = native->config.vocab_size;
   int agree = 0, total = 0, near_ties = 0;
   float worst = 0;  // max |logit difference| / max(1, top logit)
@@ -142,7 +142,9 @@ TEST(QuantDecoderSmolLM2, GreedyAgreesExceptAtNearTies) {
       ++total;
       agree += got == want;
       near_ties += tie;
-      if (!tie) EXPECT_EQ(got, want) << "'" << text << "' step " << s << " margin " << sorted[0] - sorted[1];
+      if (!tie) {
+        EXPECT_EQ(got, want) << "'" << text << "' step " << s << " margin " << sorted[0] - sorted[1];
+      }
     }
   }
   std::printf("SmolLM2 Q4_1 native vs f32 greedy: %d / %d steps agree (%d near-ties under %.1f); worst logit "

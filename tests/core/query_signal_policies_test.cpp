@@ -249,7 +249,9 @@ TEST_F(QuerySignals, ModelSignalsStayAlignedThroughEvictionAndDecoding) {
                      const float hn = in.signal(TensorSignal::HiddenNorm)[t];
                      if (pos < S()) expect_near(hn, ref_->hidden_norms[in.layer][pos], "hidden_norm of a prompt entry");
                      const auto [it, fresh] = hidden_at.emplace(std::make_pair(in.layer, pos), hn);
-                     if (!fresh) EXPECT_EQ(it->second, hn) << "a recorded norm never changes";
+                     if (!fresh) {
+                       EXPECT_EQ(it->second, hn) << "a recorded norm never changes";
+                     }
                      std::vector<double> v(d);
                      for (int c = 0; c < d; ++c) v[c] = V[static_cast<size_t>(c) * in.T + t];
                      for (int g = 0; g < G; ++g)

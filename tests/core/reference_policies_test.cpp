@@ -96,9 +96,11 @@ TEST_F(ReferencePolicies, CakeOneShotAndCascading) {
   const auto budgets = reference::cake_budgets(reference::cake_preferences(*data_, cp), S(), 40, cp);
   for (size_t l = 0; l < want.size(); ++l) {
     EXPECT_LE(std::abs(c.layers[l][0].budget - kWindow - budgets[l]), 1) << "layer " << l;
-    if (c.layers[l][0].budget - kWindow == budgets[l])
-      for (size_t h = 0; h < want[l].size(); ++h)
+    if (c.layers[l][0].budget - kWindow == budgets[l]) {
+      for (size_t h = 0; h < want[l].size(); ++h) {
         EXPECT_EQ(c.layers[l][h].kept_positions, std::vector<int32_t>(want[l][h].begin(), want[l][h].end()));
+      }
+    }
   }
 }
 

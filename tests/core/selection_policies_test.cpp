@@ -350,7 +350,9 @@ TEST_F(SelectionPolicies, DmsAtPrefillKeepsTheWindowAndEveryTokenAtOrAboveTheThr
             EXPECT_LE(h.kept, cap) << what;
             counts.insert(h.kept);
           }
-        if (budget == "100%") EXPECT_GT(counts.size(), 1u) << what << ": the threshold gives every head the same count";
+        if (budget == "100%") {
+          EXPECT_GT(counts.size(), 1u) << what << ": the threshold gives every head the same count";
+        }
       }
     }
 }
@@ -414,7 +416,9 @@ TEST_F(SelectionPolicies, FrozenScoresAreTheScoresAtInsertion) {
             return want;
           }, std::string("score_at ") + when + " budget " + budget);
       EXPECT_GT(n, 0);
-      if (cap == 40) EXPECT_GT(capped, 0) << "the cap never bound";
+      if (cap == 40) {
+        EXPECT_GT(capped, 0) << "the cap never bound";
+      }
     }
   EXPECT_GT(differ, 0) << "frozen and recomputed scores never disagreed: the test cannot tell them apart";
   EXPECT_GT(closest, 1e-4) << "a score within float noise of the threshold";
@@ -560,10 +564,12 @@ TEST_F(SelectionPolicies, FrozenScoresStayAlignedWithTheCache) {
       for (int l = 0; l < model_->config.n_layers; ++l)
         for (int h = 0; h < model_->config.n_kv_heads; ++h) {
           const std::vector<size_t> lengths = engine.aligned_state_lengths(l, h);
-          if (std::string(decoding) == "true")
-            EXPECT_EQ(lengths, std::vector<size_t>{decoder->cache().length(l, h)}) << "step " << step;
-          else
+          if (std::string(decoding) == "true") {
+            const auto length = static_cast<size_t>(decoder->cache().length(l, h));
+            EXPECT_EQ(lengths, std::vector<size_t>{length}) << "step " << step;
+          } else {
             EXPECT_TRUE(lengths.empty()) << "without decode triggers nothing reads frozen scores";
+          }
         }
     }
   }

@@ -70,7 +70,9 @@ TEST(Selection, ProtectedAlwaysKeptAndCountsExact) {
     const int n_prot = std::min(T, spec.protect_first + spec.protect_recent);
     if (spec.budget >= n_prot) {
       for (int i = 0; i < T; ++i)
-        if (i < spec.protect_first || i >= T - spec.protect_recent) EXPECT_TRUE(k.count(i)) << "trial " << trial;
+        if (i < spec.protect_first || i >= T - spec.protect_recent) {
+          EXPECT_TRUE(k.count(i)) << "trial " << trial;
+        }
     }
   }
 }

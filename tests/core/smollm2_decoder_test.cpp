@@ -32,7 +32,7 @@ Model* SmolLM2Decoder::model_ = nullptr;
 // answers "L'Étoile, ..."); QuantDecoderSmolLM2 checks native against f32 away from near-ties.
 TEST_F(SmolLM2Decoder, GreedyChatAnswerNamesParis) {
   ASSERT_EQ(model_->info.chat_template, "chatml");
-  const auto f32 = load_model(test::smollm2_gguf_path(), {.weights = WeightStorage::F32});
+  const auto f32 = load_model(test::smollm2_gguf_path(), {.tokenizer_path = {}, .weights = WeightStorage::F32});
   const Tokenizer& tok = *f32->tokenizer;
   const auto prompt = tok.encode(apply_chat_template("chatml", "What is the capital of France?"), false, true);
   auto decoder = make_cpu_decoder(*f32, {.threads = 2, .kv_type = KvType::F32});
@@ -54,7 +54,7 @@ TEST_F(SmolLM2Decoder, LogitsMatchTheNaiveReference) {
   ASSERT_GE(tokens.size(), 5u);
   // The reference reads f32 weights; the decoder runs the default native ones (a prompt block:
   // dequantised tiles + sgemm, f32 rounding only).
-  const auto f32 = load_model(test::smollm2_gguf_path(), {.weights = WeightStorage::F32});
+  const auto f32 = load_model(test::smollm2_gguf_path(), {.tokenizer_path = {}, .weights = WeightStorage::F32});
   const auto ref = test::reference_forward(*f32, tokens);
   auto decoder = make_cpu_decoder(*model_, {.threads = 2, .kv_type = KvType::F32});
   std::vector<float> all;

@@ -69,11 +69,11 @@ TEST(PairShortcuts, LastAndFirstIndexScansEqualTheTiledEvaluation) {
 TEST(PairShortcuts, PointSumEqualsTheTiledEvaluation) {
   for (int T : {1, 3, 64, 65, 300, 1000}) {
     const Keys keys = random_keys(T, 5, 40 + T);
-    for (const std::string& column : {"last[s]", "last[s] + 0.5", "last[s] - 3", "T - 1 - last[s]"}) {
+    for (const char* column : {"last[s]", "last[s] + 0.5", "last[s] - 3", "T - 1 - last[s]"}) {
       // The column index of a row: the last partner above 0.5, or off the grid (a fraction, negative,
       // or at the far end): such a row adds nothing.
       const std::string body = kCosine + "last[s] = max(t: if(c[s, t] > 0.5, t, 0))\ncol[s] = " + column + "\n";
-      for (const std::string& form : {"sum(s: if(T0 == col[s], c[s, t] + u[0, s], 0))", "mean(s: if(col[s] == T0, c[s, t], 0))"}) {
+      for (const char* form : {"sum(s: if(T0 == col[s], c[s, t] + u[0, s], 0))", "mean(s: if(col[s] == T0, c[s, t], 0))"}) {
         std::string f = form, g = form;
         f.replace(f.find("T0"), 2, "t");
         g.replace(g.find("T0"), 2, "t * one[t]");

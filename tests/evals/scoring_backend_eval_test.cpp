@@ -4,6 +4,7 @@
 // without a CUDA decoder is refused before anything runs.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "evals/config.h"
 #include "evals/runner.h"
 #include "evals/sample_runner.h"
+#include "../core/gpu_test_skip.h"
 #include "../core/test_models.h"
 
 using namespace kvevict;
@@ -18,11 +20,11 @@ using namespace kvevict::evals;
 
 namespace {
 
-std::string config_text(const std::string& scoring) {
+std::string config_text(const std::string& scoring, const std::string& device = "cpu") {
   return "name: scoring\n"
          "model: " + test::stories_checkpoint() + "\n"
          "tokenizer: " + test::stories_tokenizer() + "\n"
-         "device: cpu\n"
+         "device: " + device + "\n"
          "scoring: " + scoring + "\n"
          "seed: 3\n"
          "threads: 1\n"
@@ -118,4 +120,43 @@ TEST(ScoringBackendEval, CudaScoringWithoutACudaDecoderIsRefusedBeforeAnythingRu
         << e.what();
   }
   EXPECT_THROW(parse_eval_config(config_text("gpu"), "scoring.yaml"), UsageError);
+}
+
+// The eval pipeline on the GPU (GPU only): `device: cuda` with `scoring: auto` scores with the NVRTC
+// kernels, the run and every leaderboard row record it, and each (sample, policy) keeps the cache
+// sizes of the CPU interpreter's run (snapkv's and h2o's budgets do not depend on scores). The
+// predictions may differ where greedy decoding meets a near tie: counted and printed.
+TEST(ScoringBackendEval, CudaEvalScoresOnTheDeviceAndKeepsTheCpusCacheSizes) {
+  SKIP_WITHOUT_GPU();
+  if (auto reason = test::stories_missing_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  TempDb db("scoring_cuda");
+  ResultsStore store(db.path.string());
+  std::vector<SampleResult> rows[2];
+  const std::pair<const char*, const char*> sides[] = {{"interpreter", "cpu"}, {"auto", "cuda"}};
+  for (int s = 0; s < 2; ++s) {
+    const EvalConfig config = parse_eval_config(config_text(sides[s].first, sides[s].second), "scoring.yaml");
+    auto runner = make_sample_runner(config);
+    const EvalSummary summary = run_eval(config, *runner, store, {});
+    const auto run = store.run(summary.run_id);
+    ASSERT_TRUE(run.has_value());
+    if (s == 1) {
+      EXPECT_EQ(runner->scoring(), "cuda");
+      EXPECT_EQ(run->scoring, "cuda");
+      EXPECT_EQ(run->device.rfind("cuda", 0), 0u) << run->device;
+    }
+    rows[s] = store.results(summary.run_id);
+  }
+  ASSERT_EQ(rows[0].size(), 4u);
+  ASSERT_EQ(rows[1].size(), rows[0].size());
+  int same_prediction = 0;
+  for (size_t i = 0; i < rows[0].size(); ++i) {
+    EXPECT_EQ(rows[1][i].sample_key, rows[0][i].sample_key);
+    EXPECT_EQ(rows[1][i].kv_bytes, rows[0][i].kv_bytes) << rows[0][i].policy;
+    EXPECT_EQ(rows[1][i].kept_ratio, rows[0][i].kept_ratio) << rows[0][i].policy;
+    same_prediction += rows[1][i].prediction == rows[0][i].prediction;
+  }
+  std::printf("eval on cuda: %d of %zu predictions equal the CPU's\n", same_prediction, rows[0].size());
+  bool cuda_row = false;
+  for (const AggregateRow& row : store.leaderboard()) cuda_row = cuda_row || row.scoring == "cuda";
+  EXPECT_TRUE(cuda_row);
 }

@@ -95,8 +95,12 @@ TEST(Tasks, NeedleSitsAtTheGridDepth) {
     double measured = 100.0 * offset / total;
     // Needles go at sentence boundaries: within one sentence (<= 20 tokens) of the target.
     EXPECT_NEAR(measured, sample.depth, 100.0 * 20 / total);
-    if (sample.depth == 0) EXPECT_EQ(offset, 0);
-    if (sample.depth == 100) EXPECT_EQ(sample.context.substr(sample.context.size() - answer.size() - 1), answer + ".");
+    if (sample.depth == 0) {
+      EXPECT_EQ(offset, 0);
+    }
+    if (sample.depth == 100) {
+      EXPECT_EQ(sample.context.substr(sample.context.size() - answer.size() - 1), answer + ".");
+    }
   }
 }
 
