@@ -1,6 +1,6 @@
 // The window attention CUDA kernel (core/decode/cuda/window_attention.h) against its CPU twin on
 // device copies of the CPU test's layers (GPU only; skipped with the reason without the CUDA
-// toolkit or a usable device). Never run during development: no GPU was available.
+// toolkit or a usable device). Passed on an H200 on 2026-12-04 (docs/CUDA.md).
 //
 // Tolerance: the twin runs the same phases in the same order, so only the compilers' FMA
 // contraction and the device's expf (2 ulp) differ: a few f32 ulps per logit and per probability,
