@@ -130,7 +130,7 @@ TEST(PrecomputedWindow, CopiesOnlyTheRowsItWasComputedFor) {
 
 struct Case {
   std::string policy;
-  std::map<std::string, std::string> params;
+  std::map<std::string, std::string> params = {};
   std::string budget = "48";
   int steps = 4;
   int decode_block = 0;  // > 0: then one forward call of this many tokens (a question block)

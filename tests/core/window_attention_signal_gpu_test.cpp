@@ -76,7 +76,9 @@ class CheckingObserver : public ForwardObserver {
     ASSERT_EQ(got.size(), want.size());
     for (size_t e = 0; e < want.size(); ++e) {
       const double err = std::abs(double(got[e]) - want[e]);
-      if (want[e] == 0.0f) ASSERT_EQ(got[e], 0.0f) << "layer " << s.layer << " element " << e;
+      if (want[e] == 0.0f) {
+        ASSERT_EQ(got[e], 0.0f) << "layer " << s.layer << " element " << e;
+      }
       ASSERT_LE(err, kRel * want[e] + kAbs) << "layer " << s.layer << " element " << e;
       worst = std::max(worst, err / (want[e] + kAbs));
     }
