@@ -7,8 +7,8 @@
 //     cascading bounds it), and the device memory in use (see "Device memory" below);
 //   - each policy's decode speed-up over the full cache at the same context.
 // Defaults: synthetic:llama3.1-8b (random weights of Llama-3.1-8B's geometry, 128K context),
-// contexts 4096, 32768 and 131072, policies full, cake and snapkv at 3% of the prompt, 16 decode
-// tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
+// contexts 4096, 32768 and 131072 (less the decode tokens, which must fit in the model's context),
+// policies full, cake and snapkv at 3% of the prompt, 16 decode tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
 //
 // One decoder for the whole process: it is made once after the model is loaded (for an 8B model
 // the weights' fp16 conversion and upload take tens of seconds: the `decoder made in` line and
@@ -402,7 +402,10 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
   double measured_cost = 0;  // the largest run cost at measured_context
   int measured_context = 0;  // the last context with a measured run
   for (int context : o.contexts) {
-    if (context + o.decode_tokens > b.model.config.context_length) {
+    // A context at the model's limit (128K) is cut by the decode steps, which must fit after it.
+    if (context <= b.model.config.context_length && context + o.decode_tokens > b.model.config.context_length)
+      context = b.model.config.context_length - o.decode_tokens;
+    if (context < 1 || context + o.decode_tokens > b.model.config.context_length) {
       skipped.push_back({{"context", context}, {"cache", fill_name}, {"why", "beyond the model's context"}});
       std::printf("%8d %-10s skipped: beyond the model's context (%d)\n", context, "*", b.model.config.context_length);
       std::fflush(stdout);
