@@ -2,7 +2,7 @@
 // Llama-8B geometry (32 layers, 8 KV heads, head_dim 128, f16): prefill append, one-token decode
 // appends, compaction to half (in place, and score-ordered through scratch), snapshot and restore
 // bandwidth. Prints "skipped: <why>" and exits 0 without the CUDA toolkit or a usable device.
-// Never run during development: no GPU was available (docs/CUDA.md).
+// Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
 #include <algorithm>
 #include <cstdio>

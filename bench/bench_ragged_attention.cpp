@@ -8,7 +8,7 @@
 // --cpu runs the same cases through the CPU twin at small sizes (checking the benchmark's own
 // setup, planning and reporting) and checks the split plan against a one-chunk plan.
 //   bench_ragged_attention [--cpu] [--json] [--iters N]
-// Never run on a GPU during development (no GPU was available).
+// Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

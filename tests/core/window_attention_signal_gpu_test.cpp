@@ -1,6 +1,6 @@
 // The CUDA decoder's window attention for its observer (ObservationRequest::window_attention,
 // LayerSignals::window_attention) - GPU only; skipped with the reason when the build has no CUDA
-// or no usable device. Written after the first GPU run; not yet run on a GPU (docs/CUDA.md).
+// or no usable device. Passed on an H200 on 2026-12-04 (docs/CUDA.md).
 //  - WindowAttentionSignalGpu: the device buffer the decoder fills right after each layer's append,
 //    downloaded, against window_attention_twin over the same layer of the host cache (a random GQA
 //    model: group 3, head_dim 16), at the prefill, on a decode block over a cache compacted in
