@@ -3,6 +3,9 @@
 //     - NVRTC cold compile time per kernel (median of fresh compiles, cache bypassed by a unique
 //       comment so each compile really runs), for sm_80 and sm_90
 //     - warm kernel-cache load: a new cache instance reading the entry from disk, and a memory hit
+//     - the same generated and hand-written CAKE indicators compiled for the CPU (HostModule) and
+//       timed there: a proxy of the generated code's per-element overhead (bound checks, index
+//       arithmetic, passes over A) while no GPU is at hand; the target is the GPU ratio
 //   GPU parts (skipped with the reason when no device is usable):
 //     - the hand-written CAKE indicator kernel over 8 KV heads x T tokens (the baseline a generated
 //       kernel must stay within 1.1x of)
@@ -27,6 +30,8 @@
 #endif
 #include "jit/cuda_driver.h"
 #include "jit/gpu_score_kernel.h"
+#include "jit/host_module.h"
+#include "jit/kernel_abi.h"
 #include "jit/jit_compiler.h"
 #include "jit/reference_kernels.h"
 
@@ -123,6 +128,46 @@ void bench_compile_and_cache(int repeats, const std::string& cache_dir) {
   }
 }
 
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+// Median milliseconds of one call of a host-compiled score entry over `in`, for each of 8 KV heads.
+double host_layer_ms(void (*entry)(const KvScoreArgs*, float*), const KvScoreArgs& args, float* out, int repeats) {
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = now_ms();
+    for (int head = 0; head < 8; ++head) entry(&args, out);
+    times.push_back(now_ms() - t0);
+  }
+  return median(times);
+}
+
+void bench_host_indicator(int repeats, const std::string& work_dir) {
+  using Entry = void (*)(const KvScoreArgs*, float*);
+  HostModule hand(cake_indicator_source(200.0f, 5), work_dir, "cake_hand");
+  HostModule generated(generate_score_kernels("cake.cu", "cake", cake_lowered(), nullptr).source, work_dir, "cake_gen");
+  const Entry hand_entry = reinterpret_cast<Entry>(hand.symbol(kCakeIndicatorEntry));
+  const Entry generated_entry = reinterpret_cast<Entry>(generated.symbol("kvevict_score"));
+  const int group = 4, W = 32, T = 32768;
+  std::vector<float> window(size_t(group) * W * T);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f / float(T));
+  for (auto& v : window) v = u(rng);
+  ScoreInputs in;
+  in.group = group;
+  in.W = W;
+  in.T = T;
+  in.set_signal(TensorSignal::WindowAttention, window.data());
+  const KvScoreArgs args = to_kernel_args(in);
+  std::vector<float> hand_out(T), generated_out(T);
+  const double hand_ms = host_layer_ms(hand_entry, args, hand_out.data(), repeats);
+  const double generated_ms = host_layer_ms(generated_entry, args, generated_out.data(), repeats);
+  float worst = 0;
+  for (int t = 0; t < T; ++t) worst = std::max(worst, std::fabs(generated_out[t] - hand_out[t]));
+  std::printf("host-compiled CAKE indicator (%s), 8 KV heads x G=%d x W=%d x T=%d: hand-written %.1f ms, generated "
+              "%.1f ms per layer = %.2fx (a CPU proxy; the target is the GPU ratio); max |difference| %.3g\n",
+              host_compiler().c_str(), group, W, T, hand_ms, generated_ms, generated_ms / hand_ms, worst);
+}
+#endif
+
 void bench_gpu_indicator() {
   const CudaProbe probe = CudaDriver::probe();
   if (!probe.usable) {
@@ -216,8 +261,12 @@ int main(int argc, char** argv) {
     } else {
       std::printf("NVRTC: skipped (%s)\n", why.c_str());
     }
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+    bench_host_indicator(repeats, cache_dir + "-host");
+#endif
     std::error_code ec;
     std::filesystem::remove_all(cache_dir, ec);
+    std::filesystem::remove_all(cache_dir + "-host", ec);
     bench_gpu_indicator();
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_jit: %s\n", e.what());

@@ -3,6 +3,7 @@
 #ifdef KVEVICT_HAVE_LOWERED_FORM
 #include "jit/cuda_codegen.h"
 
+#include <bit>
 #include <fstream>
 #include <map>
 #include <set>
@@ -194,6 +195,7 @@ class ProgramEmitter {
   void emit_function(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
+    if (is_float_var(i)) emit_var_about(i);
     line("KVEVICT_FN float " + fn(i) + "(" + kParams + ") {", here);
     w_.indent();
     line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)mc; (void)s; (void)t;", here);
@@ -226,8 +228,38 @@ class ProgramEmitter {
 
   // Elementwise closure of node i as locals in operand order; boundary nodes are calls. Each
   // local is attributed to its own expression's line in the policy file.
+  //
+  // MEAN AND VARIANCE SHARED: a variance whose mean the closure also takes (the same reduction
+  // of the same operand) calls its second pass with that mean (emit_var_about), so the operand is
+  // read twice instead of three times. The mean is then emitted first whatever its node number.
   void emit_inline(int i) {
-    for (int j : inline_closure(i)) {
+    const std::vector<int> closure = inline_closure(i);
+    std::map<int, int> mean_of;  // variance node -> the mean node it shares
+    for (int j : closure)
+      for (int k : closure)
+        if (j != i && k != i && is_float_var(j) && is_float_mean(k) && p_.nodes[k].a == p_.nodes[j].a &&
+            p_.nodes[k].axes == p_.nodes[j].axes)
+          mean_of.emplace(j, k);
+    std::set<int> emitted;
+    for (int j : closure) {
+      if (const auto shared = mean_of.find(j); shared != mean_of.end()) {
+        if (emitted.insert(shared->second).second) emit_local(i, shared->second);
+        line("const float " + var(j) + " = " + var_about(j) + "(a, h, q, c, e, mc, s, t, " + var(shared->second) + ");", at(j));
+        emitted.insert(j);
+        continue;
+      }
+      if (emitted.insert(j).second) emit_local(i, j);
+    }
+    line("return " + var(i) + ";", at(i));
+  }
+  bool is_float_mean(int k) const {
+    const Node& n = p_.nodes[k];
+    return n.op == NodeOp::Reduce && n.reducer == Reducer::Mean && !(n.axes & dsl::kAxisT) && !is_staged(n);
+  }
+
+  // The local of node j in node i's function: a call for a boundary node, else its operation.
+  void emit_local(int i, int j) {
+    {
       const Node& n = p_.nodes[j];
       std::string value;
       if (j != i && is_boundary(n)) {
@@ -267,7 +299,6 @@ class ProgramEmitter {
       }
       line("const float " + var(j) + " = " + value + ";", at(j));
     }
-    line("return " + var(i) + ";", at(i));
   }
 
   // The operand of reduction i called at the loop indices r<axis> of the reduced axes and the
@@ -298,6 +329,11 @@ class ProgramEmitter {
   // Nested loops over the reduced axes of node i, `type x` = the operand inside, then `body`.
   // lanes: the t loop is split over the block's lanes (stages).
   void reduce_loops(int i, const std::string& type, const std::string& body, bool lanes) {
+    reduce_loops_over(i, type, reduced_call(i), body, lanes);
+  }
+  // The same with the operand spelled `operand` (a row reduction's unchecked element).
+  void reduce_loops_over(int i, const std::string& type, const std::string& operand, const std::string& body,
+                         bool lanes) {
     const SourceLocation here = at(i);
     const std::vector<int> order = reduced_order(i);
     for (int k : order) {
@@ -306,12 +342,49 @@ class ProgramEmitter {
       else line("for (int " + v + " = 0; " + v + " < " + kAxisExtent[k] + "; ++" + v + ") {", here);
       w_.indent();
     }
-    line("const " + type + " x = (" + type + ")" + reduced_call(i) + ";", here);
+    line("const " + type + " x = (" + type + ")" + operand + ";", here);
     line(body, here);
     for (size_t k = 0; k < order.size(); ++k) {
       w_.dedent();
       line("}", here);
     }
+  }
+
+  // A ROW REDUCTION: reduction i runs over one axis of a signal read directly (its operand is a
+  // Load), so the elements it adds are one strided row of the buffer. When the whole row lies
+  // inside the buffer (checked once, before the loop), the loop reads it through a pointer with
+  // no per-element bound check and no per-element index arithmetic: the hand-written kernels'
+  // form, which NVRTC keeps to a load, an add and a pointer step per element where the checked
+  // form costs about ten instructions (docs/JIT.md, "Speed of the generated kernels"). Otherwise
+  // the checked loop runs, so the values, their order and the bounds guarantee are the same.
+  bool is_row_reduction(int i) const {
+    const Node& n = p_.nodes[i];
+    if (n.op != NodeOp::Reduce || (n.axes & dsl::kAxisT) || std::popcount(n.axes) != 1) return false;
+    const Node& operand = p_.nodes[n.a];
+    return operand.op == NodeOp::Load && !cuda_load_row(operand.tensor, n.axes).pointer.empty();
+  }
+  // Emits `emit(operand)` (code ending in a return) for the row's unchecked element inside the
+  // row's check, then for the checked call after it; without a row, the checked form only.
+  template <class Emit>
+  void with_row(int i, Emit emit) {
+    if (!is_row_reduction(i)) return emit(reduced_call(i));
+    const Node& n = p_.nodes[i];
+    const SourceLocation here = at(i);
+    const CudaLoadRow row = cuda_load_row(p_.nodes[n.a].tensor, n.axes);
+    const int k = kvevict::axis_index(n.axes);
+    line("const float* row_ = " + row.pointer + ";", here);
+    line("const long long base_ = " + row.base + ", stride_ = " + row.stride + ", n_ = " + row.extent + ";", here);
+    line("const long long m_ = " + std::string(kAxisExtent[k]) + ";", here);
+    // No product here can overflow: m_ < 2^31 (an int extent), stride_ <= n_ <= 2^32, so the last
+    // index is below 2^63. A larger buffer (over 2^32 elements) takes the checked loop.
+    line("if (row_ && (m_ <= 0 || (base_ >= 0 && base_ < n_ && n_ <= 4294967296LL && stride_ > 0 && stride_ <= n_ &&",
+         here);
+    line("                         base_ + (m_ - 1) * stride_ < n_))) {", here);
+    w_.indent();
+    emit("row_[base_ + (long long)r" + std::string(kAxisVar[k]) + " * stride_]");
+    w_.dedent();
+    line("}", here);
+    emit(reduced_call(i));
   }
 
   // Reduction over axes other than t: float accumulation in the interpreter's order.
@@ -323,27 +396,72 @@ class ProgramEmitter {
       case Reducer::Sum:
       case Reducer::Mean:
       case Reducer::Var:
-        line("float s_ = 0.0f;", here);
-        reduce_loops(i, "float", "s_ += x;", false);
-        if (n.reducer == Reducer::Sum) return line("return s_;", here);
         line("const int count = (int)" + reduced_count(i) + ";", here);
-        line("const float mean = s_ * (1.0f / (float)count);", here);
-        if (n.reducer == Reducer::Mean) return line("return mean;", here);
-        line("float s2 = 0.0f;", here);
-        reduce_loops(i, "float", "const float d_ = x - mean; s2 += d_ * d_;", false);
-        return line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);", here);
+        line("(void)count;", here);
+        return with_row(i, [&](const std::string& x) {
+          line("{", here);
+          w_.indent();
+          line("float s_ = 0.0f;", here);
+          reduce_loops_over(i, "float", x, "s_ += x;", false);
+          if (n.reducer == Reducer::Sum) line("return s_;", here);
+          else if (n.reducer == Reducer::Mean) line("return s_ * (1.0f / (float)count);", here);
+          else line("return " + var_about(i) + "(a, h, q, c, e, mc, s, t, s_ * (1.0f / (float)count));", here);
+          w_.dedent();
+          line("}", here);
+        });
       case Reducer::Max:
       case Reducer::Min:
-        line("float m = 0.0f;", here);
-        line("bool first = true;", here);
-        reduce_loops(i, "float", std::string("if (first) { m = x; first = false; } else { m = ") +
-                                     (n.reducer == Reducer::Max ? "x > m" : "x < m") + " ? x : m; }", false);
-        return line("return m;", here);
+        return with_row(i, [&](const std::string& x) {
+          line("{", here);
+          w_.indent();
+          line("float m = 0.0f;", here);
+          line("bool first = true;", here);
+          reduce_loops_over(i, "float", x, std::string("if (first) { m = x; first = false; } else { m = ") +
+                                               (n.reducer == Reducer::Max ? "x > m" : "x < m") + " ? x : m; }", false);
+          line("return m;", here);
+          w_.dedent();
+          line("}", here);
+        });
       case Reducer::Entropy:
-        line("float s_ = 0.0f;", here);
-        reduce_loops(i, "float", "s_ -= x > 0.0f ? x * logf(x) : 0.0f;", false);
-        return line("return s_;", here);
+        return with_row(i, [&](const std::string& x) {
+          line("{", here);
+          w_.indent();
+          line("float s_ = 0.0f;", here);
+          reduce_loops_over(i, "float", x, "s_ -= x > 0.0f ? x * logf(x) : 0.0f;", false);
+          line("return s_;", here);
+          w_.dedent();
+          line("}", here);
+        });
     }
+  }
+
+  // A variance's second pass given its mean: <fn>_about(indices..., mean), emitted before the
+  // variance's own function. The mean is the first pass's exact float (s_ times the reciprocal of
+  // the count), so a caller that already holds the same reduction's mean (MEAN AND VARIANCE
+  // SHARED, emit_inline) passes it and skips the first pass with the same bits.
+  std::string var_about(int i) const { return fn(i) + "_about"; }
+  void emit_var_about(int i) {
+    const SourceLocation here = at(i);
+    line("KVEVICT_FN float " + var_about(i) + "(" + kParams + ", float mean) {", here);
+    w_.indent();
+    line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)mc; (void)s; (void)t;", here);
+    line("const int count = (int)" + reduced_count(i) + ";", here);
+    with_row(i, [&](const std::string& x) {
+      line("{", here);
+      w_.indent();
+      line("float s2 = 0.0f;", here);
+      reduce_loops_over(i, "float", x, "const float d_ = x - mean; s2 += d_ * d_;", false);
+      line("return s2 * (count > 1 ? 1.0f / (float)(count - 1) : 0.0f);", here);
+      w_.dedent();
+      line("}", here);
+    });
+    w_.dedent();
+    line("}", here);
+  }
+  // The float variance reductions emit_reduce generates (not staged, not over t).
+  bool is_float_var(int j) const {
+    const Node& n = p_.nodes[j];
+    return n.op == NodeOp::Reduce && n.reducer == Reducer::Var && !(n.axes & dsl::kAxisT) && !is_staged(n);
   }
 
   // Reduction i over t (and other axes) in double, like the interpreter's: emits the accumulation

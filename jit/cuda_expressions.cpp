@@ -31,29 +31,72 @@ std::string cuda_scalar(ScalarSignal s) {
   return "";
 }
 
+namespace {
+
+// The axes a tensor signal's buffer can have, in its row-major order (core/engine/signals.h: the
+// canonical axis order, t innermost), with the generated functions' index variable of each (d is
+// `c`, the model axis c is `mc`) and its extent in KvScoreArgs.
+struct LoadAxis {
+  unsigned bit;
+  const char* var;
+  const char* extent;
+};
+constexpr LoadAxis kLoadAxes[] = {{dsl::kAxisH, "h", "a.group"},   {dsl::kAxisQ, "q", "a.W"},
+                                  {dsl::kAxisD, "c", "a.head_dim"}, {dsl::kAxisE, "e", "a.head_dim"},
+                                  {dsl::kAxisC, "mc", "a.n_embd"},  {dsl::kAxisT, "t", "a.T"}};
+
+// The flat row-major index of the element at the functions' indices, with the index of axis
+// `zero` (a bit, or 0 for none) replaced by 0: a row's first element.
+std::string flat_index(unsigned axes, unsigned zero) {
+  std::string index;
+  for (const LoadAxis& x : kLoadAxes) {
+    if (!(axes & x.bit)) continue;
+    const std::string v = x.bit == zero ? "0" : x.var;
+    if (x.bit == dsl::kAxisT) index = index.empty() ? v : index + " * " + x.extent + " + " + v;
+    else index = index.empty() ? "(long long)" + v : "(" + index + " * " + x.extent + " + " + v + ")";
+  }
+  return index.empty() ? "0LL" : index;
+}
+
+// The buffer's extent in elements, from the scalars of KvScoreArgs (the prelude's kv_extent_axes).
+std::string buffer_extent(unsigned axes) {
+  const bool has_d = axes & dsl::kAxisD, has_e = axes & dsl::kAxisE;
+  return std::string("kv_extent_axes(a, ") + ((axes & dsl::kAxisH) ? "1" : "0") + ", " + ((axes & dsl::kAxisQ) ? "1" : "0") +
+         ", " + (has_d ? (has_e ? "2" : "1") : "0") + ", " + ((axes & dsl::kAxisT) ? "1" : "0") + ")" +
+         ((axes & dsl::kAxisC) ? " * kv_nonneg(a.n_embd)" : "");
+}
+
+std::string buffer_pointer(TensorSignal s) {
+  return "a.tensor[" + std::to_string(kvevict::signal_index(s)) + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */";
+}
+
+}  // namespace
+
 std::string cuda_load(TensorSignal s) {
   // Bounded loads (the prelude's kv_load): h, q and t come from loops over the extents, but the
   // buffer's extent is checked again here, so no program can read outside it. The index and the
   // extent follow from the signal's axes in the signal table: row-major over h, q, t.
   if (s == TensorSignal::Position)
     return "(float)(a.position ? kv_load_int(a.position, t, kv_extent_tokens(a), t) : t)";
-  // The channel index of axis d is the generated functions' parameter `c`.
   const unsigned axes = kvevict::signal_axes(s);
-  const bool has_h = axes & dsl::kAxisH, has_q = axes & dsl::kAxisQ, has_d = axes & dsl::kAxisD;
-  const bool has_t = axes & dsl::kAxisT;  // Q, Q_mean, ... have no token axis
-  const bool has_e = axes & dsl::kAxisE;  // the second channel axis (Q_cov[h, d, e]): parameter `e`
-  const bool has_c = axes & dsl::kAxisC;  // the model dimension (hidden[c, t]): parameter `mc`
-  std::string index = has_h ? "(long long)h" : "";
-  if (has_q) index = index.empty() ? "(long long)q" : "(" + index + " * a.W + q)";
-  if (has_d) index = index.empty() ? "(long long)c" : "(" + index + " * a.head_dim + c)";
-  if (has_e) index = index.empty() ? "(long long)e" : "(" + index + " * a.head_dim + e)";
-  if (has_c) index = index.empty() ? "(long long)mc" : "(" + index + " * a.n_embd + mc)";
-  if (has_t) index = index.empty() ? "t" : index + " * a.T + t";
-  else if (index.empty()) index = "0LL";
-  const std::string slot = std::to_string(kvevict::signal_index(s));
-  return "kv_load(a.tensor[" + slot + "] /* " + std::string(kvevict::signal_info(s).dsl_name) + " */, " + index +
-         ", kv_extent_axes(a, " + (has_h ? "1" : "0") + ", " + (has_q ? "1" : "0") + ", " + (has_d ? (has_e ? "2" : "1") : "0") +
-         ", " + (has_t ? "1" : "0") + ")" + (has_c ? " * kv_nonneg(a.n_embd)" : "") + ", 0.0f)";
+  return "kv_load(" + buffer_pointer(s) + ", " + flat_index(axes, 0) + ", " + buffer_extent(axes) + ", 0.0f)";
+}
+
+CudaLoadRow cuda_load_row(TensorSignal s, unsigned axis) {
+  const unsigned axes = kvevict::signal_axes(s);
+  if (s == TensorSignal::Position || !(axes & axis)) return {};
+  CudaLoadRow row;
+  row.pointer = buffer_pointer(s);
+  row.base = "(long long)(" + flat_index(axes, axis) + ")";
+  // The stride of `axis`: the product of the extents of the axes after it.
+  row.stride = "1LL";
+  bool after = false;
+  for (const LoadAxis& x : kLoadAxes) {
+    if (after && (axes & x.bit)) row.stride += std::string(" * (long long)") + x.extent;
+    after = after || x.bit == axis;
+  }
+  row.extent = buffer_extent(axes);
+  return row;
 }
 
 std::string cuda_unary(UnaryFn f, const std::string& x) {

@@ -14,6 +14,16 @@ std::string cuda_float_literal(float value);
 std::string cuda_scalar(dsl::ScalarSignal s);
 // The tensor signal at indices (h, q, t) of `a`; empty for an unknown signal.
 std::string cuda_load(dsl::TensorSignal s);
+// The same buffer seen along one of its axes (a reduction's loop over `axis`, a bit): element r of
+// the row is pointer[base + r * stride], where base is cuda_load's index with that axis at 0 and
+// stride is the product of the extents after it; extent bounds the whole buffer as in cuda_load.
+// A caller that checked base >= 0, stride >= 0 and base + (m - 1) * stride < extent for a loop of
+// m elements reads the row unchecked (cuda_codegen.cpp: a row reduction). Every field is empty
+// when the signal has no such axis (and for Position, an index rather than a buffer).
+struct CudaLoadRow {
+  std::string pointer, base, stride, extent;
+};
+CudaLoadRow cuda_load_row(dsl::TensorSignal s, unsigned axis);
 // fn(x) / fn(x, y) over already-evaluated operands (names of locals); empty for an unknown fn.
 std::string cuda_unary(dsl::UnaryFn f, const std::string& x);
 std::string cuda_binary(dsl::BinaryFn f, const std::string& x, const std::string& y);

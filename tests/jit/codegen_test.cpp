@@ -81,6 +81,20 @@ std::vector<NamedProgram> indicator_programs() {
     const int mixed = b.binary(BinaryFn::Add, b.reduce(Reducer::Mean, kAxisH, share), b.binary(BinaryFn::Mul, spread, n));
     return b.binary(BinaryFn::Div, mixed, peak);
   }));
+  programs.push_back(build("shared-means", [](ProgramBuilder& b) {
+    // Row reductions and shared means (cuda_codegen.cpp): a variance built before its mean, a
+    // variance over h of the accumulated attention (a row of stride T) sharing its mean, and a
+    // variance over q whose only mean is over another axis (nothing to share).
+    const int A = b.load(TensorSignal::WindowAttention);
+    const int acc = b.load(TensorSignal::AccumulatedAttention);
+    const int var_q = b.reduce(Reducer::Var, kAxisQ, A);
+    const int mean_q = b.reduce(Reducer::Mean, kAxisQ, A);
+    const int var_h = b.reduce(Reducer::Var, kAxisH, acc);
+    const int mean_h = b.reduce(Reducer::Mean, kAxisH, acc);
+    const int lone = b.reduce(Reducer::Var, kAxisQ, b.unary(UnaryFn::Sqrt, A));
+    const int per_head = b.binary(BinaryFn::Add, b.binary(BinaryFn::Sub, mean_q, var_q), lone);
+    return b.binary(BinaryFn::Add, b.reduce(Reducer::Max, kAxisH, per_head), b.binary(BinaryFn::Mul, mean_h, var_h));
+  }));
   programs.push_back(build("log-of-zero", [](ProgramBuilder& b) {
     // log(0) - log(0) = NaN: both sides must turn it into -infinity.
     const int zero = b.binary(BinaryFn::Mul, b.load(TensorSignal::KeyNorm), b.constant(0.0f));
@@ -149,6 +163,26 @@ TEST(CudaCodegen, GeneratedKernelsMatchTheInterpreterOnTheHost) {
       EXPECT_LE(worst, 1e-6f) << name << " G=" << group << " W=" << W << " T=" << T;
     }
   }
+}
+
+// CAKE's indicator reads A the way the hand-written kernel does (bench_jit measures the speed):
+// each of its reductions over q walks a row through a pointer after one check of the whole row,
+// and the indicator hands its mean to the variance, so A is read twice per column, not three times.
+TEST(CudaCodegen, CakesIndicatorReadsRowsThroughPointersAndSharesItsMean) {
+  const NamedProgram cake = indicator_programs().front();
+  ASSERT_EQ(cake.name, "cake");
+  const std::string source = generate_score_kernels("cake.cu", "policies/cake.yaml", cake.program, nullptr).source;
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = source.find(what); at != std::string::npos; at = source.find(what, at + 1)) ++n;
+    return n;
+  };
+  // The mean, the variance's own first pass and its second pass (<fn>_about): three row loops,
+  // each with its checked fallback.
+  EXPECT_EQ(count("row_[base_ + (long long)rq * stride_]"), 3);
+  EXPECT_EQ(count("if (row_ && (m_ <= 0 ||"), 3);
+  // The indicator's closure calls the second pass with the mean's local.
+  EXPECT_EQ(count("_about(a, h, q, c, e, mc, s, t, v"), 1);
 }
 
 class CodegenArch : public ::testing::TestWithParam<const char*> {};
