@@ -3,7 +3,9 @@
 //   decode (n = 1) at 4K / 32K / 128K entries per head on average and at 3% of those, heads uneven
 //   (1/8 to 15/8 of the mean): split-K latency and achieved K+V bandwidth, against the old cuda::attention
 //   over a packed f32 copy (what the decoder runs today);
-//   prefill (n = entries) at 4K / 32K: the tiled kernel's latency and FLOP rate, and column sums.
+//   prefill (n = entries) at 4K / 32K: the tiled kernel's latency and FLOP rate, and column sums;
+//   in a build with FlashInfer (-DKVEVICT_FLASHINFER_DIR), FlashInfer's prefill over the same
+//   layer at 4K / 32K / 128K (core/decode/cuda/flashinfer_prefill.h) against it.
 // Without the CUDA toolkit or a usable device it prints "skipped: <reason>" and exits 0.
 // --cpu runs the same cases through the CPU twin at small sizes (checking the benchmark's own
 // setup, planning and reporting) and checks the split plan against a one-chunk plan.
@@ -28,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/ragged_attention.h"
 #endif
@@ -89,11 +92,15 @@ std::vector<uint16_t> random_words(int64_t rows, uint32_t seed) {
   return w;
 }
 
+// Beyond 4096 queries the first 4096 repeat: the timing does not depend on the values, and
+// drawing 128K x 32 x 128 normals would take most of the benchmark's time.
 std::vector<float> random_queries(int64_t n, uint32_t seed) {
   std::vector<float> q(size_t(n) * kKvHeads * kGroup * kHeadDim);
+  const size_t drawn = std::min(q.size(), size_t(4096) * kKvHeads * kGroup * kHeadDim);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& x : q) x = normal(rng);
+  for (size_t i = 0; i < drawn; ++i) q[i] = normal(rng);
+  for (size_t i = drawn; i < q.size(); ++i) q[i] = q[i - drawn];
   return q;
 }
 
@@ -244,6 +251,27 @@ void decode_case(const Options& o, nlohmann::json& rows, const std::vector<uint1
   rows.push_back(r);
 }
 
+// FlashInfer's prefill over the same layer and queries: its latency, FLOP rate and difference
+// from the own kernel's output (`own`, empty when the own kernel did not run at this size).
+void flashinfer_prefill_row(const DeviceKvLayerView& view, Buffers& b, int64_t n, int iters, double own_us,
+                            nlohmann::json& r) {
+  if (!cuda::flashinfer_prefill_built()) {
+    r["flashinfer"] = "not built (scripts/fetch-flashinfer.sh, cmake -DKVEVICT_FLASHINFER_DIR)";
+    return;
+  }
+  cuda::DeviceArray<uint16_t> staging(2 * cuda::flashinfer_prefill_staging_elements(view, int(n), kGroup));
+  cuda::DeviceArray<float> out(b.out.size());
+  const double us = device_us(iters, [&] {
+    cuda::flashinfer_prefill(view, int(n), kGroup, b.q.data(), out.data(), staging.data(), staging.size());
+  });
+  r["flashinfer_us"] = us;
+  r["flashinfer_tflop_per_s"] = prefill_flops(n) / us / 1e6;
+  if (own_us > 0) {
+    r["flashinfer_speedup"] = own_us / us;
+    r["flashinfer_max_abs_diff_vs_own"] = max_difference(out, b.out);
+  }
+}
+
 void prefill_case(const Options& o, nlohmann::json& rows, const std::vector<uint16_t>& words, const void* arena,
                   int64_t n) {
   const std::vector<int64_t> lengths(kKvHeads, n);
@@ -251,6 +279,13 @@ void prefill_case(const Options& o, nlohmann::json& rows, const std::vector<uint
   const RaggedAttentionPlan plan = plan_ragged_attention(view, int(n), kGroup);
   Buffers b(n, plan.workspace_floats);
   const int iters = n > 8192 ? 1 : std::min(o.iters, 5);
+  if (n > 32768) {  // the own kernel would take about a minute per layer: FlashInfer only
+    nlohmann::json r{{"backend", "cuda"}, {"kind", "prefill"}, {"context", n}};
+    flashinfer_prefill_row(view, b, n, iters, 0, r);
+    print(o, r);
+    rows.push_back(r);
+    return;
+  }
   const double us = device_us(iters, [&] {
     cuda::ragged_attention(view, plan, b.q.data(), b.out.data(), b.row_max.data(), b.row_sum.data(),
                            b.workspace.data(), b.workspace.size());
@@ -271,6 +306,7 @@ void prefill_case(const Options& o, nlohmann::json& rows, const std::vector<uint
     });
     r["max_abs_diff_vs_old"] = max_difference(b.out, b.out_old);
   }
+  flashinfer_prefill_row(view, b, n, iters, us, r);
   print(o, r);
   rows.push_back(r);
 }
@@ -282,7 +318,7 @@ int run_gpu(const Options& o, nlohmann::json& rows) {
   arena.upload(words);
   for (int64_t context : {4096, 32768, 131072})
     for (double fraction : {1.0, 0.03}) decode_case(o, rows, words, arena.data(), context, fraction);
-  for (int64_t n : {4096, 32768}) prefill_case(o, rows, words, arena.data(), n);
+  for (int64_t n : {4096, 32768, 131072}) prefill_case(o, rows, words, arena.data(), n);
   return 0;
 }
 #endif

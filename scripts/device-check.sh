@@ -150,6 +150,17 @@ configure() {
 # The carried test models (scripts/device-fetch-debs.sh), laid out as ../shared is.
 shared_args=()
 [[ -d "$root/.device-shared/models" ]] && shared_args=(-DKVEVICT_SHARED_DIR="$root/.device-shared")
+# FlashInfer's headers and their CCCL (scripts/fetch-flashinfer.sh --pack, carried in
+# .device-flashinfer/): the FlashInfer prefill attention is built when they came along.
+flashinfer_pack="$root/.device-flashinfer/flashinfer.tar.gz"
+if [[ -f "$flashinfer_pack" ]]; then
+  mkdir -p "$build/flashinfer"
+  if tar xzf "$flashinfer_pack" -C "$build/flashinfer"; then
+    shared_args+=(-DKVEVICT_FLASHINFER_DIR="$build/flashinfer")
+  else
+    echo "device-check: $flashinfer_pack did not unpack; building without FlashInfer" >&2
+  fi
+fi
 step "configure (CUDA sm_$gpu_arch, $generator)" "$out/configure.log" configure
 if (( quick )); then
   step "build jit targets" "$out/build.log" cmake --build "$build" -j "$jobs" --target kvevict kvevict_jit_tests bench_jit

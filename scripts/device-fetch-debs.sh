@@ -7,7 +7,8 @@
 # It also prepares .device-shared/ (git-ignored, carried too): the test models the GPU tests and
 # bench_gpu_agreement read there, since ../shared and ~/.cache do not travel: stories260K, and
 # SmolLM2-135M cut to its first blocks (scripts/gguf_keep_layers.py), because the whole file (94 MB)
-# exceeds the 64 MiB that travel.
+# exceeds the 64 MiB that travel. And .device-flashinfer/ (git-ignored, carried): FlashInfer's
+# headers with their CCCL, packed by scripts/fetch-flashinfer.sh --pack (the device has no network).
 #
 # Usage: scripts/device-fetch-debs.sh [DIR]      (default: .device-debs in the repository root)
 #   KVEVICT_DEVICE_SMOLLM2_LAYERS: blocks of SmolLM2 to keep (default 4: 39 MiB)
@@ -63,14 +64,22 @@ if [[ -f "$smollm2" ]]; then
 else
   echo "device-fetch-debs: $smollm2 not found (scripts/setup.sh fetches it); bench_gpu_agreement will skip there" >&2
 fi
-# What travels: the tracked and untracked-not-ignored files, plus the two carried folders.
+# ---- FlashInfer's headers (.device-flashinfer, 3.2 MiB): device-check.sh builds its prefill with them --
+flashinfer="$root/.device-flashinfer"
+mkdir -p "$flashinfer"
+rm -f "$flashinfer/flashinfer.tar.gz"
+if ! bash "$root/scripts/fetch-flashinfer.sh" --pack "$flashinfer/flashinfer.tar.gz" > /dev/null; then
+  echo "device-fetch-debs: FlashInfer's headers could not be fetched; the device check builds without them" >&2
+fi
+# What travels: the tracked and untracked-not-ignored files, plus the three carried folders.
 tree_kib=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 du -ck 2>/dev/null | tail -n1 | cut -f1)
 shared_kib=$(du -sk "$root/.device-shared" | cut -f1)
-all_mib=$(( (tree_kib + total_kib + shared_kib) / 1024 ))
-echo "device-fetch-debs: working tree + .device-debs + .device-shared = $all_mib MiB (the limit is 64)"
+flashinfer_kib=$(du -sk "$flashinfer" | cut -f1)
+all_mib=$(( (tree_kib + total_kib + shared_kib + flashinfer_kib) / 1024 ))
+echo "device-fetch-debs: working tree + .device-debs + .device-shared + .device-flashinfer = $all_mib MiB (the limit is 64)"
 if (( all_mib > 62 )); then
   echo "device-fetch-debs: too much to travel; lower KVEVICT_DEVICE_SMOLLM2_LAYERS" >&2
   exit 1
 fi
 # The packages are built for this machine's architecture; the accelerator machine must match.
-echo "device-fetch-debs: architecture $(dpkg --print-architecture); carry '$(realpath --relative-to="$root" "$dir")' and '.device-shared' to the device"
+echo "device-fetch-debs: architecture $(dpkg --print-architecture); carry '$(realpath --relative-to="$root" "$dir")', '.device-shared' and '.device-flashinfer' to the device"

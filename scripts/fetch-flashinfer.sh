@@ -1,40 +1,69 @@
 #!/usr/bin/env bash
-# Obtains FlashInfer's C++/CUDA headers, for reading and comparison only: downloads the PyPI wheel
-# flashinfer-python==0.7.2.post1 (pip download --no-deps) into $KVEVICT_FLASHINFER_DIR (default
-# ~/.cache/kvevict/flashinfer), extracts its flashinfer/data/include there and prints that include
-# path. Nothing in kvevict's build uses it; the ragged attention kernels are our own
-# (core/decode/ragged_attention_tiles.h). Never inside the repository.
+# Obtains FlashInfer's header-only CUDA library for the optional FlashInfer prefill attention
+# (core/decode/cuda/flashinfer/, docs/CUDA.md "FlashInfer prefill"), outside the repository:
+#   - the PyPI wheel flashinfer-python==0.7.2.post1 (Apache-2.0): its flashinfer/data/include;
+#   - the PyPI wheel nvidia-cuda-cccl==13.3.5.0.6: FlashInfer 0.7.2 uses cuda::fast_mod_div, which
+#     the CCCL of CUDA 13.0 lacks, so a newer CCCL (header-only, same major version) comes with it.
+# Layout: $KVEVICT_FLASHINFER_DIR (default ~/.cache/kvevict/flashinfer)/0.7.2.post1/{include,cccl}.
+# Prints that folder: pass it to CMake as -DKVEVICT_FLASHINFER_DIR=... Nothing is installed.
+#
+# Usage: scripts/fetch-flashinfer.sh [--pack FILE]
+#   --pack FILE: also write the two header trees as one .tar.gz (3.3 MB) for a machine without
+#                network (scripts/device-fetch-debs.sh carries it to the accelerator machine).
 set -euo pipefail
 
 version="0.7.2.post1"
+cccl_version="13.3.5.0.6"
 dir="${KVEVICT_FLASHINFER_DIR:-$HOME/.cache/kvevict/flashinfer}"
-include="$dir/$version/include"
+home="$dir/$version"
+pack=""
+if [[ "${1:-}" == "--pack" ]]; then
+  pack="${2:?--pack needs a file}"
+fi
 
-if [ -d "$include/flashinfer" ]; then
-  echo "$include"
-  exit 0
-fi
-mkdir -p "$dir"
-wheels="$dir/wheels"
-if ! ls "$wheels"/flashinfer_python-"$version"-*.whl > /dev/null 2>&1; then
-  echo "fetch-flashinfer: downloading flashinfer-python==$version" >&2
-  python3 -m pip download --quiet --no-deps --only-binary :all: "flashinfer-python==$version" -d "$wheels" >&2
-fi
-wheel="$(ls "$wheels"/flashinfer_python-"$version"-*.whl | head -n 1)"
-tmp="$(mktemp -d "$dir/extract.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-# A wheel is a zip; take only the headers.
-python3 - "$wheel" "$tmp" <<'PY'
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
+# Extracts the members of wheel $1 under prefix $2 into folder $3 (the prefix removed).
+extract() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import os, sys, zipfile
+wheel, prefix, out = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(wheel) as z:
-    names = [n for n in z.namelist() if n.startswith("flashinfer/data/include/") and not n.endswith("/")]
+    names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")]
     if not names:
-        sys.exit(f"fetch-flashinfer: {wheel} holds no flashinfer/data/include")
+        sys.exit(f"fetch-flashinfer: {wheel} holds no {prefix}")
     for n in names:
-        z.extract(n, out)
+        target = os.path.join(out, n[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with z.open(n) as src, open(target, "wb") as dst:
+            dst.write(src.read())
 PY
-mkdir -p "$dir/$version"
-rm -rf "$include"
-mv "$tmp/flashinfer/data/include" "$include"
-echo "$include"
+}
+
+# Downloads wheel $1==$2 (no dependencies) into $dir/wheels unless it is there; prints its path.
+wheel() {
+  local wheels="$dir/wheels" file
+  mkdir -p "$wheels"
+  if ! ls "$wheels"/"$1"-"$2"-*.whl > /dev/null 2>&1; then
+    echo "fetch-flashinfer: downloading ${1//_/-}==$2" >&2
+    python3 -m pip download --quiet --no-deps --only-binary :all: "${1//_/-}==$2" -d "$wheels" >&2
+  fi
+  file="$(ls "$wheels"/"$1"-"$2"-*.whl | head -n 1)"
+  echo "$file"
+}
+
+if [[ ! -f "$home/include/flashinfer/attention/prefill.cuh" || ! -f "$home/cccl/cuda/cmath" ]]; then
+  mkdir -p "$dir"
+  tmp="$(mktemp -d "$dir/extract.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  extract "$(wheel flashinfer_python "$version")" "flashinfer/data/include/" "$tmp/include"
+  extract "$(wheel nvidia_cuda_cccl "$cccl_version")" "nvidia/cu13/include/cccl/" "$tmp/cccl"
+  grep -q "fast_mod_div" -r "$tmp/cccl/cuda" || { echo "fetch-flashinfer: the CCCL wheel lacks cuda::fast_mod_div" >&2; exit 1; }
+  mkdir -p "$home"
+  rm -rf "$home/include" "$home/cccl"
+  mv "$tmp/include" "$home/include"
+  mv "$tmp/cccl" "$home/cccl"
+fi
+if [[ -n "$pack" ]]; then
+  tar czf "$pack" -C "$home" include cccl
+  echo "fetch-flashinfer: packed $(du -h "$pack" | cut -f1) into $pack" >&2
+fi
+echo "$home"

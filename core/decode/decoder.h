@@ -80,11 +80,22 @@ enum class DeviceKvMode {
   PackedUpload,  // the reference path: the layer's whole host cache uploaded per forward call
 };
 
+// The kernel of the CUDA decoder's prefill attention (calls of more than one token; a one-token
+// decode call always takes the own split-K kernel). docs/CUDA.md, "FlashInfer prefill".
+enum class PrefillAttention {
+  Own,         // cuda::ragged_attention: f32 queries and arithmetic on CUDA cores (the reference)
+  FlashInfer,  // cuda::flashinfer_prefill: FlashInfer's tensor-core kernel (a build with FlashInfer)
+};
+
 struct DecoderOptions {
   int threads = 0;  // 0: OpenMP/BLAS default
   int device_ordinal = 0;  // CUDA device index for the CUDA backend (make_decoder.h); unused on the CPU
   KvType kv_type = KvType::F16;  // element type of the KV cache (kv_type.h); F32 is the exact reference
   DeviceKvMode device_kv = DeviceKvMode::Resident;  // CUDA backend only; unused on the CPU
+  // CUDA backend only. FlashInfer is refused at construction (UsageError) by a build without it,
+  // an F32 cache, a head_dim it was not built for, or DeviceKvMode::PackedUpload; calls that ask
+  // for accumulated attention (row statistics) use the own kernel.
+  PrefillAttention prefill_attention = PrefillAttention::Own;
 };
 
 // A decoder's state at one moment: a copy of its host cache and its position, plus whatever a

@@ -18,6 +18,7 @@
 
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/cuda_kernels.h"
+#include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/ragged_attention.h"
 #include "core/decode/cuda/window_attention.h"
 #include "core/decode/ragged_attention_twin.h"
@@ -144,7 +145,8 @@ class CudaDecoder : public Decoder {
  public:
   CudaDecoder(const Model& model, const DecoderOptions& options)
       : model_(model), config_(model.config), cache_(model.config, options.kv_type), rope_(model.config),
-        ordinal_(options.device_ordinal), kv_mode_(options.device_kv) {
+        ordinal_(options.device_ordinal), kv_mode_(options.device_kv), prefill_attention_(options.prefill_attention) {
+    if (prefill_attention_ == PrefillAttention::FlashInfer) refuse_flashinfer_unless_usable(options);
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     if (kv_mode_ == DeviceKvMode::Resident) {
@@ -178,6 +180,18 @@ class CudaDecoder : public Decoder {
       }
       layers_.push_back(d);
     }
+  }
+  // PrefillAttention::FlashInfer when it cannot run on this decoder: a UsageError naming why, never
+  // a silent fall-back to the own kernel.
+  void refuse_flashinfer_unless_usable(const DecoderOptions& options) const {
+    if (!cuda::flashinfer_prefill_built())
+      throw UsageError("the FlashInfer prefill attention is not in this build (scripts/fetch-flashinfer.sh, then "
+                       "cmake -DKVEVICT_FLASHINFER_DIR=<the folder it prints>)");
+    if (options.device_kv != DeviceKvMode::Resident)
+      throw UsageError("the FlashInfer prefill attention reads the device-resident cache (DeviceKvMode::Resident)");
+    if (!cuda::flashinfer_prefill_supports(options.kv_type, config_.head_dim))
+      throw UsageError("the FlashInfer prefill attention takes an f16 or bf16 cache with head_dim 64 or 128, not " +
+                       std::string(kv_type_name(options.kv_type)) + " with head_dim " + std::to_string(config_.head_dim));
   }
   ~CudaDecoder() override {
     cudaSetDevice(ordinal_);  // frees below run on this decoder's device; no throwing here
@@ -257,6 +271,8 @@ class CudaDecoder : public Decoder {
   DeviceArray<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, logits_d_, cos_, sin_, row_max_, row_sum_, column_d_;
   DeviceArray<__half> half_in_;
   DeviceArray<float> attention_workspace_;  // split-K partials (RaggedAttentionPlan::workspace_floats)
+  PrefillAttention prefill_attention_ = PrefillAttention::Own;
+  DeviceArray<uint16_t> flashinfer_staging_;  // 16-bit queries and outputs of cuda::flashinfer_prefill
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
   std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
@@ -488,12 +504,20 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   }
   // Split-K over the ragged heads for a few queries, tiles of queries x entries for a prompt
   // (core/decode/ragged_attention_tiles.h): planned here per call from the view's lengths.
-  const RaggedAttentionPlan plan = plan_ragged_attention(view, n, config_.group_size());
-  if (plan.split()) attention_workspace_.resize(plan.workspace_floats);
-  cuda::ragged_attention(view, plan, q_.data(), att_.data(), want_columns ? row_max_.data() : nullptr,
-                         want_columns ? row_sum_.data() : nullptr,
-                         plan.split() ? attention_workspace_.data() : nullptr,
-                         plan.split() ? plan.workspace_floats : 0);
+  // FlashInfer (when chosen) takes prefill blocks that need no row statistics.
+  if (prefill_attention_ == PrefillAttention::FlashInfer && n > 1 && !want_columns &&
+      cuda::flashinfer_prefill_applies(view, n)) {
+    flashinfer_staging_.resize(2 * cuda::flashinfer_prefill_staging_elements(view, n, config_.group_size()));
+    cuda::flashinfer_prefill(view, n, config_.group_size(), q_.data(), att_.data(), flashinfer_staging_.data(),
+                             flashinfer_staging_.size());
+  } else {
+    const RaggedAttentionPlan plan = plan_ragged_attention(view, n, config_.group_size());
+    if (plan.split()) attention_workspace_.resize(plan.workspace_floats);
+    cuda::ragged_attention(view, plan, q_.data(), att_.data(), want_columns ? row_max_.data() : nullptr,
+                           want_columns ? row_sum_.data() : nullptr,
+                           plan.split() ? attention_workspace_.data() : nullptr,
+                           plan.split() ? plan.workspace_floats : 0);
+  }
   if (want_columns) {
     int max_len = 0;
     for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
