@@ -11,7 +11,8 @@
 # headers with their CCCL, packed by scripts/fetch-flashinfer.sh --pack (the device has no network).
 #
 # Usage: scripts/device-fetch-debs.sh [DIR]      (default: .device-debs in the repository root)
-#   KVEVICT_DEVICE_SMOLLM2_LAYERS: blocks of SmolLM2 to keep (default 4: 39 MiB)
+#   KVEVICT_DEVICE_SMOLLM2_LAYERS: blocks of SmolLM2 to keep (default 3: 37 MiB; 4 no longer fits
+#   beside FlashInfer's headers)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -57,14 +58,14 @@ else
   echo "device-fetch-debs: $stories not found; the stories260K GPU tests will skip there" >&2
 fi
 smollm2="${KVEVICT_MODEL_DIR:-$HOME/.cache/kvevict/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
-layers="${KVEVICT_DEVICE_SMOLLM2_LAYERS:-4}"
+layers="${KVEVICT_DEVICE_SMOLLM2_LAYERS:-3}"
 rm -f "$shared"/smollm2-135m-first*.gguf
 if [[ -f "$smollm2" ]]; then
   python3 "$root/scripts/gguf_keep_layers.py" "$smollm2" "$shared/smollm2-135m-first$layers.gguf" --layers "$layers"
 else
   echo "device-fetch-debs: $smollm2 not found (scripts/setup.sh fetches it); bench_gpu_agreement will skip there" >&2
 fi
-# ---- FlashInfer's headers (.device-flashinfer, 3.2 MiB): device-check.sh builds its prefill with them --
+# ---- FlashInfer's headers (.device-flashinfer, 1.6 MiB): device-check.sh builds its prefill with them --
 flashinfer="$root/.device-flashinfer"
 mkdir -p "$flashinfer"
 rm -f "$flashinfer/flashinfer.tar.gz"

@@ -8,8 +8,11 @@
 # Prints that folder: pass it to CMake as -DKVEVICT_FLASHINFER_DIR=... Nothing is installed.
 #
 # Usage: scripts/fetch-flashinfer.sh [--pack FILE]
-#   --pack FILE: also write the two header trees as one .tar.gz (3.3 MB) for a machine without
-#                network (scripts/device-fetch-debs.sh carries it to the accelerator machine).
+#   --pack FILE: also write what kvevict's glue can include as one .tar.gz (1.6 MB) for a machine
+#                without network (scripts/device-fetch-debs.sh carries it to the accelerator
+#                machine): FlashInfer's top-level headers and attention/, and CCCL's cuda/ and nv/
+#                (its thrust/ and cub/, and FlashInfer's GEMM, MoE and communication headers, are
+#                not reached from the prefill; nvcc -M lists the closure).
 set -euo pipefail
 
 version="0.7.2.post1"
@@ -63,7 +66,7 @@ if [[ ! -f "$home/include/flashinfer/attention/prefill.cuh" || ! -f "$home/cccl/
   mv "$tmp/cccl" "$home/cccl"
 fi
 if [[ -n "$pack" ]]; then
-  tar czf "$pack" -C "$home" include cccl
+  (cd "$home" && tar czf "$pack" include/flashinfer/*.cuh include/flashinfer/*.h include/flashinfer/attention cccl/cuda cccl/nv)
   echo "fetch-flashinfer: packed $(du -h "$pack" | cut -f1) into $pack" >&2
 fi
 echo "$home"
