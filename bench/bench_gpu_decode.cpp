@@ -6,7 +6,11 @@
 //     decode triggers included);
 //   - the KV cache bytes after the prefill and their peak during it (the engine's report: CAKE's
 //     cascading bounds it), and the device memory in use (see "Device memory" below);
-//   - each policy's decode speed-up over the full cache at the same context.
+//   - each policy's decode speed-up over the full cache at the same context;
+//   - prefill runs: where a decoded token's time goes (the line under the row, decode_breakdown_ms
+//     in the JSON; decode_breakdown below): the engine's decode phases (EvictionReport::
+//     decode_phases), the device mirror's host time and the rest of the step; and the prefill's
+//     engine time by phase (engine_prefill_phases_s).
 // Defaults: synthetic:llama3.1-8b (random weights of Llama-3.1-8B's geometry, 128K context),
 // contexts 4096, 32768 and 131072 (less the decode tokens, which must fit in the model's context),
 // policies full, cake and snapkv at 3% of the prompt, 16 decode tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
@@ -212,6 +216,37 @@ void reset_decoder(Decoder& decoder) {
   decoder.set_position(0);
 }
 
+// EnginePhaseSeconds as {"signals": ..., "scoring": ..., ...} (mode_name keys), each phase's
+// seconds times `scale` (1e3 / tokens: milliseconds per token).
+nlohmann::json phases_json(const EnginePhaseSeconds& phases, double scale = 1.0) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t i = 0; i < kNumEnginePhases; ++i) {
+    const auto phase = static_cast<EnginePhase>(i);
+    out[std::string(mode_name(phase))] = phases[phase] * scale;
+  }
+  return out;
+}
+
+// Where the decode steps of a prefill run went, in ms per decoded token (means over the steps):
+// "step" (the whole forward call), the engine's decode phases (EvictionReport::decode_phases, one
+// key per EnginePhase; all zero when the engine does not observe decode calls), the device
+// mirror's host time during the steps ("mirror_sync_host", "mirror_flush": the compactions of the
+// engine's keeps happen in the flush) and "rest": the step less all of these (the decoder's forward:
+// kernels, the observation's downloads, host appends). Host wall times: asynchronous GPU work is
+// charged to whichever call waits for it first.
+nlohmann::json decode_breakdown(const std::vector<double>& steps, const EnginePhaseSeconds& engine,
+                                const DeviceKvSeconds& mirror_before, const DeviceKvSeconds& mirror_after) {
+  const double n = static_cast<double>(std::max<size_t>(1, steps.size())), to_ms = 1e3 / n;
+  double step_seconds = 0;
+  for (double s : steps) step_seconds += s;
+  const double sync = mirror_after.sync_host - mirror_before.sync_host, flush = mirror_after.flush - mirror_before.flush;
+  nlohmann::json out = {{"step", step_seconds * to_ms}, {"engine", engine.total() * to_ms},
+                        {"engine_phases", phases_json(engine, to_ms)}, {"mirror_sync_host", sync * to_ms},
+                        {"mirror_flush", flush * to_ms}};
+  out["rest"] = (step_seconds - engine.total() - sync - flush) * to_ms;
+  return out;
+}
+
 // One (context, policy) run of the prefill protocol on the shared decoder, reset first.
 nlohmann::json run_one(const Bench& b, int context, const std::string& policy_name) {
   const Options& o = b.o;
@@ -240,6 +275,7 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
   // As generate and eval decode: the engine observes decode calls only when its policy evicts then
   // (otherwise the device-resident cache is the only cache the decode loop touches).
   ForwardObserver* decode_observer = engine && engine->observes_decode() ? engine.get() : nullptr;
+  const DeviceKvSeconds mirror_before = decoder.device_kv_stats().seconds;
   for (int i = 0; i < o.decode_tokens; ++i) {
     const int next = argmax(*logits);
     const double s = now();
@@ -247,6 +283,8 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
     steps.push_back(now() - s);
   }
   const double engine_decode_seconds = engine ? engine->report().seconds - engine_prefill_seconds : 0.0;
+  const EnginePhaseSeconds no_phases;
+  const EvictionReport* report = engine ? &engine->report() : nullptr;
   return {{"context", context},
           {"policy", policy_name},
           {"cache", "prefill"},
@@ -255,6 +293,9 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
           {"engine_s", engine_prefill_seconds},
           {"policy_share_of_prefill", ttft > 0 ? engine_prefill_seconds / ttft : 0.0},
           {"engine_decode_s", engine_decode_seconds},
+          {"engine_prefill_phases_s", phases_json(report ? report->prefill_phases : no_phases)},
+          {"decode_breakdown_ms", decode_breakdown(steps, report ? report->decode_phases : no_phases, mirror_before,
+                                                   decoder.device_kv_stats().seconds)},
           {"decode_ms_median", 1e3 * percentile(steps, 0.5)},
           {"decode_ms_p90", 1e3 * percentile(steps, 0.9)},
           {"cache_bytes", cache_bytes},
@@ -378,6 +419,21 @@ nlohmann::json run_synthetic(const Bench& b, int context, const std::string& pol
           {"device_bytes_after_decode", device_bytes_in_use(b.device)}};
 }
 
+// A prefill row's decode_breakdown_ms on one line under it: where a decoded token's time went.
+void print_breakdown(const nlohmann::json& r) {
+  const nlohmann::json& b = r["decode_breakdown_ms"];
+  std::string phases;
+  for (size_t i = 0; i < kNumEnginePhases; ++i) {  // in EnginePhase order (a JSON object sorts its keys)
+    const std::string name(mode_name(static_cast<EnginePhase>(i)));
+    char value[32];
+    std::snprintf(value, sizeof value, " %.2f", b["engine_phases"][name].get<double>());
+    phases += (phases.empty() ? "" : ", ") + name + value;
+  }
+  std::printf("%8s %-10s decode ms/token: step %.2f = engine %.2f (%s) + mirror sync_host %.2f + flush %.2f + rest %.2f\n",
+              "", "", b["step"].get<double>(), b["engine"].get<double>(), phases.c_str(),
+              b["mirror_sync_host"].get<double>(), b["mirror_flush"].get<double>(), b["rest"].get<double>());
+}
+
 void print_row(const nlohmann::json& r) {
   const bool synthetic = r.contains("fill_s");
   const double dev = synthetic ? r["device_bytes_after_upload"].get<double>() : r["device_bytes_peak_prefill"].get<double>();
@@ -387,6 +443,7 @@ void print_row(const nlohmann::json& r) {
               100 * r["policy_share_of_prefill"].get<double>(), r["decode_ms_median"].get<double>(),
               r["decode_ms_p90"].get<double>(), r["cache_bytes"].get<double>() / (1 << 20), dev / (1 << 20),
               added / (1 << 20));
+  if (r.contains("decode_breakdown_ms")) print_breakdown(r);
 }
 
 // One pass over contexts x policies with one way of filling the cache, on the shared decoder. A run

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
@@ -134,6 +135,9 @@ class Decoder {
   virtual void restore(const DecoderSnapshot& snapshot) = 0;
   virtual std::string device_name() const = 0;
   virtual const Model& model() const = 0;
+  // What its device-resident KV cache cost so far (device_kv_stats.h): the CUDA decoder's mirror in
+  // DeviceKvMode::Resident; all zero otherwise (the CPU decoder, the packed upload).
+  virtual DeviceKvStats device_kv_stats() const { return {}; }
 };
 
 std::unique_ptr<Decoder> make_cpu_decoder(const Model& model, const DecoderOptions& options = {});

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/util/stopwatch.h"
+
 namespace kvevict {
 
 namespace {
@@ -90,6 +92,7 @@ bool DeviceKvMirror::defer_host_append(int layer, int rows) {
 }
 
 void DeviceKvMirror::sync_host() {
+  Stopwatch timed(&seconds_.sync_host);
   for (int l = 0; l < n_layers_; ++l) {
     const int lag = host_lag_[static_cast<size_t>(l)];
     if (lag == 0) continue;
@@ -283,6 +286,7 @@ void DeviceKvMirror::flush(int layer) {
                            "device cache holds one head per KV head");
   }
   if (!layer_pending_[static_cast<size_t>(layer)]) return;
+  Stopwatch timed(&seconds_.flush);  // only where there is work (the decoder flushes each layer twice per call)
   check_geometry();
   for (int h = 0; h < n_heads_; ++h) write_tail(layer, h, state(layer, h));
   compact_layer(layer);

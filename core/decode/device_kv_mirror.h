@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_stats.h"
 #include "core/decode/device_kv_twin.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/kv_cache_listener.h"
@@ -108,14 +109,11 @@ class DeviceKvMirror final : public KvCacheListener {
   void sync_host();
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
 
-  struct Counts {
-    int64_t compactions = 0;   // compact calls sent
-    int64_t rows_written = 0;  // rows sent through write_rows (appends buffered in Host mode included)
-    int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
-    int64_t rows_deferred = 0;  // rows appended to the device only (defer_host_append), summed over heads
-    int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
-  };
+  // What the mirror did and the host time it took, since construction (device_kv_stats.h).
+  using Counts = DeviceKvCounts;
+  using Seconds = DeviceKvSeconds;
   const Counts& counts() const { return counts_; }
+  const Seconds& seconds() const { return seconds_; }
 
   void on_append(int layer, int head, int32_t position, const float* key, const float* value) override;
   void on_keep(int layer, int head, std::span<const int> indices) override;
@@ -155,6 +153,7 @@ class DeviceKvMirror final : public KvCacheListener {
   std::vector<char> layer_pending_;  // [layer]
   std::vector<int> host_lag_;        // [layer]: rows every head of the layer has on the device only
   Counts counts_;
+  Seconds seconds_;
   std::vector<float> keys_, values_;  // upload scratch
 };
 

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "core/engine/attention_signals.h"
@@ -37,19 +37,10 @@
 #include "core/engine/threshold_selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
+#include "core/util/stopwatch.h"
 
 namespace kvevict {
 namespace {
-
-class Stopwatch {
- public:
-  explicit Stopwatch(double* total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~Stopwatch() { *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-
- private:
-  double* total_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 // rows [T][d] (the cache's layout) -> out [d][T] (the signal layout: t innermost, signals.h).
 void transpose_rows(const float* rows, int T, int d, std::vector<float>& out) {
@@ -125,6 +116,56 @@ struct EvictionEngine::State {
   const ReplayScores* replay = nullptr;  // what A_replay reads while the waiting prefill completes
   std::vector<std::vector<float>> held_grams, held_projection;
   std::vector<float> replay_logits;  // the prompt's logits, copied before the replay's forwards
+
+  // Phase accounting (EnginePhase): the slots of the current engine call (report.prefill_phases or
+  // decode_phases; null outside a call) and the innermost phase running.
+  EnginePhaseSeconds* phases = nullptr;
+  std::optional<EnginePhase> phase;
+  double& slot(EnginePhase p) {
+    if (!phases) throw std::logic_error("engine: a phase timed outside an engine call");
+    return (*phases)[p];
+  }
+
+  // Times phase `p` until its end, pausing the enclosing phase (Stopwatch's `paused`), so nested
+  // phases never count an interval twice (the same phase nested in itself counts it once). Only on
+  // the calling thread, never inside an OpenMP loop: the slots are plain doubles.
+  class PhaseScope {
+   public:
+    PhaseScope(State& st, EnginePhase p)
+        : st_(st), outer_(st.phase), watch_(&st.slot(p), outer_ ? &st.slot(*outer_) : nullptr) {
+      st.phase = p;
+    }
+    ~PhaseScope() { st_.phase = outer_; }
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+
+   private:
+    State& st_;
+    std::optional<EnginePhase> outer_;
+    Stopwatch watch_;
+  };
+
+  // One entry into the engine (after_layer, after_forward, apply_after_prefill, finish_replay): its
+  // time goes to report.seconds and, phase by phase, to the prefill or the decode phases; what no
+  // PhaseScope inside covers is Other. The seconds' watch starts first and ends last, so the
+  // phases of a call sum to at most its seconds.
+  class EngineCall {
+   public:
+    EngineCall(State& st, bool decoding)
+        : st_(st), seconds_(&st.report.seconds), other_(enter(st, decoding), EnginePhase::Other) {}
+    ~EngineCall() { st_.phases = nullptr; }  // other_ has taken its slot's address already
+    EngineCall(const EngineCall&) = delete;
+    EngineCall& operator=(const EngineCall&) = delete;
+
+   private:
+    static State& enter(State& st, bool decoding) {
+      st.phases = decoding ? &st.report.decode_phases : &st.report.prefill_phases;
+      return st;
+    }
+    State& st_;
+    Stopwatch seconds_;
+    PhaseScope other_;
+  };
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -260,9 +301,16 @@ struct EvictionEngine::State {
     }
   }
 
+  // The signals of one head, timed as Signals: for the calling thread (score_layer_at_prefill's
+  // parallel loop calls gather_signals and times the loop).
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding) {
+    PhaseScope timed(*this, EnginePhase::Signals);
+    return gather_signals(layer, kv_head, cache, decoding);
+  }
+
   // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
-  // instead of the head's own vector.
-  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr) {
+  // instead of the head's own vector. Untimed: safe on worker threads.
+  HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr) {
     HeadSignals hs;
     const int src = cache_head(kv_head, cache);
     const int T = cache.length(layer, src);
@@ -420,6 +468,7 @@ struct EvictionEngine::State {
   }
 
   std::vector<float> score(const HeadSignals& hs, bool decoding) {
+    PhaseScope timed(*this, EnginePhase::Scoring);
     std::vector<float> out(hs.in.T, 0.0f);
     policy.score(hs.in, decoding && plan.decode.own_score, out.data());
     return out;
@@ -437,11 +486,15 @@ struct EvictionEngine::State {
     for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
     const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
-    window_in.fetch();  // a device buffer comes down here, not on a worker thread
+    {
+      PhaseScope timed(*this, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
+      window_in.fetch();  // a device buffer comes down here, not on a worker thread
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
-    for (int h = 0; h < Hs; ++h)
-      heads[h] = signals_for(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
+      for (int h = 0; h < Hs; ++h)
+        heads[h] = gather_signals(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
+    }
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
+    PhaseScope timed(*this, EnginePhase::Scoring);  // the head plans and the layer weight
     if (desc.has_head_plan) {
       head_plans[layer].clear();
       for (int h = 0; h < Hs; ++h) head_plans[layer].push_back(policy.head_plan(heads[h].in));
@@ -523,6 +576,7 @@ struct EvictionEngine::State {
   // set first, then each head is kept. `scores[h]`: what head h's selection ranked.
   void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
                   const std::vector<std::span<const float>>& scores) {
+    PhaseScope timed(*this, EnginePhase::CacheEdit);
     if (plan.stages.merge_per_layer)
       merge_state.merge_layer(desc.merge, cache, layer, kept);
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
@@ -531,6 +585,7 @@ struct EvictionEngine::State {
   // One head's eviction: a per-head merge (cam picks its merge candidates by `scores`), then the
   // compaction and the aligned state.
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores) {
+    PhaseScope timed(*this, EnginePhase::CacheEdit);
     const size_t length = cache.length(layer, kv_head);
     if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
       merge_on_evict(desc.merge, cache, layer, kv_head, kept,
@@ -606,6 +661,7 @@ struct EvictionEngine::State {
                                                      const std::vector<std::span<const int32_t>>& pos, int layer,
                                                      const std::vector<int>& head, const std::vector<int>& budget,
                                                      const ProtectedSet& pr) {
+    PhaseScope timed(*this, EnginePhase::Selection);
     const size_t n = sc.size();
     if (options.trace_selection)
       for (size_t i = 0; i < n; ++i) trace_selection(layer, head[i], sc[i], pos[i]);
@@ -641,6 +697,7 @@ struct EvictionEngine::State {
   // never evicting the protected set `pr` (the prefill's, or the decoding phase's).
   void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores,
                    const ProtectedSet& pr) {
+    PhaseScope timed(*this, EnginePhase::Selection);  // the keeps, and a staged rule's signals and scores, pause it
     if (plan.select.stages > 0) {
       evict_staged(cache, layer, budget, pr);
     } else if (plan.select.scope == SelectScope::Layer) {
@@ -702,7 +759,10 @@ struct EvictionEngine::State {
         std::vector<std::vector<float>> sc(n, std::vector<float>(hs.in.T, 0.0f));
         std::vector<std::span<const float>> spans;
         for (size_t i = 0; i < n; ++i) {
-          policy.stage_score(desc.select.stages[i].program, hs.in, sc[i].data());
+          {
+            PhaseScope timed(*this, EnginePhase::Scoring);
+            policy.stage_score(desc.select.stages[i].program, hs.in, sc[i].data());
+          }
           spans.emplace_back(sc[i]);
         }
         keep(cache, layer, h,
@@ -717,7 +777,10 @@ struct EvictionEngine::State {
         const PolicySelect::Stage& stage = desc.select.stages[i];
         const HeadSignals hs = signals_for(layer, h, cache, false);
         std::vector<float> sc(hs.in.T, 0.0f);
-        policy.stage_score(stage.program, hs.in, sc.data());
+        {
+          PhaseScope timed(*this, EnginePhase::Scoring);
+          policy.stage_score(stage.program, hs.in, sc.data());
+        }
         const int T = hs.in.T;
         const int k = stage_keep_count(T, stage.keep, budget, i + 1 == n);
         keep(cache, layer, h, select_entries(sc, std::span<const int32_t>(positions(cache, layer, h), T), layer, h, k, pr), sc);
@@ -726,6 +789,7 @@ struct EvictionEngine::State {
 
   // select.scope model (model_selection.h): one pool over every layer's and head's prefill scores.
   void evict_model(KVCache& cache) {
+    PhaseScope timed(*this, EnginePhase::Selection);  // keep_layer pauses it
     std::vector<std::vector<std::span<const float>>> sc(L);
     std::vector<std::vector<std::span<const int32_t>>> pos(L);
     for (int k = 0; k < L; ++k)
@@ -775,12 +839,7 @@ struct EvictionEngine::State {
     if (prefill_seen > plan.prompt_len)
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
                        " tokens for a prompt of " + std::to_string(plan.prompt_len));
-    record_queries(s);
-    offer_window_attention(s, cache);
-    record_query_and_model_signals(s);
-    if (desc.observe.segment > 0)
-      segments.record(l, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
-    record_accumulated(s, cache);
+    record_layer_signals(s, cache, /*decoding=*/false);
     if (l == 0 && !later_block) replay_pending = reads_replay(desc);
     if (replay_pending) {
       hold_output_projection(s);
@@ -788,6 +847,20 @@ struct EvictionEngine::State {
       return;
     }
     evaluate_layer(l, cache, allow_cascading);
+  }
+
+  // What a layer of a forward call hands over that the engine keeps (queries, the decoder's window
+  // attention, query and model signals, segments at prefill, accumulated attention, the merge
+  // state's decode attention), timed as Signals.
+  void record_layer_signals(const LayerSignals& s, const KVCache& cache, bool decoding) {
+    PhaseScope timed(*this, EnginePhase::Signals);
+    record_queries(s);
+    offer_window_attention(s, cache);
+    record_query_and_model_signals(s);
+    if (!decoding && desc.observe.segment > 0)
+      segments.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
+    record_accumulated(s, cache);
+    if (decoding) merge_state.record_decode(s, cache);
   }
 
   // A layer's scores and the eviction they lead to (at its own layer when cascading, else at the last).
@@ -800,8 +873,11 @@ struct EvictionEngine::State {
     // Layers not seen yet keep their floors out of the stage total (CAKE splits B_total over the
     // seen layers; each layer also keeps its window), so the last stage splits exactly the total.
     const int64_t stage_total = plan.budget.total - static_cast<int64_t>(L - 1 - l) * plan.budget.protected_floor;
-    const auto budgets = layer_budgets(l, stage_total, cache);
-    for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
+    {
+      PhaseScope timed(*this, EnginePhase::Selection);
+      const auto budgets = layer_budgets(l, stage_total, cache);
+      for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
+    }
     if (unfold) {
       unfold_and_evict(cache);
     } else if (plan.select.scope == SelectScope::Model) {
@@ -817,6 +893,7 @@ struct EvictionEngine::State {
   // were computed per query head), then the cache becomes one stored head per query head.
   void unfold_and_evict(KVCache& cache) {
     std::vector<std::vector<std::vector<int>>> kept(L);
+    PhaseScope selecting(*this, EnginePhase::Selection);  // the edit below pauses it
     for (int k = 0; k < L; ++k) {
       std::vector<std::span<const float>> sc(Hs);
       std::vector<std::span<const int32_t>> pos(Hs);
@@ -830,6 +907,7 @@ struct EvictionEngine::State {
       ++report.layer_selections;
       kept[k] = selector->select_heads(sc, pos, specs);
     }
+    PhaseScope editing(*this, EnginePhase::CacheEdit);
     std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
     for (int k = 0; k < L; ++k)
       for (int s = 0; s < Hs; ++s) length[k][s] = cache.length(k, cache_head(s, cache));
@@ -840,6 +918,7 @@ struct EvictionEngine::State {
   }
 
   void hold_output_projection(const LayerSignals& s) {
+    PhaseScope timed(*this, EnginePhase::Signals);
     held_grams.resize(L);
     held_projection.resize(L);
     held_grams[s.layer].assign(s.output_grams.begin(), s.output_grams.end());
@@ -883,18 +962,22 @@ struct EvictionEngine::State {
     block_prompt = 0;
     prefill_done = true;
     if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
+      PhaseScope timed(*this, EnginePhase::Selection);
       const auto budgets = layer_budgets(L - 1, plan.budget.total, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
-    if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy
-      cache.unfold();
-      report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
+    {
+      PhaseScope timed(*this, EnginePhase::CacheEdit);  // the key-channel stage's signals and scores pause it
+      if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy
+        cache.unfold();
+        report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
+      }
+      if (plan.stages.prune_key_channels) prune_key_channels(cache);
+      if (plan.stages.codebook) apply_codebook(cache);
+      // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
+      // appends at the cache length, as StreamingLLM's official code does.
+      if (plan.stages.reassign_positions) original.start_and_reassign(cache);
     }
-    if (plan.stages.prune_key_channels) prune_key_channels(cache);
-    if (plan.stages.codebook) apply_codebook(cache);
-    // Re-assigned even when nothing was evicted (then an identity): from here on the decoder
-    // appends at the cache length, as StreamingLLM's official code does.
-    if (plan.stages.reassign_positions) original.start_and_reassign(cache);
     fill_report(cache);
     if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
@@ -907,6 +990,7 @@ struct EvictionEngine::State {
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < Hs; ++h) {
         const HeadSignals hs = signals_for(l, h, cache, false);
+        PhaseScope timed(*this, EnginePhase::Scoring);  // channel_score, and the zeroing it decides
         report.pruned_key_channels += static_cast<int64_t>(prune_head_channels(policy, hs.in, cache).size());
       }
   }
@@ -956,29 +1040,34 @@ struct EvictionEngine::State {
     return static_cast<int>(std::floor(scaled + 0.5));
   }
 
+  // Layer l's decode budget when its decode trigger evicts now (a threshold always evicts, below
+  // the budget too: --budget full turns it off, select_entries; else some head holds more than its
+  // budget + slack), -1 when it does not. Timed as Selection.
+  int decode_budget_if_over(const KVCache& cache, int l) {
+    PhaseScope timed(*this, EnginePhase::Selection);
+    const int budget = decode_budget(l);
+    bool over = plan.select.threshold;
+    const std::vector<int> budgets = head_budgets(cache, l, budget, plan.decode.protect);
+    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + plan.decode.slack;
+    return over ? budget : -1;
+  }
+
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
     original.appended(l, cache, s.first_position);
-    record_queries(s);
-    offer_window_attention(s, cache);
-    record_query_and_model_signals(s);
-    record_accumulated(s, cache);
-    merge_state.record_decode(s, cache);
+    record_layer_signals(s, cache, /*decoding=*/true);
     const int step = decode_step + 1;
     if (l == 0) appended += s.n_tokens;
     const bool frozen = keeps_frozen_scores();
     if (frozen) score_new_entries(l, cache, s.n_tokens);  // every step, trigger or not: at its own step
     if (plan.decode.every <= 0 || step % plan.decode.every != 0) return;
-    const int budget = decode_budget(l);
-    // A threshold evicts below the budget too (--budget full turns it off, select_entries).
-    bool over = plan.select.threshold;
-    const std::vector<int> budgets = head_budgets(cache, l, budget, plan.decode.protect);
-    for (int h = 0; h < Hs; ++h) over |= cache.length(l, h) > budgets[h] + plan.decode.slack;
-    if (!over) return;
+    const int budget = decode_budget_if_over(cache, l);
+    if (budget < 0) return;
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc, plan.decode.protect);  // PrefillDecodingPress: the second press's own set
+    PhaseScope timed(*this, EnginePhase::CacheEdit);
     merge_state.evicted(l);
     if (plan.stages.reassign_positions) OriginalPositions::reassign_layer(cache, l);
     ++report.applications;
@@ -1017,8 +1106,9 @@ ObservationRequest EvictionEngine::request() const {
 }
 
 void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
-  Stopwatch sw(&state_->report.seconds);
   const bool new_prompt = signals.layer == 0 && (!state_->prefill_done || signals.first_position == 0);
+  const bool prefill = new_prompt || state_->in_prefill;
+  State::EngineCall timed(*state_, /*decoding=*/!prefill);
   if (state_->replay_pending && signals.first_position > 0)
     throw UsageError("policy " + state_->desc.name + " reads A_replay: its prompt must be prefilled by prefill_prompt "
                      "(core/engine/block_prefill.h), which runs the replay before any other forward call");
@@ -1031,13 +1121,13 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
       st.report.window_attention_downloads = st.window_in.downloads();
     }
   } drop_window{*state_};
-  if (new_prompt || state_->in_prefill) state_->prefill_layer(signals, cache, true);
+  if (prefill) state_->prefill_layer(signals, cache, true);
   else state_->decode_layer(signals, cache);
 }
 
 void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   (void)n_tokens;
-  Stopwatch sw(&state_->report.seconds);
+  State::EngineCall timed(*state_, /*decoding=*/!state_->in_prefill);
   if (state_->in_prefill) {
     if (state_->prompt_complete() && !state_->replay_pending) state_->finish_prefill(cache);
     return;
@@ -1065,7 +1155,7 @@ void EvictionEngine::begin_block_prefill(int prompt_len) {
 }
 
 void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {
-  Stopwatch sw(&state_->report.seconds);
+  State::EngineCall timed(*state_, /*decoding=*/false);
   State& st = *state_;
   if (static_cast<int>(recorded.layers().size()) != st.L)
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
@@ -1119,7 +1209,7 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
   if (!st.replay_pending) throw std::logic_error("finish_replay: no prefill waits for a replay");
   st.replay_logits = logits;  // the replay's forwards overwrite the decoder's logits buffer
   if (!st.awaits_replay()) {
-    Stopwatch sw(&st.report.seconds);
+    State::EngineCall timed(st, /*decoding=*/false);
     st.complete_replay(nullptr, decoder.cache());
     return st.replay_logits;
   }
@@ -1128,7 +1218,7 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
     Stopwatch sw(&st.report.replay_seconds);
     scores = run_policy_replay(decoder, prompt, st.desc.observe.replay);
   }
-  Stopwatch sw(&st.report.seconds);
+  State::EngineCall timed(st, /*decoding=*/false);
   st.complete_replay(&scores, decoder.cache());
   return st.replay_logits;
 }

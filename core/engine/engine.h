@@ -4,6 +4,7 @@
 // prefill (layer by layer with cascading, or once after the last layer); attached to later
 // one-token calls it applies the decode-time triggers. For sweeps, a PrefillRecorder captures the
 // signals of one full-cache prefill and `apply_after_prefill` replays the decision on a restored copy.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "core/decode/decoder.h"
 #include "core/engine/budget.h"
 #include "core/engine/eviction_plan.h"
+#include "core/engine/policy_modes.h"
 #include "core/engine/policy_program.h"
 #include "core/engine/replay_pass.h"
 
@@ -46,6 +48,42 @@ struct HeadReport {
   bool selection_layer_wide = false;
 };
 
+// The parts of the engine's time (EvictionReport::prefill_phases / decode_phases), so that a slow
+// policy shows where its time goes. Every interval of engine time is charged to exactly one phase:
+// the innermost one running (a phase entered inside another pauses it; Other is whatever no named
+// phase covers).
+//   Signals:   the per-head signals the programs read (window attention, computed on the host or
+//              copied from the decoder's, with the download of a device buffer; current attention,
+//              norms, ...) and the bookkeeping of what the decoder hands over each layer (recorded
+//              queries, accumulated attention, query and model signals, merge-state attention).
+//   Scoring:   the policy program's calls: score, stage_score, head_plan, layer_weight, and the
+//              key-channel stage (its channel_score and the zeroing it decides).
+//   Selection: budgets (the layer split, head budgets, decode budgets and the over-budget check) and
+//              the token selections (LayerSelector, chunk, share and model-wide rules).
+//   CacheEdit: the cache's keeps, unfolding, codebook stage and re-assigned positions, merges on
+//              evict, and the per-entry state kept aligned with the cache. A listener of the cache
+//              runs inside it: the CUDA decoder's device mirror records keeps here (its compaction on
+//              the device happens at the decoder's next flush, outside the engine).
+//   Other:     the rest: the prompt's plan, the report (kept positions sorted after every call).
+enum class EnginePhase : uint8_t { Signals, Scoring, Selection, CacheEdit, Other };
+template <> struct ModeNames<EnginePhase> {
+  static constexpr std::array<std::string_view, 5> names = {"signals", "scoring", "selection", "cache_edit", "other"};
+};
+static_assert(ModeNames<EnginePhase>::names.size() == static_cast<size_t>(EnginePhase::Other) + 1);
+inline constexpr size_t kNumEnginePhases = ModeNames<EnginePhase>::names.size();
+
+// Seconds per EnginePhase (indexed by it; names: mode_name(phase)).
+struct EnginePhaseSeconds {
+  std::array<double, kNumEnginePhases> seconds{};
+  double& operator[](EnginePhase p) { return seconds[static_cast<size_t>(p)]; }
+  double operator[](EnginePhase p) const { return seconds[static_cast<size_t>(p)]; }
+  double total() const {
+    double sum = 0;
+    for (double s : seconds) sum += s;
+    return sum;
+  }
+};
+
 struct EvictionReport {
   std::string policy;
   std::string budget;
@@ -58,6 +96,10 @@ struct EvictionReport {
   size_t bytes_kept = 0;  // cache bytes after the latest application
   size_t peak_bytes = 0;  // largest cache size seen during prefill
   double seconds = 0;     // time spent inside the engine
+  // `seconds` split by phase (EnginePhase): prefill_phases for the prompt's forward calls,
+  // apply_after_prefill and finish_replay; decode_phases for the forward calls after the prompt
+  // (all zero before the first). Together they cover `seconds` less a few clock reads per call.
+  EnginePhaseSeconds prefill_phases, decode_phases;
   // Where the token selections ran, and how many layer selections (one call per layer and
   // application, all heads at once; chunk, share, model-wide and staged-share rules run on the host
   // and are not counted).

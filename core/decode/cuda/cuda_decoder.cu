@@ -219,6 +219,10 @@ class CudaDecoder : public Decoder {
   void restore(const DecoderSnapshot& snapshot) override;
   std::string device_name() const override { return "cuda:" + std::to_string(ordinal_); }
   const Model& model() const override { return model_; }
+  DeviceKvStats device_kv_stats() const override {
+    if (!mirror_) return {};
+    return {mirror_->counts(), mirror_->seconds()};
+  }
   const cuda::DeviceKvCache* synced_device_kv() {
     if (!mirror_) return nullptr;
     refuse_unfolded();

@@ -1,0 +1,34 @@
+#pragma once
+// What keeping a device-resident KV cache equal to the host cache costs (DeviceKvMirror,
+// device_kv_mirror.h), as the mirror counts it and as a decoder reports it
+// (Decoder::device_kv_stats): for tests of the mirror and for benchmarks that split a decode
+// step's time (bench_gpu_decode). Host code, no CUDA.
+#include <cstdint>
+
+namespace kvevict {
+
+struct DeviceKvCounts {
+  int64_t compactions = 0;   // compact calls sent
+  int64_t rows_written = 0;  // rows sent through write_rows (appends buffered in Host mode included)
+  int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
+  int64_t rows_deferred = 0;  // rows appended to the device only (defer_host_append), summed over heads
+  int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
+};
+
+// Host wall time (seconds) spent in the mirror's sync_host and in its flushes that had work
+// (appends buffered in Host mode, the layer's one compaction, resyncs). Host time only: the device
+// work these calls enqueue runs asynchronously and is charged to whichever later call waits for it
+// (a download or a synchronisation: possibly sync_host's own reads, possibly the decoder's next
+// download), so on a GPU the split between them and the decoder's own time is approximate.
+struct DeviceKvSeconds {
+  double sync_host = 0;
+  double flush = 0;
+};
+
+// Summed since the decoder was made; all zero for a decoder without a device-resident cache.
+struct DeviceKvStats {
+  DeviceKvCounts counts;
+  DeviceKvSeconds seconds;
+};
+
+}  // namespace kvevict
