@@ -42,7 +42,9 @@
 // +dev_MiB is dev_MiB minus device_bytes_at_start (0 where earlier runs had reserved enough).
 //   bench_gpu_decode [--model M] [--contexts 4096,32768] [--policies full,cake] [--budget 3%]
 //                    [--decode-tokens N] [--time-limit SECONDS] [--json FILE] [--device cuda|cpu]
-//                    [--cache synthetic,prefill] [--kv-path resident|packed]
+//                    [--cache synthetic,prefill] [--kv-path resident|packed] [--prefill-attention own|flashinfer]
+// --prefill-attention: the CUDA decoder's prefill kernel (docs/CUDA.md "FlashInfer prefill"); by
+// default FlashInfer's when the build has it (the prefill rows at 32K and 128K need it), else own.
 // --kv-path packed runs the CUDA decoder's reference path (the host cache uploaded per layer and
 // call, DeviceKvMode::PackedUpload): the "before" of the device-resident cache.
 // --device cpu runs the same protocol on the CPU decoder (small contexts only: a check of the
@@ -67,6 +69,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -97,6 +100,8 @@ struct Options {
   std::string model = "synthetic:llama3.1-8b", budget = "3%", device = "cuda", json;
   std::vector<CacheFill> fills = {CacheFill::Synthetic, CacheFill::Prefill};
   DeviceKvMode kv_path = DeviceKvMode::Resident;  // --kv-path packed: the old per-call upload
+  // --prefill-attention own|flashinfer; unset (auto): FlashInfer's when the build has it.
+  std::optional<PrefillAttention> prefill_attention;
   std::vector<int> contexts = {4096, 32768, 131072};
   std::vector<std::string> policies = {"full", "cake", "snapkv"};
   int decode_tokens = 16;
@@ -128,6 +133,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--time-limit") o.time_limit = bench::parse_double_option(a, v);
     else if (a == "--json") o.json = v;
     else if (a == "--device") o.device = v;
+    else if (a == "--prefill-attention") o.prefill_attention = parse_prefill_attention(v, "bench_gpu_decode: " + a);
     else if (a == "--kv-path") {
       if (v != "resident" && v != "packed") throw UsageError("bench_gpu_decode: --kv-path takes resident or packed");
       o.kv_path = v == "packed" ? DeviceKvMode::PackedUpload : DeviceKvMode::Resident;
@@ -231,19 +237,24 @@ nlohmann::json phases_json(const EnginePhaseSeconds& phases, double scale = 1.0)
 // "step" (the whole forward call), the engine's decode phases (EvictionReport::decode_phases, one
 // key per EnginePhase; all zero when the engine does not observe decode calls), the device
 // mirror's host time during the steps ("mirror_sync_host", "mirror_flush": the compactions of the
-// engine's keeps happen in the flush) and "rest": the step less all of these (the decoder's forward:
-// kernels, the observation's downloads, host appends). Host wall times: asynchronous GPU work is
-// charged to whichever call waits for it first.
+// engine's keeps happen in the flush), the decoder's own host appends and observation downloads
+// ("decoder_host_append", "decoder_observation": DeviceKvSeconds) and "rest": the step less all of
+// these (the decoder's forward: kernel launches and the logits' download). Host wall times:
+// asynchronous GPU work is charged to whichever call waits for it first (the first synchronous
+// download of a layer waits for that layer's kernels).
 nlohmann::json decode_breakdown(const std::vector<double>& steps, const EnginePhaseSeconds& engine,
                                 const DeviceKvSeconds& mirror_before, const DeviceKvSeconds& mirror_after) {
   const double n = static_cast<double>(std::max<size_t>(1, steps.size())), to_ms = 1e3 / n;
   double step_seconds = 0;
   for (double s : steps) step_seconds += s;
   const double sync = mirror_after.sync_host - mirror_before.sync_host, flush = mirror_after.flush - mirror_before.flush;
+  const double host_append = mirror_after.host_append - mirror_before.host_append;
+  const double observation = mirror_after.observation - mirror_before.observation;
   nlohmann::json out = {{"step", step_seconds * to_ms}, {"engine", engine.total() * to_ms},
                         {"engine_phases", phases_json(engine, to_ms)}, {"mirror_sync_host", sync * to_ms},
-                        {"mirror_flush", flush * to_ms}};
-  out["rest"] = (step_seconds - engine.total() - sync - flush) * to_ms;
+                        {"mirror_flush", flush * to_ms}, {"decoder_host_append", host_append * to_ms},
+                        {"decoder_observation", observation * to_ms}};
+  out["rest"] = (step_seconds - engine.total() - sync - flush - host_append - observation) * to_ms;
   return out;
 }
 
@@ -429,9 +440,11 @@ void print_breakdown(const nlohmann::json& r) {
     std::snprintf(value, sizeof value, " %.2f", b["engine_phases"][name].get<double>());
     phases += (phases.empty() ? "" : ", ") + name + value;
   }
-  std::printf("%8s %-10s decode ms/token: step %.2f = engine %.2f (%s) + mirror sync_host %.2f + flush %.2f + rest %.2f\n",
+  std::printf("%8s %-10s decode ms/token: step %.2f = engine %.2f (%s) + mirror sync_host %.2f + flush %.2f + "
+              "decoder host append %.2f + observation downloads %.2f + rest %.2f\n",
               "", "", b["step"].get<double>(), b["engine"].get<double>(), phases.c_str(),
-              b["mirror_sync_host"].get<double>(), b["mirror_flush"].get<double>(), b["rest"].get<double>());
+              b["mirror_sync_host"].get<double>(), b["mirror_flush"].get<double>(),
+              b["decoder_host_append"].get<double>(), b["decoder_observation"].get<double>(), b["rest"].get<double>());
 }
 
 void print_row(const nlohmann::json& r) {
@@ -547,9 +560,14 @@ int main(int argc, char** argv) try {
   std::fflush(stdout);
   // The one decoder of the process (see the header comment): the weights converted and uploaded once.
   const double decoder_start = now();
-  const auto decoder =
-      make_decoder(*model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
-                   {.threads = 0, .device_ordinal = device.ordinal, .kv_type = KvType::F16, .device_kv = o.kv_path});
+  const bool on_cuda = device.kind == jit::DeviceKind::Cuda;
+  const PrefillAttention prefill_attention = o.prefill_attention.value_or(
+      on_cuda && flashinfer_prefill_built() && o.kv_path == DeviceKvMode::Resident ? PrefillAttention::FlashInfer
+                                                                                 : PrefillAttention::Own);
+  std::printf("prefill attention: %s\n", prefill_attention_name(prefill_attention));
+  const auto decoder = make_decoder(*model, on_cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
+                                    {.threads = 0, .device_ordinal = device.ordinal, .kv_type = KvType::F16,
+                                     .device_kv = o.kv_path, .prefill_attention = prefill_attention});
   const double decoder_seconds = now() - decoder_start;
   const size_t mem_loaded = device_bytes_in_use(device);
   const double rss_after_decoder = bench::peak_rss_mib();
@@ -571,6 +589,7 @@ int main(int argc, char** argv) try {
                        {"device", device.describe()},
                        {"model_load_s", load_seconds},
                        {"decoder_s", decoder_seconds},
+                       {"prefill_attention", prefill_attention_name(prefill_attention)},
                        {"device_bytes_loaded", mem_loaded},
                        {"runs", runs},
                        {"skipped", skipped},

@@ -33,6 +33,7 @@ struct GenerateOptions {
   int threads = 2;
   WeightStorage weights = WeightStorage::Native;
   std::string kv_type = "f16";
+  std::string prefill_attention = "own";
   std::string device = "auto";
   bool json = false;
   PolicyOptions policy;  // optional: evict with this policy (prefill and decode triggers)
@@ -131,6 +132,10 @@ std::function<int()> setup_generate(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   app.add_option("--device", o->device, "auto (CUDA when a GPU is usable, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
+  app.add_option("--prefill-attention", o->prefill_attention,
+                 "CUDA decoder's prefill attention: own (f32 reference kernel) or flashinfer (tensor cores; a build "
+                 "with FlashInfer, f16/bf16 cache)")
+      ->capture_default_str()->check(CLI::IsMember({"own", "flashinfer"}));
   app.add_flag("--json", o->json,
                "Print {\"prompt_tokens\", \"tokens\", \"text\", \"device\"} as JSON (plus \"cache\" with --policy)");
   o->policy.add_to(app);
@@ -138,6 +143,9 @@ std::function<int()> setup_generate(CLI::App& app) {
   return [o]() {
     // Resolved before loading: a missing GPU for --device cuda fails fast, and a bad value is a usage error.
     const jit::DeviceChoice device = jit::resolve_device(o->device);
+    const PrefillAttention prefill_attention = parse_prefill_attention(o->prefill_attention, "--prefill-attention");
+    if (prefill_attention != PrefillAttention::Own && device.kind != jit::DeviceKind::Cuda)
+      throw UsageError("--prefill-attention " + o->prefill_attention + " runs on the CUDA decoder (--device cuda)");
     LoadOptions load;
     load.tokenizer_path = o->tokenizer;
     load.weights = o->weights;
@@ -160,7 +168,8 @@ std::function<int()> setup_generate(CLI::App& app) {
     }
     auto decoder = make_decoder(*model, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                                 {.threads = o->threads, .device_ordinal = device.ordinal,
-                                 .kv_type = parse_kv_type(o->kv_type, "--kv-type")});
+                                 .kv_type = parse_kv_type(o->kv_type, "--kv-type"),
+                                 .prefill_attention = prefill_attention});
     auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
     const Generation g =
         generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());

@@ -23,6 +23,11 @@ struct DeviceKvCounts {
 struct DeviceKvSeconds {
   double sync_host = 0;
   double flush = 0;
+  // The decoder's own side (the CUDA decoder; same caveat): downloading each block's new K/V rows
+  // into the host cache (calls with an observer, or whose rows the mirror could not defer), and
+  // the downloads an observer asked for (window queries, column sums, layer inputs).
+  double host_append = 0;
+  double observation = 0;
 };
 
 // Summed since the decoder was made; all zero for a decoder without a device-resident cache.

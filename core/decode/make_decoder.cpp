@@ -2,8 +2,12 @@
 #include "core/decode/make_decoder.h"
 
 #include "core/util/error.h"
+#include <iterator>
+#include <string>
+
 #ifdef KVEVICT_HAVE_CUDA
 #include "core/decode/cuda/cuda_decoder.h"
+#include "core/decode/cuda/flashinfer_prefill.h"
 #endif
 
 namespace kvevict {
@@ -14,6 +18,33 @@ bool cuda_decoder_built() {
 #else
   return false;
 #endif
+}
+
+bool flashinfer_prefill_built() {
+#ifdef KVEVICT_HAVE_CUDA
+  return cuda::flashinfer_prefill_built();
+#else
+  return false;
+#endif
+}
+
+namespace {
+// PrefillAttention's names, in enum order.
+constexpr const char* kPrefillAttentionNames[] = {"own", "flashinfer"};
+static_assert(sizeof(kPrefillAttentionNames) / sizeof(kPrefillAttentionNames[0]) ==
+                  static_cast<size_t>(PrefillAttention::FlashInfer) + 1,
+              "one name per PrefillAttention");
+}  // namespace
+
+const char* prefill_attention_name(PrefillAttention kernel) {
+  return kPrefillAttentionNames[static_cast<size_t>(kernel)];
+}
+
+PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where) {
+  for (size_t i = 0; i < std::size(kPrefillAttentionNames); ++i)
+    if (name == kPrefillAttentionNames[i]) return static_cast<PrefillAttention>(i);
+  throw UsageError(std::string(where) + ": unknown prefill attention '" + std::string(name) +
+                   "' (expected own or flashinfer)");
 }
 
 std::unique_ptr<Decoder> make_decoder(const Model& model, DecoderDevice device, const DecoderOptions& options) {

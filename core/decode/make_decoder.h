@@ -7,6 +7,7 @@
 // The CUDA backend compiles in CI but has never run on a GPU in this project's development; see
 // docs/CUDA.md before trusting its numbers.
 #include <memory>
+#include <string_view>
 
 #include "core/decode/decoder.h"
 
@@ -18,5 +19,14 @@ std::unique_ptr<Decoder> make_decoder(const Model& model, DecoderDevice device, 
 
 // Whether this build contains the CUDA decoder (KVEVICT_HAVE_CUDA at build time).
 bool cuda_decoder_built();
+
+// Whether this build contains FlashInfer's prefill attention (PrefillAttention::FlashInfer;
+// docs/CUDA.md "FlashInfer prefill"); false without the CUDA decoder.
+bool flashinfer_prefill_built();
+
+// The names of PrefillAttention on command lines: "own", "flashinfer". parse: UsageError naming
+// `where` for any other text.
+const char* prefill_attention_name(PrefillAttention kernel);
+PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where);
 
 }  // namespace kvevict

@@ -168,6 +168,39 @@ TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
 #endif
 }
 
+// Decoder::device_kv_stats' own side (bench_gpu_decode's decode breakdown): the host appends are
+// timed on observed calls only (unobserved rows are deferred), the observation downloads only
+// when an observer asks for something.
+TEST(DeviceKvDecoderGpu, TheDecoderTimesItsHostAppendsAndObservationDownloads) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct Asks : ForwardObserver {
+    int window = 0;
+    ObservationRequest request() const override {
+      ObservationRequest r;
+      r.window = window;
+      return r;
+    }
+    void after_layer(const LayerSignals&, KVCache&) override {}
+  } queries, nothing;
+  queries.window = 8;
+  const auto model = make_random_model(gqa_config(), 37);
+  auto decoder = make_decoder(*model, DecoderDevice::Cuda, {});
+  std::vector<float> logits = decoder->forward(random_prompt(60, 4), &queries);
+  const DeviceKvSeconds after_prompt = decoder->device_kv_stats().seconds;
+  EXPECT_GT(after_prompt.host_append, 0.0);
+  EXPECT_GT(after_prompt.observation, 0.0);
+  for (int s = 0; s < 5; ++s) logits = decoder->forward(std::vector<int>{argmax(logits)});  // nobody observes
+  const DeviceKvSeconds unobserved = decoder->device_kv_stats().seconds;
+  EXPECT_EQ(unobserved.host_append, after_prompt.host_append);
+  EXPECT_EQ(unobserved.observation, after_prompt.observation);
+  decoder->forward(std::vector<int>{argmax(logits)}, &nothing);  // observed, asks for nothing
+  const DeviceKvSeconds observed = decoder->device_kv_stats().seconds;
+  EXPECT_GT(observed.host_append, unobserved.host_append);
+  EXPECT_EQ(observed.observation, unobserved.observation);
+#endif
+}
+
 TEST(DeviceKvDecoderGpu, ResidentAndPackedUploadGiveTheSameLogits) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(gqa_config(), 29);

@@ -28,6 +28,7 @@
 #include "core/decode/layer_observation.h"
 #include "core/decode/quant_dot.h"
 #include "core/decode/rope.h"
+#include "core/util/stopwatch.h"
 #include "core/util/thread_count.h"
 
 namespace kvevict {
@@ -221,7 +222,10 @@ class CudaDecoder : public Decoder {
   const Model& model() const override { return model_; }
   DeviceKvStats device_kv_stats() const override {
     if (!mirror_) return {};
-    return {mirror_->counts(), mirror_->seconds()};
+    DeviceKvStats stats{mirror_->counts(), mirror_->seconds()};
+    stats.seconds.host_append = own_seconds_.host_append;
+    stats.seconds.observation = own_seconds_.observation;
+    return stats;
   }
   const cuda::DeviceKvCache* synced_device_kv() {
     if (!mirror_) return nullptr;
@@ -261,6 +265,7 @@ class CudaDecoder : public Decoder {
   std::unique_ptr<DeviceKvBackend> backend_;
   std::unique_ptr<DeviceKvMirror> mirror_;
   bool defer_host_ = false;  // this forward call appends to the device only (no observer)
+  DeviceKvSeconds own_seconds_;  // host_append and observation (device_kv_stats.h): this decoder's side
   int position_ = 0;
   int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
   cublasHandle_t blas_ = nullptr;
@@ -441,11 +446,15 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
     append_to_host(layer, n, rotary_first);
     return pack_layer(layer);
   }
+  // (The packed path above is the reference, not timed: its stats are all zero.)
   // Pending keeps and resyncs first: the mirror numbers the device rows without the new block.
   mirror_->flush(layer);
   const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
   device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
-  if (!(defer_host_ && mirror_->defer_host_append(layer, n))) append_to_host(layer, n, rotary_first);
+  if (!(defer_host_ && mirror_->defer_host_append(layer, n))) {
+    Stopwatch timed(&own_seconds_.host_append);
+    append_to_host(layer, n, rotary_first);
+  }
   mirror_->flush(layer);  // a codebook head's new rows are its reconstruction (no-op otherwise)
   const DeviceKvLayout& layout = device_kv_->layout();
   return make_layer_view(layout.layer(layer), layout.geometry(), device_kv_->keys(layer), device_kv_->values(layer),
@@ -458,6 +467,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
   if (observer && request.hidden_norms) {  // the layer's input, before the attention adds to it
+    Stopwatch timed(&own_seconds_.observation);
     host_x_.resize(rows * dim);
     x_.download(host_x_.data(), host_x_.size());
     hidden_norms_.resize(rows);
@@ -473,6 +483,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
 
   cuda::rmsnorm(x_.data(), w.attn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
   if (observer && request.hidden_states) {  // the attention's input rows, as the projections read them
+    Stopwatch timed(&own_seconds_.observation);
     hidden_states_.resize(rows * dim);
     xn_.download(hidden_states_.data(), hidden_states_.size());
   }
@@ -528,6 +539,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
     const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
     cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
+    Stopwatch timed(&own_seconds_.observation);
     host_columns_.resize(column_d_.size());
     column_d_.download(host_columns_.data(), host_columns_.size());
     column_sums_.resize(config_.n_heads);
@@ -549,6 +561,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     signals.n_tokens = n;
     const int window = std::min(request.window, n);
     if (window > 0) {
+      Stopwatch timed(&own_seconds_.observation);
       signals.window = window;
       window_queries_.resize(static_cast<size_t>(window) * q_dim);
       q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
