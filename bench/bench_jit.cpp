@@ -128,6 +128,21 @@ void bench_compile_and_cache(int repeats, const std::string& cache_dir) {
   }
 }
 
+// The indicator benchmarks' input: a G x W x T window attention, uniform in [0, 1/T) from a fixed
+// seed, in `window`; the returned inputs point at it.
+ScoreInputs indicator_inputs(int group, int W, int T, std::vector<float>& window) {
+  window.assign(size_t(group) * W * T, 0.0f);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f / float(T));
+  for (auto& v : window) v = u(rng);
+  ScoreInputs in;
+  in.group = group;
+  in.W = W;
+  in.T = T;
+  in.set_signal(TensorSignal::WindowAttention, window.data());
+  return in;
+}
+
 #ifdef KVEVICT_HAVE_LOWERED_FORM
 // Median milliseconds of one call of a host-compiled score entry over `in`, for each of 8 KV heads.
 double host_layer_ms(void (*entry)(const KvScoreArgs*, float*), const KvScoreArgs& args, float* out, int repeats) {
@@ -147,16 +162,8 @@ void bench_host_indicator(int repeats, const std::string& work_dir) {
   const Entry hand_entry = reinterpret_cast<Entry>(hand.symbol(kCakeIndicatorEntry));
   const Entry generated_entry = reinterpret_cast<Entry>(generated.symbol("kvevict_score"));
   const int group = 4, W = 32, T = 32768;
-  std::vector<float> window(size_t(group) * W * T);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f / float(T));
-  for (auto& v : window) v = u(rng);
-  ScoreInputs in;
-  in.group = group;
-  in.W = W;
-  in.T = T;
-  in.set_signal(TensorSignal::WindowAttention, window.data());
-  const KvScoreArgs args = to_kernel_args(in);
+  std::vector<float> window;
+  const KvScoreArgs args = to_kernel_args(indicator_inputs(group, W, T, window));
   std::vector<float> hand_out(T), generated_out(T);
   const double hand_ms = host_layer_ms(hand_entry, args, hand_out.data(), repeats);
   const double generated_ms = host_layer_ms(generated_entry, args, generated_out.data(), repeats);
@@ -207,15 +214,8 @@ void bench_gpu_indicator() {
 #endif
   const int group = 4, W = 32, kv_heads = 8;
   for (int T : {32768, 131072}) {
-    std::vector<float> window(size_t(group) * W * T);
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> u(0.0f, 1.0f / float(T));
-    for (auto& v : window) v = u(rng);
-    ScoreInputs in;
-    in.group = group;
-    in.W = W;
-    in.T = T;
-    in.set_signal(TensorSignal::WindowAttention, window.data());
+    std::vector<float> window;
+    const ScoreInputs in = indicator_inputs(group, W, T, window);
     std::vector<float> out(T);
     kernel.score(in, out.data());  // uploads the inputs once; warms up
     DeviceTimer timer;
