@@ -23,8 +23,11 @@
 //     cuda::window_attention fills one device buffer [n_kv][G][W][max_len] from the device cache
 //     (LayerSignals::window_attention, device memory; reused layer after layer). Resident mode
 //     only, and not over re-assigned positions; otherwise the signal stays empty.
-// Not validated on a GPU during development (none was available); tests/core/cuda_decoder_test.cpp
-// and tests/core/device_kv_decoder_gpu_test.cpp compare it with the CPU decoder when a GPU is present.
+//   - Attention: cuda::ragged_attention over the device cache (split-K for decode, tiles for a
+//     prompt); with DecoderOptions::prefill_attention = FlashInfer, blocks of more than one token
+//     that need no row statistics go through cuda::flashinfer_prefill (flashinfer_prefill.h).
+// tests/core/cuda_decoder_test.cpp and tests/core/device_kv_decoder_gpu_test.cpp compare it with the
+// CPU decoder when a GPU is present; they passed on an H200 on 2026-12-04 (docs/CUDA.md).
 #include <memory>
 
 #include "core/decode/decoder.h"
