@@ -153,7 +153,7 @@ shared_args=()
 # FlashInfer's headers and their CCCL (scripts/fetch-flashinfer.sh --pack, carried in
 # .device-flashinfer/): the FlashInfer prefill attention is built when they came along.
 flashinfer_pack="$root/.device-flashinfer/flashinfer.tar.gz"
-if [[ -f "$flashinfer_pack" ]]; then
+if [[ -f "$flashinfer_pack" ]] && (( gpu_arch >= 80 )); then  # FlashInfer needs sm_80 or newer
   mkdir -p "$build/flashinfer"
   if tar xzf "$flashinfer_pack" -C "$build/flashinfer"; then
     shared_args+=(-DKVEVICT_FLASHINFER_DIR="$build/flashinfer")
