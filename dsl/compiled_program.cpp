@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "core/util/error.h"
 #include "dsl/interpreter.h"
@@ -46,7 +47,15 @@ double head_scalar(const LoweredProgram& p, const ScoreInputs& in) {
 }
 }  // namespace
 
+// The engine hands device memory only to scores_device_signals() programs; the interpreter reads
+// host memory, so such inputs are a bug of the caller, never read.
+void InterpretedPolicy::refuse_device_signals(const ScoreInputs& in) const {
+  if (in.device_signals != 0)
+    throw std::logic_error("policy '" + c_.desc.name + "': the interpreter was handed signals in device memory");
+}
+
 HeadPlan InterpretedPolicy::head_plan(const ScoreInputs& in) const {
+  refuse_device_signals(in);
   HeadPlan plan;
   if (c_.head_mode.output >= 0) plan.mode = head_mode_from_value(head_scalar(c_.head_mode, in));
   if (c_.head_weight.output >= 0) {
@@ -59,6 +68,7 @@ HeadPlan InterpretedPolicy::head_plan(const ScoreInputs& in) const {
 // channel_score[d]: one value per key channel. A value without axis d (a constant, say) is
 // broadcast over the channels; NaN stays NaN (channel_selection.h ranks it lowest).
 void InterpretedPolicy::channel_score(const ScoreInputs& in, float* out) const {
+  refuse_device_signals(in);
   if (c_.channel_score.output < 0) throw RuntimeError("policy '" + c_.desc.name + "' has no channel_score program");
   if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
     throw RuntimeError("policy '" + c_.desc.name + "': invalid channel_score inputs");
@@ -93,6 +103,7 @@ void InterpretedPolicy::stage_score(int program, const ScoreInputs& in, float* o
 }
 
 void InterpretedPolicy::run_score(const LoweredProgram& p, const ScoreInputs& in, float* out) const {
+  refuse_device_signals(in);
   if (in.T < 0 || in.group < 1 || in.W < 0) throw RuntimeError("policy '" + c_.desc.name + "': invalid score inputs");
   EvalInputs e;
   e.ext = {.g = 1, .h = in.group, .q = in.W, .d = in.head_dim, .c = in.n_embd, .t = in.T};
@@ -106,6 +117,7 @@ void InterpretedPolicy::run_score(const LoweredProgram& p, const ScoreInputs& in
 double InterpretedPolicy::layer_weight(const LayerWeightInputs& in) const {
   if (!c_.desc.has_layer_weight) return 1.0;
   if (in.heads.empty()) throw RuntimeError("policy '" + c_.desc.name + "': layer_weight needs at least one KV head");
+  for (const ScoreInputs& h : in.heads) refuse_device_signals(h);
   const ScoreInputs& h0 = in.heads[0];
   for (const auto& h : in.heads)
     if (h.T != h0.T || h.W != h0.W || h.group != h0.group)

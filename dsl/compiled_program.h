@@ -22,6 +22,7 @@ class InterpretedPolicy : public PolicyProgram {
 
  private:
   void run_score(const LoweredProgram& p, const ScoreInputs& in, float* out) const;
+  void refuse_device_signals(const ScoreInputs& in) const;  // std::logic_error when any is set
   CompiledPolicy c_;
 };
 

@@ -33,6 +33,10 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     return buffer.address();
   };
   for (int s = 0; s < kNumTensorSignals; ++s) {  // each signal's extent follows from its axes
+    if ((in.device_signals >> s) & 1u) {  // already on the device (the caller's layout): read in place
+      args_.tensor[s] = in.tensor[s];
+      continue;
+    }
     const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T, in.n_embd));
     args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }

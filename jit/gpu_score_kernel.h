@@ -23,7 +23,8 @@ class GpuScoreKernel {
   GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0, MatrixScratch matrices = {},
                  KernelOutput output = KernelOutput::Token);
 
-  // Copies the inputs to the device, scores, copies out[0..T) (a channel entry: out[0..head_dim)) back.
+  // Copies the inputs to the device (a signal marked in in.device_signals is read in place, with
+  // the extent its axes give), scores, copies out[0..T) (a channel entry: out[0..head_dim)) back.
   void score(const ScoreInputs& in, float* out);
 
   // Launch only (stages, then the tokens), on inputs already uploaded by the last score() call.

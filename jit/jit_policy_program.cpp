@@ -2,6 +2,7 @@
 #include "jit/jit_policy_program.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/util/error.h"
 
@@ -63,6 +64,7 @@ void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) c
   const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
   check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
   if (host_) {
+    if (in.device_signals != 0) throw std::logic_error("policy '" + description().name + "': device signals handed to the host backend");
     const HostEntry entry = use_decode ? host_decode_ : host_score_;
     const KvScoreArgs args = to_kernel_args(in);
     entry(&args, out);

@@ -47,6 +47,7 @@ class JitPolicyProgram : public PolicyProgram {
     else reference_->stage_score(program, in, out);
   }
   // The GPU backend's scores are made on the device: select there too (layer_selector.h).
+  bool scores_device_signals() const override { return host_ == nullptr; }  // the GPU backend
   SelectionDevice selection_device() const override {
     return ordinal_ >= 0 ? SelectionDevice::Cuda : SelectionDevice::Host;
   }

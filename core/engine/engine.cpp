@@ -101,6 +101,8 @@ struct EvictionEngine::State {
   PrecomputedWindow window_in;
   // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
   std::unique_ptr<LayerSelector> selector;
+  // The program may score from the decoder's device window attention in place (scores_window_in_place).
+  const bool window_in_place;
   // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
   // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
   // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
@@ -186,8 +188,20 @@ struct EvictionEngine::State {
         unfold(plan.geometry.unfold_gqa),
         Hs(plan.geometry.stored_heads),
         Gs(plan.geometry.stored_group),
-        selector(make_layer_selector(options.selection.value_or(p.selection_device()))) {
+        selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
+        window_in_place(scores_window_in_place(p)) {
     rope = Rope(c);
+  }
+
+  // Whether the decoder's device window attention may go to the score program in place
+  // (PrecomputedWindow::in_place): the program takes device signals (the CUDA scoring backend) and
+  // nothing on the host reads A: no layer weight, head plan, extra stage programs or channel
+  // program, no signal the engine derives from A, not NACL's own map.
+  static bool scores_window_in_place(const PolicyProgram& p) {
+    const PolicyDescription& d = p.description();
+    return p.scores_device_signals() && !d.has_layer_weight && !d.has_head_plan && d.select.stages.empty() &&
+           !d.channels.enabled && !d.observe.same_index_head && !d.needs(TensorSignal::WindowQueryRows) &&
+           !d.needs(TensorSignal::WindowQueryRowsPreRope) && !d.needs(TensorSignal::WindowOutputs);
   }
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
@@ -334,12 +348,19 @@ struct EvictionEngine::State {
     if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
       const int W = wr.W, first = wr.first;
       std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
-      if (!desc.observe.same_index_head) {
+      // The decoder's, in place on the device for a program that reads it there (no download, no
+      // upload: scores_window_in_place), at a prefill whose rows are exactly the head's.
+      const float* device_rows =
+          window_in_place && !decoding && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
+      if (device_rows) {
+        in.W = W;
+        in.set_device_signal(TensorSignal::WindowAttention, device_rows);
+      } else if (!desc.observe.same_index_head) {
         if (!window_out) {  // no layer-shared buffer: the head's own
           own.resize(static_cast<size_t>(Gs) * W * T);
           window_out = own.data();
         }
-        // The decoder's, when it computed exactly this (precomputed_window.h); else the host's.
+        // The decoder's, copied out when it is exactly this (precomputed_window.h); else the host's.
         if (!window_in.copy(layer, src, kv_head * Gs, Gs, W, first, T, window_out))
           compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
                                    desc.observe.causal);
@@ -348,8 +369,10 @@ struct EvictionEngine::State {
                                            kv_head, G, keys, own);
         window_out = own.data();
       }
-      in.W = W;
-      in.set_signal(TensorSignal::WindowAttention, window_out);
+      if (!device_rows) {
+        in.W = W;
+        in.set_signal(TensorSignal::WindowAttention, window_out);
+      }
     }
     // Every other signal the policy reads, by its row in the signal table.
     for (const TensorSignalInfo& info : kTensorSignalTable) {
@@ -484,11 +507,15 @@ struct EvictionEngine::State {
     const int T = cache.length(layer, cache_head(0, cache));
     bool same_length = !desc.observe.same_index_head;  // same_index_head gives one head, not G
     for (int h = 1; h < Hs; ++h) same_length = same_length && cache.length(layer, cache_head(h, cache)) == T;
+    // Every head scored from the decoder's device buffer in place: nothing to download or gather.
+    const WindowRows wr = window_rows(layer);
+    const bool in_place = window_in_place && !unfold && wr.W > 0 && window_in.in_place_for_every_head(layer, wr.W, wr.first);
+    same_length = same_length && !in_place;
     const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
     std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
     {
       PhaseScope timed(*this, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
-      window_in.fetch();  // a device buffer comes down here, not on a worker thread
+      if (!in_place) window_in.fetch();  // a device buffer comes down here, not on a worker thread
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
       for (int h = 0; h < Hs; ++h)
         heads[h] = gather_signals(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
@@ -1118,6 +1145,7 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
     ~DropWindow() {
       st.window_in.drop();
       st.report.window_attention_reused = st.window_in.heads_copied();
+      st.report.window_attention_in_place = st.window_in.heads_in_place();
       st.report.window_attention_downloads = st.window_in.downloads();
     }
   } drop_window{*state_};

@@ -110,6 +110,9 @@ struct EvictionReport {
   // buffers downloaded for that (one per layer at most). 0 when the decoder computed none.
   int64_t window_attention_reused = 0;
   int64_t window_attention_downloads = 0;
+  // (layer, stored head) signals handed to a device scoring program in place (no download, no
+  // upload; PrecomputedWindow::in_place), counted apart from window_attention_reused.
+  int64_t window_attention_in_place = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

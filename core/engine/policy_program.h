@@ -248,10 +248,20 @@ struct ScoreInputs {
   std::array<const float*, kNumTensorSignals> tensor{};  // by TensorSignal; Position's slot stays null
   const int32_t* position = nullptr;             // [T]  original positions (null: the cache slot)
   uint64_t seed = 0;                             // random(): counter-based on (seed, layer, kv_head, position)
+  // Bit signal_index(s) set: tensor[s] is memory of the CUDA device the program scores on, in the
+  // layout above (the decoder's window attention read in place). Only ever set for a program whose
+  // scores_device_signals() is true; every other backend refuses such inputs (std::logic_error).
+  uint32_t device_signals = 0;
 
   const float* signal(TensorSignal s) const { return tensor[signal_index(s)]; }
   void set_signal(TensorSignal s, const float* data) { tensor[signal_index(s)] = data; }
+  void set_device_signal(TensorSignal s, const float* device_data) {
+    tensor[signal_index(s)] = device_data;
+    device_signals |= 1u << signal_index(s);
+  }
+  bool on_device(TensorSignal s) const { return (device_signals >> signal_index(s)) & 1u; }
 };
+static_assert(kNumTensorSignals <= 32, "ScoreInputs::device_signals has one bit per tensor signal");
 
 // Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.
 struct LayerWeightInputs {
@@ -300,6 +310,9 @@ class PolicyProgram {
   // Added. Where the engine should run this program's token selection: where its scores are made
   // (the CUDA scoring backend: on the device). EngineOptions::selection overrides it.
   virtual SelectionDevice selection_device() const { return SelectionDevice::Host; }
+  // Added. Whether score() takes signals in device memory (ScoreInputs::device_signals): the CUDA
+  // scoring backend, whose kernels then read them in place instead of uploading host copies.
+  virtual bool scores_device_signals() const { return false; }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
   virtual std::string check_geometry(const ModelGeometry& model) const {

@@ -37,10 +37,33 @@ const float* PrecomputedWindow::host_data() {
   return host_.data();
 }
 
+bool PrecomputedWindow::serves(int layer, int cache_head, int W, int first, int T) const {
+  return layer_ >= 0 && layer == layer_ && W == signal_.W && first == first_ && cache_head >= 0 &&
+         cache_head < signal_.n_kv && T == lengths_[static_cast<size_t>(cache_head)];
+}
+
+const float* PrecomputedWindow::in_place(int layer, int cache_head, int W, int first, int T) {
+  if (!signal_.on_device || !serves(layer, cache_head, W, first, T)) return nullptr;
+  // The head's rows are the kernels' [G][W][T] only when no row is padded past T.
+  if (signal_.row_stride != T || signal_.group_stride != static_cast<int64_t>(W) * T) return nullptr;
+  ++in_place_;
+  return signal_.data + static_cast<size_t>(cache_head) * static_cast<size_t>(signal_.kv_stride);
+}
+
+bool PrecomputedWindow::in_place_for_every_head(int layer, int W, int first) const {
+  if (layer_ < 0 || !signal_.on_device) return false;
+  for (int h = 0; h < signal_.n_kv; ++h) {
+    const int64_t T = lengths_[static_cast<size_t>(h)];
+    if (!serves(layer, h, W, first, static_cast<int>(T)) || signal_.row_stride != T ||
+        signal_.group_stride != static_cast<int64_t>(W) * T)
+      return false;
+  }
+  return true;
+}
+
 bool PrecomputedWindow::copy(int layer, int cache_head, int first_query_head, int n_query_heads, int W, int first,
                              int T, float* out) {
-  if (layer_ < 0 || layer != layer_ || W != signal_.W || first != first_) return false;
-  if (cache_head < 0 || cache_head >= signal_.n_kv || T != lengths_[cache_head]) return false;
+  if (!serves(layer, cache_head, W, first, T)) return false;
   if (first_query_head / signal_.group != cache_head ||
       (first_query_head + n_query_heads - 1) / signal_.group != cache_head)
     return false;

@@ -4,7 +4,7 @@
 // exactly what the engine would compute for a head (same layer, the same W window rows from the
 // same position, the head's entries as the decoder saw them), the engine copies the head's rows out
 // of it instead of running compute_window_attention. A device buffer is downloaded once, at its
-// first use (a later step lets the scoring kernels read it in place).
+// first use, unless every head's rows can be handed to device scoring kernels in place (in_place).
 //
 // The engine offers it after recording the block's queries, drops it when it changes the layer's
 // cache (keep, merges, unfolding) and at the end of after_layer. It is only for the ordinary window
@@ -36,20 +36,30 @@ class PrecomputedWindow {
   // entries it had when offered; false otherwise (the caller computes them). Safe to call from
   // several threads at once (the one download is guarded).
   bool copy(int layer, int cache_head, int first_query_head, int n_query_heads, int W, int first, int T, float* out);
+  // The held device signal's rows of stored head `cache_head` read in place: the device pointer of
+  // its [group][W][T] rows (ScoreInputs::set_device_signal) when the signal is on the device, is for
+  // (layer, W, first), the head still has its T entries and its rows are exactly T apart (every
+  // head of the layer as long as the longest: a prefill's); nullptr otherwise. Downloads nothing.
+  const float* in_place(int layer, int cache_head, int W, int first, int T);
+  // Whether in_place serves every stored head of `layer` (then no download is needed for it).
+  bool in_place_for_every_head(int layer, int W, int first) const;
   // Downloads a held device signal now, on the calling thread (the decoder's: its CUDA device is
   // current there), so that copies made by worker threads find it on the host. No-op otherwise.
   void fetch() { (void)host_data(); }
 
-  // Heads copied out and device buffers downloaded since the last reset_counts.
+  // Heads copied out, heads handed in place and device buffers downloaded since the last reset_counts.
   int64_t heads_copied() const { return copied_.load(); }
+  int64_t heads_in_place() const { return in_place_.load(); }
   int64_t downloads() const { return downloads_.load(); }
   void reset_counts() {
     copied_ = 0;
+    in_place_ = 0;
     downloads_ = 0;
   }
 
  private:
   const float* host_data();
+  bool serves(int layer, int cache_head, int W, int first, int T) const;  // held, and for this head as it is
 
   WindowAttentionSignal signal_;
   int layer_ = -1;  // -1: nothing held
@@ -58,7 +68,7 @@ class PrecomputedWindow {
   std::mutex download_mutex_;
   bool downloaded_ = false;
   std::vector<float> host_;  // the download of a device signal
-  std::atomic<int64_t> copied_{0}, downloads_{0};
+  std::atomic<int64_t> copied_{0}, in_place_{0}, downloads_{0};
 };
 
 }  // namespace kvevict

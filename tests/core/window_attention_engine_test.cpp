@@ -16,11 +16,13 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/decode/window_attention_signal.h"
 #include "core/engine/precomputed_window.h"
+#include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
@@ -128,6 +130,55 @@ TEST(PrecomputedWindow, CopiesOnlyTheRowsItWasComputedFor) {
   EXPECT_EQ(held.downloads(), 0);
 }
 
+// In place (device scoring): only a device signal, only for its own layer, window and head
+// lengths, and only rows exactly T apart (the kernels' [G][W][T]); the pointer is the head's first
+// row. Nothing is read or downloaded.
+TEST(PrecomputedWindow, HandsRowsInPlaceOnlyInTheKernelsLayout) {
+  KVCache cache(two_layer_gqa(), KvType::F32);
+  const float k[4] = {1, 2, 3, 4};
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < 5; ++t) cache.append(1, h, t, k, k);
+  std::vector<float> data(2 * 36);
+  LayerSignals s;
+  s.layer = 1;
+  auto describe = [&](int64_t row_stride, bool on_device) {
+    WindowAttentionSignal& a = s.window_attention;  // 2 KV heads x group 2 x W 3, 5 entries
+    a.data = data.data(), a.on_device = on_device;
+    a.n_kv = 2, a.group = 2, a.W = 3, a.query_position0 = 2, a.max_len = 5;
+    a.row_stride = row_stride, a.group_stride = 3 * row_stride, a.kv_stride = 6 * row_stride;
+  };
+  PrecomputedWindow held;
+  describe(5, true);
+  held.offer(s, 3, 2, 2, cache);
+  EXPECT_TRUE(held.in_place_for_every_head(1, 3, 2));
+  EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), data.data() + 30);
+  EXPECT_EQ(held.in_place(1, 0, 3, 2, 5), data.data());
+  EXPECT_EQ(held.in_place(0, 1, 3, 2, 5), nullptr) << "another layer";
+  EXPECT_EQ(held.in_place(1, 1, 2, 2, 5), nullptr) << "another W";
+  EXPECT_EQ(held.in_place(1, 1, 3, 1, 5), nullptr) << "another first position";
+  EXPECT_EQ(held.in_place(1, 1, 3, 2, 4), nullptr) << "another length";
+  EXPECT_EQ(held.in_place(1, 2, 3, 2, 5), nullptr) << "no such head";
+  EXPECT_FALSE(held.in_place_for_every_head(0, 3, 2));
+  EXPECT_EQ(held.heads_in_place(), 2);
+  describe(6, true);  // rows padded past T: not the kernels' layout
+  held.offer(s, 3, 2, 2, cache);
+  EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), nullptr) << "padded rows";
+  EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));
+  describe(5, false);  // host memory: copied out, never handed as device memory
+  held.offer(s, 3, 2, 2, cache);
+  EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), nullptr) << "host memory";
+  EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));
+  const std::vector<int> first_four{0, 1, 2, 3};
+  cache.keep(1, 0, first_four);  // head 0 now shorter than the rows: ragged
+  describe(5, true);
+  held.offer(s, 3, 2, 2, cache);
+  EXPECT_EQ(held.in_place(1, 0, 3, 2, 4), nullptr) << "a head shorter than its rows";
+  EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), data.data() + 30) << "the full-length head still qualifies";
+  EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));
+  EXPECT_EQ(held.heads_in_place(), 3);
+  EXPECT_EQ(held.downloads(), 0);
+}
+
 struct Case {
   std::string policy;
   std::map<std::string, std::string> params = {};
@@ -136,7 +187,34 @@ struct Case {
   int decode_block = 0;  // > 0: then one forward call of this many tokens (a question block)
 };
 
-enum class Mode { Plain, Injected, Planted, ForcedPlanted };
+enum class Mode { Plain, Injected, Planted, ForcedPlanted, InPlace, InPlacePlanted };
+
+// A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU): it takes device signals
+// (scores_device_signals), which in these runs are the injector's host buffer marked as device
+// memory, counts the calls that got the window attention that way and scores with the interpreter.
+class InPlaceScoring : public PolicyProgram {
+ public:
+  explicit InPlaceScoring(const PolicyProgram& p) : p_(p) {}
+  const PolicyDescription& description() const override { return p_.description(); }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override {
+    ScoreInputs host = in;
+    if (in.on_device(TensorSignal::WindowAttention)) ++scored_in_place;
+    host.device_signals = 0;  // the "device" memory is the injector's host buffer
+    p_.score(host, decoding, out);
+  }
+  double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
+  int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
+  PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
+  double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
+    return p_.decode_budget_for(prompt_len, decode_step, budget);
+  }
+  HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
+  bool scores_device_signals() const override { return true; }
+  mutable int64_t scored_in_place = 0;
+
+ private:
+  const PolicyProgram& p_;
+};
 
 struct EngineRun {
   std::vector<test::CacheLayout> layouts;  // after the prefill, each decode step, the block
@@ -144,19 +222,25 @@ struct EngineRun {
   EvictionReport report;
   int requested = 0;     // the engine's request before the prompt
   int64_t injected = 0;  // layers handed a buffer
+  int64_t scored_in_place = 0;  // InPlaceScoring's calls that got A as device memory
 };
 
 class WindowAttentionEngineTest : public test::StoriesPromptTest {
  protected:
   static EngineRun run(const Case& c, Mode mode) {
     const auto policy = load_policy(c.policy, c.params);
+    const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted;
+    const InPlaceScoring device_scoring(*policy);
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-    EvictionEngine engine(*policy, model_->config, {Budget::parse(c.budget), 3});
+    EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device_scoring) : *policy, model_->config,
+                          {Budget::parse(c.budget), 3});
     std::unique_ptr<test::WindowAttentionInjector> injector;
     ForwardObserver* observer = &engine;
     if (mode != Mode::Plain) {
+      const bool plant = mode == Mode::Planted || mode == Mode::ForcedPlanted || mode == Mode::InPlacePlanted;
       injector = std::make_unique<test::WindowAttentionInjector>(engine, decoder->cache(), model_->config.group_size(),
-                                                                 mode != Mode::Injected, mode == Mode::ForcedPlanted);
+                                                                 plant, mode == Mode::ForcedPlanted);
+      if (in_place) injector->mark_on_device();
       observer = injector.get();
     }
     EngineRun r;
@@ -174,6 +258,7 @@ class WindowAttentionEngineTest : public test::StoriesPromptTest {
     if (c.decode_block > 0) step(std::span<const int>(tokens_).subspan(1, c.decode_block));
     r.report = engine.report();
     r.injected = injector ? injector->injected() : 0;
+    r.scored_in_place = device_scoring.scored_in_place;
     return r;
   }
 
@@ -261,6 +346,50 @@ TEST_F(WindowAttentionEngineTest, NaclDoesNotUseIt) {
   EXPECT_EQ(plain.requested, 0) << "a window from the prompt's length is unknown before the prompt";
   EXPECT_GT(forced.report.window_attention_reused, 0);
   EXPECT_NE(plain.layouts.front(), forced.layouts.front()) << "the planted buffer was not read";
+}
+
+// Device scoring reads the decoder's buffer in place (PrecomputedWindow::in_place, docs/CUDA.md
+// "Not done" step 2): the injected buffer is marked as device memory and InPlaceScoring stands in
+// for the CUDA backend. SnapKV and Ada-KV, whose host side never reads A, get every head's rows in
+// place at the prefill, nothing is downloaded or copied, and the cache is the plain run's; a
+// planted wrong buffer changes it (the rows really were scored). CAKE's layer weight reads A on
+// the host, so the engine must not hand it over: it downloads instead, which cannot work on this
+// "device" memory (a RuntimeError) or, where it does, is counted as a download.
+TEST_F(WindowAttentionEngineTest, DeviceScoringReadsTheDecodersBufferInPlace) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads;
+  for (const char* p : {"snapkv", "adakv"}) {
+    const EngineRun plain = run({p}, Mode::Plain), in_place = run({p}, Mode::InPlace);
+    EXPECT_GE(in_place.report.window_attention_in_place, heads) << p;
+    EXPECT_GE(in_place.scored_in_place, heads) << p;
+    EXPECT_EQ(in_place.report.window_attention_downloads, 0) << p;
+    EXPECT_EQ(in_place.report.window_attention_reused, 0) << p;
+    expect_same(plain, in_place, p);
+    EXPECT_NE(plain.layouts.front(), run({p}, Mode::InPlacePlanted).layouts.front()) << p << ": the rows were not read";
+  }
+  EngineRun cake;
+  bool refused_download = false;
+  try {
+    cake = run({"cake"}, Mode::InPlace);
+  } catch (const RuntimeError&) {
+    refused_download = true;
+  }
+  EXPECT_EQ(cake.scored_in_place, 0);
+  EXPECT_EQ(cake.report.window_attention_in_place, 0);
+  if (!refused_download) EXPECT_GT(cake.report.window_attention_downloads, 0);
+}
+
+// Only a program that takes device signals may be handed them: the interpreter refuses.
+TEST(WindowAttentionInPlace, TheInterpreterRefusesDeviceSignals) {
+  const auto policy = load_policy("snapkv", {});
+  EXPECT_FALSE(policy->scores_device_signals());
+  std::vector<float> a(2 * 4 * 3, 0.1f), out(3);
+  ScoreInputs in;
+  in.group = 2, in.W = 4, in.T = 3;
+  in.set_device_signal(TensorSignal::WindowAttention, a.data());
+  EXPECT_TRUE(in.on_device(TensorSignal::WindowAttention));
+  EXPECT_THROW(policy->score(in, false, out.data()), std::logic_error);
+  in.device_signals = 0;
+  EXPECT_NO_THROW(policy->score(in, false, out.data()));
 }
 
 TEST_F(WindowAttentionEngineTest, H2oAsksForNone) {

@@ -7,7 +7,8 @@
 //     signals as host memory (what the CUDA decoder does on the device), then forwards. Optionally
 //     plants a wrong buffer (each row's entries reversed), the control that the engine reads it,
 //     and forces one on an engine that did not ask (its plan's window, from the prompt's second
-//     layer on), to show that the engine's own checks refuse what it must not use.
+//     layer on), to show that the engine's own checks refuse what it must not use; or marks its
+//     buffer as device memory (mark_on_device) for the in-place scoring proof.
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
 //   * twin_window_attention: the twin over one layer of a host cache, copied into a fresh twin
@@ -76,18 +77,22 @@ class WindowAttentionInjector : public ForwardObserver {
     buffer_ = twin_attention_of_block(view, signals, W, group_, plan);
     if (plant_) plant_reversed_rows(buffer_, plan, view);
     LayerSignals with = signals;
-    with.window_attention = describe_window_attention(plan, buffer_.data(), /*on_device=*/false);
+    with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);
     ++injected_;
     engine_.after_layer(with, cache);
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
 
   int64_t injected() const { return injected_; }  // layers handed a window attention
+  // Describe the (host) buffer as device memory: for a stand-in of device scoring that reads it
+  // where it is (the engine must then never download it).
+  void mark_on_device() { on_device_ = true; }
 
  private:
   EvictionEngine& engine_;
   int group_;
   bool plant_, force_;
+  bool on_device_ = false;
   mutable ObservationRequest request_;
   DeviceKvTwin twin_;
   DeviceKvBackendFor<DeviceKvTwin> backend_;

@@ -1,0 +1,73 @@
+// The CUDA scoring backend reads the CUDA decoder's window attention in place (ScoreInputs::
+// device_signals, PrecomputedWindow::in_place; docs/CUDA.md "Not done" step 2): SnapKV's prefill
+// scored by the NVRTC kernels from the device buffer, with nothing downloaded, keeps the cache the
+// interpreter keeps from the same decoder's signals. GPU only: skipped with the reason without one.
+// The CPU proof of the engine's side: WindowAttentionEngineTest.DeviceScoringReadsTheDecodersBufferInPlace.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "../core/gpu_test_skip.h"
+#include "core/decode/make_decoder.h"
+#include "core/engine/engine.h"
+#include "core/model/synthetic_model.h"
+#include "dsl/policy_loader.h"
+#include "jit/device.h"
+#include "jit/scoring_backend.h"
+
+namespace kvevict {
+namespace {
+
+ModelConfig in_place_config() {
+  ModelConfig c;
+  c.name = "in-place-test";
+  c.n_layers = 3, c.dim = 96, c.n_heads = 6, c.n_kv_heads = 2, c.head_dim = 16, c.hidden_dim = 160;
+  c.vocab_size = 300, c.context_length = 512;
+  return c;
+}
+
+struct Outcome {
+  std::vector<std::vector<std::vector<int32_t>>> positions;  // [layer][KV head] in cache order
+  EvictionReport report;
+};
+
+Outcome prefill(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt) {
+  auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
+  EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
+  decoder->forward(prompt, &engine);
+  Outcome o;
+  const KVCache& cache = decoder->cache();
+  o.positions.resize(cache.n_layers());
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_kv_heads(); ++h)
+      o.positions[l].emplace_back(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h));
+  o.report = engine.report();
+  return o;
+}
+
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 43);
+  std::vector<int> prompt(160);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 29 + 3) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  for (const char* name : {"snapkv", "adakv"}) {
+    const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
+    const auto interpreted = load_policy(name, {});
+    ASSERT_TRUE(on_device->scores_device_signals()) << name;
+    const Outcome gpu = prefill(*model, *on_device, prompt);
+    const Outcome cpu = prefill(*model, *interpreted, prompt);
+    const int heads = model->config.n_layers * model->config.n_kv_heads;
+    EXPECT_GE(gpu.report.window_attention_in_place, heads) << name;
+    EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
+    EXPECT_EQ(cpu.report.window_attention_in_place, 0) << name;  // the interpreter is handed host copies
+    EXPECT_GT(cpu.report.window_attention_downloads, 0) << name;
+    // Same signals, the generated kernel against the interpreter (equal to the bit on the H200),
+    // the same tie rule: the same kept entries in the same order.
+    EXPECT_EQ(gpu.positions, cpu.positions) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kvevict
