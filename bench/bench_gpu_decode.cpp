@@ -564,7 +564,7 @@ int main(int argc, char** argv) try {
   const PrefillAttention prefill_attention = o.prefill_attention.value_or(
       on_cuda && flashinfer_prefill_built() && o.kv_path == DeviceKvMode::Resident ? PrefillAttention::FlashInfer
                                                                                  : PrefillAttention::Own);
-  std::printf("prefill attention: %s\n", prefill_attention_name(prefill_attention));
+  std::printf("prefill attention: %s\n", std::string(mode_name(prefill_attention)).c_str());
   const auto decoder = make_decoder(*model, on_cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                                     {.threads = 0, .device_ordinal = device.ordinal, .kv_type = KvType::F16,
                                      .device_kv = o.kv_path, .prefill_attention = prefill_attention});
@@ -589,7 +589,7 @@ int main(int argc, char** argv) try {
                        {"device", device.describe()},
                        {"model_load_s", load_seconds},
                        {"decoder_s", decoder_seconds},
-                       {"prefill_attention", prefill_attention_name(prefill_attention)},
+                       {"prefill_attention", mode_name(prefill_attention)},
                        {"device_bytes_loaded", mem_loaded},
                        {"runs", runs},
                        {"skipped", skipped},

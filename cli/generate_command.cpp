@@ -135,7 +135,7 @@ std::function<int()> setup_generate(CLI::App& app) {
   app.add_option("--prefill-attention", o->prefill_attention,
                  "CUDA decoder's prefill attention: own (f32 reference kernel) or flashinfer (tensor cores; a build "
                  "with FlashInfer, f16/bf16 cache)")
-      ->capture_default_str()->check(CLI::IsMember({"own", "flashinfer"}));
+      ->capture_default_str();  // checked by parse_prefill_attention (one list of names: ModeNames)
   app.add_flag("--json", o->json,
                "Print {\"prompt_tokens\", \"tokens\", \"text\", \"device\"} as JSON (plus \"cache\" with --policy)");
   o->policy.add_to(app);

@@ -259,46 +259,44 @@ class ProgramEmitter {
 
   // The local of node j in node i's function: a call for a boundary node, else its operation.
   void emit_local(int i, int j) {
-    {
-      const Node& n = p_.nodes[j];
-      std::string value;
-      if (j != i && is_boundary(n)) {
-        value = fn(j) + kArgs;
-      } else {
-        switch (n.op) {
-          case NodeOp::Const: value = cuda_float_literal(n.value); break;
-          case NodeOp::Scalar:
-            value = cuda_scalar(n.scalar);
-            if (value.empty()) fail(j, "the budget signal exists only in layer_weight programs");
-            break;
-          case NodeOp::Load: value = cuda_load(n.tensor); break;
-          case NodeOp::AxisIndex: {
-            const int axis = kvevict::axis_index(n.axes);
-            value = axis > 0 ? std::string("(float)") + kAxisVar[axis] : "";
-            if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
-            break;
-          }
-          case NodeOp::Random: value = "kv_random(a, t)"; break;
-          case NodeOp::Randn:  // core/engine/gaussian_rng.h, pasted into the prelude
-            value = "kv_dsl_randn(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, (unsigned)c, (unsigned)e)";
-            break;
-          case NodeOp::Table:
-            if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
-            if (p_.tables[n.lo]->values.size() > dsl::kMaxBakedTableElements)
-              fail(j, "table '" + p_.tables[n.lo]->name + "' holds " + std::to_string(p_.tables[n.lo]->values.size()) +
-                          " numbers; the CUDA generator bakes at most " + std::to_string(dsl::kMaxBakedTableElements) +
-                          " into a kernel (the interpreter reads it)");
-            value = cuda_table_read(n.lo, *p_.tables[n.lo], n.a >= 0 ? var(n.a) : "0.0f");
-            break;
-          case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
-          case NodeOp::Binary: value = cuda_binary(n.binary, var(n.a), var(n.b)); break;
-          case NodeOp::Select: value = "(" + var(n.a) + " != 0.0f ? " + var(n.b) + " : " + var(n.c) + ")"; break;
-          default: fail(j, "unexpected node in an elementwise closure");
+    const Node& n = p_.nodes[j];
+    std::string value;
+    if (j != i && is_boundary(n)) {
+      value = fn(j) + kArgs;
+    } else {
+      switch (n.op) {
+        case NodeOp::Const: value = cuda_float_literal(n.value); break;
+        case NodeOp::Scalar:
+          value = cuda_scalar(n.scalar);
+          if (value.empty()) fail(j, "the budget signal exists only in layer_weight programs");
+          break;
+        case NodeOp::Load: value = cuda_load(n.tensor); break;
+        case NodeOp::AxisIndex: {
+          const int axis = kvevict::axis_index(n.axes);
+          value = axis > 0 ? std::string("(float)") + kAxisVar[axis] : "";
+          if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
+          break;
         }
-        if (value.empty()) fail(j, "unknown operation");
+        case NodeOp::Random: value = "kv_random(a, t)"; break;
+        case NodeOp::Randn:  // core/engine/gaussian_rng.h, pasted into the prelude
+          value = "kv_dsl_randn(a.seed, (unsigned)a.layer, (unsigned)a.kv_head, (unsigned)c, (unsigned)e)";
+          break;
+        case NodeOp::Table:
+          if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
+          if (p_.tables[n.lo]->values.size() > dsl::kMaxBakedTableElements)
+            fail(j, "table '" + p_.tables[n.lo]->name + "' holds " + std::to_string(p_.tables[n.lo]->values.size()) +
+                        " numbers; the CUDA generator bakes at most " + std::to_string(dsl::kMaxBakedTableElements) +
+                        " into a kernel (the interpreter reads it)");
+          value = cuda_table_read(n.lo, *p_.tables[n.lo], n.a >= 0 ? var(n.a) : "0.0f");
+          break;
+        case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
+        case NodeOp::Binary: value = cuda_binary(n.binary, var(n.a), var(n.b)); break;
+        case NodeOp::Select: value = "(" + var(n.a) + " != 0.0f ? " + var(n.b) + " : " + var(n.c) + ")"; break;
+        default: fail(j, "unexpected node in an elementwise closure");
       }
-      line("const float " + var(j) + " = " + value + ";", at(j));
+      if (value.empty()) fail(j, "unknown operation");
     }
+    line("const float " + var(j) + " = " + value + ";", at(j));
   }
 
   // The operand of reduction i called at the loop indices r<axis> of the reduced axes and the

@@ -2,7 +2,6 @@
 #include "core/decode/make_decoder.h"
 
 #include "core/util/error.h"
-#include <iterator>
 #include <string>
 
 #ifdef KVEVICT_HAVE_CUDA
@@ -28,23 +27,12 @@ bool flashinfer_prefill_built() {
 #endif
 }
 
-namespace {
-// PrefillAttention's names, in enum order.
-constexpr const char* kPrefillAttentionNames[] = {"own", "flashinfer"};
-static_assert(sizeof(kPrefillAttentionNames) / sizeof(kPrefillAttentionNames[0]) ==
-                  static_cast<size_t>(PrefillAttention::FlashInfer) + 1,
-              "one name per PrefillAttention");
-}  // namespace
-
-const char* prefill_attention_name(PrefillAttention kernel) {
-  return kPrefillAttentionNames[static_cast<size_t>(kernel)];
-}
-
 PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where) {
-  for (size_t i = 0; i < std::size(kPrefillAttentionNames); ++i)
-    if (name == kPrefillAttentionNames[i]) return static_cast<PrefillAttention>(i);
-  throw UsageError(std::string(where) + ": unknown prefill attention '" + std::string(name) +
-                   "' (expected own or flashinfer)");
+  PrefillAttention kernel = PrefillAttention::Own;
+  if (!parse_mode(name, kernel))
+    throw UsageError(std::string(where) + ": unknown prefill attention '" + std::string(name) +
+                     "' (expected own or flashinfer)");
+  return kernel;
 }
 
 std::unique_ptr<Decoder> make_decoder(const Model& model, DecoderDevice device, const DecoderOptions& options) {

@@ -10,8 +10,15 @@
 #include <string_view>
 
 #include "core/decode/decoder.h"
+#include "core/engine/policy_modes.h"
 
 namespace kvevict {
+
+// PrefillAttention's names on command lines and in benchmark JSON (mode_name / parse_mode).
+template <> struct ModeNames<PrefillAttention> {
+  static constexpr std::array<std::string_view, 2> names = {"own", "flashinfer"};
+};
+static_assert(ModeNames<PrefillAttention>::names.size() == static_cast<size_t>(PrefillAttention::FlashInfer) + 1);
 
 enum class DecoderDevice { Cpu, Cuda };
 
@@ -24,9 +31,7 @@ bool cuda_decoder_built();
 // docs/CUDA.md "FlashInfer prefill"); false without the CUDA decoder.
 bool flashinfer_prefill_built();
 
-// The names of PrefillAttention on command lines: "own", "flashinfer". parse: UsageError naming
-// `where` for any other text.
-const char* prefill_attention_name(PrefillAttention kernel);
+// A PrefillAttention by its name (ModeNames below): UsageError naming `where` for any other text.
 PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where);
 
 }  // namespace kvevict

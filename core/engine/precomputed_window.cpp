@@ -42,21 +42,22 @@ bool PrecomputedWindow::serves(int layer, int cache_head, int W, int first, int 
          cache_head < signal_.n_kv && T == lengths_[static_cast<size_t>(cache_head)];
 }
 
+// The head's rows are the kernels' [G][W][T] only when no row is padded past T.
+bool PrecomputedWindow::kernels_layout(int W, int64_t T) const {
+  return signal_.on_device && signal_.row_stride == T && signal_.group_stride == static_cast<int64_t>(W) * T;
+}
+
 const float* PrecomputedWindow::in_place(int layer, int cache_head, int W, int first, int T) {
-  if (!signal_.on_device || !serves(layer, cache_head, W, first, T)) return nullptr;
-  // The head's rows are the kernels' [G][W][T] only when no row is padded past T.
-  if (signal_.row_stride != T || signal_.group_stride != static_cast<int64_t>(W) * T) return nullptr;
+  if (!serves(layer, cache_head, W, first, T) || !kernels_layout(W, T)) return nullptr;
   ++in_place_;
   return signal_.data + static_cast<size_t>(cache_head) * static_cast<size_t>(signal_.kv_stride);
 }
 
 bool PrecomputedWindow::in_place_for_every_head(int layer, int W, int first) const {
-  if (layer_ < 0 || !signal_.on_device) return false;
+  if (layer_ < 0) return false;
   for (int h = 0; h < signal_.n_kv; ++h) {
     const int64_t T = lengths_[static_cast<size_t>(h)];
-    if (!serves(layer, h, W, first, static_cast<int>(T)) || signal_.row_stride != T ||
-        signal_.group_stride != static_cast<int64_t>(W) * T)
-      return false;
+    if (!serves(layer, h, W, first, static_cast<int>(T)) || !kernels_layout(W, T)) return false;
   }
   return true;
 }

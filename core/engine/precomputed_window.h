@@ -60,6 +60,7 @@ class PrecomputedWindow {
  private:
   const float* host_data();
   bool serves(int layer, int cache_head, int W, int first, int T) const;  // held, and for this head as it is
+  bool kernels_layout(int W, int64_t T) const;  // a device signal whose rows are exactly [G][W][T]
 
   WindowAttentionSignal signal_;
   int layer_ = -1;  // -1: nothing held

@@ -375,7 +375,9 @@ TEST_F(WindowAttentionEngineTest, DeviceScoringReadsTheDecodersBufferInPlace) {
   }
   EXPECT_EQ(cake.scored_in_place, 0);
   EXPECT_EQ(cake.report.window_attention_in_place, 0);
-  if (!refused_download) EXPECT_GT(cake.report.window_attention_downloads, 0);
+  if (!refused_download) {
+    EXPECT_GT(cake.report.window_attention_downloads, 0);
+  }
 }
 
 // Only a program that takes device signals may be handed them: the interpreter refuses.
