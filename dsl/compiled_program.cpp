@@ -132,9 +132,7 @@ double InterpretedPolicy::layer_weight(const LayerWeightInputs& in) const {
   e.scalars[static_cast<int>(ScalarSignal::Budget)] = static_cast<float>(in.budget);
   for (const auto& h : in.heads) e.heads.push_back(head_signals(h));
   e.layer = in.layer;
-  double w = evaluate(c_.layer_weight, e).at(0);
-  // A weight is a share of the budget: negative or NaN weights mean "nothing" to the allocator.
-  return std::isfinite(w) && w > 0 ? w : 0.0;
+  return usable_layer_weight(evaluate(c_.layer_weight, e).at(0));
 }
 
 int InterpretedPolicy::window_for(int prompt_len) const { return setting_int(c_.window, c_.desc.window, prompt_len); }

@@ -1,6 +1,6 @@
 // Policy -> CUDA: compile the policy file with the DSL (dsl/policy_file.h) and generate kernels
-// from its lowered score programs and its channel_score program (cuda_codegen.h). Layer weights
-// and head plans stay on the CPU.
+// from its lowered score programs, its channel_score program and its layer_weight program
+// (cuda_codegen.h). Head plans and the extra select.stages programs stay on the CPU.
 #include "jit/codegen.h"
 
 #include "core/util/error.h"
@@ -29,7 +29,9 @@ GeneratedKernel generate_compiled_policy_cuda(const dsl::CompiledPolicy& compile
                                 find_policy_key_in_text(path, text, "score"),
                                 find_policy_key_in_text(path, text, "decode_score"),
                                 compiled.channel_score.output >= 0 ? &compiled.channel_score : nullptr,
-                                find_policy_key_in_text(path, text, "channel_score"));
+                                find_policy_key_in_text(path, text, "channel_score"),
+                                compiled.desc.has_layer_weight ? &compiled.layer_weight : nullptr,
+                                find_policy_key_in_text(path, text, "layer_weight"));
 }
 
 GeneratedKernel generate_policy_cuda(const std::string& name_or_path, const std::map<std::string, std::string>& overrides,

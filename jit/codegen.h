@@ -19,11 +19,13 @@ struct CompiledPolicy;
 namespace kvevict::jit {
 
 // The entry points of a generated kernel (kernel_abi.h): the prefill indicator, the decode
-// indicator when the policy declares one, and the channel_score program's (one thread per key
-// channel, KernelOutput::Channel) when it has one.
+// indicator when the policy declares one, the channel_score program's (one thread per key
+// channel, KernelOutput::Channel) when it has one, and the layer_weight program's when it has one.
 inline constexpr const char* kScoreEntry = "kvevict_score";
 inline constexpr const char* kDecodeScoreEntry = "kvevict_decode_score";
 inline constexpr const char* kChannelScoreEntry = "kvevict_channel_score";
+// The layer_weight program's entry (KernelOutput::Layer: one value per layer from every KV head).
+inline constexpr const char* kLayerWeightEntry = "kvevict_layer_weight";
 
 struct GeneratedKernel {
   std::string name;                       // program name for NVRTC, e.g. "cake.cu"
@@ -31,10 +33,10 @@ struct GeneratedKernel {
   std::string source;                     // complete CUDA C++ (prelude included)
   std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
   // Tensor signals each kernel reads (indexed by TensorSignal); the runner checks they are given.
-  SignalSet score_signals{}, decode_signals{}, channel_signals{};
+  SignalSet score_signals{}, decode_signals{}, channel_signals{}, layer_signals{};
   // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token (or
   // per-channel) kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.
-  int score_stages = 0, decode_stages = 0, channel_stages = 0;
+  int score_stages = 0, decode_stages = 0, channel_stages = 0, layer_stages = 0;
   // The matrix stages among them (inverse(): the scratch grows by kernel_abi.h's matrix layout).
   MatrixScratch score_matrices, decode_matrices, channel_matrices;
 };

@@ -44,9 +44,11 @@ bool is_staged(const Node& n) {
 }
 
 // The index variable of each axis in the generated functions (d is `c`, the channel; the model
-// axis c is `mc`) and the extent of its loops; g has none (score programs only).
-const char* const kAxisVar[] = {"", "h", "q", "c", "e", "mc", "s", "t"};
-const char* const kAxisExtent[] = {"", "a.group", "a.W", "a.head_dim", "a.head_dim", "a.n_embd", "a.T", "a.T"};
+// axis c is `mc`) and the extent of its loops. Axis g (layer_weight programs) is not a parameter:
+// a function at KV head g takes head g's arguments (kv_head_args, kernel_abi.h), so `a.kv_head`
+// is its g and a loop over g (`rg`) calls its operand with kv_head_args(a, rg).
+const char* const kAxisVar[] = {"g", "h", "q", "c", "e", "mc", "s", "t"};
+const char* const kAxisExtent[] = {"kv_layer_heads(a)", "a.group", "a.W", "a.head_dim", "a.head_dim", "a.n_embd", "a.T", "a.T"};
 static_assert(sizeof(kAxisVar) / sizeof(kAxisVar[0]) == dsl::kNumAxes, "one variable per axis of KVEVICT_AXES");
 static_assert(sizeof(kAxisExtent) / sizeof(kAxisExtent[0]) == dsl::kNumAxes, "one extent per axis of KVEVICT_AXES");
 constexpr const char* kParams = "const KvScoreArgs& a, int h, int q, int c, int e, int mc, int s, int t";
@@ -60,11 +62,12 @@ class ProgramEmitter {
 
   EmittedProgram emit() {
     if (p_.output < 0 || p_.output >= int(p_.nodes.size())) fail(-1, "the program is empty");
-    if (p_.layer_context) fail(p_.output, "layer_weight programs are evaluated on the CPU, not generated");
+    if (p_.layer_context != (output_ == KernelOutput::Layer))
+      fail(p_.output, p_.layer_context ? "a layer_weight program is generated as a layer entry only"
+                                       : "only a layer_weight program has a layer entry");
     const Node& out = p_.nodes[p_.output];
     const KernelOutputInfo& kind = kernel_output_info(output_);
-    if (out.shape & ~kind.axis)
-      fail(p_.output, std::string(kind.shape_rule) + " or a scalar, not " + dsl::shape_name(out.shape));
+    if (out.shape & ~kind.axis) fail(p_.output, std::string(kind.shape_rule) + ", not " + dsl::shape_name(out.shape));
     // Functions needed: the output, every boundary node it reaches, and their operands.
     std::set<int> functions = {p_.output};
     for (int i = int(p_.nodes.size()) - 1; i >= 0; --i) {
@@ -124,7 +127,7 @@ class ProgramEmitter {
   // axis). A score's NaN becomes -inf; a channel score's NaN is kept, as the interpreter keeps it.
   void emit_element_function(EmittedProgram& result) {
     const KernelOutputInfo& kind = kernel_output_info(output_);
-    const int out_axis = kvevict::axis_index(kind.axis);
+    const int out_axis = kind.axis ? kvevict::axis_index(kind.axis) : -1;  // -1: a layer's one value
     std::string call = fn(p_.output) + "(a";
     for (int k = 1; k < dsl::kNumAxes; ++k) {
       call += ", ";
@@ -133,7 +136,8 @@ class ProgramEmitter {
     call += ")";
     result.output = output_;
     result.element_function = prefix_ + "_" + kind.element;
-    line("KVEVICT_FN float " + result.element_function + "(const KvScoreArgs& a, int " + kAxisVar[out_axis] + ") {", where_);
+    const std::string index = out_axis > 0 ? std::string(", int ") + kAxisVar[out_axis] : "";
+    line("KVEVICT_FN float " + result.element_function + "(const KvScoreArgs& a" + index + ") {", where_);
     w_.indent();
     line("const float v = " + call + ";", where_);
     line(kind.nan_to_minus_inf ? "return v != v ? -KVEVICT_INFINITY : v;  // NaN never outranks a real score"
@@ -163,14 +167,17 @@ class ProgramEmitter {
     return std::vector<int>(seen.begin(), seen.end());
   }
 
-  // The scratch index of staged node i at (h, q, c): its stage's block, then
-  // (h * Wp + q) * Cp + c for the axes the value has (the others are 0; c is the channel, axis d). Reads and writes go through the prelude's bounded
-  // kv_load / kv_store against the scratch's extent, n_stages * kv_stage_slots(a).
+  // The scratch index of staged node i at (g, h, q, c): its stage's block, then
+  // ((g * G + h) * Wp + q) * Cp + c for the axes the value has (the others are 0; c is the
+  // channel, axis d; g is a.kv_head, layer_weight programs only). Reads and writes go through the
+  // prelude's bounded kv_load / kv_store against the scratch's extent, n_stages * kv_stage_slots(a).
   std::string slot_index(int i) const {
     const unsigned shape = p_.nodes[i].shape;
-    return "(long long)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " +
-           "(" + ((shape & dsl::kAxisH) ? "(long long)h" : "0LL") + " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0") +
-           ") * kv_stage_cp(a) + " + ((shape & dsl::kAxisD) ? "c" : "0");
+    std::string head = (shape & dsl::kAxisH) ? "(long long)h" : "0LL";
+    if (shape & dsl::kAxisG) head = "((long long)a.kv_head * a.group + " + std::string((shape & dsl::kAxisH) ? "h" : "0") + ")";
+    return "(long long)" + std::to_string(stage_of_.at(i)) + " * kv_stage_slots(a) + " + "(" + head +
+           " * kv_stage_wp(a) + " + ((shape & dsl::kAxisQ) ? "q" : "0") + ") * kv_stage_cp(a) + " +
+           ((shape & dsl::kAxisD) ? "c" : "0");
   }
   std::string scratch_extent() const { return "(long long)" + std::to_string(stages_.size()) + " * kv_stage_slots(a)"; }
   std::string slot(int i) const { return "kv_load(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", 0.0f)"; }
@@ -268,12 +275,14 @@ class ProgramEmitter {
         case NodeOp::Const: value = cuda_float_literal(n.value); break;
         case NodeOp::Scalar:
           value = cuda_scalar(n.scalar);
+          if (kvevict::kScalarSignalTable[int(n.scalar)].layer_only && !p_.layer_context) value.clear();
           if (value.empty()) fail(j, "the budget signal exists only in layer_weight programs");
           break;
         case NodeOp::Load: value = cuda_load(n.tensor); break;
         case NodeOp::AxisIndex: {
           const int axis = kvevict::axis_index(n.axes);
           value = axis > 0 ? std::string("(float)") + kAxisVar[axis] : "";
+          if (axis == kvevict::kAxisIndexG && p_.layer_context) value = "(float)a.kv_head";  // head g's arguments
           if (value.empty()) fail(j, "index of axis " + dsl::shape_name(n.axes) + " in a score program");
           break;
         }
@@ -303,7 +312,7 @@ class ProgramEmitter {
   // function's own indices for the others.
   std::string reduced_call(int i) const {
     const Node& n = p_.nodes[i];
-    std::string args = "(a";
+    std::string args = (n.axes & dsl::kAxisG) ? "(kv_head_args(a, rg)" : "(a";
     for (int k = 1; k < dsl::kNumAxes; ++k) args += std::string(", ") + ((n.axes & (1u << k)) ? "r" : "") + kAxisVar[k];
     return fn(n.a) + args + ")";
   }
@@ -314,13 +323,13 @@ class ProgramEmitter {
     std::vector<int> order;
     const bool s_first = (n.axes & dsl::kAxisS) && dsl::is_token_pair(p_.nodes[n.a].shape);
     if (s_first) order.push_back(kvevict::kAxisIndexS);
-    for (int k = 1; k < dsl::kNumAxes; ++k)
+    for (int k = 0; k < dsl::kNumAxes; ++k)
       if ((n.axes & (1u << k)) && !(s_first && k == kvevict::kAxisIndexS)) order.push_back(k);
     return order;
   }
   std::string reduced_count(int i) const {
     std::string count = "(1";
-    for (int k = 1; k < dsl::kNumAxes; ++k)
+    for (int k = 0; k < dsl::kNumAxes; ++k)
       if (p_.nodes[i].axes & (1u << k)) count += std::string(" * (double)") + kAxisExtent[k];
     return count + ")";
   }
@@ -389,7 +398,7 @@ class ProgramEmitter {
   void emit_reduce(int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
-    if (n.axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
+    if ((n.axes & dsl::kAxisG) && !p_.layer_context) fail(i, "a reduction over g in a score program");
     switch (n.reducer) {
       case Reducer::Sum:
       case Reducer::Mean:
@@ -505,7 +514,7 @@ class ProgramEmitter {
   }
 
   void emit_token_reduce(int i, bool) {
-    if (p_.nodes[i].axes & dsl::kAxisG) fail(i, "a reduction over g in a score program");
+    if ((p_.nodes[i].axes & dsl::kAxisG) && !p_.layer_context) fail(i, "a reduction over g in a score program");
     const std::string result = double_reduction(i, p_.nodes[i].reducer, false);
     line("return " + result + ";", at(i));
   }
@@ -528,7 +537,7 @@ class ProgramEmitter {
     std::string args = "(a";
     for (int k = 1; k < dsl::kNumAxes; ++k)
       args += std::string(", ") + kAxisVar[(shape & (1u << k)) ? dsl::rename_target(n, k) : k];
-    if (shape & dsl::kAxisG) fail(i, "axis g in a score program");
+    if ((shape & dsl::kAxisG) && !p_.layer_context) fail(i, "axis g in a score program");
     line("return " + fn(n.a) + args + ");", at(i));
   }
 
@@ -588,7 +597,7 @@ class ProgramEmitter {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
     const int k = kvevict::axis_index(n.axes);
-    if (k <= 0) fail(i, "a sort along g in a score program");
+    if (k <= 0) fail(i, "a sort along g is not generated (the interpreter computes it)");
     if (n.sort == dsl::SortFn::Quantile) return line("return " + quantile_body(i, false) + ";", here);
     const std::string self = kAxisVar[k];
     line("const float xi = " + fn(n.a) + kArgs + ";", here);
@@ -649,13 +658,15 @@ class ProgramEmitter {
     const SourceLocation here = at(i);
     if (n.op == NodeOp::Inverse) return emit_matrix_stage(s, i);
     const bool is_normalise = n.op == NodeOp::Normalise;
-    if (!is_normalise && (n.axes & dsl::kAxisG)) fail(i, "a reduction over g in a score program");
+    if (!is_normalise && (n.axes & dsl::kAxisG) && !p_.layer_context) fail(i, "a reduction over g in a score program");
     const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ, has_d = n.shape & dsl::kAxisD;
     line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
     w_.indent();
-    // Slots outside the value's shape are never read (block-uniform: every lane returns).
+    // Slots outside the value's shape are never read (block-uniform: every lane returns). In a
+    // layer program a value without g lives at head 0's slots (a is head g's arguments).
+    const std::string g_outside = p_.layer_context && !(n.shape & dsl::kAxisG) ? " || a.kv_head != 0" : "";
     line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
-             (has_d ? "c >= a.head_dim" : "c != 0") + ") return;", here);
+             (has_d ? "c >= a.head_dim" : "c != 0") + g_outside + ") return;", here);
     line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
     line("const int e = 0, mc = 0, s = 0;  // a staged value has neither e, c nor s", here);
     line("(void)e; (void)mc; (void)s;", here);
@@ -741,7 +752,8 @@ SourceLocation find_policy_key(const std::string& policy_file, const std::string
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
                                        const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
                                        const SourceLocation& score_at, const SourceLocation& decode_at,
-                                       const dsl::LoweredProgram* channel, const SourceLocation& channel_at) {
+                                       const dsl::LoweredProgram* channel, const SourceLocation& channel_at,
+                                       const dsl::LoweredProgram* layer, const SourceLocation& layer_at) {
   GeneratedKernel kernel;
   kernel.name = name;
   kernel.policy_file = policy_file;
@@ -762,7 +774,7 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   // new kernel, and the kernel ABI and the GPU uploads stay as they are. Every program of a policy
   // shares the policy's table list, so one definition per table serves all of its programs.
   std::set<int> tables_read;
-  for (const dsl::LoweredProgram* p : {&score, has_decode ? decode : nullptr, has_channel ? channel : nullptr})
+  for (const dsl::LoweredProgram* p : {&score, has_decode ? decode : nullptr, has_channel ? channel : nullptr, layer})
     if (p)
       for (const dsl::Node& n : p->nodes)
         if (n.op == NodeOp::Table && n.lo >= 0 && n.lo < int(p->tables.size())) tables_read.insert(n.lo);
@@ -780,6 +792,13 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
     kernel.decode_stages = decode_program.stage_count;
     kernel.decode_matrices = decode_program.matrices;
     kernel.decode_signals = decode->uses;
+  }
+  if (layer && layer->output >= 0) {  // layer_weight: one value per layer from every KV head (KernelOutput::Layer)
+    const EmittedProgram layer_program = emit_score_program(writer, *layer, "layer_weight", policy_file, layer_at, KernelOutput::Layer);
+    entry(kLayerWeightEntry, layer_program);
+    kernel.entry_points.push_back(kLayerWeightEntry);
+    kernel.layer_stages = layer_program.stage_count;
+    kernel.layer_signals = layer->uses;
   }
   if (has_channel) {  // channel_score[d]: one thread per key channel (KernelOutput::Channel)
     const EmittedProgram channel_program =

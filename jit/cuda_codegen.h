@@ -40,10 +40,15 @@
 // channel calls the output node at (0, 0, c, 0, 0, 0, 0); their stages and scratch are the score
 // program's. A channel score's NaN is kept (the interpreter keeps it), a score's becomes -inf.
 //
-// Not generated (GenerateError, a UsageError whose message starts `file:line:col: error:`):
-// layer_weight programs (layer weights stay on the CPU: JitPolicyProgram delegates them) and the
-// constructs that exist only there: the `budget` signal, axis g. The DSL checker already rejects
-// them in score programs, so no policy file reaches these errors.
+// layer_weight programs (one value per layer over every KV head: axis g, the `budget` scalar) use
+// the same scheme with KernelOutput::Layer (kernel_abi.h, "Layer entries"): axis g is not an index
+// parameter; a function at KV head g takes head g's argument set (kv_head_args), so `a.kv_head` is
+// its g, a reduction over g loops `rg` calling its operand with kv_head_args(a, rg) (g outermost,
+// the interpreter's order), and stage slots gain g ((g * G + h) * Wp + q) * Cp + c). Their
+// reductions over t are stages like a score program's; the value is then one thread's call.
+// Score programs never see g or `budget` (the DSL checker rejects them there; the generator
+// refuses them too). Not generated: a sort along g (GenerateError, a UsageError whose message
+// starts `file:line:col: error:`).
 //
 // inverse() (dsl/matrix_ops.h) is a MATRIX STAGE (kernel_abi.h): its operand M[h?, q?, d, e] does
 // not depend on t, so it is filled and factorised once per (h, q) into the scratch, before the
@@ -79,8 +84,8 @@ struct EmittedProgram {
 // "<policy_file>"` for the expression they implement (or `where`, the program's key, for nodes
 // without a position and for the program's own scaffolding).
 // `output`: the program's output axis (kernel_abi.h): Token for score programs (output over t or
-// a scalar), Channel for channel_score (output over d or a scalar); any other output axis is a
-// GenerateError.
+// a scalar), Channel for channel_score (output over d or a scalar), Layer for layer_weight (a
+// scalar, and only for a layer_weight program); any other output is a GenerateError.
 EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram& program, const std::string& prefix,
                                   const std::string& policy_file, const SourceLocation& where = {},
                                   KernelOutput output = KernelOutput::Token);
@@ -88,12 +93,14 @@ EmittedProgram emit_score_program(CudaWriter& writer, const dsl::LoweredProgram&
 // A complete kernel source: prelude, the score program as `kvevict_score`; when `decode` has
 // nodes, the decode program as `kvevict_decode_score`; when `channel` has an output, the
 // channel_score program as `kvevict_channel_score` (KVEVICT_CHANNEL_ENTRY: one thread per key
-// channel, out[c] for c < head_dim). Each gets `<entry>_stages` on the GPU when it has stages
-// (GeneratedKernel::score_stages / decode_stages / channel_stages say how many).
+// channel, out[c] for c < head_dim); when `layer` has an output, the layer_weight program as
+// `kvevict_layer_weight` (KVEVICT_LAYER_ENTRY: out[0]). Each gets `<entry>_stages` on the GPU when
+// it has stages (GeneratedKernel::score_stages / decode_stages / channel_stages / layer_stages).
 GeneratedKernel generate_score_kernels(const std::string& name, const std::string& policy_file,
                                        const dsl::LoweredProgram& score, const dsl::LoweredProgram* decode,
                                        const SourceLocation& score_at = {}, const SourceLocation& decode_at = {},
-                                       const dsl::LoweredProgram* channel = nullptr, const SourceLocation& channel_at = {});
+                                       const dsl::LoweredProgram* channel = nullptr, const SourceLocation& channel_at = {},
+                                       const dsl::LoweredProgram* layer = nullptr, const SourceLocation& layer_at = {});
 
 // The line of a top-level YAML key ("score", "decode_score") in a policy file; {} when absent.
 SourceLocation find_policy_key(const std::string& policy_file, const std::string& key);

@@ -24,9 +24,8 @@ std::string cuda_scalar(ScalarSignal s) {
   switch (s) {  // KvScoreArgs has ScoreInputs' field names (kernel_abi.h)
 #define KVEVICT_CUDA_SCALAR(name, dsl, field) \
   case ScalarSignal::name: return "(float)a." #field;
-    KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_CUDA_SCALAR)
+    KVEVICT_HEAD_SCALAR_SIGNALS(KVEVICT_CUDA_SCALAR) KVEVICT_LAYER_SCALAR_SIGNALS(KVEVICT_CUDA_SCALAR)
 #undef KVEVICT_CUDA_SCALAR
-    default: break;  // layer scalars do not exist in a score kernel
   }
   return "";
 }

@@ -10,7 +10,8 @@ namespace kvevict::jit {
 
 // A float constant by its exact bits (no decimal round trip), with the value as a comment.
 std::string cuda_float_literal(float value);
-// The scalar signal read from `const KvScoreArgs& a`; empty for Budget (not in KvScoreArgs).
+// The scalar signal read from `const KvScoreArgs& a` (a layer scalar, `budget`, is set only in a
+// layer_weight kernel's arguments; the generator refuses it elsewhere).
 std::string cuda_scalar(dsl::ScalarSignal s);
 // The tensor signal at indices (h, q, t) of `a`; empty for an unknown signal.
 std::string cuda_load(dsl::TensorSignal s);

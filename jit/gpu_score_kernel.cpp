@@ -18,37 +18,42 @@ GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string
   if (stages_ > 0) stage_function_ = module_.function(entry + "_stages");
 }
 
-void GpuScoreKernel::ensure(DeviceBuffer& buffer, size_t bytes) {
+void ensure_device_bytes(DeviceBuffer& buffer, size_t bytes) {
   if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes);
 }
 
-void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
-  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
-  args_ = to_kernel_args(in);
-  const size_t T = size_t(in.T), outputs = size_t(kernel_output_extent(args_, output_));
+KvScoreArgs DeviceSignalCopies::upload(const ScoreInputs& in) {
+  KvScoreArgs args = to_kernel_args(in);
   auto upload = [&](DeviceBuffer& buffer, const void* host, size_t bytes) -> uint64_t {
     if (!host) return 0;
-    ensure(buffer, bytes);
+    ensure_device_bytes(buffer, bytes);
     buffer.upload(host, bytes);
     return buffer.address();
   };
   for (int s = 0; s < kNumTensorSignals; ++s) {  // each signal's extent follows from its axes
     if ((in.device_signals >> s) & 1u) {  // already on the device (the caller's layout): read in place
-      args_.tensor[s] = in.tensor[s];
+      args.tensor[s] = in.tensor[s];
       continue;
     }
     const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T, in.n_embd));
-    args_.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
+    args.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }
-  args_.position = reinterpret_cast<const int*>(upload(position_, in.position, T * sizeof(int32_t)));
-  ensure(out_, outputs * sizeof(float));
+  args.position = reinterpret_cast<const int*>(upload(position_, in.position, size_t(in.T > 0 ? in.T : 0) * sizeof(int32_t)));
+  return args;
+}
+
+void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
+  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
+  args_ = signals_.upload(in);
+  const size_t outputs = size_t(kernel_output_extent(args_, output_));
+  ensure_device_bytes(out_, outputs * sizeof(float));
   args_.scratch = nullptr;
   if (matrices_.count > 0 && (in.head_dim < 1 || in.head_dim > dsl::kMaxMatrixDim))  // before allocating
     throw RuntimeError("inverse(): head_dim " + std::to_string(in.head_dim) +
                        " is outside the matrices the language inverts (1 .. " + std::to_string(dsl::kMaxMatrixDim) + ")");
   if (stages_ > 0) {  // the layout the kernel text computes (kernel_abi.h)
     const long long floats = kv_scratch_floats(args_, stages_, matrices_.count, matrices_.axes);
-    ensure(scratch_, size_t(floats > 0 ? floats : 1) * sizeof(float));
+    ensure_device_bytes(scratch_, size_t(floats > 0 ? floats : 1) * sizeof(float));
     args_.scratch = reinterpret_cast<float*>(scratch_.address());
   }
   launch_again();
@@ -68,8 +73,7 @@ void GpuScoreKernel::launch_again() {
     void* stage_params[] = {&args_, &stage};
     LaunchShape stage_shape;
     stage_shape.block_x = kStageThreads;
-    stage_shape.grid_x =
-        unsigned(size_t(args_.group) * size_t(args_.W > 0 ? args_.W : 1) * size_t(args_.head_dim > 0 ? args_.head_dim : 1));
+    stage_shape.grid_x = unsigned(kv_stage_slots(args_));  // one block per slot
     launch_kernel(stage_function_, stage_shape, stage_params);
   }
   LaunchShape shape;

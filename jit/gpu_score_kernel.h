@@ -14,6 +14,22 @@
 
 namespace kvevict::jit {
 
+// The device copies of one head's signals (ScoreInputs), grown and reused across calls.
+class DeviceSignalCopies {
+ public:
+  // `in`'s arguments (to_kernel_args) with every signal's address on the device: a signal marked in
+  // in.device_signals is read in place (the caller's layout, the extent its axes give), the others
+  // are uploaded here. The scratch is null.
+  KvScoreArgs upload(const ScoreInputs& in);
+
+ private:
+  std::array<DeviceBuffer, kNumTensorSignals> tensor_;  // by TensorSignal
+  DeviceBuffer position_;
+};
+
+// Grows `buffer` (contents lost) to hold at least `bytes`.
+void ensure_device_bytes(DeviceBuffer& buffer, size_t bytes);
+
 class GpuScoreKernel {
  public:
   // `binary` is a cubin or NUL-terminated PTX containing `entry` (and `entry`_stages when
@@ -33,16 +49,14 @@ class GpuScoreKernel {
   static constexpr unsigned kBlock = 256;
 
  private:
-  void ensure(DeviceBuffer& buffer, size_t bytes);
-
   CudaModule module_;
   void* function_ = nullptr;
   void* stage_function_ = nullptr;
   int stages_ = 0;
   MatrixScratch matrices_;
   KernelOutput output_;
-  std::array<DeviceBuffer, kNumTensorSignals> tensor_;  // by TensorSignal
-  DeviceBuffer position_, out_, scratch_;
+  DeviceSignalCopies signals_;
+  DeviceBuffer out_, scratch_;
   KvScoreArgs args_{};
 };
 

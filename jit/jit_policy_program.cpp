@@ -19,6 +19,7 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   program->score_signals_ = kernel.score_signals;
   program->decode_signals_ = kernel.decode_signals;
   program->channel_signals_ = kernel.channel_signals;
+  program->layer_signals_ = kernel.layer_signals;
   program->ordinal_ = ordinal;
   use_cuda_device(ordinal);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
@@ -28,6 +29,8 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   if (program->has_entry(kernel, kChannelScoreEntry))
     program->gpu_channel_ = std::make_unique<GpuScoreKernel>(binary, kChannelScoreEntry, kernel.channel_stages,
                                                              kernel.channel_matrices, KernelOutput::Channel);
+  if (program->has_entry(kernel, kLayerWeightEntry))
+    program->gpu_layer_ = std::make_unique<GpuLayerWeightKernel>(binary, kLayerWeightEntry, kernel.layer_stages);
   return program;
 }
 
@@ -37,6 +40,7 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   program->score_signals_ = kernel.score_signals;
   program->decode_signals_ = kernel.decode_signals;
   program->channel_signals_ = kernel.channel_signals;
+  program->layer_signals_ = kernel.layer_signals;
   program->host_ = std::make_unique<HostModule>(kernel.source, work_dir, "policy");
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
   program->host_score_ = reinterpret_cast<HostEntry>(program->host_->symbol(kScoreEntry));
@@ -44,6 +48,8 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
     program->host_decode_ = reinterpret_cast<HostEntry>(program->host_->symbol(kDecodeScoreEntry));
   if (program->has_entry(kernel, kChannelScoreEntry))
     program->host_channel_ = reinterpret_cast<HostEntry>(program->host_->symbol(kChannelScoreEntry));
+  if (program->has_entry(kernel, kLayerWeightEntry))
+    program->host_layer_ = reinterpret_cast<HostEntry>(program->host_->symbol(kLayerWeightEntry));
   return program;
 }
 
@@ -89,6 +95,36 @@ void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
   }
   use_cuda_device(ordinal_);
   gpu_channel_->score(in, out);
+}
+
+}  // namespace kvevict::jit
+
+namespace kvevict::jit {
+
+double JitPolicyProgram::layer_weight(const LayerWeightInputs& in) const {
+  if (!description().has_layer_weight) return 1.0;
+  if (host_ ? host_layer_ == nullptr : gpu_layer_ == nullptr) return reference_->layer_weight(in);
+  const std::string& name = description().name;
+  if (in.heads.empty()) throw RuntimeError("policy '" + name + "': layer_weight needs at least one KV head");
+  const ScoreInputs& h0 = in.heads[0];
+  for (const ScoreInputs& h : in.heads) {
+    if (h.T != h0.T || h.W != h0.W || h.group != h0.group)
+      throw RuntimeError("policy '" + name + "': layer_weight needs every KV head of the layer at the same length");
+    check_signals(h, layer_signals_, KernelOutput::Layer);
+  }
+  if (h0.T < 0 || h0.W < 0 || h0.group < 1) throw RuntimeError("policy '" + name + "': invalid layer_weight inputs");
+  float value = 0;
+  if (host_) {
+    for (const ScoreInputs& h : in.heads)
+      if (h.device_signals != 0) throw std::logic_error("policy '" + name + "': device signals handed to the host backend");
+    std::vector<KvScoreArgs> args = layer_kernel_args(in);
+    for (KvScoreArgs& a : args) a.layer_heads = args.data();
+    host_layer_(args.data(), &value);
+  } else {
+    use_cuda_device(ordinal_);
+    value = gpu_layer_->run(in);
+  }
+  return usable_layer_weight(value);
 }
 
 }  // namespace kvevict::jit

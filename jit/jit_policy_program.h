@@ -1,18 +1,20 @@
 #pragma once
-// A PolicyProgram whose per-token scores and per-channel scores (channel_score) come from compiled
-// kernels: on the GPU (cubin/PTX through the driver) or on the host (the same kernel text built by
-// the system compiler). Everything else (the description, layer weights, head plans, the extra
-// select.stages programs) is delegated to the reference program,
-// normally the DSL interpreter's, so the two can only differ where the kernel differs.
+// A PolicyProgram whose per-token scores, per-channel scores (channel_score) and layer weights
+// (layer_weight) come from compiled kernels: on the GPU (cubin/PTX through the driver) or on the
+// host (the same kernel text built by the system compiler). Everything else (the description,
+// head plans, the extra select.stages programs) is delegated to the reference program, normally
+// the DSL interpreter's, so the two can only differ where the kernel differs.
 //
 // Kernel entry points follow kernel_abi.h and codegen.h: `kvevict_score` for the prefill indicator,
 // `kvevict_decode_score` for the decode indicator when the policy declares one, and
-// `kvevict_channel_score` (one thread per key channel) for its channel_score program.
+// `kvevict_channel_score` (one thread per key channel) for its channel_score program and
+// `kvevict_layer_weight` (one value per layer) for its layer_weight program.
 #include <memory>
 #include <string>
 
 #include "core/engine/policy_program.h"
 #include "jit/codegen.h"
+#include "jit/gpu_layer_weight_kernel.h"
 #include "jit/gpu_score_kernel.h"
 #include "jit/host_module.h"
 
@@ -29,7 +31,12 @@ class JitPolicyProgram : public PolicyProgram {
 
   const PolicyDescription& description() const override { return reference_->description(); }
   void score(const ScoreInputs& in, bool decoding, float* out) const override;
-  double layer_weight(const LayerWeightInputs& in) const override { return reference_->layer_weight(in); }
+  // The kernel's `kvevict_layer_weight` entry with the interpreter's checks (every head at the
+  // same T, W and group) and its reading of the value (usable_layer_weight); a kernel without the
+  // entry (a hand-written one) leaves it to the reference program. On the GPU the heads' signals
+  // may be device memory (layer_weight_takes_device_signals).
+  double layer_weight(const LayerWeightInputs& in) const override;
+  bool layer_weight_takes_device_signals() const override { return gpu_layer_ != nullptr; }
   int window_for(int prompt_len) const override { return reference_->window_for(prompt_len); }
   PolicyProtect protect_for(int prompt_len) const override { return reference_->protect_for(prompt_len); }
   double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
@@ -64,14 +71,15 @@ class JitPolicyProgram : public PolicyProgram {
   void check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const;
 
   std::unique_ptr<PolicyProgram> reference_;
-  SignalSet score_signals_{}, decode_signals_{}, channel_signals_{};
+  SignalSet score_signals_{}, decode_signals_{}, channel_signals_{}, layer_signals_{};
   int ordinal_ = -1;
   // GPU backend (mutable: buffers are reused across calls; score() is const in the interface).
   mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_, gpu_channel_;
+  mutable std::unique_ptr<GpuLayerWeightKernel> gpu_layer_;
   // Host backend.
   std::unique_ptr<HostModule> host_;
   using HostEntry = void (*)(const KvScoreArgs*, float*);
-  HostEntry host_score_ = nullptr, host_decode_ = nullptr, host_channel_ = nullptr;
+  HostEntry host_score_ = nullptr, host_decode_ = nullptr, host_channel_ = nullptr, host_layer_ = nullptr;
 };
 
 }  // namespace kvevict::jit

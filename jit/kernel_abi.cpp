@@ -33,6 +33,27 @@ KvScoreArgs to_kernel_args(const ScoreInputs& in) {
   return args;
 }
 
+std::vector<KvScoreArgs> layer_kernel_args(const LayerWeightInputs& in) {
+  std::vector<KvScoreArgs> heads;
+  if (in.heads.empty()) return heads;
+  const KvScoreArgs first = to_kernel_args(in.heads[0]);
+  for (size_t g = 0; g < in.heads.size(); ++g) {
+    KvScoreArgs args = first;  // head 0's scalars, as the interpreter's fill_scalars(h0)
+    const KvScoreArgs own = to_kernel_args(in.heads[g]);
+    for (int s = 0; s < kNumTensorSignals; ++s) args.tensor[s] = own.tensor[s];
+    args.position = own.position;
+    args.seed = own.seed;
+    args.kv_head = int(g);
+    args.layer = in.layer;
+    args.n_layers = in.n_layers;
+    args.prompt_len = in.prompt_len;
+    args.n_kv_heads = int(in.heads.size());
+    args.budget = float(in.budget);
+    heads.push_back(args);
+  }
+  return heads;
+}
+
 const std::string& kernel_prelude() {
   // Why the host branch exists: the semantic check compiles the very same kernel text with the
   // system C++ compiler (no GPU needed) and compares it with the interpreter.
@@ -55,15 +76,26 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #define KVEVICT_LANE ((int)threadIdx.x)
 #define KVEVICT_LANES ((int)blockDim.x)
 #define KVEVICT_SYNC() __syncthreads()
-#define KVEVICT_STAGED_ENTRY_OVER(entry, element_fn, extent, stage_fn, n_stages, n_matrices, matrix_axes) \
-  KVEVICT_ENTRY_OVER(entry, element_fn, extent)                                  \
+// Slot (g, h, q, c) of a block: g only in a layer_weight kernel (args.layer_heads set), whose
+// stage runs on KV head g's arguments.
+#define KVEVICT_STAGE_KERNEL(entry, stage_fn)                                      \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
     if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
     const int wp = kv_stage_wp(args), cp = kv_stage_cp(args);                   \
     if ((long)blockIdx.x >= kv_stage_slots(args)) return;                        \
-    const int slot = int(blockIdx.x);                                            \
-    stage_fn(args, stage, slot / (wp * cp), (slot / cp) % wp, slot % cp);        \
+    const long per_head = kv_stage_head_slots(args);                             \
+    const int g = int((long)blockIdx.x / per_head), slot = int((long)blockIdx.x % per_head); \
+    stage_fn(kv_head_args(args, g), stage, slot / (wp * cp), (slot / cp) % wp, slot % cp); \
   }
+#define KVEVICT_STAGED_ENTRY_OVER(entry, element_fn, extent, stage_fn, n_stages, n_matrices, matrix_axes) \
+  KVEVICT_ENTRY_OVER(entry, element_fn, extent)                                  \
+  KVEVICT_STAGE_KERNEL(entry, stage_fn)
+// A layer_weight kernel: stages over (g, h, q, c) slots, then one thread writes the layer's value.
+#define KVEVICT_STAGED_LAYER_ENTRY(entry, value_fn, stage_fn, n_stages, n_matrices, matrix_axes) \
+  extern "C" __global__ void entry(KvScoreArgs args, float* out) {               \
+    if (blockIdx.x == 0 && threadIdx.x == 0) out[0] = value_fn(kv_head_args(args, 0)); \
+  }                                                                              \
+  KVEVICT_STAGE_KERNEL(entry, stage_fn)
 #else
 #include <math.h>
 #include <string.h>
@@ -99,7 +131,30 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof
                  int(k % kv_stage_cp(a)));                                       \
     for (int i = 0; i < a.extent; ++i) out[i] = element_fn(a, i);                \
   }
+// A layer_weight kernel on the host: args->layer_heads holds n_kv_heads argument sets (one per KV
+// head); they are copied with the scratch and the copy's own address filled in, the stages run
+// over every (g, h, q, c) slot on head g's arguments, then the value. No heads: NaN (no weight).
+#define KVEVICT_STAGED_LAYER_ENTRY(entry, value_fn, stage_fn, n_stages, n_matrices, matrix_axes) \
+  extern "C" void entry(const KvScoreArgs* args, float* out) {                   \
+    const int n = args->layer_heads && args->n_kv_heads > 0 ? args->n_kv_heads : 0; \
+    if (n == 0) { out[0] = 0.0f / 0.0f; return; }                                \
+    std::unique_ptr<KvScoreArgs[]> heads(new KvScoreArgs[n]);                    \
+    for (int g = 0; g < n; ++g) heads[g] = args->layer_heads[g], heads[g].layer_heads = heads.get(), heads[g].n_kv_heads = n; \
+    const long long floats = kv_scratch_floats(heads[0], n_stages, 0, 0);        \
+    std::unique_ptr<float[]> scratch(new float[(size_t)(floats > 0 ? floats : 1)]()); \
+    for (int g = 0; g < n; ++g) heads[g].scratch = scratch.get();                \
+    const long per_head = kv_stage_head_slots(heads[0]);                         \
+    const long wpcp = (long)kv_stage_wp(heads[0]) * kv_stage_cp(heads[0]);       \
+    for (int s = 0; s < n_stages; ++s)                                           \
+      for (int g = 0; g < n; ++g)                                                \
+        for (long k = 0; k < per_head; ++k)                                      \
+          stage_fn(heads[g], s, int(k / wpcp), int((k / kv_stage_cp(heads[0])) % kv_stage_wp(heads[0])), \
+                   int(k % kv_stage_cp(heads[0])));                               \
+    out[0] = value_fn(heads[0]);                                                 \
+  }
 #endif
+// A layer_weight program without stages: the same entry with a stage that does nothing.
+#define KVEVICT_LAYER_ENTRY(entry, value_fn) KVEVICT_STAGED_LAYER_ENTRY(entry, value_fn, kv_no_stage, 0, 0, 0)
 // The entries by output axis (kernel_abi.h, KernelOutput): tokens (score programs) and key
 // channels (channel_score).
 #define KVEVICT_SCORE_ENTRY(entry, token_score) KVEVICT_ENTRY_OVER(entry, token_score, T)
@@ -120,6 +175,10 @@ KVEVICT_FN void kv_store(float* p, long long i, long long n, float v) { if (p &&
 // the scratch layout of stages and matrix stages, the same text the runners compile.
 )" + KVEVICT_STRINGIFY(KVEVICT_DEFINE_SCRATCH_LAYOUT(KVEVICT_FN)) + R"(
 KVEVICT_FN long long kv_extent_tokens(const KvScoreArgs& a) { return kv_nonneg(a.T); }
+// KV head g's arguments in a layer_weight kernel (axis g; kv_layer_heads(a) of them); `a` itself
+// in a per-head kernel, whose only head is g = 0.
+KVEVICT_FN const KvScoreArgs& kv_head_args(const KvScoreArgs& a, int g) { return a.layer_heads ? a.layer_heads[g] : a; }
+KVEVICT_FN void kv_no_stage(const KvScoreArgs&, int, int, int, int) {}
 // A signal buffer with axes [h?, q?, d?, e?, t?] (core/engine/signals.h): the product of their
 // extents; channels = the number of channel axes (0, 1 or 2: d and e, each head_dim).
 KVEVICT_FN long long kv_extent_axes(const KvScoreArgs& a, int has_h, int has_q, int channels, int has_t) {

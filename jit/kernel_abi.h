@@ -26,6 +26,17 @@
 //   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
 //         token loop: the host ABI does not change.
 //
+// Layer entries (the layer_weight program, KVEVICT_STAGED_LAYER_ENTRY / KVEVICT_LAYER_ENTRY): the
+// program reads every KV head of the layer (axis g). `args.layer_heads` points at n_kv_heads
+// argument sets, one per KV head g (its signals, kv_head = g, the layer's scalars and `budget`),
+// each with the same layer_heads, n_kv_heads and scratch; a function of the generated code at
+// head g takes head g's set (kv_head_args). Stage slots then cover (g, h, q, c):
+// k = ((g * group + h) * Wp + q) * Cp + c, kv_layer_heads(args) * group * Wp * Cp slots per stage.
+//   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread writes out[0]
+//         NAME_stages as above, one block per (g, h, q, c) slot (args.layer_heads in device memory)
+//   host: extern "C" void NAME(const KvScoreArgs* args, float* out)   copies the head sets (its own
+//         scratch), runs the stages, writes out[0]; n_kv_heads < 1 or no layer_heads: NaN.
+//
 // Matrix stages (inverse(M), dsl/matrix_ops.h): a stage whose value is a d x d matrix per (h?, q?).
 // It is one of the n_stages stages (same launch, in node order); its block for slot (h, q, c = 0)
 // fills the operand M (the lanes split the head_dim^2 entries), then lane 0 factorises it with
@@ -40,6 +51,7 @@
 // (h if it has h) * (axes & 2 ? max(W, 1) : 1) + (q if it has q). head_dim must be in
 // 1 .. dsl::kMaxMatrixDim: the runners check it before allocating (the stage writes nothing otherwise).
 #include <string>
+#include <vector>
 
 #include "core/engine/signals.h"
 
@@ -47,11 +59,12 @@
   struct KvScoreArgs {                                                      \
     int layer; int kv_head; int n_layers; int n_kv_heads; int group;        \
     int head_dim; int T; int prompt_len; int decode_step; int W;            \
-    int n_embd;                                                             \
+    int n_embd; float budget;                                               \
     const float* tensor[KVEVICT_NUM_TENSOR_SIGNALS];                        \
     const int* position;                                                    \
     unsigned long long seed;                                                \
     float* scratch;                                                         \
+    const KvScoreArgs* layer_heads;                                         \
   };
 
 // The scratch extents, in floats, shared by the kernel text (pasted into the prelude) and the
@@ -60,7 +73,9 @@
   FN long long kv_nonneg(int x) { return x > 0 ? (long long)x : 0; }                                     \
   FN int kv_stage_wp(const KvScoreArgs& a) { return a.W > 0 ? a.W : 1; }                                 \
   FN int kv_stage_cp(const KvScoreArgs& a) { return a.head_dim > 0 ? a.head_dim : 1; }                   \
-  FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a) * kv_stage_cp(a); } \
+  FN int kv_layer_heads(const KvScoreArgs& a) { return a.layer_heads ? (a.n_kv_heads > 0 ? a.n_kv_heads : 0) : 1; } \
+  FN long kv_stage_head_slots(const KvScoreArgs& a) { return (long)kv_nonneg(a.group) * kv_stage_wp(a) * kv_stage_cp(a); } \
+  FN long kv_stage_slots(const KvScoreArgs& a) { return (long)kv_layer_heads(a) * kv_stage_head_slots(a); } \
   FN long long kv_even(long long x) { return x + (x & 1); }                                              \
   FN long long kv_matrix_count(const KvScoreArgs& a, int axes) {                                         \
     return ((axes & 1) ? kv_nonneg(a.group) : 1LL) * ((axes & 2) ? (long long)kv_stage_wp(a) : 1LL);     \
@@ -82,13 +97,14 @@
 
 namespace kvevict {
 struct ScoreInputs;
+struct LayerWeightInputs;
 }
 
 namespace kvevict::jit {
 
 KVEVICT_DEFINE_KERNEL_ABI
 
-static_assert(sizeof(KvScoreArgs) == 48 + kNumTensorSignals * 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
+static_assert(sizeof(KvScoreArgs) == 48 + kNumTensorSignals * 8 + 8 + 8 + 8 + 8, "KvScoreArgs layout must match the kernel text");
 static_assert(sizeof(KvScoreArgs::tensor) / sizeof(KvScoreArgs::tensor[0]) == kNumTensorSignals);
 
 KVEVICT_DEFINE_SCRATCH_LAYOUT(inline)
@@ -103,7 +119,10 @@ struct MatrixScratch {
 // the score programs (score, decode_score), out[t] for t < T, NaN written as -inf (never outranks
 // a real score). Channel: the channel_score program (core/engine/channel_selection.h), out[c] for
 // c < head_dim, NaN kept (the channel selection ranks it lowest, as it does the interpreter's).
-enum class KernelOutput { Token, Channel };
+// Layer: the layer_weight program (KVEVICT_LAYER_ENTRY below), one value per layer, out[0], from
+// the argument sets of every KV head of the layer (KvScoreArgs::layer_heads); NaN kept (the
+// caller maps it to "no weight" as the interpreter's caller does).
+enum class KernelOutput { Token, Channel, Layer };
 struct KernelOutputInfo {
   KernelOutput id;
   unsigned axis;             // the output's axis bit (signals.h), the only axis its value may have
@@ -111,22 +130,27 @@ struct KernelOutputInfo {
   const char* entry;         // the prelude's entry macro for a program without stages
   const char* staged_entry;  // ... with stages
   bool nan_to_minus_inf;
-  const char* shape_rule;    // the generator's refusal of another output shape ("... or a scalar, not [h]")
+  const char* shape_rule;    // the generator's refusal of another output shape ("<rule>, not [h]")
 };
 inline constexpr KernelOutputInfo kKernelOutputTable[] = {
     {KernelOutput::Token, kAxisT, "token", "KVEVICT_SCORE_ENTRY", "KVEVICT_STAGED_SCORE_ENTRY", true,
-     "a score must be per token"},
+     "a score must be per token or a scalar"},
     {KernelOutput::Channel, kAxisD, "channel", "KVEVICT_CHANNEL_ENTRY", "KVEVICT_STAGED_CHANNEL_ENTRY", false,
-     "a channel score must be per key channel"},
+     "a channel score must be per key channel or a scalar"},
+    {KernelOutput::Layer, 0u, "value", "KVEVICT_LAYER_ENTRY", "KVEVICT_STAGED_LAYER_ENTRY", false,
+     "a layer weight must be a scalar"},
 };
-static_assert(sizeof(kKernelOutputTable) / sizeof(kKernelOutputTable[0]) == 2 &&
+static_assert(sizeof(kKernelOutputTable) / sizeof(kKernelOutputTable[0]) == 3 &&
                   kKernelOutputTable[int(KernelOutput::Token)].id == KernelOutput::Token &&
-                  kKernelOutputTable[int(KernelOutput::Channel)].id == KernelOutput::Channel,
+                  kKernelOutputTable[int(KernelOutput::Channel)].id == KernelOutput::Channel &&
+                  kKernelOutputTable[int(KernelOutput::Layer)].id == KernelOutput::Layer,
               "one row per KernelOutput, in enum order");
 constexpr const KernelOutputInfo& kernel_output_info(KernelOutput o) { return kKernelOutputTable[int(o)]; }
 
-// Elements an entry writes (the threads of its token/channel launch): T or head_dim, 0 if negative.
+// Elements an entry writes (the threads of its token/channel launch): T or head_dim, 0 if
+// negative; a layer entry writes one value.
 inline long long kernel_output_extent(const KvScoreArgs& a, KernelOutput o) {
+  if (o == KernelOutput::Layer) return 1;
   return kv_nonneg(o == KernelOutput::Token ? a.T : a.head_dim);
 }
 
@@ -136,6 +160,13 @@ inline constexpr unsigned kStageThreads = 256;
 // Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
 // launch on a GPU replace them with device addresses. `scratch` is null.
 KvScoreArgs to_kernel_args(const ScoreInputs& in);
+
+// The argument sets of a layer_weight kernel, one per KV head g of `in` (kernel_abi.h, "Layer
+// entries"): head g's signals and seed, kv_head = g, the layer's scalars (layer, n_layers,
+// prompt_len, n_kv_heads = the number of heads, budget) and head 0's others (T, W, group,
+// head_dim, decode_step, n_embd), as the interpreter reads them. layer_heads and scratch are
+// null: the runner sets them (host pointers stay host pointers).
+std::vector<KvScoreArgs> layer_kernel_args(const LayerWeightInputs& in);
 
 // The text every kernel source starts with: portability macros (CUDA under NVRTC, plain C++ for
 // the host semantic check), KvScoreArgs, bounded loads and KVEVICT_SCORE_ENTRY.

@@ -195,11 +195,13 @@ struct EvictionEngine::State {
 
   // Whether the decoder's device window attention may go to the score program in place
   // (PrecomputedWindow::in_place): the program takes device signals (the CUDA scoring backend) and
-  // nothing on the host reads A: no layer weight, head plan, extra stage programs or channel
-  // program, no signal the engine derives from A, not NACL's own map.
+  // nothing on the host reads A: a layer weight only when the program computes it on the device
+  // too (CAKE's generated layer kernel), no head plan, extra stage programs or channel program, no
+  // signal the engine derives from A, not NACL's own map.
   static bool scores_window_in_place(const PolicyProgram& p) {
     const PolicyDescription& d = p.description();
-    return p.scores_device_signals() && !d.has_layer_weight && !d.has_head_plan && d.select.stages.empty() &&
+    return p.scores_device_signals() && (!d.has_layer_weight || p.layer_weight_takes_device_signals()) &&
+           !d.has_head_plan && d.select.stages.empty() &&
            !d.channels.enabled && !d.observe.same_index_head && !d.needs(TensorSignal::WindowQueryRows) &&
            !d.needs(TensorSignal::WindowQueryRowsPreRope) && !d.needs(TensorSignal::WindowOutputs);
   }

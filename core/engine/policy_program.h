@@ -4,6 +4,7 @@
 // per-layer weights. The engine owns every shared mechanism: integer budgets that add up exactly,
 // cascading re-allocation, protected sets, top-k and seeded sampling, compaction, the codebook.
 #include "core/engine/model_geometry.h"
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -264,6 +265,10 @@ struct ScoreInputs {
 static_assert(kNumTensorSignals <= 32, "ScoreInputs::device_signals has one bit per tensor signal");
 
 // Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.
+// What a layer_weight program's value means to the allocator: a share of the budget, so a
+// negative, infinite or NaN value is "nothing" (0). Every backend reads its value through this.
+inline double usable_layer_weight(double w) { return std::isfinite(w) && w > 0 ? w : 0.0; }
+
 struct LayerWeightInputs {
   int layer = 0, n_layers = 0;
   int prompt_len = 0;
@@ -280,6 +285,9 @@ class PolicyProgram {
   virtual void score(const ScoreInputs& in, bool decoding, float* out) const = 0;
   // Layer weight for the allocator (only called when description().has_layer_weight).
   virtual double layer_weight(const LayerWeightInputs& in) const = 0;
+  // Added. Whether layer_weight reads its heads' signals where ScoreInputs::device_signals marks
+  // them as device memory (the CUDA backend's generated layer kernel); others refuse such inputs.
+  virtual bool layer_weight_takes_device_signals() const { return false; }
   // Observation window and protected sets for a given prompt length (see depends_on_prompt_len).
   virtual int window_for(int prompt_len) const { (void)prompt_len; return description().window; }
   virtual PolicyProtect protect_for(int prompt_len) const { (void)prompt_len; return description().protect; }

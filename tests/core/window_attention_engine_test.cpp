@@ -187,14 +187,16 @@ struct Case {
   int decode_block = 0;  // > 0: then one forward call of this many tokens (a question block)
 };
 
-enum class Mode { Plain, Injected, Planted, ForcedPlanted, InPlace, InPlacePlanted };
+// InPlace: device scoring whose layer weights stay on the host; InPlaceLayers: its layer weights
+// take device signals too (the generated layer kernel).
+enum class Mode { Plain, Injected, Planted, ForcedPlanted, InPlace, InPlacePlanted, InPlaceLayers, InPlaceLayersPlanted };
 
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU): it takes device signals
 // (scores_device_signals), which in these runs are the injector's host buffer marked as device
 // memory, counts the calls that got the window attention that way and scores with the interpreter.
 class InPlaceScoring : public PolicyProgram {
  public:
-  explicit InPlaceScoring(const PolicyProgram& p) : p_(p) {}
+  InPlaceScoring(const PolicyProgram& p, bool layers_on_device) : p_(p), layers_on_device_(layers_on_device) {}
   const PolicyDescription& description() const override { return p_.description(); }
   void score(const ScoreInputs& in, bool decoding, float* out) const override {
     ScoreInputs host = in;
@@ -202,7 +204,16 @@ class InPlaceScoring : public PolicyProgram {
     host.device_signals = 0;  // the "device" memory is the injector's host buffer
     p_.score(host, decoding, out);
   }
-  double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
+  double layer_weight(const LayerWeightInputs& in) const override {
+    if (!layers_on_device_) return p_.layer_weight(in);  // the interpreter refuses device signals
+    LayerWeightInputs host = in;
+    for (ScoreInputs& h : host.heads) {
+      if (h.on_device(TensorSignal::WindowAttention)) ++layer_heads_in_place;
+      h.device_signals = 0;
+    }
+    return p_.layer_weight(host);
+  }
+  bool layer_weight_takes_device_signals() const override { return layers_on_device_; }
   int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
   PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
   double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
@@ -211,9 +222,11 @@ class InPlaceScoring : public PolicyProgram {
   HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
   bool scores_device_signals() const override { return true; }
   mutable int64_t scored_in_place = 0;
+  mutable int64_t layer_heads_in_place = 0;  // heads handed to layer_weight with A as device memory
 
  private:
   const PolicyProgram& p_;
+  const bool layers_on_device_;
 };
 
 struct EngineRun {
@@ -223,21 +236,24 @@ struct EngineRun {
   int requested = 0;     // the engine's request before the prompt
   int64_t injected = 0;  // layers handed a buffer
   int64_t scored_in_place = 0;  // InPlaceScoring's calls that got A as device memory
+  int64_t layer_heads_in_place = 0;
 };
 
 class WindowAttentionEngineTest : public test::StoriesPromptTest {
  protected:
   static EngineRun run(const Case& c, Mode mode) {
     const auto policy = load_policy(c.policy, c.params);
-    const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted;
-    const InPlaceScoring device_scoring(*policy);
+    const bool layers = mode == Mode::InPlaceLayers || mode == Mode::InPlaceLayersPlanted;
+    const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted || layers;
+    const InPlaceScoring device_scoring(*policy, layers);
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device_scoring) : *policy, model_->config,
                           {Budget::parse(c.budget), 3});
     std::unique_ptr<test::WindowAttentionInjector> injector;
     ForwardObserver* observer = &engine;
     if (mode != Mode::Plain) {
-      const bool plant = mode == Mode::Planted || mode == Mode::ForcedPlanted || mode == Mode::InPlacePlanted;
+      const bool plant = mode == Mode::Planted || mode == Mode::ForcedPlanted || mode == Mode::InPlacePlanted ||
+                         mode == Mode::InPlaceLayersPlanted;
       injector = std::make_unique<test::WindowAttentionInjector>(engine, decoder->cache(), model_->config.group_size(),
                                                                  plant, mode == Mode::ForcedPlanted);
       if (in_place) injector->mark_on_device();
@@ -259,6 +275,7 @@ class WindowAttentionEngineTest : public test::StoriesPromptTest {
     r.report = engine.report();
     r.injected = injector ? injector->injected() : 0;
     r.scored_in_place = device_scoring.scored_in_place;
+    r.layer_heads_in_place = device_scoring.layer_heads_in_place;
     return r;
   }
 
@@ -378,6 +395,24 @@ TEST_F(WindowAttentionEngineTest, DeviceScoringReadsTheDecodersBufferInPlace) {
   if (!refused_download) {
     EXPECT_GT(cake.report.window_attention_downloads, 0);
   }
+}
+
+// "Not done" step 4 (docs/CUDA.md): when the program's layer weights take device signals too (the
+// CUDA backend's generated layer kernel), CAKE is scored in place as well: its indicator and its
+// layer preference read the decoder's buffer, nothing is downloaded, and the caches and logits are
+// the plain run's. A planted buffer changes them (the layer weights and scores read the rows).
+TEST_F(WindowAttentionEngineTest, DeviceLayerWeightsLetCakeReadTheBufferInPlace) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads;
+  for (const char* p : {"cake", "pyramidkv"}) {
+    const EngineRun plain = run({p}, Mode::Plain), in_place = run({p}, Mode::InPlaceLayers);
+    EXPECT_GE(in_place.report.window_attention_in_place, heads) << p;
+    EXPECT_GE(in_place.scored_in_place, heads) << p;
+    EXPECT_EQ(in_place.report.window_attention_downloads, 0) << p;
+    expect_same(plain, in_place, p);
+    EXPECT_NE(plain.layouts.front(), run({p}, Mode::InPlaceLayersPlanted).layouts.front()) << p << ": the rows were not read";
+  }
+  // CAKE's layer preference reads A; PyramidKV's ramp reads no signal.
+  EXPECT_GE(run({"cake"}, Mode::InPlaceLayers).layer_heads_in_place, heads);
 }
 
 // Only a program that takes device signals may be handed them: the interpreter refuses.
