@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/decode/make_decoder.h"
 #include "core/util/error.h"
 #include "core/util/input_file.h"
 #include "core/util/quote.h"
@@ -224,6 +225,16 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
 
 namespace {
 
+// prefill_attention: own | flashinfer. The names are ModeNames<PrefillAttention>'s (generate's
+// --prefill-attention reads the same list), so a kernel added there is accepted here too.
+void read_prefill_attention(MapReader& top, EvalConfig& config) {
+  const auto& names = ModeNames<PrefillAttention>::names;
+  const std::string name =
+      top.get_choice("prefill_attention", std::string(names[0]), std::vector<std::string>(names.begin(), names.end()));
+  config.prefill_attention = parse_prefill_attention(name, "prefill_attention");  // get_choice checked the name
+  config.prefill_attention_where = top.errors().where(top.raw("prefill_attention"), "prefill_attention");
+}
+
 // precision: { half_width: points, over: task | suite }
 void read_precision(MapReader& top, EvalConfig& config) {
   if (!top.has("precision")) return;
@@ -281,6 +292,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   config.device = top.get_choice("device", "auto", {"auto", "cpu", "cuda"});
   // Resolved (and so hashed) only when written: configs from before the key keep their hash.
   if (top.has("scoring")) config.scoring = top.get_choice("scoring", "auto", {"auto", "interpreter", "host", "cuda"});
+  if (top.has("prefill_attention")) read_prefill_attention(top, config);  // hashed only when written, as scoring
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   // More threads than cores only slows a run down (and very large counts fail inside OpenMP).
   // The one thread-count rule (core/util/thread_count.h): 0 = default, at most the machine's.
@@ -359,6 +371,24 @@ void check_config_for_model(const EvalConfig& config, int64_t context_length) {
     find_task_type(task.type)->make(reader, task.name);
   }
   errors.throw_if_any();
+}
+
+void check_prefill_attention(const EvalConfig& config, bool cuda_device, bool flashinfer_built) {
+  if (config.prefill_attention == PrefillAttention::Own) return;  // every decoder has its own attention
+  const std::string where = config.prefill_attention_where.empty() ? config.source : config.prefill_attention_where;
+  const std::string head = where + ": error: prefill_attention: " + std::string(mode_name(config.prefill_attention));
+  if (!cuda_device) {
+    const std::string why = config.device == "auto" ? "device: auto found no usable CUDA device" : "device: " + config.device;
+    throw UsageError(head + " runs on the CUDA decoder, but this run's decoder runs on the cpu (" + why +
+                     "); use prefill_attention: own, or device: cuda on a machine with a GPU");
+  }
+  if (config.kv_type == KvType::F32) {
+    throw UsageError(head + " reads a 16-bit cache, but kv_type is f32; use kv_type: f16 or bf16, or prefill_attention: own");
+  }
+  if (!flashinfer_built) {
+    throw RuntimeError(head + " is not in this kvevict: it was built without FlashInfer (scripts/fetch-flashinfer.sh, "
+                       "then cmake -DKVEVICT_FLASHINFER_DIR=<the folder it prints>; docs/CUDA.md, \"FlashInfer prefill\")");
+  }
 }
 
 EvalConfig load_eval_config(const std::string& path, const LoadConfigOptions& options) {

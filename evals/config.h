@@ -11,6 +11,11 @@
 //   device: auto | cpu | cuda
 //   scoring: auto | interpreter | host | cuda   how policies are scored (jit/scoring_backend.h;
 //                                    auto: cuda on a CUDA device, else interpreter)
+//   prefill_attention: own | flashinfer   the CUDA decoder's prefill attention (core/decode/decoder.h;
+//                                    default own). flashinfer rounds queries and outputs to 16 bits,
+//                                    so it is hashed when written (as scoring) and recorded per run
+//                                    (runs.prefill_attention); refused off a CUDA device (exit 2) and
+//                                    by a build without FlashInfer (exit 1): check_prefill_attention
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
 //   kv_type: f16 | bf16 | f32        element type of the KV cache (default f16; f32 is the exact reference)
@@ -32,6 +37,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "core/decode/decoder.h"
 #include "core/decode/kv_type.h"
 #include "core/model/model.h"
 #include "core/engine/budget.h"
@@ -63,6 +69,10 @@ struct EvalConfig {
   std::string tokenizer;  // expanded path or empty
   std::string device = "auto";
   std::string scoring = "auto";
+  PrefillAttention prefill_attention = PrefillAttention::Own;
+  // Where `prefill_attention:` was written ("file:line:col" or "--set prefill_attention"; "" when
+  // absent): the refusals that need the resolved device come after parsing and point here.
+  std::string prefill_attention_where;
   uint64_t seed = 0;
   int threads = 0;
   KvType kv_type = KvType::F16;
@@ -98,6 +108,13 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
 // lengths, continuations and max_length that do not fit are refused at their file:line:col. Called
 // after the model loads and before the results database is touched. Throws UsageError.
 void check_config_for_model(const EvalConfig& config, int64_t context_length);
+
+// Refuses a `prefill_attention` this run cannot honour, before the model loads, instead of decoding
+// with another kernel: flashinfer when the decoder does not run on a CUDA device (`cuda_device`
+// false: device cpu, or auto without a usable GPU) or with an f32 cache (FlashInfer takes 16-bit
+// K/V), UsageError (exit 2) at the key; flashinfer in a build without it (`flashinfer_built`,
+// make_decoder.h's flashinfer_prefill_built), RuntimeError (exit 1: another build can run it).
+void check_prefill_attention(const EvalConfig& config, bool cuda_device, bool flashinfer_built);
 
 // Applies one "a.b.c=value" override to `root` (value parsed as YAML). Throws UsageError when the
 // text has no '=' or the value is not valid YAML, or the path crosses a non-mapping.

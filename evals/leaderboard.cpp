@@ -97,6 +97,7 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
           {"decode_tok_s", a.decode_tok_s},
           {"run_id", a.run_id},
           {"scoring", a.scoring.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.scoring)},
+          {"prefill_attention", a.prefill_attention},
           {"policy_mean", number_or_null(compressed_mean(row, LeaderboardMetric::Score))},
           {"iso",
            {{"kept_fraction", row.iso.position == IsoPosition::Undefined ? nlohmann::json(nullptr)
@@ -105,16 +106,26 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
             {"text", iso_quality_text(row.iso)}}}};
 }
 
-// The scoring backends of a group's cells ("interpreter", "interpreter and cuda"); runs that did
-// not record one count as "not recorded".
-std::string scoring_text(const LeaderboardGroup& group) {
-  std::set<std::string> backends;
+// The values of one run field over a group's cells ("interpreter", "interpreter and cuda"); an
+// empty value counts as `empty`.
+std::string cell_values(const LeaderboardGroup& group, std::string AggregateRow::*field, const std::string& empty) {
+  std::set<std::string> values;
   for (const auto& row : group.rows)
-    for (const auto& [budget, cell] : row.cells)
-      backends.insert(cell.aggregate.scoring.empty() ? "not recorded" : cell.aggregate.scoring);
+    for (const auto& [budget, cell] : row.cells) {
+      const std::string& value = cell.aggregate.*field;
+      values.insert(value.empty() ? empty : value);
+    }
   std::string text;
-  for (const auto& b : backends) text += (text.empty() ? "" : " and ") + b;
-  return text.empty() ? "not recorded" : text;
+  for (const auto& v : values) text += (text.empty() ? "" : " and ") + v;
+  return text.empty() ? empty : text;
+}
+
+// "scored by interpreter", plus the prefill attention where a cell's is not the default own (every
+// run before the eval could choose it was own: titles of such runs stay as they were).
+std::string provenance_text(const LeaderboardGroup& group) {
+  std::string text = "scored by " + cell_values(group, &AggregateRow::scoring, "not recorded");
+  const std::string prefill = cell_values(group, &AggregateRow::prefill_attention, "own");
+  return prefill == "own" ? text : text + "; prefill attention " + prefill;
 }
 
 std::string csv_number(double value, const char* format) {
@@ -141,7 +152,7 @@ std::string csv_record(const LeaderboardGroup& group, const LeaderboardRow& row,
           ",";
   line += csv_number(compressed_mean(row, LeaderboardMetric::Score), "%.4f") + "," +
           (row.iso.position == IsoPosition::Undefined ? "" : csv_number(row.iso.kept_fraction, "%.6f")) + "," +
-          iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "\n";
+          iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "," + csv_field(a.prefill_attention) + "\n";
   return line;
 }
 
@@ -252,7 +263,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   if (format == LeaderboardFormat::Csv) {
     out << "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
            "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
-           "iso_kept_fraction,iso_position,scoring\n";
+           "iso_kept_fraction,iso_position,scoring,prefill_attention\n";
     for (const auto& group : groups) {
       for (const LeaderboardRow* row : sorted_rows(group, options)) {
         for (const auto& budget : group.budgets) {
@@ -272,7 +283,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   for (const auto& group : groups) {
     Grid scores = score_grid(group, options);
     Grid diffs = score ? difference_grid(group, options) : Grid{};
-    const std::string scored_by = "scored by " + scoring_text(group);
+    const std::string scored_by = provenance_text(group);
     if (format == LeaderboardFormat::Markdown) {
       out << "### " << group.task << " — " << model_name(group.model) << " (" << unit << ")\n\n";
       out << "_" << notes << "; " << scored_by << "_\n\n";

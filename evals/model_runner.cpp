@@ -30,6 +30,9 @@ class ModelRunner : public SampleRunner {
       : config_(config), evictor_(std::move(evictor)) {
     // auto falls back to the CPU with one note; cuda without a usable GPU is a RuntimeError (exit 1).
     const jit::DeviceChoice device = jit::resolve_device(config.device);
+    // Against the resolved device, before the model loads: a config asking for FlashInfer is never
+    // run with the own kernel instead.
+    check_prefill_attention(config, device.kind == jit::DeviceKind::Cuda, flashinfer_prefill_built());
     LoadOptions load_options;
     load_options.tokenizer_path = config.tokenizer;
     load_options.weights = config.weights;
@@ -38,6 +41,7 @@ class ModelRunner : public SampleRunner {
     options.threads = config.threads;
     options.kv_type = config.kv_type;
     options.device_ordinal = device.ordinal;
+    options.prefill_attention = config.prefill_attention;  // recorded with the run (runs.prefill_attention)
     decoder_ = make_decoder(*model_, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                             options);
     template_ = config.chat_template == "auto" ? model_->info.chat_template : config.chat_template;

@@ -1,7 +1,8 @@
 #pragma once
 // `kvevict report`: writes into `out_dir` an index.html that a browser opens from disk, with
 //  - a provenance table: per run shown, its name, model path and SHA-256, kvevict version and git
-//    commit, config hash, start and finish time, device and scoring backend (jit/scoring_backend.h);
+//    commit, config hash, start and finish time, device, scoring backend (jit/scoring_backend.h)
+//    and prefill attention (core/decode/decoder.h);
 //  - a policies table: per leaderboard name its file or name, the SHA-256 of its source text with
 //    its resolved parameters, and those parameters (evals/stored_content.h);
 //  - per (model, task): the leaderboard (score [95% interval], paired difference to full, mean over

@@ -167,6 +167,10 @@ class Planner {
       throw UsageError(run_name(source) + " was scored by '" + b.scoring + "' but " + run_name(*first_) + " by '" +
                        a.scoring + "'" + tail + " and one scoring backend");
     }
+    if (a.prefill_attention != b.prefill_attention) {  // hashed when written: only an edited database
+      throw UsageError(run_name(source) + " ran the '" + b.prefill_attention + "' prefill attention but " +
+                       run_name(*first_) + " '" + a.prefill_attention + "'" + tail + " and one prefill attention");
+    }
     if (source.shard.count != count_) {
       throw UsageError(run_name(source) + " is shard " + shard_label(source) + " but " + run_name(*first_) + " is shard " +
                        shard_label(*first_) + ": shards of different counts cannot be merged");

@@ -102,6 +102,12 @@ ALTER TABLE aggregates ADD COLUMN policy_hash TEXT NOT NULL DEFAULT '';
     R"SQL(
 ALTER TABLE runs ADD COLUMN scoring TEXT NOT NULL DEFAULT '';
 )SQL",
+    // 6: the decoder's prefill attention (core/decode/decoder.h: own or flashinfer, eval's
+    // `prefill_attention:`): FlashInfer rounds to 16 bits, so results differ by it. Runs written
+    // before version 6 could not choose it and ran own, so the default records what they ran.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN prefill_attention TEXT NOT NULL DEFAULT 'own';
+)SQL",
 };
 
 }  // namespace

@@ -103,12 +103,13 @@ RunRecord read_run(const Statement& row) {
   run.reason = row.text(13);
   run.shard = row.text(14);
   run.scoring = row.text(15);
+  run.prefill_attention = row.text(16);
   return run;
 }
 
 constexpr const char* kRunColumns =
     "id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, device, seed, started_at, "
-    "finished_at, status, reason, shard, ";  // + ResultsStore::run_scoring_column()
+    "finished_at, status, reason, shard, ";  // + ResultsStore::run_added_columns()
 
 
 }  // namespace
@@ -168,9 +169,11 @@ void ResultsStore::enable_wal() {
 
 void ResultsStore::exec(const char* sql) { sqlite_exec(db_, path_, sql); }
 
-std::string ResultsStore::run_scoring_column() {
-  // A database opened read-only is not migrated (replay): before version 5 the column is absent.
-  return schema_version() >= 5 ? "scoring" : "'' AS scoring";
+std::string ResultsStore::run_added_columns() {
+  // A database opened read-only is not migrated (replay): before version 5 (6) a column is absent.
+  const int version = schema_version();
+  return std::string(version >= 5 ? "scoring" : "'' AS scoring") + ", " +
+         (version >= 6 ? "prefill_attention" : "'own' AS prefill_attention");
 }
 
 int ResultsStore::schema_version() {
@@ -207,7 +210,7 @@ void ResultsStore::migrate() {
 
 std::optional<RunRecord> ResultsStore::find_run(const std::string& config_hash, const std::string& model_hash,
                                                 const std::string& status, const std::string& shard) {
-  std::string sql = std::string("SELECT ") + kRunColumns + run_scoring_column() +
+  std::string sql = std::string("SELECT ") + kRunColumns + run_added_columns() +
                     " FROM runs WHERE config_hash = ?1 AND model_hash = ?2 AND shard = ?4 AND (status = ?3 OR (?3 = 'unfinished' AND "
                     "status IN ('running', 'failed'))) ORDER BY id DESC LIMIT 1";
   Statement query(db_, path_, sql.c_str());
@@ -217,7 +220,7 @@ std::optional<RunRecord> ResultsStore::find_run(const std::string& config_hash, 
 }
 
 std::optional<RunRecord> ResultsStore::run(int64_t id) {
-  std::string sql = std::string("SELECT ") + kRunColumns + run_scoring_column() + " FROM runs WHERE id = ?1";
+  std::string sql = std::string("SELECT ") + kRunColumns + run_added_columns() + " FROM runs WHERE id = ?1";
   Statement query(db_, path_, sql.c_str());
   query.bind(1, id);
   if (!query.step()) return std::nullopt;
@@ -225,7 +228,7 @@ std::optional<RunRecord> ResultsStore::run(int64_t id) {
 }
 
 std::vector<RunRecord> ResultsStore::runs() {
-  std::string sql = std::string("SELECT ") + kRunColumns + run_scoring_column() + " FROM runs ORDER BY id";
+  std::string sql = std::string("SELECT ") + kRunColumns + run_added_columns() + " FROM runs ORDER BY id";
   Statement query(db_, path_, sql.c_str());
   std::vector<RunRecord> all;
   while (query.step()) all.push_back(read_run(query));
@@ -245,12 +248,12 @@ int64_t ResultsStore::create_run(const RunRecord& record) {
   WriteTransaction transaction(db_, path_);
   Statement insert(db_, path_,
                    "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
-                   "device, seed, started_at, status, owner, shard, scoring) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11, ?12, ?13)");
+                   "device, seed, started_at, status, owner, shard, scoring, prefill_attention) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11, ?12, ?13, ?14)");
   insert.bind(1, record.name).bind(2, record.config_hash).bind(3, record.config_yaml).bind(4, record.kvevict_version);
   insert.bind(5, record.git_commit).bind(6, record.model).bind(7, record.model_hash).bind(8, record.device);
   insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc()).bind(11, process_identity(getpid()));
-  insert.bind(12, record.shard).bind(13, record.scoring);
+  insert.bind(12, record.shard).bind(13, record.scoring).bind(14, record.prefill_attention);
   insert.run();
   int64_t id = sqlite3_last_insert_rowid(db_);
   transaction.commit();

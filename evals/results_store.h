@@ -8,7 +8,9 @@
 //   runs(id, name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash,
 //        device, seed, started_at, finished_at, status running|finished|failed,
 //        reason (why it failed), owner (the writing process: "pid:start time", NULL when none),
-//        shard ("" = every sample, "I/N" = shard I of N; the leaderboard shows only whole runs))
+//        shard ("" = every sample, "I/N" = shard I of N; the leaderboard shows only whole runs),
+//        scoring (the policies' scoring backend; '' before version 5), prefill_attention (own |
+//        flashinfer: the decoder's prefill attention; 'own' for runs from before version 6))
 //   results(id, run_id, task, sample_key, policy, budget, ..., policy_hash, prompt_hash ;
 //           UNIQUE(run_id, task, sample_key, policy, budget))
 //   aggregates(run_id, task, policy, budget, samples, score, ..., policy_hash ;
@@ -39,6 +41,9 @@ struct RunRecord {
   std::string reason;  // why a failed run failed
   std::string shard;   // "" = every sample of the config; "I/N" = shard I of N (evals/shard.h)
   std::string scoring;  // the scoring backend of every result of the run ("": not recorded, schema < 5)
+  // The decoder's prefill attention (ModeNames<PrefillAttention>: own, flashinfer); "own" for runs
+  // from before schema version 6, which could not choose it.
+  std::string prefill_attention = "own";
 };
 
 struct SampleResult {
@@ -70,6 +75,7 @@ struct AggregateRow {
   int64_t samples = 0;
   double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
   std::string scoring;  // the run's scoring backend (RunRecord::scoring; '' before schema version 5)
+  std::string prefill_attention = "own";  // the run's (RunRecord::prefill_attention)
 };
 
 // Mean score of one (task, policy, budget, length, depth) cell: needle heatmaps.
@@ -83,7 +89,7 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   enum class Access { ReadWrite, ReadOnly };
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
@@ -143,8 +149,9 @@ class ResultsStore {
   std::vector<GridCell> grid_cells(const std::string& task = "", const std::string& model = "");
 
  private:
-  // "scoring", or a constant '' where the schema predates it (a read-only store is not migrated).
-  std::string run_scoring_column();
+  // The runs columns later versions added ("scoring, prefill_attention"), each a constant of what
+  // runs before it mean where the schema predates it (a read-only store is not migrated).
+  std::string run_added_columns();
   void exec(const char* sql);
   void migrate();
   void require_writable();  // RuntimeError when SQLite opened the file read-only

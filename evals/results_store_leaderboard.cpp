@@ -11,9 +11,9 @@ namespace {
 // same name with another content is another row, the same content run again replaces its row.
 constexpr const char* kLatestAggregates = R"SQL(
 SELECT run_id, model, task, policy, policy_hash, budget, samples, score, kept_ratio, kv_bytes, kv_bytes_full,
-       ttft_ms, decode_tok_s, scoring
+       ttft_ms, decode_tok_s, scoring, prefill_attention
 FROM (
-  SELECT a.*, r.model AS model, %SCORING% AS scoring,
+  SELECT a.*, r.model AS model, %SCORING% AS scoring, %PREFILL% AS prefill_attention,
          ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.policy_hash, a.budget
                             ORDER BY r.finished_at DESC, r.id DESC) AS newest
   FROM aggregates a JOIN runs r ON r.id = a.run_id
@@ -41,7 +41,9 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
   }
   const auto labels = policy_display_labels(contents);
   std::string sql = kLatestAggregates;
+  // A read-only store is not migrated: columns its version predates read as what such runs mean.
   sql.replace(sql.find("%SCORING%"), 9, schema_version() >= 5 ? "r.scoring" : "''");
+  sql.replace(sql.find("%PREFILL%"), 9, schema_version() >= 6 ? "r.prefill_attention" : "'own'");
   Statement query(db_, path_, sql.c_str());
   query.bind(1, task).bind(2, model).bind(3, run_id);
   std::vector<AggregateRow> rows;
@@ -63,6 +65,7 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
     row.ttft_ms = query.real(11);
     row.decode_tok_s = query.real(12);
     row.scoring = query.text(13);
+    row.prefill_attention = query.text(14);
     rows.push_back(std::move(row));
   }
   return rows;

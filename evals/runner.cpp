@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 
+#include "core/decode/make_decoder.h"
 #include "core/util/error.h"
 #include "evals/metrics/metrics.h"
 #include "evals/tasks/task.h"
@@ -126,6 +127,13 @@ bool same_scoring(const RunRecord& run, const SampleRunner& runner) {
   return run.scoring.empty() || run.scoring == runner.scoring();
 }
 
+// Whether `run` decoded with the config's prefill attention. The key is hashed when written, so a
+// run of this config hash differs only when a database was edited; checked all the same, since one
+// run mixing two kernels' numerics would be a result no config describes.
+bool same_prefill_attention(const RunRecord& run, const EvalConfig& config) {
+  return run.prefill_attention == mode_name(config.prefill_attention);
+}
+
 RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const std::string& model_hash,
                          const std::string& shard) {
   RunRecord record;
@@ -138,6 +146,7 @@ RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const s
   record.model_hash = model_hash;
   record.device = runner.device();
   record.scoring = runner.scoring();
+  record.prefill_attention = std::string(mode_name(config.prefill_attention));
   record.seed = config.seed;
   record.shard = shard;
   return record;
@@ -145,42 +154,43 @@ RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const s
 
 // Skips an identical finished run (summary.skipped), claims the unfinished one to resume
 // (summary.resumed), or creates a new run; sets summary.run_id. The content of the policies (by
-// label) is part of "identical": a run that ran another version of one is neither skipped nor
-// resumed.
+// label), the scoring backend and the prefill attention are part of "identical": a run that
+// differs in one is neither skipped nor resumed.
 void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options,
               const std::map<std::string, std::string>& policy_hash, EvalSummary& summary) {
   auto note = [&](const std::string& text) {
     if (options.note) options.note(text);
   };
+  // Why a stored run of this config and model is not this run ("" when it is).
+  auto differs = [&](const RunRecord& run) -> std::string {
+    if (!same_scoring(run, runner)) return "was scored by " + run.scoring + ", this one scores by " + runner.scoring();
+    if (!same_prefill_attention(run, config)) {
+      return "ran the " + run.prefill_attention + " prefill attention, this one runs " +
+             std::string(mode_name(config.prefill_attention));
+    }
+    const std::string changed = changed_policy(store.run_policy_hashes(run.id), policy_hash);
+    return changed.empty() ? "" : "ran another version of policy '" + changed + "'";
+  };
   const std::string model_hash = runner.model_hash();
   if (!options.force) {
     if (auto finished = store.find_run(config.hash, model_hash, "finished", options.shard)) {
-      const std::string changed = changed_policy(store.run_policy_hashes(finished->id), policy_hash);
-      if (!same_scoring(*finished, runner)) {
-        note("run #" + std::to_string(finished->id) + " of this config was scored by " + finished->scoring +
-             ", this one scores by " + runner.scoring() + "; running again");
-      } else if (changed.empty()) {
+      const std::string difference = differs(*finished);
+      if (difference.empty()) {
         summary.run_id = finished->id;
         summary.skipped = true;
         note("run #" + std::to_string(finished->id) + " of this config and model finished at " +
              finished->finished_at + "; skipping (use --force to run it again)");
         return;
       }
-      note("run #" + std::to_string(finished->id) + " of this config ran another version of policy '" + changed +
-           "'; running again");
+      note("run #" + std::to_string(finished->id) + " of this config " + difference + "; running again");
     }
   }
   std::optional<RunRecord> unfinished = store.find_run(config.hash, model_hash, "unfinished", options.shard);
-  const std::string changed = unfinished ? changed_policy(store.run_policy_hashes(unfinished->id), policy_hash) : "";
-  if (options.resume && unfinished && !changed.empty()) {
-    note("run #" + std::to_string(unfinished->id) + " ran another version of policy '" + changed +
-         "'; starting a new run instead of resuming it");
-    unfinished.reset();
-  }
-  if (options.resume && unfinished && !same_scoring(*unfinished, runner)) {  // one run, one backend
-    note("run #" + std::to_string(unfinished->id) + " was scored by " + unfinished->scoring + ", this one scores by " +
-         runner.scoring() + "; starting a new run instead of resuming it");
-    unfinished.reset();
+  if (options.resume && unfinished) {  // one run: one backend, one prefill kernel, one version of each policy
+    if (const std::string difference = differs(*unfinished); !difference.empty()) {
+      note("run #" + std::to_string(unfinished->id) + " " + difference + "; starting a new run instead of resuming it");
+      unfinished.reset();
+    }
   }
   if (options.resume && unfinished) {
     summary.run_id = unfinished->id;

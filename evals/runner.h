@@ -7,7 +7,9 @@
 // Every result names its policy and prompt by content hash; the policies' text and the prompts'
 // text are stored once each (evals/stored_content.h), so `kvevict replay` can re-run any result.
 // An identical finished run is skipped, and an unfinished one resumed, only while each policy it
-// has results for has the same content (the file's text and resolved parameters) as now.
+// has results for has the same content (the file's text and resolved parameters) as now, and it
+// was scored by the same backend and decoded with the same prefill attention (runs.scoring,
+// runs.prefill_attention).
 #include <cstdint>
 #include <functional>
 #include <string>

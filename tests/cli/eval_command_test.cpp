@@ -352,3 +352,25 @@ TEST(EvalCommand, ASecondResumeOfOneRunExitsWithAClearMessage) {
   EXPECT_EQ(runs[0].status, "finished");
   EXPECT_EQ(store.count_results(1), total);
 }
+
+// `prefill_attention: flashinfer` with the decoder on the CPU: exit 2 at the key, before the model
+// loads or the database exists (never a run quietly decoded with the own kernel).
+TEST(EvalCommand, FlashInferPrefillOnTheCpuExitsWith2AtTheKeyBeforeWork) {
+  const std::string models = std::string(KVEVICT_SHARED_DIR) + "/models/stories260K";
+  if (!std::filesystem::exists(models + "/stories260K.bin")) GTEST_SKIP() << "stories260K not found in " << models;
+  Workdir dir("prefill");
+  const std::string config = dir.file(
+      "c.yaml", "model: " + models + "/stories260K.bin\ntokenizer: " + models + "/tok512.bin\ndevice: cpu\n" +
+                    "prefill_attention: flashinfer\ntasks: {passkey: {lengths: [160], samples: 1}}\n"
+                    "policies: [snapkv]\nbudgets: [\"30%\"]\n");
+  auto result = run_shell(cli_command("eval -c " + config + " --db " + dir.db()));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find(config + ":4:20: error: prefill_attention: flashinfer runs on the CUDA decoder"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.db()));
+  // The same config with the key's default runs (so the refusal above is the key's).
+  auto own = run_shell(cli_command("eval -q -c " + config + " --db " + dir.db() + " --set prefill_attention=own"));
+  EXPECT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_EQ(kvevict::evals::ResultsStore(dir.db()).runs().at(0).prefill_attention, "own");
+}

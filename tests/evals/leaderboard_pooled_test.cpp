@@ -63,3 +63,13 @@ TEST(LeaderboardPooled, CellsPoolEveryTasksSamples) {
   EXPECT_EQ(cell.vs_full.n, 6);
   EXPECT_DOUBLE_EQ(cell.vs_full.mean, -50);
 }
+
+// A pooled cell of tasks decoded with different prefill attentions says so instead of naming one.
+TEST(LeaderboardPooled, TasksOfDifferentPrefillAttentionsPoolAsMixed) {
+  std::vector<AggregateRow> rows = {row("a", "10%", 4, 25), row("b", "10%", 2, 100)};
+  EXPECT_EQ(pooled_rows(rows)[0].prefill_attention, "own");
+  rows[1].prefill_attention = "flashinfer";
+  const auto pooled = pooled_rows(rows);
+  ASSERT_EQ(pooled.size(), 1u);
+  EXPECT_EQ(pooled[0].prefill_attention, "mixed");
+}

@@ -84,6 +84,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   EXPECT_EQ(run->status, "finished");
   EXPECT_EQ(run->shard, "");
   EXPECT_EQ(run->scoring, "");  // written before version 5: the backend was not recorded
+  EXPECT_EQ(run->prefill_attention, "own");  // before version 6 an eval could only run the own kernel
   auto rows = store.results(1);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].prediction, "the answer");
@@ -98,6 +99,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   ASSERT_EQ(board.size(), 1u);
   EXPECT_EQ(board[0].policy, "snapkv");
   EXPECT_EQ(board[0].policy_hash, "");
+  EXPECT_EQ(board[0].prefill_attention, "own");
   EXPECT_DOUBLE_EQ(board[0].score, 75);
   // The content tables exist and take rows.
   EXPECT_EQ(count(db.path, "policies"), 0);
@@ -106,7 +108,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   EXPECT_EQ(count(db.path, "policies"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4, 5));
 
 // A read-only store (replay) is not migrated: a version-4 file still reads, its runs without a
 // recorded backend, and the file keeps its version.
@@ -124,6 +126,24 @@ TEST(OldSchemaReadOnly, AVersionFourFileReadsWithoutItsScoringColumn) {
     EXPECT_EQ(board[0].scoring, "");
   }
   EXPECT_EQ(ResultsStore(db.path, ResultsStore::Access::ReadOnly).schema_version(), 4);
+}
+
+// A read-only version-5 file (replay) has no prefill_attention column: its runs read as own, the
+// only prefill attention an eval could run before version 6, and the file keeps its version.
+TEST(OldSchemaReadOnly, AVersionFiveFileReadsItsRunsAsOwnPrefillAttention) {
+  TempDb db("store_old_ro_v5");
+  test::write_old_database(db.path, 5);
+  {
+    ResultsStore store(db.path, ResultsStore::Access::ReadOnly);
+    EXPECT_EQ(store.schema_version(), 5);
+    ASSERT_EQ(store.runs().size(), 1u);
+    EXPECT_EQ(store.runs()[0].prefill_attention, "own");
+    EXPECT_EQ(store.run(1)->prefill_attention, "own");
+    const auto board = store.leaderboard();
+    ASSERT_EQ(board.size(), 1u);
+    EXPECT_EQ(board[0].prefill_attention, "own");
+  }
+  EXPECT_EQ(ResultsStore(db.path, ResultsStore::Access::ReadOnly).schema_version(), 5);
 }
 
 TEST(ResultsStoreContent, OldRowsBesideNewContentOfTheSameNameAreTwoLabelledRows) {
