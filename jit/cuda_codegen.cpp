@@ -80,6 +80,8 @@ class ProgramEmitter {
     // Staged nodes in index (= topological) order: a stage may read earlier stages' slots.
     for (int i : functions) {
       if (!is_staged(p_.nodes[i])) continue;
+      if (is_split(i) && p_.nodes[i].op == NodeOp::Reduce && p_.nodes[i].reducer == Reducer::Var)
+        stages_.push_back(i);  // a split variance's first step: its mean (kernel_abi.h, "Split stages")
       stage_of_[i] = int(stages_.size()), stages_.push_back(i);
       if (p_.nodes[i].op != NodeOp::Inverse) continue;
       matrix_of_[i] = matrices_.count++;
@@ -477,7 +479,7 @@ class ProgramEmitter {
   std::string double_reduction(int i, Reducer r, bool lanes) {
     const SourceLocation here = at(i);
     auto combine = [&](const std::string& v, int how) {
-      if (lanes) line(v + " = kv_block_combine(" + v + ", " + std::to_string(how) + ");", here);
+      if (lanes) combine_lanes(v, how, here);
     };
     line("const double count = " + reduced_count(i) + ";", here);
     line("(void)count;", here);
@@ -653,6 +655,21 @@ class ProgramEmitter {
   // t: double accumulation over the operand in canonical order (s first for a token pair); each
   // lane takes the tokens t = lane, lane + lanes, ... and kv_block_combine adds the lanes (on the
   // host there is one lane, so the order is exactly the interpreter's).
+  // A SPLIT STAGE (kernel_abi.h, "Split stages"): a staged reduction or normalise whose value has
+  // no axis h, q or d, so that it has one slot per KV head and would run on one block; its tokens
+  // are spread over the parts instead. Quantiles (candidates counted against every element) and
+  // matrix stages are not split.
+  bool is_split(int i) const {
+    const Node& n = p_.nodes[i];
+    if (!is_staged(n) || n.op == NodeOp::Inverse || n.op == NodeOp::Sort) return false;
+    return !(n.shape & (dsl::kAxisH | dsl::kAxisQ | dsl::kAxisD));
+  }
+  // The split area's cell of step `step` (kernel_abi.h) for this head (g in a layer program).
+  std::string split_cell(int step) const {
+    return "kv_split_cell(a, " + layout_args() + ", " + std::to_string(step) + ", " + (p_.layer_context ? "a.kv_head" : "0") + ")";
+  }
+
+  // Stage s computes staged node i at the slot (h, q, c) (a split stage: its part, below).
   void emit_stage(int s, int i) {
     const Node& n = p_.nodes[i];
     const SourceLocation here = at(i);
@@ -660,14 +677,27 @@ class ProgramEmitter {
     const bool is_normalise = n.op == NodeOp::Normalise;
     if (!is_normalise && (n.axes & dsl::kAxisG) && !p_.layer_context) fail(i, "a reduction over g in a score program");
     const bool has_h = n.shape & dsl::kAxisH, has_q = n.shape & dsl::kAxisQ, has_d = n.shape & dsl::kAxisD;
-    line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
-    w_.indent();
+    split_ = is_split(i);
     // Slots outside the value's shape are never read (block-uniform: every lane returns). In a
     // layer program a value without g lives at head 0's slots (a is head g's arguments).
     const std::string g_outside = p_.layer_context && !(n.shape & dsl::kAxisG) ? " || a.kv_head != 0" : "";
-    line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
-             (has_d ? "c >= a.head_dim" : "c != 0") + g_outside + ") return;", here);
-    line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
+    if (split_) {  // the block's slot index is its part; the value's own h, q and c are 0
+      line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int slot_h, int slot_q, int slot_c) {", here);
+      w_.indent();
+      line("const long long part_ = ((long long)slot_h * kv_stage_wp(a) + slot_q) * kv_stage_cp(a) + slot_c;", here);
+      line("const int parts_ = kv_stage_parts(a);", here);
+      line("double* const cell_ = " + split_cell(s) + ";", here);
+      line("if (part_ >= parts_ || !cell_" + g_outside + ") return;", here);
+      line("const int lane = (int)part_ * KVEVICT_LANES + KVEVICT_LANE, lanes = parts_ * KVEVICT_LANES;", here);
+      line("const int h = 0, q = 0, c = 0;", here);
+      line("(void)h; (void)q; (void)c;", here);
+    } else {
+      line("KVEVICT_FN void " + stage_name(s) + "(const KvScoreArgs& a, int h, int q, int c) {", here);
+      w_.indent();
+      line(std::string("if (") + (has_h ? "false" : "h != 0") + " || " + (has_q ? "q >= a.W" : "q != 0") + " || " +
+               (has_d ? "c >= a.head_dim" : "c != 0") + g_outside + ") return;", here);
+      line("const int lane = KVEVICT_LANE, lanes = KVEVICT_LANES;", here);
+    }
     line("const int e = 0, mc = 0, s = 0;  // a staged value has neither e, c nor s", here);
     line("(void)e; (void)mc; (void)s;", here);
     std::string result;
@@ -676,14 +706,47 @@ class ProgramEmitter {
     } else if (is_normalise) {
       line("double s_ = 0.0;", here);
       line("for (int rt = lane; rt < a.T; rt += lanes) s_ += (double)" + fn(n.a) + "(a, h, q, c, e, mc, s, rt);", here);
-      line("s_ = kv_block_combine(s_, 0);", here);
+      combine_lanes("s_", 0, here);
       result = "s_ != 0.0 ? (float)(1.0 / s_) : 0.0f";
+    } else if (split_ && n.reducer == Reducer::Var) {
+      result = split_variance(s, i);
     } else {
       result = double_reduction(i, n.reducer, true);
     }
-    line("if (lane == 0) kv_store(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", " + result + ");", here);
+    if (!result.empty())
+      line("if (KVEVICT_LANE == 0) kv_store(a.scratch, " + slot_index(i) + ", " + scratch_extent() + ", " + result + ");", here);
+    split_ = false;
     w_.dedent();
     line("}", here);
+  }
+
+  // The block's lanes combined (a stage), then in a split stage the parts: every block but the
+  // last stops here.
+  void combine_lanes(const std::string& v, int how, const SourceLocation& here) {
+    line(v + " = kv_block_combine(" + v + ", " + std::to_string(how) + ");", here);
+    if (split_) line("if (!kv_parts_combine(cell_, (int)part_, parts_, " + v + ", " + std::to_string(how) + ")) return;", here);
+  }
+
+  // A split variance in two steps, as double_reduction's two passes: step stage_of_(i) - 1 adds
+  // the operand and carries the mean in its cell; step stage_of_(i) adds the squares about it.
+  // Returns the result expression in the second step, "" in the first (which stores no slot).
+  std::string split_variance(int s, int i) {
+    const SourceLocation here = at(i);
+    const bool first = s != stage_of_.at(i);
+    line("const double count = " + reduced_count(i) + ";", here);
+    if (first) {
+      line("double s_ = 0.0;", here);
+      reduce_loops(i, "double", "s_ += x;", true);
+      combine_lanes("s_", 0, here);
+      line("if (KVEVICT_LANE == 0) cell_[KVEVICT_MAX_STAGE_PARTS] = count > 0.0 ? s_ / count : 0.0;  // the mean", here);
+      return "";
+    }
+    line("const double mean = " + split_cell(s - 1) + "[KVEVICT_MAX_STAGE_PARTS];  // carried by step " +
+             std::to_string(s - 1), here);
+    line("double s2 = 0.0;", here);
+    reduce_loops(i, "double", "s2 += (x - mean) * (x - mean);", true);
+    combine_lanes("s2", 0, here);
+    return "count > 1.0 ? (float)(s2 / (count - 1.0)) : 0.0f";
   }
 
   // Stage s factorises inverse() node i for the slot (h, q, c = 0): the block's lanes fill the
@@ -721,7 +784,8 @@ class ProgramEmitter {
   std::string prefix_, file_;
   SourceLocation where_;
   KernelOutput output_;
-  std::vector<int> stages_;      // staged node indices, in stage order
+  std::vector<int> stages_;      // staged node indices, in stage order (a split variance twice: kernel_abi.h)
+  bool split_ = false;           // emitting a split stage (is_split): lanes span the parts
   std::map<int, int> stage_of_;  // staged node -> its stage
   std::map<int, int> matrix_of_;  // inverse() node -> its matrix (0 .. matrices_.count - 1)
   MatrixScratch matrices_;

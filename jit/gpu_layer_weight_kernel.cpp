@@ -28,6 +28,7 @@ float GpuLayerWeightKernel::run(const LayerWeightInputs& in) {
   if (stages_ > 0) {  // the layout the kernel text computes (kernel_abi.h), now with the g slots
     const long long floats = kv_scratch_floats(args[0], stages_, 0, 0);
     ensure_device_bytes(scratch_, size_t(floats > 0 ? floats : 1) * sizeof(float));
+    scratch_.zero();  // split stages' counters start at 0 (kernel_abi.h)
     for (KvScoreArgs& a : args) a.scratch = reinterpret_cast<float*>(scratch_.address());
   }
   head_args_.upload(args.data(), args_bytes);

@@ -54,6 +54,7 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
   if (stages_ > 0) {  // the layout the kernel text computes (kernel_abi.h)
     const long long floats = kv_scratch_floats(args_, stages_, matrices_.count, matrices_.axes);
     ensure_device_bytes(scratch_, size_t(floats > 0 ? floats : 1) * sizeof(float));
+    scratch_.zero();  // split stages' counters start at 0 (kernel_abi.h)
     args_.scratch = reinterpret_cast<float*>(scratch_.address());
   }
   launch_again();

@@ -60,6 +60,7 @@ const std::string& kernel_prelude() {
   static const std::string text = std::string(R"(// ---- kvevict kernel prelude ----
 #define KVEVICT_STAGE_THREADS )" + std::to_string(kStageThreads) + R"(u
 #define KVEVICT_MAX_MATRIX_DIM )" + std::to_string(dsl::kMaxMatrixDim) + R"(
+#define KVEVICT_MAX_STAGE_PARTS )" + std::to_string(kMaxStageParts) + R"(
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
 #define KVEVICT_TABLE static __device__ const float
@@ -223,6 +224,62 @@ KVEVICT_FN double kv_block_combine(double v, int op) {
 }
 #else
 KVEVICT_FN double kv_block_combine(double v, int) { return v; }
+#endif
+// Split stages (kernel_abi.h): the parts of a reduction, their cells and the last block's combine.
+#if defined(__CUDACC__)
+#define KVEVICT_STAGE_PARTS KVEVICT_MAX_STAGE_PARTS
+#else
+#ifndef KVEVICT_HOST_STAGE_PARTS
+#define KVEVICT_HOST_STAGE_PARTS 1
+#endif
+#define KVEVICT_STAGE_PARTS KVEVICT_HOST_STAGE_PARTS
+#endif
+KVEVICT_FN int kv_stage_parts(const KvScoreArgs& a) {
+  long p = KVEVICT_STAGE_PARTS > KVEVICT_MAX_STAGE_PARTS ? KVEVICT_MAX_STAGE_PARTS : KVEVICT_STAGE_PARTS;
+  const long n = kv_stage_head_slots(a);
+  if (p > n) p = n;
+  return p < 1 ? 1 : (int)p;
+}
+KVEVICT_FN double* kv_split_cell(const KvScoreArgs& a, int n_stages, int n_matrices, int axes, int step, int g) {
+  if (!a.scratch || step < 0 || step >= n_stages || g < 0 || g >= kv_layer_heads(a)) return 0;
+  return (double*)(a.scratch + kv_split_base(a, n_stages, n_matrices, axes)) +
+         ((long long)step * kv_layer_heads(a) + g) * (KVEVICT_MAX_STAGE_PARTS + 2);
+}
+KVEVICT_FN double kv_combine_op(double x, double y, int op) { return op == 0 ? x + y : op == 1 ? (y > x ? y : x) : (y < x ? y : x); }
+// Every thread of the block calls it with the block's value v (op as kv_block_combine). Part
+// `part` of `parts` stores v; the last block to arrive gets true and v = the parts combined in part
+// order; the others get false and stop.
+#if defined(__CUDACC__)
+KVEVICT_FN bool kv_parts_combine(double* cell, int part, int parts, double& v, int op) {
+  __shared__ int last;
+  unsigned* counter = (unsigned*)(cell + KVEVICT_MAX_STAGE_PARTS + 1);
+  if (threadIdx.x == 0) {
+    cell[part] = v;
+    __threadfence();  // the partial is visible before the count says so
+    last = atomicAdd(counter, 1u) == (unsigned)(parts - 1);
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  const volatile double* partials = cell;
+  double r = partials[0];
+  for (int k = 1; k < parts; ++k) r = kv_combine_op(r, partials[k], op);
+  __syncthreads();
+  if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
+  v = r;
+  return true;
+}
+#else
+KVEVICT_FN bool kv_parts_combine(double* cell, int part, int parts, double& v, int op) {
+  unsigned* counter = (unsigned*)(cell + KVEVICT_MAX_STAGE_PARTS + 1);
+  cell[part] = v;
+  if (++*counter != (unsigned)parts) return false;  // blocks run in order: part parts - 1 is last
+  *counter = 0u;
+  double r = cell[0];
+  for (int k = 1; k < parts; ++k) r = kv_combine_op(r, cell[k], op);
+  v = r;
+  return true;
+}
 #endif
 // ---- end of prelude ----
 )";

@@ -26,6 +26,19 @@
 //   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
 //         token loop: the host ABI does not change.
 //
+// Split stages: a staged reduction whose value has no axis h, q or d (a scalar per KV head, such
+// as CAKE's layer preference, a sum over g, h, q and t) would otherwise run on one block. It is
+// spread over P = kv_stage_parts(args) blocks (the head's slots 0 .. P-1; P = min(128,
+// kv_stage_head_slots) on the GPU, KVEVICT_HOST_STAGE_PARTS (default 1) on the host): part p's
+// lanes take the tokens t = p * lanes + lane, ... in steps of P * lanes, each block adds its lanes
+// in the fixed tree, writes its partial into the stage's cell and the last block to finish adds
+// the P partials in part order (kv_parts_combine), so a launch's bits do not depend on timing. A
+// variance takes two steps (two stages): the mean, carried in the cell, then the squares. The
+// cells follow the float slots and the matrices (kv_split_base, even): n_stages *
+// kv_layer_heads(args) cells of KVEVICT_MAX_STAGE_PARTS + 2 doubles (partials, carried mean,
+// counter); cell (step, g) at ((step * kv_layer_heads + g) * (MAX + 2)). Counters start at 0 (the
+// runners zero the scratch) and the last block resets its counter.
+//
 // Layer entries (the layer_weight program, KVEVICT_STAGED_LAYER_ENTRY / KVEVICT_LAYER_ENTRY): the
 // program reads every KV head of the layer (axis g). `args.layer_heads` points at n_kv_heads
 // argument sets, one per KV head g (its signals, kv_head = g, the layer's scalars and `budget`),
@@ -54,6 +67,10 @@
 #include <vector>
 
 #include "core/engine/signals.h"
+
+// Split stages (below): at most this many parts per reduction; the split area's cells hold this
+// many partial sums, the carried mean and the counter.
+#define KVEVICT_MAX_STAGE_PARTS 128
 
 #define KVEVICT_DEFINE_KERNEL_ABI                                           \
   struct KvScoreArgs {                                                      \
@@ -90,9 +107,16 @@
   FN long long kv_matrix_work(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {            \
     return kv_even(kv_matrix_operand(a, n_stages, n_matrices, axes) + kv_matrix_count(a, axes) * kv_matrix_size(a)); \
   }                                                                                                      \
-  FN long long kv_scratch_floats(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {         \
+  FN long long kv_stage_floats(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {           \
     if (n_matrices <= 0) return (long long)n_stages * kv_stage_slots(a);                                 \
     return kv_matrix_work(a, n_stages, n_matrices, axes) + 2 * kv_matrix_count(a, axes) * kv_matrix_size(a); \
+  }                                                                                                      \
+  FN long long kv_split_base(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {             \
+    return kv_even(kv_stage_floats(a, n_stages, n_matrices, axes));                                      \
+  }                                                                                                      \
+  FN long long kv_scratch_floats(const KvScoreArgs& a, int n_stages, int n_matrices, int axes) {         \
+    return kv_split_base(a, n_stages, n_matrices, axes) +                                                \
+           2LL * n_stages * kv_layer_heads(a) * (KVEVICT_MAX_STAGE_PARTS + 2);                           \
   }
 
 namespace kvevict {
@@ -156,6 +180,8 @@ inline long long kernel_output_extent(const KvScoreArgs& a, KernelOutput o) {
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
 inline constexpr unsigned kStageThreads = 256;
+// The most blocks a split stage's reduction is spread over (see "Split stages" above).
+inline constexpr int kMaxStageParts = KVEVICT_MAX_STAGE_PARTS;
 
 // Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
 // launch on a GPU replace them with device addresses. `scratch` is null.

@@ -364,6 +364,26 @@ TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheHost) {
   EXPECT_EQ(matrices, 3) << "cap, compactor and leverage each invert one matrix (a matrix stage)";
 }
 
+// Split stages (kernel_abi.h) spread over 7 parts on the host too (KVEVICT_HOST_STAGE_PARTS):
+// every built-in score program with one keeps the interpreter's scores (only the order of the
+// double partial sums changes).
+TEST(PolicyCodegen, SplitStagesInSevenPartsMatchTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  testing::ScopedEnv parts("KVEVICT_HOST_CXXFLAGS", host_compiler_flags() + " -DKVEVICT_HOST_STAGE_PARTS=7");
+  int split = 0;
+  for (const auto& file : builtin_policy_files()) {
+    const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+    const size_t layer = kernel.source.find("layer_weight_");  // the layer program's own stages do not count here
+    if (kernel.source.substr(0, layer).find("kv_parts_combine(cell_") == std::string::npos) continue;
+    ++split;
+    auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                         dir.path());
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+    expect_policy_matches(file, *jit, interpreted, tolerance_for(file, 1e-6f));
+  }
+  EXPECT_GE(split, 1) << "no built-in score program has a split stage";
+}
+
 TEST(PolicyCodegen, EveryBuiltInPolicyMatchesTheInterpreterOnTheDevice) {
   KVEVICT_GPU_TEST_SETUP(gpu);
   use_cuda_device(0);

@@ -17,6 +17,7 @@
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
 #include "jit/codegen.h"
+#include "jit/host_module.h"
 #include "jit/jit_policy_program.h"
 #include "jit_test_support.h"
 
@@ -107,7 +108,9 @@ TEST(LayerWeightCodegen, EveryBuiltInLayerWeightMatchesTheInterpreterOnTheHost) 
 
 // A layer program with each construct over g: a float reduction over g (max, var), a staged value
 // that keeps g (a sum over t per (g, h, q)) read inside another reduction over g, the index of g,
-// `budget`, a token window and normalise() under g, and an entropy over (g, t).
+// `budget`, a token window and normalise() under g, an entropy over (g, t), and the split stages
+// (kernel_abi.h): a variance, max, min, mean and normalise over t with one value per layer or per
+// KV head.
 constexpr const char* kConstructsPolicy = R"(name: layer_constructs
 about: every construct of a layer_weight program over axis g
 observe: {window: 8}
@@ -123,9 +126,15 @@ layer_weight: |
   spread_mass = sum(h, q, t: spread[h, q, t])
   entropy_g = entropy(g, t: mean(h, q: shares[g, h, q, t]) / n_kv_heads)
   ramp = sum(g, t: pooled[g, t] * (g + 1)) / (budget + layer + 1)
+  tvar = var(g, t: peak[g, t]) * 1000
+  tops = sum(g: max(t: pooled[g, t]) * (g + 1) + min(t: peak[g, t]) + mean(t: peak[g, t]))
+  norm_g[g, t] = normalise(peak[g, t])
+  shaped = sum(g, t: norm_g[g, t] * (g + 1) * (t + 1)) / T
   layer_weight = TERM
 )";
-constexpr const char* kConstructTerms[] = {"heavy", "spread_mass", "entropy_g", "ramp", "heavy + spread_mass * 100 + entropy_g + ramp"};
+constexpr const char* kConstructTerms[] = {"heavy", "spread_mass", "entropy_g", "ramp", "tvar", "tops", "shaped",
+                                           "heavy + spread_mass * 100 + entropy_g + ramp + tvar + tops + shaped"};
+constexpr const char* kAllTerms = kConstructTerms[7];
 
 // The policy file with `layer_weight = term`, written in `dir`.
 std::string constructs_policy(const testing::TempDir& dir, const std::string& term) {
@@ -145,7 +154,7 @@ TEST(LayerWeightCodegen, ConstructsOverGMatchTheInterpreterOnTheHost) {
     dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
     EXPECT_LE(worst_difference(*jit, interpreted, 90), 1e-6) << term;
   }
-  EXPECT_GE(generate_policy_cuda(constructs_policy(dir, kConstructTerms[4]), {}, {}).layer_stages, 3);
+  EXPECT_GE(generate_policy_cuda(constructs_policy(dir, kAllTerms), {}, {}).layer_stages, 3);
 }
 
 // Control: the same program given its heads in another order differs by far more than the
@@ -182,6 +191,23 @@ TEST(LayerWeightCodegen, BadLayersAreRefusedLikeTheInterpreters) {
   EXPECT_THROW(jit->layer_weight(LayerWeightInputs{}), RuntimeError);
 }
 
+// Split stages spread over several parts on the host too (KVEVICT_HOST_STAGE_PARTS, added to the
+// host compiler's flags) keep the interpreter's values: only the order of the double partial sums
+// changes. The generated text has split stages (CAKE's preference is two of them).
+TEST(LayerWeightCodegen, SplitStagesInSevenPartsMatchTheInterpreterOnTheHost) {
+  testing::TempDir dir;
+  testing::ScopedEnv parts("KVEVICT_HOST_CXXFLAGS", host_compiler_flags() + " -DKVEVICT_HOST_STAGE_PARTS=7");
+  std::vector<PolicyCase> cases = layer_weight_policies();
+  cases.push_back({constructs_policy(dir, kAllTerms), {}});
+  for (const PolicyCase& c : cases) {
+    auto jit = host_program(c.file, c.set, dir);
+    dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(c.file, c.set));
+    EXPECT_LE(worst_difference(*jit, interpreted, 40), 1e-6) << c.file;
+  }
+  const GeneratedKernel cake = generate_policy_cuda("cake", {}, {});
+  EXPECT_NE(cake.source.find("kv_parts_combine(cell_"), std::string::npos);
+}
+
 TEST(LayerWeightCodegen, ScoreProgramsNeverGetALayerEntry) {
   const GeneratedKernel snapkv = generate_policy_cuda("snapkv", {}, {});
   EXPECT_EQ(std::find(snapkv.entry_points.begin(), snapkv.entry_points.end(), kLayerWeightEntry), snapkv.entry_points.end());
@@ -193,7 +219,7 @@ TEST(LayerWeightCodegenGpu, EveryBuiltInLayerWeightMatchesTheInterpreterOnTheDev
   use_cuda_device(0);
   testing::TempDir dir;
   std::vector<PolicyCase> cases = layer_weight_policies();
-  cases.push_back({constructs_policy(dir, kConstructTerms[4]), {}});
+  cases.push_back({constructs_policy(dir, kAllTerms), {}});
   for (const PolicyCase& c : cases) {
     const GeneratedKernel kernel = generate_policy_cuda(c.file, c.set, {});
     const JitKernel compiled = gpu.compile(kernel, kernel.name);
