@@ -796,8 +796,9 @@ class FileCompiler {
       for (int s = 0; s < kNumTensorSignals; ++s) d.reads[s] = d.reads[s] || p->uses[s];
     }
     // The engine computes the window attention while decoding only if the decode indicator reads it.
-    d.run.decode_uses_window_attention =
-        (d.has_decode_score ? out_.decode_score : out_.score).uses[static_cast<int>(TensorSignal::WindowAttention)];
+    d.decode_reads = (d.has_decode_score ? out_.decode_score : out_.score).uses;
+    d.decode_reads_known = true;
+    d.run.decode_uses_window_attention = d.decode_reads[static_cast<int>(TensorSignal::WindowAttention)];
     const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight", "channel_score"};
     const LoweredProgram* progs[] = {&out_.score,     &out_.decode_score, &out_.layer_weight,
                                      &out_.head_mode, &out_.head_weight,  &out_.channel_score};

@@ -28,6 +28,10 @@ struct ObservationRequest {
   // (causal, scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute
   // it (the CUDA decoder does, on the device); an observer must handle its absence.
   int window_attention = 0;
+  // false: in a one-token call after the prompt the observer reads no key or value of the cache
+  // (only lengths and positions, and keeps entries): a decoder whose cache lives on a device may
+  // hand it a host cache whose new rows are placeholders (DeviceKvMirror::append_placeholders).
+  bool decode_step_reads_cache_rows = true;
 };
 
 struct LayerSignals {

@@ -28,6 +28,7 @@ DeviceKvMirror::DeviceKvMirror(KVCache& cache, DeviceKvBackend& backend, MirrorA
   heads_.resize(static_cast<size_t>(n_layers_) * n_heads_);
   layer_pending_.assign(static_cast<size_t>(n_layers_), 0);
   host_lag_.assign(static_cast<size_t>(n_layers_), 0);
+  placeholders_.assign(static_cast<size_t>(n_layers_) * n_heads_, {});
   unfolded_ = cache_.unfolded();
   // The device cache starts empty: heads the host holds entries in are uploaded at the first flush.
   for (int l = 0; l < n_layers_ && !unfolded_; ++l)
@@ -63,13 +64,23 @@ void DeviceKvMirror::mark_all_for_resync() {
   }
   std::fill(layer_pending_.begin(), layer_pending_.end(), 1);
   std::fill(host_lag_.begin(), host_lag_.end(), 0);  // every head is re-uploaded from the host
+  for (std::vector<int>& rows : placeholders_) rows.clear();  // the host's rows are whole again (cleared or replaced)
 }
 
 void DeviceKvMirror::mark_synced() {
   for (HeadState& s : heads_) s = HeadState{};
   std::fill(layer_pending_.begin(), layer_pending_.end(), 0);
   std::fill(host_lag_.begin(), host_lag_.end(), 0);
+  for (std::vector<int>& rows : placeholders_) rows.clear();
   unfolded_ = cache_.unfolded();
+}
+
+void DeviceKvMirror::refuse_placeholders(int layer, int head, const char* what) const {
+  const std::vector<int>& rows = placeholders_[static_cast<size_t>(layer) * n_heads_ + head];
+  if (!rows.empty())
+    throw std::logic_error(std::string("device KV mirror: ") + what + " on " + where(layer, head) + ", whose host copy holds " +
+                           std::to_string(rows.size()) +
+                           " placeholder rows (the observer declared it reads no cached rows; sync_host first)");
 }
 
 void DeviceKvMirror::refuse_while_lagging(int layer, int head, const char* what) const {
@@ -91,8 +102,76 @@ bool DeviceKvMirror::defer_host_append(int layer, int rows) {
   return true;
 }
 
+bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_position) {
+  if (layer < 0 || layer >= n_layers_ || rows < 0)
+    throw std::invalid_argument("device KV mirror: append_placeholders(" + std::to_string(layer) + ", " +
+                                std::to_string(rows) + ")");
+  if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)] ||
+      host_lag_[static_cast<size_t>(layer)] > 0)
+    return false;
+  for (int h = 0; h < n_heads_; ++h)
+    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return false;
+  const std::vector<float> zeros(static_cast<size_t>(head_dim_), 0.0f);
+  for (int h = 0; h < n_heads_; ++h) {
+    std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
+    for (int i = 0; i < rows; ++i) {
+      placeholders.push_back(cache_.length(layer, h));
+      cache_.append(layer, h, first_position + i, zeros.data(), zeros.data());  // bookkeeping only (Decoder mode)
+    }
+  }
+  counts_.rows_placeholder += static_cast<int64_t>(rows) * n_heads_;
+  return true;
+}
+
+// The layer's placeholder rows overwritten with the device's words, run by run, after its pending
+// keeps reached the device (so host row j is device row j).
+void DeviceKvMirror::fill_placeholders(int layer) {
+  bool any = false;
+  for (int h = 0; h < n_heads_; ++h) any = any || !placeholders_[static_cast<size_t>(layer) * n_heads_ + h].empty();
+  if (!any) return;
+  flush(layer);
+  const KvType type = backend_.layout().geometry().type;
+  filling_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{filling_};
+  for (int h = 0; h < n_heads_; ++h) {
+    std::vector<int>& rows = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
+    for (size_t i = 0; i < rows.size();) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      const int t0 = rows[i], n = rows[j - 1] + 1 - t0;
+      const DeviceKvHeadContents c = backend_.read_rows(layer, h, t0, n);
+      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
+      for (int r = 0; r < n; ++r) {
+        if (c.positions[static_cast<size_t>(r)] != cache_.positions(layer, h)[t0 + r])
+          throw std::logic_error("device KV mirror: " + where(layer, h) + " row " + std::to_string(t0 + r) +
+                                 " holds position " + std::to_string(c.positions[static_cast<size_t>(r)]) +
+                                 " on the device and " + std::to_string(cache_.positions(layer, h)[t0 + r]) +
+                                 " on the host");
+        cache_.write_entry(layer, h, t0 + r, keys.data() + static_cast<size_t>(r) * head_dim_,
+                           values.data() + static_cast<size_t>(r) * head_dim_);
+      }
+      counts_.rows_read += n;
+      i = j;
+    }
+    rows.clear();
+  }
+}
+
 void DeviceKvMirror::sync_host() {
   Stopwatch timed(&seconds_.sync_host);
+  for (int l = 0; l < n_layers_; ++l) fill_placeholders(l);
+  append_lagging_rows();
+}
+
+void DeviceKvMirror::sync_host_appends() {
+  Stopwatch timed(&seconds_.sync_host);
+  append_lagging_rows();
+}
+
+void DeviceKvMirror::append_lagging_rows() {
   for (int l = 0; l < n_layers_; ++l) {
     const int lag = host_lag_[static_cast<size_t>(l)];
     if (lag == 0) continue;
@@ -148,21 +227,26 @@ void DeviceKvMirror::on_append(int layer, int head, int32_t position, const floa
   }
 }
 
+// Marked rows (dirty or placeholder) follow their entries to their new index j.
+static void follow_keep(std::vector<int>& marked, std::span<const int> indices) {
+  if (marked.empty()) return;
+  std::vector<char> was(static_cast<size_t>(*std::max_element(marked.begin(), marked.end())) + 1, 0);
+  for (int t : marked) was[static_cast<size_t>(t)] = 1;
+  marked.clear();
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const size_t t = static_cast<size_t>(indices[j]);
+    if (t < was.size() && was[t]) marked.push_back(static_cast<int>(j));
+  }
+}
+
 void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) {
   if (unfolded_) return;
   refuse_while_lagging(layer, head, "a keep");
   layer_pending_[static_cast<size_t>(layer)] = 1;
+  follow_keep(placeholders_[static_cast<size_t>(layer) * n_heads_ + head], indices);  // ascending: j increases
   HeadState& s = state(layer, head);
   if (s.resync) return;
-  if (!s.dirty.empty()) {  // dirty rows follow their entries to their new index
-    std::vector<char> was(static_cast<size_t>(*std::max_element(s.dirty.begin(), s.dirty.end())) + 1, 0);
-    for (int t : s.dirty) was[static_cast<size_t>(t)] = 1;
-    s.dirty.clear();
-    for (size_t j = 0; j < indices.size(); ++j) {
-      const size_t t = static_cast<size_t>(indices[j]);
-      if (t < was.size() && was[t]) s.dirty.push_back(static_cast<int>(j));
-    }
-  }
+  follow_keep(s.dirty, indices);
   if (!s.keep_pending) {  // host row j is device row j (tail rows numbered after the device's)
     s.map.assign(indices.begin(), indices.end());
     s.keep_pending = true;
@@ -174,8 +258,9 @@ void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) 
 }
 
 void DeviceKvMirror::on_write_entry(int layer, int head, int t) {
-  if (unfolded_) return;
+  if (unfolded_ || filling_) return;  // filling: the host takes the device's own words
   refuse_while_lagging(layer, head, "a written entry");
+  refuse_placeholders(layer, head, "a written entry");
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   if (!s.resync) s.dirty.push_back(t);
@@ -184,6 +269,7 @@ void DeviceKvMirror::on_write_entry(int layer, int head, int t) {
 void DeviceKvMirror::on_reassign(int layer, int head) {
   if (unfolded_) return;
   refuse_while_lagging(layer, head, "re-assigned positions");
+  refuse_placeholders(layer, head, "re-assigned positions or a codebook");
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   s = HeadState{};
@@ -200,6 +286,8 @@ void DeviceKvMirror::on_codebook(int layer, int head) {
 
 void DeviceKvMirror::on_unfold() {
   for (int l = 0; l < n_layers_; ++l) refuse_while_lagging(l, 0, "an unfold");
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_heads_; ++h) refuse_placeholders(l, h, "an unfold");
   unfolded_ = true;
 }
 

@@ -25,6 +25,15 @@
 //    stored itself). Whoever hands the host cache out must sync_host() first. While a layer lags,
 //    any other mutation of its host heads is a std::logic_error (it would number rows the host
 //    does not have); clear(), a replacement and mark_synced() end the lag.
+//  - placeholder host rows (Decoder mode): when the observer of a call reads no keys or values
+//    of the host cache (ObservationRequest::decode_step_reads_cache_rows false: an attention-based
+//    decode indicator such as CAKE's or H2O's), the decoder appends the block to the device and
+//    only a placeholder (zero rows with the right positions) to the host: lengths and positions
+//    stay exact, so the engine's keeps number the same rows on both sides, and no key or value
+//    byte leaves the device. The mirror tracks which host rows are placeholders through keeps;
+//    sync_host() overwrites them with the device's words (O(placeholders), once, when someone asks
+//    for the host cache). A written entry, re-assigned positions or a codebook on a head holding
+//    placeholders is a std::logic_error (the observer said it reads no rows).
 // After flush(layer) every head of the layer holds on the device exactly what the host holds:
 // the same words of the KvType and the same positions.
 //
@@ -104,10 +113,22 @@ class DeviceKvMirror final : public KvCacheListener {
   // device's words (a codebook head) or whose next position depends on the host's length
   // (re-assigned positions); the caller then appends to the host as usual.
   bool defer_host_append(int layer, int rows);
-  // Appends every lagging row to the host cache from the device (one read per lagging head).
-  // Throws std::logic_error when the device does not hold host + lagged rows.
+  // Decoder mode: the decoder appended `rows` rows (positions first_position, first_position + 1,
+  // ...) to every head of `layer` on the device (after flush(layer)); the host takes placeholder
+  // rows with those positions. Returns false, appending nothing, where defer_host_append would, or
+  // while the layer lags; the caller then appends the real rows to the host.
+  bool append_placeholders(int layer, int rows, int32_t first_position);
+  // The host cache made whole: every lagging row appended and every placeholder row overwritten
+  // from the device (one read per run of rows). Throws std::logic_error when the device does not
+  // hold host + lagged rows, or a placeholder's position differs from the device's.
   void sync_host();
+  // Only the lagging rows (the placeholders stay): for a call that keeps using placeholders.
+  void sync_host_appends();
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
+  // Host rows of (layer, head) that are placeholders (ascending).
+  const std::vector<int>& placeholder_rows(int layer, int head) const {
+    return placeholders_.at(static_cast<size_t>(layer) * n_heads_ + head);
+  }
 
   // What the mirror did and the host time it took, since construction (device_kv_stats.h).
   using Counts = DeviceKvCounts;
@@ -143,6 +164,9 @@ class DeviceKvMirror final : public KvCacheListener {
   void compact_layer(int layer);
   void resync_rows(int layer, int head, HeadState& s);
   void refuse_while_lagging(int layer, int head, const char* what) const;
+  void refuse_placeholders(int layer, int head, const char* what) const;
+  void fill_placeholders(int layer);
+  void append_lagging_rows();
 
   KVCache& cache_;
   DeviceKvBackend& backend_;
@@ -152,6 +176,8 @@ class DeviceKvMirror final : public KvCacheListener {
   std::vector<HeadState> heads_;    // [layer][head]
   std::vector<char> layer_pending_;  // [layer]
   std::vector<int> host_lag_;        // [layer]: rows every head of the layer has on the device only
+  std::vector<std::vector<int>> placeholders_;  // [layer][head]: host rows holding placeholders, ascending
+  bool filling_ = false;             // sync_host is overwriting placeholders: its own writes are not news
   Counts counts_;
   Seconds seconds_;
   std::vector<float> keys_, values_;  // upload scratch

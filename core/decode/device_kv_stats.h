@@ -12,6 +12,7 @@ struct DeviceKvCounts {
   int64_t rows_written = 0;  // rows sent through write_rows (appends buffered in Host mode included)
   int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
   int64_t rows_deferred = 0;  // rows appended to the device only (defer_host_append), summed over heads
+  int64_t rows_placeholder = 0;  // rows the host took as placeholders (append_placeholders), summed over heads
   int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
 };
 

@@ -16,6 +16,7 @@
 #include "core/engine/channel_selection.h"
 #include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
+#include "core/engine/decode_cache_reads.h"
 #include "core/engine/eviction_plan.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/merge_state.h"
@@ -1131,6 +1132,10 @@ ObservationRequest EvictionEngine::request() const {
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   r.window_attention = state_->requested_window_attention();
+  // After the prompt, a policy that reads no cached row while decoding lets a device cache keep
+  // the new rows to itself (decode_cache_reads.h).
+  r.decode_step_reads_cache_rows =
+      !state_->prefill_done || state_->in_prefill || decode_step_reads_cache_rows(state_->desc);
   return r;
 }
 

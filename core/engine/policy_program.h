@@ -212,6 +212,10 @@ struct PolicyDescription {
   // produces only those. Window attention is produced whenever window > 0.
   SignalSet reads{};
   bool needs(TensorSignal s) const { return reads[signal_index(s)]; }
+  // Added. The signals the decode indicator reads (decode_score, or score without one), when the
+  // description knows them (the DSL's compiler does); otherwise `reads` stands for them.
+  SignalSet decode_reads{};
+  bool decode_reads_known = false;
   // window / protect depend on the prompt length (NACL: fractions of the prompt); the fields
   // below then hold the values for prompt_len = 0 and the engine must call window_for() /
   // protect_for() once the prompt length is known.

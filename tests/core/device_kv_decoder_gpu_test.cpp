@@ -168,6 +168,53 @@ TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
 #endif
 }
 
+// Placeholder host rows (DeviceKvMirror::append_placeholders): H2O's one-token decode steps read no
+// cached row (decode_cache_reads.h), so its host cache takes placeholders and no key or value
+// leaves the device. It must keep the same caches and logits as a run whose observer says it reads
+// rows (real host appends), and once asked its host cache equals its device cache.
+TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct ReadsRows : ForwardObserver {  // the engine, but declaring that it reads cached rows
+    EvictionEngine& engine;
+    explicit ReadsRows(EvictionEngine& e) : engine(e) {}
+    ObservationRequest request() const override {
+      ObservationRequest r = engine.request();
+      r.decode_step_reads_cache_rows = true;
+      return r;
+    }
+    void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
+    void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
+  };
+  const auto model = make_random_model(gqa_config(), 41);
+  const auto policy = load_policy("h2o", {});
+  for (KvType type : {KvType::F16, KvType::F32}) {
+    auto placeholder = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    auto real = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+    ReadsRows reads(e2);
+    const std::vector<int> prompt = random_prompt(120, 5);
+    std::vector<float> a = placeholder->forward(prompt, &e1), b = real->forward(prompt, &reads);
+    for (int s = 0; s < 12; ++s) {
+      ASSERT_EQ(a, b) << "step " << s << ", " << kv_type_name(type);
+      const int next = argmax(a);
+      a = placeholder->forward(std::vector<int>{next}, &e1);
+      b = real->forward(std::vector<int>{next}, &reads);
+    }
+    EXPECT_GT(placeholder->device_kv_stats().counts.rows_placeholder, 0) << kv_type_name(type);
+    EXPECT_EQ(real->device_kv_stats().counts.rows_placeholder, 0) << kv_type_name(type);
+    ASSERT_TRUE(device_equals_host(*placeholder)) << kv_type_name(type);  // cache(): placeholders filled
+    ASSERT_TRUE(device_equals_host(*real)) << kv_type_name(type);
+    const KVCache &x = placeholder->cache(), &y = real->cache();
+    for (int l = 0; l < x.n_layers(); ++l)
+      for (int h = 0; h < x.n_kv_heads(); ++h) {
+        ASSERT_EQ(x.length(l, h), y.length(l, h));
+        EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h)));
+      }
+  }
+#endif
+}
+
 // Decoder::device_kv_stats' own side (bench_gpu_decode's decode breakdown): the host appends are
 // timed on observed calls only (unobserved rows are deferred), the observation downloads only
 // when an observer asks for something.

@@ -8,6 +8,7 @@
 // merged entries (d2o: write_entry), zeroed key channels (think: write_entry), codebook heads
 // (spindlekv), and an eval-style snapshot/restore cycle (whole-cache assignment). A control shows
 // the check fails when the mirror is not flushed.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -446,6 +447,126 @@ TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
   DeviceKvBackendFor<DeviceKvTwin> backend2(twin2);
   DeviceKvMirror host_mirror(other, backend2, host_mode);
   EXPECT_FALSE(host_mirror.defer_host_append(0, 1));  // Host mode: the host appends itself
+}
+
+// Placeholder host rows (the CUDA decoder's observed one-token calls whose observer reads no cached
+// row): blocks go to the device, the host takes zero rows with the right positions, the engine's
+// keeps (score order: not ascending) number the same rows on both sides, and sync_host overwrites
+// the placeholders with the device's words. A reference host cache takes every block directly and
+// the same keeps; after each sync the mirrored host cache holds exactly its words and positions.
+// Rounds mix placeholder calls, deferred calls (no observer) and calls with real rows and written
+// entries, in three KvTypes.
+TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
+  ModelConfig c;
+  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8, c.dim = 32, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 4096;
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    KVCache cache(c, type), reference(c, type);
+    DeviceKvTwin twin(geometry_of(cache));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    std::mt19937 rng(23);
+    std::normal_distribution<float> normal;
+    int position = 0, placeholder_rounds = 0;
+    for (int round = 0; round < 40; ++round) {
+      enum { Placeholder, Deferred, Real } kind = round % 5 == 4 ? Real : round % 5 == 3 ? Deferred : Placeholder;
+      if (kind == Real) mirror.sync_host();
+      if (kind == Placeholder) mirror.sync_host_appends();
+      const int n = kind == Placeholder ? 1 : 1 + static_cast<int>(rng() % 4);
+      const int kv_dim = c.n_kv_heads * c.head_dim;
+      const auto [k, v] = random_block(rng, n, kv_dim);
+      for (int l = 0; l < c.n_layers; ++l) {
+        mirror.flush(l);
+        const std::vector<int32_t> first(static_cast<size_t>(c.n_kv_heads), position);
+        twin.append(l, n, k.data(), v.data(), kv_dim, first);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          for (int i = 0; i < n; ++i) {
+            const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * c.head_dim;
+            reference.append(l, h, position + i, k.data() + at, v.data() + at);
+            if (kind == Real) cache.append(l, h, position + i, k.data() + at, v.data() + at);
+          }
+        if (kind == Placeholder) ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+        if (kind == Deferred) ASSERT_TRUE(mirror.defer_host_append(l, n));
+        mirror.flush(l);
+      }
+      position += n;
+      placeholder_rounds += kind == Placeholder;
+      if (kind == Deferred) continue;
+      for (int l = 0; l < c.n_layers; ++l)  // the engine's turn: keeps in a shuffled order
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          ASSERT_EQ(cache.length(l, h), reference.length(l, h));
+          ASSERT_EQ(std::vector<int32_t>(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h)),
+                    std::vector<int32_t>(reference.positions(l, h), reference.positions(l, h) + reference.length(l, h)));
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (rng() % 5 != 0) keep.push_back(t);
+          std::shuffle(keep.begin(), keep.end(), rng);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+          if (kind == Real && !keep.empty()) {
+            const std::vector<float> row(static_cast<size_t>(c.head_dim), normal(rng));
+            const int t = static_cast<int>(rng() % keep.size());
+            cache.write_entry(l, h, t, row.data(), row.data());
+            reference.write_entry(l, h, t, row.data(), row.data());
+          }
+        }
+      if (kind != Real) continue;
+      mirror.flush_all();
+      ASSERT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type) << " round " << round;
+      ASSERT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type) << " round " << round;
+    }
+    mirror.sync_host();
+    mirror.flush_all();
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) EXPECT_TRUE(mirror.placeholder_rows(l, h).empty());
+    EXPECT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type) << " at the end";
+    EXPECT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type) << " at the end";
+    EXPECT_GT(mirror.counts().rows_placeholder, 0);
+    EXPECT_GT(placeholder_rounds, 0);
+  }
+}
+
+// Control: before sync_host the mirrored host cache holds zeros where the reference holds the
+// block (so the equality above rests on the fill), and a written entry, re-assigned positions or
+// an unfold on a head with placeholders are refused; placeholders decline where deferral does and
+// while the layer lags; clear() drops them.
+TEST(DeviceKvMirror, PlaceholdersAreZerosUntilFilledAndRefuseRowEdits) {
+  OneHeadMirror m;
+  const float k[4] = {1, 2, 3, 4}, zero[4] = {0, 0, 0, 0};
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
+  m.cache.append(0, 0, 0, k, k);
+  m.mirror.flush(0);
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
+  ASSERT_TRUE(m.mirror.append_placeholders(0, 1, 1));
+  EXPECT_EQ(m.cache.length(0, 0), 2);
+  EXPECT_EQ(m.cache.positions(0, 0)[1], 1);
+  const auto key_row = [&](int t) {
+    std::vector<float> row(4);
+    m.cache.reconstruct_keys(0, 0, t, t + 1, row.data());
+    return row;
+  };
+  EXPECT_EQ(key_row(1), std::vector<float>(zero, zero + 4));
+  EXPECT_EQ(m.mirror.placeholder_rows(0, 0), std::vector<int>{1});
+  EXPECT_THROW(m.cache.write_entry(0, 0, 0, k, k), std::logic_error);
+  m.cache.keep(0, 0, std::vector<int>{1, 0});  // score order: the placeholder moves to row 0
+  EXPECT_EQ(m.mirror.placeholder_rows(0, 0), std::vector<int>{0});
+  m.mirror.sync_host();
+  EXPECT_TRUE(m.mirror.placeholder_rows(0, 0).empty());
+  EXPECT_EQ(key_row(0), std::vector<float>(k, k + 4));
+  m.mirror.flush(0);
+  EXPECT_TRUE(twin_equals_host(m.twin, m.cache));
+  // Declines: a lagging layer, and a bad layer is an error.
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{2});
+  ASSERT_TRUE(m.mirror.defer_host_append(0, 1));
+  EXPECT_FALSE(m.mirror.append_placeholders(0, 1, 3));
+  EXPECT_THROW(m.mirror.append_placeholders(1, 1, 3), std::invalid_argument);
+  m.mirror.sync_host_appends();
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{3});
+  ASSERT_TRUE(m.mirror.append_placeholders(0, 1, 3));
+  // (The listener hears of a mutation once it is done: the refused re-assignment did happen.)
+  EXPECT_THROW(m.cache.reassign_positions(0, 0), std::logic_error);
+  m.cache.clear();
+  EXPECT_TRUE(m.mirror.placeholder_rows(0, 0).empty());
 }
 
 }  // namespace

@@ -265,6 +265,7 @@ class CudaDecoder : public Decoder {
   std::unique_ptr<DeviceKvBackend> backend_;
   std::unique_ptr<DeviceKvMirror> mirror_;
   bool defer_host_ = false;  // this forward call appends to the device only (no observer)
+  bool placeholder_host_ = false;  // ... or to the device and placeholder rows to the host
   DeviceKvSeconds own_seconds_;  // host_append and observation (device_kv_stats.h): this decoder's side
   int position_ = 0;
   int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
@@ -325,7 +326,13 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // No observer: no one reads the host cache during this call, so its rows go to the device only
   // and the host catches up when it is next asked for (cache(), snapshot(), a call with an observer).
   defer_host_ = mirror_ && !observer;
-  if (mirror_ && !defer_host_) mirror_->sync_host();
+  // A one-token step after the prompt whose observer reads no cached row: the host cache takes
+  // placeholder rows (positions only), no key or value leaves the device (device_kv_mirror.h).
+  placeholder_host_ = mirror_ && observer && n == 1 && position_ > 0 && !request.decode_step_reads_cache_rows;
+  if (mirror_ && !defer_host_) {
+    if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
+    else mirror_->sync_host();
+  }
   host_tokens_ = tokens;
   tokens_.resize(n);
   tokens_.upload(tokens.data(), n);
@@ -451,7 +458,8 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
   mirror_->flush(layer);
   const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
   device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
-  if (!(defer_host_ && mirror_->defer_host_append(layer, n))) {
+  if (!(defer_host_ && mirror_->defer_host_append(layer, n)) &&
+      !(placeholder_host_ && mirror_->append_placeholders(layer, n, rotary_first))) {
     Stopwatch timed(&own_seconds_.host_append);
     append_to_host(layer, n, rotary_first);
   }
