@@ -67,6 +67,11 @@ struct LayerSignals {
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;
+  // The host cache of this layer holds placeholder rows (DeviceKvMirror::append_placeholders: the
+  // observer declared decode_step_reads_cache_rows false): it must read no cached key or value, and
+  // takes the newest query's attention (A_now) from accumulated_attention, which is that row for a
+  // one-token block.
+  bool cache_rows_are_placeholders = false;
 };
 
 class ForwardObserver {

@@ -197,6 +197,12 @@ void DeviceKvMirror::append_lagging_rows() {
   }
 }
 
+bool DeviceKvMirror::has_placeholders(int layer) const {
+  for (int h = 0; h < n_heads_; ++h)
+    if (!placeholders_.at(static_cast<size_t>(layer) * n_heads_ + h).empty()) return true;
+  return false;
+}
+
 bool DeviceKvMirror::pending(int layer) const { return layer_pending_.at(static_cast<size_t>(layer)) != 0; }
 
 void DeviceKvMirror::on_append(int layer, int head, int32_t position, const float* key, const float* value) {

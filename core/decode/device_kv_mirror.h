@@ -125,6 +125,7 @@ class DeviceKvMirror final : public KvCacheListener {
   // Only the lagging rows (the placeholders stay): for a call that keeps using placeholders.
   void sync_host_appends();
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
+  bool has_placeholders(int layer) const;
   // Host rows of (layer, head) that are placeholders (ascending).
   const std::vector<int>& placeholder_rows(int layer, int head) const {
     return placeholders_.at(static_cast<size_t>(layer) * n_heads_ + head);

@@ -5,6 +5,7 @@ namespace kvevict {
 
 bool signal_source_reads_cache_rows(SignalSource source) {
   switch (source) {
+    case SignalSource::LatestQuery:  // A_now: from the decoder's column sums when rows are placeholders
     case SignalSource::ColumnSums:
     case SignalSource::Positions:
     case SignalSource::Tokens:
@@ -13,7 +14,6 @@ bool signal_source_reads_cache_rows(SignalSource source) {
     case SignalSource::PromptQueries:
     case SignalSource::RopeRotation: return false;
     case SignalSource::WindowQueries:   // the host attends the window queries over the cached keys
-    case SignalSource::LatestQuery:     // ... and the newest query (A_now) likewise
     case SignalSource::CachedKeys:
     case SignalSource::CachedValues:
     case SignalSource::SegmentQueries:

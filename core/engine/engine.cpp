@@ -104,6 +104,9 @@ struct EvictionEngine::State {
   std::unique_ptr<LayerSelector> selector;
   // The program may score from the decoder's device window attention in place (scores_window_in_place).
   const bool window_in_place;
+  // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
+  // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
+  const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
   // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
   // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
   // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
@@ -304,6 +307,18 @@ struct EvictionEngine::State {
     window_in.offer(s, r.W, r.first, G, cache);
   }
 
+  // A_now of KV head kv_head's query heads from the decoder's one-token column sums ([Gs][T]): the
+  // host cache holds placeholder rows, so it is not computed from the cached keys.
+  void copy_decoder_current_attention(int kv_head, int T, float* out) const {
+    for (int g = 0; g < Gs; ++g) {
+      const std::vector<float>& row = decoder_current_attention->at(static_cast<size_t>(kv_head * Gs + g));
+      if (static_cast<int>(row.size()) < T)
+        throw std::logic_error("engine: the decoder's current attention has " + std::to_string(row.size()) +
+                               " entries for a head of " + std::to_string(T));
+      std::copy_n(row.data(), T, out + static_cast<size_t>(g) * T);
+    }
+  }
+
   // Adds the block's attention column sums to the stored accumulated attention of the layer.
   void record_accumulated(const LayerSignals& s, const KVCache& cache) {
     if (!desc.needs(TensorSignal::AccumulatedAttention)) return;
@@ -388,6 +403,10 @@ struct EvictionEngine::State {
         case TensorSignal::CurrentAttention:
           if (rows == 0) continue;
           out.resize(static_cast<size_t>(Gs) * T);
+          if (decoder_current_attention) {
+            copy_decoder_current_attention(kv_head, T, out.data());
+            break;
+          }
           compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
                                    recent.first_position(layer) + rows - 1, kv_head, Gs, keys, in.position, T, d,
                                    out.data());
@@ -1084,6 +1103,12 @@ struct EvictionEngine::State {
 
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
+    // Placeholder rows on the host: A_now is the decoder's row (a one-token block's column sums).
+    decoder_current_attention = s.cache_rows_are_placeholders && s.n_tokens == 1 && !unfold ? s.accumulated_attention : nullptr;
+    struct Forget {
+      const std::vector<std::vector<float>>*& p;
+      ~Forget() { p = nullptr; }
+    } forget{decoder_current_attention};
     original.appended(l, cache, s.first_position);
     record_layer_signals(s, cache, /*decoding=*/true);
     const int step = decode_step + 1;
@@ -1123,6 +1148,9 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
                             MergeOnEvictState::needs_decode_attention(state_->desc.merge);
+  // While decoding, A_now may have to come from the decoder (LayerSignals::cache_rows_are_placeholders).
+  const bool decoding = state_->prefill_done && !state_->in_prefill;
+  if (decoding && state_->desc.needs(TensorSignal::CurrentAttention)) r.accumulated_attention = true;
   // The prompt query statistics read every prompt query, and a window found from the tokens is
   // unknown until the prompt arrives: both see the whole block (a view, no copy).
   if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)

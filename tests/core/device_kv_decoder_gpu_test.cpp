@@ -212,6 +212,25 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
         EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h)));
       }
   }
+  // CAKE and TOVA read A_now: with placeholder rows it is the decoder's one-token column sums, with
+  // real rows the host's product of the newest query and the cached keys. The caches may part, on
+  // near ties only; the logits agree while the caches do.
+  for (const char* name : {"cake", "tova"}) {
+    const auto p = load_policy(name, {});
+    EngineOptions options{Budget::parse("40"), 0};
+    options.trace_selection = true;
+    auto placeholder = make_decoder(*model, DecoderDevice::Cuda, {});
+    auto real = make_decoder(*model, DecoderDevice::Cuda, {});
+    EvictionEngine e1(*p, model->config, options), e2(*p, model->config, options);
+    ReadsRows reads(e2);
+    test::LockstepOutcome outcome;
+    EXPECT_TRUE(test::eviction_in_lockstep(*placeholder, e1, *real, e2, random_prompt(120, 6), 48,
+                                           logit_bound,
+                                           &outcome, &reads))
+        << name;
+    EXPECT_GT(placeholder->device_kv_stats().counts.rows_placeholder, 0) << name;
+    ASSERT_TRUE(device_equals_host(*placeholder)) << name;
+  }
 #endif
 }
 

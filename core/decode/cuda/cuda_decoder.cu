@@ -576,6 +576,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       signals.window_queries = std::span<const float>(window_queries_);
     }
     if (want_columns) signals.accumulated_attention = &column_sums_;
+    signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
     // The window attention on request, over the cache as the block's append left it, before the
     // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
     // (the device holds those; the observer's causal mask reads the original ones).
