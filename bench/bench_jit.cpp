@@ -25,11 +25,15 @@
 #include "core/util/error.h"
 #include "jit/codegen.h"
 #ifdef KVEVICT_HAVE_LOWERED_FORM
+#include "dsl/compiled_program.h"
+#include "dsl/policy_file.h"
+#include "dsl/policy_loader.h"
 #include "dsl/program_builder.h"
 #include "jit/cuda_codegen.h"
 #endif
 #include "jit/cuda_driver.h"
 #include "jit/gpu_score_kernel.h"
+#include "jit/jit_policy_program.h"
 #include "jit/host_module.h"
 #include "jit/kernel_abi.h"
 #include "jit/jit_compiler.h"
@@ -175,6 +179,97 @@ void bench_host_indicator(int repeats, const std::string& work_dir) {
 }
 #endif
 
+#ifdef KVEVICT_HAVE_LOWERED_FORM
+// CAKE's layer preference (its layer_weight program, policies/cake.yaml) for one layer of 8 KV
+// heads x G=4 x W=32 x T tokens: the interpreter (the CPU path before the generated layer kernel),
+// the generated kernel built for the host, and on a GPU the generated kernel reading the window
+// attention in place (as the engine hands it, no upload): the prefill's policy share.
+struct CakeLayer {
+  std::vector<std::vector<float>> window;  // per KV head, [G][W][T]
+  LayerWeightInputs inputs;
+  CakeLayer(int T, int kv_heads = 8) : window(size_t(kv_heads)) {
+    for (int g = 0; g < kv_heads; ++g) {
+      ScoreInputs in = indicator_inputs(4, 32, T, window[size_t(g)]);
+      in.kv_head = g;
+      in.n_kv_heads = kv_heads;
+      in.layer = 3;
+      in.n_layers = 32;
+      in.head_dim = 128;
+      in.prompt_len = T;
+      inputs.heads.push_back(in);
+    }
+    inputs.layer = 3;
+    inputs.n_layers = 32;
+    inputs.prompt_len = T;
+    inputs.budget = 0.03 * T;
+  }
+};
+
+std::string cake_policy_file() { return resolve_policy_path("cake", {}); }
+
+void bench_host_layer_weight(int repeats, const std::string& work_dir) {
+  const std::string file = cake_policy_file();
+  dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+  auto generated = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)),
+                                             generate_policy_cuda(file, {}, {}), work_dir);
+  for (int T : {4096, 32768}) {
+    CakeLayer layer(T);
+    double expected = 0, actual = 0;
+    std::vector<double> interp_ms, host_ms;
+    for (int r = 0; r < std::min(repeats, 3); ++r) {
+      double t0 = now_ms();
+      expected = interpreted.layer_weight(layer.inputs);
+      interp_ms.push_back(now_ms() - t0);
+      t0 = now_ms();
+      actual = generated->layer_weight(layer.inputs);
+      host_ms.push_back(now_ms() - t0);
+    }
+    std::printf("CAKE layer preference, 8 KV heads x G=4 x W=32 x T=%d: interpreter %.1f ms, generated (host build) "
+                "%.1f ms per layer; relative difference %.2g\n",
+                T, median(interp_ms), median(host_ms), std::fabs(actual - expected) / std::max(1e-30, std::fabs(expected)));
+  }
+}
+
+void bench_gpu_layer_weight(int ordinal) {
+  const CudaProbe probe = CudaDriver::probe();
+  const std::string file = cake_policy_file();
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  KernelCache cache;
+  NvrtcRequest request;
+  request.name = kernel.name;
+  request.source = kernel.source;
+  request.arch = probe.devices[size_t(ordinal)].arch();
+  const JitKernel compiled = compile_cached(request, cache, "cake-layer-weight");
+  auto program = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                          *compiled.entry, ordinal);
+  dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+  for (int T : {32768, 131072}) {
+    CakeLayer layer(T);
+    const double expected = T <= 32768 ? interpreted.layer_weight(layer.inputs) : 0.0;
+    std::vector<DeviceBuffer> on_device;  // each head's A on the device, handed in place
+    LayerWeightInputs in = layer.inputs;
+    for (size_t g = 0; g < layer.window.size(); ++g) {
+      on_device.emplace_back(layer.window[g].size() * sizeof(float));
+      on_device.back().upload(layer.window[g].data(), layer.window[g].size() * sizeof(float));
+      in.heads[g].set_device_signal(TensorSignal::WindowAttention, reinterpret_cast<const float*>(on_device.back().address()));
+    }
+    double value = program->layer_weight(in);  // warm-up
+    std::vector<double> ms;
+    for (int r = 0; r < 20; ++r) {
+      const double t0 = now_ms();
+      value = program->layer_weight(in);
+      ms.push_back(now_ms() - t0);
+    }
+    std::printf("CAKE layer preference on the GPU (generated, A read in place), T=%d: %.3f ms per layer (wall, launches "
+                "and the one-float download included)%s\n",
+                T, median(ms),
+                expected > 0 ? (", relative difference to the interpreter " +
+                                std::to_string(std::fabs(value - expected) / std::fabs(expected))).c_str()
+                             : "");
+  }
+}
+#endif
+
 void bench_gpu_indicator() {
   const CudaProbe probe = CudaDriver::probe();
   if (!probe.usable) {
@@ -242,6 +337,8 @@ void bench_gpu_indicator() {
   }
 #ifndef KVEVICT_HAVE_LOWERED_FORM
   std::printf("JIT indicator vs hand-written: skipped (the code generator is not built: no DSL lowered form)\n");
+#else
+  bench_gpu_layer_weight(0);
 #endif
 }
 
@@ -263,6 +360,7 @@ int main(int argc, char** argv) {
     }
 #ifdef KVEVICT_HAVE_LOWERED_FORM
     bench_host_indicator(repeats, cache_dir + "-host");
+    bench_host_layer_weight(repeats, cache_dir + "-host");
 #endif
     std::error_code ec;
     std::filesystem::remove_all(cache_dir, ec);
