@@ -312,7 +312,7 @@ struct EvictionEngine::State {
   void copy_decoder_current_attention(int kv_head, int T, float* out) const {
     for (int g = 0; g < Gs; ++g) {
       const std::vector<float>& row = decoder_current_attention->at(static_cast<size_t>(kv_head * Gs + g));
-      if (static_cast<int>(row.size()) < T)
+      if (static_cast<int>(row.size()) != T)  // the decoder's row covers the head as it attended it
         throw std::logic_error("engine: the decoder's current attention has " + std::to_string(row.size()) +
                                " entries for a head of " + std::to_string(T));
       std::copy_n(row.data(), T, out + static_cast<size_t>(g) * T);

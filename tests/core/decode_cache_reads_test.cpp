@@ -208,7 +208,9 @@ TEST_F(DecodeCacheReadsTest, DecodersCurrentAttentionPartsFromTheHostsOnlyOnNear
                                            &outcome, &flagged))
         << name;
     std::printf("%s: %d calls on the same caches\n", name, outcome.same_cache_steps);
-    if (std::string(name) == "h2o") EXPECT_EQ(outcome.same_cache_steps, 41) << "H2O reads no A_now";
+    if (std::string(name) == "h2o") {
+      EXPECT_EQ(outcome.same_cache_steps, 41) << "H2O reads no A_now";
+    }
   }
 }
 
