@@ -27,14 +27,6 @@ bool flashinfer_prefill_built() {
 #endif
 }
 
-PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where) {
-  PrefillAttention kernel = PrefillAttention::Own;
-  if (!parse_mode(name, kernel))
-    throw UsageError(std::string(where) + ": unknown prefill attention '" + std::string(name) +
-                     "' (expected own or flashinfer)");
-  return kernel;
-}
-
 std::unique_ptr<Decoder> make_decoder(const Model& model, DecoderDevice device, const DecoderOptions& options) {
   if (device == DecoderDevice::Cpu) return make_cpu_decoder(model, options);
 #ifdef KVEVICT_HAVE_CUDA

@@ -7,10 +7,12 @@
 // The CUDA backend compiles in CI (no GPU there); its GPU tests passed on an H200 on 2026-12-04.
 // docs/CUDA.md says what has run and what has not.
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/decode/decoder.h"
 #include "core/engine/policy_modes.h"
+#include "core/util/error.h"
 
 namespace kvevict {
 
@@ -31,7 +33,14 @@ bool cuda_decoder_built();
 // docs/CUDA.md "FlashInfer prefill"); false without the CUDA decoder.
 bool flashinfer_prefill_built();
 
-// A PrefillAttention by its name (ModeNames below): UsageError naming `where` for any other text.
-PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where);
+// A PrefillAttention by its name (ModeNames above): UsageError naming `where` for any other text.
+// Inline: the eval config's reader (and its fuzz target) needs it without the decoders.
+inline PrefillAttention parse_prefill_attention(std::string_view name, std::string_view where) {
+  PrefillAttention kernel = PrefillAttention::Own;
+  if (!parse_mode(name, kernel))
+    throw UsageError(std::string(where) + ": unknown prefill attention '" + std::string(name) +
+                     "' (expected own or flashinfer)");
+  return kernel;
+}
 
 }  // namespace kvevict
