@@ -342,15 +342,36 @@ TEST(DeviceKvMirror, DecoderModeRefusesAnAppendBeforeTheFlush) {
   EXPECT_THROW(DeviceKvMirror(other, m.backend, MirrorAppends::Host), std::invalid_argument);
 }
 
+// Two layers of two KV heads (head_dim 8): the deferred and placeholder tests' geometry.
+ModelConfig two_layer_config() {
+  ModelConfig c;
+  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8, c.dim = 32, c.hidden_dim = 8;
+  c.vocab_size = 8, c.context_length = 4096;
+  return c;
+}
+
+// A block of rows ([n][kv_dim], positions from `position`) appended as a decoder appends it: to the
+// twin (the device), to the reference host cache, and to `host` when the host takes real rows now.
+void append_block(DeviceKvTwin& twin, KVCache& reference, KVCache* host, int layer, int position,
+                  const std::vector<float>& k, const std::vector<float>& v) {
+  const int d = reference.head_dim(), heads = reference.n_kv_heads(), kv_dim = heads * d;
+  const int n = static_cast<int>(k.size()) / kv_dim;
+  twin.append(layer, n, k.data(), v.data(), kv_dim, std::vector<int32_t>(static_cast<size_t>(heads), position));
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < n; ++i) {
+      const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * d;
+      reference.append(layer, h, position + i, k.data() + at, v.data() + at);
+      if (host) host->append(layer, h, position + i, k.data() + at, v.data() + at);
+    }
+}
+
 // Deferred host appends (the CUDA decoder's calls without an observer): blocks go to the device
 // only and the host cache lags until sync_host reads them back. A reference host cache takes every
 // block directly; after each sync the mirrored host cache must hold exactly its words and
 // positions, and the twin must equal both. Rounds with an observer (sync first, host append, then
 // the engine's keeps and written entries) interleave with deferred rounds, in three KvTypes.
 TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
-  ModelConfig c;
-  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8, c.dim = 32, c.hidden_dim = 8;
-  c.vocab_size = 8, c.context_length = 4096;
+  const ModelConfig c = two_layer_config();
   for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
     KVCache cache(c, type), reference(c, type);
     DeviceKvTwin twin(geometry_of(cache));
@@ -367,14 +388,7 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
       const auto [k, v] = random_block(rng, n, kv_dim);
       for (int l = 0; l < c.n_layers; ++l) {
         mirror.flush(l);
-        const std::vector<int32_t> first(static_cast<size_t>(c.n_kv_heads), position);
-        twin.append(l, n, k.data(), v.data(), kv_dim, first);
-        for (int h = 0; h < c.n_kv_heads; ++h)
-          for (int i = 0; i < n; ++i) {
-            const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * c.head_dim;
-            reference.append(l, h, position + i, k.data() + at, v.data() + at);
-            if (observer) cache.append(l, h, position + i, k.data() + at, v.data() + at);
-          }
+        append_block(twin, reference, observer ? &cache : nullptr, l, position, k, v);
         if (!observer) {
           ASSERT_TRUE(mirror.defer_host_append(l, n));
           EXPECT_GE(mirror.host_lag(l), n);
@@ -457,9 +471,7 @@ TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
 // Rounds mix placeholder calls, deferred calls (no observer) and calls with real rows and written
 // entries, in three KvTypes.
 TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
-  ModelConfig c;
-  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8, c.dim = 32, c.hidden_dim = 8;
-  c.vocab_size = 8, c.context_length = 4096;
+  const ModelConfig c = two_layer_config();
   for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
     KVCache cache(c, type), reference(c, type);
     DeviceKvTwin twin(geometry_of(cache));
@@ -477,16 +489,12 @@ TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
       const auto [k, v] = random_block(rng, n, kv_dim);
       for (int l = 0; l < c.n_layers; ++l) {
         mirror.flush(l);
-        const std::vector<int32_t> first(static_cast<size_t>(c.n_kv_heads), position);
-        twin.append(l, n, k.data(), v.data(), kv_dim, first);
-        for (int h = 0; h < c.n_kv_heads; ++h)
-          for (int i = 0; i < n; ++i) {
-            const size_t at = static_cast<size_t>(i) * kv_dim + static_cast<size_t>(h) * c.head_dim;
-            reference.append(l, h, position + i, k.data() + at, v.data() + at);
-            if (kind == Real) cache.append(l, h, position + i, k.data() + at, v.data() + at);
-          }
-        if (kind == Placeholder) ASSERT_TRUE(mirror.append_placeholders(l, n, position));
-        if (kind == Deferred) ASSERT_TRUE(mirror.defer_host_append(l, n));
+        append_block(twin, reference, kind == Real ? &cache : nullptr, l, position, k, v);
+        if (kind == Placeholder) {
+          ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+        } else if (kind == Deferred) {
+          ASSERT_TRUE(mirror.defer_host_append(l, n));
+        }
         mirror.flush(l);
       }
       position += n;
