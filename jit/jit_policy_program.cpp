@@ -53,6 +53,12 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   return program;
 }
 
+// The host backend reads host memory: device signals handed to it are a bug of the caller.
+void JitPolicyProgram::refuse_device_signals_on_host(const ScoreInputs& in) const {
+  if (in.device_signals != 0)
+    throw std::logic_error("policy '" + description().name + "': device signals handed to the host backend");
+}
+
 void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const {
   if (kernel_output_extent(to_kernel_args(in), output) <= 0) return;
   for (const TensorSignalInfo& info : kTensorSignalTable) {
@@ -70,7 +76,7 @@ void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) c
   const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
   check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
   if (host_) {
-    if (in.device_signals != 0) throw std::logic_error("policy '" + description().name + "': device signals handed to the host backend");
+    refuse_device_signals_on_host(in);
     const HostEntry entry = use_decode ? host_decode_ : host_score_;
     const KvScoreArgs args = to_kernel_args(in);
     entry(&args, out);
@@ -89,6 +95,7 @@ void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
     throw RuntimeError("policy '" + description().name + "': invalid channel_score inputs");
   check_signals(in, channel_signals_, KernelOutput::Channel);
   if (host_) {
+    refuse_device_signals_on_host(in);
     const KvScoreArgs args = to_kernel_args(in);
     host_channel_(&args, out);
     return;
@@ -96,10 +103,6 @@ void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
   use_cuda_device(ordinal_);
   gpu_channel_->score(in, out);
 }
-
-}  // namespace kvevict::jit
-
-namespace kvevict::jit {
 
 double JitPolicyProgram::layer_weight(const LayerWeightInputs& in) const {
   if (!description().has_layer_weight) return 1.0;
@@ -115,8 +118,7 @@ double JitPolicyProgram::layer_weight(const LayerWeightInputs& in) const {
   if (h0.T < 0 || h0.W < 0 || h0.group < 1) throw RuntimeError("policy '" + name + "': invalid layer_weight inputs");
   float value = 0;
   if (host_) {
-    for (const ScoreInputs& h : in.heads)
-      if (h.device_signals != 0) throw std::logic_error("policy '" + name + "': device signals handed to the host backend");
+    for (const ScoreInputs& h : in.heads) refuse_device_signals_on_host(h);
     std::vector<KvScoreArgs> args = layer_kernel_args(in);
     for (KvScoreArgs& a : args) a.layer_heads = args.data();
     host_layer_(args.data(), &value);

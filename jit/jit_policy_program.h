@@ -69,6 +69,7 @@ class JitPolicyProgram : public PolicyProgram {
   // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead);
   // nothing is checked when the entry writes no output (`output`'s extent is 0).
   void check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const;
+  void refuse_device_signals_on_host(const ScoreInputs& in) const;  // std::logic_error when any is set
 
   std::unique_ptr<PolicyProgram> reference_;
   SignalSet score_signals_{}, decode_signals_{}, channel_signals_{}, layer_signals_{};

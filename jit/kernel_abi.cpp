@@ -205,6 +205,7 @@ KVEVICT_FN float kv_random(const KvScoreArgs& a, int t) {
 // One double per lane combined into one value for the block (op 0 sum, 1 max, 2 min). On the GPU
 // every thread of the block must call it and gets the result; the tree has a fixed shape, so a
 // given launch always gives the same bits. On the host there is one lane: the value itself.
+KVEVICT_FN double kv_combine_op(double x, double y, int op) { return op == 0 ? x + y : op == 1 ? (y > x ? y : x) : (y < x ? y : x); }
 #if defined(__CUDACC__)
 KVEVICT_FN double kv_block_combine(double v, int op) {
   __shared__ double buffer[KVEVICT_STAGE_THREADS];
@@ -214,7 +215,7 @@ KVEVICT_FN double kv_block_combine(double v, int op) {
   for (int half = (int)blockDim.x / 2; half > 0; half /= 2) {
     if (lane < half) {
       const double x = buffer[lane], y = buffer[lane + half];
-      buffer[lane] = op == 0 ? x + y : op == 1 ? (y > x ? y : x) : (y < x ? y : x);
+      buffer[lane] = kv_combine_op(x, y, op);
     }
     __syncthreads();
   }
@@ -245,7 +246,6 @@ KVEVICT_FN double* kv_split_cell(const KvScoreArgs& a, int n_stages, int n_matri
   return (double*)(a.scratch + kv_split_base(a, n_stages, n_matrices, axes)) +
          ((long long)step * kv_layer_heads(a) + g) * (KVEVICT_MAX_STAGE_PARTS + 2);
 }
-KVEVICT_FN double kv_combine_op(double x, double y, int op) { return op == 0 ? x + y : op == 1 ? (y > x ? y : x) : (y < x ? y : x); }
 // Every thread of the block calls it with the block's value v (op as kv_block_combine). Part
 // `part` of `parts` stores v; the last block to arrive gets true and v = the parts combined in part
 // order; the others get false and stop.

@@ -16,6 +16,18 @@ std::string where(int layer, int head) {
   return "layer " + std::to_string(layer) + " head " + std::to_string(head);
 }
 
+// Marked rows (dirty or placeholder) follow their entries to their new index j (ascending).
+void follow_keep(std::vector<int>& marked, std::span<const int> indices) {
+  if (marked.empty()) return;
+  std::vector<char> was(static_cast<size_t>(*std::max_element(marked.begin(), marked.end())) + 1, 0);
+  for (int t : marked) was[static_cast<size_t>(t)] = 1;
+  marked.clear();
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const size_t t = static_cast<size_t>(indices[j]);
+    if (t < was.size() && was[t]) marked.push_back(static_cast<int>(j));
+  }
+}
+
 }  // namespace
 
 DeviceKvMirror::DeviceKvMirror(KVCache& cache, DeviceKvBackend& backend, MirrorAppends appends)
@@ -90,27 +102,29 @@ void DeviceKvMirror::refuse_while_lagging(int layer, int head, const char* what)
                            std::to_string(host_lag_[static_cast<size_t>(layer)]) + " rows (sync_host first)");
 }
 
-bool DeviceKvMirror::defer_host_append(int layer, int rows) {
+// Whether the host must take a block's real rows now (defer_host_append and append_placeholders
+// decline): Host mode, an unfolded cache, pending work on the layer, or a head whose host rows are
+// not the device's words (codebook) or whose next position is the host's length (re-assigned).
+bool DeviceKvMirror::host_takes_rows_now(const char* what, int layer, int rows) const {
   if (layer < 0 || layer >= n_layers_ || rows < 0)
-    throw std::invalid_argument("device KV mirror: defer_host_append(" + std::to_string(layer) + ", " +
+    throw std::invalid_argument(std::string("device KV mirror: ") + what + "(" + std::to_string(layer) + ", " +
                                 std::to_string(rows) + ")");
-  if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)]) return false;
+  if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)]) return true;
   for (int h = 0; h < n_heads_; ++h)
-    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return false;
+    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return true;
+  return false;
+}
+
+bool DeviceKvMirror::defer_host_append(int layer, int rows) {
+  if (host_takes_rows_now("defer_host_append", layer, rows)) return false;
   host_lag_[static_cast<size_t>(layer)] += rows;
   counts_.rows_deferred += static_cast<int64_t>(rows) * n_heads_;
   return true;
 }
 
 bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_position) {
-  if (layer < 0 || layer >= n_layers_ || rows < 0)
-    throw std::invalid_argument("device KV mirror: append_placeholders(" + std::to_string(layer) + ", " +
-                                std::to_string(rows) + ")");
-  if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)] ||
-      host_lag_[static_cast<size_t>(layer)] > 0)
+  if (host_takes_rows_now("append_placeholders", layer, rows) || host_lag_[static_cast<size_t>(layer)] > 0)
     return false;
-  for (int h = 0; h < n_heads_; ++h)
-    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return false;
   const std::vector<float> zeros(static_cast<size_t>(head_dim_), 0.0f);
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
@@ -233,23 +247,11 @@ void DeviceKvMirror::on_append(int layer, int head, int32_t position, const floa
   }
 }
 
-// Marked rows (dirty or placeholder) follow their entries to their new index j.
-static void follow_keep(std::vector<int>& marked, std::span<const int> indices) {
-  if (marked.empty()) return;
-  std::vector<char> was(static_cast<size_t>(*std::max_element(marked.begin(), marked.end())) + 1, 0);
-  for (int t : marked) was[static_cast<size_t>(t)] = 1;
-  marked.clear();
-  for (size_t j = 0; j < indices.size(); ++j) {
-    const size_t t = static_cast<size_t>(indices[j]);
-    if (t < was.size() && was[t]) marked.push_back(static_cast<int>(j));
-  }
-}
-
 void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) {
   if (unfolded_) return;
   refuse_while_lagging(layer, head, "a keep");
   layer_pending_[static_cast<size_t>(layer)] = 1;
-  follow_keep(placeholders_[static_cast<size_t>(layer) * n_heads_ + head], indices);  // ascending: j increases
+  follow_keep(placeholders_[static_cast<size_t>(layer) * n_heads_ + head], indices);
   HeadState& s = state(layer, head);
   if (s.resync) return;
   follow_keep(s.dirty, indices);

@@ -166,6 +166,7 @@ class DeviceKvMirror final : public KvCacheListener {
   void resync_rows(int layer, int head, HeadState& s);
   void refuse_while_lagging(int layer, int head, const char* what) const;
   void refuse_placeholders(int layer, int head, const char* what) const;
+  bool host_takes_rows_now(const char* what, int layer, int rows) const;
   void fill_placeholders(int layer);
   void append_lagging_rows();
 

@@ -104,6 +104,8 @@ struct EvictionEngine::State {
   std::unique_ptr<LayerSelector> selector;
   // The program may score from the decoder's device window attention in place (scores_window_in_place).
   const bool window_in_place;
+  // A one-token decode step reads cached keys or values (decode_cache_reads.h): fixed by the policy.
+  const bool decode_reads_cache_rows;
   // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
   // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
   const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
@@ -193,7 +195,8 @@ struct EvictionEngine::State {
         Hs(plan.geometry.stored_heads),
         Gs(plan.geometry.stored_group),
         selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
-        window_in_place(scores_window_in_place(p)) {
+        window_in_place(scores_window_in_place(p)),
+        decode_reads_cache_rows(decode_step_reads_cache_rows(p.description())) {
     rope = Rope(c);
   }
 
@@ -1148,9 +1151,12 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
                             MergeOnEvictState::needs_decode_attention(state_->desc.merge);
-  // While decoding, A_now may have to come from the decoder (LayerSignals::cache_rows_are_placeholders).
+  // After the prompt, a policy that reads no cached row while decoding lets a device cache keep the
+  // new rows to itself (decode_cache_reads.h); A_now then comes from the decoder's column sums
+  // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
   const bool decoding = state_->prefill_done && !state_->in_prefill;
-  if (decoding && state_->desc.needs(TensorSignal::CurrentAttention)) r.accumulated_attention = true;
+  r.decode_step_reads_cache_rows = !decoding || state_->decode_reads_cache_rows;
+  if (!r.decode_step_reads_cache_rows && state_->desc.needs(TensorSignal::CurrentAttention)) r.accumulated_attention = true;
   // The prompt query statistics read every prompt query, and a window found from the tokens is
   // unknown until the prompt arrives: both see the whole block (a view, no copy).
   if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
@@ -1160,10 +1166,6 @@ ObservationRequest EvictionEngine::request() const {
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   r.window_attention = state_->requested_window_attention();
-  // After the prompt, a policy that reads no cached row while decoding lets a device cache keep
-  // the new rows to itself (decode_cache_reads.h).
-  r.decode_step_reads_cache_rows =
-      !state_->prefill_done || state_->in_prefill || decode_step_reads_cache_rows(state_->desc);
   return r;
 }
 

@@ -268,11 +268,11 @@ struct ScoreInputs {
 };
 static_assert(kNumTensorSignals <= 32, "ScoreInputs::device_signals has one bit per tensor signal");
 
-// Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.
 // What a layer_weight program's value means to the allocator: a share of the budget, so a
 // negative, infinite or NaN value is "nothing" (0). Every backend reads its value through this.
 inline double usable_layer_weight(double w) { return std::isfinite(w) && w > 0 ? w : 0.0; }
 
+// Per-layer statistics for the budget allocator: the score inputs of every KV head of the layer.
 struct LayerWeightInputs {
   int layer = 0, n_layers = 0;
   int prompt_len = 0;
