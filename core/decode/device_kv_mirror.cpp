@@ -83,8 +83,17 @@ void DeviceKvMirror::mark_synced() {
   for (HeadState& s : heads_) s = HeadState{};
   std::fill(layer_pending_.begin(), layer_pending_.end(), 0);
   std::fill(host_lag_.begin(), host_lag_.end(), 0);
-  for (std::vector<int>& rows : placeholders_) rows.clear();
   unfolded_ = cache_.unfolded();
+  // A restored host cache whose heads hold their rows elsewhere holds nothing but placeholders.
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_heads_; ++h) {
+      std::vector<int>& rows = placeholders_[static_cast<size_t>(l) * n_heads_ + h];
+      rows.clear();
+      if (!unfolded_ && cache_.rows_held_elsewhere(l, h)) {
+        rows.resize(static_cast<size_t>(cache_.length(l, h)));
+        std::iota(rows.begin(), rows.end(), 0);
+      }
+    }
 }
 
 void DeviceKvMirror::refuse_placeholders(int layer, int head, const char* what) const {
@@ -128,9 +137,13 @@ bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_posi
   const std::vector<float> zeros(static_cast<size_t>(head_dim_), 0.0f);
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
+    // A head with no row of its own on the host keeps none (positions only); one holding real rows
+    // (a prompt the observer read) takes zero rows, since a head holds every row or none.
+    const bool positions_only = cache_.length(layer, h) == 0 || cache_.rows_held_elsewhere(layer, h);
     for (int i = 0; i < rows; ++i) {
       placeholders.push_back(cache_.length(layer, h));
-      cache_.append(layer, h, first_position + i, zeros.data(), zeros.data());  // bookkeeping only (Decoder mode)
+      if (positions_only) cache_.append_position(layer, h, first_position + i);
+      else cache_.append(layer, h, first_position + i, zeros.data(), zeros.data());  // bookkeeping only (Decoder mode)
     }
   }
   counts_.rows_placeholder += static_cast<int64_t>(rows) * n_heads_;
@@ -152,6 +165,11 @@ void DeviceKvMirror::fill_placeholders(int layer) {
   } done{filling_};
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& rows = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
+    if (cache_.rows_held_elsewhere(layer, h)) {  // every row is a placeholder: one read, one hand-over
+      fill_head(layer, h, type);
+      rows.clear();
+      continue;
+    }
     for (size_t i = 0; i < rows.size();) {
       size_t j = i + 1;
       while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
@@ -172,6 +190,19 @@ void DeviceKvMirror::fill_placeholders(int layer) {
     }
     rows.clear();
   }
+}
+
+// A head whose rows were all held on the device takes them in one read.
+void DeviceKvMirror::fill_head(int layer, int head, KvType type) {
+  const int len = cache_.length(layer, head);
+  const DeviceKvHeadContents c = backend_.read_rows(layer, head, 0, len);
+  const int32_t* host = cache_.positions(layer, head);
+  if (!std::equal(c.positions.begin(), c.positions.end(), host, host + len))
+    throw std::logic_error("device KV mirror: " + where(layer, head) +
+                           " holds other positions on the device than on the host");
+  const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
+  cache_.take_rows(layer, head, keys.data(), values.data());
+  counts_.rows_read += len;
 }
 
 void DeviceKvMirror::sync_host() {
@@ -224,6 +255,15 @@ void DeviceKvMirror::on_append(int layer, int head, int32_t position, const floa
   refuse_while_lagging(layer, head, "a host append");
   HeadState& s = state(layer, head);
   if (s.resync) return;  // the whole head is read from the host anyway
+  if (!key || !value) {  // KVCache::append_position: the rows are held elsewhere, i.e. on the device
+    if (appends_ != MirrorAppends::Decoder)
+      throw std::logic_error("device KV mirror: a position-only append to " + where(layer, head) +
+                             " in Host mode (the mirror copies host rows to the device; there are none)");
+    if (s.keep_pending)
+      throw std::logic_error("device KV mirror: " + where(layer, head) +
+                             " was appended to before its pending keeps were flushed");
+    return;
+  }
   if (appends_ == MirrorAppends::Decoder) {
     // The device already holds the row at its end; a pending keep would have numbered the rows
     // without it, so the decoder must flush first (the contract).

@@ -30,7 +30,9 @@
 //    decode indicator such as CAKE's or H2O's), the decoder appends the block to the device and
 //    only a placeholder (zero rows with the right positions) to the host: lengths and positions
 //    stay exact, so the engine's keeps number the same rows on both sides, and no key or value
-//    byte leaves the device. The mirror tracks which host rows are placeholders through keeps;
+//    byte leaves the device. A head that holds no row of its own on the host (empty, or every row
+//    a placeholder) takes positions only (KVCache::append_position: no host memory for the rows);
+//    one holding real rows takes zero rows (a head holds every row or none). The mirror tracks which host rows are placeholders through keeps;
 //    sync_host() overwrites them with the device's words (O(placeholders), once, when someone asks
 //    for the host cache). A written entry, re-assigned positions or a codebook on a head holding
 //    placeholders is a std::logic_error (the observer said it reads no rows).
@@ -168,6 +170,7 @@ class DeviceKvMirror final : public KvCacheListener {
   void refuse_placeholders(int layer, int head, const char* what) const;
   bool host_takes_rows_now(const char* what, int layer, int rows) const;
   void fill_placeholders(int layer);
+  void fill_head(int layer, int head, KvType type);
   void append_lagging_rows();
 
   KVCache& cache_;

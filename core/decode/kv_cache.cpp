@@ -36,6 +36,7 @@ int64_t KVCache::total_entries() const {
 }
 
 std::vector<float> KVCache::keys_pre_rope(int layer, int kv_head) const {
+  check_rows_held("keys_pre_rope", layer, kv_head);
   const Head& h = head(layer, kv_head);
   if (h.codebook) return codebook_keys_pre_rope(layer, *h.codebook);
   std::vector<float> out(h.positions.size() * static_cast<size_t>(head_dim_));
@@ -62,6 +63,8 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
     if (listener_.ptr) listener_.ptr->on_append(layer, kv_head, position, key, value);
     return;
   }
+  check_rows_held("append", layer, kv_head);  // a head holds every row or none
+  h.rows_elsewhere = false;                    // an empty head holds the rows appended from now on
   h.keys.append(key);
   h.values.append(value);
   h.positions.push_back(position);
@@ -101,6 +104,13 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
     return;
   }
   const size_t n = indices.size();
+  if (h.rows_elsewhere) {  // only the positions are here
+    std::vector<int32_t> positions(n);
+    for (size_t i = 0; i < n; ++i) positions[i] = h.positions[static_cast<size_t>(indices[i])];
+    h.positions.assign(positions.begin(), positions.end());
+    if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
+    return;
+  }
   if (ascending) {
     // Survivor i moves from indices[i] >= i to slot i, so a forward sweep never overwrites a survivor.
     for (size_t i = 0; i < n; ++i) {
@@ -204,6 +214,7 @@ void KVCache::clear() {
     h.positions.clear();
     h.codebook.reset();
     h.reassigned = false;
+    h.rows_elsewhere = false;
   }
   for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
   if (listener_.ptr) listener_.ptr->on_clear();

@@ -25,6 +25,15 @@
 // exist only for an F32 cache (std::logic_error otherwise), like for codebook heads. Codebook codes
 // and norms stay f32 (they are few; their reconstruction multiplies them anyway).
 //
+// Rows held elsewhere (kv_cache_rows_elsewhere.cpp). A dense head of a folded cache may hold only
+// its lengths and positions while its keys and values live somewhere else (a device cache that
+// DeviceKvMirror keeps equal: the host then costs 4 bytes per entry, not 2 * head_dim * elements):
+// append_position appends such an entry, and a head holds either every row or none. Every reader
+// of a row-less head's rows (reconstruct_*, keys_or_reconstruct, stored_*, keys(), write_entry,
+// reassign_positions, a codebook, unfolding) throws std::logic_error instead of reading nothing;
+// keep() and the byte counts work (bytes_in_use counts the rows where they are held, as the cache
+// they describe; bytes_reserved what this object holds). take_rows() brings the rows back.
+//
 // Listener (kv_cache_listener.h). One KvCacheListener may be attached; every mutation of the
 // contents is reported to it after it succeeded. Copies never carry it; assigning into a cache
 // keeps the target's listener and reports on_replaced().
@@ -138,6 +147,21 @@ class KVCache {
   // copies when unfolded). `key` is post-RoPE. On a codebook head it is matched against the codes.
   void append(int layer, int kv_head, int32_t position, const float* key, const float* value);
 
+  // Appends an entry whose key and value are held elsewhere (see the header comment) to dense KV
+  // head `kv_head` of a folded cache; the listener hears on_append with null key and value. Throws
+  // std::logic_error on an unfolded cache, a codebook head, or a head holding rows (a head holds
+  // every row or none; an empty head holds none after this).
+  void append_position(int layer, int kv_head, int32_t position);
+  // True when the head has entries and holds none of their rows.
+  bool rows_held_elsewhere(int layer, int kv_head) const {
+    const Head& h = head(layer, kv_head);
+    return h.rows_elsewhere && !h.positions.empty();
+  }
+  // Gives a row-less head its rows: `keys` and `values` are [length][head_dim] f32 (post-RoPE keys),
+  // rounded once to the cache's KvType, in cache order. The listener hears on_write_entry for each
+  // row. Throws std::logic_error when the head holds its rows already.
+  void take_rows(int layer, int kv_head, const float* keys, const float* values);
+
   // Position re-assignment (StreamingLLM's official pos_shift, kvpress key re-rotation; spec
   // policies.md §5.1, §7), kv_cache_positions.cpp. Entry t of the head gets position t (cache order)
   // and its key is re-rotated to match: dense key = RoPE(RoPE^-1(key, old position), t); a codebook
@@ -169,10 +193,11 @@ class KVCache {
   // Bytes held by live entries, summed over stored heads. Dense head: 2 * len * head_dim *
   // kv_type_size(kv_type()) + len * sizeof(int32_t). Codebook head: (key codes + value codes) * head_dim *
   // sizeof(float) + len * (2 * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)); shared layer
-  // codes are not in any head's count and are added once per layer to bytes_in_use.
+  // codes are not in any head's count and are added once per layer to bytes_in_use. A head whose
+  // rows are held elsewhere counts as a dense head: the cache it describes holds them.
   size_t bytes_in_use() const;
   size_t head_bytes_in_use(int layer, int kv_head) const;
-  // Bytes reserved by the containers (>= bytes_in_use).
+  // Bytes reserved by this object's containers (>= bytes_in_use unless rows are held elsewhere).
   size_t bytes_reserved() const;
   // Bytes a dense, folded cache (one stored head per KV head) holding `tokens` entries in every
   // (layer, KV head) would use: the reference a full cache is compared with, unfolded or not.
@@ -188,11 +213,14 @@ class KVCache {
     std::vector<int32_t> positions;
     std::optional<CodebookHead> codebook;  // set: keys/values are empty
     bool reassigned = false;  // positions are cache indices (reassign_positions)
+    bool rows_elsewhere = false;  // keys/values are empty: the rows are held elsewhere (append_position)
   };
+  // Throws std::logic_error naming `what` when the head's rows are held elsewhere.
+  void check_rows_held(const char* what, int layer, int kv_head) const;
   const Head& dense(int layer, int kv_head) const;
   Head& dense(int layer, int kv_head);
   const Head& dense_f32(int layer, int kv_head) const;
-  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false}; }
+  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false, false}; }
   void reserve_rope(int32_t position);
   // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
   std::vector<float> codebook_keys_pre_rope(int layer, const CodebookHead& cb) const;

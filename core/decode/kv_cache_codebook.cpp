@@ -75,6 +75,7 @@ void drop_unreferenced(std::vector<float>& codes, std::vector<int32_t>& index, i
 }  // namespace
 
 const KVCache::Head& KVCache::dense(int layer, int kv_head) const {
+  check_rows_held("row access", layer, kv_head);
   const Head& h = head(layer, kv_head);
   if (h.codebook)
     throw std::logic_error("KVCache: " + where(layer, kv_head) +
@@ -114,6 +115,7 @@ std::vector<float> KVCache::codebook_keys_pre_rope(int layer, const CodebookHead
 }
 
 void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* out) const {
+  check_rows_held("reconstruct_keys", layer, kv_head);
   const Head& h = head(layer, kv_head);
   const size_t d = static_cast<size_t>(head_dim_);
   if (!h.codebook) {
@@ -132,6 +134,7 @@ void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* ou
 }
 
 void KVCache::reconstruct_values(int layer, int kv_head, int t0, int t1, float* out) const {
+  check_rows_held("reconstruct_values", layer, kv_head);
   const Head& h = head(layer, kv_head);
   const size_t d = static_cast<size_t>(head_dim_);
   if (!h.codebook) {
@@ -165,6 +168,7 @@ const float* KVCache::values_or_reconstruct(int layer, int kv_head, std::vector<
 
 void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
   check_head("set_codebook", layer, kv_head);
+  check_rows_held("set_codebook", layer, kv_head);
   if (cb.shared_codes) throw std::invalid_argument("KVCache::set_codebook: shared codes go through set_layer_codebook");
   Head& h = head(layer, kv_head);
   const std::string what = "KVCache::set_codebook " + where(layer, kv_head);
@@ -184,6 +188,7 @@ void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<Cod
     throw std::invalid_argument("KVCache::set_layer_codebook: " + std::to_string(heads.size()) + " heads for " +
                                 std::to_string(n_stored_) + " stored heads");
   for (int s = 0; s < n_stored_; ++s) {
+    check_rows_held("set_layer_codebook", layer, s);
     const std::string what = "KVCache::set_layer_codebook " + where(layer, s);
     if (!heads[s].key_codes.empty() || !heads[s].value_codes.empty())
       throw std::invalid_argument(what + ": a head of a shared codebook has codes of its own");

@@ -17,6 +17,7 @@ void KVCache::reassign_positions(int layer, int kv_head) {
     throw std::invalid_argument("KVCache::reassign_positions: no (layer " + std::to_string(layer) + ", KV head " +
                                 std::to_string(kv_head) + ")");
   }
+  check_rows_held("reassign_positions", layer, kv_head);  // the moved keys are re-rotated here
   Head& h = head(layer, kv_head);
   h.reassigned = true;
   const int len = static_cast<int>(h.positions.size());

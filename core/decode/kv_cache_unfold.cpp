@@ -24,6 +24,7 @@ void KVCache::unfold_keep(const std::vector<std::vector<std::vector<int>>>& kept
     for (int kv = 0; kv < n_kv_heads_; ++kv) {
       const Head& src = head(l, kv);
       if (src.codebook) throw std::logic_error("KVCache::unfold_keep: a codebook-backed head cannot be unfolded");
+      check_rows_held("unfold_keep", l, kv);
       const int len = static_cast<int>(src.positions.size());
       for (int g = 0; g < group_; ++g) {
         std::vector<char> seen(len, 0);

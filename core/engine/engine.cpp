@@ -362,7 +362,13 @@ struct EvictionEngine::State {
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
     in.position = positions(cache, layer, src);
-    const float* keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
+    // The head's keys as f32, converted on first use: most signals read none, and a head whose rows
+    // are held on a device has none here (KVCache refuses the read rather than hand out nothing).
+    const float* keys_f32 = nullptr;
+    const auto keys = [&] {
+      if (!keys_f32) keys_f32 = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
+      return keys_f32;
+    };
     const int rows = recent.rows(layer);
     const float* q = recent.data(layer);
     const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention);
@@ -383,11 +389,11 @@ struct EvictionEngine::State {
         }
         // The decoder's, copied out when it is exactly this (precomputed_window.h); else the host's.
         if (!window_in.copy(layer, src, kv_head * Gs, Gs, W, first, T, window_out))
-          compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys, in.position, T, d, window_out,
+          compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys(), in.position, T, d, window_out,
                                    desc.observe.causal);
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
         in.group = observe_same_index_head(desc.observe.causal, WindowQueries{wr.rows, W, Hq, first}, cache, layer,
-                                           kv_head, G, keys, own);
+                                           kv_head, G, keys(), own);
         window_out = own.data();
       }
       if (!device_rows) {
@@ -411,7 +417,7 @@ struct EvictionEngine::State {
             break;
           }
           compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
-                                   recent.first_position(layer) + rows - 1, kv_head, Gs, keys, in.position, T, d,
+                                   recent.first_position(layer) + rows - 1, kv_head, Gs, keys(), in.position, T, d,
                                    out.data());
           break;
         case TensorSignal::AccumulatedAttention:
@@ -421,14 +427,14 @@ struct EvictionEngine::State {
           break;
         case TensorSignal::KeyNorm:
           out.resize(T);
-          compute_row_norms(keys, T, d, out.data());
+          compute_row_norms(keys(), T, d, out.data());
           break;
         case TensorSignal::ValueNorm:
           out.resize(T);
           compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out.data());
           break;
         case TensorSignal::Keys:
-          transpose_rows(keys, T, d, out);
+          transpose_rows(keys(), T, d, out);
           break;
         case TensorSignal::KeysPreRope:
           transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
@@ -438,13 +444,13 @@ struct EvictionEngine::State {
           break;
         case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
           out.resize(static_cast<size_t>(Gs) * T);
-          segments.attention(layer, kv_head, Gs, Hq, keys, in.position, T, d, desc.observe.causal, desc.observe.scaled,
+          segments.attention(layer, kv_head, Gs, Hq, keys(), in.position, T, d, desc.observe.causal, desc.observe.scaled,
                              out.data());
           break;
         case TensorSignal::WindowQueryRows:
         case TensorSignal::WindowQueryRowsPreRope:
         case TensorSignal::WindowOutputs:
-          if (!window_rows_signal(info.id, layer, kv_head, cache, keys, in, hs, out)) continue;
+          if (!window_rows_signal(info.id, layer, kv_head, cache, keys(), in, hs, out)) continue;
           break;
         case TensorSignal::QueryMean:
         case TensorSignal::QueryCovariance:

@@ -15,8 +15,8 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "core/decode/decoder.h"
@@ -531,6 +531,71 @@ TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
     EXPECT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type) << " at the end";
     EXPECT_GT(mirror.counts().rows_placeholder, 0);
     EXPECT_GT(placeholder_rounds, 0);
+  }
+}
+
+// A host cache that never took a real row (the CUDA decoder's prompt and decode calls whose
+// observer reads no cached row): its heads hold positions only (KVCache::append_position), so the
+// host keeps 4 bytes per entry; keeps in score order follow; every row read is refused until
+// sync_host hands each head its rows in one read, which then equal a reference that took every
+// block. A restore (a copy of the position-only host cache, then mark_synced) makes every row a
+// placeholder again.
+TEST(DeviceKvMirror, PositionOnlyHostHeadsHoldNoRowsUntilSynced) {
+  const ModelConfig c = two_layer_config();
+  for (KvType type : {KvType::F16, KvType::F32}) {
+    KVCache cache(c, type), reference(c, type);
+    DeviceKvTwin twin(geometry_of(cache));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    std::mt19937 rng(5);
+    const int kv_dim = c.n_kv_heads * c.head_dim;
+    int position = 0;
+    std::unique_ptr<KVCache> saved;
+    for (int round = 0; round < 12; ++round) {
+      const int n = round == 0 ? 40 : 1;  // a prompt, then decode steps
+      const auto [k, v] = random_block(rng, n, kv_dim);
+      for (int l = 0; l < c.n_layers; ++l) {
+        mirror.flush(l);
+        append_block(twin, reference, nullptr, l, position, k, v);
+        ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+        mirror.flush(l);
+      }
+      position += n;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          ASSERT_TRUE(cache.rows_held_elsewhere(l, h));
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (rng() % 6 != 0) keep.push_back(t);
+          std::shuffle(keep.begin(), keep.end(), rng);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+          ASSERT_EQ(std::vector<int32_t>(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h)),
+                    std::vector<int32_t>(reference.positions(l, h), reference.positions(l, h) + reference.length(l, h)));
+        }
+      if (round == 5) saved = std::make_unique<KVCache>(cache);  // a snapshot of the host half
+    }
+    EXPECT_LT(cache.bytes_reserved(), reference.bytes_reserved() / 4) << kv_type_name(type);
+    EXPECT_EQ(cache.bytes_in_use(), reference.bytes_in_use());  // the cache it describes holds the rows
+    std::vector<float> row(static_cast<size_t>(c.head_dim));
+    EXPECT_THROW(cache.reconstruct_keys(1, 1, 0, 1, row.data()), std::logic_error);
+    mirror.sync_host();
+    mirror.flush_all();
+    EXPECT_EQ(mirror.counts().rows_read, cache.total_entries());  // each row read once, at the end
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        EXPECT_FALSE(cache.rows_held_elsewhere(l, h));
+        EXPECT_TRUE(mirror.placeholder_rows(l, h).empty());
+      }
+    EXPECT_TRUE(twin_equals_host(twin, cache)) << kv_type_name(type);
+    EXPECT_TRUE(twin_equals_host(twin, reference)) << kv_type_name(type);
+    // The bookkeeping of a restore: the host half assigned from a position-only copy, then
+    // mark_synced (the decoder restores the device half device-to-device; not modelled here).
+    cache = *saved;
+    mirror.mark_synced();
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        EXPECT_EQ(static_cast<int>(mirror.placeholder_rows(l, h).size()), cache.length(l, h));
   }
 }
 

@@ -1,0 +1,55 @@
+// KVCache heads whose rows are held elsewhere (contract in kv_cache.h): the host side of a cache
+// that lives on a device keeps only what the eviction engine numbers entries by (lengths and
+// positions), so a 128K-token prompt costs the host 4 bytes per entry instead of its rows.
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/kv_cache.h"
+
+namespace kvevict {
+
+namespace {
+
+std::string where(int layer, int kv_head) {
+  return "(layer " + std::to_string(layer) + ", stored head " + std::to_string(kv_head) + ")";
+}
+
+}  // namespace
+
+void KVCache::check_rows_held(const char* what, int layer, int kv_head) const {
+  if (rows_held_elsewhere(layer, kv_head))
+    throw std::logic_error(std::string("KVCache::") + what + ": the rows of " + where(layer, kv_head) +
+                           " are held elsewhere (a device cache); bring them to the host first");
+}
+
+void KVCache::append_position(int layer, int kv_head, int32_t position) {
+  check_head("append_position", layer, kv_head);
+  if (unfolded_) throw std::logic_error("KVCache::append_position: the cache is unfolded");
+  Head& h = head(layer, kv_head);
+  if (h.codebook) throw std::logic_error("KVCache::append_position: " + where(layer, kv_head) + " is codebook-backed");
+  if (!h.positions.empty() && !h.rows_elsewhere)
+    throw std::logic_error("KVCache::append_position: " + where(layer, kv_head) +
+                           " holds its rows; a head holds every row or none");
+  h.rows_elsewhere = true;
+  h.positions.push_back(position);
+  if (listener_.ptr) listener_.ptr->on_append(layer, kv_head, position, nullptr, nullptr);
+}
+
+void KVCache::take_rows(int layer, int kv_head, const float* keys, const float* values) {
+  check_head("take_rows", layer, kv_head);
+  Head& h = head(layer, kv_head);
+  if (!rows_held_elsewhere(layer, kv_head))
+    throw std::logic_error("KVCache::take_rows: " + where(layer, kv_head) + " holds its rows already");
+  const size_t len = h.positions.size(), d = static_cast<size_t>(head_dim_);
+  h.keys.resize(len);
+  h.values.resize(len);
+  for (size_t t = 0; t < len; ++t) {
+    h.keys.write(t, keys + t * d);
+    h.values.write(t, values + t * d);
+  }
+  h.rows_elsewhere = false;
+  if (listener_.ptr)
+    for (size_t t = 0; t < len; ++t) listener_.ptr->on_write_entry(layer, kv_head, static_cast<int>(t));
+}
+
+}  // namespace kvevict

@@ -1,0 +1,157 @@
+// KVCache heads whose rows are held elsewhere (KVCache::append_position, take_rows): the host half
+// of a device-resident cache. Lengths, positions, keeps and byte counts work; every read or edit of
+// a row that is not there throws instead of reading nothing; take_rows brings the rows back and the
+// head then behaves as if it had held them all along.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/decode/kv_cache.h"
+
+namespace kvevict {
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.dim = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 4;
+  c.hidden_dim = 8;
+  c.vocab_size = 100;
+  c.context_length = 1000;
+  return c;
+}
+
+// Row t of a head: [t, t + 0.25, t + 0.5, t + 0.75] (exact in F16), keys and values alike (values negated).
+std::vector<float> rows_of(int n, int d, float sign) {
+  std::vector<float> out(static_cast<size_t>(n) * d);
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) out[static_cast<size_t>(t) * d + i] = sign * (t + 0.25f * i);
+  return out;
+}
+
+class Events : public KvCacheListener {
+ public:
+  void on_append(int l, int h, int32_t p, const float* k, const float* v) override {
+    log.push_back("append " + std::to_string(l) + "," + std::to_string(h) + "," + std::to_string(p) +
+                  (k || v ? " rows" : " position"));
+  }
+  void on_keep(int, int, std::span<const int> idx) override { log.push_back("keep " + std::to_string(idx.size())); }
+  void on_write_entry(int, int, int t) override { log.push_back("write " + std::to_string(t)); }
+  void on_reassign(int, int) override { log.push_back("reassign"); }
+  void on_codebook(int, int) override { log.push_back("codebook"); }
+  void on_unfold() override { log.push_back("unfold"); }
+  void on_clear() override { log.push_back("clear"); }
+  void on_replaced() override { log.push_back("replaced"); }
+  std::vector<std::string> log;
+};
+
+TEST(KvCacheRowsElsewhere, PositionsKeepsAndByteCountsWorkWithoutRows) {
+  KVCache cache(small_config(), KvType::F16);
+  for (int t = 0; t < 6; ++t) cache.append_position(1, 0, 10 + t);
+  EXPECT_TRUE(cache.rows_held_elsewhere(1, 0));
+  EXPECT_FALSE(cache.rows_held_elsewhere(1, 1));  // empty: holds nothing anywhere
+  EXPECT_EQ(cache.length(1, 0), 6);
+  EXPECT_EQ(cache.total_entries(), 6);
+  cache.keep(1, 0, std::vector<int>{4, 1, 2});  // score order: positions follow
+  ASSERT_EQ(cache.length(1, 0), 3);
+  EXPECT_EQ(std::vector<int32_t>(cache.positions(1, 0), cache.positions(1, 0) + 3), (std::vector<int32_t>{14, 11, 12}));
+  // bytes_in_use describes the cache (rows held on the device count); this object holds positions only.
+  EXPECT_EQ(cache.bytes_in_use(), 3 * (2 * 4 * sizeof(uint16_t) + sizeof(int32_t)));
+  EXPECT_LT(cache.bytes_reserved(), 6 * 2 * 4 * sizeof(uint16_t));  // less than the rows appended
+}
+
+TEST(KvCacheRowsElsewhere, EveryRowReaderAndEditorRefuses) {
+  KVCache cache(small_config(), KvType::F32);
+  for (int t = 0; t < 3; ++t) cache.append_position(0, 1, t);
+  std::vector<float> out(12), scratch;
+  const std::vector<float> row(4, 1.0f);
+  EXPECT_THROW(cache.reconstruct_keys(0, 1, 0, 3, out.data()), std::logic_error);
+  EXPECT_THROW(cache.reconstruct_values(0, 1, 0, 3, out.data()), std::logic_error);
+  EXPECT_THROW(cache.keys_or_reconstruct(0, 1, scratch), std::logic_error);
+  EXPECT_THROW(cache.values_or_reconstruct(0, 1, scratch), std::logic_error);
+  EXPECT_THROW(cache.keys(0, 1), std::logic_error);
+  EXPECT_THROW(cache.stored_keys(0, 1), std::logic_error);
+  EXPECT_THROW(cache.keys_pre_rope(0, 1), std::logic_error);
+  EXPECT_THROW(cache.write_entry(0, 1, 0, row.data(), row.data()), std::logic_error);
+  EXPECT_THROW(cache.append(0, 1, 3, row.data(), row.data()), std::logic_error);  // every row or none
+  EXPECT_THROW(cache.reassign_positions(0, 1), std::logic_error);
+  EXPECT_THROW(cache.unfold(), std::logic_error);
+  CodebookHead cb;
+  cb.key_codes = cb.value_codes = row;
+  cb.key_index = cb.value_index = {0, 0, 0};
+  cb.key_norm = cb.value_norm = {1, 1, 1};
+  EXPECT_THROW(cache.set_codebook(0, 1, cb), std::logic_error);
+  EXPECT_EQ(cache.length(0, 1), 3);  // nothing changed
+  // The other heads are untouched by the rule; a head holding rows refuses position-only appends.
+  cache.append(0, 0, 0, row.data(), row.data());
+  EXPECT_THROW(cache.append_position(0, 0, 1), std::logic_error);
+  EXPECT_NO_THROW(cache.keys(0, 0));
+}
+
+TEST(KvCacheRowsElsewhere, TakeRowsGivesTheHeadWhatItWouldHaveHeld) {
+  for (KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
+    KVCache held(small_config(), type), elsewhere(small_config(), type);
+    const std::vector<float> keys = rows_of(5, 4, 1.0f), values = rows_of(5, 4, -1.0f);
+    for (int t = 0; t < 5; ++t) {
+      held.append(1, 1, 7 + t, keys.data() + t * 4, values.data() + t * 4);
+      elsewhere.append_position(1, 1, 7 + t);
+    }
+    const std::vector<int> kept = {3, 0, 4};
+    held.keep(1, 1, kept);
+    elsewhere.keep(1, 1, kept);
+    std::vector<float> k(3 * 4), v(3 * 4);
+    for (int i = 0; i < 3; ++i)
+      for (int c = 0; c < 4; ++c) {
+        k[static_cast<size_t>(i) * 4 + c] = keys[static_cast<size_t>(kept[i]) * 4 + c];
+        v[static_cast<size_t>(i) * 4 + c] = values[static_cast<size_t>(kept[i]) * 4 + c];
+      }
+    Events events;
+    elsewhere.set_listener(&events);
+    elsewhere.take_rows(1, 1, k.data(), v.data());
+    EXPECT_EQ(events.log, (std::vector<std::string>{"write 0", "write 1", "write 2"}));
+    EXPECT_FALSE(elsewhere.rows_held_elsewhere(1, 1));
+    EXPECT_THROW(elsewhere.take_rows(1, 1, k.data(), v.data()), std::logic_error);
+    std::vector<float> a(12), b(12);
+    held.reconstruct_keys(1, 1, 0, 3, a.data());
+    elsewhere.reconstruct_keys(1, 1, 0, 3, b.data());
+    EXPECT_EQ(a, b) << kv_type_name(type);
+    held.reconstruct_values(1, 1, 0, 3, a.data());
+    elsewhere.reconstruct_values(1, 1, 0, 3, b.data());
+    EXPECT_EQ(a, b) << kv_type_name(type);
+    // From now on it holds rows: appends take rows again.
+    elsewhere.append(1, 1, 20, keys.data(), values.data());
+    EXPECT_EQ(elsewhere.length(1, 1), 4);
+    elsewhere.set_listener(nullptr);
+  }
+}
+
+TEST(KvCacheRowsElsewhere, ListenerHearsPositionOnlyAppendsAndClearEndsTheState) {
+  KVCache cache(small_config());
+  Events events;
+  cache.set_listener(&events);
+  cache.append_position(0, 0, 5);
+  cache.keep(0, 0, std::vector<int>{0});
+  cache.clear();
+  EXPECT_FALSE(cache.rows_held_elsewhere(0, 0));
+  const std::vector<float> row(4, 2.0f);
+  cache.append(0, 0, 0, row.data(), row.data());  // an emptied head holds rows again
+  EXPECT_EQ(events.log, (std::vector<std::string>{"append 0,0,5 position", "keep 1", "clear", "append 0,0,0 rows"}));
+  // A copy keeps the state (a snapshot of a device-resident cache).
+  KVCache other(small_config());
+  other.append_position(1, 1, 3);
+  const KVCache copy = other;
+  EXPECT_TRUE(copy.rows_held_elsewhere(1, 1));
+  cache.set_listener(nullptr);
+  // Unfolded caches have no position-only appends.
+  KVCache unfolded(small_config());
+  unfolded.unfold();
+  EXPECT_THROW(unfolded.append_position(0, 0, 0), std::logic_error);
+}
+
+}  // namespace
+}  // namespace kvevict

@@ -1,0 +1,169 @@
+// The strongest form of the engine's declaration that a decode step reads no cached key or value
+// (ObservationRequest::decode_step_reads_cache_rows, core/engine/decode_cache_reads.h): in such a
+// call the engine is handed a host cache that HOLDS no row at all (every head position-only,
+// KVCache::append_position, as the CUDA decoder's host cache is when every row lives on the
+// device), so any read of a row throws instead of reading zeros or NaN. The keeps it makes there
+// are replayed on the decoder's real cache. For every built-in policy that evicts while decoding
+// and declares no reads, the run keeps the same caches and logits as with the placeholder flag
+// alone (tests/core/decode_cache_reads_test.cpp), and a control that reads key norms throws.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decode/make_decoder.h"
+#include "core/engine/decode_cache_reads.h"
+#include "core/engine/engine.h"
+#include "core/util/error.h"
+#include "dsl/policy_loader.h"
+#include "lockstep_eviction.h"
+#include "stories_prompt_test.h"
+#include "window_attention_injection.h"
+
+namespace kvevict {
+namespace {
+
+// Records the keeps made on a position-only cache; any other mutation is a failure of the test.
+class KeepRecorder final : public KvCacheListener {
+ public:
+  struct Keep {
+    int layer, head;
+    std::vector<int> indices;
+  };
+  void on_append(int, int, int32_t, const float*, const float*) override { forbidden = true; }
+  void on_keep(int l, int h, std::span<const int> idx) override { keeps.push_back({l, h, {idx.begin(), idx.end()}}); }
+  void on_write_entry(int, int, int) override { forbidden = true; }
+  void on_reassign(int, int) override { forbidden = true; }
+  void on_codebook(int, int) override { forbidden = true; }
+  void on_unfold() override { forbidden = true; }
+  void on_clear() override { forbidden = true; }
+  void on_replaced() override { forbidden = true; }
+  std::vector<Keep> keeps;
+  bool forbidden = false;
+};
+
+// In the calls where the engine declared it reads no cached row (one-token calls after the prompt),
+// hands it a position-only copy of the cache, marks the rows as placeholders, and replays its keeps
+// on the real cache; in `flag_only` mode it only marks them (the reference run).
+class RowlessTurns final : public ForwardObserver {
+ public:
+  RowlessTurns(EvictionEngine& engine, const ModelConfig& config, bool flag_only)
+      : engine_(engine), config_(config), flag_only_(flag_only) {}
+  ObservationRequest request() const override {
+    const ObservationRequest r = engine_.request();
+    declared_ = !r.decode_step_reads_cache_rows;
+    return r;
+  }
+  void after_layer(const LayerSignals& signals, KVCache& cache) override {
+    LayerSignals marked = signals;
+    marked.cache_rows_are_placeholders = declared_ && signals.n_tokens == 1 && signals.first_position > 0;
+    if (!marked.cache_rows_are_placeholders || flag_only_) return engine_.after_layer(marked, cache);
+    rowless_turn(cache, [&](KVCache& rowless) { engine_.after_layer(marked, rowless); });
+  }
+  void after_forward(int n_tokens, KVCache& cache) override {
+    if (!declared_ || n_tokens != 1 || flag_only_) return engine_.after_forward(n_tokens, cache);
+    rowless_turn(cache, [&](KVCache& rowless) { engine_.after_forward(n_tokens, rowless); });
+  }
+  int rowless_turns = 0;
+  bool forbidden = false;
+
+ private:
+  template <class Turn>
+  void rowless_turn(KVCache& cache, Turn turn) {
+    KVCache rowless(config_, cache.kv_type());
+    for (int l = 0; l < cache.n_layers(); ++l)
+      for (int h = 0; h < cache.n_stored_heads(); ++h)
+        for (int t = 0; t < cache.length(l, h); ++t) rowless.append_position(l, h, cache.positions(l, h)[t]);
+    KeepRecorder recorder;
+    rowless.set_listener(&recorder);
+    turn(rowless);
+    rowless.set_listener(nullptr);
+    forbidden = forbidden || recorder.forbidden;
+    for (const KeepRecorder::Keep& k : recorder.keeps) cache.keep(k.layer, k.head, k.indices);
+    ++rowless_turns;
+  }
+
+  EvictionEngine& engine_;
+  const ModelConfig& config_;
+  const bool flag_only_;
+  mutable bool declared_ = false;
+};
+
+class RowlessEngineTurnTest : public test::StoriesPromptTest {
+ protected:
+  struct Run {
+    std::vector<test::CacheLayout> layouts;
+    std::vector<std::vector<float>> logits;
+    int rowless_turns = 0;
+    bool forbidden = false;
+  };
+  static Run run(const PolicyProgram& policy, bool flag_only, int steps = 30) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
+    RowlessTurns observer(engine, model_->config, flag_only);
+    Run r;
+    auto step = [&](std::span<const int> block) {
+      r.logits.push_back(decoder->forward(block, &observer));
+      r.layouts.push_back(test::cache_layout_of(decoder->cache()));
+    };
+    step(tokens_);
+    for (int s = 0; s < steps; ++s) {
+      const auto& last = r.logits.back();
+      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+      step(std::span<const int>(&next, 1));
+    }
+    r.rowless_turns = observer.rowless_turns;
+    r.forbidden = observer.forbidden;
+    return r;
+  }
+};
+
+TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCache) {
+  std::vector<std::string> checked;
+  for (const char* name : {"cake", "h2o", "tova"}) {
+    const auto policy = load_policy(name, {});
+    ASSERT_FALSE(decode_step_reads_cache_rows(policy->description())) << name;
+    const Run flagged = run(*policy, /*flag_only=*/true);
+    Run rowless;
+    ASSERT_NO_THROW(rowless = run(*policy, /*flag_only=*/false)) << name << " read a row the cache does not hold";
+    EXPECT_FALSE(rowless.forbidden) << name << " edited a row, appended or re-assigned in a declared call";
+    EXPECT_EQ(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
+    ASSERT_EQ(flagged.layouts.size(), rowless.layouts.size());
+    for (size_t i = 0; i < flagged.layouts.size(); ++i) {
+      EXPECT_EQ(flagged.layouts[i], rowless.layouts[i]) << name << ": cache after call " << i;
+      EXPECT_EQ(flagged.logits[i], rowless.logits[i]) << name << ": logits of call " << i;
+    }
+    EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
+  }
+}
+
+// Control: a decode indicator over key norms, its declaration hidden, reads a row of the
+// position-only cache and is stopped by the cache's refusal, not by a wrong result.
+TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
+  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_rowless_control.yaml").string();
+  std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
+                         "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
+                         "score: |\n  score[t] = sum(h: A_acc[h, t])\n"
+                         "decode_score: |\n  score[t] = -key_norm[t]\n";
+  const auto policy = load_policy(file, {});
+  std::filesystem::remove(file);
+  struct Hide : PolicyProgram {
+    explicit Hide(const PolicyProgram& p) : p_(p), d_(p.description()) { d_.decode_reads = SignalSet{}; }
+    int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
+    PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
+    const PolicyDescription& description() const override { return d_; }
+    void score(const ScoreInputs& in, bool decoding, float* out) const override { p_.score(in, decoding, out); }
+    double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
+    const PolicyProgram& p_;
+    PolicyDescription d_;
+  } hidden(*policy);
+  ASSERT_FALSE(decode_step_reads_cache_rows(hidden.description()));
+  EXPECT_THROW(run(hidden, /*flag_only=*/false, 3), std::logic_error);
+}
+
+}  // namespace
+}  // namespace kvevict
