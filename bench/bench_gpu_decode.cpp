@@ -279,7 +279,7 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
   const double ttft = now() - t0;
   const size_t mem_peak = prefill_peak.stop();
   const size_t mem_prefill = device_bytes_in_use(b.device);
-  const size_t cache_bytes = decoder.cache().bytes_in_use();
+  const size_t cache_bytes = decoder.cache_layout().bytes_in_use();
   // The engine's clock after the prefill: its share of the TTFT (its decode-time work comes later).
   const double engine_prefill_seconds = engine ? engine->report().seconds : 0.0;
   std::vector<double> steps;
@@ -399,7 +399,7 @@ nlohmann::json run_synthetic(const Bench& b, int context, const std::string& pol
   decoder.cache() = synthetic_cache(b.model.config, decoder.cache().kv_type(), context, entries);
   decoder.set_position(context);
   const double fill = now() - t0;
-  const size_t cache_bytes = decoder.cache().bytes_in_use();
+  const size_t cache_bytes = decoder.cache_layout().bytes_in_use();
   std::vector<double> steps;
   size_t mem_uploaded = 0;
   int next = 32;

@@ -175,7 +175,7 @@ std::function<int()> setup_generate(CLI::App& app) {
         generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());
     nlohmann::json cache;
     if (engine) {
-      const KVCache& c = decoder->cache();
+      const KVCache& c = decoder->cache_layout();
       int lo = c.length(0, 0), hi = lo;
       int64_t entries = 0;
       for (int l = 0; l < model->config.n_layers; ++l)

@@ -134,6 +134,11 @@ class Decoder {
   virtual const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer = nullptr,
                                             std::vector<float>* all_logits = nullptr) = 0;
   virtual KVCache& cache() = 0;
+  // The host cache for its lengths, positions and byte counts only: those are exact, its rows may
+  // not be (a device-resident cache keeps them on the device, KVCache::rows_held_elsewhere, or as
+  // placeholders); read rows through cache(). Brings no row to the host beyond those a lagging
+  // layer owes (DeviceKvMirror::sync_host_appends).
+  virtual const KVCache& cache_layout() { return cache(); }
   virtual int position() const = 0;   // next position (tokens processed so far; not the cache length)
   virtual void set_position(int position) = 0;  // used when restoring a cache snapshot
   virtual void reset() = 0;           // empty cache, position 0

@@ -124,8 +124,17 @@ bool DeviceKvMirror::host_takes_rows_now(const char* what, int layer, int rows) 
   return false;
 }
 
-bool DeviceKvMirror::defer_host_append(int layer, int rows) {
+bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_position) {
   if (host_takes_rows_now("defer_host_append", layer, rows)) return false;
+  // Where no head of the layer holds a real row on the host, the rows become position-only
+  // placeholders: nothing lags (lengths and positions stay exact) and the host holds no row.
+  bool positions_only = host_lag_[static_cast<size_t>(layer)] == 0;
+  for (int h = 0; h < n_heads_ && positions_only; ++h)
+    positions_only = cache_.length(layer, h) == 0 || cache_.rows_held_elsewhere(layer, h);
+  if (positions_only) {
+    add_placeholders(layer, rows, first_position);
+    return true;
+  }
   host_lag_[static_cast<size_t>(layer)] += rows;
   counts_.rows_deferred += static_cast<int64_t>(rows) * n_heads_;
   return true;
@@ -134,6 +143,11 @@ bool DeviceKvMirror::defer_host_append(int layer, int rows) {
 bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_position) {
   if (host_takes_rows_now("append_placeholders", layer, rows) || host_lag_[static_cast<size_t>(layer)] > 0)
     return false;
+  add_placeholders(layer, rows, first_position);
+  return true;
+}
+
+void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_position) {
   const std::vector<float> zeros(static_cast<size_t>(head_dim_), 0.0f);
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
@@ -147,14 +161,16 @@ bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_posi
     }
   }
   counts_.rows_placeholder += static_cast<int64_t>(rows) * n_heads_;
-  return true;
 }
 
 // The layer's placeholder rows overwritten with the device's words, run by run, after its pending
-// keeps reached the device (so host row j is device row j).
-void DeviceKvMirror::fill_placeholders(int layer) {
+// keeps reached the device (so host row j is device row j); position-only heads take their rows
+// too when `position_only_heads`.
+void DeviceKvMirror::fill_placeholders(int layer, bool position_only_heads) {
+  const auto skipped = [&](int h) { return !position_only_heads && cache_.rows_held_elsewhere(layer, h); };
   bool any = false;
-  for (int h = 0; h < n_heads_; ++h) any = any || !placeholders_[static_cast<size_t>(layer) * n_heads_ + h].empty();
+  for (int h = 0; h < n_heads_; ++h)
+    any = any || (!placeholders_[static_cast<size_t>(layer) * n_heads_ + h].empty() && !skipped(h));
   if (!any) return;
   flush(layer);
   const KvType type = backend_.layout().geometry().type;
@@ -165,6 +181,7 @@ void DeviceKvMirror::fill_placeholders(int layer) {
   } done{filling_};
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& rows = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
+    if (skipped(h)) continue;
     if (cache_.rows_held_elsewhere(layer, h)) {  // every row is a placeholder: one read, one hand-over
       fill_head(layer, h, type);
       rows.clear();
@@ -207,7 +224,13 @@ void DeviceKvMirror::fill_head(int layer, int head, KvType type) {
 
 void DeviceKvMirror::sync_host() {
   Stopwatch timed(&seconds_.sync_host);
-  for (int l = 0; l < n_layers_; ++l) fill_placeholders(l);
+  for (int l = 0; l < n_layers_; ++l) fill_placeholders(l, true);
+  append_lagging_rows();
+}
+
+void DeviceKvMirror::sync_host_for_copy() {
+  Stopwatch timed(&seconds_.sync_host);
+  for (int l = 0; l < n_layers_; ++l) fill_placeholders(l, false);
   append_lagging_rows();
 }
 
@@ -234,9 +257,17 @@ void DeviceKvMirror::append_lagging_rows() {
     for (int h = 0; h < n_heads_; ++h) {
       const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
       const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
-      for (int i = 0; i < lag; ++i)
-        cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
-                      values.data() + static_cast<size_t>(i) * head_dim_);
+      const bool position_only = cache_.rows_held_elsewhere(l, h);  // a head holds every row or none
+      std::vector<int>& placeholders = placeholders_[static_cast<size_t>(l) * n_heads_ + h];
+      for (int i = 0; i < lag; ++i) {
+        if (position_only) {
+          placeholders.push_back(cache_.length(l, h));
+          cache_.append_position(l, h, c.positions[static_cast<size_t>(i)]);
+        } else {
+          cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
+                        values.data() + static_cast<size_t>(i) * head_dim_);
+        }
+      }
       counts_.rows_read += lag;
     }
   }

@@ -19,8 +19,9 @@
 //    since the host stores it approximated). With MirrorAppends::Host the mirror copies each
 //    host append's f32 rows and writes them at the next flush (the CPU decoder, tests).
 //  - deferred host appends (Decoder mode): when no one reads the host cache during a forward call
-//    (no observer), the decoder appends to the device only and calls defer_host_append; the host
-//    cache then lags the device by those rows until sync_host() reads them back (O(rows lagged),
+//    (no observer), the decoder appends to the device only and calls defer_host_append. A layer
+//    whose host heads hold no real row takes position-only placeholders (below); otherwise the host
+//    cache lags the device by those rows until sync_host() reads them back (O(rows lagged),
 //    the device's stored words converted exactly, so the host ends with the words it would have
 //    stored itself). Whoever hands the host cache out must sync_host() first. While a layer lags,
 //    any other mutation of its host heads is a std::logic_error (it would number rows the host
@@ -109,12 +110,15 @@ class DeviceKvMirror final : public KvCacheListener {
   void mark_synced();
   bool pending(int layer) const;
 
-  // Decoder mode: the decoder appended `rows` rows to every head of `layer` on the device only
-  // (after flush(layer)). Returns false, deferring nothing, where the host must take the rows now:
-  // Host mode, an unfolded cache, pending work on the layer, or a head whose host rows are not the
-  // device's words (a codebook head) or whose next position depends on the host's length
-  // (re-assigned positions); the caller then appends to the host as usual.
-  bool defer_host_append(int layer, int rows);
+  // Decoder mode: the decoder appended `rows` rows (positions first_position, first_position + 1,
+  // ...) to every head of `layer` on the device only (after flush(layer)). Where no head of the
+  // layer holds a real row on the host (empty or position-only heads), the host takes position-only
+  // placeholders (as append_placeholders; nothing lags); otherwise the layer lags by `rows`.
+  // Returns false, deferring nothing, where the host must take the rows now: Host mode, an
+  // unfolded cache, pending work on the layer, or a head whose host rows are not the device's words
+  // (a codebook head) or whose next position depends on the host's length (re-assigned
+  // positions); the caller then appends to the host as usual.
+  bool defer_host_append(int layer, int rows, int32_t first_position);
   // Decoder mode: the decoder appended `rows` rows (positions first_position, first_position + 1,
   // ...) to every head of `layer` on the device (after flush(layer)); the host takes placeholder
   // rows with those positions. Returns false, appending nothing, where defer_host_append would, or
@@ -126,6 +130,10 @@ class DeviceKvMirror final : public KvCacheListener {
   void sync_host();
   // Only the lagging rows (the placeholders stay): for a call that keeps using placeholders.
   void sync_host_appends();
+  // What a copy of the host cache needs (the decoder's snapshot): lagging rows appended and the
+  // placeholders of heads that hold real rows filled; position-only heads stay so (no row crosses;
+  // after the copy is assigned back, mark_synced makes their rows placeholders again).
+  void sync_host_for_copy();
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
   bool has_placeholders(int layer) const;
   // Host rows of (layer, head) that are placeholders (ascending).
@@ -169,7 +177,8 @@ class DeviceKvMirror final : public KvCacheListener {
   void refuse_while_lagging(int layer, int head, const char* what) const;
   void refuse_placeholders(int layer, int head, const char* what) const;
   bool host_takes_rows_now(const char* what, int layer, int rows) const;
-  void fill_placeholders(int layer);
+  void add_placeholders(int layer, int rows, int32_t first_position);
+  void fill_placeholders(int layer, bool position_only_heads);
   void fill_head(int layer, int head, KvType type);
   void append_lagging_rows();
 

@@ -381,7 +381,9 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
     std::normal_distribution<float> normal;
     int position = 0, deferred_rounds = 0;
     for (int round = 0; round < 30; ++round) {
-      const bool observer = round % 3 == 2;  // two deferred calls, then one that reads the host cache
+      // One call that reads the host cache, then two deferred ones: the host holds real rows, so
+      // deferred rows lag (a host with no real row takes positions instead: the test below).
+      const bool observer = round % 3 == 0;
       if (observer) mirror.sync_host();
       const int n = 1 + static_cast<int>(rng() % 5);
       const int kv_dim = c.n_kv_heads * c.head_dim;
@@ -390,7 +392,7 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
         mirror.flush(l);
         append_block(twin, reference, observer ? &cache : nullptr, l, position, k, v);
         if (!observer) {
-          ASSERT_TRUE(mirror.defer_host_append(l, n));
+          ASSERT_TRUE(mirror.defer_host_append(l, n, position));
           EXPECT_GE(mirror.host_lag(l), n);
         }
         mirror.flush(l);
@@ -430,14 +432,23 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
 }
 
 // Where the host must take the rows at once, defer_host_append declines (re-assigned positions:
-// the next position is the host's length); clear() ends a lag.
+// the next position is the host's length); clear() ends a lag. A host head with no real row takes
+// positions instead of lagging.
 TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
   const ModelConfig c = one_head_config();
   OneHeadMirror m;
   const float k[4] = {1, 2, 3, 4};
   m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{0});
-  ASSERT_TRUE(m.mirror.defer_host_append(0, 1));
-  EXPECT_EQ(m.cache.length(0, 0), 0);
+  ASSERT_TRUE(m.mirror.defer_host_append(0, 1, 0));  // an empty host head: positions only, no lag
+  EXPECT_EQ(m.mirror.host_lag(0), 0);
+  EXPECT_TRUE(m.cache.rows_held_elsewhere(0, 0));
+  EXPECT_EQ(m.cache.positions(0, 0)[0], 0);
+  m.mirror.sync_host();  // the head takes its row: from now on deferred rows lag
+  EXPECT_FALSE(m.cache.rows_held_elsewhere(0, 0));
+  m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
+  ASSERT_TRUE(m.mirror.defer_host_append(0, 1, 1));
+  EXPECT_EQ(m.mirror.host_lag(0), 1);
+  EXPECT_EQ(m.cache.length(0, 0), 1);
   // A mutation while the host lags is a bug of the caller (it skipped sync_host); the mirror
   // reports it (after the host cache changed: the listener hears of done mutations).
   EXPECT_THROW(m.cache.append(0, 0, 1, k, k), std::logic_error);
@@ -452,15 +463,15 @@ TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
   m.cache.reassign_positions(0, 0);
   m.mirror.flush(0);
   m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{1});
-  EXPECT_FALSE(m.mirror.defer_host_append(0, 1));  // re-assigned: the host appends now
+  EXPECT_FALSE(m.mirror.defer_host_append(0, 1, 1));  // re-assigned: the host appends now
   EXPECT_EQ(m.mirror.host_lag(0), 0);
-  EXPECT_THROW(m.mirror.defer_host_append(1, 1), std::invalid_argument);
+  EXPECT_THROW(m.mirror.defer_host_append(1, 1, 0), std::invalid_argument);
   MirrorAppends host_mode = MirrorAppends::Host;
   KVCache other(c);
   DeviceKvTwin twin2(geometry_of(other));
   DeviceKvBackendFor<DeviceKvTwin> backend2(twin2);
   DeviceKvMirror host_mirror(other, backend2, host_mode);
-  EXPECT_FALSE(host_mirror.defer_host_append(0, 1));  // Host mode: the host appends itself
+  EXPECT_FALSE(host_mirror.defer_host_append(0, 1, 0));  // Host mode: the host appends itself
 }
 
 // Placeholder host rows (the CUDA decoder's observed one-token calls whose observer reads no cached
@@ -493,7 +504,7 @@ TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
         if (kind == Placeholder) {
           ASSERT_TRUE(mirror.append_placeholders(l, n, position));
         } else if (kind == Deferred) {
-          ASSERT_TRUE(mirror.defer_host_append(l, n));
+          ASSERT_TRUE(mirror.defer_host_append(l, n, position));
         }
         mirror.flush(l);
       }
@@ -599,6 +610,63 @@ TEST(DeviceKvMirror, PositionOnlyHostHeadsHoldNoRowsUntilSynced) {
   }
 }
 
+// sync_host_for_copy (the decoder's snapshot): a layer whose head 0 holds real rows and whose head 1
+// was emptied by a keep takes zero placeholders on head 0 and positions only on head 1; a deferred
+// block then lags (head 0 holds real rows), and head 1 takes the lagging rows as positions too.
+// The copy's sync fills head 0 (placeholders and lag) and leaves head 1 position-only; sync_host
+// then gives head 1 its rows, and both equal the device and a reference that took every block.
+TEST(DeviceKvMirror, SyncForCopyLeavesPositionOnlyHeadsOnTheDevice) {
+  const ModelConfig c = two_layer_config();
+  KVCache cache(c, KvType::F16), reference(c, KvType::F16);
+  DeviceKvTwin twin(geometry_of(cache));
+  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  std::mt19937 rng(9);
+  const int kv_dim = c.n_kv_heads * c.head_dim;
+  int position = 0;
+  auto block = [&](int n, int kind) {  // 0: real rows, 1: placeholders, 2: deferred
+    const auto [k, v] = random_block(rng, n, kv_dim);
+    for (int l = 0; l < c.n_layers; ++l) {
+      mirror.flush(l);
+      append_block(twin, reference, kind == 0 ? &cache : nullptr, l, position, k, v);
+      if (kind == 1) ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+      if (kind == 2) ASSERT_TRUE(mirror.defer_host_append(l, n, position));
+      mirror.flush(l);
+    }
+    position += n;
+  };
+  block(6, 0);
+  for (int l = 0; l < c.n_layers; ++l) {
+    cache.keep(l, 1, std::vector<int>{});
+    reference.keep(l, 1, std::vector<int>{});
+  }
+  block(3, 1);
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_FALSE(cache.rows_held_elsewhere(l, 0));
+    EXPECT_TRUE(cache.rows_held_elsewhere(l, 1));
+  }
+  block(2, 2);
+  for (int l = 0; l < c.n_layers; ++l) EXPECT_EQ(mirror.host_lag(l), 2);
+  mirror.sync_host_for_copy();
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_EQ(mirror.host_lag(l), 0);
+    EXPECT_TRUE(mirror.placeholder_rows(l, 0).empty());
+    EXPECT_EQ(mirror.placeholder_rows(l, 1), (std::vector<int>{0, 1, 2, 3, 4}));
+    EXPECT_TRUE(cache.rows_held_elsewhere(l, 1));
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      EXPECT_EQ(std::vector<int32_t>(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h)),
+                std::vector<int32_t>(reference.positions(l, h), reference.positions(l, h) + reference.length(l, h)));
+    std::vector<float> a(static_cast<size_t>(cache.length(l, 0)) * c.head_dim), b(a.size());
+    cache.reconstruct_keys(l, 0, 0, cache.length(l, 0), a.data());
+    reference.reconstruct_keys(l, 0, 0, reference.length(l, 0), b.data());
+    EXPECT_EQ(a, b) << "layer " << l;
+  }
+  mirror.sync_host();
+  mirror.flush_all();
+  EXPECT_TRUE(twin_equals_host(twin, cache));
+  EXPECT_TRUE(twin_equals_host(twin, reference));
+}
+
 // Control: before sync_host the mirrored host cache holds zeros where the reference holds the
 // block (so the equality above rests on the fill), and a written entry, re-assigned positions or
 // an unfold on a head with placeholders are refused; placeholders decline where deferral does and
@@ -630,7 +698,7 @@ TEST(DeviceKvMirror, PlaceholdersAreZerosUntilFilledAndRefuseRowEdits) {
   EXPECT_TRUE(twin_equals_host(m.twin, m.cache));
   // Declines: a lagging layer, and a bad layer is an error.
   m.twin.append(0, 1, k, k, 4, std::vector<int32_t>{2});
-  ASSERT_TRUE(m.mirror.defer_host_append(0, 1));
+  ASSERT_TRUE(m.mirror.defer_host_append(0, 1, 2));
   EXPECT_FALSE(m.mirror.append_placeholders(0, 1, 3));
   EXPECT_THROW(m.mirror.append_placeholders(1, 1, 3), std::invalid_argument);
   m.mirror.sync_host_appends();

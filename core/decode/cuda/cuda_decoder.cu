@@ -207,6 +207,10 @@ class CudaDecoder : public Decoder {
     if (mirror_) mirror_->sync_host();
     return cache_;
   }
+  const KVCache& cache_layout() override {
+    if (mirror_) mirror_->sync_host_appends();  // lengths exact; placeholders and device-only rows stay
+    return cache_;
+  }
   int position() const override { return position_; }
   void set_position(int position) override {
     if (position < 0) throw std::invalid_argument("set_position: negative position");
@@ -375,7 +379,10 @@ void CudaDecoder::refuse_unfolded() const {
 
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");  // the snapshot's arenas belong on this device
-  if (mirror_) mirror_->sync_host();  // the host copy catches up with deferred rows first
+  // The host copy catches up with lagging rows and fills the placeholders of heads holding real
+  // rows; position-only heads stay so (their rows are in the device copy below; restore's
+  // mark_synced makes them placeholders again), so a snapshot moves no row to the host.
+  if (mirror_) mirror_->sync_host_for_copy();
   auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
   // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.
   if (mirror_ && !cache_.unfolded()) {
@@ -458,7 +465,7 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
   mirror_->flush(layer);
   const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
   device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
-  if (!(defer_host_ && mirror_->defer_host_append(layer, n)) &&
+  if (!(defer_host_ && mirror_->defer_host_append(layer, n, rotary_first)) &&
       !(placeholder_host_ && mirror_->append_placeholders(layer, n, rotary_first))) {
     Stopwatch timed(&own_seconds_.host_append);
     append_to_host(layer, n, rotary_first);
