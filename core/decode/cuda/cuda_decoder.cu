@@ -332,9 +332,10 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // A call whose observer reads no cached row (a prompt block or a decode step, by its answer for
   // this kind of call): the host cache takes placeholder rows (positions only), no key or value
   // leaves the device (device_kv_mirror.h).
+  const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && observer &&
-                      rows_may_stay_on_device(request.cache_row_reads.for_call(position_, n),
-                                              serves_window_attention(request));
+                      rows_may_stay_on_device(reads, reads == CacheRowReads::NoneGivenWindowAttention &&
+                                                         serves_window_attention(request));
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
     else mirror_->sync_host();
