@@ -525,6 +525,7 @@ class FileCompiler {
     PolicyDescription& d = out_.desc;
     YAML::Node observe = section(root, "observe");
     int_setting(observe, "window", out_.window, d.window);
+    d.window_depends_on_prompt_len = out_.window.output >= 0 && out_.window.nodes[out_.window.output].op != NodeOp::Const;
     double v;
     if (constant_setting(observe, "causal", true, v)) d.observe.causal = v != 0;
     if (constant_setting(observe, "same_index_head", true, v)) d.observe.same_index_head = v != 0;
@@ -798,6 +799,10 @@ class FileCompiler {
     // The engine computes the window attention while decoding only if the decode indicator reads it.
     d.decode_reads = (d.has_decode_score ? out_.decode_score : out_.score).uses;
     d.decode_reads_known = true;
+    for (const LoweredProgram* p : all)
+      if (p != &out_.decode_score)
+        for (int s = 0; s < kNumTensorSignals; ++s) d.prompt_reads[s] = d.prompt_reads[s] || p->uses[s];
+    d.prompt_reads_known = true;
     d.run.decode_uses_window_attention = d.decode_reads[static_cast<int>(TensorSignal::WindowAttention)];
     const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight", "channel_score"};
     const LoweredProgram* progs[] = {&out_.score,     &out_.decode_score, &out_.layer_weight,

@@ -3,6 +3,7 @@
 // (a whole prompt in one pass, or one token while decoding), appends their K/V to the cache, and
 // lets an observer see each layer right after that layer's attention, which is when eviction may
 // act (CAKE's cascading evicts earlier layers while later ones are still to come).
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,40 @@
 
 namespace kvevict {
 
+// What an observer reads of the host cache's cached keys and values (its rows) during one call.
+// A decoder whose cache lives on a device may leave the rows of a call the observer does not read
+// on the device and append placeholder rows (exact lengths and positions, zero keys and values) to
+// the host cache instead (DeviceKvMirror::append_placeholders; LayerSignals::cache_rows_are_placeholders).
+enum class CacheRowReads : uint8_t {
+  Reads,                     // it may read any cached key or value: the host cache holds them all
+  None,                      // it reads none: only lengths and positions (and it keeps entries)
+  // None, provided the decoder hands it the window attention it asked for in this call
+  // (ObservationRequest::window_attention > 0) at every layer; a decoder that does not compute
+  // the window attention, or not at every layer of the call, must treat it as Reads.
+  NoneGivenWindowAttention,
+};
+
+// The observer's answer for each kind of call: it cannot tell which kind the decoder runs next
+// (a new prompt, a decode step, a later block of a prefill in blocks); the decoder can.
+struct CacheRowReadsByCall {
+  CacheRowReads prompt_start = CacheRowReads::Reads;  // a call at position 0: a prompt or its first block
+  CacheRowReads next_token = CacheRowReads::Reads;    // one token at a later position (a decode step)
+  CacheRowReads next_block = CacheRowReads::Reads;    // several tokens at a later position
+  // The answer for a call of `n_tokens` tokens starting at `position`.
+  CacheRowReads for_call(int position, int n_tokens) const {
+    if (position == 0) return prompt_start;
+    return n_tokens == 1 ? next_token : next_block;
+  }
+};
+
+// Whether a decoder may give the host cache placeholder rows in a call the observer answered
+// `reads` for: None, or NoneGivenWindowAttention when the decoder hands over the window attention
+// the observer asked for at every layer of the call (`serves_window_attention`).
+inline bool rows_may_stay_on_device(CacheRowReads reads, bool serves_window_attention) {
+  return reads == CacheRowReads::None ||
+         (reads == CacheRowReads::NoneGivenWindowAttention && serves_window_attention);
+}
+
 // What an observer asks the decoder to record during a forward pass.
 struct ObservationRequest {
   int window = 0;                      // keep the post-RoPE queries of the last `window` tokens of the block
@@ -28,10 +63,10 @@ struct ObservationRequest {
   // (causal, scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute
   // it (the CUDA decoder does, on the device); an observer must handle its absence.
   int window_attention = 0;
-  // false: in a one-token call after the prompt the observer reads no key or value of the cache
-  // (only lengths and positions, and keeps entries): a decoder whose cache lives on a device may
-  // hand it a host cache whose new rows are placeholders (DeviceKvMirror::append_placeholders).
-  bool decode_step_reads_cache_rows = true;
+  // What the observer reads of the cached keys and values in this call, by the call's kind (the
+  // default: every row, always). Anything but Reads lets a decoder whose cache lives on a device
+  // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).
+  CacheRowReadsByCall cache_row_reads;
 };
 
 struct LayerSignals {
@@ -68,9 +103,10 @@ struct LayerSignals {
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;
   // The host cache of this layer holds placeholder rows (DeviceKvMirror::append_placeholders: the
-  // observer declared decode_step_reads_cache_rows false): it must read no cached key or value, and
-  // takes the newest query's attention (A_now) from accumulated_attention, which is that row for a
-  // one-token block.
+  // observer's ObservationRequest::cache_row_reads for this call was not Reads): it must read no
+  // cached key or value. In a one-token call it takes the newest query's attention (A_now) from
+  // accumulated_attention, which is that row; in a prompt call its window attention is
+  // window_attention (NoneGivenWindowAttention).
   bool cache_rows_are_placeholders = false;
 };
 

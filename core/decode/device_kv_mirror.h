@@ -27,8 +27,8 @@
 //    any other mutation of its host heads is a std::logic_error (it would number rows the host
 //    does not have); clear(), a replacement and mark_synced() end the lag.
 //  - placeholder host rows (Decoder mode): when the observer of a call reads no keys or values
-//    of the host cache (ObservationRequest::decode_step_reads_cache_rows false: an attention-based
-//    decode indicator such as CAKE's or H2O's), the decoder appends the block to the device and
+//    of the host cache (ObservationRequest::cache_row_reads not Reads for the call: the prompt
+//    blocks of window-attention policies, the decode steps of CAKE's, H2O's or TOVA's indicator), the decoder appends the block to the device and
 //    only a placeholder (zero rows with the right positions) to the host: lengths and positions
 //    stay exact, so the engine's keeps number the same rows on both sides, and no key or value
 //    byte leaves the device. A head that holds no row of its own on the host (empty, or every row

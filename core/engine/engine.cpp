@@ -8,15 +8,18 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
+#include "core/engine/cache_row_reads.h"
 #include "core/engine/channel_selection.h"
 #include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
-#include "core/engine/decode_cache_reads.h"
 #include "core/engine/eviction_plan.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/merge_state.h"
@@ -104,8 +107,13 @@ struct EvictionEngine::State {
   std::unique_ptr<LayerSelector> selector;
   // The program may score from the decoder's device window attention in place (scores_window_in_place).
   const bool window_in_place;
-  // A one-token decode step reads cached keys or values (decode_cache_reads.h): fixed by the policy.
-  const bool decode_reads_cache_rows;
+  // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
+  // fixed by the policy; request() narrows the prompt's per call.
+  const CacheRowReads decode_row_reads, prompt_row_reads;
+  // The host cache's rows of the current after_layer call are placeholders (LayerSignals::
+  // cache_rows_are_placeholders), and some layer's were during this prompt (for finish_prefill, in
+  // after_forward): every read of a cached key or value is then refused (refuse_placeholder_read).
+  bool placeholder_rows = false, prompt_had_placeholders = false;
   // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
   // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
   const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
@@ -196,7 +204,8 @@ struct EvictionEngine::State {
         Gs(plan.geometry.stored_group),
         selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
         window_in_place(scores_window_in_place(p)),
-        decode_reads_cache_rows(decode_step_reads_cache_rows(p.description())) {
+        decode_row_reads(decode_cache_row_reads(p.description())),
+        prompt_row_reads(prompt_cache_row_reads(p.description())) {
     rope = Rope(c);
   }
 
@@ -225,6 +234,7 @@ struct EvictionEngine::State {
     report.budget = options.budget.text;
     report.selection = selector->device();
     in_prefill = prefill_done = false;
+    prompt_had_placeholders = false;
     decode_step = appended = 0;
     sampling_seed = options.seed;
     layer_budget.assign(L, 0);
@@ -296,7 +306,7 @@ struct EvictionEngine::State {
   // the window is known before the prompt (not from the prompt's length or tokens), while a prompt
   // is pending or the decode trigger reads A; 0 otherwise.
   int requested_window_attention() const {
-    if (!ordinary_window_attention() || desc.depends_on_prompt_len || desc.observe.window_after_token >= 0) return 0;
+    if (!ordinary_window_attention() || !window_known_before_prompt(desc)) return 0;
     const bool decode_reads = plan.decode.every > 0 && plan.decode.uses_window_attention;
     return !prefill_done || in_prefill || decode_reads ? plan.window : 0;
   }
@@ -343,8 +353,30 @@ struct EvictionEngine::State {
     return gather_signals(layer, kv_head, cache, decoding);
   }
 
+  // Refuses a read of `what` (cached keys or values) of layer `layer` in a call whose host rows are
+  // placeholders: the policy declared it reads no cached row (cache_row_reads.h), so the read is a
+  // bug of that declaration, which must fail loudly rather than score placeholder zeros.
+  void refuse_placeholder_read(int layer, const std::string& what) const {
+    if (!placeholder_rows) return;
+    throw std::logic_error("engine: policy " + desc.name + " needs " + what + " of layer " + std::to_string(layer) +
+                           " on the host, but the decoder left this call's rows on the device (placeholder rows): "
+                           "the policy declared that it reads no cached row here (cache_row_reads.h)");
+  }
+
+  // The signals the programs of this phase read (the decode indicator's while decoding, the
+  // prompt-time programs' otherwise). With placeholder rows only those are made: another signal
+  // of the policy (CAKE's A_now at the prompt) would read rows for nobody.
+  const SignalSet& phase_reads(bool decoding) const {
+    if (decoding) return desc.decode_reads_known ? desc.decode_reads : desc.reads;
+    return prompt_signals(desc);
+  }
+  bool makes_signal(TensorSignal id, bool decoding) const {
+    return desc.needs(id) && (!placeholder_rows || phase_reads(decoding)[signal_index(id)]);
+  }
+
   // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
-  // instead of the head's own vector. Untimed: safe on worker threads.
+  // instead of the head's own vector. Untimed: safe on worker threads. The head's keys and values
+  // are read only by the signals that need them (refuse_placeholder_read).
   HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr) {
     HeadSignals hs;
     const int src = cache_head(kv_head, cache);
@@ -362,16 +394,24 @@ struct EvictionEngine::State {
     in.decode_step = decoding ? decode_step + 1 : 0;
     in.seed = options.seed;
     in.position = positions(cache, layer, src);
-    // The head's keys as f32, converted on first use: most signals read none, and a head whose rows
-    // are held on a device has none here (KVCache refuses the read rather than hand out nothing).
-    const float* keys_f32 = nullptr;
-    const auto keys = [&] {
-      if (!keys_f32) keys_f32 = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
-      return keys_f32;
+    const float* cached_keys = nullptr;
+    const auto keys = [&](const char* why) {
+      if (!cached_keys) {
+        refuse_placeholder_read(layer, std::string("the cached keys (") + why + ")");
+        cached_keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
+      }
+      return cached_keys;
+    };
+    const auto values = [&](const char* why) {
+      refuse_placeholder_read(layer, std::string("the cached values (") + why + ")");
+      return cache.values_or_reconstruct(layer, src, hs.value_scratch);
     };
     const int rows = recent.rows(layer);
     const float* q = recent.data(layer);
-    const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention);
+    // Made whenever there is a window (Q and O read it too), but with placeholder rows only for
+    // programs of this phase that read it.
+    const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention) &&
+                             (!placeholder_rows || phase_reads(decoding)[signal_index(TensorSignal::WindowAttention)]);
     if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
       const int W = wr.W, first = wr.first;
       std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
@@ -389,11 +429,11 @@ struct EvictionEngine::State {
         }
         // The decoder's, copied out when it is exactly this (precomputed_window.h); else the host's.
         if (!window_in.copy(layer, src, kv_head * Gs, Gs, W, first, T, window_out))
-          compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys(), in.position, T, d, window_out,
-                                   desc.observe.causal);
+          compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, keys("the window attention"), in.position, T,
+                                   d, window_out, desc.observe.causal);
       } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
         in.group = observe_same_index_head(desc.observe.causal, WindowQueries{wr.rows, W, Hq, first}, cache, layer,
-                                           kv_head, G, keys(), own);
+                                           kv_head, G, keys("the same-index head's attention"), own);
         window_out = own.data();
       }
       if (!device_rows) {
@@ -403,7 +443,7 @@ struct EvictionEngine::State {
     }
     // Every other signal the policy reads, by its row in the signal table.
     for (const TensorSignalInfo& info : kTensorSignalTable) {
-      if (!desc.needs(info.id)) continue;
+      if (!makes_signal(info.id, decoding)) continue;
       std::vector<float>& out = hs.buffer[signal_index(info.id)];
       switch (info.id) {
         case TensorSignal::WindowAttention:  // produced above (it may share a layer buffer)
@@ -417,8 +457,8 @@ struct EvictionEngine::State {
             break;
           }
           compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
-                                   recent.first_position(layer) + rows - 1, kv_head, Gs, keys(), in.position, T, d,
-                                   out.data());
+                                   recent.first_position(layer) + rows - 1, kv_head, Gs, keys("A_now"), in.position, T,
+                                   d, out.data());
           break;
         case TensorSignal::AccumulatedAttention:
           out.resize(static_cast<size_t>(Gs) * T);
@@ -427,30 +467,31 @@ struct EvictionEngine::State {
           break;
         case TensorSignal::KeyNorm:
           out.resize(T);
-          compute_row_norms(keys(), T, d, out.data());
+          compute_row_norms(keys("key_norm"), T, d, out.data());
           break;
         case TensorSignal::ValueNorm:
           out.resize(T);
-          compute_row_norms(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out.data());
+          compute_row_norms(values("value_norm"), T, d, out.data());
           break;
         case TensorSignal::Keys:
-          transpose_rows(keys(), T, d, out);
+          transpose_rows(keys("K"), T, d, out);
           break;
         case TensorSignal::KeysPreRope:
+          refuse_placeholder_read(layer, "the cached keys (K_pre)");
           transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
           break;
         case TensorSignal::Values:
-          transpose_rows(cache.values_or_reconstruct(layer, src, hs.value_scratch), T, d, out);
+          transpose_rows(values("V"), T, d, out);
           break;
         case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
           out.resize(static_cast<size_t>(Gs) * T);
-          segments.attention(layer, kv_head, Gs, Hq, keys(), in.position, T, d, desc.observe.causal, desc.observe.scaled,
-                             out.data());
+          segments.attention(layer, kv_head, Gs, Hq, keys("A_seg"), in.position, T, d, desc.observe.causal,
+                             desc.observe.scaled, out.data());
           break;
         case TensorSignal::WindowQueryRows:
         case TensorSignal::WindowQueryRowsPreRope:
         case TensorSignal::WindowOutputs:
-          if (!window_rows_signal(info.id, layer, kv_head, cache, keys(), in, hs, out)) continue;
+          if (!window_rows_signal(info.id, layer, kv_head, cache, keys("Q, Q_pre or O"), in, hs, out)) continue;
           break;
         case TensorSignal::QueryMean:
         case TensorSignal::QueryCovariance:
@@ -478,8 +519,7 @@ struct EvictionEngine::State {
             throw UsageError("policy " + desc.name + " reads out_norm, but the decoder did not hand over the layer's "
                              "output projection");
           out.resize(static_cast<size_t>(Gs) * T);
-          output_norms(output_grams.data(), kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T,
-                       out.data());
+          output_norms(output_grams.data(), kv_head, Gs, d, values("out_norm"), T, out.data());
           break;
         case TensorSignal::ReplayAttention:  // [Gs][T] by original position (the replay's cache index)
           if (!replay) throw std::logic_error("engine: A_replay read outside the completion of a replay prefill");
@@ -496,7 +536,7 @@ struct EvictionEngine::State {
                              "output projection");
           out.resize(static_cast<size_t>(Gs) * T);
           output_norms_l1(output_projection.data(), static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)),
-                          kv_head, Gs, d, cache.values_or_reconstruct(layer, src, hs.value_scratch), T, out.data());
+                          kv_head, Gs, d, values("out_norm_l1"), T, out.data());
           break;
       }
       in.set_signal(info.id, out.data());
@@ -547,9 +587,21 @@ struct EvictionEngine::State {
     {
       PhaseScope timed(*this, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
       if (!in_place) window_in.fetch();  // a device buffer comes down here, not on a worker thread
+      // An exception must not leave an OpenMP region (std::terminate): the first is kept and
+      // rethrown after the loop (refuse_placeholder_read, a decoder's signal of the wrong shape).
+      std::exception_ptr failed;
+      std::mutex failed_mutex;
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
-      for (int h = 0; h < Hs; ++h)
-        heads[h] = gather_signals(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
+      for (int h = 0; h < Hs; ++h) {
+        try {
+          heads[h] =
+              gather_signals(layer, h, cache, false, same_length ? layer_window_attention.data() + per_head * h : nullptr);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
+        }
+      }
+      if (failed) std::rethrow_exception(failed);
     }
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
     PhaseScope timed(*this, EnginePhase::Scoring);  // the head plans and the layer weight
@@ -635,6 +687,7 @@ struct EvictionEngine::State {
   void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
                   const std::vector<std::span<const float>>& scores) {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
+    if (plan.stages.merge_on_evict) refuse_placeholder_read(layer, "the cached values (a merge)");
     if (plan.stages.merge_per_layer)
       merge_state.merge_layer(desc.merge, cache, layer, kept);
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
@@ -645,6 +698,7 @@ struct EvictionEngine::State {
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores) {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
     const size_t length = cache.length(layer, kv_head);
+    if (plan.stages.merge_on_evict) refuse_placeholder_read(layer, "the cached values (a merge)");
     if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
       merge_on_evict(desc.merge, cache, layer, kv_head, kept,
                      merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
@@ -875,6 +929,34 @@ struct EvictionEngine::State {
     }
   }
 
+  // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
+  // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
+  // (several tokens then: Reads, A_now needs the last query's own row). A fresh engine takes a
+  // later call as a prompt over rows it never saw: Reads.
+  CacheRowReadsByCall cache_row_reads_by_call() const {
+    CacheRowReadsByCall by;
+    const bool blocks_pending = in_prefill && block_prompt > 0 && prefill_seen < block_prompt;
+    by.prompt_start = prompt_call_row_reads(0, 0);
+    if (blocks_pending) {
+      by.next_token = by.next_block =
+          prompt_call_row_reads(prefill_seen, std::min(plan.prefill.block, block_prompt - prefill_seen));
+    } else if (prefill_done && !in_prefill) {
+      by.next_token = decode_row_reads;
+    }
+    return by;
+  }
+
+  // The prompt's declaration for a call of `n` tokens starting at `start` (n is not needed at 0):
+  // NoneGivenWindowAttention holds only when the decoder is asked for the window
+  // attention and the engine's window rows are the call's own (the decoder computes it for the
+  // call's last min(W, n) queries; a later block shorter than W would need the previous block's).
+  CacheRowReads prompt_call_row_reads(int start, int n) const {
+    if (prompt_row_reads != CacheRowReads::NoneGivenWindowAttention) return prompt_row_reads;
+    const int W = requested_window_attention();
+    if (W <= 0 || (start > 0 && n < W)) return CacheRowReads::Reads;
+    return CacheRowReads::NoneGivenWindowAttention;
+  }
+
   // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.
   bool skip_prefill() const { return plan.prefill.skip; }
 
@@ -894,6 +976,7 @@ struct EvictionEngine::State {
       report.bytes_full = cache.bytes_for_uniform_length(prompt_len);
     }
     if (l == 0) prefill_seen = s.first_position + s.n_tokens;
+    prompt_had_placeholders = prompt_had_placeholders || s.cache_rows_are_placeholders;
     if (prefill_seen > plan.prompt_len)
       throw UsageError("policy " + desc.name + ": the prefill in blocks received " + std::to_string(prefill_seen) +
                        " tokens for a prompt of " + std::to_string(plan.prompt_len));
@@ -1024,6 +1107,11 @@ struct EvictionEngine::State {
       const auto budgets = layer_budgets(L - 1, plan.budget.total, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
+    if (prompt_had_placeholders && ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels ||
+                                    plan.stages.codebook || plan.stages.reassign_positions))
+      throw std::logic_error("engine: policy " + desc.name + " edits the cached rows at the end of its prompt "
+                             "(unfolded GQA, key channels, a codebook or re-assigned positions), but the decoder "
+                             "left the prompt's rows on the device (placeholder rows; cache_row_reads.h)");
     {
       PhaseScope timed(*this, EnginePhase::CacheEdit);  // the key-channel stage's signals and scores pause it
       if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy
@@ -1157,12 +1245,13 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
                             MergeOnEvictState::needs_decode_attention(state_->desc.merge);
-  // After the prompt, a policy that reads no cached row while decoding lets a device cache keep the
-  // new rows to itself (decode_cache_reads.h); A_now then comes from the decoder's column sums
+  // A policy that reads no cached row lets a device cache keep the call's rows to itself
+  // (cache_row_reads.h). While decoding, A_now then comes from the decoder's column sums
   // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
-  const bool decoding = state_->prefill_done && !state_->in_prefill;
-  r.decode_step_reads_cache_rows = !decoding || state_->decode_reads_cache_rows;
-  if (!r.decode_step_reads_cache_rows && state_->desc.needs(TensorSignal::CurrentAttention)) r.accumulated_attention = true;
+  r.cache_row_reads = state_->cache_row_reads_by_call();
+  if (r.cache_row_reads.next_token != CacheRowReads::Reads && state_->prefill_done &&
+      state_->desc.needs(TensorSignal::CurrentAttention))
+    r.accumulated_attention = true;
   // The prompt query statistics read every prompt query, and a window found from the tokens is
   // unknown until the prompt arrives: both see the whole block (a view, no copy).
   if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
@@ -1192,6 +1281,12 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
       st.report.window_attention_downloads = st.window_in.downloads();
     }
   } drop_window{*state_};
+  // Placeholder rows hold for this call only (the next may have synced them): forgotten however it ends.
+  struct Rows {
+    bool& placeholders;
+    ~Rows() { placeholders = false; }
+  } rows{state_->placeholder_rows};
+  rows.placeholders = signals.cache_rows_are_placeholders;
   if (prefill) state_->prefill_layer(signals, cache, true);
   else state_->decode_layer(signals, cache);
 }

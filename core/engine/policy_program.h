@@ -216,10 +216,18 @@ struct PolicyDescription {
   // description knows them (the DSL's compiler does); otherwise `reads` stands for them.
   SignalSet decode_reads{};
   bool decode_reads_known = false;
+  // Added. The signals the prompt-time programs read (score, layer_weight, head_mode, head_weight,
+  // channel_score, the stage programs: everything but decode_score), when the description knows
+  // them (the DSL's compiler does); otherwise `reads` stands for them.
+  SignalSet prompt_reads{};
+  bool prompt_reads_known = false;
   // window / protect depend on the prompt length (NACL: fractions of the prompt); the fields
   // below then hold the values for prompt_len = 0 and the engine must call window_for() /
   // protect_for() once the prompt length is known.
   bool depends_on_prompt_len = false;
+  // Added. The window itself is one of those (the DSL knows; a hand-made description that sets
+  // depends_on_prompt_len is taken to have such a window).
+  bool window_depends_on_prompt_len = false;
   bool has_layer_weight = false;      // false: uniform budgets across layers
   bool has_decode_score = false;      // a separate indicator used while decoding
   // Added. head_mode / head_weight programs: the engine asks head_plan() per (layer, KV head) at

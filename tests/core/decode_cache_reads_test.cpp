@@ -1,5 +1,5 @@
 // The engine's declaration that a one-token decode step reads no cached key or value
-// (ObservationRequest::decode_step_reads_cache_rows, core/engine/decode_cache_reads.h), which lets
+// (ObservationRequest::cache_row_reads.next_token, core/engine/cache_row_reads.h), which lets
 // the CUDA decoder hand it a host cache whose decoded rows are placeholders. Proof on the CPU: for
 // every built-in policy that evicts while decoding and declares it (H2O's column sums), a run whose observer sees
 // every decoded row poisoned (NaN keys and values, restored after the engine's turn) keeps the
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/decode/make_decoder.h"
-#include "core/engine/decode_cache_reads.h"
+#include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
@@ -40,7 +40,7 @@ class PoisonDecodedRows : public ForwardObserver {
       : engine_(engine), prompt_len_(prompt_len), flag_(flag), poison_rows_(poison) {}
   ObservationRequest request() const override {
     const ObservationRequest r = engine_.request();
-    poison_ = !r.decode_step_reads_cache_rows;
+    poison_ = r.cache_row_reads.next_token != CacheRowReads::Reads;
     return r;
   }
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
@@ -167,7 +167,7 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
       continue;  // a policy that needs a setting or a model this test does not give it
     }
     const PolicyDescription& d = policy->description();
-    if (d.run.decode_every <= 0 || decode_step_reads_cache_rows(d)) continue;
+    if (d.run.decode_every <= 0 || decode_cache_row_reads(d) == CacheRowReads::Reads) continue;
     DecodeRun flagged, poisoned;
     try {
       flagged = run(*policy, Mode::Flagged);
@@ -225,7 +225,7 @@ TEST_F(DecodeCacheReadsTest, ControlARowReaderDeclaresItAndPoisonChangesItsCache
                          "decode_score: |\n  score[t] = -key_norm[t]\n";
   const auto policy = load_policy(file, {});
   std::filesystem::remove(file);
-  EXPECT_TRUE(decode_step_reads_cache_rows(policy->description()));
+  EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::Reads);
   // The harness poisons only when the engine declares no reads: force it through a copy of the
   // description that hides key_norm, which is exactly the mistake the declaration must not make.
   struct Hide : PolicyProgram {
@@ -238,12 +238,15 @@ TEST_F(DecodeCacheReadsTest, ControlARowReaderDeclaresItAndPoisonChangesItsCache
     const PolicyProgram& p_;
     PolicyDescription d_;
   } hidden(*policy);
-  ASSERT_FALSE(decode_step_reads_cache_rows(hidden.description()));
-  const DecodeRun plain = run(hidden, Mode::Flagged), poisoned = run(hidden, Mode::FlaggedAndPoisoned);
+  ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
+  const DecodeRun plain = run(hidden, Mode::Plain), poisoned = run(hidden, Mode::PoisonedOnly);
   EXPECT_GT(poisoned.poisoned_calls, 0);
   EXPECT_NE(plain.layouts.back(), poisoned.layouts.back()) << "the poisoned key norms were not read";
+  // Marked as placeholders, the engine makes only the signals the (hidden) declaration names: the
+  // indicator's read of key_norm then fails loudly instead of reading the rows.
+  EXPECT_ANY_THROW(run(hidden, Mode::Flagged));
   const auto tova = load_policy("tova", {});
-  EXPECT_FALSE(decode_step_reads_cache_rows(tova->description()));
+  EXPECT_EQ(decode_cache_row_reads(tova->description()), CacheRowReads::None);
   const DecodeRun tova_plain = run(*tova, Mode::Plain), tova_poisoned = run(*tova, Mode::PoisonedOnly);
   EXPECT_GT(tova_poisoned.poisoned_calls, 0);
   EXPECT_NE(tova_plain.layouts.back(), tova_poisoned.layouts.back()) << "TOVA's host A_now did not read the poisoned keys";
@@ -256,19 +259,19 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::CachedKeys));
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::WindowQueries));
   PolicyDescription d;  // hand-made: decode_reads unknown, decode window attention assumed
-  EXPECT_TRUE(decode_step_reads_cache_rows(d));
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
   d.decode_reads_known = true;
   d.run.decode_uses_window_attention = false;
   d.decode_reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
-  EXPECT_FALSE(decode_step_reads_cache_rows(d));
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::None);
   PolicyDescription merged = d;
   merged.merge.enabled = true;
-  EXPECT_TRUE(decode_step_reads_cache_rows(merged));
+  EXPECT_EQ(decode_cache_row_reads(merged), CacheRowReads::Reads);
   PolicyDescription reassigned = d;
   reassigned.run.reassign_positions = true;
-  EXPECT_TRUE(decode_step_reads_cache_rows(reassigned));
+  EXPECT_EQ(decode_cache_row_reads(reassigned), CacheRowReads::Reads);
   d.decode_reads[signal_index(TensorSignal::Values)] = true;
-  EXPECT_TRUE(decode_step_reads_cache_rows(d));
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
 }
 
 }  // namespace

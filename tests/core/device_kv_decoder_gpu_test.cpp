@@ -13,9 +13,14 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
+#include <utility>
 
 #include "core/decode/make_decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_gpu_test_util.h"
@@ -169,7 +174,7 @@ TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
 }
 
 // Placeholder host rows (DeviceKvMirror::append_placeholders): H2O's one-token decode steps read no
-// cached row (decode_cache_reads.h), so its host cache takes placeholders and no key or value
+// cached row (cache_row_reads.h), so its host cache takes placeholders and no key or value
 // leaves the device. It must keep the same caches and logits as a run whose observer says it reads
 // rows (real host appends), and once asked its host cache equals its device cache.
 TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
@@ -180,7 +185,7 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
     explicit ReadsRows(EvictionEngine& e) : engine(e) {}
     ObservationRequest request() const override {
       ObservationRequest r = engine.request();
-      r.decode_step_reads_cache_rows = true;
+      r.cache_row_reads = CacheRowReadsByCall{};  // Reads for every kind of call
       return r;
     }
     void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
@@ -231,6 +236,66 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
     EXPECT_GT(placeholder->device_kv_stats().counts.rows_placeholder, 0) << name;
     ASSERT_TRUE(device_equals_host(*placeholder)) << name;
   }
+#endif
+}
+
+// Placeholder host rows at the PROMPT (cache_row_reads.h): SnapKV, CAKE (cascading too), TOVA read
+// only the window attention there, which the decoder computes on the device and hands over
+// (NoneGivenWindowAttention); H2O reads the column sums (None); a window policy prefilled in blocks
+// declares it for every block of at least its window. Against a run whose observer says it reads
+// rows at the prompt (the decode steps declare the same in both), the logits of every call and the
+// host-visible caches (after sync) are identical, the prompt downloads no row (no host_append
+// time, rows_placeholder > 0), and once asked the host cache equals the device cache.
+TEST(DeviceKvDecoderGpu, PromptPlaceholderHostRowsGiveTheSameCacheAndLogits) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct ReadsPromptRows : ForwardObserver {  // the engine, but declaring it reads rows at the prompt
+    EvictionEngine& engine;
+    explicit ReadsPromptRows(EvictionEngine& e) : engine(e) {}
+    ObservationRequest request() const override {
+      ObservationRequest r = engine.request();
+      // Every block of these prompts has several tokens: next_token is a decode step's.
+      r.cache_row_reads.prompt_start = r.cache_row_reads.next_block = CacheRowReads::Reads;
+      return r;
+    }
+    void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
+    void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
+  };
+  const std::string blocks = (std::filesystem::temp_directory_path() / "kvevict_gpu_prompt_blocks.yaml").string();
+  std::ofstream(blocks) << "name: window_blocks\nabout: window attention sums, prefilled in blocks\n"
+                           "observe: {window: 16}\nprotect: {recent: 16}\nrun: {prefill: true, prefill_block: 48}\n"
+                           "score: |\n  score[t] = if(t < T - W, sum(h, q: A[h, q, t]), 0)\n";
+  const auto model = make_random_model(gqa_config(), 43);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
+      {"snapkv", {}}, {"cake", {}}, {"cake", {{"cascading", "true"}}}, {"tova", {}}, {"h2o", {}}, {blocks, {}}};
+  for (const auto& [name, params] : policies) {
+    const auto policy = load_policy(name, params);
+    auto placeholder = make_decoder(*model, DecoderDevice::Cuda, {});
+    auto real = make_decoder(*model, DecoderDevice::Cuda, {});
+    EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+    ReadsPromptRows reads(e2);
+    const std::vector<int> prompt = random_prompt(160, 9);
+    std::vector<float> a = prefill_prompt(*placeholder, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
+    const DeviceKvStats after_prompt = placeholder->device_kv_stats();
+    EXPECT_GT(after_prompt.counts.rows_placeholder, 0) << name;
+    EXPECT_EQ(after_prompt.seconds.host_append, 0.0) << name << ": the prompt downloaded rows";
+    EXPECT_GT(real->device_kv_stats().seconds.host_append, 0.0) << name;
+    for (int s = 0; s < 12; ++s) {
+      ASSERT_EQ(a, b) << name << ", call " << s;
+      const int next = argmax(a);
+      a = placeholder->forward(std::vector<int>{next}, &e1);
+      b = real->forward(std::vector<int>{next}, &reads);
+    }
+    ASSERT_EQ(a, b) << name;
+    ASSERT_TRUE(device_equals_host(*placeholder)) << name;  // cache(): placeholders filled
+    const KVCache &x = placeholder->cache(), &y = real->cache();
+    for (int l = 0; l < x.n_layers(); ++l)
+      for (int h = 0; h < x.n_kv_heads(); ++h) {
+        ASSERT_EQ(x.length(l, h), y.length(l, h)) << name;
+        EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << name;
+      }
+  }
+  std::filesystem::remove(blocks);
 #endif
 }
 

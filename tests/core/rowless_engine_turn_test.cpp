@@ -1,5 +1,5 @@
 // The strongest form of the engine's declaration that a decode step reads no cached key or value
-// (ObservationRequest::decode_step_reads_cache_rows, core/engine/decode_cache_reads.h): in such a
+// (ObservationRequest::cache_row_reads.next_token, core/engine/cache_row_reads.h): in such a
 // call the engine is handed a host cache that HOLDS no row at all (every head position-only,
 // KVCache::append_position, as the CUDA decoder's host cache is when every row lives on the
 // device), so any read of a row throws instead of reading zeros or NaN. The keeps it makes there
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/decode/make_decoder.h"
-#include "core/engine/decode_cache_reads.h"
+#include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
@@ -48,20 +48,24 @@ class KeepRecorder final : public KvCacheListener {
 
 // In the calls where the engine declared it reads no cached row (one-token calls after the prompt),
 // hands it a position-only copy of the cache, marks the rows as placeholders, and replays its keeps
-// on the real cache; in `flag_only` mode it only marks them (the reference run).
+// on the real cache. FlagOnly only marks them (the reference run); RowlessUnmarked hands over the
+// position-only copy without the mark (the control: the engine's own guard is not told, so only
+// the cache's refusal can stop a row read).
+enum class TurnMode { FlagOnly, Rowless, RowlessUnmarked };
 class RowlessTurns final : public ForwardObserver {
  public:
-  RowlessTurns(EvictionEngine& engine, const ModelConfig& config, bool flag_only)
-      : engine_(engine), config_(config), flag_only_(flag_only) {}
+  RowlessTurns(EvictionEngine& engine, const ModelConfig& config, TurnMode mode)
+      : engine_(engine), config_(config), flag_only_(mode == TurnMode::FlagOnly), mark_(mode != TurnMode::RowlessUnmarked) {}
   ObservationRequest request() const override {
     const ObservationRequest r = engine_.request();
-    declared_ = !r.decode_step_reads_cache_rows;
+    declared_ = r.cache_row_reads.next_token == CacheRowReads::None;
     return r;
   }
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
     LayerSignals marked = signals;
-    marked.cache_rows_are_placeholders = declared_ && signals.n_tokens == 1 && signals.first_position > 0;
-    if (!marked.cache_rows_are_placeholders || flag_only_) return engine_.after_layer(marked, cache);
+    const bool declared = declared_ && signals.n_tokens == 1 && signals.first_position > 0;
+    marked.cache_rows_are_placeholders = declared && mark_;
+    if (!declared || flag_only_) return engine_.after_layer(marked, cache);
     rowless_turn(cache, [&](KVCache& rowless) { engine_.after_layer(marked, rowless); });
   }
   void after_forward(int n_tokens, KVCache& cache) override {
@@ -89,7 +93,7 @@ class RowlessTurns final : public ForwardObserver {
 
   EvictionEngine& engine_;
   const ModelConfig& config_;
-  const bool flag_only_;
+  const bool flag_only_, mark_;
   mutable bool declared_ = false;
 };
 
@@ -101,10 +105,10 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int rowless_turns = 0;
     bool forbidden = false;
   };
-  static Run run(const PolicyProgram& policy, bool flag_only, int steps = 30) {
+  static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
-    RowlessTurns observer(engine, model_->config, flag_only);
+    RowlessTurns observer(engine, model_->config, mode);
     Run r;
     auto step = [&](std::span<const int> block) {
       r.logits.push_back(decoder->forward(block, &observer));
@@ -126,10 +130,10 @@ TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCac
   std::vector<std::string> checked;
   for (const char* name : {"cake", "h2o", "tova"}) {
     const auto policy = load_policy(name, {});
-    ASSERT_FALSE(decode_step_reads_cache_rows(policy->description())) << name;
-    const Run flagged = run(*policy, /*flag_only=*/true);
+    ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::None) << name;
+    const Run flagged = run(*policy, TurnMode::FlagOnly);
     Run rowless;
-    ASSERT_NO_THROW(rowless = run(*policy, /*flag_only=*/false)) << name << " read a row the cache does not hold";
+    ASSERT_NO_THROW(rowless = run(*policy, TurnMode::Rowless)) << name << " read a row the cache does not hold";
     EXPECT_FALSE(rowless.forbidden) << name << " edited a row, appended or re-assigned in a declared call";
     EXPECT_EQ(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
     ASSERT_EQ(flagged.layouts.size(), rowless.layouts.size());
@@ -141,8 +145,9 @@ TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCac
   }
 }
 
-// Control: a decode indicator over key norms, its declaration hidden, reads a row of the
-// position-only cache and is stopped by the cache's refusal, not by a wrong result.
+// Control: a decode indicator over key norms, its declaration hidden and its calls unmarked (so the
+// engine's own placeholder guard is not told), reads a row of the position-only cache and is
+// stopped by the cache's refusal, not by a wrong result.
 TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
   const std::string file = (std::filesystem::temp_directory_path() / "kvevict_rowless_control.yaml").string();
   std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
@@ -161,8 +166,13 @@ TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
     const PolicyProgram& p_;
     PolicyDescription d_;
   } hidden(*policy);
-  ASSERT_FALSE(decode_step_reads_cache_rows(hidden.description()));
-  EXPECT_THROW(run(hidden, /*flag_only=*/false, 3), std::logic_error);
+  ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
+  try {
+    run(hidden, TurnMode::RowlessUnmarked, 3);
+    ADD_FAILURE() << "the key norms were computed from a cache that holds no row";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("held elsewhere"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -67,10 +67,15 @@ class WindowAttentionInjector : public ForwardObserver {
     request_ = engine_.request();
     return request_;
   }
-  void after_layer(const LayerSignals& signals, KVCache& cache) override {
+  void after_layer(const LayerSignals& signals, KVCache& cache) override { engine_.after_layer(inject(signals), cache); }
+  // `signals` with the window attention the engine asked for in this call (request()), computed
+  // over the twin as the cache is now (before anyone edits it), or unchanged when none is due.
+  // The buffer stays valid until the next inject. For a wrapper that acts between the decoder's
+  // window attention and the engine's turn (the prompt's placeholder-row proof).
+  LayerSignals inject(const LayerSignals& signals) {
     int W = std::min(request_.window_attention, signals.n_tokens);
     if (force_ && W == 0 && signals.layer > 0) W = std::min(engine_.plan().window, signals.n_tokens);
-    if (W <= 0 || signals.window < W) return engine_.after_layer(signals, cache);
+    if (W <= 0 || signals.window < W) return signals;
     mirror_.flush(signals.layer);
     const DeviceKvLayerView view = twin_.layer_view(signals.layer);
     WindowAttentionPlan plan;
@@ -79,7 +84,7 @@ class WindowAttentionInjector : public ForwardObserver {
     LayerSignals with = signals;
     with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);
     ++injected_;
-    engine_.after_layer(with, cache);
+    return with;
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
 

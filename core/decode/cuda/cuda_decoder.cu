@@ -248,6 +248,9 @@ class CudaDecoder : public Decoder {
                "cublasGemmEx");
   }
   void upload_rope_table(int first, int n);
+  // Whether attention_layer hands the observer the window attention it asked for at every layer
+  // of the next call (ObservationRequest::window_attention; NoneGivenWindowAttention needs it).
+  bool serves_window_attention(const ObservationRequest& request) const;
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
   void feed_forward_layer(int layer, int n);
   void refuse_unfolded() const;
@@ -330,9 +333,13 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // No observer: no one reads the host cache during this call, so its rows go to the device only
   // and the host catches up when it is next asked for (cache(), snapshot(), a call with an observer).
   defer_host_ = mirror_ && !observer;
-  // A one-token step after the prompt whose observer reads no cached row: the host cache takes
-  // placeholder rows (positions only), no key or value leaves the device (device_kv_mirror.h).
-  placeholder_host_ = mirror_ && observer && n == 1 && position_ > 0 && !request.decode_step_reads_cache_rows;
+  // A call whose observer reads no cached row (a prompt block or a decode step, by its answer for
+  // this kind of call): the host cache takes placeholder rows (positions only), no key or value
+  // leaves the device (device_kv_mirror.h).
+  const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
+  placeholder_host_ = mirror_ && observer &&
+                      rows_may_stay_on_device(reads, reads == CacheRowReads::NoneGivenWindowAttention &&
+                                                         serves_window_attention(request));
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
     else mirror_->sync_host();
@@ -367,6 +374,16 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   }
   if (observer) observer->after_forward(n, cache_);
   return logits_;
+}
+
+bool CudaDecoder::serves_window_attention(const ObservationRequest& request) const {
+  // attention_layer's condition, known before the call: the device-resident view (positions) and
+  // the true positions (re-assigned ones would put the block's rotary positions elsewhere).
+  if (request.window_attention <= 0 || !mirror_) return false;
+  for (int layer = 0; layer < config_.n_layers; ++layer)
+    for (int h = 0; h < config_.n_kv_heads; ++h)
+      if (cache_.next_position(layer, h, position_) != position_) return false;
+  return true;
 }
 
 void CudaDecoder::refuse_unfolded() const {

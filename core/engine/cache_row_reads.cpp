@@ -1,0 +1,88 @@
+// See cache_row_reads.h.
+#include "core/engine/cache_row_reads.h"
+
+#include "core/engine/query_checks.h"
+#include "core/engine/replay_checks.h"
+
+namespace kvevict {
+
+bool signal_source_reads_cache_rows(SignalSource source) {
+  switch (source) {
+    case SignalSource::LatestQuery:  // A_now: from the decoder's column sums when rows are placeholders
+    case SignalSource::ColumnSums:
+    case SignalSource::Positions:
+    case SignalSource::Tokens:
+    case SignalSource::HiddenStates:
+    case SignalSource::HiddenVectors:
+    case SignalSource::PromptQueries:
+    case SignalSource::RopeRotation: return false;
+    case SignalSource::WindowQueries:   // the host attends the window queries over the cached keys
+    case SignalSource::CachedKeys:
+    case SignalSource::CachedValues:
+    case SignalSource::SegmentQueries:
+    case SignalSource::OutputProjection:  // the cached values through W_o
+    case SignalSource::Replay: return true;
+  }
+  return true;
+}
+
+// Features that read or rewrite cached rows outside the signals, at the prompt and while decoding
+// alike: merges and codebooks (they fold values), key channels (zeroed in the rows), unfolded GQA
+// (copies the rows), head plans and extra stages (conservative: programs of their own), NACL's
+// same-index head (its own attention over the keys), re-assigned positions (re-rotated keys).
+static bool feature_reads_cache_rows(const PolicyDescription& d) {
+  return d.run.reassign_positions || d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || d.has_head_plan ||
+         !d.select.stages.empty() || d.observe.same_index_head;
+}
+
+CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {
+  const SignalSet& reads = d.decode_reads_known ? d.decode_reads : d.reads;
+  for (const TensorSignalInfo& info : kTensorSignalTable)
+    if (reads[signal_index(info.id)] && signal_source_reads_cache_rows(info.source)) return CacheRowReads::Reads;
+  return d.run.decode_uses_window_attention || feature_reads_cache_rows(d) ? CacheRowReads::Reads : CacheRowReads::None;
+}
+
+bool prompt_signal_reads_cache_rows(TensorSignal s) {
+  switch (s) {
+    case TensorSignal::WindowAttention:  // given by the decoder (NoneGivenWindowAttention)
+    case TensorSignal::AccumulatedAttention:
+    case TensorSignal::Position:
+    case TensorSignal::Token:
+    case TensorSignal::HiddenNorm:
+    case TensorSignal::HiddenState: return false;
+    default: return true;
+  }
+}
+
+const SignalSet& prompt_signals(const PolicyDescription& d) { return d.prompt_reads_known ? d.prompt_reads : d.reads; }
+
+CacheRowReads prompt_cache_row_reads(const PolicyDescription& d) {
+  const SignalSet& reads = prompt_signals(d);
+  for (const TensorSignalInfo& info : kTensorSignalTable)
+    if (reads[signal_index(info.id)] && prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
+  // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
+  if (feature_reads_cache_rows(d) || reads_query_statistics(d) || reads_replay(d) || d.observe.segment > 0)
+    return CacheRowReads::Reads;
+  // A window the decoder cannot know before the call (the engine then asks it for no window
+  // attention, and computes A on the host), or an attention that is not the decoder's.
+  if (!window_known_before_prompt(d) || !d.observe.causal) return CacheRowReads::Reads;
+  return d.window > 0 ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::None;
+}
+
+bool window_known_before_prompt(const PolicyDescription& d) {
+  // A hand-made description (prompt_reads unknown: not the DSL's) that depends on the prompt's
+  // length is taken to have such a window.
+  const bool from_length = d.window_depends_on_prompt_len || (d.depends_on_prompt_len && !d.prompt_reads_known);
+  return d.observe.window_after_token < 0 && !from_length;
+}
+
+const char* cache_row_reads_name(CacheRowReads r) {
+  switch (r) {
+    case CacheRowReads::Reads: return "Reads";
+    case CacheRowReads::None: return "None";
+    case CacheRowReads::NoneGivenWindowAttention: return "NoneGivenWindowAttention";
+  }
+  return "?";
+}
+
+}  // namespace kvevict

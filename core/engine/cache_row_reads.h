@@ -1,0 +1,67 @@
+#pragma once
+// Whether the engine, running a policy, reads the keys or values held in the cache (its rows), or
+// only its lengths and positions (and keeps entries), at the prompt and in a one-token decode
+// step. A decoder whose cache lives on a device uses the answer (ObservationRequest::
+// cache_row_reads, core/decode/decoder.h) to leave the rows of such calls on the device and hand
+// the engine a host cache of placeholder rows (LayerSignals::cache_rows_are_placeholders):
+//   * decode: H2O's decode indicator reads the attention column sums the decoder computes, CAKE's
+//     and TOVA's the newest query's attention (A_now), which the engine computes from the cached
+//     keys on the host but takes from the decoder's column sums of the one-token block when the
+//     rows are placeholders;
+//   * prompt: SnapKV, CAKE, TOVA, PyramidKV, Ada-KV read the window attention A, which the engine
+//     computes from the window queries and the cached keys unless the decoder hands it over
+//     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None).
+// The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
+// std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
+// wrong declaration fails loudly instead of scoring zeros.
+#include "core/decode/decoder.h"
+#include "core/engine/policy_program.h"
+
+namespace kvevict {
+
+// Sources of signals made WHILE DECODING without reading a cached key or value: the attention the
+// decoder computes (column sums, and the newest query's row, A_now, as above), positions, and what
+// the engine records by original position (tokens, hidden states, prompt query statistics, the
+// mean RoPE rotation).
+bool signal_source_reads_cache_rows(SignalSource source);
+
+// Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
+// or every signal of the policy when the description does not know them) comes from a source
+// above, the decode step computes no window attention on the host, and no feature edits or reads
+// rows: merges and codebooks, re-assigned positions, key channels, unfolded GQA, head plans, extra
+// selection stages, NACL's same-index head. Then None. Never NoneGivenWindowAttention.
+CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
+
+// Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
+// attention A (when the decoder hands it over: the caller's NoneGivenWindowAttention), the column
+// sums, positions, token ids and hidden states; true for everything else, A_now included (at the
+// prompt the engine computes it from the cached keys), and the prompt query statistics and the
+// window query rows Q, Q_pre, O (kept conservative).
+bool prompt_signal_reads_cache_rows(TensorSignal s);
+
+// The signals the prompt-time programs read: prompt_reads when the description knows them, else
+// every signal of the policy.
+const SignalSet& prompt_signals(const PolicyDescription& d);
+
+// What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
+//   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
+//     merges and codebooks, key channels, unfolded GQA, head plans, extra selection stages,
+//     re-assigned positions, NACL's same-index head or non-causal proxy, segment-local attention,
+//     query statistics, a context replay, a window found from the tokens or from the prompt's
+//     length (unknown before the call, so the decoder cannot compute its attention);
+//   else NoneGivenWindowAttention when the policy has an observation window (the engine then
+//     computes A for every head at every prompt layer, which the decoder must hand over);
+//   else None.
+// The engine narrows it per call (EvictionEngine::request: a later block of a prefill in blocks
+// shorter than the window is Reads, its window rows reach into the previous block).
+CacheRowReads prompt_cache_row_reads(const PolicyDescription& d);
+
+// Whether the observation window is known before the prompt arrives: not found from the tokens
+// (observe.window_after_token) nor from the prompt's length. Only then can a decoder be asked
+// for the window attention of a prompt call (ObservationRequest::window_attention).
+bool window_known_before_prompt(const PolicyDescription& d);
+
+// The enum's name, for messages and test output.
+const char* cache_row_reads_name(CacheRowReads r);
+
+}  // namespace kvevict

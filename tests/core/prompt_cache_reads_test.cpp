@@ -1,0 +1,412 @@
+// The engine's declaration that its prompt calls read no cached key or value
+// (ObservationRequest::cache_row_reads.prompt_start / next_block, core/engine/cache_row_reads.h),
+// which lets the CUDA decoder leave a prompt's rows on the device and hand the engine a host cache
+// of placeholder rows. Proof on the CPU: for every built-in policy that declares None or
+// NoneGivenWindowAttention at the prompt, a run whose engine is handed the window attention as the
+// CUDA decoder would (test::WindowAttentionInjector) and sees EVERY cached row poisoned (NaN keys
+// and values, restored after its turn) in every declared call keeps the caches and logits of the
+// run without poison, over the prompt in one call, the prompt in blocks (run.prefill_block), CAKE's
+// cascading prefill, and the decode steps after them. Controls: a policy that reads key norms at
+// the prompt declares Reads and poison changes its cache; without the injected window attention the
+// engine computes A from the rows, so poison changes the cache, and marking the rows as placeholders
+// then makes the engine refuse loudly (std::logic_error) instead of scoring zeros.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/decode/make_decoder.h"
+#include "core/engine/block_prefill.h"
+#include "core/engine/cache_row_reads.h"
+#include "core/engine/engine.h"
+#include "core/util/error.h"
+#include "dsl/policy_loader.h"
+#include "stories_prompt_test.h"
+#include "window_attention_injection.h"
+
+namespace kvevict {
+namespace {
+
+// How a run treats the calls whose rows the engine declared it does not read.
+struct Harness {
+  bool inject = true;   // hand the engine the window attention (as the CUDA decoder does)
+  bool flag = false;    // mark the rows as placeholders (LayerSignals::cache_rows_are_placeholders)
+  bool poison = false;  // NaN in every cached row during the engine's turn
+  bool poison_every_call = false;  // poison calls declared Reads too (the controls)
+};
+
+// Between the decoder and the engine: computes the window attention first (over the rows as they
+// are), then, in a call the engine declared it reads no row for (by the call's kind; for
+// NoneGivenWindowAttention only where the window attention was handed over, as the CUDA decoder
+// decides), marks and poisons the rows for the engine's turn and puts them back afterwards (found
+// by position: the engine may have moved or dropped them).
+class PoisonRows : public ForwardObserver {
+ public:
+  PoisonRows(EvictionEngine& engine, KVCache& cache, int group, Harness h)
+      : engine_(engine), injector_(engine, cache, group), h_(h) {}
+  ObservationRequest request() const override {
+    request_ = injector_.request();
+    if (!h_.inject) request_.window_attention = 0;
+    return request_;
+  }
+  void after_layer(const LayerSignals& signals, KVCache& cache) override {
+    const LayerSignals with = h_.inject ? injector_.inject(signals) : signals;
+    const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
+    const bool declared = rows_may_stay_on_device(reads, !with.window_attention.empty());
+    call_declared_ = call_declared_ || declared;
+    LayerSignals marked = with;
+    marked.cache_rows_are_placeholders = declared && h_.flag;
+    const bool poison = h_.poison && (declared || h_.poison_every_call);
+    if (poison) save_and_poison(cache);
+    prompt_declared += declared && signals.first_position < prompt_len_;
+    engine_.after_layer(marked, cache);
+    if (poison) restore(cache);
+  }
+  void after_forward(int n_tokens, KVCache& cache) override {
+    const bool poison = h_.poison && (call_declared_ || h_.poison_every_call);
+    call_declared_ = false;
+    if (poison) save_and_poison(cache);
+    engine_.after_forward(n_tokens, cache);
+    if (poison) restore(cache);
+  }
+  void set_prompt_len(int n) { prompt_len_ = n; }
+  int64_t poisoned_calls = 0;
+  int64_t prompt_declared = 0;  // prompt layers whose rows the engine declared it does not read
+
+ private:
+  struct Saved {
+    int layer, head;
+    int32_t position;
+    std::vector<float> key, value;
+  };
+  void save_and_poison(KVCache& cache) {
+    ++poisoned_calls;
+    const int d = cache.head_dim();
+    const std::vector<float> nan(static_cast<size_t>(d), std::numeric_limits<float>::quiet_NaN());
+    for (int l = 0; l < cache.n_layers(); ++l)
+      for (int h = 0; h < cache.n_stored_heads(); ++h)
+        for (int t = 0; t < cache.length(l, h); ++t) {
+          Saved s{l, h, cache.positions(l, h)[t], std::vector<float>(static_cast<size_t>(d)),
+                  std::vector<float>(static_cast<size_t>(d))};
+          cache.reconstruct_keys(l, h, t, t + 1, s.key.data());
+          cache.reconstruct_values(l, h, t, t + 1, s.value.data());
+          saved_.push_back(std::move(s));
+          cache.write_entry(l, h, t, nan.data(), nan.data());
+        }
+  }
+  void restore(KVCache& cache) {
+    for (const Saved& s : saved_)
+      for (int t = 0; t < cache.length(s.layer, s.head); ++t)
+        if (cache.positions(s.layer, s.head)[t] == s.position) cache.write_entry(s.layer, s.head, t, s.key.data(), s.value.data());
+    saved_.clear();
+  }
+
+  EvictionEngine& engine_;
+  test::WindowAttentionInjector injector_;
+  const Harness h_;
+  mutable ObservationRequest request_;
+  bool call_declared_ = false;
+  int prompt_len_ = 0;
+  std::vector<Saved> saved_;
+};
+
+struct PromptRun {
+  std::vector<test::CacheLayout> layouts;  // after the prompt, then after each decode step
+  std::vector<std::vector<float>> logits;
+  int64_t poisoned_calls = 0, prompt_declared = 0;
+};
+
+class PromptCacheReadsTest : public test::StoriesPromptTest {
+ protected:
+  static PromptRun run_policy(const PolicyProgram& policy, Harness h, int steps = 12) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
+    PoisonRows observer(engine, decoder->cache(), model_->config.group_size(), h);
+    observer.set_prompt_len(S());
+    PromptRun r;
+    r.logits.push_back(prefill_prompt(*decoder, tokens_, &engine, &observer));
+    r.layouts.push_back(test::cache_layout_of(decoder->cache()));
+    for (int s = 0; s < steps; ++s) {
+      const auto& last = r.logits.back();
+      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+      r.logits.push_back(decoder->forward(std::span<const int>(&next, 1), &observer));
+      r.layouts.push_back(test::cache_layout_of(decoder->cache()));
+    }
+    r.poisoned_calls = observer.poisoned_calls;
+    r.prompt_declared = observer.prompt_declared;
+    return r;
+  }
+  static void expect_same(const PromptRun& a, const PromptRun& b, const std::string& what) {
+    ASSERT_EQ(a.layouts.size(), b.layouts.size());
+    for (size_t i = 0; i < a.layouts.size(); ++i) {
+      EXPECT_EQ(a.layouts[i], b.layouts[i]) << what << ": cache after call " << i;
+      EXPECT_EQ(a.logits[i], b.logits[i]) << what << ": logits of call " << i;
+    }
+  }
+  // Flagged and poisoned against flagged: every call identical. Against the plain run (no flag,
+  // no poison): the cache and logits after the prompt identical too (the decode steps may take A_now
+  // from the decoder's column sums instead, decode_cache_reads_test.cpp).
+  static void check_policy(const PolicyProgram& policy, const std::string& what) {
+    const PromptRun plain = run_policy(policy, {});
+    const PromptRun flagged = run_policy(policy, {.flag = true});
+    const PromptRun poisoned = run_policy(policy, {.flag = true, .poison = true});
+    EXPECT_GT(poisoned.prompt_declared, 0) << what << ": no prompt call declared";
+    EXPECT_GT(poisoned.poisoned_calls, 0) << what;
+    expect_same(flagged, poisoned, what);
+    EXPECT_EQ(plain.layouts.front(), poisoned.layouts.front()) << what << ": the cache after the prompt";
+    EXPECT_EQ(plain.logits.front(), poisoned.logits.front()) << what << ": the prompt's logits";
+    bool evicted = false;  // somewhere: otherwise the comparison proves little
+    for (const auto& layer : poisoned.layouts.front())
+      for (const auto& head : layer) evicted = evicted || head.size() < static_cast<size_t>(S());
+    // full never evicts; SimLayerKV finds no lazy layer on this prompt and keeps every layer whole.
+    const std::string name = policy.description().name;
+    if (name != "full" && name != "simlayerkv") EXPECT_TRUE(evicted) << what << ": the prompt evicted nothing";
+  }
+};
+
+std::vector<std::string> builtin_policy_files() {
+  std::vector<std::string> files;
+  for (const std::string& dir : builtin_policy_dirs())
+    for (const auto& item : std::filesystem::directory_iterator(dir))
+      if (item.path().extension() == ".yaml") files.push_back(item.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The policy file `file` with run.prefill_block = block (a temporary copy; flow or block `run:`).
+std::string with_prefill_block(const std::string& file, int block) {
+  std::stringstream text;
+  text << std::ifstream(file).rdbuf();
+  std::string s = text.str();
+  const std::string flow = "\nrun: {", block_style = "\nrun:\n";
+  const std::string setting = "prefill_block: " + std::to_string(block);
+  if (size_t at = s.find(flow); at != std::string::npos) s.insert(at + flow.size(), setting + ", ");
+  else if (size_t at2 = s.find(block_style); at2 != std::string::npos) s.insert(at2 + block_style.size(), "  " + setting + "\n");
+  else s += "run: {" + setting + "}\n";
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("kvevict_prompt_reads_" + std::filesystem::path(file).stem().string() + "_blocks.yaml")).string();
+  std::ofstream(out) << s;
+  return out;
+}
+
+std::unique_ptr<PolicyProgram> load_or_null(const std::string& file, const std::map<std::string, std::string>& params = {}) {
+  try {
+    return load_policy(file, params);
+  } catch (const UsageError&) {
+    return nullptr;  // a policy that needs a setting or a model this test does not give it
+  }
+}
+
+// The built-ins whose prompt reads no cached row: pinned, so that a change that flips one (either
+// way) is seen and its proof below runs for it.
+TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
+  std::vector<std::string> none, given_window;
+  for (const std::string& file : builtin_policy_files()) {
+    const auto policy = load_or_null(file);
+    if (!policy) continue;
+    const CacheRowReads r = prompt_cache_row_reads(policy->description());
+    const std::string name = std::filesystem::path(file).stem().string();
+    if (r == CacheRowReads::None) none.push_back(name);
+    if (r == CacheRowReads::NoneGivenWindowAttention) given_window.push_back(name);
+  }
+  std::sort(none.begin(), none.end());
+  std::sort(given_window.begin(), given_window.end());
+  // Column sums, hidden states (KVzap's linear scorer), positions, random draws: None. StreamingLLM
+  // re-assigns positions by default (re-rotated keys): Reads; with true_positions it is None.
+  const std::vector<std::string> expect_none = {"entropy_adaptive", "full", "h2o", "kvzap", "observed_attention", "random"};
+  // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds).
+  const std::vector<std::string> expect_given_window = {"adakv",      "cake",         "chunkkv",    "entropy_gated_chunkkv",
+                                                        "morphkv",    "prefill_decoding", "pyramidkv", "scissorhands",
+                                                        "simlayerkv", "snapkv",       "tova"};
+  EXPECT_EQ(none, expect_none);
+  EXPECT_EQ(given_window, expect_given_window);
+  EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::Reads);
+  EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {{"position_mode", "true_positions"}})->description()),
+            CacheRowReads::None);
+  EXPECT_EQ(prompt_cache_row_reads(load_policy("nacl", {})->description()), CacheRowReads::Reads);
+}
+
+// Every built-in that declares it keeps the caches and logits with its rows poisoned, the prompt
+// in one call.
+TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRows) {
+  std::string checked;
+  for (const std::string& file : builtin_policy_files()) {
+    const auto policy = load_or_null(file);
+    if (!policy || prompt_cache_row_reads(policy->description()) == CacheRowReads::Reads) continue;
+    try {
+      (void)run_policy(*policy, {}, 0);
+    } catch (const UsageError&) {
+      continue;  // refused on this model and budget
+    }
+    check_policy(*policy, file);
+    checked += std::filesystem::path(file).stem().string() + " ";
+  }
+  std::printf("policies checked with poisoned prompt rows: %s\n", checked.c_str());
+  EXPECT_NE(checked.find("snapkv"), std::string::npos);
+  EXPECT_NE(checked.find("cake"), std::string::npos);
+  EXPECT_NE(checked.find("h2o"), std::string::npos);
+}
+
+// CAKE's cascading prefill (every layer re-splits the budget and evicts the layers before it) and
+// prefills in blocks (each block attends over what the earlier blocks left; a last block shorter
+// than the window is declared Reads, its window rows reach into the block before).
+TEST_F(PromptCacheReadsTest, CascadingAndBlockPrefillsIgnorePoisonedRows) {
+  const auto cascading = load_policy("cake", {{"cascading", "true"}});
+  ASSERT_EQ(prompt_cache_row_reads(cascading->description()), CacheRowReads::NoneGivenWindowAttention);
+  check_policy(*cascading, "cake cascading");
+  // (A prefill in blocks does not cascade: the policy file refuses both.)
+  for (const char* name : {"cake", "snapkv", "tova", "h2o", "streamingllm"}) {
+    const std::string file = with_prefill_block(resolve_policy_path(name), 40);
+    const auto policy = load_policy(file, name == std::string("streamingllm")
+                                              ? std::map<std::string, std::string>{{"position_mode", "true_positions"}}
+                                              : std::map<std::string, std::string>{});
+    std::filesystem::remove(file);
+    ASSERT_EQ(policy->description().run.prefill_block, 40) << name;
+    ASSERT_NE(prompt_cache_row_reads(policy->description()), CacheRowReads::Reads) << name;
+    check_policy(*policy, std::string(name) + " in blocks of 40");
+  }
+}
+
+// Controls: the poison is seen where rows are read.
+TEST_F(PromptCacheReadsTest, ControlsPoisonChangesARowReaderAndTheHostsWindowAttention) {
+  // Key norms at the prompt: declared Reads, and poisoned rows change what it keeps.
+  const auto knorm = load_policy("knorm", {});
+  EXPECT_EQ(prompt_cache_row_reads(knorm->description()), CacheRowReads::Reads);
+  const PromptRun knorm_plain = run_policy(*knorm, {}, 0);
+  const PromptRun knorm_poisoned = run_policy(*knorm, {.poison = true, .poison_every_call = true}, 0);
+  EXPECT_GT(knorm_poisoned.poisoned_calls, 0);
+  EXPECT_NE(knorm_plain.layouts.front(), knorm_poisoned.layouts.front()) << "knorm did not read the poisoned keys";
+  // SnapKV without the decoder's window attention: the engine attends the window queries over the
+  // cached keys, so the poison changes the cache (and the harness, as the CUDA decoder, would not
+  // leave the rows on the device: it does not hand the window attention over).
+  const auto snapkv = load_policy("snapkv", {});
+  const PromptRun snap_plain = run_policy(*snapkv, {.inject = false}, 0);
+  const PromptRun snap_poisoned = run_policy(*snapkv, {.inject = false, .poison = true, .poison_every_call = true}, 0);
+  EXPECT_EQ(snap_poisoned.prompt_declared, 0) << "NoneGivenWindowAttention without the window attention is Reads";
+  EXPECT_GT(snap_poisoned.poisoned_calls, 0);
+  EXPECT_NE(snap_plain.layouts.front(), snap_poisoned.layouts.front()) << "the host's A did not read the poisoned keys";
+}
+
+// The loud guard: rows marked as placeholders in a call where the engine must read them (its window
+// attention not handed over) are refused, naming the layer, instead of read as zeros.
+TEST_F(PromptCacheReadsTest, TheEngineRefusesToReadPlaceholderRows) {
+  struct MarksEveryCall : ForwardObserver {
+    EvictionEngine& engine;
+    explicit MarksEveryCall(EvictionEngine& e) : engine(e) {}
+    ObservationRequest request() const override { return engine.request(); }
+    void after_layer(const LayerSignals& s, KVCache& c) override {
+      LayerSignals marked = s;
+      marked.cache_rows_are_placeholders = true;
+      engine.after_layer(marked, c);
+    }
+    void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
+  };
+  for (const char* name : {"snapkv", "knorm"}) {
+    const auto policy = load_policy(name, {});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EvictionEngine engine(*policy, model_->config, {Budget::parse("40"), 3});
+    MarksEveryCall marks(engine);
+    try {
+      prefill_prompt(*decoder, tokens_, &engine, &marks);
+      ADD_FAILURE() << name << ": no refusal";
+    } catch (const std::logic_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("layer 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("placeholder rows"), std::string::npos) << what;
+    }
+  }
+  // A policy that reads nothing of the rows runs with every call marked (its declaration holds).
+  const auto h2o = load_policy("h2o", {});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine engine(*h2o, model_->config, {Budget::parse("40"), 3});
+  MarksEveryCall marks(engine);
+  EXPECT_NO_THROW(prefill_prompt(*decoder, tokens_, &engine, &marks));
+}
+
+// The declaration per call: a later block shorter than the window is Reads; after the prompt, a
+// one-token call takes the decode declaration and a multi-token one is Reads.
+TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
+  const std::string file = with_prefill_block(resolve_policy_path("snapkv"), 40);
+  const auto policy = load_policy(file, {{"window", "16"}});
+  std::filesystem::remove(file);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine engine(*policy, model_->config, {Budget::parse("40"), 3});
+  const ObservationRequest first = engine.request();
+  EXPECT_EQ(first.cache_row_reads.prompt_start, CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(first.window_attention, 16);
+  const int n = 40 + 40 + 10;  // a last block of 10 < the window
+  ASSERT_GE(S(), n);
+  const std::span<const int> prompt(tokens_.data(), static_cast<size_t>(n));
+  engine.begin_block_prefill(n);
+  decoder->forward(prompt.subspan(0, 40), &engine);
+  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenWindowAttention);
+  decoder->forward(prompt.subspan(40, 40), &engine);
+  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::Reads);
+  decoder->forward(prompt.subspan(80, 10), &engine);
+  const ObservationRequest decoding = engine.request();
+  EXPECT_EQ(decoding.cache_row_reads.next_token, decode_cache_row_reads(policy->description()));
+  EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::Reads);
+}
+
+TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowAttention));
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::AccumulatedAttention));
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::Position));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::CurrentAttention)) << "computed from the keys at the prompt";
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::KeyNorm));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::WindowOutputs));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::QueryMean));
+  PolicyDescription d;  // hand-made: prompt reads unknown, so `reads` stands for them
+  d.reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
+  EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::None);
+  d.window = 8;
+  EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
+  PolicyDescription proxy = d;
+  proxy.observe.causal = false;  // NACL's proxy: not the decoder's attention
+  EXPECT_EQ(prompt_cache_row_reads(proxy), CacheRowReads::Reads);
+  PolicyDescription by_length = d;
+  by_length.depends_on_prompt_len = true;  // hand-made: the window may depend on it
+  EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);
+  for (auto edit : {+[](PolicyDescription& x) { x.merge.enabled = true; }, +[](PolicyDescription& x) { x.has_head_plan = true; },
+                    +[](PolicyDescription& x) { x.channels.enabled = true; }, +[](PolicyDescription& x) { x.select.unfold_gqa = true; },
+                    +[](PolicyDescription& x) { x.run.reassign_positions = true; }, +[](PolicyDescription& x) { x.observe.segment = 4; },
+                    +[](PolicyDescription& x) { x.observe.window_after_token = 2; },
+                    +[](PolicyDescription& x) { x.observe.same_index_head = true; },
+                    +[](PolicyDescription& x) { x.reads[signal_index(TensorSignal::CurrentAttention)] = true; }}) {
+    PolicyDescription e = d;
+    edit(e);
+    EXPECT_EQ(prompt_cache_row_reads(e), CacheRowReads::Reads);
+  }
+  // The DSL knows the prompt's programs: a decode-only A_now does not count at the prompt.
+  PolicyDescription known = d;
+  known.reads[signal_index(TensorSignal::CurrentAttention)] = true;
+  known.prompt_reads_known = true;
+  known.prompt_reads[signal_index(TensorSignal::WindowAttention)] = true;
+  EXPECT_EQ(prompt_cache_row_reads(known), CacheRowReads::NoneGivenWindowAttention);
+}
+
+TEST(PromptCacheReads, TheDecoderTakesTheAnswerForTheCallsKind) {
+  CacheRowReadsByCall by;
+  by.prompt_start = CacheRowReads::NoneGivenWindowAttention;
+  by.next_token = CacheRowReads::None;
+  EXPECT_EQ(by.for_call(0, 100), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(by.for_call(0, 1), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(by.for_call(100, 1), CacheRowReads::None);
+  EXPECT_EQ(by.for_call(100, 2), CacheRowReads::Reads);
+  EXPECT_TRUE(rows_may_stay_on_device(CacheRowReads::None, false));
+  EXPECT_TRUE(rows_may_stay_on_device(CacheRowReads::NoneGivenWindowAttention, true));
+  EXPECT_FALSE(rows_may_stay_on_device(CacheRowReads::NoneGivenWindowAttention, false));
+  EXPECT_FALSE(rows_may_stay_on_device(CacheRowReads::Reads, true));
+}
+
+}  // namespace
+}  // namespace kvevict
