@@ -66,7 +66,7 @@ static_assert(ModeNames<evals::PrefillMode>::names.size() == static_cast<size_t>
 namespace kvevict::evals {
 
 // The mode a run uses for `requested`: auto is per_run on a CUDA decoder (the shared path would copy
-// every prompt's K/V to the host and score there; docs/EVALUATION.md, "Prefill") and shared on the
+// every prompt's K/V to the host and score there; docs/EVALUATION.md, "Config") and shared on the
 // CPU (one prefill per sample instead of one per policy x budget); shared and per_run are kept.
 constexpr PrefillMode resolve_prefill_mode(PrefillMode requested, bool cuda_device) {
   if (requested != PrefillMode::Auto) return requested;
