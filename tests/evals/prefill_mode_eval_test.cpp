@@ -6,25 +6,17 @@
 // accounting is tested here without a model; prefill_mode_stories_test.cpp runs the real one.
 #include <gtest/gtest.h>
 
-#include <sqlite3.h>
-
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "core/util/error.h"
 #include "evals/config.h"
-#include "evals/fake_runner.h"
 #include "evals/leaderboard.h"
 #include "evals/leaderboard_stats.h"
 #include "evals/replay.h"
 #include "evals/report.h"
 #include "evals/results_merge.h"
 #include "evals/results_store.h"
-#include "evals/runner.h"
 #include "evals/sample_runner.h"
-#include "evals/shard.h"
-#include "old_schema_db.h"
+#include "fake_run_helpers.h"
 #include "temp_db.h"
 
 using namespace kvevict;
@@ -33,85 +25,17 @@ using kvevict::evals::test::TempDb;
 
 namespace {
 
-// The config of prefill_attention_eval_test.cpp's golden hash: a config written before the key
-// keeps the hash it had.
-const std::string kGolden =
-    "name: golden\n"
-    "model: \"fake:\"\n"
-    "seed: 7\n"
-    "tasks:\n"
-    "  passkey: {lengths: [60], samples: 1}\n"
-    "policies: [alpha]\n"
-    "budgets: [\"20%\", full]\n";
-const char* const kGoldenHash = "cc738c3a385d6a6fa77e950ca5a9172a92ba30e9f6c88486c66a17411139d3c0";
+using namespace kvevict::evals::test;
 
-EvalConfig parse(const std::string& extra, const LoadConfigOptions& options = {}) {
-  return parse_eval_config(kGolden + extra, "golden.yaml", options);
-}
+EvalConfig parse(const std::string& extra, const LoadConfigOptions& options = {}) { return parse_golden(extra, options); }
 
-template <typename F>
-std::pair<std::string, int> error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return {e.what(), e.exit_code()};
-  }
-  return {"", 0};
-}
-
-void sql(const std::string& db, const std::string& statement) {
-  sqlite3* handle = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
-  test::exec_sql(handle, statement);
-  sqlite3_close(handle);
-}
-
-// Runs `config` on the fake model (its `prefill:` as the factory passes it) into `db`.
-EvalSummary run_fake(const EvalConfig& config, const std::string& db, const std::string& spec = "",
-                     std::vector<std::string>* notes = nullptr, bool resume = false) {
-  FakeRunner runner(config.model, config.prefill);
-  ResultsStore store(db);
-  std::vector<Sample> samples = plan_samples(config, runner);
-  EvalOptions options;
-  if (!spec.empty()) {
-    samples = shard_samples(samples, parse_shard(spec));
-    options.shard = spec;
-  }
-  options.samples = &samples;
-  options.resume = resume;
-  if (notes) options.note = [notes](const std::string& n) { notes->push_back(n); };
-  return run_eval(config, runner, store, options);
-}
-
-// A run of `config` as an earlier process left it, recorded with the prefill mode `prefill`.
+// A run of `config` as an earlier process (or a machine whose auto resolved otherwise) left it,
+// recorded with the prefill mode `prefill`.
 int64_t plant_run(const EvalConfig& config, const std::string& db, const std::string& prefill,
                   const std::string& status) {
-  FakeRunner runner(config.model);
-  ResultsStore store(db);
-  RunRecord run;
-  run.name = config.name;
-  run.config_hash = config.hash;
-  run.config_yaml = config.resolved_yaml;
-  run.model = config.model;
-  run.model_hash = runner.model_hash();
-  run.device = runner.device();
+  RunRecord run = fake_run_record(config);
   run.prefill = prefill;
-  const int64_t id = store.create_run(run);
-  store.finish_run(id, status, status == "failed" ? "interrupted" : "");
-  return id;
-}
-
-bool any_contains(const std::vector<std::string>& notes, const std::string& text) {
-  for (const auto& n : notes)
-    if (n.find(text) != std::string::npos) return true;
-  return false;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return kvevict::evals::test::plant_run(db, run, status);
 }
 
 // The fake, reporting its run prefills when replay_result (which owns it) is done with it.

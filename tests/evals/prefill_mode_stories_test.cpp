@@ -146,8 +146,12 @@ TEST(PrefillModeStories, TheSweepCountsSamplesTimesOnePlusEvictingRunsPrefills) 
     EXPECT_EQ(summary.prefills + summary.run_prefills, mode == "per_run" ? 2 * (1 + 2 * 2) : 2);
     EXPECT_EQ(store.run(summary.run_id)->prefill, mode == "per_run" ? "per_run" : "shared");
     for (const SampleResult& row : store.results(summary.run_id)) {
-      if (row.budget == "25%") EXPECT_LT(row.kept_ratio, 0.3) << row.policy;  // the runs did evict
-      if (row.budget == "full") EXPECT_EQ(row.kept_ratio, 1.0) << row.policy;
+      if (row.budget == "25%") {
+        EXPECT_LT(row.kept_ratio, 0.3) << row.policy;  // the runs did evict
+      }
+      if (row.budget == "full") {
+        EXPECT_EQ(row.kept_ratio, 1.0) << row.policy;
+      }
     }
   }
 }
