@@ -6,11 +6,14 @@
 // the prompt), a question-agnostic one (question after the eviction, through the decode observer)
 // and a fidelity sample (teacher forcing and greedy). Also: the real runner's prefill accounting
 // (one shared prefill per sample; per_run one more per evicting run, two for fidelity, which evicts
-// twice) and auto on the CPU. Skips, naming the file, when stories260K is absent.
+// twice) and auto on the CPU; a per_run run replays equal. GPU only (skipped without one): auto is
+// per_run on cuda and its eviction reads the device's window attention. Skips, naming the file, when
+// stories260K is absent.
 #include <gtest/gtest.h>
 
 #include <sqlite3.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <map>
 
@@ -20,6 +23,7 @@
 #include "evals/runner.h"
 #include "evals/sample_runner.h"
 #include "temp_db.h"
+#include "../core/gpu_test_skip.h"
 #include "../core/test_models.h"
 
 using namespace kvevict;
@@ -199,4 +203,45 @@ TEST(PrefillModeStories, APerRunResultReplaysEqualThroughItsOwnPrefill) {
     EXPECT_TRUE(report.equal()) << row.id;
     EXPECT_EQ(asked, PrefillMode::PerRun);
   }
+}
+
+// GPU only (the device check): on `device: cuda`, auto is per_run, and per_run's eviction reads the
+// window attention the decoder computed on the device (in place or downloaded once per layer) where
+// shared computes it on the host from the recorded queries. Budget sizes do not depend on scores,
+// so both keep as many entries; kept positions may differ where the two kernels' f32 sums meet a
+// near tie: counted and printed, not asserted.
+TEST(PrefillModeGpu, AutoIsPerRunOnCudaAndItsEvictionReadsTheDevicesWindowAttention) {
+  SKIP_WITHOUT_GPU();
+  if (auto reason = kvevict::test::stories_missing_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  const std::string text = "name: gpu\nmodel: " + kvevict::test::stories_checkpoint() + "\ntokenizer: " +
+                           kvevict::test::stories_tokenizer() + "\ndevice: cuda\n"
+                           "tasks:\n  passkey: {lengths: [150], samples: 1, question: query_aware}\n"
+                           "policies: [snapkv]\nbudgets: [\"30%\"]\n";
+  EXPECT_EQ(make_sample_runner(parse_eval_config(text, "gpu.yaml"))->prefill_mode(), PrefillMode::PerRun);
+  std::map<std::string, EvictionReport> reports;
+  std::map<std::string, double> kept;
+  for (const std::string mode : {"shared", "per_run"}) {
+    const EvalConfig config = parse_eval_config(text + "prefill: " + mode + "\n", "gpu.yaml");
+    auto runner = make_sample_runner(config);
+    const std::vector<Sample> samples = plan_samples(config, *runner);
+    runner->begin_sample(samples.front());
+    kept[mode] = runner->run(config.policies.front(), config.budgets.front()).kept_ratio;
+    ASSERT_NE(runner->eviction_report(), nullptr);
+    reports[mode] = *runner->eviction_report();
+  }
+  const auto device_reads = [](const EvictionReport& r) {
+    return r.window_attention_in_place + r.window_attention_reused + r.window_attention_downloads;
+  };
+  std::printf("per_run window attention: %lld in place, %lld reused, %lld downloads\n",
+              static_cast<long long>(reports["per_run"].window_attention_in_place),
+              static_cast<long long>(reports["per_run"].window_attention_reused),
+              static_cast<long long>(reports["per_run"].window_attention_downloads));
+  EXPECT_GT(device_reads(reports["per_run"]), 0);
+  EXPECT_EQ(device_reads(reports["shared"]), 0);
+  EXPECT_EQ(kept["per_run"], kept["shared"]);
+  int same = 0, heads = 0;
+  for (size_t l = 0; l < reports["shared"].layers.size(); ++l)
+    for (size_t h = 0; h < reports["shared"].layers[l].size(); ++h, ++heads)
+      same += reports["shared"].layers[l][h].kept_positions == reports["per_run"].layers[l][h].kept_positions;
+  std::printf("cuda: per_run keeps the shared path's positions in %d of %d heads\n", same, heads);
 }
