@@ -79,7 +79,10 @@ std::function<int()> setup_eval(CLI::App& app) {
     if (!args->quiet) {
       if (!summary.skipped) {
         std::cerr << "kvevict: run #" << summary.run_id << " finished: " << summary.samples << " samples, "
-                  << summary.results_written << " results written, " << summary.prefills << " full-cache prefills\n";
+                  << summary.results_written << " results written, " << summary.prefills << " full-cache prefills";
+        // per_run (and block-prefill policies) prefill once per evicting run: their cost, shown.
+        if (summary.run_prefills > 0) std::cerr << ", " << summary.run_prefills << " prefills by single runs";
+        std::cerr << "\n";
       }
       if (shard) {  // a shard is a part: the leaderboard shows whole runs only
         std::cerr << "kvevict: run #" << summary.run_id << " is shard " << shard->text()

@@ -33,7 +33,8 @@ void print_text(const ReplayReport& r) {
   std::cout << "policy source SHA-256 " << r.policy.hash << ", parameters " << r.policy.params_json << "\n";
   std::cout << "prompt SHA-256 " << r.prompt.hash;
   if (r.prompt_tokens >= 0) std::cout << ", " << r.prompt_tokens << " tokens prefilled";
-  std::cout << "\n";
+  // The run's recorded mode is the replay's: per_run results come from the run's own prefill.
+  std::cout << " (prefill " << r.run.prefill << ", as the run recorded)\n";
   const auto same = [&](const char* field) {
     for (const auto& d : r.differences) {
       if (d == field) return "DIFFERS";
@@ -65,6 +66,7 @@ nlohmann::json to_json(const ReplayReport& r) {
                       {"policy_hash", r.policy.hash},
                       {"prompt_hash", r.prompt.hash},
                       {"budget", r.stored.budget},
+                      {"prefill", r.run.prefill},
                       {"stored", {{"prediction", r.stored.prediction}, {"score", r.stored.score},
                                   {"kept_ratio", r.stored.kept_ratio}}},
                       {"replayed", {{"prediction", r.prediction}, {"score", r.score}, {"kept_ratio", r.kept_ratio}}},

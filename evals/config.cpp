@@ -235,6 +235,15 @@ void read_prefill_attention(MapReader& top, EvalConfig& config) {
   config.prefill_attention_where = top.errors().where(top.raw("prefill_attention"), "prefill_attention");
 }
 
+// prefill: auto | shared | per_run (ModeNames<PrefillMode>), read once into the enum.
+void read_prefill_mode(MapReader& top, EvalConfig& config) {
+  const auto& names = ModeNames<PrefillMode>::names;
+  const std::string name =
+      top.get_choice("prefill", std::string(names[0]), std::vector<std::string>(names.begin(), names.end()));
+  // One of the names: get_choice records any other text as an error at the key and returns auto.
+  parse_mode(name, config.prefill);
+}
+
 // precision: { half_width: points, over: task | suite }
 void read_precision(MapReader& top, EvalConfig& config) {
   if (!top.has("precision")) return;
@@ -293,6 +302,7 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   // Resolved (and so hashed) only when written: configs from before the key keep their hash.
   if (top.has("scoring")) config.scoring = top.get_choice("scoring", "auto", {"auto", "interpreter", "host", "cuda"});
   if (top.has("prefill_attention")) read_prefill_attention(top, config);  // hashed only when written, as scoring
+  if (top.has("prefill")) read_prefill_mode(top, config);  // hashed only when written: older configs keep their hash
   config.seed = static_cast<uint64_t>(top.get_int("seed", 0, 0, INT64_MAX));
   // More threads than cores only slows a run down (and very large counts fail inside OpenMP).
   // The one thread-count rule (core/util/thread_count.h): 0 = default, at most the machine's.

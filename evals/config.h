@@ -16,6 +16,12 @@
 //                                    so it is hashed when written (as scoring) and recorded per run
 //                                    (runs.prefill_attention); refused off a CUDA device (exit 2) and
 //                                    by a build without FlashInfer (exit 1): check_prefill_attention
+//   prefill: auto | shared | per_run  how each (policy, budget) gets its prefilled cache (default auto:
+//                                    per_run on a CUDA device, else shared): shared evicts a restored
+//                                    copy of one recorded full-cache prefill per sample; per_run prefills
+//                                    the prompt again for every evicting (policy, budget) with the engine
+//                                    observing (scored where the decoder runs). Hashed only when written;
+//                                    the resolved mode is recorded per run (runs.prefill)
 //   seed: integer >= 0               drives every task generator
 //   threads: integer >= 0            0: library default
 //   kv_type: f16 | bf16 | f32        element type of the KV cache (default f16; f32 is the exact reference)
@@ -41,9 +47,31 @@
 #include "core/decode/kv_type.h"
 #include "core/model/model.h"
 #include "core/engine/budget.h"
+#include "core/engine/policy_modes.h"
 #include "evals/precision.h"
 
 namespace kvevict::evals {
+// How the sweep prefills (the `prefill:` key; resolve_prefill_mode). Auto is only ever requested,
+// never run: a runner resolves it against its device and records Shared or PerRun.
+enum class PrefillMode : uint8_t { Auto, Shared, PerRun };
+}  // namespace kvevict::evals
+
+namespace kvevict {
+template <> struct ModeNames<evals::PrefillMode> {
+  static constexpr std::array<std::string_view, 3> names = {"auto", "shared", "per_run"};
+};
+static_assert(ModeNames<evals::PrefillMode>::names.size() == static_cast<size_t>(evals::PrefillMode::PerRun) + 1);
+}  // namespace kvevict
+
+namespace kvevict::evals {
+
+// The mode a run uses for `requested`: auto is per_run on a CUDA decoder (the shared path would copy
+// every prompt's K/V to the host and score there; docs/EVALUATION.md, "Config") and shared on the
+// CPU (one prefill per sample instead of one per policy x budget); shared and per_run are kept.
+constexpr PrefillMode resolve_prefill_mode(PrefillMode requested, bool cuda_device) {
+  if (requested != PrefillMode::Auto) return requested;
+  return cuda_device ? PrefillMode::PerRun : PrefillMode::Shared;
+}
 
 struct PolicyChoice {
   std::string policy;  // built-in name or path, as written
@@ -73,6 +101,7 @@ struct EvalConfig {
   // Where `prefill_attention:` was written ("file:line:col" or "--set prefill_attention"; "" when
   // absent): the refusals that need the resolved device come after parsing and point here.
   std::string prefill_attention_where;
+  PrefillMode prefill = PrefillMode::Auto;  // as written; runners resolve it (resolve_prefill_mode)
   uint64_t seed = 0;
   int threads = 0;
   KvType kv_type = KvType::F16;

@@ -26,7 +26,8 @@ std::string strip_punctuation(const std::string& word) {
 
 }  // namespace
 
-FakeRunner::FakeRunner(const std::string& spec) : spec_(spec) {
+FakeRunner::FakeRunner(const std::string& spec, PrefillMode prefill)
+    : spec_(spec), prefill_(resolve_prefill_mode(prefill, false)) {
   std::string options = spec.substr(spec.find(':') + 1);
   if (options.rfind("delay_ms=", 0) == 0) {
     delay_ms_ = std::atoi(options.c_str() + 9);
@@ -83,6 +84,7 @@ void FakeRunner::record_report(const PolicyChoice& policy, const Budget& budget,
 
 RunOutcome FakeRunner::run(const PolicyChoice& policy, const Budget& budget) {
   if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+  if (prefill_ == PrefillMode::PerRun && budget.kind != Budget::Kind::Full) ++run_prefills_;
   const int n = static_cast<int>(words_.size());
   int keep = n;
   if (budget.kind == Budget::Kind::Fraction) keep = static_cast<int>(std::ceil(budget.value * n));

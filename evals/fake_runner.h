@@ -8,6 +8,8 @@
 // text of the file the policy names, when it names one, with the overrides as written; its
 // eviction report is one layer with one head whose kept positions are word indices.
 // Spec: "fake:" or "fake:delay_ms=N" (sleep N ms per run, so tests can kill a run mid-way).
+// Its device is the CPU's for the `prefill:` mode (auto resolves to shared); in per_run it counts a
+// prefill per evicting run, as the real runner does, so the sweep's accounting can be tested.
 #include <map>
 
 #include "evals/sample_runner.h"
@@ -16,7 +18,7 @@ namespace kvevict::evals {
 
 class FakeRunner : public SampleRunner {
  public:
-  explicit FakeRunner(const std::string& spec);
+  explicit FakeRunner(const std::string& spec, PrefillMode prefill = PrefillMode::Auto);
   std::string device() const override { return "fake"; }
   std::string model_hash() override;
   int count_tokens(std::string_view text) override;
@@ -30,6 +32,8 @@ class FakeRunner : public SampleRunner {
   const EvictionReport* eviction_report() const override { return evicted_ ? &report_ : nullptr; }
   int gqa_group() const override { return 1; }
   int64_t prefill_count() const override { return prefills_; }
+  int64_t run_prefill_count() const override { return run_prefills_; }
+  PrefillMode prefill_mode() const override { return prefill_; }
 
  private:
   void record_report(const PolicyChoice& policy, const Budget& budget, const std::vector<bool>& kept, int keep);
@@ -37,7 +41,8 @@ class FakeRunner : public SampleRunner {
   int delay_ms_ = 0;
   Sample sample_;
   std::vector<std::string> words_;
-  int64_t prefills_ = 0;
+  int64_t prefills_ = 0, run_prefills_ = 0;
+  PrefillMode prefill_;
   std::map<std::string, PolicySource> sources_;  // by label
   EvictionReport report_;
   bool evicted_ = false;

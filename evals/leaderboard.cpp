@@ -98,6 +98,7 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
           {"run_id", a.run_id},
           {"scoring", a.scoring.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.scoring)},
           {"prefill_attention", a.prefill_attention},
+          {"prefill", a.prefill},
           {"policy_mean", number_or_null(compressed_mean(row, LeaderboardMetric::Score))},
           {"iso",
            {{"kept_fraction", row.iso.position == IsoPosition::Undefined ? nlohmann::json(nullptr)
@@ -120,12 +121,15 @@ std::string cell_values(const LeaderboardGroup& group, std::string AggregateRow:
   return text.empty() ? empty : text;
 }
 
-// "scored by interpreter", plus the prefill attention where a cell's is not the default own (every
-// run before the eval could choose it was own: titles of such runs stay as they were).
+// "scored by interpreter", plus the prefill attention where a cell's is not the default own and the
+// prefill mode where a cell's is not shared (every run before the eval could choose them was own and
+// shared: titles of such runs stay as they were).
 std::string provenance_text(const LeaderboardGroup& group) {
   std::string text = "scored by " + cell_values(group, &AggregateRow::scoring, "not recorded");
-  const std::string prefill = cell_values(group, &AggregateRow::prefill_attention, "own");
-  return prefill == "own" ? text : text + "; prefill attention " + prefill;
+  const std::string attention = cell_values(group, &AggregateRow::prefill_attention, "own");
+  if (attention != "own") text += "; prefill attention " + attention;
+  const std::string mode = cell_values(group, &AggregateRow::prefill, "shared");
+  return mode == "shared" ? text : text + "; prefill " + mode;
 }
 
 std::string csv_number(double value, const char* format) {
@@ -152,7 +156,8 @@ std::string csv_record(const LeaderboardGroup& group, const LeaderboardRow& row,
           ",";
   line += csv_number(compressed_mean(row, LeaderboardMetric::Score), "%.4f") + "," +
           (row.iso.position == IsoPosition::Undefined ? "" : csv_number(row.iso.kept_fraction, "%.6f")) + "," +
-          iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "," + csv_field(a.prefill_attention) + "\n";
+          iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "," + csv_field(a.prefill_attention) + "," +
+          csv_field(a.prefill) + "\n";
   return line;
 }
 
@@ -263,7 +268,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   if (format == LeaderboardFormat::Csv) {
     out << "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
            "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
-           "iso_kept_fraction,iso_position,scoring,prefill_attention\n";
+           "iso_kept_fraction,iso_position,scoring,prefill_attention,prefill\n";
     for (const auto& group : groups) {
       for (const LeaderboardRow* row : sorted_rows(group, options)) {
         for (const auto& budget : group.budgets) {

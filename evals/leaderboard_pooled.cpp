@@ -32,6 +32,7 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
     AggregateRow& cell = pooled[it->second];
     if (cell.scoring != row.scoring) cell.scoring = "mixed";  // tasks scored by different backends
     if (cell.prefill_attention != row.prefill_attention) cell.prefill_attention = "mixed";
+    if (cell.prefill != row.prefill) cell.prefill = "mixed";  // tasks of shared and per_run runs
     const double w = static_cast<double>(row.samples);
     cell.score += w * row.score;
     cell.kept_ratio += w * row.kept_ratio;

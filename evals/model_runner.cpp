@@ -45,10 +45,14 @@ class ModelRunner : public SampleRunner {
     decoder_ = make_decoder(*model_, device.kind == jit::DeviceKind::Cuda ? DecoderDevice::Cuda : DecoderDevice::Cpu,
                             options);
     template_ = config.chat_template == "auto" ? model_->info.chat_template : config.chat_template;
+    // Against the device the decoder runs on: auto is per_run on a GPU, where the engine observing
+    // a prefill scores on the device and the shared path would score from a host copy of the cache.
+    prefill_mode_ = resolve_prefill_mode(config.prefill, device.kind == jit::DeviceKind::Cuda);
   }
 
   std::string device() const override { return decoder_->device_name(); }
   std::string scoring() const override { return evictor_->scoring(); }
+  PrefillMode prefill_mode() const override { return prefill_mode_; }
 
   std::string model_hash() override {
     if (model_hash_.empty()) {
@@ -89,10 +93,13 @@ class ModelRunner : public SampleRunner {
     evicted_ = false;
     tokenize(text);
     decoder_->reset();
-    ForwardObserver* recorder = evictor_->start_recording(static_cast<int>(prompt_tokens_.size()));
+    // In per_run no (policy, budget) evicts this prefill's cache, so nothing is recorded (no window
+    // queries copied, no KVzip replay): it serves only the full cache and the fidelity references.
+    const bool record = prefill_mode_ == PrefillMode::Shared;
+    ForwardObserver* recorder = record ? evictor_->start_recording(static_cast<int>(prompt_tokens_.size())) : nullptr;
     auto start = Clock::now();
     prefill_logits_ = decoder_->forward(prompt_tokens_, recorder);
-    evictor_->after_recording(*decoder_);  // e.g. KVzip's replay, shared by every (policy, budget)
+    if (record) evictor_->after_recording(*decoder_);  // e.g. KVzip's replay, shared by every (policy, budget)
     prefill_seconds_ = seconds_since(start);
     ++prefills_;
     snapshot_ = decoder_->snapshot();
@@ -129,8 +136,7 @@ class ModelRunner : public SampleRunner {
       }
       outcome.kl = rows ? kl / rows : 0;
       outcome.top1_agreement = rows ? agree / rows : 1;
-      restore();
-      decode_observer = evict(policy, budget);
+      decode_observer = evict(policy, budget);  // restores the snapshot, or prefills again (per_run)
       std::vector<int> tokens = greedy(decode_observer, sample_.greedy_tokens, prompt_logits(), nullptr, nullptr);
       outcome.greedy_agreement = sequence_agreement(reference_greedy_, tokens);
       outcome.prediction = model_->tokenizer->decode(tokens);
@@ -154,6 +160,7 @@ class ModelRunner : public SampleRunner {
   }
 
   int64_t prefill_count() const override { return prefills_; }
+  int64_t run_prefill_count() const override { return run_prefills_; }
 
  private:
   // Fills prompt_tokens_ (compressed part), tail_tokens_ (run after eviction) and
@@ -169,18 +176,20 @@ class ModelRunner : public SampleRunner {
   void restore() { decoder_->restore(*snapshot_); }
 
   // Restores the snapshot and applies one (policy, budget); returns the observer for decode steps
-  // (null for the full cache or a prefill-only policy). A policy that prefills by itself (in
-  // blocks) runs its own prefill instead of the snapshot; its logits are then its own.
+  // (null for the full cache or a prefill-only policy). An evicting run whose policy prefills by
+  // itself (in blocks), or any evicting run in per_run mode, runs its own prefill with the engine
+  // observing instead of restoring the snapshot; its logits are then its own.
   ForwardObserver* evict(const PolicyChoice& policy, const Budget& budget) {
     own_prefill_ = false;
-    restore();
     evicted_ = budget.kind != Budget::Kind::Full;
-    if (!evicted_) return nullptr;
-    if (evictor_->prefills_itself(policy)) {
+    if (evicted_ && (prefill_mode_ == PrefillMode::PerRun || evictor_->prefills_itself(policy))) {
       own_prefill_ = true;
-      decoder_->reset();
+      ++run_prefills_;
+      decoder_->reset();  // the snapshot is not restored: this run's prefill replaces it
       return evictor_->prefill_and_apply(policy, budget, *decoder_, prompt_tokens_, own_logits_);
     }
+    restore();
+    if (!evicted_) return nullptr;
     return evictor_->apply(policy, budget, decoder_->cache());
   }
 
@@ -219,12 +228,13 @@ class ModelRunner : public SampleRunner {
   std::vector<int> prompt_tokens_, tail_tokens_, continuation_tokens_;
   std::vector<float> prefill_logits_;
   double prefill_seconds_ = 0;
-  bool own_prefill_ = false;        // the current (policy, budget) prefilled by itself (in blocks)
+  bool own_prefill_ = false;        // the current (policy, budget) prefilled by itself (blocks, per_run)
   std::vector<float> own_logits_;  // its prompt logits
   std::unique_ptr<DecoderSnapshot> snapshot_;
   std::vector<float> reference_logits_;
   std::vector<int> reference_greedy_;
-  int64_t prefills_ = 0;
+  int64_t prefills_ = 0, run_prefills_ = 0;  // shared full-cache prefills; runs' own prefills
+  PrefillMode prefill_mode_ = PrefillMode::Shared;  // resolved (never Auto)
   bool evicted_ = false;  // the latest run() applied a policy (not the full budget)
 };
 

@@ -58,6 +58,12 @@ EvalConfig replay_config(const StoredParts& parts, const std::string& db) {
   config.policies = {*choice};
   // Scored the way the run was (a cuda run replays on a GPU or is refused, never by another backend).
   if (!parts.run.scoring.empty()) config.scoring = parts.run.scoring;
+  // Prefilled the way the run was: its recorded mode is resolved (shared or per_run), never auto,
+  // so a per_run run from a GPU replays per_run on the CPU too. Any other text is an edited row.
+  if (!parse_mode(parts.run.prefill, config.prefill) || config.prefill == PrefillMode::Auto) {
+    throw UsageError("result #" + std::to_string(parts.row.id) + ": its run #" + std::to_string(parts.run.id) +
+                     " records the prefill mode '" + parts.run.prefill + "' (expected shared or per_run)");
+  }
   config.budgets = {parse_budget_text(parts.row.budget, "stored budget")};
   return config;
 }

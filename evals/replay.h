@@ -12,7 +12,9 @@
 //    run recorded (a changed model file is refused, naming both hashes);
 //  - the stored policy text, compiled with the run's parameters, resolves to the stored hash.
 // Then that one (policy, budget) runs on the stored prompt exactly as the sweep ran it: one
-// full-cache prefill, the eviction, the question tail, greedy decoding, the sample's metric.
+// full-cache prefill and the eviction of its copy (or, for a run that recorded the per_run prefill
+// mode, the run's own prefill under its policy), the question tail, greedy decoding, the metric.
+// A run's recorded prefill mode (runs.prefill) is the replay's, whatever device replays it.
 #include <functional>
 #include <memory>
 #include <optional>

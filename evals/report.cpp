@@ -35,7 +35,7 @@ std::string provenance_table(ResultsStore& store, const std::vector<AggregateRow
   std::string html =
       "<table class=\"provenance\" id=\"provenance\">\n<tr><th>run</th><th>name</th><th>model</th><th>model SHA-256</th>"
       "<th>kvevict</th><th>commit</th><th>config hash</th><th>started</th><th>finished</th><th>device</th>"
-      "<th>backend</th><th>prefill attention</th></tr>\n";
+      "<th>backend</th><th>prefill attention</th><th>prefill</th></tr>\n";
   for (int64_t id : ids) {
     auto run = store.run(id);
     if (!run) continue;
@@ -43,11 +43,14 @@ std::string provenance_table(ResultsStore& store, const std::vector<AggregateRow
             "<td class=\"hash\">" + xml_escape(run->model_hash) + "</td>" + cell(run->kvevict_version) +
             cell(run->git_commit) + "<td class=\"hash\">" + xml_escape(run->config_hash) + "</td>" +
             cell(run->started_at) + cell(run->finished_at) + cell(run->device) +
-            cell(run->scoring.empty() ? "not recorded" : run->scoring) + cell(run->prefill_attention) + "</tr>\n";
+            cell(run->scoring.empty() ? "not recorded" : run->scoring) + cell(run->prefill_attention) +
+            cell(run->prefill) + "</tr>\n";
   }
   return html + "</table>\n<p class=\"note\">backend: how the run's policies were scored (interpreter, host or "
                 "cuda); runs stored before schema version 5 did not record it. prefill attention: the decoder's "
-                "(own, or flashinfer: 16-bit tensor-core kernel on the CUDA decoder); runs before version 6 ran own.</p>\n";
+                "(own, or flashinfer: 16-bit tensor-core kernel on the CUDA decoder); runs before version 6 ran own. prefill: shared (every (policy, budget) evicts a copy of one "
+                "full-cache prefill per sample) or per_run (each evicting one prefills the prompt itself); runs "
+                "before version 7 ran shared.</p>\n";
 }
 
 // Each policy shown, by content: its leaderboard name, the name or path the config gave, the SHA-256

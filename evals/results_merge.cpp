@@ -171,6 +171,10 @@ class Planner {
       throw UsageError(run_name(source) + " ran the '" + b.prefill_attention + "' prefill attention but " +
                        run_name(*first_) + " '" + a.prefill_attention + "'" + tail + " and one prefill attention");
     }
+    if (a.prefill != b.prefill) {  // auto resolves by device: shards run on a GPU and a CPU differ here
+      throw UsageError(run_name(source) + " ran the '" + b.prefill + "' prefill but " + run_name(*first_) + " '" +
+                       a.prefill + "'" + tail + " and one prefill mode");
+    }
     if (source.shard.count != count_) {
       throw UsageError(run_name(source) + " is shard " + shard_label(source) + " but " + run_name(*first_) + " is shard " +
                        shard_label(*first_) + ": shards of different counts cannot be merged");

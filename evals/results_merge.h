@@ -8,7 +8,7 @@
 // counts as shard 0/1, so merging whole runs copies one. Refused with UsageError (exit 2) before OUT
 // is opened, so OUT is untouched (not even created):
 //   - an input that does not exist, holds no run, or is OUT itself;
-//   - runs of different configs or models, scoring backends or prefill attentions;
+//   - runs of different configs or models, scoring backends, prefill attentions or prefill modes;
 //   - shards of different counts N;
 //   - a shard with no finished run: missing (every missing shard is named) or unfinished (its
 //     file, run, status and reason);

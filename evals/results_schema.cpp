@@ -108,6 +108,12 @@ ALTER TABLE runs ADD COLUMN scoring TEXT NOT NULL DEFAULT '';
     R"SQL(
 ALTER TABLE runs ADD COLUMN prefill_attention TEXT NOT NULL DEFAULT 'own';
 )SQL",
+    // 7: the resolved `prefill:` mode (evals/config.h: shared or per_run): per_run evicts each
+    // run's own prefill, so results differ by it. Runs written before version 7 all evicted the
+    // one shared prefill, so the default records what they ran.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN prefill TEXT NOT NULL DEFAULT 'shared';
+)SQL",
 };
 
 }  // namespace

@@ -104,6 +104,7 @@ RunRecord read_run(const Statement& row) {
   run.shard = row.text(14);
   run.scoring = row.text(15);
   run.prefill_attention = row.text(16);
+  run.prefill = row.text(17);
   return run;
 }
 
@@ -170,10 +171,11 @@ void ResultsStore::enable_wal() {
 void ResultsStore::exec(const char* sql) { sqlite_exec(db_, path_, sql); }
 
 std::string ResultsStore::run_added_columns() {
-  // A database opened read-only is not migrated (replay): before version 5 (6) a column is absent.
+  // A database opened read-only is not migrated (replay): before version 5 (6, 7) a column is absent.
   const int version = schema_version();
   return std::string(version >= 5 ? "scoring" : "'' AS scoring") + ", " +
-         (version >= 6 ? "prefill_attention" : "'own' AS prefill_attention");
+         (version >= 6 ? "prefill_attention" : "'own' AS prefill_attention") + ", " +
+         (version >= 7 ? "prefill" : "'shared' AS prefill");
 }
 
 int ResultsStore::schema_version() {
@@ -248,12 +250,12 @@ int64_t ResultsStore::create_run(const RunRecord& record) {
   WriteTransaction transaction(db_, path_);
   Statement insert(db_, path_,
                    "INSERT INTO runs (name, config_hash, config_yaml, kvevict_version, git_commit, model, model_hash, "
-                   "device, seed, started_at, status, owner, shard, scoring, prefill_attention) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11, ?12, ?13, ?14)");
+                   "device, seed, started_at, status, owner, shard, scoring, prefill_attention, prefill) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'running', ?11, ?12, ?13, ?14, ?15)");
   insert.bind(1, record.name).bind(2, record.config_hash).bind(3, record.config_yaml).bind(4, record.kvevict_version);
   insert.bind(5, record.git_commit).bind(6, record.model).bind(7, record.model_hash).bind(8, record.device);
   insert.bind(9, static_cast<int64_t>(record.seed)).bind(10, now_utc()).bind(11, process_identity(getpid()));
-  insert.bind(12, record.shard).bind(13, record.scoring).bind(14, record.prefill_attention);
+  insert.bind(12, record.shard).bind(13, record.scoring).bind(14, record.prefill_attention).bind(15, record.prefill);
   insert.run();
   int64_t id = sqlite3_last_insert_rowid(db_);
   transaction.commit();

@@ -10,7 +10,8 @@
 //        reason (why it failed), owner (the writing process: "pid:start time", NULL when none),
 //        shard ("" = every sample, "I/N" = shard I of N; the leaderboard shows only whole runs),
 //        scoring (the policies' scoring backend; '' before version 5), prefill_attention (own |
-//        flashinfer: the decoder's prefill attention; 'own' for runs from before version 6))
+//        flashinfer: the decoder's prefill attention; 'own' for runs from before version 6),
+//        prefill (shared | per_run: the resolved `prefill:` mode; 'shared' before version 7))
 //   results(id, run_id, task, sample_key, policy, budget, ..., policy_hash, prompt_hash ;
 //           UNIQUE(run_id, task, sample_key, policy, budget))
 //   aggregates(run_id, task, policy, budget, samples, score, ..., policy_hash ;
@@ -44,6 +45,9 @@ struct RunRecord {
   // The decoder's prefill attention (ModeNames<PrefillAttention>: own, flashinfer); "own" for runs
   // from before schema version 6, which could not choose it.
   std::string prefill_attention = "own";
+  // The resolved `prefill:` mode (ModeNames<PrefillMode>: shared, per_run); "shared" for runs from
+  // before schema version 7, which all evicted one shared prefill.
+  std::string prefill = "shared";
 };
 
 struct SampleResult {
@@ -76,6 +80,7 @@ struct AggregateRow {
   double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
   std::string scoring;  // the run's scoring backend (RunRecord::scoring; '' before schema version 5)
   std::string prefill_attention = "own";  // the run's (RunRecord::prefill_attention)
+  std::string prefill = "shared";         // the run's (RunRecord::prefill)
 };
 
 // Mean score of one (task, policy, budget, length, depth) cell: needle heatmaps.
@@ -89,7 +94,7 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
   enum class Access { ReadWrite, ReadOnly };
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist
@@ -149,7 +154,7 @@ class ResultsStore {
   std::vector<GridCell> grid_cells(const std::string& task = "", const std::string& model = "");
 
  private:
-  // The runs columns later versions added ("scoring, prefill_attention"), each a constant of what
+  // The runs columns later versions added ("scoring, prefill_attention, prefill"), each a constant of what
   // runs before it mean where the schema predates it (a read-only store is not migrated).
   std::string run_added_columns();
   void exec(const char* sql);

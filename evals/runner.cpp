@@ -134,6 +134,13 @@ bool same_prefill_attention(const RunRecord& run, const EvalConfig& config) {
   return run.prefill_attention == mode_name(config.prefill_attention);
 }
 
+// Whether `run` prefilled as this runner does (shared or per_run). Written keys are hashed, but auto
+// resolves by device: one config hash runs per_run on a GPU and shared on a CPU, and the two evict
+// from different prefills, so their results are not one run's.
+bool same_prefill_mode(const RunRecord& run, const SampleRunner& runner) {
+  return run.prefill == mode_name(runner.prefill_mode());
+}
+
 RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const std::string& model_hash,
                          const std::string& shard) {
   RunRecord record;
@@ -147,6 +154,7 @@ RunRecord new_run_record(const EvalConfig& config, SampleRunner& runner, const s
   record.device = runner.device();
   record.scoring = runner.scoring();
   record.prefill_attention = std::string(mode_name(config.prefill_attention));
+  record.prefill = std::string(mode_name(runner.prefill_mode()));  // resolved: shared or per_run
   record.seed = config.seed;
   record.shard = shard;
   return record;
@@ -167,6 +175,9 @@ void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& stor
     if (!same_prefill_attention(run, config)) {
       return "ran the " + run.prefill_attention + " prefill attention, this one runs " +
              std::string(mode_name(config.prefill_attention));
+    }
+    if (!same_prefill_mode(run, runner)) {
+      return "ran the " + run.prefill + " prefill, this one runs " + std::string(mode_name(runner.prefill_mode()));
     }
     const std::string changed = changed_policy(store.run_policy_hashes(run.id), policy_hash);
     return changed.empty() ? "" : "ran another version of policy '" + changed + "'";
@@ -245,7 +256,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
            std::to_string(summary.results_total) + " results already stored");
     }
 
-    const int64_t prefills_before = runner.prefill_count();
+    const int64_t prefills_before = runner.prefill_count(), run_prefills_before = runner.run_prefill_count();
     progress.emplace(options.progress, config.name, summary.results_total, static_cast<int64_t>(done.size()));
     for (const Sample& sample : samples) {
       std::vector<std::pair<const PolicyChoice*, const Budget*>> missing;
@@ -280,6 +291,7 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
     }
     progress->finish();
     summary.prefills = runner.prefill_count() - prefills_before;
+    summary.run_prefills = runner.run_prefill_count() - run_prefills_before;
     store.update_aggregates(summary.run_id);
     store.finish_run(summary.run_id, "finished");
   } catch (const std::exception& e) {

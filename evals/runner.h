@@ -42,7 +42,10 @@ struct EvalSummary {
   int64_t samples = 0;         // samples generated
   int64_t results_total = 0;   // samples x policies x budgets
   int64_t results_written = 0; // written by this invocation
-  int64_t prefills = 0;        // full-cache prefills done by this invocation
+  int64_t prefills = 0;        // full-cache prefills done by this invocation (one per sample run)
+  // Prefills single (policy, budget) runs did for themselves: every evicting run's in per_run mode,
+  // block-prefill policies' in either (SampleRunner::run_prefill_count).
+  int64_t run_prefills = 0;
 };
 
 // Loads the policies into the runner, generates every task's samples and checks that each fits the

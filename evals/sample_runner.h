@@ -2,7 +2,9 @@
 // "Run one sample under many policies": the seam between the sweep (evals/runner.h) and a model.
 // `begin_sample` prefills ONCE with the full cache, recording every signal the sweep's policies
 // need, and keeps a snapshot; each `run` restores the snapshot, applies one (policy, budget),
-// appends the question when the sample is question-agnostic, and decodes greedily.
+// appends the question when the sample is question-agnostic, and decodes greedily. In the per_run
+// prefill mode (EvalConfig::prefill) an evicting run prefills the prompt again under its policy
+// instead of evicting the snapshot; the shared prefill still serves the full cache and fidelity.
 // `prompt_text` is the exact text the model sees for a sample (stored with every result);
 // `begin_prompt` runs a sample from such a text (a replay feeds the stored one back).
 // Implementations: the real decoder (evals/model_runner.cpp) and a deterministic fake for tests
@@ -67,8 +69,13 @@ class SampleRunner {
   virtual const EvictionReport* eviction_report() const = 0;
   // Query heads per KV head (1 without GQA): how an unfolded report's heads map to KV heads.
   virtual int gqa_group() const = 0;
-  // Full-cache prefills done so far (the sweep does one per sample, never one per policy x budget).
+  // Full-cache prefills done so far: one per sample (begin_prompt), never one per policy x budget.
   virtual int64_t prefill_count() const = 0;
+  // Prefills that one (policy, budget) ran for itself so far: every evicting run's in per_run mode,
+  // a block-prefill policy's in either mode (twice for a fidelity sample, which evicts twice).
+  virtual int64_t run_prefill_count() const { return 0; }
+  // The resolved `prefill:` mode of every run() (Shared or PerRun, never Auto), recorded per run.
+  virtual PrefillMode prefill_mode() const { return PrefillMode::Shared; }
 };
 
 // Chooses the runner for `config.model`: "fake:..." gives the fake, anything else the real decoder.

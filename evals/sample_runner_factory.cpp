@@ -19,7 +19,7 @@ bool looks_like_path(const std::string& text) {
 std::unique_ptr<SampleRunner> make_model_runner(const EvalConfig& config);  // evals/model_runner.cpp
 
 std::unique_ptr<SampleRunner> make_sample_runner(const EvalConfig& config) {
-  if (config.model.rfind("fake:", 0) == 0) return std::make_unique<FakeRunner>(config.model);
+  if (config.model.rfind("fake:", 0) == 0) return std::make_unique<FakeRunner>(config.model, config.prefill);
   return make_model_runner(config);
 }
 

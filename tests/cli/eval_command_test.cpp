@@ -374,3 +374,26 @@ TEST(EvalCommand, FlashInferPrefillOnTheCpuExitsWith2AtTheKeyBeforeWork) {
   EXPECT_EQ(own.exit_code, 0) << own.output;
   EXPECT_EQ(kvevict::evals::ResultsStore(dir.db()).runs().at(0).prefill_attention, "own");
 }
+
+// `prefill:` through the CLI: a bad value exits 2 at the key before the database exists; per_run
+// runs, says how many prefills its runs did besides the full-cache ones, and records per_run.
+TEST(EvalCommand, PrefillModeBadValueExitsWith2AndPerRunCountsItsPrefills) {
+  const std::string models = std::string(KVEVICT_SHARED_DIR) + "/models/stories260K";
+  if (!std::filesystem::exists(models + "/stories260K.bin")) GTEST_SKIP() << "stories260K not found in " << models;
+  Workdir dir("prefill_mode");
+  const std::string config = dir.file(
+      "c.yaml", "model: " + models + "/stories260K.bin\ntokenizer: " + models + "/tok512.bin\ndevice: cpu\n" +
+                    "prefill: per-run\ntasks: {passkey: {lengths: [160], samples: 2}}\n"
+                    "policies: [snapkv]\nbudgets: [\"30%\", full]\n");
+  auto bad = run_shell(cli_command("eval -c " + config + " --db " + dir.db()));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find(config + ":4:10: error: prefill: 'per-run' is not one of auto|shared|per_run"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.db()));
+  auto per_run = run_shell(cli_command("eval -c " + config + " --db " + dir.db() + " --set prefill=per_run"));
+  EXPECT_EQ(per_run.exit_code, 0) << per_run.output;
+  EXPECT_NE(per_run.output.find("2 full-cache prefills, 2 prefills by single runs"), std::string::npos)
+      << per_run.output;
+  EXPECT_EQ(kvevict::evals::ResultsStore(dir.db()).runs().at(0).prefill, "per_run");
+}

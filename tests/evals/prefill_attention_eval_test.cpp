@@ -8,23 +8,16 @@
 // any decoder exists.
 #include <gtest/gtest.h>
 
-#include <sqlite3.h>
-
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "core/util/error.h"
 #include "evals/config.h"
-#include "evals/fake_runner.h"
 #include "evals/leaderboard.h"
 #include "evals/leaderboard_stats.h"
 #include "evals/report.h"
 #include "evals/results_merge.h"
 #include "evals/results_store.h"
-#include "evals/runner.h"
 #include "evals/sample_runner.h"
-#include "evals/shard.h"
+#include "fake_run_helpers.h"
 #include "temp_db.h"
 
 using namespace kvevict;
@@ -33,88 +26,21 @@ using kvevict::evals::test::TempDb;
 
 namespace {
 
-// A config as it was written before the key existed: its hash (from the kvevict before this key,
-// `kvevict eval` on this text) must not change.
-const std::string kGolden =
-    "name: golden\n"
-    "model: \"fake:\"\n"
-    "seed: 7\n"
-    "tasks:\n"
-    "  passkey: {lengths: [60], samples: 1}\n"
-    "policies: [alpha]\n"
-    "budgets: [\"20%\", full]\n";
-const char* const kGoldenHash = "cc738c3a385d6a6fa77e950ca5a9172a92ba30e9f6c88486c66a17411139d3c0";
+using namespace kvevict::evals::test;
 
-EvalConfig parse(const std::string& extra, const LoadConfigOptions& options = {}) {
-  return parse_eval_config(kGolden + extra, "golden.yaml", options);
-}
+EvalConfig parse(const std::string& extra, const LoadConfigOptions& options = {}) { return parse_golden(extra, options); }
 
-// The message of the kvevict::Error `f` throws (with its exit code), or "" when it throws none.
-template <typename F>
-std::pair<std::string, int> error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return {e.what(), e.exit_code()};
-  }
-  return {"", 0};
-}
-
-void sql(const std::string& db, const std::string& statement) {
-  sqlite3* handle = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
-  char* message = nullptr;
-  EXPECT_EQ(sqlite3_exec(handle, statement.c_str(), nullptr, nullptr, &message), SQLITE_OK) << (message ? message : "");
-  sqlite3_free(message);
-  sqlite3_close(handle);
-}
-
-// Runs `config` on the fake model into `db` (shard `spec`, "" = every sample); returns the run's id.
-int64_t run_fake(const EvalConfig& config, const std::string& db, const std::string& spec = "",
-                 std::vector<std::string>* notes = nullptr, bool resume = false) {
-  FakeRunner runner(config.model);
-  ResultsStore store(db);
-  std::vector<Sample> samples = plan_samples(config, runner);
-  EvalOptions options;
-  if (!spec.empty()) {
-    samples = shard_samples(samples, parse_shard(spec));
-    options.shard = spec;
-  }
-  options.samples = &samples;
-  options.resume = resume;
-  if (notes) options.note = [notes](const std::string& n) { notes->push_back(n); };
-  return run_eval(config, runner, store, options).run_id;
-}
-
-// A run of `config` on the fake model as an earlier process left it, with `prefill_attention`.
+// A run of `config` as an earlier process left it, with `prefill_attention`.
 int64_t plant_run(const EvalConfig& config, const std::string& db, const std::string& prefill_attention,
                   const std::string& status) {
-  FakeRunner runner(config.model);
-  ResultsStore store(db);
-  RunRecord run;
-  run.name = config.name;
-  run.config_hash = config.hash;
-  run.config_yaml = config.resolved_yaml;
-  run.model = config.model;
-  run.model_hash = runner.model_hash();
-  run.device = runner.device();
+  RunRecord run = fake_run_record(config);
   run.prefill_attention = prefill_attention;
-  const int64_t id = store.create_run(run);
-  store.finish_run(id, status, status == "failed" ? "interrupted" : "");
-  return id;
+  return kvevict::evals::test::plant_run(db, run, status);
 }
 
-bool any_contains(const std::vector<std::string>& notes, const std::string& text) {
-  for (const auto& n : notes)
-    if (n.find(text) != std::string::npos) return true;
-  return false;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+int64_t run_fake_id(const EvalConfig& config, const std::string& db, const std::string& spec = "",
+                 std::vector<std::string>* notes = nullptr, bool resume = false) {
+  return kvevict::evals::test::run_fake(config, db, spec, notes, resume).run_id;
 }
 
 }  // namespace
@@ -230,8 +156,8 @@ TEST(PrefillAttentionCheck, TheModelRunnerRefusesFlashInferOnTheCpuBeforeLoading
 
 TEST(PrefillAttentionEval, EachRunRecordsItsPrefillAttentionWhereResultsAreShown) {
   TempDb db("prefill_record");
-  const int64_t own_id = run_fake(parse(""), db.path);
-  const int64_t flash_id = run_fake(parse("prefill_attention: flashinfer\n"), db.path);
+  const int64_t own_id = run_fake_id(parse(""), db.path);
+  const int64_t flash_id = run_fake_id(parse("prefill_attention: flashinfer\n"), db.path);
   ASSERT_NE(own_id, flash_id);  // another config hash: never taken for the own run
   ResultsStore store(db.path);
   EXPECT_EQ(store.run(own_id)->prefill_attention, "own");
@@ -244,8 +170,8 @@ TEST(PrefillAttentionEval, EachRunRecordsItsPrefillAttentionWhereResultsAreShown
   for (const auto& record : nlohmann::json::parse(render_leaderboard(groups, LeaderboardFormat::Json)))
     EXPECT_EQ(record["prefill_attention"], "flashinfer") << record.dump();
   const std::string csv = render_leaderboard(groups, LeaderboardFormat::Csv);
-  EXPECT_NE(csv.find(",scoring,prefill_attention\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find(",flashinfer\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",scoring,prefill_attention,prefill\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",flashinfer,shared\n"), std::string::npos) << csv;
   EXPECT_NE(render_leaderboard(groups, LeaderboardFormat::Table).find("; prefill attention flashinfer)"),
             std::string::npos);
   // The default's titles stay as they were before the key.
@@ -259,7 +185,7 @@ TEST(PrefillAttentionEval, EachRunRecordsItsPrefillAttentionWhereResultsAreShown
   write_report(store, out);
   const std::string html = file_text(out + "/index.html");
   EXPECT_NE(html.find("<th>prefill attention</th>"), std::string::npos);
-  EXPECT_NE(html.find("<td>flashinfer</td></tr>"), std::string::npos) << html.substr(0, 4000);
+  EXPECT_NE(html.find("<td>flashinfer</td><td>shared</td></tr>"), std::string::npos) << html.substr(0, 4000);
   std::filesystem::remove_all(out);
 }
 
@@ -271,7 +197,7 @@ TEST(PrefillAttentionEval, AFinishedOrUnfinishedRunOfAnotherPrefillAttentionIsNo
   const EvalConfig config = parse("");
   const int64_t planted_failed = plant_run(config, db.path, "flashinfer", "failed");
   std::vector<std::string> notes;
-  const int64_t resumed = run_fake(config, db.path, "", &notes, true);
+  const int64_t resumed = run_fake_id(config, db.path, "", &notes, true);
   EXPECT_NE(resumed, planted_failed);
   EXPECT_TRUE(any_contains(notes, "run #" + std::to_string(planted_failed) + " ran the flashinfer prefill attention, "
                                   "this one runs own; starting a new run instead of resuming it"));
@@ -280,21 +206,21 @@ TEST(PrefillAttentionEval, AFinishedOrUnfinishedRunOfAnotherPrefillAttentionIsNo
   TempDb done("prefill_done");
   const int64_t planted_finished = plant_run(config, done.path, "flashinfer", "finished");
   notes.clear();
-  const int64_t ran = run_fake(config, done.path, "", &notes);
+  const int64_t ran = run_fake_id(config, done.path, "", &notes);
   EXPECT_NE(ran, planted_finished);  // not skipped as done
   EXPECT_TRUE(any_contains(notes, "run #" + std::to_string(planted_finished) + " of this config ran the flashinfer "
                                   "prefill attention, this one runs own; running again"));
 
   TempDb control("prefill_control");
   const int64_t same = plant_run(config, control.path, "own", "failed");
-  EXPECT_EQ(run_fake(config, control.path, "", nullptr, true), same);  // resumed
+  EXPECT_EQ(run_fake_id(config, control.path, "", nullptr, true), same);  // resumed
 }
 
 TEST(PrefillAttentionMerge, ShardsOfDifferentPrefillAttentionsAreRefused) {
   TempDb s0("prefill_merge0"), s1("prefill_merge1"), out("prefill_merge_out");
   const EvalConfig config = parse("");
-  run_fake(config, s0.path, "0/2");
-  run_fake(config, s1.path, "1/2");
+  run_fake_id(config, s0.path, "0/2");
+  run_fake_id(config, s1.path, "1/2");
   sql(s1.path, "UPDATE runs SET prefill_attention = 'flashinfer'");
   auto [message, code] = error_of([&] { merge_results(out.path, {s0.path, s1.path}); });
   EXPECT_EQ(code, 2);

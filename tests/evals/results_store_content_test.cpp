@@ -85,6 +85,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   EXPECT_EQ(run->shard, "");
   EXPECT_EQ(run->scoring, "");  // written before version 5: the backend was not recorded
   EXPECT_EQ(run->prefill_attention, "own");  // before version 6 an eval could only run the own kernel
+  EXPECT_EQ(run->prefill, "shared");  // before version 7 every run evicted one shared prefill
   auto rows = store.results(1);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].prediction, "the answer");
@@ -108,7 +109,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   EXPECT_EQ(count(db.path, "policies"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4, 5));
+INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4, 5, 6));
 
 // A read-only store (replay) is not migrated: a version-4 file still reads, its runs without a
 // recorded backend, and the file keeps its version.
