@@ -280,6 +280,10 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
   const size_t mem_peak = prefill_peak.stop();
   const size_t mem_prefill = device_bytes_in_use(b.device);
   const size_t cache_bytes = decoder.cache_layout().bytes_in_use();
+  // What the host holds of the cache (position-only heads: 4 bytes per entry) and the rows that
+  // crossed to the host during the prefill (docs/CUDA.md, "Position-only host heads").
+  const size_t host_cache_prefill = decoder.cache_layout().bytes_reserved();
+  const int64_t rows_read_prefill = decoder.device_kv_stats().counts.rows_read;
   // The engine's clock after the prefill: its share of the TTFT (its decode-time work comes later).
   const double engine_prefill_seconds = engine ? engine->report().seconds : 0.0;
   std::vector<double> steps;
@@ -314,7 +318,11 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
           {"device_bytes_peak_prefill", mem_peak},
           {"device_bytes_after_prefill", mem_prefill},
           {"cache_bytes_peak_prefill", engine ? engine->report().peak_bytes : cache_bytes},
-          {"device_bytes_after_decode", device_bytes_in_use(b.device)}};
+          {"device_bytes_after_decode", device_bytes_in_use(b.device)},
+          {"host_cache_bytes_after_prefill", host_cache_prefill},
+          {"host_cache_bytes_after_decode", decoder.cache_layout().bytes_reserved()},
+          {"host_rows_read_prefill", rows_read_prefill},
+          {"host_rows_read_total", decoder.device_kv_stats().counts.rows_read}};
 }
 
 // splitmix64: one stream per (layer, KV head, block of entries) of the synthetic cache.

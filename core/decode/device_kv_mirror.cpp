@@ -83,17 +83,9 @@ void DeviceKvMirror::mark_synced() {
   for (HeadState& s : heads_) s = HeadState{};
   std::fill(layer_pending_.begin(), layer_pending_.end(), 0);
   std::fill(host_lag_.begin(), host_lag_.end(), 0);
+  // A restored position-only head needs no list: every row of it is on the device only.
+  for (std::vector<int>& rows : placeholders_) rows.clear();
   unfolded_ = cache_.unfolded();
-  // A restored host cache whose heads hold their rows elsewhere holds nothing but placeholders.
-  for (int l = 0; l < n_layers_; ++l)
-    for (int h = 0; h < n_heads_; ++h) {
-      std::vector<int>& rows = placeholders_[static_cast<size_t>(l) * n_heads_ + h];
-      rows.clear();
-      if (!unfolded_ && cache_.rows_held_elsewhere(l, h)) {
-        rows.resize(static_cast<size_t>(cache_.length(l, h)));
-        std::iota(rows.begin(), rows.end(), 0);
-      }
-    }
 }
 
 void DeviceKvMirror::refuse_placeholders(int layer, int head, const char* what) const {
@@ -155,9 +147,12 @@ void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_positio
     // (a prompt the observer read) takes zero rows, since a head holds every row or none.
     const bool positions_only = cache_.length(layer, h) == 0 || cache_.rows_held_elsewhere(layer, h);
     for (int i = 0; i < rows; ++i) {
+      if (positions_only) {  // every row of the head is on the device only: no list needed
+        cache_.append_position(layer, h, first_position + i);
+        continue;
+      }
       placeholders.push_back(cache_.length(layer, h));
-      if (positions_only) cache_.append_position(layer, h, first_position + i);
-      else cache_.append(layer, h, first_position + i, zeros.data(), zeros.data());  // bookkeeping only (Decoder mode)
+      cache_.append(layer, h, first_position + i, zeros.data(), zeros.data());  // bookkeeping only (Decoder mode)
     }
   }
   counts_.rows_placeholder += static_cast<int64_t>(rows) * n_heads_;
@@ -167,10 +162,10 @@ void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_positio
 // keeps reached the device (so host row j is device row j); position-only heads take their rows
 // too when `position_only_heads`.
 void DeviceKvMirror::fill_placeholders(int layer, bool position_only_heads) {
-  const auto skipped = [&](int h) { return !position_only_heads && cache_.rows_held_elsewhere(layer, h); };
   bool any = false;
   for (int h = 0; h < n_heads_; ++h)
-    any = any || (!placeholders_[static_cast<size_t>(layer) * n_heads_ + h].empty() && !skipped(h));
+    any = any || (cache_.rows_held_elsewhere(layer, h) ? position_only_heads
+                                                      : !placeholders_[static_cast<size_t>(layer) * n_heads_ + h].empty());
   if (!any) return;
   flush(layer);
   const KvType type = backend_.layout().geometry().type;
@@ -181,10 +176,8 @@ void DeviceKvMirror::fill_placeholders(int layer, bool position_only_heads) {
   } done{filling_};
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& rows = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
-    if (skipped(h)) continue;
-    if (cache_.rows_held_elsewhere(layer, h)) {  // every row is a placeholder: one read, one hand-over
-      fill_head(layer, h, type);
-      rows.clear();
+    if (cache_.rows_held_elsewhere(layer, h)) {  // every row is on the device only: one read, one hand-over
+      if (position_only_heads) fill_head(layer, h, type);
       continue;
     }
     for (size_t i = 0; i < rows.size();) {
@@ -258,10 +251,8 @@ void DeviceKvMirror::append_lagging_rows() {
       const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
       const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
       const bool position_only = cache_.rows_held_elsewhere(l, h);  // a head holds every row or none
-      std::vector<int>& placeholders = placeholders_[static_cast<size_t>(l) * n_heads_ + h];
       for (int i = 0; i < lag; ++i) {
         if (position_only) {
-          placeholders.push_back(cache_.length(l, h));
           cache_.append_position(l, h, c.positions[static_cast<size_t>(i)]);
         } else {
           cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
@@ -275,7 +266,8 @@ void DeviceKvMirror::append_lagging_rows() {
 
 bool DeviceKvMirror::has_placeholders(int layer) const {
   for (int h = 0; h < n_heads_; ++h)
-    if (!placeholders_.at(static_cast<size_t>(layer) * n_heads_ + h).empty()) return true;
+    if (!placeholders_.at(static_cast<size_t>(layer) * n_heads_ + h).empty() || cache_.rows_held_elsewhere(layer, h))
+      return true;
   return false;
 }
 

@@ -32,8 +32,9 @@
 //    only a placeholder (zero rows with the right positions) to the host: lengths and positions
 //    stay exact, so the engine's keeps number the same rows on both sides, and no key or value
 //    byte leaves the device. A head that holds no row of its own on the host (empty, or every row
-//    a placeholder) takes positions only (KVCache::append_position: no host memory for the rows);
-//    one holding real rows takes zero rows (a head holds every row or none). The mirror tracks which host rows are placeholders through keeps;
+//    a placeholder) takes positions only (KVCache::append_position: no host memory for the rows,
+//    and no per-row list in the mirror); one holding real rows takes zero rows, listed (a head
+//    holds every row or none). The mirror tracks which host rows are placeholders through keeps;
 //    sync_host() overwrites them with the device's words (O(placeholders), once, when someone asks
 //    for the host cache). A written entry, re-assigned positions or a codebook on a head holding
 //    placeholders is a std::logic_error (the observer said it reads no rows).
@@ -132,11 +133,14 @@ class DeviceKvMirror final : public KvCacheListener {
   void sync_host_appends();
   // What a copy of the host cache needs (the decoder's snapshot): lagging rows appended and the
   // placeholders of heads that hold real rows filled; position-only heads stay so (no row crosses;
-  // after the copy is assigned back, mark_synced makes their rows placeholders again).
+  // after the copy is assigned back, mark_synced ends the mirror's lists and lag; the position-only
+  // heads say by themselves that their rows are on the device).
   void sync_host_for_copy();
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
+  // Whether some host head of the layer holds placeholders or is position-only.
   bool has_placeholders(int layer) const;
-  // Host rows of (layer, head) that are placeholders (ascending).
+  // Host rows of (layer, head) that are zero placeholders (ascending). A position-only head
+  // (KVCache::rows_held_elsewhere) has none listed: every row of it is on the device only.
   const std::vector<int>& placeholder_rows(int layer, int head) const {
     return placeholders_.at(static_cast<size_t>(layer) * n_heads_ + head);
   }
