@@ -66,7 +66,7 @@ struct ObservationRequest {
   // What the observer reads of the cached keys and values in this call, by the call's kind (the
   // default: every row, always). Anything but Reads lets a decoder whose cache lives on a device
   // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).
-  CacheRowReadsByCall cache_row_reads;
+  CacheRowReadsByCall cache_row_reads{};  // {}: designated initializers may omit it without a warning
 };
 
 struct LayerSignals {

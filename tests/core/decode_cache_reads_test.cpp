@@ -22,6 +22,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "cache_row_poison.h"
 #include "stories_prompt_test.h"
 #include "lockstep_eviction.h"
 #include "window_attention_injection.h"
@@ -61,38 +62,17 @@ class PoisonDecodedRows : public ForwardObserver {
   int64_t poisoned_calls = 0;
 
  private:
-  struct Saved {
-    int layer, head;
-    int32_t position;
-    std::vector<float> key, value;
-  };
   int save_and_poison(KVCache& cache, int first_layer, int last_layer) {
-    const int d = cache.head_dim();
-    const std::vector<float> nan(static_cast<size_t>(d), std::numeric_limits<float>::quiet_NaN());
-    for (int l = first_layer; l <= last_layer; ++l)
-      for (int h = 0; h < cache.n_stored_heads(); ++h)
-        for (int t = 0; t < cache.length(l, h); ++t) {
-          if (cache.positions(l, h)[t] < prompt_len_) continue;
-          Saved s{l, h, cache.positions(l, h)[t], std::vector<float>(static_cast<size_t>(d)), std::vector<float>(static_cast<size_t>(d))};
-          cache.reconstruct_keys(l, h, t, t + 1, s.key.data());
-          cache.reconstruct_values(l, h, t, t + 1, s.value.data());
-          saved_.push_back(std::move(s));
-          cache.write_entry(l, h, t, nan.data(), nan.data());
-        }
+    poisoner_.poison(cache, first_layer, last_layer, prompt_len_);  // decoded rows only
     return 1;
   }
-  void restore(KVCache& cache) {
-    for (const Saved& s : saved_)
-      for (int t = 0; t < cache.length(s.layer, s.head); ++t)
-        if (cache.positions(s.layer, s.head)[t] == s.position) cache.write_entry(s.layer, s.head, t, s.key.data(), s.value.data());
-    saved_.clear();
-  }
+  void restore(KVCache& cache) { poisoner_.restore(cache); }
 
   EvictionEngine& engine_;
   const int prompt_len_;
   const bool flag_, poison_rows_;
   mutable bool poison_ = false;  // this call: the engine declared it reads no cached row
-  std::vector<Saved> saved_;
+  test::CacheRowPoison poisoner_;
 };
 
 struct DecodeRun {
@@ -218,26 +198,11 @@ TEST_F(DecodeCacheReadsTest, DecodersCurrentAttentionPartsFromTheHostsOnlyOnNear
 // rows (as if a decoder had left placeholders) changes what it keeps. TOVA's A_now is computed from
 // the cached keys unless the rows are marked as placeholders: poisoned but unmarked, it changes.
 TEST_F(DecodeCacheReadsTest, ControlARowReaderDeclaresItAndPoisonChangesItsCache) {
-  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_decode_reads_control.yaml").string();
-  std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
-                         "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
-                         "score: |\n  score[t] = sum(h: A_acc[h, t])\n"
-                         "decode_score: |\n  score[t] = -key_norm[t]\n";
-  const auto policy = load_policy(file, {});
-  std::filesystem::remove(file);
+  const auto policy = test::key_norm_decode_policy();
   EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::Reads);
   // The harness poisons only when the engine declares no reads: force it through a copy of the
   // description that hides key_norm, which is exactly the mistake the declaration must not make.
-  struct Hide : PolicyProgram {
-    explicit Hide(const PolicyProgram& p) : p_(p), d_(p.description()) { d_.decode_reads = SignalSet{}; }
-    int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
-    PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
-    const PolicyDescription& description() const override { return d_; }
-    void score(const ScoreInputs& in, bool decoding, float* out) const override { p_.score(in, decoding, out); }
-    double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
-    const PolicyProgram& p_;
-    PolicyDescription d_;
-  } hidden(*policy);
+  const test::HiddenDecodeReads hidden(*policy);
   ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
   const DecodeRun plain = run(hidden, Mode::Plain), poisoned = run(hidden, Mode::PoisonedOnly);
   EXPECT_GT(poisoned.poisoned_calls, 0);

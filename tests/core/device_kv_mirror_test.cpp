@@ -631,8 +631,11 @@ TEST(DeviceKvMirror, SyncForCopyLeavesPositionOnlyHeadsOnTheDevice) {
     for (int l = 0; l < c.n_layers; ++l) {
       mirror.flush(l);
       append_block(twin, reference, kind == 0 ? &cache : nullptr, l, position, k, v);
-      if (kind == 1) ASSERT_TRUE(mirror.append_placeholders(l, n, position));
-      if (kind == 2) ASSERT_TRUE(mirror.defer_host_append(l, n, position));
+      if (kind == 1) {
+        ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+      } else if (kind == 2) {
+        ASSERT_TRUE(mirror.defer_host_append(l, n, position));
+      }
       mirror.flush(l);
     }
     position += n;

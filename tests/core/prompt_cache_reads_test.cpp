@@ -30,6 +30,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "cache_row_poison.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
 
@@ -83,32 +84,11 @@ class PoisonRows : public ForwardObserver {
   int64_t prompt_declared = 0;  // prompt layers whose rows the engine declared it does not read
 
  private:
-  struct Saved {
-    int layer, head;
-    int32_t position;
-    std::vector<float> key, value;
-  };
   void save_and_poison(KVCache& cache) {
     ++poisoned_calls;
-    const int d = cache.head_dim();
-    const std::vector<float> nan(static_cast<size_t>(d), std::numeric_limits<float>::quiet_NaN());
-    for (int l = 0; l < cache.n_layers(); ++l)
-      for (int h = 0; h < cache.n_stored_heads(); ++h)
-        for (int t = 0; t < cache.length(l, h); ++t) {
-          Saved s{l, h, cache.positions(l, h)[t], std::vector<float>(static_cast<size_t>(d)),
-                  std::vector<float>(static_cast<size_t>(d))};
-          cache.reconstruct_keys(l, h, t, t + 1, s.key.data());
-          cache.reconstruct_values(l, h, t, t + 1, s.value.data());
-          saved_.push_back(std::move(s));
-          cache.write_entry(l, h, t, nan.data(), nan.data());
-        }
+    poisoner_.poison(cache, 0, cache.n_layers() - 1);
   }
-  void restore(KVCache& cache) {
-    for (const Saved& s : saved_)
-      for (int t = 0; t < cache.length(s.layer, s.head); ++t)
-        if (cache.positions(s.layer, s.head)[t] == s.position) cache.write_entry(s.layer, s.head, t, s.key.data(), s.value.data());
-    saved_.clear();
-  }
+  void restore(KVCache& cache) { poisoner_.restore(cache); }
 
   EvictionEngine& engine_;
   test::WindowAttentionInjector injector_;
@@ -116,7 +96,7 @@ class PoisonRows : public ForwardObserver {
   mutable ObservationRequest request_;
   bool call_declared_ = false;
   int prompt_len_ = 0;
-  std::vector<Saved> saved_;
+  test::CacheRowPoison poisoner_;
 };
 
 struct PromptRun {
@@ -169,7 +149,9 @@ class PromptCacheReadsTest : public test::StoriesPromptTest {
       for (const auto& head : layer) evicted = evicted || head.size() < static_cast<size_t>(S());
     // full never evicts; SimLayerKV finds no lazy layer on this prompt and keeps every layer whole.
     const std::string name = policy.description().name;
-    if (name != "full" && name != "simlayerkv") EXPECT_TRUE(evicted) << what << ": the prompt evicted nothing";
+    if (name != "full" && name != "simlayerkv") {
+      EXPECT_TRUE(evicted) << what << ": the prompt evicted nothing";
+    }
   }
 };
 
@@ -189,9 +171,13 @@ std::string with_prefill_block(const std::string& file, int block) {
   std::string s = text.str();
   const std::string flow = "\nrun: {", block_style = "\nrun:\n";
   const std::string setting = "prefill_block: " + std::to_string(block);
-  if (size_t at = s.find(flow); at != std::string::npos) s.insert(at + flow.size(), setting + ", ");
-  else if (size_t at2 = s.find(block_style); at2 != std::string::npos) s.insert(at2 + block_style.size(), "  " + setting + "\n");
-  else s += "run: {" + setting + "}\n";
+  if (size_t at = s.find(flow); at != std::string::npos) {
+    s.insert(at + flow.size(), setting + ", ");
+  } else if (size_t at2 = s.find(block_style); at2 != std::string::npos) {
+    s.insert(at2 + block_style.size(), "  " + setting + "\n");
+  } else {
+    s += "run: {" + setting + "}\n";
+  }
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("kvevict_prompt_reads_" + std::filesystem::path(file).stem().string() + "_blocks.yaml")).string();
   std::ofstream(out) << s;

@@ -9,8 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "cache_row_poison.h"
 #include "lockstep_eviction.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
@@ -149,23 +148,8 @@ TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCac
 // engine's own placeholder guard is not told), reads a row of the position-only cache and is
 // stopped by the cache's refusal, not by a wrong result.
 TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
-  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_rowless_control.yaml").string();
-  std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
-                         "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
-                         "score: |\n  score[t] = sum(h: A_acc[h, t])\n"
-                         "decode_score: |\n  score[t] = -key_norm[t]\n";
-  const auto policy = load_policy(file, {});
-  std::filesystem::remove(file);
-  struct Hide : PolicyProgram {
-    explicit Hide(const PolicyProgram& p) : p_(p), d_(p.description()) { d_.decode_reads = SignalSet{}; }
-    int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
-    PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
-    const PolicyDescription& description() const override { return d_; }
-    void score(const ScoreInputs& in, bool decoding, float* out) const override { p_.score(in, decoding, out); }
-    double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
-    const PolicyProgram& p_;
-    PolicyDescription d_;
-  } hidden(*policy);
+  const auto policy = test::key_norm_decode_policy();
+  const test::HiddenDecodeReads hidden(*policy);
   ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
   try {
     run(hidden, TurnMode::RowlessUnmarked, 3);

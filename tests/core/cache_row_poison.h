@@ -1,0 +1,83 @@
+#pragma once
+// Test helpers for the engine's declaration that a call reads no cached row
+// (core/engine/cache_row_reads.h), shared by the decode, prompt and position-only proofs:
+//   * CacheRowPoison overwrites cached rows with NaN for the engine's turn and puts them back
+//     afterwards (found by position: the engine may have moved or dropped them);
+//   * key_norm_decode_policy() is a policy whose decode indicator reads key norms (cached rows),
+//     and HiddenDecodeReads a copy of a policy whose description hides its decode reads: exactly
+//     the mistake the declaration must not make, for the controls.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/decode/kv_cache.h"
+#include "core/engine/policy_program.h"
+#include "dsl/policy_loader.h"
+
+namespace kvevict::test {
+
+class CacheRowPoison {
+ public:
+  // Poisons the rows of layers [first_layer, last_layer] whose position is >= min_position.
+  void poison(KVCache& cache, int first_layer, int last_layer, int32_t min_position = 0) {
+    const int d = cache.head_dim();
+    const std::vector<float> nan(static_cast<size_t>(d), std::numeric_limits<float>::quiet_NaN());
+    for (int l = first_layer; l <= last_layer; ++l)
+      for (int h = 0; h < cache.n_stored_heads(); ++h)
+        for (int t = 0; t < cache.length(l, h); ++t) {
+          if (cache.positions(l, h)[t] < min_position) continue;
+          Saved s{l, h, cache.positions(l, h)[t], std::vector<float>(static_cast<size_t>(d)),
+                  std::vector<float>(static_cast<size_t>(d))};
+          cache.reconstruct_keys(l, h, t, t + 1, s.key.data());
+          cache.reconstruct_values(l, h, t, t + 1, s.value.data());
+          saved_.push_back(std::move(s));
+          cache.write_entry(l, h, t, nan.data(), nan.data());
+        }
+  }
+  // Puts every poisoned row that is still in the cache back.
+  void restore(KVCache& cache) {
+    for (const Saved& s : saved_)
+      for (int t = 0; t < cache.length(s.layer, s.head); ++t)
+        if (cache.positions(s.layer, s.head)[t] == s.position)
+          cache.write_entry(s.layer, s.head, t, s.key.data(), s.value.data());
+    saved_.clear();
+  }
+
+ private:
+  struct Saved {
+    int layer, head;
+    int32_t position;
+    std::vector<float> key, value;
+  };
+  std::vector<Saved> saved_;
+};
+
+// H2O's prefill, and key norms (cached rows) as the decode indicator, evicting every step.
+inline std::unique_ptr<PolicyProgram> key_norm_decode_policy() {
+  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_key_norm_decode_control.yaml").string();
+  std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
+                         "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
+                         "score: |\n  score[t] = sum(h: A_acc[h, t])\n"
+                         "decode_score: |\n  score[t] = -key_norm[t]\n";
+  auto policy = load_policy(file, {});
+  std::filesystem::remove(file);
+  return policy;
+}
+
+// `p` with its decode reads hidden from the description (p must outlive it).
+struct HiddenDecodeReads : PolicyProgram {
+  explicit HiddenDecodeReads(const PolicyProgram& p) : p_(p), d_(p.description()) { d_.decode_reads = SignalSet{}; }
+  int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
+  PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
+  const PolicyDescription& description() const override { return d_; }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override { p_.score(in, decoding, out); }
+  double layer_weight(const LayerWeightInputs& in) const override { return p_.layer_weight(in); }
+  const PolicyProgram& p_;
+  PolicyDescription d_;
+};
+
+}  // namespace kvevict::test
