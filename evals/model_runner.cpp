@@ -119,8 +119,9 @@ class ModelRunner : public SampleRunner {
     auto start = Clock::now();
     ForwardObserver* decode_observer = evict(policy, budget);
     const double evict_seconds = seconds_since(start);
-    outcome.kept_ratio = entries_full ? static_cast<double>(decoder_->cache_layout().total_entries()) / entries_full : 1.0;
-    outcome.kv_bytes = static_cast<int64_t>(decoder_->cache_layout().bytes_in_use());
+    const KVCache& kept = decoder_->cache_layout();  // counts only: no row comes to the host
+    outcome.kept_ratio = entries_full ? static_cast<double>(kept.total_entries()) / entries_full : 1.0;
+    outcome.kv_bytes = static_cast<int64_t>(kept.bytes_in_use());
     outcome.extra["evict_ms"] = evict_seconds * 1e3;
     outcome.extra["prompt_tokens"] = prompt_tokens_.size();
 

@@ -116,13 +116,17 @@ bool DeviceKvMirror::host_takes_rows_now(const char* what, int layer, int rows) 
   return false;
 }
 
+bool DeviceKvMirror::host_head_holds_no_row(int layer, int head) const {
+  return cache_.length(layer, head) == 0 || cache_.rows_held_elsewhere(layer, head);
+}
+
 bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_position) {
   if (host_takes_rows_now("defer_host_append", layer, rows)) return false;
   // Where no head of the layer holds a real row on the host, the rows become position-only
   // placeholders: nothing lags (lengths and positions stay exact) and the host holds no row.
   bool positions_only = host_lag_[static_cast<size_t>(layer)] == 0;
   for (int h = 0; h < n_heads_ && positions_only; ++h)
-    positions_only = cache_.length(layer, h) == 0 || cache_.rows_held_elsewhere(layer, h);
+    positions_only = host_head_holds_no_row(layer, h);
   if (positions_only) {
     add_placeholders(layer, rows, first_position);
     return true;
@@ -145,7 +149,7 @@ void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_positio
     std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
     // A head with no row of its own on the host keeps none (positions only); one holding real rows
     // (a prompt the observer read) takes zero rows, since a head holds every row or none.
-    const bool positions_only = cache_.length(layer, h) == 0 || cache_.rows_held_elsewhere(layer, h);
+    const bool positions_only = host_head_holds_no_row(layer, h);
     for (int i = 0; i < rows; ++i) {
       if (positions_only) {  // every row of the head is on the device only: no list needed
         cache_.append_position(layer, h, first_position + i);
@@ -249,16 +253,15 @@ void DeviceKvMirror::append_lagging_rows() {
     const KvType type = backend_.layout().geometry().type;
     for (int h = 0; h < n_heads_; ++h) {
       const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
-      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
-      const bool position_only = cache_.rows_held_elsewhere(l, h);  // a head holds every row or none
-      for (int i = 0; i < lag; ++i) {
-        if (position_only) {
-          cache_.append_position(l, h, c.positions[static_cast<size_t>(i)]);
-        } else {
-          cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
-                        values.data() + static_cast<size_t>(i) * head_dim_);
-        }
+      if (cache_.rows_held_elsewhere(l, h)) {  // a head holds every row or none: positions only
+        for (int i = 0; i < lag; ++i) cache_.append_position(l, h, c.positions[static_cast<size_t>(i)]);
+        counts_.rows_read += lag;
+        continue;
       }
+      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
+      for (int i = 0; i < lag; ++i)
+        cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
+                      values.data() + static_cast<size_t>(i) * head_dim_);
       counts_.rows_read += lag;
     }
   }

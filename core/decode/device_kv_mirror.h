@@ -181,6 +181,8 @@ class DeviceKvMirror final : public KvCacheListener {
   void refuse_while_lagging(int layer, int head, const char* what) const;
   void refuse_placeholders(int layer, int head, const char* what) const;
   bool host_takes_rows_now(const char* what, int layer, int rows) const;
+  // The host head is empty or position-only: it may take positions only (KVCache::append_position).
+  bool host_head_holds_no_row(int layer, int head) const;
   void add_placeholders(int layer, int rows, int32_t first_position);
   void fill_placeholders(int layer, bool position_only_heads);
   void fill_head(int layer, int head, KvType type);

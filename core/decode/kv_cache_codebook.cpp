@@ -6,14 +6,11 @@
 #include <string>
 
 #include "core/decode/kv_cache.h"
+#include "core/decode/kv_cache_where.h"
 
 namespace kvevict {
 
 namespace {
-
-std::string where(int layer, int kv_head) {
-  return "(layer " + std::to_string(layer) + ", stored head " + std::to_string(kv_head) + ")";
-}
 
 void check_codes(const std::vector<float>& codes, const std::vector<int32_t>& index, const std::vector<float>& norm,
                  size_t len, int d, const std::string& what) {
@@ -78,7 +75,7 @@ const KVCache::Head& KVCache::dense(int layer, int kv_head) const {
   check_rows_held("row access", layer, kv_head);
   const Head& h = head(layer, kv_head);
   if (h.codebook)
-    throw std::logic_error("KVCache: " + where(layer, kv_head) +
+    throw std::logic_error("KVCache: " + kv_cache_head_where(layer, kv_head) +
                            " is codebook-backed; read it with reconstruct_keys/values or keys_or_reconstruct");
   return h;
 }
@@ -171,7 +168,7 @@ void KVCache::set_codebook(int layer, int kv_head, CodebookHead cb) {
   check_rows_held("set_codebook", layer, kv_head);
   if (cb.shared_codes) throw std::invalid_argument("KVCache::set_codebook: shared codes go through set_layer_codebook");
   Head& h = head(layer, kv_head);
-  const std::string what = "KVCache::set_codebook " + where(layer, kv_head);
+  const std::string what = "KVCache::set_codebook " + kv_cache_head_where(layer, kv_head);
   check_codes(cb.key_codes, cb.key_index, cb.key_norm, h.positions.size(), head_dim_, what + " keys");
   check_codes(cb.value_codes, cb.value_index, cb.value_norm, h.positions.size(), head_dim_, what + " values");
   for (int32_t p : h.positions) reserve_rope(p);
@@ -189,7 +186,7 @@ void KVCache::set_layer_codebook(int layer, LayerCodebook codes, std::vector<Cod
                                 std::to_string(n_stored_) + " stored heads");
   for (int s = 0; s < n_stored_; ++s) {
     check_rows_held("set_layer_codebook", layer, s);
-    const std::string what = "KVCache::set_layer_codebook " + where(layer, s);
+    const std::string what = "KVCache::set_layer_codebook " + kv_cache_head_where(layer, s);
     if (!heads[s].key_codes.empty() || !heads[s].value_codes.empty())
       throw std::invalid_argument(what + ": a head of a shared codebook has codes of its own");
     const size_t len = head(layer, s).positions.size();

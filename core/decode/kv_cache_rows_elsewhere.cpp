@@ -5,20 +5,13 @@
 #include <string>
 
 #include "core/decode/kv_cache.h"
+#include "core/decode/kv_cache_where.h"
 
 namespace kvevict {
 
-namespace {
-
-std::string where(int layer, int kv_head) {
-  return "(layer " + std::to_string(layer) + ", stored head " + std::to_string(kv_head) + ")";
-}
-
-}  // namespace
-
 void KVCache::check_rows_held(const char* what, int layer, int kv_head) const {
   if (rows_held_elsewhere(layer, kv_head))
-    throw std::logic_error(std::string("KVCache::") + what + ": the rows of " + where(layer, kv_head) +
+    throw std::logic_error(std::string("KVCache::") + what + ": the rows of " + kv_cache_head_where(layer, kv_head) +
                            " are held elsewhere (a device cache); bring them to the host first");
 }
 
@@ -26,9 +19,10 @@ void KVCache::append_position(int layer, int kv_head, int32_t position) {
   check_head("append_position", layer, kv_head);
   if (unfolded_) throw std::logic_error("KVCache::append_position: the cache is unfolded");
   Head& h = head(layer, kv_head);
-  if (h.codebook) throw std::logic_error("KVCache::append_position: " + where(layer, kv_head) + " is codebook-backed");
+  if (h.codebook)
+    throw std::logic_error("KVCache::append_position: " + kv_cache_head_where(layer, kv_head) + " is codebook-backed");
   if (!h.positions.empty() && !h.rows_elsewhere)
-    throw std::logic_error("KVCache::append_position: " + where(layer, kv_head) +
+    throw std::logic_error("KVCache::append_position: " + kv_cache_head_where(layer, kv_head) +
                            " holds its rows; a head holds every row or none");
   h.rows_elsewhere = true;
   h.positions.push_back(position);
@@ -39,7 +33,7 @@ void KVCache::take_rows(int layer, int kv_head, const float* keys, const float* 
   check_head("take_rows", layer, kv_head);
   Head& h = head(layer, kv_head);
   if (!rows_held_elsewhere(layer, kv_head))
-    throw std::logic_error("KVCache::take_rows: " + where(layer, kv_head) + " holds its rows already");
+    throw std::logic_error("KVCache::take_rows: " + kv_cache_head_where(layer, kv_head) + " holds its rows already");
   const size_t len = h.positions.size(), d = static_cast<size_t>(head_dim_);
   h.keys.resize(len);
   h.values.resize(len);

@@ -22,7 +22,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
-#include "cache_row_poison.h"
+#include "cache_row_reads_harness.h"
 #include "stories_prompt_test.h"
 #include "lockstep_eviction.h"
 #include "window_attention_injection.h"
@@ -75,9 +75,7 @@ class PoisonDecodedRows : public ForwardObserver {
   test::CacheRowPoison poisoner_;
 };
 
-struct DecodeRun {
-  std::vector<test::CacheLayout> layouts;
-  std::vector<std::vector<float>> logits;
+struct DecodeRun : test::CallTrace {
   int64_t poisoned_calls = 0;
   // Decode calls after which some head holds fewer entries than before plus the new one: the
   // engine evicted while decoding (so the comparison is not vacuous).
@@ -104,25 +102,10 @@ class DecodeCacheReadsTest : public test::StoriesPromptTest {
                                mode == Mode::FlaggedAndPoisoned || mode == Mode::PoisonedOnly);
     ForwardObserver* observer = mode != Mode::Plain ? static_cast<ForwardObserver*>(&poisoned) : &engine;
     DecodeRun r;
-    auto step = [&](std::span<const int> block) {
-      r.logits.push_back(decoder->forward(block, observer));
-      r.layouts.push_back(test::cache_layout_of(decoder->cache()));
-    };
-    step(tokens_);
-    for (int s = 0; s < steps; ++s) {
-      const auto& last = r.logits.back();
-      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
-      step(std::span<const int>(&next, 1));
-    }
+    r.record(decoder->forward(tokens_, observer), decoder->cache());
+    r.decode_greedily(*decoder, observer, steps);
     r.poisoned_calls = poisoned.poisoned_calls;
     return r;
-  }
-  static void expect_same(const DecodeRun& a, const DecodeRun& b, const std::string& what) {
-    ASSERT_EQ(a.layouts.size(), b.layouts.size());
-    for (size_t i = 0; i < a.layouts.size(); ++i) {
-      EXPECT_EQ(a.layouts[i], b.layouts[i]) << what << ": cache after call " << i;
-      EXPECT_EQ(a.logits[i], b.logits[i]) << what << ": logits of call " << i;
-    }
   }
 };
 
@@ -157,7 +140,7 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
     poisoned = run(*policy, Mode::FlaggedAndPoisoned);
     EXPECT_GT(poisoned.poisoned_calls, 0) << file;
     EXPECT_GT(flagged.decode_evictions(), 0) << file << " never evicted while decoding";
-    expect_same(flagged, poisoned, file);
+    test::expect_same_calls(flagged, poisoned, file);
 
     checked.push_back(std::filesystem::path(file).stem().string());
   }

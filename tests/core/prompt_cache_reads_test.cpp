@@ -30,7 +30,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
-#include "cache_row_poison.h"
+#include "cache_row_reads_harness.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
 
@@ -99,9 +99,7 @@ class PoisonRows : public ForwardObserver {
   test::CacheRowPoison poisoner_;
 };
 
-struct PromptRun {
-  std::vector<test::CacheLayout> layouts;  // after the prompt, then after each decode step
-  std::vector<std::vector<float>> logits;
+struct PromptRun : test::CallTrace {
   int64_t poisoned_calls = 0, prompt_declared = 0;
 };
 
@@ -113,24 +111,11 @@ class PromptCacheReadsTest : public test::StoriesPromptTest {
     PoisonRows observer(engine, decoder->cache(), model_->config.group_size(), h);
     observer.set_prompt_len(S());
     PromptRun r;
-    r.logits.push_back(prefill_prompt(*decoder, tokens_, &engine, &observer));
-    r.layouts.push_back(test::cache_layout_of(decoder->cache()));
-    for (int s = 0; s < steps; ++s) {
-      const auto& last = r.logits.back();
-      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
-      r.logits.push_back(decoder->forward(std::span<const int>(&next, 1), &observer));
-      r.layouts.push_back(test::cache_layout_of(decoder->cache()));
-    }
+    r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
+    r.decode_greedily(*decoder, &observer, steps);
     r.poisoned_calls = observer.poisoned_calls;
     r.prompt_declared = observer.prompt_declared;
     return r;
-  }
-  static void expect_same(const PromptRun& a, const PromptRun& b, const std::string& what) {
-    ASSERT_EQ(a.layouts.size(), b.layouts.size());
-    for (size_t i = 0; i < a.layouts.size(); ++i) {
-      EXPECT_EQ(a.layouts[i], b.layouts[i]) << what << ": cache after call " << i;
-      EXPECT_EQ(a.logits[i], b.logits[i]) << what << ": logits of call " << i;
-    }
   }
   // Flagged and poisoned against flagged: every call identical. Against the plain run (no flag,
   // no poison): the cache and logits after the prompt identical too (the decode steps may take A_now
@@ -141,7 +126,7 @@ class PromptCacheReadsTest : public test::StoriesPromptTest {
     const PromptRun poisoned = run_policy(policy, {.flag = true, .poison = true});
     EXPECT_GT(poisoned.prompt_declared, 0) << what << ": no prompt call declared";
     EXPECT_GT(poisoned.poisoned_calls, 0) << what;
-    expect_same(flagged, poisoned, what);
+    test::expect_same_calls(flagged, poisoned, what);
     EXPECT_EQ(plain.layouts.front(), poisoned.layouts.front()) << what << ": the cache after the prompt";
     EXPECT_EQ(plain.logits.front(), poisoned.logits.front()) << what << ": the prompt's logits";
     bool evicted = false;  // somewhere: otherwise the comparison proves little

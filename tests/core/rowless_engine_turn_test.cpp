@@ -18,7 +18,7 @@
 #include "core/engine/engine.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
-#include "cache_row_poison.h"
+#include "cache_row_reads_harness.h"
 #include "lockstep_eviction.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
@@ -98,9 +98,7 @@ class RowlessTurns final : public ForwardObserver {
 
 class RowlessEngineTurnTest : public test::StoriesPromptTest {
  protected:
-  struct Run {
-    std::vector<test::CacheLayout> layouts;
-    std::vector<std::vector<float>> logits;
+  struct Run : test::CallTrace {
     int rowless_turns = 0;
     bool forbidden = false;
   };
@@ -109,16 +107,8 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
     RowlessTurns observer(engine, model_->config, mode);
     Run r;
-    auto step = [&](std::span<const int> block) {
-      r.logits.push_back(decoder->forward(block, &observer));
-      r.layouts.push_back(test::cache_layout_of(decoder->cache()));
-    };
-    step(tokens_);
-    for (int s = 0; s < steps; ++s) {
-      const auto& last = r.logits.back();
-      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
-      step(std::span<const int>(&next, 1));
-    }
+    r.record(decoder->forward(tokens_, &observer), decoder->cache());
+    r.decode_greedily(*decoder, &observer, steps);
     r.rowless_turns = observer.rowless_turns;
     r.forbidden = observer.forbidden;
     return r;
@@ -135,11 +125,7 @@ TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCac
     ASSERT_NO_THROW(rowless = run(*policy, TurnMode::Rowless)) << name << " read a row the cache does not hold";
     EXPECT_FALSE(rowless.forbidden) << name << " edited a row, appended or re-assigned in a declared call";
     EXPECT_EQ(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
-    ASSERT_EQ(flagged.layouts.size(), rowless.layouts.size());
-    for (size_t i = 0; i < flagged.layouts.size(); ++i) {
-      EXPECT_EQ(flagged.layouts[i], rowless.layouts[i]) << name << ": cache after call " << i;
-      EXPECT_EQ(flagged.logits[i], rowless.logits[i]) << name << ": logits of call " << i;
-    }
+    test::expect_same_calls(flagged, rowless, name);
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
   }
 }

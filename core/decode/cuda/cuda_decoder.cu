@@ -397,8 +397,8 @@ void CudaDecoder::refuse_unfolded() const {
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");  // the snapshot's arenas belong on this device
   // The host copy catches up with lagging rows and fills the placeholders of heads holding real
-  // rows; position-only heads stay so (their rows are in the device copy below; restore's
-  // mark_synced makes them placeholders again), so a snapshot moves no row to the host.
+  // rows; position-only heads stay so (their rows are in the device copy below, and a restored
+  // position-only head says by itself that they are on the device), so no such row moves here.
   if (mirror_) mirror_->sync_host_for_copy();
   auto s = std::make_unique<CudaDecoderSnapshot>(cache_, position_, this);
   // An unfolded cache has no device copy (the next forward refuses it); its restore re-uploads.

@@ -3,10 +3,14 @@
 // (core/engine/cache_row_reads.h), shared by the decode, prompt and position-only proofs:
 //   * CacheRowPoison overwrites cached rows with NaN for the engine's turn and puts them back
 //     afterwards (found by position: the engine may have moved or dropped them);
+//   * CallTrace records the logits and the cache after each call of a run (a prompt, then greedy
+//     decode steps), and expect_same_calls compares two runs call by call;
 //   * key_norm_decode_policy() is a policy whose decode indicator reads key norms (cached rows),
 //     and HiddenDecodeReads a copy of a policy whose description hides its decode reads: exactly
 //     the mistake the declaration must not make, for the controls.
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,9 +18,13 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "core/decode/decoder.h"
 #include "core/decode/kv_cache.h"
 #include "core/engine/policy_program.h"
 #include "dsl/policy_loader.h"
+#include "window_attention_injection.h"
 
 namespace kvevict::test {
 
@@ -55,6 +63,32 @@ class CacheRowPoison {
   };
   std::vector<Saved> saved_;
 };
+
+struct CallTrace {
+  std::vector<CacheLayout> layouts;  // after each call: the prompt, then each decode step
+  std::vector<std::vector<float>> logits;
+  void record(const std::vector<float>& call_logits, const KVCache& cache) {
+    logits.push_back(call_logits);
+    layouts.push_back(cache_layout_of(cache));
+  }
+  // `steps` one-token calls, each feeding the argmax of the latest logits (recorded before).
+  void decode_greedily(Decoder& decoder, ForwardObserver* observer, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      const std::vector<float>& last = logits.back();
+      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+      record(decoder.forward(std::span<const int>(&next, 1), observer), decoder.cache());
+    }
+  }
+};
+
+// The same caches and logits after every call.
+inline void expect_same_calls(const CallTrace& a, const CallTrace& b, const std::string& what) {
+  ASSERT_EQ(a.layouts.size(), b.layouts.size()) << what;
+  for (size_t i = 0; i < a.layouts.size(); ++i) {
+    EXPECT_EQ(a.layouts[i], b.layouts[i]) << what << ": cache after call " << i;
+    EXPECT_EQ(a.logits[i], b.logits[i]) << what << ": logits of call " << i;
+  }
+}
 
 // H2O's prefill, and key norms (cached rows) as the decode indicator, evicting every step.
 inline std::unique_ptr<PolicyProgram> key_norm_decode_policy() {
