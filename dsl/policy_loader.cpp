@@ -44,6 +44,14 @@ std::vector<fs::path> policy_files_in(const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::string> builtin_policy_files() {
+  std::vector<std::string> files;
+  for (const std::string& dir : builtin_policy_dirs())
+    for (const fs::path& file : policy_files_in(dir)) files.push_back(file.string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::string resolve_policy_path(const std::string& name_or_path, const std::vector<std::string>& extra_dirs) {
   std::error_code ec;
   if (looks_like_path(name_or_path)) {

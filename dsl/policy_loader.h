@@ -30,6 +30,8 @@ struct PolicyListing {
 
 // The built-in policy directories: policies/ and policies/field/ of the source tree.
 std::vector<std::string> builtin_policy_dirs();
+// Every policy file (.yaml, .yml) in the built-in directories, as paths sorted as strings.
+std::vector<std::string> builtin_policy_files();
 
 // Directories searched for policy names, in order: extra_dirs, ~/.config/kvevict/policies, the built-in dirs.
 std::vector<std::string> policy_search_path(const std::vector<std::string>& extra_dirs = {});

@@ -109,15 +109,6 @@ class DecodeCacheReadsTest : public test::StoriesPromptTest {
   }
 };
 
-std::vector<std::string> builtin_policy_files() {
-  std::vector<std::string> files;
-  for (const std::string& dir : builtin_policy_dirs())
-    for (const auto& item : std::filesystem::directory_iterator(dir))
-      if (item.path().extension() == ".yaml") files.push_back(item.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 // Every built-in policy that evicts while decoding and declares it reads no cached row keeps the
 // plain run's caches and logits with its decoded rows poisoned. CAKE and H2O are among them.
 TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {

@@ -140,15 +140,6 @@ class PromptCacheReadsTest : public test::StoriesPromptTest {
   }
 };
 
-std::vector<std::string> builtin_policy_files() {
-  std::vector<std::string> files;
-  for (const std::string& dir : builtin_policy_dirs())
-    for (const auto& item : std::filesystem::directory_iterator(dir))
-      if (item.path().extension() == ".yaml") files.push_back(item.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 // The policy file `file` with run.prefill_block = block (a temporary copy; flow or block `run:`).
 std::string with_prefill_block(const std::string& file, int block) {
   std::stringstream text;

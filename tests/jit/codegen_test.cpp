@@ -278,15 +278,6 @@ TEST(CudaCodegenGpu, GeneratedKernelsMatchTheInterpreterOnTheDevice) {
 namespace kvevict::jit {
 namespace {
 
-std::vector<std::string> builtin_policy_files() {
-  std::vector<std::string> files;
-  for (const std::string& dir : builtin_policy_dirs())  // policies/ and policies/field/
-    for (const auto& item : std::filesystem::directory_iterator(dir))
-      if (item.path().extension() == ".yaml") files.push_back(item.path().string());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 // morphkv.yaml normalises exp(sum over the group of log A): the relative error of an exp is the
 // absolute error of its exponent, a few ulp of |log A| (about 20 for the smallest random
 // attention) per head, so its tiny scores agree to ~1e-5 relative, not 1e-6; the ranking at the
