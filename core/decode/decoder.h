@@ -63,6 +63,10 @@ struct ObservationRequest {
   // (causal, scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute
   // it (the CUDA decoder does, on the device); an observer must handle its absence.
   int window_attention = 0;
+  // The observer reads the norms of cached keys or values (key_norm, value_norm): a decoder whose
+  // host cache holds positions only for rows it keeps on a device hands it their norms too
+  // (KVCache::held_row_norms), so these signals need no row on the host.
+  bool row_norms = false;
   // What the observer reads of the cached keys and values in this call, by the call's kind (the
   // default: every row, always). Anything but Reads lets a decoder whose cache lives on a device
   // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).

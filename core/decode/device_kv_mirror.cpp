@@ -139,12 +139,29 @@ bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_positi
 bool DeviceKvMirror::append_placeholders(int layer, int rows, int32_t first_position) {
   if (host_takes_rows_now("append_placeholders", layer, rows) || host_lag_[static_cast<size_t>(layer)] > 0)
     return false;
+  // Zero rows would give wrong norms: with row norms held, a layer holding real rows takes real rows.
+  if (row_norms_)
+    for (int h = 0; h < n_heads_; ++h)
+      if (!host_head_holds_no_row(layer, h)) return false;
   add_placeholders(layer, rows, first_position);
   return true;
 }
 
+std::vector<RowNorms> DeviceKvMirror::appended_row_norms(int layer, int rows) const {
+  if (!row_norms_ || rows == 0) return {};
+  std::vector<int64_t> first(static_cast<size_t>(n_heads_), 0), count(static_cast<size_t>(n_heads_), 0);
+  for (int h = 0; h < n_heads_; ++h) {
+    if (!host_head_holds_no_row(layer, h)) continue;
+    first[static_cast<size_t>(h)] = cache_.length(layer, h);  // the device holds them at its end
+    count[static_cast<size_t>(h)] = rows;
+  }
+  return backend_.row_norms(layer, first, count);
+}
+
 void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_position) {
   const std::vector<float> zeros(static_cast<size_t>(head_dim_), 0.0f);
+  const std::vector<RowNorms> norms = appended_row_norms(layer, rows);
+  size_t next_norm = 0;
   for (int h = 0; h < n_heads_; ++h) {
     std::vector<int>& placeholders = placeholders_[static_cast<size_t>(layer) * n_heads_ + h];
     // A head with no row of its own on the host keeps none (positions only); one holding real rows
@@ -152,7 +169,7 @@ void DeviceKvMirror::add_placeholders(int layer, int rows, int32_t first_positio
     const bool positions_only = host_head_holds_no_row(layer, h);
     for (int i = 0; i < rows; ++i) {
       if (positions_only) {  // every row of the head is on the device only: no list needed
-        cache_.append_position(layer, h, first_position + i);
+        cache_.append_position(layer, h, first_position + i, norms.empty() ? nullptr : &norms[next_norm++]);
         continue;
       }
       placeholders.push_back(cache_.length(layer, h));
@@ -253,16 +270,48 @@ void DeviceKvMirror::append_lagging_rows() {
     const KvType type = backend_.layout().geometry().type;
     for (int h = 0; h < n_heads_; ++h) {
       const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
+      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
       if (cache_.rows_held_elsewhere(l, h)) {  // a head holds every row or none: positions only
-        for (int i = 0; i < lag; ++i) cache_.append_position(l, h, c.positions[static_cast<size_t>(i)]);
+        std::vector<float> key_norms(static_cast<size_t>(lag)), value_norms(static_cast<size_t>(lag));
+        if (row_norms_) {  // from the words read anyway, as the device computes them (row_norms.h)
+          compute_row_norms(keys.data(), lag, head_dim_, key_norms.data());
+          compute_row_norms(values.data(), lag, head_dim_, value_norms.data());
+        }
+        for (int i = 0; i < lag; ++i) {
+          const RowNorms norms{key_norms[static_cast<size_t>(i)], value_norms[static_cast<size_t>(i)]};
+          cache_.append_position(l, h, c.positions[static_cast<size_t>(i)], row_norms_ ? &norms : nullptr);
+        }
         counts_.rows_read += lag;
         continue;
       }
-      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
       for (int i = 0; i < lag; ++i)
         cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
                       values.data() + static_cast<size_t>(i) * head_dim_);
       counts_.rows_read += lag;
+    }
+  }
+}
+
+void DeviceKvMirror::hold_row_norms(bool hold) {
+  row_norms_ = hold;
+  if (!hold) return;
+  for (int l = 0; l < n_layers_; ++l) {
+    std::vector<int64_t> first(static_cast<size_t>(n_heads_), 0), count(static_cast<size_t>(n_heads_), 0);
+    bool any = false;
+    for (int h = 0; h < n_heads_; ++h)
+      if (cache_.rows_held_elsewhere(l, h) && !cache_.holds_row_norms(l, h)) {
+        count[static_cast<size_t>(h)] = cache_.length(l, h);
+        any = true;
+      }
+    if (!any) continue;
+    flush(l);  // pending keeps first: host row j is then device row j
+    const std::vector<RowNorms> norms = backend_.row_norms(l, first, count);
+    size_t at = 0;
+    for (int h = 0; h < n_heads_; ++h) {
+      const size_t n = static_cast<size_t>(count[static_cast<size_t>(h)]);
+      if (n == 0) continue;
+      cache_.set_held_row_norms(l, h, std::span<const RowNorms>(norms.data() + at, n));
+      at += n;
     }
   }
 }

@@ -38,6 +38,12 @@
 //    sync_host() overwrites them with the device's words (O(placeholders), once, when someone asks
 //    for the host cache). A written entry, re-assigned positions or a codebook on a head holding
 //    placeholders is a std::logic_error (the observer said it reads no rows).
+//  - row norms (Decoder mode, while hold_row_norms(true): the call's observer reads key_norm or
+//    value_norm): every position-only host head also holds its rows' norms (KVCache::
+//    held_row_norms), read from the device with each placeholder append (one read of rows x heads
+//    x 2 floats per layer) or, for a head that has none, at once; placeholders are then positions
+//    only or not made (a layer holding real rows takes the real rows), since norms computed from
+//    zero rows would be wrong.
 // After flush(layer) every head of the layer holds on the device exactly what the host holds:
 // the same words of the KvType and the same positions.
 //
@@ -54,6 +60,7 @@
 #include "core/decode/device_kv_twin.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/kv_cache_listener.h"
+#include "core/decode/row_norms.h"
 
 namespace kvevict {
 
@@ -67,6 +74,10 @@ class DeviceKvBackend {
   virtual void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
                           const float* values, const int32_t* positions) = 0;
   virtual DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const = 0;
+  // The norms (row_norms.h) of rows [first_row[h], first_row[h] + rows[h]) of every head h of
+  // `layer`, head after head: one read for the layer.
+  virtual std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
+                                          std::span<const int64_t> rows) const = 0;
 };
 
 template <class Cache>
@@ -81,6 +92,10 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   }
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const override {
     return cache_.read_rows(layer, head, first_row, rows);
+  }
+  std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
+                                  std::span<const int64_t> rows) const override {
+    return cache_.row_norms(layer, first_row, rows);
   }
 
  private:
@@ -136,6 +151,12 @@ class DeviceKvMirror final : public KvCacheListener {
   // after the copy is assigned back, mark_synced ends the mirror's lists and lag; the position-only
   // heads say by themselves that their rows are on the device).
   void sync_host_for_copy();
+  // Whether position-only host heads hold their rows' norms from now on (see the header comment):
+  // the decoder sets it per call (an observer that reads key_norm or value_norm). Turning it on
+  // gives the heads that lack them their norms now (one read per layer, after flushing it); while
+  // off, positions come without norms and the heads drop theirs (no one reads them: no transfer).
+  void hold_row_norms(bool hold);
+  bool holds_row_norms() const { return row_norms_; }
   int host_lag(int layer) const { return host_lag_.at(static_cast<size_t>(layer)); }
   // Whether some host head of the layer holds placeholders or is position-only.
   bool has_placeholders(int layer) const;
@@ -184,6 +205,9 @@ class DeviceKvMirror final : public KvCacheListener {
   // The host head is empty or position-only: it may take positions only (KVCache::append_position).
   bool host_head_holds_no_row(int layer, int head) const;
   void add_placeholders(int layer, int rows, int32_t first_position);
+  // With row_norms_: the norms of the last `rows` device rows of each head of `layer` that holds no
+  // row on the host (others: none), head after head, in one read; empty otherwise.
+  std::vector<RowNorms> appended_row_norms(int layer, int rows) const;
   void fill_placeholders(int layer, bool position_only_heads);
   void fill_head(int layer, int head, KvType type);
   void append_lagging_rows();
@@ -198,6 +222,7 @@ class DeviceKvMirror final : public KvCacheListener {
   std::vector<int> host_lag_;        // [layer]: rows every head of the layer has on the device only
   std::vector<std::vector<int>> placeholders_;  // [layer][head]: host rows holding placeholders, ascending
   bool filling_ = false;             // sync_host is overwriting placeholders: its own writes are not news
+  bool row_norms_ = false;           // hold_row_norms(true)
   Counts counts_;
   Seconds seconds_;
   std::vector<float> keys_, values_;  // upload scratch

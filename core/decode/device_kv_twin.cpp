@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/decode/device_kv_row_norms.h"
+
 namespace kvevict {
 
 std::vector<float> device_kv_words_to_f32(KvType type, std::span<const uint16_t> words) {
@@ -116,6 +118,21 @@ DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_
   out.keys.assign(a.keys.begin() + b * rw, a.keys.begin() + (b + n) * rw);
   out.values.assign(a.values.begin() + b * rw, a.values.begin() + (b + n) * rw);
   out.positions.assign(a.positions.begin() + b, a.positions.begin() + b + n);
+  return out;
+}
+
+std::vector<RowNorms> DeviceKvTwin::row_norms(int layer, std::span<const int64_t> first_row,
+                                              std::span<const int64_t> rows) const {
+  const Arenas& a = arenas_.at(static_cast<size_t>(layer));
+  DeviceKvRowNormArgs args = plan_row_norms(layout_, layer, first_row, rows, a.keys.data(), a.values.data(), nullptr,
+                                            nullptr);
+  const size_t n = device_kv_row_norm_elements(args);
+  std::vector<float> key_norms(n), value_norms(n);
+  args.key_norms = key_norms.data();
+  args.value_norms = value_norms.data();
+  for (size_t e = 0; e < n; ++e) device_kv_row_norm_element(args, e);
+  std::vector<RowNorms> out(n);
+  for (size_t e = 0; e < n; ++e) out[e] = {key_norms[e], value_norms[e]};
   return out;
 }
 

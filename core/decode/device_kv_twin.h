@@ -11,6 +11,7 @@
 
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_view.h"
+#include "core/decode/row_norms.h"
 
 namespace kvevict {
 
@@ -44,6 +45,10 @@ class DeviceKvTwin {
   DeviceKvHeadContents read_head(int layer, int head) const;
   // Rows [first_row, first_row + rows) of one head (within its length; std::out_of_range otherwise).
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
+  // The norms of rows [first_row[h], first_row[h] + rows[h]) of each head h, head after head: the
+  // kernel's element body (device_kv_row_norms.h) over the host arenas. std::out_of_range outside
+  // a head's length.
+  std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row, std::span<const int64_t> rows) const;
   // The view of one layer over the host arenas, for the CPU twins of the kernels that read the
   // cache (window_attention_twin): valid until the layer is next appended to, grown, written,
   // compacted or restored.

@@ -65,6 +65,8 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
   }
   check_rows_held("append", layer, kv_head);  // a head holds every row or none
   h.rows_elsewhere = false;                    // an empty head holds the rows appended from now on
+  h.norms_held = false;
+  h.held_norms.clear();
   h.keys.append(key);
   h.values.append(value);
   h.positions.push_back(position);
@@ -104,10 +106,15 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
     return;
   }
   const size_t n = indices.size();
-  if (h.rows_elsewhere) {  // only the positions are here
+  if (h.rows_elsewhere) {  // only the positions (and perhaps the rows' norms) are here
     std::vector<int32_t> positions(n);
     for (size_t i = 0; i < n; ++i) positions[i] = h.positions[static_cast<size_t>(indices[i])];
     h.positions.assign(positions.begin(), positions.end());
+    if (h.norms_held) {
+      std::vector<RowNorms> norms(n);
+      for (size_t i = 0; i < n; ++i) norms[i] = h.held_norms[static_cast<size_t>(indices[i])];
+      h.held_norms.assign(norms.begin(), norms.end());
+    }
     if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
     return;
   }
@@ -167,7 +174,8 @@ size_t KVCache::bytes_in_use() const {
 size_t KVCache::bytes_reserved() const {
   size_t total = 0;
   for (const Head& h : heads_) {
-    total += h.keys.capacity_bytes() + h.values.capacity_bytes() + h.positions.capacity() * sizeof(int32_t);
+    total += h.keys.capacity_bytes() + h.values.capacity_bytes() + h.positions.capacity() * sizeof(int32_t) +
+             h.held_norms.capacity() * sizeof(RowNorms);
     if (h.codebook) {
       const CodebookHead& cb = *h.codebook;
       total += (cb.key_codes.capacity() + cb.value_codes.capacity() + cb.key_norm.capacity() + cb.value_norm.capacity()) *
@@ -189,6 +197,7 @@ void KVCache::shrink_to_fit() {
     h.keys.shrink_to_fit();
     h.values.shrink_to_fit();
     h.positions.shrink_to_fit();
+    h.held_norms.shrink_to_fit();
     if (h.codebook) {
       CodebookHead& cb = *h.codebook;
       for (auto* v : {&cb.key_codes, &cb.value_codes, &cb.key_norm, &cb.value_norm}) v->shrink_to_fit();
@@ -215,6 +224,8 @@ void KVCache::clear() {
     h.codebook.reset();
     h.reassigned = false;
     h.rows_elsewhere = false;
+    h.norms_held = false;
+    h.held_norms.clear();
   }
   for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
   if (listener_.ptr) listener_.ptr->on_clear();

@@ -33,6 +33,10 @@
 // reassign_positions, a codebook, unfolding) throws std::logic_error instead of reading nothing;
 // keep() and the byte counts work (bytes_in_use counts the rows where they are held, as the cache
 // they describe; bytes_reserved what this object holds). take_rows() brings the rows back.
+// A row-less head may also hold its rows' norms (RowNorms, row_norms.h: computed by whoever holds
+// the rows, from the words this cache would store), handed over with each position or at once
+// (set_held_row_norms): the key_norm and value_norm signals then need no row. A head holds the
+// norms of every entry or of none; keep() permutes them with the positions.
 //
 // Listener (kv_cache_listener.h). One KvCacheListener may be attached; every mutation of the
 // contents is reported to it after it succeeded. Copies never carry it; assigning into a cache
@@ -47,6 +51,7 @@
 #include "core/decode/kv_rows.h"
 #include "core/decode/kv_type.h"
 #include "core/decode/rope.h"
+#include "core/decode/row_norms.h"
 #include "core/model/model_config.h"
 
 namespace kvevict {
@@ -150,8 +155,22 @@ class KVCache {
   // Appends an entry whose key and value are held elsewhere (see the header comment) to dense KV
   // head `kv_head` of a folded cache; the listener hears on_append with null key and value. Throws
   // std::logic_error on an unfolded cache, a codebook head, or a head holding rows (a head holds
-  // every row or none; an empty head holds none after this).
-  void append_position(int layer, int kv_head, int32_t position);
+  // every row or none; an empty head holds none after this). `norms`: the row's norms; the head
+  // holds its rows' norms while every entry came with them (an empty head starts afresh), and drops
+  // them at the first entry that comes without.
+  void append_position(int layer, int kv_head, int32_t position, const RowNorms* norms = nullptr);
+  // Gives a row-less head the norms of all its rows, one per entry in cache order (replacing any).
+  // Throws std::logic_error when the head holds its rows (or none), std::invalid_argument when the
+  // count is not its length.
+  void set_held_row_norms(int layer, int kv_head, std::span<const RowNorms> norms);
+  // Whether the head's rows are held elsewhere and it holds their norms.
+  bool holds_row_norms(int layer, int kv_head) const {
+    const Head& h = head(layer, kv_head);
+    return rows_held_elsewhere(layer, kv_head) && h.norms_held;
+  }
+  // The norms of a row-less head's rows, one per entry in cache order. Throws std::logic_error
+  // when the head holds its rows (compute them from the rows) or was not handed its norms.
+  std::span<const RowNorms> held_row_norms(int layer, int kv_head) const;
   // True when the head has entries and holds none of their rows.
   bool rows_held_elsewhere(int layer, int kv_head) const {
     const Head& h = head(layer, kv_head);
@@ -214,13 +233,15 @@ class KVCache {
     std::optional<CodebookHead> codebook;  // set: keys/values are empty
     bool reassigned = false;  // positions are cache indices (reassign_positions)
     bool rows_elsewhere = false;  // keys/values are empty: the rows are held elsewhere (append_position)
+    bool norms_held = false;      // rows_elsewhere and held_norms has one entry per position
+    std::vector<RowNorms> held_norms;
   };
   // Throws std::logic_error naming `what` when the head's rows are held elsewhere.
   void check_rows_held(const char* what, int layer, int kv_head) const;
   const Head& dense(int layer, int kv_head) const;
   Head& dense(int layer, int kv_head);
   const Head& dense_f32(int layer, int kv_head) const;
-  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false, false}; }
+  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false, false, false, {}}; }
   void reserve_rope(int32_t position);
   // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
   std::vector<float> codebook_keys_pre_rope(int layer, const CodebookHead& cb) const;

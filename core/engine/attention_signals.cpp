@@ -88,13 +88,4 @@ void compute_window_attention(const float* queries, int W, int n_heads, int quer
   }
 }
 
-void compute_row_norms(const float* rows, int T, int d, float* out) {
-  for (int t = 0; t < T; ++t) {
-    const float* r = rows + static_cast<size_t>(t) * d;
-    double s = 0;
-    for (int i = 0; i < d; ++i) s += static_cast<double>(r[i]) * r[i];
-    out[t] = static_cast<float>(std::sqrt(s));
-  }
-}
-
 }  // namespace kvevict

@@ -18,7 +18,4 @@ void compute_window_attention(const float* queries, int W, int n_heads, int quer
                               const float* keys, const int32_t* positions, int T, int d, float* out,
                               bool causal = true, bool scaled = true);
 
-// L2 norm of each of the T rows of a [T][d] matrix.
-void compute_row_norms(const float* rows, int T, int d, float* out);
-
 }  // namespace kvevict

@@ -15,7 +15,8 @@ bool signal_source_reads_cache_rows(SignalSource source) {
     case SignalSource::HiddenStates:
     case SignalSource::HiddenVectors:
     case SignalSource::PromptQueries:
-    case SignalSource::RopeRotation: return false;
+    case SignalSource::RopeRotation:
+    case SignalSource::RowNorms: return false;  // held with the positions where the rows are not (KVCache)
     case SignalSource::WindowQueries:   // the host attends the window queries over the cached keys
     case SignalSource::CachedKeys:
     case SignalSource::CachedValues:
@@ -49,7 +50,9 @@ bool prompt_signal_reads_cache_rows(TensorSignal s) {
     case TensorSignal::Position:
     case TensorSignal::Token:
     case TensorSignal::HiddenNorm:
-    case TensorSignal::HiddenState: return false;
+    case TensorSignal::HiddenState:
+    case TensorSignal::KeyNorm:    // held with the positions where the rows are not (KVCache::held_row_norms)
+    case TensorSignal::ValueNorm: return false;
     default: return true;
   }
 }

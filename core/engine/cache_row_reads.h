@@ -7,7 +7,8 @@
 //   * decode: H2O's decode indicator reads the attention column sums the decoder computes, CAKE's
 //     and TOVA's the newest query's attention (A_now), which the engine computes from the cached
 //     keys on the host but takes from the decoder's column sums of the one-token block when the
-//     rows are placeholders;
+//     rows are placeholders; key and value norms (key_norm, value_norm) come with the positions
+//     of a head whose rows are on the device (ObservationRequest::row_norms, KVCache::held_row_norms);
 //   * prompt: SnapKV, CAKE, TOVA, PyramidKV, Ada-KV read the window attention A, which the engine
 //     computes from the window queries and the cached keys unless the decoder hands it over
 //     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None).
@@ -20,7 +21,8 @@
 namespace kvevict {
 
 // Sources of signals made WHILE DECODING without reading a cached key or value: the attention the
-// decoder computes (column sums, and the newest query's row, A_now, as above), positions, and what
+// decoder computes (column sums, and the newest query's row, A_now, as above), positions, the
+// rows' norms (held with the positions where the rows are elsewhere), and what
 // the engine records by original position (tokens, hidden states, prompt query statistics, the
 // mean RoPE rotation).
 bool signal_source_reads_cache_rows(SignalSource source);
@@ -34,7 +36,7 @@ CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
 
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
 // attention A (when the decoder hands it over: the caller's NoneGivenWindowAttention), the column
-// sums, positions, token ids and hidden states; true for everything else, A_now included (at the
+// sums, positions, token ids, hidden states and row norms; true for everything else, A_now included (at the
 // prompt the engine computes it from the cached keys), and the prompt query statistics and the
 // window query rows Q, Q_pre, O (kept conservative).
 bool prompt_signal_reads_cache_rows(TensorSignal s);

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/row_norms.h"
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/cache_row_reads.h"
@@ -466,13 +467,19 @@ struct EvictionEngine::State {
             std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
           break;
         case TensorSignal::KeyNorm:
+        case TensorSignal::ValueNorm: {
           out.resize(T);
-          compute_row_norms(keys("key_norm"), T, d, out.data());
+          const bool key = info.id == TensorSignal::KeyNorm;
+          // A head whose rows are on a device holds their norms (KVCache::held_row_norms, the same
+          // bits as from the rows: row_norms.h); any other head computes them from its rows.
+          if (cache.rows_held_elsewhere(layer, src)) {
+            const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
+            for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
+          } else if (T > 0) {
+            compute_row_norms(key ? keys("key_norm") : values("value_norm"), T, d, out.data());
+          }
           break;
-        case TensorSignal::ValueNorm:
-          out.resize(T);
-          compute_row_norms(values("value_norm"), T, d, out.data());
-          break;
+        }
         case TensorSignal::Keys:
           transpose_rows(keys("K"), T, d, out);
           break;
@@ -1260,6 +1267,7 @@ ObservationRequest EvictionEngine::request() const {
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
+  r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
   r.window_attention = state_->requested_window_attention();
   return r;
 }

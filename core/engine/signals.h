@@ -130,6 +130,8 @@ enum class SignalSource : uint8_t {
   ColumnSums,     // attention column sums over every query so far, kept aligned with the cache
   CachedKeys,     // computed from the head's keys in the cache
   CachedValues,   // computed from the head's values in the cache
+  RowNorms,       // the norms of the head's cached rows: from the rows, or held with their positions
+                  // where the rows are on a device (KVCache::held_row_norms)
   Positions,      // the original position of every entry (always available)
   SegmentQueries, // the last W prompt queries of each observe.segment, each attending over its own segment
   PromptQueries,  // statistics of the prompt's pre-RoPE queries, accumulated during prefill (query_signals.h)
@@ -146,8 +148,8 @@ enum class SignalSource : uint8_t {
   X(WindowAttention, "A", kAxisH | kAxisQ | kAxisT, SignalSource::WindowQueries, "window attention")      \
   X(AccumulatedAttention, "A_acc", kAxisH | kAxisT, SignalSource::ColumnSums, "accumulated attention")    \
   X(CurrentAttention, "A_now", kAxisH | kAxisT, SignalSource::LatestQuery, "current attention")           \
-  X(KeyNorm, "key_norm", kAxisT, SignalSource::CachedKeys, "key norms")                                   \
-  X(ValueNorm, "value_norm", kAxisT, SignalSource::CachedValues, "value norms")                           \
+  X(KeyNorm, "key_norm", kAxisT, SignalSource::RowNorms, "key norms")                                     \
+  X(ValueNorm, "value_norm", kAxisT, SignalSource::RowNorms, "value norms")                             \
   X(Position, "pos", kAxisT, SignalSource::Positions, "original positions")                              \
   X(Keys, "K", kAxisD | kAxisT, SignalSource::CachedKeys, "keys as cached (post-RoPE)")                  \
   X(KeysPreRope, "K_pre", kAxisD | kAxisT, SignalSource::CachedKeys, "keys before RoPE")                 \

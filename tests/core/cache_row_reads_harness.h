@@ -5,15 +5,18 @@
 //     afterwards (found by position: the engine may have moved or dropped them);
 //   * CallTrace records the logits and the cache after each call of a run (a prompt, then greedy
 //     decode steps), and expect_same_calls compares two runs call by call;
-//   * key_norm_decode_policy() is a policy whose decode indicator reads key norms (cached rows),
-//     and HiddenDecodeReads a copy of a policy whose description hides its decode reads: exactly
-//     the mistake the declaration must not make, for the controls.
+//   * key_reading_policy() is a policy whose indicators read the cached keys (rows), at the prompt
+//     and while decoding, and HiddenDecodeReads a copy of a policy whose description hides its
+//     decode reads: exactly the mistake the declaration must not make, for the controls;
+//   * position_only_copy() is a cache holding the positions and row norms of another, no row (what
+//     the CUDA decoder's host cache holds when every row lives on the device).
 #include <algorithm>
 #include <cstdint>
 #include <span>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +25,9 @@
 
 #include "core/decode/decoder.h"
 #include "core/decode/kv_cache.h"
+#include "core/decode/row_norms.h"
 #include "core/engine/policy_program.h"
+#include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "window_attention_injection.h"
 
@@ -90,16 +95,47 @@ inline void expect_same_calls(const CallTrace& a, const CallTrace& b, const std:
   }
 }
 
-// H2O's prefill, and key norms (cached rows) as the decode indicator, evicting every step.
-inline std::unique_ptr<PolicyProgram> key_norm_decode_policy() {
-  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_key_norm_decode_control.yaml").string();
-  std::ofstream(file) << "name: decode_key_norms\nabout: H2O's prefill, key norms while decoding\n"
+// The squared norms of the cached keys, summed from the keys themselves (rows, not the held norms),
+// as the indicator at the prompt and while decoding, evicting every step.
+inline std::unique_ptr<PolicyProgram> key_reading_policy() {
+  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_key_reading_control.yaml").string();
+  std::ofstream(file) << "name: key_reading_control\nabout: squared key norms from the cached keys\n"
                          "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
-                         "score: |\n  score[t] = sum(h: A_acc[h, t])\n"
-                         "decode_score: |\n  score[t] = -key_norm[t]\n";
+                         "score: |\n  score[t] = -sum(d: K[d, t] * K[d, t])\n";
   auto policy = load_policy(file, {});
   std::filesystem::remove(file);
   return policy;
+}
+
+// A cache of `cache`'s geometry whose heads hold `cache`'s positions and, with `with_norms`, the norms of
+// its rows (computed as the device computes them, row_norms.h), and no row.
+inline KVCache position_only_copy(const KVCache& cache, const ModelConfig& config, bool with_norms = true) {
+  KVCache rowless(config, cache.kv_type());
+  std::vector<float> scratch, key_norms, value_norms;
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_stored_heads(); ++h) {
+      const int T = cache.length(l, h), d = cache.head_dim();
+      key_norms.resize(static_cast<size_t>(T));
+      value_norms.resize(static_cast<size_t>(T));
+      compute_row_norms(cache.keys_or_reconstruct(l, h, scratch), T, d, key_norms.data());
+      compute_row_norms(cache.values_or_reconstruct(l, h, scratch), T, d, value_norms.data());
+      for (int t = 0; t < T; ++t) {
+        const RowNorms norms{key_norms[static_cast<size_t>(t)], value_norms[static_cast<size_t>(t)]};
+        rowless.append_position(l, h, cache.positions(l, h)[t], with_norms ? &norms : nullptr);
+      }
+    }
+  return rowless;
+}
+
+// The policy `file` (a built-in's path or name), or nullptr when it needs a setting or a model these
+// tests do not give it (load_policy's UsageError).
+inline std::unique_ptr<PolicyProgram> load_or_null(const std::string& file,
+                                                   const std::map<std::string, std::string>& params = {}) {
+  try {
+    return load_policy(file, params);
+  } catch (const UsageError&) {
+    return nullptr;
+  }
 }
 
 // `p` with its decode reads hidden from the description (p must outlive it).

@@ -114,14 +114,14 @@ class DecodeCacheReadsTest : public test::StoriesPromptTest {
 TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
   std::vector<std::string> checked;
   for (const std::string& file : builtin_policy_files()) {
-    std::unique_ptr<PolicyProgram> policy;
-    try {
-      policy = load_policy(file, {});
-    } catch (const UsageError&) {
-      continue;  // a policy that needs a setting or a model this test does not give it
-    }
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    if (!policy) continue;  // it needs a setting or a model this test does not give it
     const PolicyDescription& d = policy->description();
     if (d.run.decode_every <= 0 || decode_cache_row_reads(d) == CacheRowReads::Reads) continue;
+    // Key and value norms come with the positions where the rows are on a device; poisoned rows
+    // here would poison them. Those policies run on a position-only cache instead
+    // (rowless_engine_turn_test.cpp), where a read of a row throws.
+    if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
     DecodeRun flagged, poisoned;
     try {
       flagged = run(*policy, Mode::Flagged);
@@ -168,21 +168,21 @@ TEST_F(DecodeCacheReadsTest, DecodersCurrentAttentionPartsFromTheHostsOnlyOnNear
   }
 }
 
-// Controls: a decode indicator over key norms reads cached rows: it says so, and poisoning the
+// Controls: a decode indicator over the cached keys reads cached rows: it says so, and poisoning the
 // rows (as if a decoder had left placeholders) changes what it keeps. TOVA's A_now is computed from
 // the cached keys unless the rows are marked as placeholders: poisoned but unmarked, it changes.
 TEST_F(DecodeCacheReadsTest, ControlARowReaderDeclaresItAndPoisonChangesItsCache) {
-  const auto policy = test::key_norm_decode_policy();
+  const auto policy = test::key_reading_policy();
   EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::Reads);
   // The harness poisons only when the engine declares no reads: force it through a copy of the
-  // description that hides key_norm, which is exactly the mistake the declaration must not make.
+  // description that hides K, which is exactly the mistake the declaration must not make.
   const test::HiddenDecodeReads hidden(*policy);
   ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
   const DecodeRun plain = run(hidden, Mode::Plain), poisoned = run(hidden, Mode::PoisonedOnly);
   EXPECT_GT(poisoned.poisoned_calls, 0);
-  EXPECT_NE(plain.layouts.back(), poisoned.layouts.back()) << "the poisoned key norms were not read";
+  EXPECT_NE(plain.layouts.back(), poisoned.layouts.back()) << "the poisoned keys were not read";
   // Marked as placeholders, the engine makes only the signals the (hidden) declaration names: the
-  // indicator's read of key_norm then fails loudly instead of reading the rows.
+  // indicator's read of K then fails loudly instead of reading the rows.
   EXPECT_ANY_THROW(run(hidden, Mode::Flagged));
   const auto tova = load_policy("tova", {});
   EXPECT_EQ(decode_cache_row_reads(tova->description()), CacheRowReads::None);
@@ -195,6 +195,7 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::LatestQuery));
   EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::ColumnSums));
   EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::Positions));
+  EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::RowNorms)) << "held with the positions";
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::CachedKeys));
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::WindowQueries));
   PolicyDescription d;  // hand-made: decode_reads unknown, decode window attention assumed
@@ -209,6 +210,9 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   PolicyDescription reassigned = d;
   reassigned.run.reassign_positions = true;
   EXPECT_EQ(decode_cache_row_reads(reassigned), CacheRowReads::Reads);
+  d.decode_reads[signal_index(TensorSignal::KeyNorm)] = true;
+  d.decode_reads[signal_index(TensorSignal::ValueNorm)] = true;
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::None);
   d.decode_reads[signal_index(TensorSignal::Values)] = true;
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
 }

@@ -3,7 +3,9 @@
 // build has no CUDA or no usable device). Passed on an H200 on 2026-12-04 (docs/CUDA.md).
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/decode/device_kv_twin.h"
 #include "device_kv_test_ops.h"
@@ -102,6 +104,38 @@ TEST_P(DeviceKvCacheGpu, SnapshotRestoreIsExact) {
     twin.restore(twin_snap);
     expect_same(device, twin, "after restore " + std::to_string(round));
     if (HasFatalFailure()) return;
+  }
+#endif
+}
+
+// Row norms (row_norms.h) of ranges of every head, the kernel against its twin: the same bits
+// (each row summed in element order in double on both sides), after appends and keeps.
+TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {6, 64, 128}) {
+    const DeviceKvGeometry g{2, 4, head_dim, GetParam()};
+    const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+    cuda::DeviceKvCache device(g, policy);
+    DeviceKvTwin twin(g, policy);
+    for (const auto& op : device_kv_test::random_ops(g, 40, 11u + static_cast<uint32_t>(head_dim))) apply(device, twin, op);
+    for (int l = 0; l < g.n_layers; ++l) {
+      std::vector<int64_t> first, count;
+      for (int h = 0; h < g.n_heads; ++h) {  // the whole head, its tail, or nothing
+        const int64_t len = twin.layout().length(l, h);
+        first.push_back(h % 2 == 0 ? 0 : len / 2);
+        count.push_back(h == 3 ? 0 : len - first.back());
+      }
+      const std::vector<RowNorms> d = device.row_norms(l, first, count), t = twin.row_norms(l, first, count);
+      ASSERT_EQ(d.size(), t.size());
+      for (size_t e = 0; e < d.size(); ++e) {
+        EXPECT_EQ(d[e].key, t[e].key) << "head_dim " << head_dim << " layer " << l << " row " << e;
+        EXPECT_EQ(d[e].value, t[e].value) << "head_dim " << head_dim << " layer " << l << " row " << e;
+      }
+      const std::vector<int64_t> past(static_cast<size_t>(g.n_heads), twin.layout().length(l, 0)),
+          one(static_cast<size_t>(g.n_heads), 1);
+      EXPECT_THROW(device.row_norms(l, past, one), std::out_of_range);
+    }
   }
 #endif
 }

@@ -173,6 +173,22 @@ TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
 #endif
 }
 
+#if defined(KVEVICT_HAVE_CUDA)
+// The engine, but declaring that it reads cached rows in every kind of call: the decoder then gives
+// the host cache every row (the reference of the placeholder and position-only tests below).
+struct ReadsRows : ForwardObserver {
+  EvictionEngine& engine;
+  explicit ReadsRows(EvictionEngine& e) : engine(e) {}
+  ObservationRequest request() const override {
+    ObservationRequest r = engine.request();
+    r.cache_row_reads = CacheRowReadsByCall{};  // Reads for every kind of call
+    return r;
+  }
+  void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
+  void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
+};
+#endif
+
 // Placeholder host rows (DeviceKvMirror::append_placeholders): H2O's one-token decode steps read no
 // cached row (cache_row_reads.h), so its host cache takes placeholders and no key or value
 // leaves the device. It must keep the same caches and logits as a run whose observer says it reads
@@ -180,17 +196,6 @@ TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
 TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
-  struct ReadsRows : ForwardObserver {  // the engine, but declaring that it reads cached rows
-    EvictionEngine& engine;
-    explicit ReadsRows(EvictionEngine& e) : engine(e) {}
-    ObservationRequest request() const override {
-      ObservationRequest r = engine.request();
-      r.cache_row_reads = CacheRowReadsByCall{};  // Reads for every kind of call
-      return r;
-    }
-    void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
-    void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
-  };
   const auto model = make_random_model(gqa_config(), 41);
   const auto policy = load_policy("h2o", {});
   for (KvType type : {KvType::F16, KvType::F32}) {
@@ -296,6 +301,52 @@ TEST(DeviceKvDecoderGpu, PromptPlaceholderHostRowsGiveTheSameCacheAndLogits) {
       }
   }
   std::filesystem::remove(blocks);
+#endif
+}
+
+// Policies that read key or value norms (ObservationRequest::row_norms): their host cache holds
+// positions and the device's row norms only (DeviceKvMirror::hold_row_norms), computed by the
+// kernel with the host's bits (row_norms.h), so knorm's prompt and the DecodingPress over key norms
+// (compression every 4 steps) keep exactly the caches and logits of a decoder whose host cache
+// takes every row (an observer declaring Reads), with no host append at all.
+TEST(DeviceKvDecoderGpu, RowNormReadersRunOnPositionOnlyHostHeads) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 47);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
+      {"knorm", {}}, {"decoding", {{"compression_interval", "4"}}}};
+  for (const auto& [name, params] : policies) {
+    for (KvType type : {KvType::F16, KvType::F32}) {
+      const std::string what = name + ", " + kv_type_name(type);
+      const auto policy = load_policy(name, params);
+      auto rowless = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+      auto real = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+      EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+      ReadsRows reads(e2);
+      const std::vector<int> prompt = random_prompt(120, 13);
+      std::vector<float> a = prefill_prompt(*rowless, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
+      for (int s = 0; s < 16; ++s) {
+        ASSERT_EQ(a, b) << what << ", call " << s;
+        const int next = argmax(a);
+        a = rowless->forward(std::vector<int>{next}, &e1);
+        b = real->forward(std::vector<int>{next}, &reads);
+      }
+      ASSERT_EQ(a, b) << what;
+      const DeviceKvStats stats = rowless->device_kv_stats();
+      EXPECT_GT(stats.counts.rows_placeholder, 0) << what;
+      EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
+      ASSERT_TRUE(device_equals_host(*rowless)) << what;
+      const KVCache &x = rowless->cache(), &y = real->cache();
+      bool evicted = false;
+      for (int l = 0; l < x.n_layers(); ++l)
+        for (int h = 0; h < x.n_kv_heads(); ++h) {
+          ASSERT_EQ(x.length(l, h), y.length(l, h)) << what;
+          EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << what;
+          evicted = evicted || x.length(l, h) < static_cast<int>(prompt.size()) + 16;
+        }
+      EXPECT_TRUE(evicted) << what << ": nothing was evicted";
+    }
+  }
 #endif
 }
 

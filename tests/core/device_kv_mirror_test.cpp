@@ -350,6 +350,18 @@ ModelConfig two_layer_config() {
   return c;
 }
 
+// A host cache mirrored in Decoder mode onto a twin (the device), and a reference host cache that
+// takes every row itself: the deferred, placeholder and position-only tests' setup.
+struct DecoderModeRig {
+  KVCache cache, reference;
+  DeviceKvTwin twin;
+  DeviceKvBackendFor<DeviceKvTwin> backend;
+  DeviceKvMirror mirror;
+  DecoderModeRig(const ModelConfig& c, KvType type)
+      : cache(c, type), reference(c, type), twin(geometry_of(cache)), backend(twin),
+        mirror(cache, backend, MirrorAppends::Decoder) {}
+};
+
 // A block of rows ([n][kv_dim], positions from `position`) appended as a decoder appends it: to the
 // twin (the device), to the reference host cache, and to `host` when the host takes real rows now.
 void append_block(DeviceKvTwin& twin, KVCache& reference, KVCache* host, int layer, int position,
@@ -373,10 +385,10 @@ void append_block(DeviceKvTwin& twin, KVCache& reference, KVCache* host, int lay
 TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
   const ModelConfig c = two_layer_config();
   for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
-    KVCache cache(c, type), reference(c, type);
-    DeviceKvTwin twin(geometry_of(cache));
-    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    DecoderModeRig rig(c, type);
+    KVCache &cache = rig.cache, &reference = rig.reference;
+    DeviceKvTwin& twin = rig.twin;
+    DeviceKvMirror& mirror = rig.mirror;
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
     int position = 0, deferred_rounds = 0;
@@ -484,10 +496,10 @@ TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
 TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
   const ModelConfig c = two_layer_config();
   for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
-    KVCache cache(c, type), reference(c, type);
-    DeviceKvTwin twin(geometry_of(cache));
-    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    DecoderModeRig rig(c, type);
+    KVCache &cache = rig.cache, &reference = rig.reference;
+    DeviceKvTwin& twin = rig.twin;
+    DeviceKvMirror& mirror = rig.mirror;
     std::mt19937 rng(23);
     std::normal_distribution<float> normal;
     int position = 0, placeholder_rounds = 0;
@@ -554,10 +566,10 @@ TEST(DeviceKvMirror, PlaceholderRowsFollowKeepsAndAreFilledFromTheDevice) {
 TEST(DeviceKvMirror, PositionOnlyHostHeadsHoldNoRowsUntilSynced) {
   const ModelConfig c = two_layer_config();
   for (KvType type : {KvType::F16, KvType::F32}) {
-    KVCache cache(c, type), reference(c, type);
-    DeviceKvTwin twin(geometry_of(cache));
-    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-    DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+    DecoderModeRig rig(c, type);
+    KVCache &cache = rig.cache, &reference = rig.reference;
+    DeviceKvTwin& twin = rig.twin;
+    DeviceKvMirror& mirror = rig.mirror;
     std::mt19937 rng(5);
     const int kv_dim = c.n_kv_heads * c.head_dim;
     int position = 0;
@@ -612,6 +624,120 @@ TEST(DeviceKvMirror, PositionOnlyHostHeadsHoldNoRowsUntilSynced) {
   }
 }
 
+// The norms of a reference cache's rows, head (l, h), as the engine computes them from rows.
+std::vector<RowNorms> norms_from_rows(const KVCache& cache, int l, int h) {
+  const int T = cache.length(l, h), d = cache.head_dim();
+  std::vector<float> scratch, keys(static_cast<size_t>(T)), values(static_cast<size_t>(T));
+  compute_row_norms(cache.keys_or_reconstruct(l, h, scratch), T, d, keys.data());
+  compute_row_norms(cache.values_or_reconstruct(l, h, scratch), T, d, values.data());
+  std::vector<RowNorms> out(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) out[static_cast<size_t>(t)] = {keys[static_cast<size_t>(t)], values[static_cast<size_t>(t)]};
+  return out;
+}
+
+void expect_norms_of_reference(const KVCache& cache, const KVCache& reference, const std::string& what) {
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_kv_heads(); ++h) {
+      if (cache.length(l, h) == 0) continue;
+      ASSERT_TRUE(cache.holds_row_norms(l, h)) << what << " layer " << l << " head " << h;
+      const std::span<const RowNorms> held = cache.held_row_norms(l, h);
+      const std::vector<RowNorms> expect = norms_from_rows(reference, l, h);
+      ASSERT_EQ(held.size(), expect.size()) << what;
+      for (size_t t = 0; t < expect.size(); ++t) {
+        // The same words, the same function (row_norms.h): the same bits.
+        EXPECT_EQ(held[t].key, expect[t].key) << what << " layer " << l << " head " << h << " row " << t;
+        EXPECT_EQ(held[t].value, expect[t].value) << what << " layer " << l << " head " << h << " row " << t;
+      }
+    }
+}
+
+// Row norms with position-only host heads (hold_row_norms: an observer reads key_norm or
+// value_norm): a prompt and decode steps as placeholders with score-order keeps, then deferred
+// blocks: every position-only head holds the norms a reference host cache that took every row
+// computes from its rows, bit for bit, in three KvTypes. Heads that were position-only before the
+// norms were asked for are given them at once; a call that does not ask drops them (no read), and
+// asking again gives them back. The device's twin computes them with the kernel's body.
+// With norms held, a layer holding real rows takes real rows instead of zero placeholders.
+TEST(DeviceKvMirror, PositionOnlyHeadsHoldTheNormsOfTheirDeviceRows) {
+  const ModelConfig c = two_layer_config();
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    const std::string what = kv_type_name(type);
+    DecoderModeRig rig(c, type);
+    KVCache &cache = rig.cache, &reference = rig.reference;
+    DeviceKvTwin& twin = rig.twin;
+    DeviceKvMirror& mirror = rig.mirror;
+    std::mt19937 rng(17);
+    const int kv_dim = c.n_kv_heads * c.head_dim;
+    int position = 0;
+    for (int round = 0; round < 16; ++round) {
+      if (round == 13) mirror.hold_row_norms(false);  // a call no one reads norms in: no norm is read
+      if (round == 14) {  // asked again: the heads that dropped theirs get them at once
+        mirror.hold_row_norms(true);
+        expect_norms_of_reference(cache, reference, what + " after asking again");
+      }
+      if (round == 3) {  // the norms are asked for only now: the heads so far get them at once
+        for (int l = 0; l < c.n_layers; ++l)
+          for (int h = 0; h < c.n_kv_heads; ++h) EXPECT_FALSE(cache.holds_row_norms(l, h));
+        mirror.hold_row_norms(true);
+        ASSERT_TRUE(mirror.holds_row_norms());
+        expect_norms_of_reference(cache, reference, what + " after hold_row_norms");
+      }
+      const int n = round == 0 ? 40 : 1;  // a prompt, then decode steps (deferred from round 9)
+      const auto [k, v] = random_block(rng, n, kv_dim);
+      for (int l = 0; l < c.n_layers; ++l) {
+        mirror.flush(l);
+        append_block(twin, reference, nullptr, l, position, k, v);
+        if (round < 9) {
+          ASSERT_TRUE(mirror.append_placeholders(l, n, position));
+        } else {
+          ASSERT_TRUE(mirror.defer_host_append(l, n, position));
+          EXPECT_EQ(mirror.host_lag(l), 0) << "position-only heads take positions (and norms), not lag";
+        }
+        mirror.flush(l);
+      }
+      position += n;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (rng() % 5 != 0) keep.push_back(t);
+          std::shuffle(keep.begin(), keep.end(), rng);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+        }
+      if (round == 13) {
+        for (int l = 0; l < c.n_layers; ++l)
+          for (int h = 0; h < c.n_kv_heads; ++h) EXPECT_FALSE(cache.holds_row_norms(l, h)) << what;
+      } else if (round >= 3) {
+        expect_norms_of_reference(cache, reference, what + " round " + std::to_string(round));
+      }
+    }
+    // The twin's kernel body against the rows it holds, directly (and a range outside a head refused).
+    mirror.flush_all();  // the last keeps
+    const std::vector<int64_t> first = {1, 0}, count = {2, 3};
+    const std::vector<RowNorms> direct = twin.row_norms(1, first, count);
+    ASSERT_EQ(direct.size(), 5u);
+    const std::vector<RowNorms> h0 = norms_from_rows(reference, 1, 0), h1 = norms_from_rows(reference, 1, 1);
+    EXPECT_EQ(direct[0].key, h0[1].key);
+    EXPECT_EQ(direct[1].value, h0[2].value);
+    EXPECT_EQ(direct[2].key, h1[0].key);
+    EXPECT_EQ(direct[4].value, h1[2].value);
+    const std::vector<int64_t> too_far = {0, reference.length(1, 1)}, one = {0, 1};
+    EXPECT_THROW(twin.row_norms(1, too_far, one), std::out_of_range);
+    // Syncing gives the heads their rows, and drops the norms (computed from the rows from then on).
+    mirror.sync_host();
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) EXPECT_FALSE(cache.holds_row_norms(l, h)) << what;
+    EXPECT_TRUE(twin_equals_host(twin, reference)) << what;
+    // A layer whose heads hold real rows (after the sync) takes real rows: zero placeholders would
+    // give wrong norms.
+    const auto [k, v] = random_block(rng, 1, kv_dim);
+    mirror.flush(0);
+    append_block(twin, reference, nullptr, 0, position, k, v);
+    EXPECT_FALSE(mirror.append_placeholders(0, 1, position)) << what;
+  }
+}
+
 // sync_host_for_copy (the decoder's snapshot): a layer whose head 0 holds real rows and whose head 1
 // was emptied by a keep takes zero placeholders on head 0 and positions only on head 1; a deferred
 // block then lags (head 0 holds real rows), and head 1 takes the lagging rows as positions too.
@@ -619,10 +745,10 @@ TEST(DeviceKvMirror, PositionOnlyHostHeadsHoldNoRowsUntilSynced) {
 // then gives head 1 its rows, and both equal the device and a reference that took every block.
 TEST(DeviceKvMirror, SyncForCopyLeavesPositionOnlyHeadsOnTheDevice) {
   const ModelConfig c = two_layer_config();
-  KVCache cache(c, KvType::F16), reference(c, KvType::F16);
-  DeviceKvTwin twin(geometry_of(cache));
-  DeviceKvBackendFor<DeviceKvTwin> backend(twin);
-  DeviceKvMirror mirror(cache, backend, MirrorAppends::Decoder);
+  DecoderModeRig rig(c, KvType::F16);
+  KVCache &cache = rig.cache, &reference = rig.reference;
+  DeviceKvTwin& twin = rig.twin;
+  DeviceKvMirror& mirror = rig.mirror;
   std::mt19937 rng(9);
   const int kv_dim = c.n_kv_heads * c.head_dim;
   int position = 0;

@@ -153,5 +153,69 @@ TEST(KvCacheRowsElsewhere, ListenerHearsPositionOnlyAppendsAndClearEndsTheState)
   EXPECT_THROW(unfolded.append_position(0, 0, 0), std::logic_error);
 }
 
+// The norms handed over with positions (KVCache::held_row_norms): they follow keeps (score order
+// included), equal what the head computes from its rows once it takes them (the same words, the
+// same function: row_norms.h), and are held only while every entry brought them.
+TEST(KvCacheRowsElsewhere, HeldRowNormsFollowKeepsAndAreHeldOnlyWhenComplete) {
+  const int d = 4, n = 7;
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    const std::vector<float> keys = rows_of(n, d, 1.0f), values = rows_of(n, d, -1.0f);
+    std::vector<float> key_norms(n), value_norms(n);
+    compute_row_norms(keys.data(), n, d, key_norms.data());  // the rows are exact in every KvType
+    compute_row_norms(values.data(), n, d, value_norms.data());
+    KVCache cache(small_config(), type);
+    for (int t = 0; t < n; ++t) {
+      const RowNorms norms{key_norms[t], value_norms[t]};
+      cache.append_position(0, 1, 100 + t, &norms);
+    }
+    ASSERT_TRUE(cache.holds_row_norms(0, 1));
+    EXPECT_GT(cache.bytes_reserved(), n * sizeof(int32_t)) << "the norms are held";
+    const std::vector<int> kept = {5, 0, 3, 6};
+    cache.keep(0, 1, kept);
+    std::span<const RowNorms> held = cache.held_row_norms(0, 1);
+    ASSERT_EQ(held.size(), kept.size());
+    for (size_t i = 0; i < kept.size(); ++i) {
+      EXPECT_EQ(held[i].key, key_norms[kept[i]]) << kv_type_name(type) << " entry " << i;
+      EXPECT_EQ(held[i].value, value_norms[kept[i]]) << kv_type_name(type) << " entry " << i;
+      EXPECT_EQ(cache.positions(0, 1)[i], 100 + kept[i]);
+    }
+    // Taking the rows: the head computes its norms from them now, the same bits.
+    std::vector<float> kept_keys, kept_values;
+    for (int t : kept) {
+      kept_keys.insert(kept_keys.end(), keys.begin() + t * d, keys.begin() + (t + 1) * d);
+      kept_values.insert(kept_values.end(), values.begin() + t * d, values.begin() + (t + 1) * d);
+    }
+    cache.take_rows(0, 1, kept_keys.data(), kept_values.data());
+    EXPECT_FALSE(cache.holds_row_norms(0, 1));
+    EXPECT_THROW((void)cache.held_row_norms(0, 1), std::logic_error) << "a head holding rows computes them";
+    std::vector<float> scratch, from_rows(kept.size());
+    compute_row_norms(cache.keys_or_reconstruct(0, 1, scratch), static_cast<int>(kept.size()), d, from_rows.data());
+    for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(from_rows[i], key_norms[kept[i]]);
+  }
+  // An entry without norms drops them; an empty head starts afresh; set_held_row_norms gives them back.
+  KVCache cache(small_config(), KvType::F16);
+  const RowNorms one{1.0f, 2.0f};
+  cache.append_position(1, 0, 0, &one);
+  cache.append_position(1, 0, 1, nullptr);
+  cache.append_position(1, 0, 2, &one);
+  EXPECT_FALSE(cache.holds_row_norms(1, 0));
+  try {
+    (void)cache.held_row_norms(1, 0);
+    ADD_FAILURE() << "incomplete norms were handed out";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("norms were not handed over"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cache.set_held_row_norms(1, 0, std::vector<RowNorms>(2, one)), std::invalid_argument);
+  cache.set_held_row_norms(1, 0, std::vector<RowNorms>(3, one));
+  EXPECT_TRUE(cache.holds_row_norms(1, 0));
+  EXPECT_EQ(cache.held_row_norms(1, 0)[2].value, 2.0f);
+  cache.keep(1, 0, std::vector<int>{});
+  cache.append_position(1, 0, 9, &one);  // empty again: a fresh start with norms
+  EXPECT_TRUE(cache.holds_row_norms(1, 0));
+  EXPECT_THROW(cache.set_held_row_norms(1, 1, {}), std::logic_error) << "an empty head holds no rows elsewhere";
+  cache.clear();
+  EXPECT_FALSE(cache.holds_row_norms(1, 0));
+}
+
 }  // namespace
 }  // namespace kvevict

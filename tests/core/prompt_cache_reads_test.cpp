@@ -2,12 +2,13 @@
 // (ObservationRequest::cache_row_reads.prompt_start / next_block, core/engine/cache_row_reads.h),
 // which lets the CUDA decoder leave a prompt's rows on the device and hand the engine a host cache
 // of placeholder rows. Proof on the CPU: for every built-in policy that declares None or
-// NoneGivenWindowAttention at the prompt, a run whose engine is handed the window attention as the
+// NoneGivenWindowAttention at the prompt (but those reading key or value norms, which come with the
+// positions: rowless_engine_turn_test.cpp), a run whose engine is handed the window attention as the
 // CUDA decoder would (test::WindowAttentionInjector) and sees EVERY cached row poisoned (NaN keys
 // and values, restored after its turn) in every declared call keeps the caches and logits of the
 // run without poison, over the prompt in one call, the prompt in blocks (run.prefill_block), CAKE's
-// cascading prefill, and the decode steps after them. Controls: a policy that reads key norms at
-// the prompt declares Reads and poison changes its cache; without the injected window attention the
+// cascading prefill, and the decode steps after them. Controls: a policy that reads the cached keys
+// at the prompt declares Reads and poison changes its cache; without the injected window attention the
 // engine computes A from the rows, so poison changes the cache, and marking the rows as placeholders
 // then makes the engine refuse loudly (std::logic_error) instead of scoring zeros.
 #include <gtest/gtest.h>
@@ -160,20 +161,12 @@ std::string with_prefill_block(const std::string& file, int block) {
   return out;
 }
 
-std::unique_ptr<PolicyProgram> load_or_null(const std::string& file, const std::map<std::string, std::string>& params = {}) {
-  try {
-    return load_policy(file, params);
-  } catch (const UsageError&) {
-    return nullptr;  // a policy that needs a setting or a model this test does not give it
-  }
-}
-
 // The built-ins whose prompt reads no cached row: pinned, so that a change that flips one (either
 // way) is seen and its proof below runs for it.
 TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   std::vector<std::string> none, given_window;
   for (const std::string& file : builtin_policy_files()) {
-    const auto policy = load_or_null(file);
+    const auto policy = test::load_or_null(file);
     if (!policy) continue;
     const CacheRowReads r = prompt_cache_row_reads(policy->description());
     const std::string name = std::filesystem::path(file).stem().string();
@@ -182,9 +175,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   }
   std::sort(none.begin(), none.end());
   std::sort(given_window.begin(), given_window.end());
-  // Column sums, hidden states (KVzap's linear scorer), positions, random draws: None. StreamingLLM
-  // re-assigns positions by default (re-rotated keys): Reads; with true_positions it is None.
-  const std::vector<std::string> expect_none = {"entropy_adaptive", "full", "h2o", "kvzap", "observed_attention", "random"};
+  // Column sums, hidden states (KVzap's linear scorer), positions, random draws, key and value norms
+  // (held with the positions): None. StreamingLLM re-assigns positions by default (re-rotated
+  // keys): Reads; with true_positions it is None.
+  const std::vector<std::string> expect_none = {"compression_ratio_decoding", "cur", "decoding", "dms",
+                                                "entropy_adaptive", "full", "h2o", "knorm", "kvzap",
+                                                "observed_attention", "per_layer_compression", "random"};
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds).
   const std::vector<std::string> expect_given_window = {"adakv",      "cake",         "chunkkv",    "entropy_gated_chunkkv",
                                                         "morphkv",    "prefill_decoding", "pyramidkv", "scissorhands",
@@ -202,8 +198,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
 TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRows) {
   std::string checked;
   for (const std::string& file : builtin_policy_files()) {
-    const auto policy = load_or_null(file);
+    const auto policy = test::load_or_null(file);
     if (!policy || prompt_cache_row_reads(policy->description()) == CacheRowReads::Reads) continue;
+    // Norms come with the positions where the rows are on a device, and poisoned rows would poison
+    // them: those run on a position-only cache instead (rowless_engine_turn_test.cpp).
+    const PolicyDescription& d = policy->description();
+    if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
     try {
       (void)run_policy(*policy, {}, 0);
     } catch (const UsageError&) {
@@ -240,13 +240,13 @@ TEST_F(PromptCacheReadsTest, CascadingAndBlockPrefillsIgnorePoisonedRows) {
 
 // Controls: the poison is seen where rows are read.
 TEST_F(PromptCacheReadsTest, ControlsPoisonChangesARowReaderAndTheHostsWindowAttention) {
-  // Key norms at the prompt: declared Reads, and poisoned rows change what it keeps.
-  const auto knorm = load_policy("knorm", {});
-  EXPECT_EQ(prompt_cache_row_reads(knorm->description()), CacheRowReads::Reads);
-  const PromptRun knorm_plain = run_policy(*knorm, {}, 0);
-  const PromptRun knorm_poisoned = run_policy(*knorm, {.poison = true, .poison_every_call = true}, 0);
-  EXPECT_GT(knorm_poisoned.poisoned_calls, 0);
-  EXPECT_NE(knorm_plain.layouts.front(), knorm_poisoned.layouts.front()) << "knorm did not read the poisoned keys";
+  // The cached keys at the prompt: declared Reads, and poisoned rows change what it keeps.
+  const auto keys = test::key_reading_policy();
+  EXPECT_EQ(prompt_cache_row_reads(keys->description()), CacheRowReads::Reads);
+  const PromptRun keys_plain = run_policy(*keys, {}, 0);
+  const PromptRun keys_poisoned = run_policy(*keys, {.poison = true, .poison_every_call = true}, 0);
+  EXPECT_GT(keys_poisoned.poisoned_calls, 0);
+  EXPECT_NE(keys_plain.layouts.front(), keys_poisoned.layouts.front()) << "the policy did not read the poisoned keys";
   // SnapKV without the decoder's window attention: the engine attends the window queries over the
   // cached keys, so the poison changes the cache (and the harness, as the CUDA decoder, would not
   // leave the rows on the device: it does not hand the window attention over).
@@ -324,7 +324,9 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::AccumulatedAttention));
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::Position));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::CurrentAttention)) << "computed from the keys at the prompt";
-  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::KeyNorm));
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::KeyNorm)) << "held with the positions";
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::ValueNorm));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::Keys));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::WindowOutputs));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::QueryMean));
   PolicyDescription d;  // hand-made: prompt reads unknown, so `reads` stands for them

@@ -1,19 +1,23 @@
-// The strongest form of the engine's declaration that a decode step reads no cached key or value
-// (ObservationRequest::cache_row_reads.next_token, core/engine/cache_row_reads.h): in such a
-// call the engine is handed a host cache that HOLDS no row at all (every head position-only,
-// KVCache::append_position, as the CUDA decoder's host cache is when every row lives on the
-// device), so any read of a row throws instead of reading zeros or NaN. The keeps it makes there
-// are replayed on the decoder's real cache. For every built-in policy that evicts while decoding
-// and declares no reads, the run keeps the same caches and logits as with the placeholder flag
-// alone (tests/core/decode_cache_reads_test.cpp), and a control that reads key norms throws.
+// The strongest form of the engine's declaration that a call reads no cached key or value
+// (ObservationRequest::cache_row_reads, core/engine/cache_row_reads.h): in such a call, at the
+// prompt or while decoding, the engine is handed a host cache that HOLDS no row at all (every head
+// position-only with its rows' norms, KVCache::append_position, as the CUDA decoder's host cache is
+// when every row lives on the device and the observer asked for row norms), so any read of a row
+// throws instead of reading zeros or NaN. The keeps it makes there are replayed on the decoder's
+// real cache. For every built-in policy that declares no reads in some call (the window attention
+// handed over as the CUDA decoder does), the run keeps the same caches and logits as the reference
+// run, and a control that reads the cached keys throws.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/decode/make_decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/util/error.h"
@@ -45,30 +49,49 @@ class KeepRecorder final : public KvCacheListener {
   bool forbidden = false;
 };
 
-// In the calls where the engine declared it reads no cached row (one-token calls after the prompt),
-// hands it a position-only copy of the cache, marks the rows as placeholders, and replays its keeps
-// on the real cache. FlagOnly only marks them (the reference run); RowlessUnmarked hands over the
-// position-only copy without the mark (the control: the engine's own guard is not told, so only
-// the cache's refusal can stop a row read).
-enum class TurnMode { FlagOnly, Rowless, RowlessUnmarked };
+bool reads_row_norms(const PolicyDescription& d) {
+  return d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm);
+}
+
+// Between the decoder and the engine, as the CUDA decoder acts: hands over the window attention the
+// engine asks for (test::WindowAttentionInjector) and, in a call the engine declared it reads no
+// row for (by the call's kind; NoneGivenWindowAttention only where the window attention was handed
+// over), marks the rows as placeholders and, in Rowless mode, gives the engine a position-only copy
+// of the cache (test::position_only_copy) whose keeps are then replayed on the real cache.
+// Reference marks only (the flag makes the engine take A_now from the decoder's column sums, as in
+// the rowless run), and not for a policy that reads row norms: the engine refuses a norm read on a
+// marked cache that holds rows (a placeholder may be among them). RowlessUnmarked hands over the
+// copy without the mark (the control: only the cache's own refusal can stop a row read);
+// RowlessWithoutNorms a marked copy that holds no norms (the control for a decoder not asked).
+enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms };
 class RowlessTurns final : public ForwardObserver {
  public:
-  RowlessTurns(EvictionEngine& engine, const ModelConfig& config, TurnMode mode)
-      : engine_(engine), config_(config), flag_only_(mode == TurnMode::FlagOnly), mark_(mode != TurnMode::RowlessUnmarked) {}
+  RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms)
+      : engine_(engine),
+        injector_(engine, cache, config.group_size()),
+        config_(config),
+        rowless_(mode != TurnMode::Reference),
+        norms_(mode != TurnMode::RowlessWithoutNorms),
+        mark_(mode == TurnMode::Rowless || mode == TurnMode::RowlessWithoutNorms ||
+              (mode == TurnMode::Reference && !norms)) {}
   ObservationRequest request() const override {
-    const ObservationRequest r = engine_.request();
-    declared_ = r.cache_row_reads.next_token == CacheRowReads::None;
-    return r;
+    request_ = injector_.request();
+    return request_;
   }
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
-    LayerSignals marked = signals;
-    const bool declared = declared_ && signals.n_tokens == 1 && signals.first_position > 0;
+    const LayerSignals with = injector_.inject(signals);
+    const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
+    const bool declared = rows_may_stay_on_device(reads, !with.window_attention.empty());
+    call_declared_ = call_declared_ || declared;
+    LayerSignals marked = with;
     marked.cache_rows_are_placeholders = declared && mark_;
-    if (!declared || flag_only_) return engine_.after_layer(marked, cache);
+    if (!declared || !rowless_) return engine_.after_layer(marked, cache);
     rowless_turn(cache, [&](KVCache& rowless) { engine_.after_layer(marked, rowless); });
   }
   void after_forward(int n_tokens, KVCache& cache) override {
-    if (!declared_ || n_tokens != 1 || flag_only_) return engine_.after_forward(n_tokens, cache);
+    const bool declared = call_declared_;
+    call_declared_ = false;
+    if (!declared || !rowless_) return engine_.after_forward(n_tokens, cache);
     rowless_turn(cache, [&](KVCache& rowless) { engine_.after_forward(n_tokens, rowless); });
   }
   int rowless_turns = 0;
@@ -77,10 +100,7 @@ class RowlessTurns final : public ForwardObserver {
  private:
   template <class Turn>
   void rowless_turn(KVCache& cache, Turn turn) {
-    KVCache rowless(config_, cache.kv_type());
-    for (int l = 0; l < cache.n_layers(); ++l)
-      for (int h = 0; h < cache.n_stored_heads(); ++h)
-        for (int t = 0; t < cache.length(l, h); ++t) rowless.append_position(l, h, cache.positions(l, h)[t]);
+    KVCache rowless = test::position_only_copy(cache, config_, norms_);
     KeepRecorder recorder;
     rowless.set_listener(&recorder);
     turn(rowless);
@@ -91,9 +111,11 @@ class RowlessTurns final : public ForwardObserver {
   }
 
   EvictionEngine& engine_;
+  test::WindowAttentionInjector injector_;
   const ModelConfig& config_;
-  const bool flag_only_, mark_;
-  mutable bool declared_ = false;
+  const bool rowless_, norms_, mark_;
+  mutable ObservationRequest request_;
+  bool call_declared_ = false;
 };
 
 class RowlessEngineTurnTest : public test::StoriesPromptTest {
@@ -105,9 +127,9 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
-    RowlessTurns observer(engine, model_->config, mode);
+    RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()));
     Run r;
-    r.record(decoder->forward(tokens_, &observer), decoder->cache());
+    r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
     r.decode_greedily(*decoder, &observer, steps);
     r.rowless_turns = observer.rowless_turns;
     r.forbidden = observer.forbidden;
@@ -115,33 +137,87 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
   }
 };
 
-TEST_F(RowlessEngineTurnTest, PoliciesThatDeclareNoRowReadsRunOnAPositionOnlyCache) {
-  std::vector<std::string> checked;
+// Whether some call of `d`'s run may be declared: its prompt, or its decode steps when it evicts
+// or records while decoding.
+bool declares_some_call(const PolicyDescription& d) {
+  return prompt_cache_row_reads(d) != CacheRowReads::Reads ||
+         (d.run.decode_every > 0 && decode_cache_row_reads(d) == CacheRowReads::None);
+}
+
+// Every built-in that declares no row reads in some call: the same caches and logits on a cache that
+// holds positions and norms only in those calls. The norm readers (their key_norm and value_norm come
+// with the positions) and CAKE, H2O and TOVA (decode) are among them.
+TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionOnlyCache) {
+  std::vector<std::string> checked, with_norms;
+  for (const std::string& file : builtin_policy_files()) {
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    if (!policy) continue;  // it needs a setting or a model this test does not give it
+    const PolicyDescription& d = policy->description();
+    if (!declares_some_call(d)) continue;
+    const std::string name = std::filesystem::path(file).stem().string();
+    Run reference;
+    try {
+      reference = run(*policy, TurnMode::Reference);
+    } catch (const UsageError&) {
+      continue;  // refused on this model and budget
+    }
+    Run rowless;
+    ASSERT_NO_THROW(rowless = run(*policy, TurnMode::Rowless)) << name << " read a row the cache does not hold";
+    EXPECT_GT(rowless.rowless_turns, 0) << name << ": no call ran on a position-only cache";
+    EXPECT_FALSE(rowless.forbidden) << name << " edited a row, appended or re-assigned in a declared call";
+    test::expect_same_calls(reference, rowless, name);
+    checked.push_back(name);
+    if (reads_row_norms(d)) with_norms.push_back(name);
+  }
+  std::string names, norm_names;
+  for (const std::string& n : checked) names += n + " ";
+  for (const std::string& n : with_norms) norm_names += n + " ";
+  std::printf("policies run on a position-only cache: %s\nof which read row norms: %s\n", names.c_str(),
+              norm_names.c_str());
+  const auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  for (const char* n : {"cake", "h2o", "tova", "snapkv"}) EXPECT_TRUE(has(checked, n)) << n;
+  // Key norms at the prompt (knorm), and kvpress's decoding presses over key norms while decoding.
+  for (const char* n : {"knorm", "decoding", "compression_ratio_decoding"}) EXPECT_TRUE(has(with_norms, n)) << n;
+}
+
+// CAKE, H2O and TOVA evict while decoding: every decode step (and after_forward) ran on the
+// position-only cache, with evictions.
+TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache) {
   for (const char* name : {"cake", "h2o", "tova"}) {
     const auto policy = load_policy(name, {});
     ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::None) << name;
-    const Run flagged = run(*policy, TurnMode::FlagOnly);
-    Run rowless;
-    ASSERT_NO_THROW(rowless = run(*policy, TurnMode::Rowless)) << name << " read a row the cache does not hold";
-    EXPECT_FALSE(rowless.forbidden) << name << " edited a row, appended or re-assigned in a declared call";
-    EXPECT_EQ(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
-    test::expect_same_calls(flagged, rowless, name);
+    const Run rowless = run(*policy, TurnMode::Rowless);
+    EXPECT_GE(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
   }
 }
 
-// Control: a decode indicator over key norms, its declaration hidden and its calls unmarked (so the
+// Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the
 // engine's own placeholder guard is not told), reads a row of the position-only cache and is
 // stopped by the cache's refusal, not by a wrong result.
 TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
-  const auto policy = test::key_norm_decode_policy();
+  const auto policy = test::key_reading_policy();
   const test::HiddenDecodeReads hidden(*policy);
   ASSERT_EQ(decode_cache_row_reads(hidden.description()), CacheRowReads::None);
   try {
     run(hidden, TurnMode::RowlessUnmarked, 3);
-    ADD_FAILURE() << "the key norms were computed from a cache that holds no row";
+    ADD_FAILURE() << "the keys were read from a cache that holds no row";
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("held elsewhere"), std::string::npos) << e.what();
+  }
+}
+
+// Control: a position-only cache without the norms (a decoder that was not asked for them) makes a
+// norm reader fail loudly, naming what is missing, instead of scoring something else.
+TEST_F(RowlessEngineTurnTest, ControlNormsNotHandedOverAreRefused) {
+  const auto knorm = load_policy("knorm", {});
+  ASSERT_TRUE(reads_row_norms(knorm->description()));
+  ASSERT_NE(prompt_cache_row_reads(knorm->description()), CacheRowReads::Reads);
+  try {
+    run(*knorm, TurnMode::RowlessWithoutNorms, 0);
+    ADD_FAILURE() << "knorm scored a cache that holds neither its rows nor their norms";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("norms were not handed over"), std::string::npos) << e.what();
   }
 }
 

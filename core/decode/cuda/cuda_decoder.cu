@@ -344,6 +344,10 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
     else mirror_->sync_host();
   }
+  // An observer that reads key or value norms: position-only host heads hold their rows' norms in
+  // this call (the device computes them; device_kv_mirror.h), and those that lack them get them.
+  // Otherwise no norm is read back (a call without an observer, or one that reads none).
+  if (mirror_) mirror_->hold_row_norms(observer && request.row_norms);
   host_tokens_ = tokens;
   tokens_.resize(n);
   tokens_.upload(tokens.data(), n);

@@ -10,6 +10,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_elements.h"
+#include "core/decode/device_kv_row_norms.h"
 
 namespace kvevict::cuda {
 
@@ -46,6 +47,14 @@ __global__ void write_kernel(const DeviceKvWriteArgs args, size_t count) {
 __global__ void gather_kernel(const DeviceKvGatherArgs args, size_t count) {
   const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (e < count) device_kv_gather_element(args, e);
+}
+
+static_assert(sizeof(DeviceKvRowNormArgs) <= 4096, "kernel parameters");
+
+// One thread per requested row, summing its elements in order (row_norms.h: the host's bits).
+__global__ void row_norm_kernel(const DeviceKvRowNormArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_row_norm_element(args, e);
 }
 
 void check_launch(const char* what) { check(launch_status(), what); }
@@ -105,6 +114,7 @@ struct DeviceKvCache::Impl {
   DeviceArray<int32_t> src_rows;                     // compaction plans' source rows
   DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
+  DeviceArray<float> norms;                          // row_norms' output: [key norms][value norms]
 
   int row_words() const { return layout.geometry().row_words(); }
   LayerArenas& layer(int l) { return *arenas[size_t(l)]; }
@@ -237,6 +247,25 @@ DeviceKvHeadContents DeviceKvCache::read_rows(int layer, int head, int64_t first
     a.values.download(out.values.data(), n * rw, b * rw);
     a.positions.download(out.positions.data(), n, b);
   }
+  return out;
+}
+
+std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_t> first_row,
+                                               std::span<const int64_t> rows) const {
+  const LayerArenas& a = *impl_->arenas.at(size_t(layer));
+  DeviceKvRowNormArgs args =
+      plan_row_norms(impl_->layout, layer, first_row, rows, a.keys.data(), a.values.data(), nullptr, nullptr);
+  const size_t n = device_kv_row_norm_elements(args);
+  std::vector<RowNorms> out(n);
+  if (n == 0) return out;
+  impl_->norms.resize(2 * n);
+  args.key_norms = impl_->norms.data();
+  args.value_norms = impl_->norms.data() + n;
+  row_norm_kernel<<<static_cast<unsigned>((n + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args, n);
+  check_launch("device KV row norm kernel");
+  std::vector<float> host(2 * n);
+  impl_->norms.download(host.data(), 2 * n);  // synchronises with the kernel (legacy stream)
+  for (size_t e = 0; e < n; ++e) out[e] = {host[e], host[n + e]};
   return out;
 }
 

@@ -72,6 +72,10 @@ class DeviceKvCache {
   // Rows [first_row, first_row + rows) of one head (synchronises; std::out_of_range outside its
   // length): the host cache's catch-up after deferred appends (device_kv_mirror.h, sync_host).
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
+  // The norms (row_norms.h: the host's bits) of rows [first_row[h], first_row[h] + rows[h]) of each
+  // head h of `layer`, head after head: one kernel and one download for the layer (synchronises;
+  // std::out_of_range outside a head's length). For a host cache holding positions only.
+  std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row, std::span<const int64_t> rows) const;
 
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head
