@@ -111,9 +111,15 @@ bool DeviceKvMirror::host_takes_rows_now(const char* what, int layer, int rows) 
     throw std::invalid_argument(std::string("device KV mirror: ") + what + "(" + std::to_string(layer) + ", " +
                                 std::to_string(rows) + ")");
   if (appends_ != MirrorAppends::Decoder || unfolded_ || layer_pending_[static_cast<size_t>(layer)]) return true;
-  for (int h = 0; h < n_heads_; ++h)
-    if (cache_.is_codebook(layer, h) || cache_.positions_reassigned(layer, h)) return true;
-  return false;
+  bool reassigned = false, rows_here = false;
+  for (int h = 0; h < n_heads_; ++h) {
+    if (cache_.is_codebook(layer, h)) return true;
+    reassigned = reassigned || cache_.positions_reassigned(layer, h);
+    rows_here = rows_here || !host_head_holds_no_row(layer, h);
+  }
+  // Re-assigned positions: the next position is the host's length, exact only while nothing lags
+  // (position-only heads take their positions at once).
+  return reassigned && rows_here;
 }
 
 bool DeviceKvMirror::host_head_holds_no_row(int layer, int head) const {
@@ -365,6 +371,7 @@ void DeviceKvMirror::on_append(int layer, int head, int32_t position, const floa
 void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) {
   if (unfolded_) return;
   refuse_while_lagging(layer, head, "a keep");
+  if (state(layer, head).reassign) apply_pending(layer);  // a keep does not compose with a pending re-assignment
   layer_pending_[static_cast<size_t>(layer)] = 1;
   follow_keep(placeholders_[static_cast<size_t>(layer) * n_heads_ + head], indices);
   HeadState& s = state(layer, head);
@@ -392,7 +399,18 @@ void DeviceKvMirror::on_write_entry(int layer, int head, int t) {
 void DeviceKvMirror::on_reassign(int layer, int head) {
   if (unfolded_) return;
   refuse_while_lagging(layer, head, "re-assigned positions");
-  refuse_placeholders(layer, head, "re-assigned positions or a codebook");
+  refuse_placeholders(layer, head, "re-assigned positions");
+  if (cache_.rows_held_elsewhere(layer, head) && appends_ == MirrorAppends::Decoder) {
+    // The rows are on the device only: re-assign them there, after the pending keeps. (Marked twice
+    // without a keep between, the second is an identity; a keep between applies the first, on_keep.)
+    layer_pending_[static_cast<size_t>(layer)] = 1;
+    state(layer, head).reassign = true;
+    return;
+  }
+  resync_head(layer, head);
+}
+
+void DeviceKvMirror::resync_head(int layer, int head) {
   layer_pending_[static_cast<size_t>(layer)] = 1;
   HeadState& s = state(layer, head);
   s = HeadState{};
@@ -400,11 +418,13 @@ void DeviceKvMirror::on_reassign(int layer, int head) {
 }
 
 void DeviceKvMirror::on_codebook(int layer, int head) {
-  if (head != kAllHeads) {
-    on_reassign(layer, head);  // the same: the head's rows are all new
-    return;
+  if (unfolded_) return;
+  const int first = head == kAllHeads ? 0 : head, last = head == kAllHeads ? n_heads_ : head + 1;
+  for (int h = first; h < last; ++h) {
+    refuse_while_lagging(layer, h, "a codebook");
+    refuse_placeholders(layer, h, "a codebook");
+    resync_head(layer, h);  // its rows are all new (KVCache refuses a codebook on a position-only head)
   }
-  for (int h = 0; h < n_heads_; ++h) on_reassign(layer, h);
 }
 
 void DeviceKvMirror::on_unfold() {
@@ -487,6 +507,35 @@ void DeviceKvMirror::resync_rows(int layer, int head, HeadState& s) {
   }
 }
 
+void DeviceKvMirror::apply_pending(int layer) {
+  if (!layer_pending_[static_cast<size_t>(layer)]) return;
+  Stopwatch timed(&seconds_.flush);  // only where there is work (the decoder flushes each layer twice per call)
+  check_geometry();
+  for (int h = 0; h < n_heads_; ++h) write_tail(layer, h, state(layer, h));
+  compact_layer(layer);
+  reassign_on_device(layer);
+  for (int h = 0; h < n_heads_; ++h) {
+    HeadState& s = state(layer, h);
+    if (s.resync || !s.dirty.empty()) resync_rows(layer, h, s);
+    s = HeadState{};
+  }
+  layer_pending_[static_cast<size_t>(layer)] = 0;
+}
+
+// The layer's position-only heads marked for re-assignment, in one backend call, with the host
+// cache's RoPE table (reserved by KVCache::reassign_positions for every old position and index).
+void DeviceKvMirror::reassign_on_device(int layer) {
+  std::vector<char> heads(static_cast<size_t>(n_heads_), 0);
+  bool any = false;
+  for (int h = 0; h < n_heads_; ++h) {
+    heads[static_cast<size_t>(h)] = state(layer, h).reassign ? 1 : 0;
+    any = any || state(layer, h).reassign;
+  }
+  if (!any) return;
+  backend_.reassign_positions(layer, heads, cache_.rope_table());
+  ++counts_.device_reassigns;
+}
+
 void DeviceKvMirror::flush(int layer) {
   if (layer < 0 || layer >= n_layers_) {
     throw std::invalid_argument("device KV mirror: layer " + std::to_string(layer) + " outside [0, " +
@@ -497,21 +546,14 @@ void DeviceKvMirror::flush(int layer) {
                            "device cache holds one head per KV head");
   }
   if (!layer_pending_[static_cast<size_t>(layer)]) return;
-  Stopwatch timed(&seconds_.flush);  // only where there is work (the decoder flushes each layer twice per call)
-  check_geometry();
-  for (int h = 0; h < n_heads_; ++h) write_tail(layer, h, state(layer, h));
-  compact_layer(layer);
+  apply_pending(layer);
   for (int h = 0; h < n_heads_; ++h) {
-    HeadState& s = state(layer, h);
-    if (s.resync || !s.dirty.empty()) resync_rows(layer, h, s);
-    s = HeadState{};
     const int64_t device = backend_.layout().length(layer, h), host = cache_.length(layer, h);
     if (device != host) {  // a mutation the mirror did not see (or a bug): refuse to attend stale rows
       throw std::logic_error("device KV mirror: " + where(layer, h) + " holds " + std::to_string(device) +
                              " entries on the device, " + std::to_string(host) + " on the host");
     }
   }
-  layer_pending_[static_cast<size_t>(layer)] = 0;
 }
 
 void DeviceKvMirror::flush_all() {

@@ -12,7 +12,12 @@
 //    the head (or every head) for a resync: at flush those rows are uploaded from the host's f32
 //    view (reconstruct_keys/values: the stored words converted exactly, or a codebook head's
 //    reconstruction) with the positions, through the backend's write_rows, which rounds as append
-//    does. clear() empties the device heads at the next flush.
+//    does. clear() empties the device heads at the next flush. Re-assigned positions on a head
+//    whose rows are on the device only (position-only) are re-assigned there instead: at flush,
+//    after the compaction, one backend reassign_positions per layer (the keys rotated on the
+//    device with the host cache's RoPE table, device_kv_reassign.h); a keep of such a head before the
+//    flush first applies the pending work (a keep and a rotation do not compose: two rotations
+//    round twice).
 //  - appends: with MirrorAppends::Decoder the decoder appends each block to the device itself
 //    (straight from its projection's device buffers) and must call flush(layer) BEFORE doing so;
 //    the host append only advances the bookkeeping (a codebook head's row is marked for resync,
@@ -78,6 +83,9 @@ class DeviceKvBackend {
   // `layer`, head after head: one read for the layer.
   virtual std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
                                           std::span<const int64_t> rows) const = 0;
+  // Re-assigns the positions of the heads h of `layer` with heads[h] != 0 on the device, rotating
+  // their keys with `rope` (device_kv_reassign.h): KVCache::reassign_positions' work, done there.
+  virtual void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) = 0;
 };
 
 template <class Cache>
@@ -96,6 +104,9 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
                                   std::span<const int64_t> rows) const override {
     return cache_.row_norms(layer, first_row, rows);
+  }
+  void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) override {
+    cache_.reassign_positions(layer, heads, rope);
   }
 
  private:
@@ -131,9 +142,10 @@ class DeviceKvMirror final : public KvCacheListener {
   // layer holds a real row on the host (empty or position-only heads), the host takes position-only
   // placeholders (as append_placeholders; nothing lags); otherwise the layer lags by `rows`.
   // Returns false, deferring nothing, where the host must take the rows now: Host mode, an
-  // unfolded cache, pending work on the layer, or a head whose host rows are not the device's words
-  // (a codebook head) or whose next position depends on the host's length (re-assigned
-  // positions); the caller then appends to the host as usual.
+  // unfolded cache, pending work on the layer, a head whose host rows are not the device's words
+  // (a codebook head), or re-assigned positions (the next position is the host's length, so the
+  // host may not lag) on a layer whose heads hold real rows; the caller then appends to the host as
+  // usual.
   bool defer_host_append(int layer, int rows, int32_t first_position);
   // Decoder mode: the decoder appended `rows` rows (positions first_position, first_position + 1,
   // ...) to every head of `layer` on the device (after flush(layer)); the host takes placeholder
@@ -188,6 +200,7 @@ class DeviceKvMirror final : public KvCacheListener {
     bool keep_pending = false;
     std::vector<int> map;           // keep_pending: device row of each host row, in host order
     bool resync = false;            // upload the whole head from the host
+    bool reassign = false;          // re-assign its positions on the device (a position-only head)
     std::vector<int> dirty;         // host rows to upload (may repeat)
     std::vector<float> tail_keys, tail_values;  // Host mode: appended rows not on the device yet
     std::vector<int32_t> tail_positions;
@@ -198,6 +211,10 @@ class DeviceKvMirror final : public KvCacheListener {
   void mark_all_for_resync();
   void write_tail(int layer, int head, HeadState& s);
   void compact_layer(int layer);
+  // flush's work without its final check (the host may already hold a mutation not yet recorded).
+  void apply_pending(int layer);
+  void reassign_on_device(int layer);
+  void resync_head(int layer, int head);  // upload the whole head from the host at the next flush
   void resync_rows(int layer, int head, HeadState& s);
   void refuse_while_lagging(int layer, int head, const char* what) const;
   void refuse_placeholders(int layer, int head, const char* what) const;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
+#include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
 
 namespace kvevict {
@@ -134,6 +136,16 @@ std::vector<RowNorms> DeviceKvTwin::row_norms(int layer, std::span<const int64_t
   std::vector<RowNorms> out(n);
   for (size_t e = 0; e < n; ++e) out[e] = {key_norms[e], value_norms[e]};
   return out;
+}
+
+void DeviceKvTwin::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
+  Arenas& a = arenas_.at(static_cast<size_t>(layer));
+  const DeviceKvReassignArgs args = plan_reassign(layout_, layer, heads, a.keys.data(), a.positions.data(), rope);
+  const size_t n = device_kv_reassign_elements(args);
+  for (size_t e = 0; e < n; ++e)
+    if (!device_kv_reassign_element(args, e))
+      throw std::logic_error("device KV reassign: an old position of layer " + std::to_string(layer) +
+                             " lies outside the RoPE table (" + std::to_string(rope.positions) + " positions)");
 }
 
 DeviceKvLayerView DeviceKvTwin::layer_view(int layer) const {

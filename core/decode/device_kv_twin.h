@@ -11,6 +11,7 @@
 
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_view.h"
+#include "core/decode/rope.h"
 #include "core/decode/row_norms.h"
 
 namespace kvevict {
@@ -49,6 +50,10 @@ class DeviceKvTwin {
   // kernel's element body (device_kv_row_norms.h) over the host arenas. std::out_of_range outside
   // a head's length.
   std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row, std::span<const int64_t> rows) const;
+  // Re-assigns the positions of every head h of `layer` with heads[h] != 0 (device_kv_reassign.h),
+  // rotating with `rope` (a host table). std::invalid_argument as plan_reassign; std::logic_error
+  // when an old position lies outside the table.
+  void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope);
   // The view of one layer over the host arenas, for the CPU twins of the kernels that read the
   // cache (window_attention_twin): valid until the layer is next appended to, grown, written,
   // compacted or restored.

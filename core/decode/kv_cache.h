@@ -29,8 +29,9 @@
 // its lengths and positions while its keys and values live somewhere else (a device cache that
 // DeviceKvMirror keeps equal: the host then costs 4 bytes per entry, not 2 * head_dim * elements):
 // append_position appends such an entry, and a head holds either every row or none. Every reader
-// of a row-less head's rows (reconstruct_*, keys_or_reconstruct, stored_*, keys(), write_entry,
-// reassign_positions, a codebook, unfolding) throws std::logic_error instead of reading nothing;
+// of a row-less head's rows (reconstruct_*, keys_or_reconstruct, stored_*, keys(), write_entry, a
+// codebook, unfolding) throws std::logic_error instead of reading nothing (reassign_positions only
+// re-numbers it: the holder re-rotates the rows);
 // keep() and the byte counts work (bytes_in_use counts the rows where they are held, as the cache
 // they describe; bytes_reserved what this object holds). take_rows() brings the rows back.
 // A row-less head may also hold its rows' norms (RowNorms, row_norms.h: computed by whoever holds
@@ -189,8 +190,14 @@ class KVCache {
   // its length, so appended tokens continue at the cache length. `keep` does not re-assign by
   // itself: whoever evicts from a re-assigned head re-assigns it before the next append (the
   // engine does, with run.reassign_positions). clear() drops the mark.
+  // A head whose rows are held elsewhere only takes its new positions (and drops its rows' norms,
+  // which the rotation changes by rounding): whoever holds the rows re-rotates them with
+  // rope_table(), which this call reserves for every old position and new index first
+  // (DeviceKvMirror: on the device).
   void reassign_positions(int layer, int kv_head);
   bool positions_reassigned(int layer, int kv_head) const { return head(layer, kv_head).reassigned; }
+  // The cache's RoPE table as reserved so far (valid until the next mutation that reserves more).
+  RopeTableView rope_table() const { return rope_.table(); }
   bool any_positions_reassigned() const;
   // Position of the next entry appended to the head, for a token at index `absolute` of the
   // sequence: `absolute`, or the head's length once its positions were re-assigned.

@@ -17,7 +17,7 @@ void KVCache::reassign_positions(int layer, int kv_head) {
     throw std::invalid_argument("KVCache::reassign_positions: no (layer " + std::to_string(layer) + ", KV head " +
                                 std::to_string(kv_head) + ")");
   }
-  check_rows_held("reassign_positions", layer, kv_head);  // the moved keys are re-rotated here
+  const bool rows_here = !rows_held_elsewhere(layer, kv_head);
   Head& h = head(layer, kv_head);
   h.reassigned = true;
   const int len = static_cast<int>(h.positions.size());
@@ -25,18 +25,21 @@ void KVCache::reassign_positions(int layer, int kv_head) {
     if (listener_.ptr) listener_.ptr->on_reassign(layer, kv_head);
     return;
   }
-  if (!h.codebook) {
-    // The cache's own table serves both rotations (lookups equal direct evaluation, rope.h), so a
-    // per-step re-assignment costs table reads, not trigonometry.
-    const int32_t max_position = *std::max_element(h.positions.begin(), h.positions.end());
-    reserve_rope(std::max(max_position, len - 1));
+  // The cache's own table serves both rotations (lookups equal direct evaluation, rope.h), so a
+  // per-step re-assignment costs table reads, not trigonometry; reserved also where the rows are
+  // elsewhere, for their holder (rope_table()).
+  const int32_t max_position = *std::max_element(h.positions.begin(), h.positions.end());
+  reserve_rope(std::max(max_position, len - 1));
+  if (!rows_here) {
+    h.norms_held = false;  // the holder's rotation changes them by rounding
+    h.held_norms.clear();
+  } else if (!h.codebook) {
     // An F16/BF16 key is rotated in f32 and rounded once when stored back.
     std::vector<float> key(static_cast<size_t>(head_dim_));
     for (int t = 0; t < len; ++t) {
       if (h.positions[t] == t) continue;
       h.keys.read(t, t + 1, key.data());
-      rope_.inverse(key.data(), h.positions[t]);
-      rope_.forward(key.data(), t);
+      rope_.rerotate(key.data(), h.positions[t], t);  // the device's bits too (device_kv_reassign.h)
       h.keys.write(t, key.data());
     }
   }

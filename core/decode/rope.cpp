@@ -68,11 +68,23 @@ void Rope::rotate(float* x, int position, float sign) const {
     float c, s;
     pair_cos_sin(position, i, &c, &s);
     s *= sign;
-    const int a = style_ == RopeStyle::AdjacentPairs ? 2 * i : i;
-    const int b = style_ == RopeStyle::AdjacentPairs ? 2 * i + 1 : i + half;
+    int a, b;
+    rope_pair_elements(style_, i, half, &a, &b);
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
+  }
+}
+
+void Rope::rerotate(float* x, int from, int to) const {
+  const int half = head_dim_ / 2;
+  for (int i = 0; i < half; ++i) {
+    float c0, s0, c1, s1;
+    pair_cos_sin(from, i, &c0, &s0);
+    pair_cos_sin(to, i, &c1, &s1);
+    int a, b;
+    rope_pair_elements(style_, i, half, &a, &b);
+    rope_rerotate_pair(&x[a], &x[b], c0, s0, c1, s1);
   }
 }
 

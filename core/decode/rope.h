@@ -4,11 +4,40 @@
 // HalfSplit). Angles are computed in double and rounded to float once, so a table lookup and a
 // direct evaluation give identical results; `forward(x, p)` followed by `inverse(x, p)` recovers x
 // up to float rounding.
+#include <cmath>
 #include <vector>
 
 #include "core/model/model_config.h"
+#include "core/util/host_device.h"
 
 namespace kvevict {
+
+// The two elements of pair i of a head vector of half * 2 elements, by pairing convention.
+KVEVICT_HOST_DEVICE inline void rope_pair_elements(RopeStyle style, int i, int half, int* a, int* b) {
+  *a = style == RopeStyle::AdjacentPairs ? 2 * i : i;
+  *b = style == RopeStyle::AdjacentPairs ? 2 * i + 1 : i + half;
+}
+
+// One pair of a cached key moved from the angle (c0, s0) to the angle (c1, s1): rotated back, then
+// forward, in f32. Written with explicit fused multiply-adds, which no compiler splits or fuses
+// further, so the host (KVCache::reassign_positions through Rope::rerotate) and the device
+// (device_kv_reassign.h) give the same bits from the same table whatever their contraction rules.
+KVEVICT_HOST_DEVICE inline void rope_rerotate_pair(float* x0, float* x1, float c0, float s0, float c1, float s1) {
+  const float a = *x0, b = *x1;
+  const float y0 = fmaf(a, c0, b * s0), y1 = fmaf(b, c0, -(a * s0));  // back by (c0, s0)
+  *x0 = fmaf(y0, c1, -(y1 * s1));                                     // forward by (c1, s1)
+  *x1 = fmaf(y0, s1, y1 * c1);
+}
+
+// A Rope's table as plain data (for a kernel's parameters): cos and sin of pair i at position p at
+// [p * half + i], for positions [0, positions).
+struct RopeTableView {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int positions = 0;
+  int half = 0;
+  RopeStyle style = RopeStyle::AdjacentPairs;
+};
 
 class Rope {
  public:
@@ -25,6 +54,10 @@ class Rope {
 
   void forward(float* x, int position) const { rotate(x, position, 1.0f); }
   void inverse(float* x, int position) const { rotate(x, position, -1.0f); }
+  // x rotated from position `from` to position `to` (rope_rerotate_pair: the device's bits too).
+  void rerotate(float* x, int from, int to) const;
+  // The table as reserved so far (valid until the next reserve).
+  RopeTableView table() const { return {cos_.data(), sin_.data(), table_positions_, head_dim_ / 2, style_}; }
 
  private:
   void rotate(float* x, int position, float sign) const;

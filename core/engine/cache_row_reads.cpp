@@ -30,10 +30,12 @@ bool signal_source_reads_cache_rows(SignalSource source) {
 // Features that read or rewrite cached rows outside the signals, at the prompt and while decoding
 // alike: merges and codebooks (they fold values), key channels (zeroed in the rows), unfolded GQA
 // (copies the rows), head plans and extra stages (conservative: programs of their own), NACL's
-// same-index head (its own attention over the keys), re-assigned positions (re-rotated keys).
+// same-index head (its own attention over the keys). Re-assigned positions are not among them: the
+// keys are re-rotated by whoever holds the rows (KVCache::reassign_positions, on a device by
+// DeviceKvMirror), and the engine reads only positions for them.
 static bool feature_reads_cache_rows(const PolicyDescription& d) {
-  return d.run.reassign_positions || d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || d.has_head_plan ||
-         !d.select.stages.empty() || d.observe.same_index_head;
+  return d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || d.has_head_plan || !d.select.stages.empty() ||
+         d.observe.same_index_head;
 }
 
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {

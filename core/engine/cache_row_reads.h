@@ -11,7 +11,8 @@
 //     of a head whose rows are on the device (ObservationRequest::row_norms, KVCache::held_row_norms);
 //   * prompt: SnapKV, CAKE, TOVA, PyramidKV, Ada-KV read the window attention A, which the engine
 //     computes from the window queries and the cached keys unless the decoder hands it over
-//     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None).
+//     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None;
+//     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
 // std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
 // wrong declaration fails loudly instead of scoring zeros.
@@ -30,8 +31,9 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
 // or every signal of the policy when the description does not know them) comes from a source
 // above, the decode step computes no window attention on the host, and no feature edits or reads
-// rows: merges and codebooks, re-assigned positions, key channels, unfolded GQA, head plans, extra
-// selection stages, NACL's same-index head. Then None. Never NoneGivenWindowAttention.
+// rows: merges and codebooks, key channels, unfolded GQA, head plans, extra selection stages,
+// NACL's same-index head (re-assigned positions do not: the holder of the rows re-rotates them).
+// Then None. Never NoneGivenWindowAttention.
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
 
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
@@ -48,7 +50,7 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
 //     merges and codebooks, key channels, unfolded GQA, head plans, extra selection stages,
-//     re-assigned positions, NACL's same-index head or non-causal proxy, segment-local attention,
+//     NACL's same-index head or non-causal proxy, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
 //   else NoneGivenWindowAttention when the policy has an observation window (the engine then

@@ -1114,11 +1114,11 @@ struct EvictionEngine::State {
       const auto budgets = layer_budgets(L - 1, plan.budget.total, cache);
       for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
-    if (prompt_had_placeholders && ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels ||
-                                    plan.stages.codebook || plan.stages.reassign_positions))
+    // (Re-assigned positions are not among these: the holder of the rows re-rotates them.)
+    if (prompt_had_placeholders && ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels || plan.stages.codebook))
       throw std::logic_error("engine: policy " + desc.name + " edits the cached rows at the end of its prompt "
-                             "(unfolded GQA, key channels, a codebook or re-assigned positions), but the decoder "
-                             "left the prompt's rows on the device (placeholder rows; cache_row_reads.h)");
+                             "(unfolded GQA, key channels or a codebook), but the decoder left the prompt's rows on "
+                             "the device (placeholder rows; cache_row_reads.h)");
     {
       PhaseScope timed(*this, EnginePhase::CacheEdit);  // the key-channel stage's signals and scores pause it
       if (unfold && !cache.unfolded()) {  // nothing evicted: every query head still gets its own copy

@@ -7,6 +7,7 @@
 // declares that it reads rows, and poisoning its rows changes what it keeps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -119,9 +120,11 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
     const PolicyDescription& d = policy->description();
     if (d.run.decode_every <= 0 || decode_cache_row_reads(d) == CacheRowReads::Reads) continue;
     // Key and value norms come with the positions where the rows are on a device; poisoned rows
-    // here would poison them. Those policies run on a position-only cache instead
-    // (rowless_engine_turn_test.cpp), where a read of a row throws.
+    // here would poison them. Those policies, and those re-assigning positions, run on a
+    // position-only cache instead (rowless_engine_turn_test.cpp), where a read of a row throws.
     if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
+    // Re-assigned positions re-number the rows under the poisoner (it finds them by position).
+    if (d.run.reassign_positions) continue;
     DecodeRun flagged, poisoned;
     try {
       flagged = run(*policy, Mode::Flagged);
@@ -143,6 +146,26 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
   EXPECT_TRUE(has("h2o")) << "H2O's decode indicator reads the decoder's column sums, no cached row";
   EXPECT_TRUE(has("cake")) << "CAKE's current-attention indicator takes A_now from the decoder";
   EXPECT_TRUE(has("tova"));
+}
+
+// The built-ins that evict while decoding (with their default settings) and read no cached row in
+// a decode step: pinned, so that a change that flips one (either way) is seen. Key norms
+// (kvpress's decoding presses) and StreamingLLM's re-assigned positions are among them.
+TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
+  std::vector<std::string> none;
+  for (const std::string& file : builtin_policy_files()) {
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    if (!policy) continue;
+    const PolicyDescription& d = policy->description();
+    if (d.run.decode_every > 0 && decode_cache_row_reads(d) == CacheRowReads::None)
+      none.push_back(std::filesystem::path(file).stem().string());
+  }
+  std::sort(none.begin(), none.end());
+  const std::vector<std::string> expect = {"cake", "compression_ratio_decoding", "decoding", "h2o",
+                                           "prefill_decoding", "streamingllm", "tova"};
+  EXPECT_EQ(none, expect);
+  // DMS evicts while decoding only with decoding=true: then over key norms too.
+  EXPECT_EQ(decode_cache_row_reads(load_policy("dms", {{"decoding", "true"}})->description()), CacheRowReads::None);
 }
 
 // A_now taken from the decoder's column sums (placeholder rows) instead of computed on the host
@@ -208,8 +231,8 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   merged.merge.enabled = true;
   EXPECT_EQ(decode_cache_row_reads(merged), CacheRowReads::Reads);
   PolicyDescription reassigned = d;
-  reassigned.run.reassign_positions = true;
-  EXPECT_EQ(decode_cache_row_reads(reassigned), CacheRowReads::Reads);
+  reassigned.run.reassign_positions = true;  // the holder of the rows re-rotates them (on a device: the mirror)
+  EXPECT_EQ(decode_cache_row_reads(reassigned), CacheRowReads::None);
   d.decode_reads[signal_index(TensorSignal::KeyNorm)] = true;
   d.decode_reads[signal_index(TensorSignal::ValueNorm)] = true;
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::None);

@@ -3,11 +3,14 @@
 // build has no CUDA or no usable device). Passed on an H200 on 2026-12-04 (docs/CUDA.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/rope.h"
 #include "device_kv_test_ops.h"
 #include "device_kv_gpu_test_util.h"
 #if defined(KVEVICT_HAVE_CUDA)
@@ -136,6 +139,50 @@ TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
           one(static_cast<size_t>(g.n_heads), 1);
       EXPECT_THROW(device.row_norms(l, past, one), std::out_of_range);
     }
+  }
+#endif
+}
+
+// Position re-assignment (device_kv_reassign.h) on the device against the twin: the same words and
+// positions (rope_rerotate_pair's explicit fused multiply-adds give the same bits on both), after
+// appends at scattered positions and shuffled keeps, for both pairing conventions.
+TEST_P(DeviceKvCacheGpu, ReassignedPositionsMatchTheHostTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit}) {
+    const DeviceKvGeometry g{2, 4, 64, GetParam()};
+    ModelConfig config;
+    config.head_dim = g.head_dim;
+    config.rope_style = style;
+    Rope rope(config);
+    rope.reserve(4096);
+    cuda::DeviceKvCache device(g);
+    DeviceKvTwin twin(g);
+    std::mt19937 rng(61);
+    std::uniform_real_distribution<float> x(-2.0f, 2.0f);
+    for (int l = 0; l < g.n_layers; ++l) {
+      const int n = 300, stride = g.n_heads * g.head_dim;
+      std::vector<float> k(static_cast<size_t>(n) * stride), v(k.size());
+      for (float& e : k) e = x(rng);
+      for (float& e : v) e = x(rng);
+      std::vector<int32_t> first;
+      for (int h = 0; h < g.n_heads; ++h) first.push_back(100 * h + 7);  // positions up to 700
+      device.append_from_host(l, n, k.data(), v.data(), stride, first);
+      twin.append(l, n, k.data(), v.data(), stride, first);
+      std::vector<std::vector<int>> keep(static_cast<size_t>(g.n_heads));
+      for (int h = 0; h < g.n_heads; ++h) {
+        for (int t = 0; t < n; ++t)
+          if (rng() % 3 != 0) keep[static_cast<size_t>(h)].push_back(t);
+        std::shuffle(keep[static_cast<size_t>(h)].begin(), keep[static_cast<size_t>(h)].end(), rng);
+      }
+      device.compact(l, keep);
+      twin.compact(l, keep);
+      const std::vector<char> heads = {1, 0, 1, 1};
+      device.reassign_positions(l, heads, rope.table());
+      twin.reassign_positions(l, heads, rope.table());
+    }
+    expect_same(device, twin, style == RopeStyle::HalfSplit ? "half-split" : "adjacent pairs");
+    if (HasFatalFailure()) return;
   }
 #endif
 }

@@ -350,6 +350,48 @@ TEST(DeviceKvDecoderGpu, RowNormReadersRunOnPositionOnlyHostHeads) {
 #endif
 }
 
+// StreamingLLM's default (positions re-assigned inside the cache after every eviction): its host
+// cache holds positions only and the mirror re-rotates the keys on the device
+// (DeviceKvMirror::reassign_on_device), with the same bits as the host's rotation
+// (rope_rerotate_pair), so it keeps exactly the caches and logits of a decoder whose host cache
+// takes every row and re-rotates it (the resync path), with no host append and no head resync.
+TEST(DeviceKvDecoderGpu, ReassignedPositionsAreRotatedOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 53);
+  const auto policy = load_policy("streamingllm", {{"sinks", "4"}});
+  for (KvType type : {KvType::F16, KvType::F32}) {
+    const std::string what = kv_type_name(type);
+    auto rowless = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    auto real = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+    EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+    ReadsRows reads(e2);
+    const std::vector<int> prompt = random_prompt(120, 17);
+    std::vector<float> a = prefill_prompt(*rowless, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
+    for (int s = 0; s < 16; ++s) {
+      ASSERT_EQ(a, b) << what << ", call " << s;
+      const int next = argmax(a);
+      a = rowless->forward(std::vector<int>{next}, &e1);
+      b = real->forward(std::vector<int>{next}, &reads);
+    }
+    ASSERT_EQ(a, b) << what;
+    const DeviceKvStats stats = rowless->device_kv_stats();
+    EXPECT_GT(stats.counts.device_reassigns, 0) << what;
+    EXPECT_EQ(stats.counts.head_resyncs, 0) << what << ": a head went through the host";
+    EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
+    EXPECT_GT(real->device_kv_stats().counts.head_resyncs, 0) << what;
+    ASSERT_TRUE(device_equals_host(*rowless)) << what;
+    const KVCache &x = rowless->cache(), &y = real->cache();
+    for (int l = 0; l < x.n_layers(); ++l)
+      for (int h = 0; h < x.n_kv_heads(); ++h) {
+        ASSERT_EQ(x.length(l, h), y.length(l, h)) << what;
+        EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << what;
+        EXPECT_LE(x.length(l, h), 41) << what << ": no eviction";
+      }
+  }
+#endif
+}
+
 // Decoder::device_kv_stats' own side (bench_gpu_decode's decode breakdown): the host appends are
 // timed on observed calls only (unobserved rows are deferred), the observation downloads only
 // when an observer asks for something.

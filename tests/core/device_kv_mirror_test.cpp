@@ -738,6 +738,86 @@ TEST(DeviceKvMirror, PositionOnlyHeadsHoldTheNormsOfTheirDeviceRows) {
   }
 }
 
+// Re-assigned positions (StreamingLLM's reassign_in_cache) with position-only host heads: the host
+// only re-numbers, and the mirror re-assigns on the device (its keys rotated with the host cache's
+// RoPE table, device_kv_reassign.h). A reference host cache that holds every row re-rotates its own
+// keys; after every round the twin holds exactly its words and positions, in three KvTypes and both
+// pairing conventions. The rounds follow the engine's keep-then-re-assign, and also a keep after a
+// pending re-assignment (they do not compose: the mirror applies the pending one first) and two
+// re-assignments in a row. New tokens continue at the cache length on both sides.
+TEST(DeviceKvMirror, ReassignedPositionsOfPositionOnlyHeadsAreRotatedOnTheDevice) {
+  for (RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit}) {
+    ModelConfig c = two_layer_config();
+    c.rope_style = style;
+    for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+      const std::string what = std::string(kv_type_name(type)) + (style == RopeStyle::HalfSplit ? " half-split" : "");
+      DecoderModeRig rig(c, type);
+      KVCache &cache = rig.cache, &reference = rig.reference;
+      std::mt19937 rng(23);
+      const int kv_dim = c.n_kv_heads * c.head_dim;
+      int absolute = 0;
+      for (int round = 0; round < 12; ++round) {
+        const int n = round == 0 ? 40 : 1;
+        const auto [k, v] = random_block(rng, n, kv_dim);
+        for (int l = 0; l < c.n_layers; ++l) {
+          rig.mirror.flush(l);
+          const int position = cache.next_position(l, 0, absolute);
+          ASSERT_EQ(position, reference.next_position(l, 0, absolute)) << what;
+          append_block(rig.twin, reference, nullptr, l, position, k, v);
+          ASSERT_TRUE(rig.mirror.append_placeholders(l, n, position)) << what << " round " << round;
+          rig.mirror.flush(l);
+        }
+        absolute += n;
+        const auto keep_some = [&](int l, int h) {
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (t < 2 || rng() % 4 != 0) keep.push_back(t);  // the sinks, and most of the rest
+          std::shuffle(keep.begin() + std::min<size_t>(2, keep.size()), keep.end(), rng);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+        };
+        const auto reassign = [&](int l, int h) {
+          cache.reassign_positions(l, h);
+          reference.reassign_positions(l, h);
+        };
+        for (int l = 0; l < c.n_layers; ++l)
+          for (int h = 0; h < c.n_kv_heads; ++h) {
+            keep_some(l, h);
+            reassign(l, h);
+            if (round % 3 == 1 && h == 0) {  // keep after a pending re-assignment, then again
+              keep_some(l, h);
+              reassign(l, h);
+            }
+            if (round % 3 == 2 && h == 1) reassign(l, h);  // twice in a row (the second an identity)
+            ASSERT_TRUE(cache.rows_held_elsewhere(l, h)) << what;
+          }
+        rig.mirror.flush_all();
+        ASSERT_TRUE(twin_equals_host(rig.twin, reference)) << what << " round " << round;
+      }
+      EXPECT_GT(rig.mirror.counts().device_reassigns, 0) << what;
+      EXPECT_EQ(rig.mirror.counts().head_resyncs, 0) << what << ": no head went through the host";
+      EXPECT_EQ(rig.mirror.counts().rows_read, 0) << what;
+    }
+  }
+}
+
+// The twin's re-assignment against the host's on the same rows, including a table that does not
+// reach an old position (refused, nothing changed on that entry's side of the contract).
+TEST(DeviceKvMirror, TheTwinsReassignmentIsTheHostCachesAndRefusesAShortTable) {
+  const ModelConfig c = two_layer_config();
+  DecoderModeRig rig(c, KvType::F16);
+  std::mt19937 rng(29);
+  const auto [k, v] = random_block(rng, 30, c.n_kv_heads * c.head_dim);
+  append_block(rig.twin, rig.reference, nullptr, 1, 500, k, v);  // positions 500.. 529
+  KVCache short_table(c, KvType::F16);
+  for (int t = 0; t < 30; ++t) short_table.append_position(0, 0, t);  // a table for 30 positions only
+  short_table.reassign_positions(0, 0);
+  const std::vector<char> head0 = {1, 0};
+  EXPECT_THROW(rig.twin.reassign_positions(1, head0, short_table.rope_table()), std::logic_error);
+  const std::vector<char> three = {1, 0, 1};
+  EXPECT_THROW(rig.twin.reassign_positions(1, three, rig.reference.rope_table()), std::invalid_argument);
+}
+
 // sync_host_for_copy (the decoder's snapshot): a layer whose head 0 holds real rows and whose head 1
 // was emptied by a keep takes zero placeholders on head 0 and positions only on head 1; a deferred
 // block then lags (head 0 holds real rows), and head 1 takes the lagging rows as positions too.

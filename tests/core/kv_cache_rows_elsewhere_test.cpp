@@ -79,7 +79,6 @@ TEST(KvCacheRowsElsewhere, EveryRowReaderAndEditorRefuses) {
   EXPECT_THROW(cache.keys_pre_rope(0, 1), std::logic_error);
   EXPECT_THROW(cache.write_entry(0, 1, 0, row.data(), row.data()), std::logic_error);
   EXPECT_THROW(cache.append(0, 1, 3, row.data(), row.data()), std::logic_error);  // every row or none
-  EXPECT_THROW(cache.reassign_positions(0, 1), std::logic_error);
   EXPECT_THROW(cache.unfold(), std::logic_error);
   CodebookHead cb;
   cb.key_codes = cb.value_codes = row;
@@ -151,6 +150,29 @@ TEST(KvCacheRowsElsewhere, ListenerHearsPositionOnlyAppendsAndClearEndsTheState)
   KVCache unfolded(small_config());
   unfolded.unfold();
   EXPECT_THROW(unfolded.append_position(0, 0, 0), std::logic_error);
+}
+
+// Re-assigning the positions of a row-less head only re-numbers it (the holder re-rotates the rows):
+// positions become the cache indices, the head is marked, its norms are dropped (the rotation
+// changes them by rounding), the listener hears it, and the RoPE table the holder rotates with
+// covers every old position and new index.
+TEST(KvCacheRowsElsewhere, ReassignedPositionsOnlyRenumberARowlessHead) {
+  KVCache cache(small_config(), KvType::F16);
+  Events events;
+  const RowNorms norms{1.0f, 1.0f};
+  for (int32_t p : {40, 7, 300, 12}) cache.append_position(1, 1, p, &norms);
+  cache.set_listener(&events);
+  cache.reassign_positions(1, 1);
+  EXPECT_TRUE(cache.positions_reassigned(1, 1));
+  EXPECT_EQ(std::vector<int32_t>(cache.positions(1, 1), cache.positions(1, 1) + 4), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_FALSE(cache.holds_row_norms(1, 1));
+  EXPECT_TRUE(cache.rows_held_elsewhere(1, 1));
+  EXPECT_GT(cache.rope_table().positions, 300) << "the holder needs the table at every old position";
+  EXPECT_EQ(cache.rope_table().half, 2);
+  ASSERT_EQ(events.log.size(), 1u);
+  EXPECT_EQ(events.log[0], "reassign");
+  EXPECT_EQ(cache.next_position(1, 1, 1000), 4);  // the next token continues at the cache length
+  cache.set_listener(nullptr);
 }
 
 // The norms handed over with positions (KVCache::held_row_norms): they follow keeps (score order

@@ -176,18 +176,19 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   std::sort(none.begin(), none.end());
   std::sort(given_window.begin(), given_window.end());
   // Column sums, hidden states (KVzap's linear scorer), positions, random draws, key and value norms
-  // (held with the positions): None. StreamingLLM re-assigns positions by default (re-rotated
-  // keys): Reads; with true_positions it is None.
+  // (held with the positions): None. StreamingLLM too, re-assigning positions or not (the holder of
+  // the rows re-rotates the keys).
   const std::vector<std::string> expect_none = {"compression_ratio_decoding", "cur", "decoding", "dms",
                                                 "entropy_adaptive", "full", "h2o", "knorm", "kvzap",
-                                                "observed_attention", "per_layer_compression", "random"};
+                                                "observed_attention", "per_layer_compression", "random",
+                                                "streamingllm"};
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds).
   const std::vector<std::string> expect_given_window = {"adakv",      "cake",         "chunkkv",    "entropy_gated_chunkkv",
                                                         "morphkv",    "prefill_decoding", "pyramidkv", "scissorhands",
                                                         "simlayerkv", "snapkv",       "tova"};
   EXPECT_EQ(none, expect_none);
   EXPECT_EQ(given_window, expect_given_window);
-  EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::Reads);
+  EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::None);
   EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {{"position_mode", "true_positions"}})->description()),
             CacheRowReads::None);
   EXPECT_EQ(prompt_cache_row_reads(load_policy("nacl", {})->description()), CacheRowReads::Reads);
@@ -201,9 +202,11 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
     const auto policy = test::load_or_null(file);
     if (!policy || prompt_cache_row_reads(policy->description()) == CacheRowReads::Reads) continue;
     // Norms come with the positions where the rows are on a device, and poisoned rows would poison
-    // them: those run on a position-only cache instead (rowless_engine_turn_test.cpp).
+    // them: those, and re-assigned positions, run on a position-only cache instead
+    // (rowless_engine_turn_test.cpp).
     const PolicyDescription& d = policy->description();
     if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
+    if (d.run.reassign_positions) continue;  // re-numbers the rows under the poisoner (it finds them by position)
     try {
       (void)run_policy(*policy, {}, 0);
     } catch (const UsageError&) {
@@ -342,7 +345,7 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);
   for (auto edit : {+[](PolicyDescription& x) { x.merge.enabled = true; }, +[](PolicyDescription& x) { x.has_head_plan = true; },
                     +[](PolicyDescription& x) { x.channels.enabled = true; }, +[](PolicyDescription& x) { x.select.unfold_gqa = true; },
-                    +[](PolicyDescription& x) { x.run.reassign_positions = true; }, +[](PolicyDescription& x) { x.observe.segment = 4; },
+                    +[](PolicyDescription& x) { x.observe.segment = 4; },
                     +[](PolicyDescription& x) { x.observe.window_after_token = 2; },
                     +[](PolicyDescription& x) { x.observe.same_index_head = true; },
                     +[](PolicyDescription& x) { x.reads[signal_index(TensorSignal::CurrentAttention)] = true; }}) {
@@ -350,6 +353,9 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
     edit(e);
     EXPECT_EQ(prompt_cache_row_reads(e), CacheRowReads::Reads);
   }
+  PolicyDescription reassigned = d;
+  reassigned.run.reassign_positions = true;  // the holder of the rows re-rotates them
+  EXPECT_EQ(prompt_cache_row_reads(reassigned), CacheRowReads::NoneGivenWindowAttention);
   // The DSL knows the prompt's programs: a decode-only A_now does not count at the prompt.
   PolicyDescription known = d;
   known.reads[signal_index(TensorSignal::CurrentAttention)] = true;

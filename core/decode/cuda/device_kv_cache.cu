@@ -10,6 +10,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_elements.h"
+#include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
 
 namespace kvevict::cuda {
@@ -55,6 +56,14 @@ static_assert(sizeof(DeviceKvRowNormArgs) <= 4096, "kernel parameters");
 __global__ void row_norm_kernel(const DeviceKvRowNormArgs args, size_t count) {
   const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (e < count) device_kv_row_norm_element(args, e);
+}
+
+static_assert(sizeof(DeviceKvReassignArgs) <= 4096, "kernel parameters");
+
+// One thread per entry of the listed heads (its pairs in order, as the host rotates them).
+__global__ void reassign_kernel(const DeviceKvReassignArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) (void)device_kv_reassign_element(args, e);
 }
 
 void check_launch(const char* what) { check(launch_status(), what); }
@@ -115,6 +124,8 @@ struct DeviceKvCache::Impl {
   DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
   DeviceArray<float> norms;                          // row_norms' output: [key norms][value norms]
+  DeviceArray<float> rope_cos, rope_sin;             // reassign_positions' copy of the host RoPE table
+  int rope_positions = 0;                            // positions of that copy
 
   int row_words() const { return layout.geometry().row_words(); }
   LayerArenas& layer(int l) { return *arenas[size_t(l)]; }
@@ -267,6 +278,27 @@ std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_
   impl_->norms.download(host.data(), 2 * n);  // synchronises with the kernel (legacy stream)
   for (size_t e = 0; e < n; ++e) out[e] = {host[e], host[n + e]};
   return out;
+}
+
+void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
+  if (rope.positions > impl_->rope_positions) {  // the host table only grows: copy it whole, rarely
+    const size_t n = size_t(rope.positions) * size_t(rope.half);
+    impl_->rope_cos.resize(n);
+    impl_->rope_sin.resize(n);
+    impl_->rope_cos.upload(rope.cos, n);
+    impl_->rope_sin.upload(rope.sin, n);
+    impl_->rope_positions = rope.positions;
+  }
+  RopeTableView on_device = rope;
+  on_device.cos = impl_->rope_cos.data();
+  on_device.sin = impl_->rope_sin.data();
+  on_device.positions = impl_->rope_positions;
+  LayerArenas& a = impl_->layer(layer);
+  const DeviceKvReassignArgs args = plan_reassign(impl_->layout, layer, heads, a.keys.data(), a.positions.data(), on_device);
+  const size_t n = device_kv_reassign_elements(args);
+  if (n == 0) return;
+  reassign_kernel<<<static_cast<unsigned>((n + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args, n);
+  check_launch("device KV reassign kernel");
 }
 
 DeviceKvSnapshot DeviceKvCache::snapshot() const {

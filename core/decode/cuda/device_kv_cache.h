@@ -76,6 +76,11 @@ class DeviceKvCache {
   // head h of `layer`, head after head: one kernel and one download for the layer (synchronises;
   // std::out_of_range outside a head's length). For a host cache holding positions only.
   std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row, std::span<const int64_t> rows) const;
+  // Re-assigns the positions of every head h of `layer` with heads[h] != 0 (device_kv_reassign.h):
+  // one kernel for the layer, rotating with `rope`, a HOST table (uploaded when it has grown since
+  // the last call). std::invalid_argument as plan_reassign. An old position outside the table
+  // leaves its entry as it was (the host KVCache reserves the table before it re-assigns).
+  void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope);
 
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head
