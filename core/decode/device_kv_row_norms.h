@@ -7,26 +7,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
-#include <string>
 
+#include "core/decode/device_kv_head_ranges.h"
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_view.h"
 #include "core/decode/row_norms.h"
 
 namespace kvevict {
 
-// Rows [first_row[h], first_row[h] + count) of head h, for every head h of the layer, where count =
-// out_offset[h + 1] - out_offset[h]; output row e (in [0, out_offset[n_heads])) is written to
-// key_norms[e] and value_norms[e]. Travels by value (under the 4 KiB parameter limit).
+// The rows of `ranges` (device_kv_head_ranges.h); output row e is written to key_norms[e] and
+// value_norms[e]. Travels by value (under the 4 KiB parameter limit).
 struct DeviceKvRowNormArgs {
   const void* keys = nullptr;
   const void* values = nullptr;
   KvType type = KvType::F16;
   int head_dim = 0;
-  int n_heads = 0;
-  int64_t start_row[kDeviceKvMaxHeads] = {};       // arena row of head h's first requested row
-  int64_t out_offset[kDeviceKvMaxHeads + 1] = {};  // prefix sums of the requested counts
+  DeviceKvHeadRanges ranges;
   float* key_norms = nullptr;
   float* value_norms = nullptr;
 };
@@ -37,44 +33,27 @@ struct DeviceKvRowNormArgs {
 inline DeviceKvRowNormArgs plan_row_norms(const DeviceKvLayout& layout, int layer, std::span<const int64_t> first_row,
                                           std::span<const int64_t> rows, const void* keys, const void* values,
                                           float* key_norms, float* value_norms) {
-  const DeviceKvLayerLayout& l = layout.layer(layer);
-  const size_t n = l.heads.size();
-  if (first_row.size() != n || rows.size() != n)
-    throw std::invalid_argument("device KV row norms: " + std::to_string(first_row.size()) + " first rows and " +
-                                std::to_string(rows.size()) + " counts for " + std::to_string(n) + " heads");
   DeviceKvRowNormArgs a;
   a.keys = keys;
   a.values = values;
   a.type = layout.geometry().type;
   a.head_dim = layout.geometry().head_dim;
-  a.n_heads = static_cast<int>(n);
+  a.ranges = plan_head_ranges(layout, layer, first_row, rows, "device KV row norms");
   a.key_norms = key_norms;
   a.value_norms = value_norms;
-  for (size_t h = 0; h < n; ++h) {
-    const DeviceKvRegion& r = l.heads[h];
-    if (first_row[h] < 0 || rows[h] < 0 || first_row[h] + rows[h] > r.length)
-      throw std::out_of_range("device KV row norms: rows [" + std::to_string(first_row[h]) + ", " +
-                              std::to_string(first_row[h] + rows[h]) + ") of layer " + std::to_string(layer) +
-                              " head " + std::to_string(h) + ", which holds " + std::to_string(r.length));
-    a.start_row[h] = r.base_row + first_row[h];
-    a.out_offset[h + 1] = a.out_offset[h] + rows[h];
-  }
   return a;
 }
 
 KVEVICT_HOST_DEVICE inline size_t device_kv_row_norm_elements(const DeviceKvRowNormArgs& a) {
-  return static_cast<size_t>(a.out_offset[a.n_heads]);
+  return device_kv_range_rows(a.ranges);
 }
 
-// Output row e: its head (the last whose offset is <= e, by bisection), then the key's and the
-// value's norm from the stored words, converted as the host cache converts them (device_kv_load).
+// Output row e: the key's and the value's norm from the stored words, converted as the host cache
+// converts them (device_kv_load).
 KVEVICT_HOST_DEVICE inline void device_kv_row_norm_element(const DeviceKvRowNormArgs& a, size_t e) {
-  int lo = 0, hi = a.n_heads;  // out_offset[lo] <= e < out_offset[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (static_cast<size_t>(a.out_offset[mid]) <= e) lo = mid; else hi = mid;
-  }
-  const int64_t row = a.start_row[lo] + (static_cast<int64_t>(e) - a.out_offset[lo]);
+  int64_t index = 0;
+  const int h = device_kv_range_head(a.ranges, e, &index);
+  const int64_t row = a.ranges.start_row[h] + index;
   a.key_norms[e] = l2_row_norm([&](int i) { return device_kv_load(a.keys, a.type, row, a.head_dim, i); }, a.head_dim);
   a.value_norms[e] = l2_row_norm([&](int i) { return device_kv_load(a.values, a.type, row, a.head_dim, i); }, a.head_dim);
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -187,6 +188,38 @@ struct ReadsRows : ForwardObserver {
   void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
   void after_forward(int n, KVCache& c) override { engine.after_forward(n, c); }
 };
+
+// Two CUDA decoders running `policy` (budget 40): `rowless` observed by its engine as it is (its
+// host cache may hold positions only), `real` through ReadsRows (its host takes every row). The
+// prompt, then `steps` greedy decode steps on both: the logits of every call equal; afterwards the
+// rowless device cache equals its host cache once synced, and both hold the same lengths and
+// positions. The decoders are left for the caller's own checks.
+struct RowlessAgainstReal {
+  std::unique_ptr<Decoder> rowless, real;
+};
+void run_rowless_against_real(const Model& model, const PolicyProgram& policy, KvType type,
+                              const std::vector<int>& prompt, int steps, const std::string& what,
+                              RowlessAgainstReal& out) {
+  out.rowless = make_decoder(model, DecoderDevice::Cuda, {.kv_type = type});
+  out.real = make_decoder(model, DecoderDevice::Cuda, {.kv_type = type});
+  EvictionEngine e1(policy, model.config, {Budget::parse("40"), 0}), e2(policy, model.config, {Budget::parse("40"), 0});
+  ReadsRows reads(e2);
+  std::vector<float> a = prefill_prompt(*out.rowless, prompt, &e1, &e1), b = prefill_prompt(*out.real, prompt, &e2, &reads);
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_EQ(a, b) << what << ", call " << s;
+    const int next = argmax(a);
+    a = out.rowless->forward(std::vector<int>{next}, &e1);
+    b = out.real->forward(std::vector<int>{next}, &reads);
+  }
+  ASSERT_EQ(a, b) << what;
+  ASSERT_TRUE(device_equals_host(*out.rowless)) << what;
+  const KVCache &x = out.rowless->cache(), &y = out.real->cache();
+  for (int l = 0; l < x.n_layers(); ++l)
+    for (int h = 0; h < x.n_kv_heads(); ++h) {
+      ASSERT_EQ(x.length(l, h), y.length(l, h)) << what;
+      EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << what;
+    }
+}
 #endif
 
 // Placeholder host rows (DeviceKvMirror::append_placeholders): H2O's one-token decode steps read no
@@ -319,31 +352,17 @@ TEST(DeviceKvDecoderGpu, RowNormReadersRunOnPositionOnlyHostHeads) {
     for (KvType type : {KvType::F16, KvType::F32}) {
       const std::string what = name + ", " + kv_type_name(type);
       const auto policy = load_policy(name, params);
-      auto rowless = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
-      auto real = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
-      EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
-      ReadsRows reads(e2);
       const std::vector<int> prompt = random_prompt(120, 13);
-      std::vector<float> a = prefill_prompt(*rowless, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
-      for (int s = 0; s < 16; ++s) {
-        ASSERT_EQ(a, b) << what << ", call " << s;
-        const int next = argmax(a);
-        a = rowless->forward(std::vector<int>{next}, &e1);
-        b = real->forward(std::vector<int>{next}, &reads);
-      }
-      ASSERT_EQ(a, b) << what;
-      const DeviceKvStats stats = rowless->device_kv_stats();
+      RowlessAgainstReal run;
+      run_rowless_against_real(*model, *policy, type, prompt, 16, what, run);
+      if (HasFatalFailure()) return;
+      const DeviceKvStats stats = run.rowless->device_kv_stats();
       EXPECT_GT(stats.counts.rows_placeholder, 0) << what;
       EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
-      ASSERT_TRUE(device_equals_host(*rowless)) << what;
-      const KVCache &x = rowless->cache(), &y = real->cache();
+      const KVCache& x = run.rowless->cache();
       bool evicted = false;
       for (int l = 0; l < x.n_layers(); ++l)
-        for (int h = 0; h < x.n_kv_heads(); ++h) {
-          ASSERT_EQ(x.length(l, h), y.length(l, h)) << what;
-          EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << what;
-          evicted = evicted || x.length(l, h) < static_cast<int>(prompt.size()) + 16;
-        }
+        for (int h = 0; h < x.n_kv_heads(); ++h) evicted = evicted || x.length(l, h) < static_cast<int>(prompt.size()) + 16;
       EXPECT_TRUE(evicted) << what << ": nothing was evicted";
     }
   }
@@ -362,32 +381,17 @@ TEST(DeviceKvDecoderGpu, ReassignedPositionsAreRotatedOnTheDevice) {
   const auto policy = load_policy("streamingllm", {{"sinks", "4"}});
   for (KvType type : {KvType::F16, KvType::F32}) {
     const std::string what = kv_type_name(type);
-    auto rowless = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
-    auto real = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
-    EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
-    ReadsRows reads(e2);
-    const std::vector<int> prompt = random_prompt(120, 17);
-    std::vector<float> a = prefill_prompt(*rowless, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
-    for (int s = 0; s < 16; ++s) {
-      ASSERT_EQ(a, b) << what << ", call " << s;
-      const int next = argmax(a);
-      a = rowless->forward(std::vector<int>{next}, &e1);
-      b = real->forward(std::vector<int>{next}, &reads);
-    }
-    ASSERT_EQ(a, b) << what;
-    const DeviceKvStats stats = rowless->device_kv_stats();
+    RowlessAgainstReal run;
+    run_rowless_against_real(*model, *policy, type, random_prompt(120, 17), 16, what, run);
+    if (HasFatalFailure()) return;
+    const DeviceKvStats stats = run.rowless->device_kv_stats();
     EXPECT_GT(stats.counts.device_reassigns, 0) << what;
     EXPECT_EQ(stats.counts.head_resyncs, 0) << what << ": a head went through the host";
     EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
-    EXPECT_GT(real->device_kv_stats().counts.head_resyncs, 0) << what;
-    ASSERT_TRUE(device_equals_host(*rowless)) << what;
-    const KVCache &x = rowless->cache(), &y = real->cache();
+    EXPECT_GT(run.real->device_kv_stats().counts.head_resyncs, 0) << what;
+    const KVCache& x = run.rowless->cache();
     for (int l = 0; l < x.n_layers(); ++l)
-      for (int h = 0; h < x.n_kv_heads(); ++h) {
-        ASSERT_EQ(x.length(l, h), y.length(l, h)) << what;
-        EXPECT_TRUE(std::equal(x.positions(l, h), x.positions(l, h) + x.length(l, h), y.positions(l, h))) << what;
-        EXPECT_LE(x.length(l, h), 41) << what << ": no eviction";
-      }
+      for (int h = 0; h < x.n_kv_heads(); ++h) EXPECT_LE(x.length(l, h), 41) << what << ": no eviction";
   }
 #endif
 }
