@@ -16,6 +16,18 @@ std::string where(int layer, int head) {
   return "layer " + std::to_string(layer) + " head " + std::to_string(head);
 }
 
+// The norms of `rows` rows of head_dim `d` read from the device, as the device computes them
+// (row_norms.h).
+std::vector<RowNorms> row_norms_of(KvType type, const DeviceKvHeadContents& c, int rows, int d) {
+  const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
+  std::vector<float> key_norms(static_cast<size_t>(rows)), value_norms(static_cast<size_t>(rows));
+  compute_row_norms(keys.data(), rows, d, key_norms.data());
+  compute_row_norms(values.data(), rows, d, value_norms.data());
+  std::vector<RowNorms> out(static_cast<size_t>(rows));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = {key_norms[i], value_norms[i]};
+  return out;
+}
+
 // Marked rows (dirty or placeholder) follow their entries to their new index j (ascending).
 void follow_keep(std::vector<int>& marked, std::span<const int> indices) {
   if (marked.empty()) return;
@@ -276,20 +288,16 @@ void DeviceKvMirror::append_lagging_rows() {
     const KvType type = backend_.layout().geometry().type;
     for (int h = 0; h < n_heads_; ++h) {
       const DeviceKvHeadContents& c = rows[static_cast<size_t>(h)];
-      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
       if (cache_.rows_held_elsewhere(l, h)) {  // a head holds every row or none: positions only
-        std::vector<float> key_norms(static_cast<size_t>(lag)), value_norms(static_cast<size_t>(lag));
-        if (row_norms_) {  // from the words read anyway, as the device computes them (row_norms.h)
-          compute_row_norms(keys.data(), lag, head_dim_, key_norms.data());
-          compute_row_norms(values.data(), lag, head_dim_, value_norms.data());
-        }
-        for (int i = 0; i < lag; ++i) {
-          const RowNorms norms{key_norms[static_cast<size_t>(i)], value_norms[static_cast<size_t>(i)]};
-          cache_.append_position(l, h, c.positions[static_cast<size_t>(i)], row_norms_ ? &norms : nullptr);
-        }
+        std::vector<RowNorms> norms;
+        if (row_norms_) norms = row_norms_of(type, c, lag, head_dim_);  // from the words read anyway
+        for (int i = 0; i < lag; ++i)
+          cache_.append_position(l, h, c.positions[static_cast<size_t>(i)],
+                                 norms.empty() ? nullptr : &norms[static_cast<size_t>(i)]);
         counts_.rows_read += lag;
         continue;
       }
+      const std::vector<float> keys = device_kv_words_to_f32(type, c.keys), values = device_kv_words_to_f32(type, c.values);
       for (int i = 0; i < lag; ++i)
         cache_.append(l, h, c.positions[static_cast<size_t>(i)], keys.data() + static_cast<size_t>(i) * head_dim_,
                       values.data() + static_cast<size_t>(i) * head_dim_);
@@ -302,14 +310,13 @@ void DeviceKvMirror::hold_row_norms(bool hold) {
   row_norms_ = hold;
   if (!hold) return;
   for (int l = 0; l < n_layers_; ++l) {
-    std::vector<int64_t> first(static_cast<size_t>(n_heads_), 0), count(static_cast<size_t>(n_heads_), 0);
-    bool any = false;
-    for (int h = 0; h < n_heads_; ++h)
-      if (cache_.rows_held_elsewhere(l, h) && !cache_.holds_row_norms(l, h)) {
-        count[static_cast<size_t>(h)] = cache_.length(l, h);
-        any = true;
-      }
+    const auto lacks_norms = [&](int h) { return cache_.rows_held_elsewhere(l, h) && !cache_.holds_row_norms(l, h); };
+    bool any = false;  // decided first: this runs at every call whose observer reads norms
+    for (int h = 0; h < n_heads_ && !any; ++h) any = lacks_norms(h);
     if (!any) continue;
+    std::vector<int64_t> first(static_cast<size_t>(n_heads_), 0), count(static_cast<size_t>(n_heads_), 0);
+    for (int h = 0; h < n_heads_; ++h)
+      if (lacks_norms(h)) count[static_cast<size_t>(h)] = cache_.length(l, h);
     flush(l);  // pending keeps first: host row j is then device row j
     const std::vector<RowNorms> norms = backend_.row_norms(l, first, count);
     size_t at = 0;

@@ -64,9 +64,11 @@ void KVCache::append_one(int layer, int kv_head, int32_t position, const float* 
     return;
   }
   check_rows_held("append", layer, kv_head);  // a head holds every row or none
-  h.rows_elsewhere = false;                    // an empty head holds the rows appended from now on
-  h.norms_held = false;
-  h.held_norms.clear();
+  if (h.rows_elsewhere) {  // an emptied position-only head holds the rows appended from now on
+    h.rows_elsewhere = false;
+    h.norms_held = false;
+    h.held_norms.clear();
+  }
   h.keys.append(key);
   h.values.append(value);
   h.positions.push_back(position);
