@@ -59,9 +59,13 @@ struct ObservationRequest {
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
   bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
   bool hidden_states = false;          // each block token's attention input vector (LayerSignals::hidden_states)
-  // W > 0: the window attention of the block's last min(W, n_tokens) queries over the layer's cache
-  // (causal, scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute
-  // it (the CUDA decoder does, on the device); an observer must handle its absence.
+  // W > 0: the window attention of the sequence's newest min(W, position + n_tokens) queries (the
+  // block's own, and before them the previous calls' when the block is shorter than W: a decode
+  // step, a short later block) over the layer's cache as the block's append left it (causal,
+  // scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute it (the
+  // CUDA decoder does, on the device, from the queries it holds since it was first asked:
+  // core/decode/query_window_ring.h); an observer must handle its absence, and must expect it only
+  // where it keeps the same newest queries itself.
   int window_attention = 0;
   // The observer reads the norms of cached keys or values (key_norm, value_norm): a decoder whose
   // host cache holds positions only for rows it keeps on a device hands it their norms too

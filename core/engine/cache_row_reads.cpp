@@ -29,20 +29,34 @@ bool signal_source_reads_cache_rows(SignalSource source) {
 
 // Features that read or rewrite cached rows outside the signals, at the prompt and while decoding
 // alike: merges and codebooks (they fold values), key channels (zeroed in the rows), unfolded GQA
-// (copies the rows), head plans and extra stages (conservative: programs of their own), NACL's
-// same-index head (its own attention over the keys). Re-assigned positions are not among them: the
-// keys are re-rotated by whoever holds the rows (KVCache::reassign_positions, on a device by
-// DeviceKvMirror), and the engine reads only positions for them.
+// (copies the rows), extra stages (conservative: programs of their own), NACL's same-index head (its
+// own attention over the keys). Not among them: re-assigned positions (the keys are re-rotated by
+// whoever holds the rows: KVCache::reassign_positions, on a device DeviceKvMirror; the engine reads
+// only positions), and head plans (head_mode / head_weight run at the prompt only, on the signals
+// the prompt's programs read, prompt_reads; while decoding the heads keep the budgets planned then).
 static bool feature_reads_cache_rows(const PolicyDescription& d) {
-  return d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || d.has_head_plan || !d.select.stages.empty() ||
+  return d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() ||
          d.observe.same_index_head;
+}
+
+// The window attention A a decoder can compute for the engine (ObservationRequest::window_attention):
+// causal, over a window known before the prompt (the same_index_head map is one of the features).
+static bool decoder_computes_window_attention(const PolicyDescription& d) {
+  return d.window > 0 && d.observe.causal && window_known_before_prompt(d);
 }
 
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {
   const SignalSet& reads = d.decode_reads_known ? d.decode_reads : d.reads;
-  for (const TensorSignalInfo& info : kTensorSignalTable)
-    if (reads[signal_index(info.id)] && signal_source_reads_cache_rows(info.source)) return CacheRowReads::Reads;
-  return d.run.decode_uses_window_attention || feature_reads_cache_rows(d) ? CacheRowReads::Reads : CacheRowReads::None;
+  const bool window = d.run.decode_uses_window_attention;
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    if (!reads[signal_index(info.id)]) continue;
+    if (info.id == TensorSignal::WindowAttention && window) continue;  // below
+    if (signal_source_reads_cache_rows(info.source)) return CacheRowReads::Reads;
+  }
+  if (feature_reads_cache_rows(d)) return CacheRowReads::Reads;
+  if (!window) return CacheRowReads::None;
+  // The rolling window's A (the last W queries, generated ones included), from the decoder.
+  return decoder_computes_window_attention(d) ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
 }
 
 bool prompt_signal_reads_cache_rows(TensorSignal s) {
@@ -70,8 +84,8 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d) {
     return CacheRowReads::Reads;
   // A window the decoder cannot know before the call (the engine then asks it for no window
   // attention, and computes A on the host), or an attention that is not the decoder's.
-  if (!window_known_before_prompt(d) || !d.observe.causal) return CacheRowReads::Reads;
-  return d.window > 0 ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::None;
+  if (d.window <= 0) return CacheRowReads::None;
+  return decoder_computes_window_attention(d) ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
 }
 
 bool window_known_before_prompt(const PolicyDescription& d) {

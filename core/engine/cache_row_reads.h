@@ -9,6 +9,8 @@
 //     keys on the host but takes from the decoder's column sums of the one-token block when the
 //     rows are placeholders; key and value norms (key_norm, value_norm) come with the positions
 //     of a head whose rows are on the device (ObservationRequest::row_norms, KVCache::held_row_norms);
+//     MorphKV's and Scissorhands' the window attention of the last W queries, which the decoder
+//     computes from the queries it holds (NoneGivenWindowAttention);
 //   * prompt: SnapKV, CAKE, TOVA, PyramidKV, Ada-KV read the window attention A, which the engine
 //     computes from the window queries and the cached keys unless the decoder hands it over
 //     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None;
@@ -30,10 +32,12 @@ bool signal_source_reads_cache_rows(SignalSource source);
 
 // Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
 // or every signal of the policy when the description does not know them) comes from a source
-// above, the decode step computes no window attention on the host, and no feature edits or reads
-// rows: merges and codebooks, key channels, unfolded GQA, head plans, extra selection stages,
-// NACL's same-index head (re-assigned positions do not: the holder of the rows re-rotates them).
-// Then None. Never NoneGivenWindowAttention.
+// above or is the window attention A over the rolling window of the last W queries, and no feature
+// edits or reads rows: merges and codebooks, key channels, unfolded GQA, extra selection stages,
+// NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
+// re-rotates them; head plans run at the prompt only, on prompt_reads). Then NoneGivenWindowAttention when the decode indicator reads A and a decoder can compute
+// it (causal, a window known before the prompt; MorphKV, Scissorhands, CAKE's paper indicator), Reads
+// when it reads A that a decoder cannot compute (NACL's non-causal proxy), else None.
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
 
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
@@ -49,15 +53,15 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
-//     merges and codebooks, key channels, unfolded GQA, head plans, extra selection stages,
+//     merges and codebooks, key channels, unfolded GQA, extra selection stages,
 //     NACL's same-index head or non-causal proxy, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
 //   else NoneGivenWindowAttention when the policy has an observation window (the engine then
 //     computes A for every head at every prompt layer, which the decoder must hand over);
 //   else None.
-// The engine narrows it per call (EvictionEngine::request: a later block of a prefill in blocks
-// shorter than the window is Reads, its window rows reach into the previous block).
+// A later block of a prefill in blocks shorter than the window reads queries of the previous block
+// too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).
 CacheRowReads prompt_cache_row_reads(const PolicyDescription& d);
 
 // Whether the observation window is known before the prompt arrives: not found from the tokens

@@ -943,25 +943,28 @@ struct EvictionEngine::State {
   CacheRowReadsByCall cache_row_reads_by_call() const {
     CacheRowReadsByCall by;
     const bool blocks_pending = in_prefill && block_prompt > 0 && prefill_seen < block_prompt;
-    by.prompt_start = prompt_call_row_reads(0, 0);
+    by.prompt_start = prompt_call_row_reads();
     if (blocks_pending) {
-      by.next_token = by.next_block =
-          prompt_call_row_reads(prefill_seen, std::min(plan.prefill.block, block_prompt - prefill_seen));
+      by.next_token = by.next_block = prompt_call_row_reads();
     } else if (prefill_done && !in_prefill) {
-      by.next_token = decode_row_reads;
+      by.next_token = decode_call_row_reads();
     }
     return by;
   }
 
-  // The prompt's declaration for a call of `n` tokens starting at `start` (n is not needed at 0):
-  // NoneGivenWindowAttention holds only when the decoder is asked for the window
-  // attention and the engine's window rows are the call's own (the decoder computes it for the
-  // call's last min(W, n) queries; a later block shorter than W would need the previous block's).
-  CacheRowReads prompt_call_row_reads(int start, int n) const {
+  // A decode step's declaration: NoneGivenWindowAttention only while the decoder is asked for the
+  // window attention (the decode trigger reads A).
+  CacheRowReads decode_call_row_reads() const {
+    if (decode_row_reads != CacheRowReads::NoneGivenWindowAttention) return decode_row_reads;
+    return requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
+  }
+
+  // The prompt's declaration: NoneGivenWindowAttention holds only when the decoder is asked for
+  // the window attention (it then covers the newest min(W, position) queries, a later block's
+  // previous ones included, or does not serve it: the decoder's serves_window_attention).
+  CacheRowReads prompt_call_row_reads() const {
     if (prompt_row_reads != CacheRowReads::NoneGivenWindowAttention) return prompt_row_reads;
-    const int W = requested_window_attention();
-    if (W <= 0 || (start > 0 && n < W)) return CacheRowReads::Reads;
-    return CacheRowReads::NoneGivenWindowAttention;
+    return requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
   }
 
   // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.

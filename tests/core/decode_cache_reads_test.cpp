@@ -115,10 +115,12 @@ class DecodeCacheReadsTest : public test::StoriesPromptTest {
 TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
   std::vector<std::string> checked;
   for (const std::string& file : builtin_policy_files()) {
-    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy) continue;  // it needs a setting or a model this test does not give it
     const PolicyDescription& d = policy->description();
-    if (d.run.decode_every <= 0 || decode_cache_row_reads(d) == CacheRowReads::Reads) continue;
+    // NoneGivenWindowAttention (the rolling window's A from the decoder) runs with the window
+    // attention handed over, on a position-only cache (rowless_engine_turn_test.cpp).
+    if (d.run.decode_every <= 0 || decode_cache_row_reads(d) != CacheRowReads::None) continue;
     // Key and value norms come with the positions where the rows are on a device; poisoned rows
     // here would poison them. Those policies, and those re-assigning positions, run on a
     // position-only cache instead (rowless_engine_turn_test.cpp), where a read of a row throws.
@@ -150,20 +152,31 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
 
 // The built-ins that evict while decoding (with their default settings) and read no cached row in
 // a decode step: pinned, so that a change that flips one (either way) is seen. Key norms
-// (kvpress's decoding presses) and StreamingLLM's re-assigned positions are among them.
+// (kvpress's decoding presses), StreamingLLM's re-assigned positions and the head plans of
+// DuoAttention and RLKV (their streaming heads keep sinks and recent tokens) are among them.
+// Those that read the window attention of the rolling window (the last W queries) declare
+// NoneGivenWindowAttention: the decoder computes it from the queries it holds.
 TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
-  std::vector<std::string> none;
+  std::vector<std::string> none, given_window;
   for (const std::string& file : builtin_policy_files()) {
     const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
     if (!policy) continue;
     const PolicyDescription& d = policy->description();
-    if (d.run.decode_every > 0 && decode_cache_row_reads(d) == CacheRowReads::None)
-      none.push_back(std::filesystem::path(file).stem().string());
+    if (d.run.decode_every <= 0) continue;
+    const CacheRowReads r = decode_cache_row_reads(d);
+    if (r == CacheRowReads::None) none.push_back(std::filesystem::path(file).stem().string());
+    if (r == CacheRowReads::NoneGivenWindowAttention) given_window.push_back(std::filesystem::path(file).stem().string());
   }
   std::sort(none.begin(), none.end());
-  const std::vector<std::string> expect = {"cake", "compression_ratio_decoding", "decoding", "h2o",
-                                           "prefill_decoding", "streamingllm", "tova"};
+  std::sort(given_window.begin(), given_window.end());
+  const std::vector<std::string> expect = {"cake",     "compression_ratio_decoding", "decoding", "duo_attention", "h2o",
+                                           "prefill_decoding", "rlkv", "streamingllm", "tova"};
   EXPECT_EQ(none, expect);
+  const std::vector<std::string> expect_given_window = {"morphkv", "scissorhands"};
+  EXPECT_EQ(given_window, expect_given_window);
+  // CAKE's paper indicator (mean + gamma * variance over the rolling window).
+  EXPECT_EQ(decode_cache_row_reads(load_policy("cake", {{"decode_indicator", "mean_plus_gamma_var"}})->description()),
+            CacheRowReads::NoneGivenWindowAttention);
   // DMS evicts while decoding only with decoding=true: then over key norms too.
   EXPECT_EQ(decode_cache_row_reads(load_policy("dms", {{"decoding", "true"}})->description()), CacheRowReads::None);
 }
@@ -238,6 +251,30 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::None);
   d.decode_reads[signal_index(TensorSignal::Values)] = true;
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
+}
+
+// The rolling window's A: from the decoder when it can compute it (causal, a window known before
+// the prompt), else read on the host.
+TEST(DecodeCacheReads, TheRollingWindowsAttentionIsTheDecodersWhenItCanComputeIt) {
+  PolicyDescription d;
+  d.decode_reads_known = true;
+  d.window = 8;
+  d.run.decode_uses_window_attention = true;
+  d.decode_reads[signal_index(TensorSignal::WindowAttention)] = true;
+  d.decode_reads[signal_index(TensorSignal::Position)] = true;
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
+  PolicyDescription noncausal = d;
+  noncausal.observe.causal = false;  // NACL's proxy
+  EXPECT_EQ(decode_cache_row_reads(noncausal), CacheRowReads::Reads);
+  PolicyDescription same_index = d;
+  same_index.observe.same_index_head = true;
+  EXPECT_EQ(decode_cache_row_reads(same_index), CacheRowReads::Reads);
+  PolicyDescription found = d;
+  found.observe.window_after_token = 5;  // the window is found from the prompt's tokens
+  EXPECT_EQ(decode_cache_row_reads(found), CacheRowReads::Reads);
+  PolicyDescription keys = d;
+  keys.decode_reads[signal_index(TensorSignal::Keys)] = true;
+  EXPECT_EQ(decode_cache_row_reads(keys), CacheRowReads::Reads);
 }
 
 }  // namespace

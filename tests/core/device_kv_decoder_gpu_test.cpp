@@ -22,6 +22,7 @@
 
 #include "core/decode/make_decoder.h"
 #include "core/engine/block_prefill.h"
+#include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_gpu_test_util.h"
@@ -392,6 +393,41 @@ TEST(DeviceKvDecoderGpu, ReassignedPositionsAreRotatedOnTheDevice) {
     const KVCache& x = run.rowless->cache();
     for (int l = 0; l < x.n_layers(); ++l)
       for (int h = 0; h < x.n_kv_heads(); ++h) EXPECT_LE(x.length(l, h), 41) << what << ": no eviction";
+  }
+#endif
+}
+
+// MorphKV, Scissorhands and CAKE's paper indicator score every decode step by the window attention
+// of the last W queries, which the decoder computes from the queries it holds on the device
+// (query_window_ring.h; NoneGivenWindowAttention): their host cache holds positions only at the
+// prompt and while decoding, and they keep exactly the caches and logits of a decoder whose host
+// cache takes every row (both engines read the decoder's window attention), with no host append.
+TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 59);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
+      {"morphkv", {{"window", "16"}}},
+      {"scissorhands", {{"history_window", "16"}}},
+      {"cake", {{"decode_indicator", "mean_plus_gamma_var"}}}};
+  for (const auto& [name, params] : policies) {
+    for (KvType type : {KvType::F16, KvType::F32}) {
+      const std::string what = name + ", " + kv_type_name(type);
+      const auto policy = load_policy(name, params);
+      ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention) << what;
+      RowlessAgainstReal run;
+      run_rowless_against_real(*model, *policy, type, random_prompt(120, 19), 16, what, run);
+      if (HasFatalFailure()) return;
+      const DeviceKvStats stats = run.rowless->device_kv_stats();
+      EXPECT_GT(stats.counts.rows_placeholder, 0) << what;
+      EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
+      EXPECT_GT(run.real->device_kv_stats().seconds.host_append, 0.0) << what << ": the reference took no row";
+      const KVCache& x = run.rowless->cache();
+      bool evicted = false;
+      for (int l = 0; l < x.n_layers(); ++l)
+        for (int h = 0; h < x.n_kv_heads(); ++h) evicted = evicted || x.length(l, h) < 120 + 16;
+      EXPECT_TRUE(evicted) << what << ": nothing was evicted";
+    }
   }
 #endif
 }

@@ -83,6 +83,8 @@ class PoisonRows : public ForwardObserver {
   void set_prompt_len(int n) { prompt_len_ = n; }
   int64_t poisoned_calls = 0;
   int64_t prompt_declared = 0;  // prompt layers whose rows the engine declared it does not read
+  // Layers handed a window attention of more queries than their call had (earlier blocks' too).
+  int64_t window_beyond_block() const { return injector_.injected_beyond_block(); }
 
  private:
   void save_and_poison(KVCache& cache) {
@@ -101,7 +103,7 @@ class PoisonRows : public ForwardObserver {
 };
 
 struct PromptRun : test::CallTrace {
-  int64_t poisoned_calls = 0, prompt_declared = 0;
+  int64_t poisoned_calls = 0, prompt_declared = 0, window_beyond_block = 0;
 };
 
 class PromptCacheReadsTest : public test::StoriesPromptTest {
@@ -116,6 +118,7 @@ class PromptCacheReadsTest : public test::StoriesPromptTest {
     r.decode_greedily(*decoder, &observer, steps);
     r.poisoned_calls = observer.poisoned_calls;
     r.prompt_declared = observer.prompt_declared;
+    r.window_beyond_block = observer.window_beyond_block();
     return r;
   }
   // Flagged and poisoned against flagged: every call identical. Against the plain run (no flag,
@@ -177,15 +180,16 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   std::sort(given_window.begin(), given_window.end());
   // Column sums, hidden states (KVzap's linear scorer), positions, random draws, key and value norms
   // (held with the positions): None. StreamingLLM too, re-assigning positions or not (the holder of
-  // the rows re-rotates the keys).
+  // the rows re-rotates the keys). DuoAttention's and RLKV's head plans read per-head tables only.
   const std::vector<std::string> expect_none = {"compression_ratio_decoding", "cur", "decoding", "dms",
-                                                "entropy_adaptive", "full", "h2o", "knorm", "kvzap",
-                                                "observed_attention", "per_layer_compression", "random",
+                                                "duo_attention", "entropy_adaptive", "full", "h2o", "knorm", "kvzap",
+                                                "observed_attention", "per_layer_compression", "random", "rlkv",
                                                 "streamingllm"};
-  // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds).
-  const std::vector<std::string> expect_given_window = {"adakv",      "cake",         "chunkkv",    "entropy_gated_chunkkv",
-                                                        "morphkv",    "prefill_decoding", "pyramidkv", "scissorhands",
-                                                        "simlayerkv", "snapkv",       "tova"};
+  // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds, HeadKV's
+  // head plan over A).
+  const std::vector<std::string> expect_given_window = {
+      "adakv",     "cake",         "chunkkv",    "entropy_gated_chunkkv", "headkv", "morphkv", "prefill_decoding",
+      "pyramidkv", "scissorhands", "simlayerkv", "snapkv",                "tova"};
   EXPECT_EQ(none, expect_none);
   EXPECT_EQ(given_window, expect_given_window);
   EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::None);
@@ -199,7 +203,7 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
 TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRows) {
   std::string checked;
   for (const std::string& file : builtin_policy_files()) {
-    const auto policy = test::load_or_null(file);
+    const auto policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy || prompt_cache_row_reads(policy->description()) == CacheRowReads::Reads) continue;
     // Norms come with the positions where the rows are on a device, and poisoned rows would poison
     // them: those, and re-assigned positions, run on a position-only cache instead
@@ -222,8 +226,9 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
 }
 
 // CAKE's cascading prefill (every layer re-splits the budget and evicts the layers before it) and
-// prefills in blocks (each block attends over what the earlier blocks left; a last block shorter
-// than the window is declared Reads, its window rows reach into the block before).
+// prefills in blocks (each block attends over what the earlier blocks left). Blocks shorter than
+// the window are declared too: their window rows reach into the blocks before, whose queries the
+// decoder holds (core/decode/query_window_ring.h; the injector holds them as the CUDA decoder does).
 TEST_F(PromptCacheReadsTest, CascadingAndBlockPrefillsIgnorePoisonedRows) {
   const auto cascading = load_policy("cake", {{"cascading", "true"}});
   ASSERT_EQ(prompt_cache_row_reads(cascading->description()), CacheRowReads::NoneGivenWindowAttention);
@@ -238,6 +243,17 @@ TEST_F(PromptCacheReadsTest, CascadingAndBlockPrefillsIgnorePoisonedRows) {
     ASSERT_EQ(policy->description().run.prefill_block, 40) << name;
     ASSERT_NE(prompt_cache_row_reads(policy->description()), CacheRowReads::Reads) << name;
     check_policy(*policy, std::string(name) + " in blocks of 40");
+  }
+  for (const char* name : {"snapkv", "cake"}) {
+    const std::string file = with_prefill_block(resolve_policy_path(name), 12);
+    const auto policy = load_policy(file, {});
+    std::filesystem::remove(file);
+    ASSERT_GT(policy->description().window, 12) << name;
+    check_policy(*policy, std::string(name) + " in blocks of 12");
+    const PromptRun r = run_policy(*policy, {.flag = true, .poison = true}, 0);
+    EXPECT_EQ(r.prompt_declared, static_cast<int64_t>((S() + 11) / 12) * model_->config.n_layers)
+        << name << ": every layer of every block declared";
+    EXPECT_GT(r.window_beyond_block, 0) << name << ": no block's window reached into the block before";
   }
 }
 
@@ -297,8 +313,11 @@ TEST_F(PromptCacheReadsTest, TheEngineRefusesToReadPlaceholderRows) {
   EXPECT_NO_THROW(prefill_prompt(*decoder, tokens_, &engine, &marks));
 }
 
-// The declaration per call: a later block shorter than the window is Reads; after the prompt, a
-// one-token call takes the decode declaration and a multi-token one is Reads.
+// The declaration per call: a later block, even one shorter than the window (the decoder holds the
+// previous block's queries, or does not serve the window attention and reads rows), keeps the
+// prompt's; after the prompt a multi-token call is Reads, and so is a one-token call of a policy
+// that does not score while decoding (its decode declaration needs a window attention nobody asks
+// the decoder for).
 TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   const std::string file = with_prefill_block(resolve_policy_path("snapkv"), 40);
   const auto policy = load_policy(file, {{"window", "16"}});
@@ -315,10 +334,12 @@ TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   decoder->forward(prompt.subspan(0, 40), &engine);
   EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenWindowAttention);
   decoder->forward(prompt.subspan(40, 40), &engine);
-  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::Reads);
+  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenWindowAttention);
   decoder->forward(prompt.subspan(80, 10), &engine);
   const ObservationRequest decoding = engine.request();
-  EXPECT_EQ(decoding.cache_row_reads.next_token, decode_cache_row_reads(policy->description()));
+  EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(decoding.window_attention, 0) << "snapkv does not score while decoding";
+  EXPECT_EQ(decoding.cache_row_reads.next_token, CacheRowReads::Reads);
   EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::Reads);
 }
 
@@ -343,7 +364,7 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   PolicyDescription by_length = d;
   by_length.depends_on_prompt_len = true;  // hand-made: the window may depend on it
   EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);
-  for (auto edit : {+[](PolicyDescription& x) { x.merge.enabled = true; }, +[](PolicyDescription& x) { x.has_head_plan = true; },
+  for (auto edit : {+[](PolicyDescription& x) { x.merge.enabled = true; },
                     +[](PolicyDescription& x) { x.channels.enabled = true; }, +[](PolicyDescription& x) { x.select.unfold_gqa = true; },
                     +[](PolicyDescription& x) { x.observe.segment = 4; },
                     +[](PolicyDescription& x) { x.observe.window_after_token = 2; },
@@ -356,6 +377,9 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   PolicyDescription reassigned = d;
   reassigned.run.reassign_positions = true;  // the holder of the rows re-rotates them
   EXPECT_EQ(prompt_cache_row_reads(reassigned), CacheRowReads::NoneGivenWindowAttention);
+  PolicyDescription head_plan = d;
+  head_plan.has_head_plan = true;  // its programs read what the prompt's reads name, nothing else
+  EXPECT_EQ(prompt_cache_row_reads(head_plan), CacheRowReads::NoneGivenWindowAttention);
   // The DSL knows the prompt's programs: a decode-only A_now does not count at the prompt.
   PolicyDescription known = d;
   known.reads[signal_index(TensorSignal::CurrentAttention)] = true;

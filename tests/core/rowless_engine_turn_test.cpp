@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/decode/make_decoder.h"
@@ -68,14 +69,17 @@ bool reads_row_norms(const PolicyDescription& d) {
 enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms };
 class RowlessTurns final : public ForwardObserver {
  public:
-  RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms)
+  RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms,
+               bool plant_wrong_window = false)
       : engine_(engine),
-        injector_(engine, cache, config.group_size()),
+        injector_(engine, cache, config.group_size(), plant_wrong_window),
         config_(config),
         rowless_(mode != TurnMode::Reference),
         norms_(mode != TurnMode::RowlessWithoutNorms),
         mark_(mode == TurnMode::Rowless || mode == TurnMode::RowlessWithoutNorms ||
-              (mode == TurnMode::Reference && !norms)) {}
+              (mode == TurnMode::Reference && !norms)) {
+    injector_.plant_beyond_block_only();  // (when planting) the decode steps' rolling window only
+  }
   ObservationRequest request() const override {
     request_ = injector_.request();
     return request_;
@@ -98,6 +102,8 @@ class RowlessTurns final : public ForwardObserver {
   }
   int rowless_turns = 0;
   bool forbidden = false;
+  // Layers handed a window attention of more queries than their call had (the rolling window).
+  int64_t window_beyond_block() const { return injector_.injected_beyond_block(); }
 
  private:
   template <class Turn>
@@ -131,16 +137,28 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
   struct Run : test::CallTrace {
     int rowless_turns = 0;
     bool forbidden = false;
+    int64_t window_beyond_block = 0;
   };
-  static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30) {
+  static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
-    RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()));
+    RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
+                          plant_wrong_window);
     Run r;
     r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
     r.decode_greedily(*decoder, &observer, steps);
     r.rowless_turns = observer.rowless_turns;
     r.forbidden = observer.forbidden;
+    r.window_beyond_block = observer.window_beyond_block();
+    return r;
+  }
+  // The engine alone (it computes every signal on the host from the rows).
+  static Run plain_run(const PolicyProgram& policy, int steps = 30) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
+    Run r;
+    r.record(prefill_prompt(*decoder, tokens_, &engine, &engine), decoder->cache());
+    r.decode_greedily(*decoder, &engine, steps);
     return r;
   }
 };
@@ -149,7 +167,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
 // or records while decoding.
 bool declares_some_call(const PolicyDescription& d) {
   return prompt_cache_row_reads(d) != CacheRowReads::Reads ||
-         (d.run.decode_every > 0 && decode_cache_row_reads(d) == CacheRowReads::None);
+         (d.run.decode_every > 0 && decode_cache_row_reads(d) != CacheRowReads::Reads);
 }
 
 // Every built-in that declares no row reads in some call: the same caches and logits on a cache that
@@ -158,7 +176,7 @@ bool declares_some_call(const PolicyDescription& d) {
 TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionOnlyCache) {
   std::vector<std::string> checked, with_norms;
   for (const std::string& file : builtin_policy_files()) {
-    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy) continue;  // it needs a setting or a model this test does not give it
     const PolicyDescription& d = policy->description();
     if (!declares_some_call(d)) continue;
@@ -198,6 +216,32 @@ TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache
     const Run rowless = run(*policy, TurnMode::Rowless);
     EXPECT_GE(rowless.rowless_turns, 30 * (model_->config.n_layers + 1)) << name;
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
+  }
+}
+
+// MorphKV, Scissorhands and CAKE's paper indicator score each decode step by the window attention
+// of the last W queries, generated ones included (NoneGivenWindowAttention). Handed it as the CUDA
+// decoder computes it, from the queries it holds (more rows than the one-token call has), every
+// decode step runs on a position-only cache, with evictions, and keeps the caches and logits of
+// the engine alone (which computes A on the host from the rows). Control: a planted buffer (each
+// row reversed) changes the caches, so the engine did read the one handed over.
+TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCache) {
+  const int steps = 30, L = model_->config.n_layers;
+  for (const auto& [name, setting] :
+       std::vector<std::pair<const char*, std::string>>{{"morphkv", ""}, {"scissorhands", ""}, {"cake", "mean_plus_gamma_var"}}) {
+    const auto policy = setting.empty() ? load_policy(name, {}) : load_policy(name, {{"decode_indicator", setting}});
+    ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention) << name;
+    const Run plain = plain_run(*policy, steps);
+    const Run rowless = run(*policy, TurnMode::Rowless, steps);
+    EXPECT_GE(rowless.rowless_turns, steps * (L + 1)) << name << ": a decode step read rows";
+    EXPECT_GE(rowless.window_beyond_block, steps * L) << name << ": the rolling window was not handed over";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    test::expect_same_calls(plain, rowless, name);
+    EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
+    const Run planted = run(*policy, TurnMode::Rowless, steps, /*plant_wrong_window=*/true);
+    ASSERT_EQ(planted.layouts.size(), rowless.layouts.size());
+    EXPECT_EQ(planted.layouts[0], rowless.layouts[0]) << name << ": only the decode steps' buffers were planted";
+    EXPECT_NE(planted.layouts, rowless.layouts) << name << " did not read the window attention handed over";
   }
 }
 

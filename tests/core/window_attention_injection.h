@@ -21,6 +21,7 @@
 #include "core/decode/decoder.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/query_window_ring.h"
 #include "core/decode/window_attention_twin.h"
 #include "core/engine/engine.h"
 
@@ -30,15 +31,23 @@ inline DeviceKvGeometry twin_geometry_of(const KVCache& cache) {
   return {cache.n_layers(), cache.n_kv_heads(), cache.head_dim(), cache.kv_type()};
 }
 
-// The twin's window attention of `view`'s layer for the block's last W window queries, as the
-// CUDA decoder plans it (causal, scaled, row stride = the longest head). `plan` receives the plan.
+// The twin's window attention of `view`'s layer for W query rows ([W][n_heads][head_dim]) at
+// positions query_position0.., as the CUDA decoder plans it (causal, scaled, row stride = the
+// longest head). `plan` receives the plan.
+inline std::vector<float> twin_attention_of(const DeviceKvLayerView& view, const float* queries, int W,
+                                            int query_position0, int group, WindowAttentionPlan& plan) {
+  WindowPlanOptions options;
+  options.query_position0 = query_position0;
+  plan = plan_window_attention(view, W, group, options);
+  return window_attention_twin(view, plan, queries);
+}
+
+// ... for the block's last W window queries.
 inline std::vector<float> twin_attention_of_block(const DeviceKvLayerView& view, const LayerSignals& s, int W, int group,
                                                   WindowAttentionPlan& plan) {
-  WindowPlanOptions options;
-  options.query_position0 = s.first_position + s.n_tokens - W;
-  plan = plan_window_attention(view, W, group, options);
   const size_t row = static_cast<size_t>(view.n_heads) * group * view.head_dim;
-  return window_attention_twin(view, plan, s.window_queries.data() + static_cast<size_t>(s.window - W) * row);
+  return twin_attention_of(view, s.window_queries.data() + static_cast<size_t>(s.window - W) * row, W,
+                           s.first_position + s.n_tokens - W, group, plan);
 }
 
 // Reverses each row's first `length` entries in place (a wrong buffer of the right shape).
@@ -73,32 +82,70 @@ class WindowAttentionInjector : public ForwardObserver {
   // The buffer stays valid until the next inject. For a wrapper that acts between the decoder's
   // window attention and the engine's turn (the prompt's placeholder-row proof).
   LayerSignals inject(const LayerSignals& signals) {
-    int W = std::min(request_.window_attention, signals.n_tokens);
+    hold_queries(signals);
+    const int end = signals.first_position + signals.n_tokens;
+    int W = std::min(request_.window_attention, end);
     if (force_ && W == 0 && signals.layer > 0) W = std::min(engine_.plan().window, signals.n_tokens);
-    if (W <= 0 || signals.window < W) return signals;
+    // The newest W queries of the sequence, as the CUDA decoder holds them (query_window_ring.h):
+    // none unless the rows held end at the block's end and reach back W.
+    if (W <= 0 || rings_.empty()) return signals;
+    const QueryWindowRing& ring = rings_[signals.layer];
+    if (ring.end_position() != end || ring.rows() < W) return signals;
+    const size_t row = held_[signals.layer].size() / static_cast<size_t>(ring.rows());
+    const float* queries = held_[signals.layer].data() + static_cast<size_t>(ring.rows() - W) * row;
     mirror_.flush(signals.layer);
     const DeviceKvLayerView view = twin_.layer_view(signals.layer);
     WindowAttentionPlan plan;
-    buffer_ = twin_attention_of_block(view, signals, W, group_, plan);
-    if (plant_) plant_reversed_rows(buffer_, plan, view);
+    buffer_ = twin_attention_of(view, queries, W, end - W, group_, plan);
+    if (plant_ && (!plant_beyond_block_only_ || W > signals.n_tokens)) plant_reversed_rows(buffer_, plan, view);
     LayerSignals with = signals;
     with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);
     ++injected_;
+    if (W > signals.n_tokens) ++beyond_block_;
     return with;
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
 
   int64_t injected() const { return injected_; }  // layers handed a window attention
+  // Layers handed a window attention of more rows than the block has tokens (previous calls' queries).
+  int64_t injected_beyond_block() const { return beyond_block_; }
   // Describe the (host) buffer as device memory: for a stand-in of device scoring that reads it
   // where it is (the engine must then never download it).
   void mark_on_device() { on_device_ = true; }
+  // Plant the wrong buffer only where it covers more queries than the call's own (the rolling
+  // window of decode steps), so that what changes is the decode steps' reading.
+  void plant_beyond_block_only() { plant_beyond_block_only_ = true; }
 
  private:
+  // The block's window queries into the layer's newest queries held, as many as the largest
+  // window attention asked for (per layer: a forced window is known only once the engine planned
+  // the prompt at its first layer). The block's rows are its last signals.window ones; those before
+  // them are missing, so a block that holds fewer than its tokens starts the rows over
+  // (QueryWindowRing's rule).
+  void hold_queries(const LayerSignals& s) {
+    capacity_ = std::max(capacity_, request_.window_attention);
+    if (force_) capacity_ = std::max(capacity_, engine_.plan().window);
+    if (capacity_ == 0 || s.window == 0) return;
+    if (held_.empty()) {
+      held_.resize(static_cast<size_t>(twin_.layout().geometry().n_layers));
+      rings_.resize(held_.size());
+    }
+    const int first = s.first_position + s.n_tokens - s.window;
+    const size_t row = s.window_queries.size() / static_cast<size_t>(s.window);
+    apply_query_window_update(rings_[s.layer].append(first, s.window, capacity_), held_[s.layer],
+                              s.window_queries.data(), row);
+  }
+
   EvictionEngine& engine_;
   int group_;
   bool plant_, force_;
   bool on_device_ = false;
+  bool plant_beyond_block_only_ = false;
   mutable ObservationRequest request_;
+  int capacity_ = 0;
+  std::vector<QueryWindowRing> rings_;    // [layer]
+  std::vector<std::vector<float>> held_;  // [layer][rows][n_heads * head_dim]
+  int64_t beyond_block_ = 0;
   DeviceKvTwin twin_;
   DeviceKvBackendFor<DeviceKvTwin> backend_;
   DeviceKvMirror mirror_;
@@ -122,20 +169,29 @@ class WithoutWindowAttention : public ForwardObserver {
 };
 
 // The twin's window attention over layer `layer` of `cache` (its heads copied into a fresh twin
-// through write_rows, which stores the words the cache holds) for the block's last W queries.
-inline std::vector<float> twin_window_attention(const KVCache& cache, const LayerSignals& s, int W, int group,
-                                                WindowAttentionPlan& plan) {
+// through write_rows, which stores the words the cache holds) for W query rows at positions
+// query_position0..
+inline std::vector<float> twin_window_attention(const KVCache& cache, int layer, const float* queries, int W,
+                                                int query_position0, int group, WindowAttentionPlan& plan) {
   DeviceKvTwin twin(twin_geometry_of(cache));
   const int d = cache.head_dim();
   for (int h = 0; h < cache.n_kv_heads(); ++h) {
-    const int len = cache.length(s.layer, h);
+    const int len = cache.length(layer, h);
     if (len == 0) continue;
     std::vector<float> keys(static_cast<size_t>(len) * d), values(keys.size());
-    cache.reconstruct_keys(s.layer, h, 0, len, keys.data());
-    cache.reconstruct_values(s.layer, h, 0, len, values.data());
-    twin.write_rows(s.layer, h, 0, len, keys.data(), values.data(), cache.positions(s.layer, h));
+    cache.reconstruct_keys(layer, h, 0, len, keys.data());
+    cache.reconstruct_values(layer, h, 0, len, values.data());
+    twin.write_rows(layer, h, 0, len, keys.data(), values.data(), cache.positions(layer, h));
   }
-  return twin_attention_of_block(twin.layer_view(s.layer), s, W, group, plan);
+  return twin_attention_of(twin.layer_view(layer), queries, W, query_position0, group, plan);
+}
+
+// ... for the block's last W queries.
+inline std::vector<float> twin_window_attention(const KVCache& cache, const LayerSignals& s, int W, int group,
+                                                WindowAttentionPlan& plan) {
+  const size_t row = s.window_queries.size() / static_cast<size_t>(s.window);
+  return twin_window_attention(cache, s.layer, s.window_queries.data() + static_cast<size_t>(s.window - W) * row, W,
+                               s.first_position + s.n_tokens - W, group, plan);
 }
 
 // The cache as the engine left it: per (layer, stored head) its positions in cache order.

@@ -21,6 +21,8 @@
 #include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/ragged_attention.h"
 #include "core/decode/cuda/window_attention.h"
+#include "core/decode/query_window_ring.h"
+#include "core/decode/window_attention_tiles.h"
 #include "core/decode/ragged_attention_twin.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
@@ -136,6 +138,18 @@ class CudaDecoderSnapshot final : public DecoderSnapshot {
       : DecoderSnapshot(std::move(cache), position), owner(owner) {}
   const void* owner;
   std::optional<cuda::DeviceKvSnapshot> device;
+  // The decoder's newest queries (query_window_ring.h), so that a decode step after a restore reads
+  // the window attention of the same W queries as before: the ring and a device copy per layer.
+  QueryWindowRing query_ring;
+  std::vector<std::unique_ptr<DeviceArray<float>>> query_rows;
+};
+
+// One layer's newest queries on the device, [rows][q_dim] oldest first: two buffers, the current
+// one and the next call's (a shift of the rows may not copy within one buffer: cudaMemcpy forbids
+// overlap).
+struct DeviceQueryRows {
+  DeviceArray<float> rows[2];
+  int current = 0;
 };
 
 DeviceKvGeometry device_kv_geometry(const ModelConfig& c, KvType type) {
@@ -215,10 +229,12 @@ class CudaDecoder : public Decoder {
   void set_position(int position) override {
     if (position < 0) throw std::invalid_argument("set_position: negative position");
     position_ = position;
+    query_ring_.forget();  // the queries held may not be this sequence's
   }
   void reset() override {
     cache_.clear();  // the mirror empties the device cache at its next flush
     position_ = 0;
+    query_ring_.forget();
   }
   std::unique_ptr<DecoderSnapshot> snapshot() const override;
   void restore(const DecoderSnapshot& snapshot) override;
@@ -249,8 +265,13 @@ class CudaDecoder : public Decoder {
   }
   void upload_rope_table(int first, int n);
   // Whether attention_layer hands the observer the window attention it asked for at every layer
-  // of the next call (ObservationRequest::window_attention; NoneGivenWindowAttention needs it).
-  bool serves_window_attention(const ObservationRequest& request) const;
+  // of the next call, of n tokens (ObservationRequest::window_attention; NoneGivenWindowAttention
+  // needs it).
+  bool serves_window_attention(const ObservationRequest& request, int n) const;
+  // The call's queries into the layer's device copy of the newest queries (query_update_).
+  void hold_queries(int layer);
+  // The layer's newest min(W, held) queries on the device, the first at position *first.
+  const float* held_queries(int layer, int W, int* first) const;
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
   void feed_forward_layer(int layer, int n);
   void refuse_unfolded() const;
@@ -292,6 +313,14 @@ class CudaDecoder : public Decoder {
   DeviceArray<uint16_t> flashinfer_staging_;  // 16-bit queries and outputs of cuda::flashinfer_prefill
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
+  // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as the largest
+  // window attention an observer asked for (query_capacity_; 0: none held), in every call from
+  // then on: the window attention of a call with fewer tokens than W (a decode step, a short later
+  // block) reads the previous calls' queries from here. Device-resident mode only.
+  QueryWindowRing query_ring_;
+  int query_capacity_ = 0;
+  QueryWindowUpdate query_update_;  // this call's, carried out at every layer
+  std::vector<std::unique_ptr<DeviceQueryRows>> query_rows_;  // [layer]
   std::vector<float> upload_scratch_;  // one head's keys or values as f32, on their way to the device
   std::vector<float> host_k_, host_v_, window_queries_, host_columns_, logits_;
   std::vector<std::vector<float>> column_sums_;
@@ -336,10 +365,12 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // A call whose observer reads no cached row (a prompt block or a decode step, by its answer for
   // this kind of call): the host cache takes placeholder rows (positions only), no key or value
   // leaves the device (device_kv_mirror.h).
+  if (mirror_ && request.window_attention > 0) query_capacity_ = std::max(query_capacity_, request.window_attention);
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && observer &&
                       rows_may_stay_on_device(reads, reads == CacheRowReads::NoneGivenWindowAttention &&
-                                                         serves_window_attention(request));
+                                                         serves_window_attention(request, n));
+  if (query_capacity_ > 0) query_update_ = query_ring_.append(position_, n, query_capacity_);
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
     else mirror_->sync_host();
@@ -380,10 +411,13 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   return logits_;
 }
 
-bool CudaDecoder::serves_window_attention(const ObservationRequest& request) const {
-  // attention_layer's condition, known before the call: the device-resident view (positions) and
-  // the true positions (re-assigned ones would put the block's rotary positions elsewhere).
-  if (request.window_attention <= 0 || !mirror_) return false;
+bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int n) const {
+  // attention_layer's condition, known before the call: the device-resident view (positions), a
+  // head_dim the kernel takes, the newest min(W, position + n) queries held after the call's own
+  // (forward raised query_capacity_ to W first), and the true positions (re-assigned ones would
+  // put the block's rotary positions elsewhere).
+  if (request.window_attention <= 0 || !mirror_ || config_.head_dim > kWindowMaxHeadDim) return false;
+  if (!query_ring_.covers_after(request.window_attention, position_, n, query_capacity_)) return false;
   for (int layer = 0; layer < config_.n_layers; ++layer)
     for (int h = 0; h < config_.n_kv_heads; ++h)
       if (cache_.next_position(layer, h, position_) != position_) return false;
@@ -398,6 +432,36 @@ void CudaDecoder::refuse_unfolded() const {
                      "per query head); use --device cpu");
 }
 
+void CudaDecoder::hold_queries(int layer) {
+  if (query_capacity_ == 0) return;
+  if (query_rows_.empty())
+    for (int l = 0; l < config_.n_layers; ++l) query_rows_.push_back(std::make_unique<DeviceQueryRows>());
+  DeviceQueryRows& held = *query_rows_[static_cast<size_t>(layer)];
+  const QueryWindowUpdate& u = query_update_;
+  const size_t row = static_cast<size_t>(config_.q_dim());
+  DeviceArray<float>& from = held.rows[held.current];
+  DeviceArray<float>& to = held.rows[1 - held.current];
+  to.resize(static_cast<size_t>(query_capacity_) * row);
+  if (u.old_rows > 0)
+    cuda::check(cudaMemcpy(to.data(), from.data() + static_cast<size_t>(u.old_first) * row,
+                           static_cast<size_t>(u.old_rows) * row * sizeof(float), cudaMemcpyDeviceToDevice),
+                "copy of the held queries");
+  if (u.block_rows > 0)
+    cuda::check(cudaMemcpy(to.data() + static_cast<size_t>(u.old_rows) * row,
+                           q_.data() + static_cast<size_t>(u.block_first) * row,
+                           static_cast<size_t>(u.block_rows) * row * sizeof(float), cudaMemcpyDeviceToDevice),
+                "copy of the call's queries");
+  held.current = 1 - held.current;
+}
+
+const float* CudaDecoder::held_queries(int layer, int W, int* first) const {
+  const int rows = query_ring_.rows();
+  if (query_capacity_ == 0 || query_rows_.empty() || rows < W) return nullptr;
+  const DeviceQueryRows& held = *query_rows_[static_cast<size_t>(layer)];
+  *first = query_ring_.end_position() - W;
+  return held.rows[held.current].data() + static_cast<size_t>(rows - W) * config_.q_dim();
+}
+
 std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");  // the snapshot's arenas belong on this device
   // The host copy catches up with lagging rows and fills the placeholders of heads holding real
@@ -409,6 +473,15 @@ std::unique_ptr<DecoderSnapshot> CudaDecoder::snapshot() const {
   if (mirror_ && !cache_.unfolded()) {
     mirror_->flush_all();  // the device copy must hold what the host copy holds
     s->device = device_kv_->snapshot();
+  }
+  s->query_ring = query_ring_;
+  const size_t floats = static_cast<size_t>(query_ring_.rows()) * config_.q_dim();
+  for (size_t l = 0; l < query_rows_.size() && floats > 0; ++l) {
+    s->query_rows.push_back(std::make_unique<DeviceArray<float>>(floats));
+    const DeviceQueryRows& held = *query_rows_[l];
+    cuda::check(cudaMemcpy(s->query_rows.back()->data(), held.rows[held.current].data(), floats * sizeof(float),
+                           cudaMemcpyDeviceToDevice),
+                "snapshot of the held queries");
   }
   return s;
 }
@@ -422,6 +495,21 @@ void CudaDecoder::restore(const DecoderSnapshot& snapshot) {
   if (mirror_ && mine->device) {
     device_kv_->restore(*mine->device);  // ... but the device copy is restored device-to-device
     mirror_->mark_synced();
+  }
+  // The newest queries as they were (a snapshot of a ring this decoder no longer has room for, or
+  // that holds none, leaves none held).
+  query_ring_.forget();
+  const size_t floats = static_cast<size_t>(mine->query_ring.rows()) * config_.q_dim();
+  if (floats > 0 && mine->query_rows.size() == query_rows_.size() &&
+      mine->query_ring.rows() <= query_capacity_) {
+    for (size_t l = 0; l < query_rows_.size(); ++l) {
+      DeviceQueryRows& held = *query_rows_[l];
+      held.rows[held.current].resize(static_cast<size_t>(query_capacity_) * config_.q_dim());
+      cuda::check(cudaMemcpy(held.rows[held.current].data(), mine->query_rows[l]->data(), floats * sizeof(float),
+                             cudaMemcpyDeviceToDevice),
+                  "restore of the held queries");
+    }
+    query_ring_ = mine->query_ring;
   }
 }
 
@@ -544,6 +632,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   const bool adjacent = config_.rope_style == RopeStyle::AdjacentPairs;
   cuda::rope(q_.data(), n, config_.n_heads, hd, cos_.data(), sin_.data(), adjacent);
   cuda::rope(k_.data(), n, config_.n_kv_heads, hd, cos_.data(), sin_.data(), adjacent);
+  hold_queries(layer);
 
   const int first = position_;
   const DeviceKvLayerView view = store_block(layer, n, rotary_first);
@@ -608,11 +697,16 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     // The window attention on request, over the cache as the block's append left it, before the
     // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
     // (the device holds those; the observer's causal mask reads the original ones).
+    // The queries are the newest min(W, position) of the sequence: the block's, and before them
+    // the previous calls' (held on the device) when the block is shorter than W; none when the
+    // held ones do not reach back that far (serves_window_attention said so before the call).
     if (request.window_attention > 0 && view.positions && rotary_first == first) {
-      const int wa = std::min(request.window_attention, n);
-      signals.window_attention = window_attention_.fill(view, config_.group_size(),
-                                                        q_.data() + static_cast<size_t>(n - wa) * q_dim, wa,
-                                                        first + n - wa);
+      const int wa = std::min(request.window_attention, first + n);
+      int query_first = first + n - wa;
+      const float* queries = wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim
+                                     : held_queries(layer, wa, &query_first);
+      if (queries)
+        signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first);
     }
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
