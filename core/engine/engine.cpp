@@ -417,9 +417,9 @@ struct EvictionEngine::State {
       const int W = wr.W, first = wr.first;
       std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
       // The decoder's, in place on the device for a program that reads it there (no download, no
-      // upload: scores_window_in_place), at a prefill whose rows are exactly the head's.
-      const float* device_rows =
-          window_in_place && !decoding && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
+      // upload: scores_window_in_place), where its rows are exactly the head's: at a prefill, and
+      // at a decode step over the rolling window when the layer's heads are equally long.
+      const float* device_rows = window_in_place && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
       if (device_rows) {
         in.W = W;
         in.set_device_signal(TensorSignal::WindowAttention, device_rows);

@@ -39,7 +39,8 @@ class PrecomputedWindow {
   // The held device signal's rows of stored head `cache_head` read in place: the device pointer of
   // its [group][W][T] rows (ScoreInputs::set_device_signal) when the signal is on the device, is for
   // (layer, W, first), the head still has its T entries and its rows are exactly T apart (every
-  // head of the layer as long as the longest: a prefill's); nullptr otherwise. Downloads nothing.
+  // head of the layer as long as the longest: a prefill's, or a decode step's over the rolling
+  // window where the layer's heads are equally long); nullptr otherwise. Downloads nothing.
   const float* in_place(int layer, int cache_head, int W, int first, int T);
   // Whether in_place serves every stored head of `layer` (then no download is needed for it).
   bool in_place_for_every_head(int layer, int W, int first) const;

@@ -189,7 +189,17 @@ struct Case {
 
 // InPlace: device scoring whose layer weights stay on the host; InPlaceLayers: its layer weights
 // take device signals too (the generated layer kernel).
-enum class Mode { Plain, Injected, Planted, ForcedPlanted, InPlace, InPlacePlanted, InPlaceLayers, InPlaceLayersPlanted };
+enum class Mode {
+  Plain,
+  Injected,
+  Planted,
+  ForcedPlanted,
+  InPlace,
+  InPlacePlanted,
+  InPlaceLayers,
+  InPlaceLayersPlanted,
+  InPlaceDecodePlanted  // InPlace with a wrong buffer planted in the decode steps only (the rolling window)
+};
 
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU): it takes device signals
 // (scores_device_signals), which in these runs are the injector's host buffer marked as device
@@ -244,7 +254,7 @@ class WindowAttentionEngineTest : public test::StoriesPromptTest {
   static EngineRun run(const Case& c, Mode mode) {
     const auto policy = load_policy(c.policy, c.params);
     const bool layers = mode == Mode::InPlaceLayers || mode == Mode::InPlaceLayersPlanted;
-    const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted || layers;
+    const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted || mode == Mode::InPlaceDecodePlanted || layers;
     const InPlaceScoring device_scoring(*policy, layers);
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device_scoring) : *policy, model_->config,
@@ -253,10 +263,11 @@ class WindowAttentionEngineTest : public test::StoriesPromptTest {
     ForwardObserver* observer = &engine;
     if (mode != Mode::Plain) {
       const bool plant = mode == Mode::Planted || mode == Mode::ForcedPlanted || mode == Mode::InPlacePlanted ||
-                         mode == Mode::InPlaceLayersPlanted;
+                         mode == Mode::InPlaceLayersPlanted || mode == Mode::InPlaceDecodePlanted;
       injector = std::make_unique<test::WindowAttentionInjector>(engine, decoder->cache(), model_->config.group_size(),
                                                                  plant, mode == Mode::ForcedPlanted);
       if (in_place) injector->mark_on_device();
+      if (mode == Mode::InPlaceDecodePlanted) injector->plant_beyond_block_only();
       observer = injector.get();
     }
     EngineRun r;
@@ -363,6 +374,29 @@ TEST_F(WindowAttentionEngineTest, NaclDoesNotUseIt) {
   EXPECT_EQ(plain.requested, 0) << "a window from the prompt's length is unknown before the prompt";
   EXPECT_GT(forced.report.window_attention_reused, 0);
   EXPECT_NE(plain.layouts.front(), forced.layouts.front()) << "the planted buffer was not read";
+}
+
+// The decode steps of MorphKV, Scissorhands and CAKE's paper indicator read the window attention of
+// the rolling window (the last W queries, handed over as the CUDA decoder computes it from the
+// queries it holds): scored on the device, it is read in place there too (a layer's heads are
+// equally long, so its rows are the kernels' [G][W][T]): nothing downloaded, the caches and logits
+// of the plain run; a buffer planted in the decode steps only changes them.
+TEST_F(WindowAttentionEngineTest, DeviceScoringReadsTheRollingWindowInPlace) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads;
+  const std::map<std::string, std::string> paper{{"decode_indicator", "mean_plus_gamma_var"}};
+  for (const Case& c : {Case{"morphkv", {}, "48", 6}, Case{"scissorhands", {}, "48", 6}, Case{"cake", paper, "48", 6}}) {
+    const bool layers = c.policy == "cake";  // its layer preference reads A at the prompt: on the device too
+    const EngineRun plain = run(c, Mode::Plain), in_place = run(c, layers ? Mode::InPlaceLayers : Mode::InPlace);
+    EXPECT_GE(in_place.report.window_attention_in_place, heads * (1 + c.steps)) << c.policy;
+    EXPECT_GE(in_place.scored_in_place, heads * (1 + c.steps)) << c.policy;
+    EXPECT_EQ(in_place.report.window_attention_downloads, 0) << c.policy;
+    EXPECT_EQ(in_place.report.window_attention_reused, 0) << c.policy;
+    expect_same(plain, in_place, c.policy);
+    if (layers) continue;  // (the decode-only plant below uses the host layer weight's mode)
+    const EngineRun planted = run(c, Mode::InPlaceDecodePlanted);
+    EXPECT_EQ(planted.layouts.front(), plain.layouts.front()) << c.policy << ": the prompt's buffer was planted";
+    EXPECT_NE(planted.layouts, plain.layouts) << c.policy << ": the decode steps' rows were not read";
+  }
 }
 
 // Device scoring reads the decoder's buffer in place (PrecomputedWindow::in_place, docs/CUDA.md
