@@ -67,6 +67,9 @@ struct ObservationRequest {
   // core/decode/query_window_ring.h); an observer must handle its absence, and must expect it only
   // where it keeps the same newest queries itself.
   int window_attention = 0;
+  // false: that window attention not causal, every cached entry visible to every window row (NACL's
+  // official proxy scoring); LayerSignals::window_attention.causal says which was computed.
+  bool window_attention_causal = true;
   // The observer reads the norms of cached keys or values (key_norm, value_norm): a decoder whose
   // host cache holds positions only for rows it keeps on a device hands it their norms too
   // (KVCache::held_row_norms), so these signals need no row on the host.

@@ -10,8 +10,9 @@
 // the cache as handed to after_layer), the softmax over the visible entries of q . k_t / sqrt(d),
 // causal by the cache's positions (entry t visible iff its position <= query_position0 + w);
 // masked entries, entries at or past the head's length (up to max_len) and rows that see nothing
-// are 0. This is compute_window_attention (core/engine/attention_signals.h) with the default
-// causal = true, scaled = true: it does not serve NACL's non-causal proxy or same_index_head map.
+// are 0. Not causal (`causal` false: NACL's official proxy, ObservationRequest::
+// window_attention_causal), every entry is visible. This is compute_window_attention
+// (core/engine/attention_signals.h) with scaled = true; it does not serve NACL's same_index_head map.
 //
 // Layout: element (kv, g, w, t) at data[kv * kv_stride + g * group_stride + w * row_stride + t];
 // the CUDA decoder's buffer is [n_kv][group][W][max_len] (core/decode/window_attention_tiles.h).
@@ -26,7 +27,8 @@ namespace kvevict {
 struct WindowAttentionSignal {
   const float* data = nullptr;  // null: the decoder did not compute it (the observer computes its own)
   bool on_device = false;       // memory of the decoder's CUDA device; host memory otherwise
-  int W = 0;                    // window rows: the block's last W queries
+  bool causal = true;           // false: every entry visible to every row
+  int W = 0;                    // window rows: the sequence's newest W queries
   int query_position0 = 0;      // position of row 0 (row w is at query_position0 + w)
   int group = 0;                // query heads per stored head
   int n_kv = 0;                 // stored heads of the layer

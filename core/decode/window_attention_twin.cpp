@@ -118,11 +118,12 @@ std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const Wi
 }
 
 WindowAttentionSignal describe_window_attention(const WindowAttentionPlan& plan, const float* data, bool on_device) {
-  if (!plan.causal || plan.scale != 1.0f / std::sqrt(static_cast<float>(plan.head_dim)))
-    throw std::invalid_argument("window attention: the observation signal is causal and scaled; the plan is not");
+  if (plan.scale != 1.0f / std::sqrt(static_cast<float>(plan.head_dim)))
+    throw std::invalid_argument("window attention: the observation signal is scaled; the plan is not");
   WindowAttentionSignal a;
   a.data = data;
   a.on_device = on_device;
+  a.causal = plan.causal;
   a.W = plan.W;
   a.query_position0 = plan.query_position0;
   a.group = plan.group;

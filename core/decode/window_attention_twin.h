@@ -44,8 +44,8 @@ std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const Wi
                                          const float* queries);
 
 // The observer's description (window_attention_signal.h) of an output `plan` wrote at `data`
-// ([n_kv][group][W][max_len]), in device or host memory. The signal's contract is causal and
-// scaled: std::invalid_argument for a plan that is not.
+// ([n_kv][group][W][max_len]), in device or host memory, causal or not as planned. The signal's
+// contract is scaled: std::invalid_argument for a plan that is not.
 WindowAttentionSignal describe_window_attention(const WindowAttentionPlan& plan, const float* data, bool on_device);
 
 }  // namespace kvevict

@@ -39,12 +39,6 @@ static bool feature_reads_cache_rows(const PolicyDescription& d) {
          d.observe.same_index_head;
 }
 
-// The window attention A a decoder can compute for the engine (ObservationRequest::window_attention):
-// causal, over a window known before the prompt (the same_index_head map is one of the features).
-static bool decoder_computes_window_attention(const PolicyDescription& d) {
-  return d.window > 0 && d.observe.causal && window_known_before_prompt(d);
-}
-
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {
   const SignalSet& reads = d.decode_reads_known ? d.decode_reads : d.reads;
   const bool window = d.run.decode_uses_window_attention;
@@ -54,9 +48,11 @@ CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {
     if (signal_source_reads_cache_rows(info.source)) return CacheRowReads::Reads;
   }
   if (feature_reads_cache_rows(d)) return CacheRowReads::Reads;
+  // The rolling window's A (the last W queries, generated ones included), causal or not, from the
+  // decoder: the window is the prompt's by then, whatever it was found from (NACL's proxy share).
+  // A hand-made description (decode reads unknown) is taken to read more.
   if (!window) return CacheRowReads::None;
-  // The rolling window's A (the last W queries, generated ones included), from the decoder.
-  return decoder_computes_window_attention(d) ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
+  return d.decode_reads_known ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
 }
 
 bool prompt_signal_reads_cache_rows(TensorSignal s) {
@@ -83,9 +79,9 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d) {
   if (feature_reads_cache_rows(d) || reads_query_statistics(d) || reads_replay(d) || d.observe.segment > 0)
     return CacheRowReads::Reads;
   // A window the decoder cannot know before the call (the engine then asks it for no window
-  // attention, and computes A on the host), or an attention that is not the decoder's.
-  if (d.window <= 0) return CacheRowReads::None;
-  return decoder_computes_window_attention(d) ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
+  // attention, and computes A on the host). Causal or not, the decoder computes it.
+  if (!window_known_before_prompt(d)) return CacheRowReads::Reads;
+  return d.window > 0 ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::None;
 }
 
 bool window_known_before_prompt(const PolicyDescription& d) {

@@ -35,9 +35,11 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // above or is the window attention A over the rolling window of the last W queries, and no feature
 // edits or reads rows: merges and codebooks, key channels, unfolded GQA, extra selection stages,
 // NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
-// re-rotates them; head plans run at the prompt only, on prompt_reads). Then NoneGivenWindowAttention when the decode indicator reads A and a decoder can compute
-// it (causal, a window known before the prompt; MorphKV, Scissorhands, CAKE's paper indicator), Reads
-// when it reads A that a decoder cannot compute (NACL's non-causal proxy), else None.
+// re-rotates them; head plans run at the prompt only, on prompt_reads). Then
+// NoneGivenWindowAttention when the decode indicator reads A, which a decoder computes from the
+// queries it holds, causal or not (MorphKV, Scissorhands, CAKE's paper indicator, NACL with
+// decode_interval > 0), else None. The engine narrows it per call: only while it asks the decoder
+// for the window attention (EvictionEngine's decode trigger reads A).
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
 
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
@@ -54,11 +56,12 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
 //     merges and codebooks, key channels, unfolded GQA, extra selection stages,
-//     NACL's same-index head or non-causal proxy, segment-local attention,
+//     NACL's same-index head, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
 //   else NoneGivenWindowAttention when the policy has an observation window (the engine then
-//     computes A for every head at every prompt layer, which the decoder must hand over);
+//     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
+//     over);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).

@@ -296,29 +296,29 @@ struct EvictionEngine::State {
     return {recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, recent.first_position(layer) + skip};
   }
 
-  // Whether the policy's window attention is the one a decoder may compute for it
-  // (ObservationRequest::window_attention): causal, scaled, the G query heads of each KV head; not
-  // NACL's non-causal proxy nor its same_index_head map.
-  bool ordinary_window_attention() const {
-    return plan.window > 0 && !desc.observe.same_index_head && desc.observe.causal;
-  }
+  // Whether the policy's window attention is one a decoder may compute for it
+  // (ObservationRequest::window_attention): scaled, the G query heads of each KV head, causal or
+  // not (window_attention_causal: NACL's official proxy is not); not NACL's same_index_head map.
+  bool decoder_window_attention() const { return plan.window > 0 && !desc.observe.same_index_head; }
 
-  // ObservationRequest::window_attention: the policy's window when its A is the ordinary one and
-  // the window is known before the prompt (not from the prompt's length or tokens), while a prompt
-  // is pending or the decode trigger reads A; 0 otherwise.
+  // ObservationRequest::window_attention: the policy's window when a decoder may compute its A,
+  // while a prompt is pending if the window is known before the prompt (not from the prompt's
+  // length or tokens), and while decoding if the decode trigger reads A (the window is the
+  // prompt's then); 0 otherwise.
   int requested_window_attention() const {
-    if (!ordinary_window_attention() || !window_known_before_prompt(desc)) return 0;
+    if (!decoder_window_attention()) return 0;
+    if (!prefill_done || in_prefill) return window_known_before_prompt(desc) ? plan.window : 0;
     const bool decode_reads = plan.decode.every > 0 && plan.decode.uses_window_attention;
-    return !prefill_done || in_prefill || decode_reads ? plan.window : 0;
+    return decode_reads ? plan.window : 0;
   }
 
   // Holds the decoder's window attention of the block's layer when it is the engine's own (after
   // record_queries: the window rows are the layer's newest). Not over re-assigned positions: the
   // engine's causal mask reads the original ones.
   void offer_window_attention(const LayerSignals& s, const KVCache& cache) {
-    if (!ordinary_window_attention() || original.active()) return;
+    if (!decoder_window_attention() || original.active()) return;
     const WindowRows r = window_rows(s.layer);
-    window_in.offer(s, r.W, r.first, G, cache);
+    window_in.offer(s, r.W, r.first, G, desc.observe.causal, cache);
   }
 
   // A_now of KV head kv_head's query heads from the decoder's one-token column sums ([Gs][T]): the
@@ -1272,6 +1272,7 @@ ObservationRequest EvictionEngine::request() const {
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
   r.window_attention = state_->requested_window_attention();
+  r.window_attention_causal = state_->desc.observe.causal;
   return r;
 }
 

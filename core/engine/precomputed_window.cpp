@@ -3,10 +3,10 @@
 
 namespace kvevict {
 
-void PrecomputedWindow::offer(const LayerSignals& s, int W, int first, int group, const KVCache& cache) {
+void PrecomputedWindow::offer(const LayerSignals& s, int W, int first, int group, bool causal, const KVCache& cache) {
   drop();
   const WindowAttentionSignal& a = s.window_attention;
-  if (a.empty() || a.W != W || a.query_position0 != first || W <= 0) return;
+  if (a.empty() || a.W != W || a.query_position0 != first || W <= 0 || a.causal != causal) return;
   if (cache.unfolded() || a.n_kv != cache.n_kv_heads() || a.group != group) return;
   std::vector<int64_t> lengths(static_cast<size_t>(a.n_kv));
   for (int h = 0; h < a.n_kv; ++h) {

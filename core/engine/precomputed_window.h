@@ -7,9 +7,9 @@
 // first use, unless every head's rows can be handed to device scoring kernels in place (in_place).
 //
 // The engine offers it after recording the block's queries, drops it when it changes the layer's
-// cache (keep, merges, unfolding) and at the end of after_layer. It is only for the ordinary window
-// attention (causal, scaled, the G query heads of each KV head); the engine does not offer it for
-// NACL's non-causal proxy or same_index_head map, nor over re-assigned positions.
+// cache (keep, merges, unfolding) and at the end of after_layer. It is only for the window attention
+// over the G query heads of each KV head, causal or not as the policy's (NACL's official proxy is
+// not); the engine does not offer it for NACL's same_index_head map, nor over re-assigned positions.
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -22,9 +22,10 @@ namespace kvevict {
 class PrecomputedWindow {
  public:
   // Holds s.window_attention for layer s.layer when it has W rows from position `first` (the
-  // engine's window for this layer) and `group` query heads per KV head over `cache`'s folded heads
-  // as they are now; otherwise holds nothing. A previous offer is dropped first.
-  void offer(const LayerSignals& s, int W, int first, int group, const KVCache& cache);
+  // engine's window for this layer), `group` query heads per KV head and the causal rule `causal`
+  // over `cache`'s folded heads as they are now; otherwise holds nothing. A previous offer is
+  // dropped first.
+  void offer(const LayerSignals& s, int W, int first, int group, bool causal, const KVCache& cache);
   void drop();
   void drop_layer(int layer) {
     if (layer == layer_) drop();

@@ -253,8 +253,9 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
 }
 
-// The rolling window's A: from the decoder when it can compute it (causal, a window known before
-// the prompt), else read on the host.
+// The rolling window's A: from the decoder, causal or not (NACL's official proxy), whatever the
+// window was found from (it is the prompt's by then); NACL's same-index map and a key read are
+// read on the host.
 TEST(DecodeCacheReads, TheRollingWindowsAttentionIsTheDecodersWhenItCanComputeIt) {
   PolicyDescription d;
   d.decode_reads_known = true;
@@ -265,13 +266,13 @@ TEST(DecodeCacheReads, TheRollingWindowsAttentionIsTheDecodersWhenItCanComputeIt
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
   PolicyDescription noncausal = d;
   noncausal.observe.causal = false;  // NACL's proxy
-  EXPECT_EQ(decode_cache_row_reads(noncausal), CacheRowReads::Reads);
+  EXPECT_EQ(decode_cache_row_reads(noncausal), CacheRowReads::NoneGivenWindowAttention);
   PolicyDescription same_index = d;
   same_index.observe.same_index_head = true;
   EXPECT_EQ(decode_cache_row_reads(same_index), CacheRowReads::Reads);
   PolicyDescription found = d;
   found.observe.window_after_token = 5;  // the window is found from the prompt's tokens
-  EXPECT_EQ(decode_cache_row_reads(found), CacheRowReads::Reads);
+  EXPECT_EQ(decode_cache_row_reads(found), CacheRowReads::NoneGivenWindowAttention);
   PolicyDescription keys = d;
   keys.decode_reads[signal_index(TensorSignal::Keys)] = true;
   EXPECT_EQ(decode_cache_row_reads(keys), CacheRowReads::Reads);

@@ -359,8 +359,8 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   d.window = 8;
   EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
   PolicyDescription proxy = d;
-  proxy.observe.causal = false;  // NACL's proxy: not the decoder's attention
-  EXPECT_EQ(prompt_cache_row_reads(proxy), CacheRowReads::Reads);
+  proxy.observe.causal = false;  // NACL's proxy: the decoder computes it too (window_attention_causal)
+  EXPECT_EQ(prompt_cache_row_reads(proxy), CacheRowReads::NoneGivenWindowAttention);
   PolicyDescription by_length = d;
   by_length.depends_on_prompt_len = true;  // hand-made: the window may depend on it
   EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);

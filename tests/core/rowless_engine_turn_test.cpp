@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -219,22 +220,35 @@ TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache
   }
 }
 
-// MorphKV, Scissorhands and CAKE's paper indicator score each decode step by the window attention
-// of the last W queries, generated ones included (NoneGivenWindowAttention). Handed it as the CUDA
+// MorphKV, Scissorhands, CAKE's paper indicator and NACL evicting while decoding (the paper's
+// Algorithm 1; its official proxy is not causal) score decode steps by the window attention of the
+// last W queries, generated ones included (NoneGivenWindowAttention). Handed it as the CUDA
 // decoder computes it, from the queries it holds (more rows than the one-token call has), every
 // decode step runs on a position-only cache, with evictions, and keeps the caches and logits of
 // the engine alone (which computes A on the host from the rows). Control: a planted buffer (each
 // row reversed) changes the caches, so the engine did read the one handed over.
 TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCache) {
-  const int steps = 30, L = model_->config.n_layers;
-  for (const auto& [name, setting] :
-       std::vector<std::pair<const char*, std::string>>{{"morphkv", ""}, {"scissorhands", ""}, {"cake", "mean_plus_gamma_var"}}) {
-    const auto policy = setting.empty() ? load_policy(name, {}) : load_policy(name, {{"decode_indicator", setting}});
+  const int L = model_->config.n_layers;
+  const std::map<std::string, std::string> nacl{{"decode_interval", "1"},
+                                                {"budget_split", "explicit"},
+                                                {"explicit_sinks", "4"},
+                                                {"explicit_proxy", "0.1"}};
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"morphkv", {}},
+           {"scissorhands", {}},
+           {"cake", {{"decode_indicator", "mean_plus_gamma_var"}}},
+           {"nacl", nacl}}) {
+    const auto policy = load_policy(name, params);
     ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention) << name;
+    // NACL's window comes from the prompt's length, so nobody asks for the window attention at the
+    // prompt and the decoder holds its queries only from the first decode step: its first W - 1
+    // steps read rows (Reads, the decoder's fall-back), the others none.
+    const int held_from = name == "nacl" ? policy->window_for(S()) - 1 : 0;
+    const int steps = 30 + held_from;
     const Run plain = plain_run(*policy, steps);
     const Run rowless = run(*policy, TurnMode::Rowless, steps);
-    EXPECT_GE(rowless.rowless_turns, steps * (L + 1)) << name << ": a decode step read rows";
-    EXPECT_GE(rowless.window_beyond_block, steps * L) << name << ": the rolling window was not handed over";
+    EXPECT_GE(rowless.rowless_turns, (steps - held_from) * (L + 1)) << name << ": a decode step read rows";
+    EXPECT_GE(rowless.window_beyond_block, (steps - held_from) * L) << name << ": the rolling window was not handed over";
     EXPECT_FALSE(rowless.forbidden) << name;
     test::expect_same_calls(plain, rowless, name);
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";

@@ -79,8 +79,9 @@ TEST(WindowAttentionSignal, DescribesThePlansOutput) {
     for (int g = 0; g < 2; ++g)
       for (int w = 0; w < 4; ++w)
         EXPECT_EQ(size_t(kv * a.kv_stride + g * a.group_stride + w * a.row_stride), window_out_row(plan, kv, g * 4 + w));
-  o.causal = false;
-  EXPECT_THROW(describe_window_attention(plan_window_attention(view, 4, 2, o), &base, true), std::invalid_argument);
+  EXPECT_TRUE(a.causal);
+  o.causal = false;  // NACL's official proxy: described as such
+  EXPECT_FALSE(describe_window_attention(plan_window_attention(view, 4, 2, o), &base, true).causal);
   o.causal = true;
   o.scaled = false;
   EXPECT_THROW(describe_window_attention(plan_window_attention(view, 4, 2, o), &base, true), std::invalid_argument);
@@ -106,7 +107,7 @@ TEST(PrecomputedWindow, CopiesOnlyTheRowsItWasComputedFor) {
   s.window_attention.query_position0 = 2;
   PrecomputedWindow held;
   std::vector<float> out(2 * 3 * 5);
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_FALSE(held.copy(1, 1, 2, 2, 2, 2, 5, out.data())) << "another W";
   EXPECT_FALSE(held.copy(1, 1, 2, 2, 3, 1, 5, out.data())) << "another first position";
   EXPECT_FALSE(held.copy(0, 1, 2, 2, 3, 2, 5, out.data())) << "another layer";
@@ -119,12 +120,14 @@ TEST(PrecomputedWindow, CopiesOnlyTheRowsItWasComputedFor) {
   EXPECT_TRUE(held.copy(1, 1, 2, 2, 3, 2, 5, out.data()));
   held.drop_layer(1);
   EXPECT_FALSE(held.copy(1, 1, 2, 2, 3, 2, 5, out.data())) << "dropped";
-  held.offer(s, 3, 2, 1, cache);
+  held.offer(s, 3, 2, 1, true, cache);
   EXPECT_FALSE(held.copy(1, 1, 1, 1, 3, 2, 5, out.data())) << "offered for another group";
-  held.offer(s, 2, 2, 2, cache);
+  held.offer(s, 2, 2, 2, true, cache);
   EXPECT_FALSE(held.copy(1, 1, 2, 2, 2, 2, 5, out.data())) << "offered for another W";
+  held.offer(s, 3, 2, 2, false, cache);
+  EXPECT_FALSE(held.copy(1, 1, 2, 2, 3, 2, 5, out.data())) << "a causal signal offered for a non-causal A";
   cache.append(1, 0, 5, k, k);  // 6 entries: more than the rows hold
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_FALSE(held.copy(1, 1, 2, 2, 3, 2, 5, out.data())) << "a cache the signal cannot be for";
   EXPECT_EQ(held.heads_copied(), 2);
   EXPECT_EQ(held.downloads(), 0);
@@ -149,7 +152,7 @@ TEST(PrecomputedWindow, HandsRowsInPlaceOnlyInTheKernelsLayout) {
   };
   PrecomputedWindow held;
   describe(5, true);
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_TRUE(held.in_place_for_every_head(1, 3, 2));
   EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), data.data() + 30);
   EXPECT_EQ(held.in_place(1, 0, 3, 2, 5), data.data());
@@ -161,17 +164,17 @@ TEST(PrecomputedWindow, HandsRowsInPlaceOnlyInTheKernelsLayout) {
   EXPECT_FALSE(held.in_place_for_every_head(0, 3, 2));
   EXPECT_EQ(held.heads_in_place(), 2);
   describe(6, true);  // rows padded past T: not the kernels' layout
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), nullptr) << "padded rows";
   EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));
   describe(5, false);  // host memory: copied out, never handed as device memory
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), nullptr) << "host memory";
   EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));
   const std::vector<int> first_four{0, 1, 2, 3};
   cache.keep(1, 0, first_four);  // head 0 now shorter than the rows: ragged
   describe(5, true);
-  held.offer(s, 3, 2, 2, cache);
+  held.offer(s, 3, 2, 2, true, cache);
   EXPECT_EQ(held.in_place(1, 0, 3, 2, 4), nullptr) << "a head shorter than its rows";
   EXPECT_EQ(held.in_place(1, 1, 3, 2, 5), data.data() + 30) << "the full-length head still qualifies";
   EXPECT_FALSE(held.in_place_for_every_head(1, 3, 2));

@@ -6,8 +6,9 @@
 //     DeviceKvMirror (MirrorAppends::Host) keeps equal to the decoder's host cache, puts it in the
 //     signals as host memory (what the CUDA decoder does on the device), then forwards. Optionally
 //     plants a wrong buffer (each row's entries reversed), the control that the engine reads it,
-//     and forces one on an engine that did not ask (its plan's window, from the prompt's second
-//     layer on), to show that the engine's own checks refuse what it must not use; or marks its
+//     and forces one on an engine that did not ask (the causal one of its plan's window, from the
+//     prompt's second layer on), to show that the engine's own checks refuse what it must not use;
+//     the window attention asked for is causal or not as the request says; or marks its
 //     buffer as device memory (mark_on_device) for the in-place scoring proof.
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
@@ -35,9 +36,11 @@ inline DeviceKvGeometry twin_geometry_of(const KVCache& cache) {
 // positions query_position0.., as the CUDA decoder plans it (causal, scaled, row stride = the
 // longest head). `plan` receives the plan.
 inline std::vector<float> twin_attention_of(const DeviceKvLayerView& view, const float* queries, int W,
-                                            int query_position0, int group, WindowAttentionPlan& plan) {
+                                            int query_position0, int group, WindowAttentionPlan& plan,
+                                            bool causal = true) {
   WindowPlanOptions options;
   options.query_position0 = query_position0;
+  options.causal = causal;
   plan = plan_window_attention(view, W, group, options);
   return window_attention_twin(view, plan, queries);
 }
@@ -85,7 +88,11 @@ class WindowAttentionInjector : public ForwardObserver {
     hold_queries(signals);
     const int end = signals.first_position + signals.n_tokens;
     int W = std::min(request_.window_attention, end);
-    if (force_ && W == 0 && signals.layer > 0) W = std::min(engine_.plan().window, signals.n_tokens);
+    bool causal = request_.window_attention_causal;
+    if (force_ && W == 0 && signals.layer > 0) {  // the ordinary (causal) window attention, unasked
+      W = std::min(engine_.plan().window, signals.n_tokens);
+      causal = true;
+    }
     // The newest W queries of the sequence, as the CUDA decoder holds them (query_window_ring.h):
     // none unless the rows held end at the block's end and reach back W.
     if (W <= 0 || rings_.empty()) return signals;
@@ -96,7 +103,7 @@ class WindowAttentionInjector : public ForwardObserver {
     mirror_.flush(signals.layer);
     const DeviceKvLayerView view = twin_.layer_view(signals.layer);
     WindowAttentionPlan plan;
-    buffer_ = twin_attention_of(view, queries, W, end - W, group_, plan);
+    buffer_ = twin_attention_of(view, queries, W, end - W, group_, plan, causal);
     if (plant_ && (!plant_beyond_block_only_ || W > signals.n_tokens)) plant_reversed_rows(buffer_, plan, view);
     LayerSignals with = signals;
     with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);

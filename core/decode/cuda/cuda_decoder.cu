@@ -706,7 +706,8 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       const float* queries = wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim
                                      : held_queries(layer, wa, &query_first);
       if (queries)
-        signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first);
+        signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
+                                                          request.window_attention_causal);
     }
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;

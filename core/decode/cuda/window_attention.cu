@@ -61,9 +61,10 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
 WindowAttentionBuffer::~WindowAttentionBuffer() { cudaFree(data_); }
 
 WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
-                                                  int query_position0) {
+                                                  int query_position0, bool causal) {
   WindowPlanOptions options;
   options.query_position0 = query_position0;
+  options.causal = causal;
   WindowAttentionPlan plan;
   try {
     plan = plan_window_attention(view, W, group, options);

@@ -26,7 +26,8 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
 // The CUDA decoder's window attention for its observer (ObservationRequest::window_attention): one
 // device output buffer, grown as needed (never shrunk, freed on destruction), reused layer after
 // layer. fill plans over `view` (causal, scaled, row stride = the longest head), launches, and
-// returns the signal describing the buffer (device memory, [n_kv][group][W][max_len]); an empty
+// returns the signal describing the buffer (device memory, [n_kv][group][W][max_len], causal or
+// not: every entry visible); an empty
 // signal when the planner refuses the view (head_dim past 256, too many heads, ...: the observer
 // then computes its own) or there is nothing to write. queries: the W window rows, [W][n_heads]
 // [head_dim] f32 on the device.
@@ -37,7 +38,7 @@ class WindowAttentionBuffer {
   WindowAttentionBuffer(const WindowAttentionBuffer&) = delete;
   WindowAttentionBuffer& operator=(const WindowAttentionBuffer&) = delete;
   WindowAttentionSignal fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
-                             int query_position0);
+                             int query_position0, bool causal = true);
 
  private:
   float* data_ = nullptr;
