@@ -952,9 +952,18 @@ struct EvictionEngine::State {
     return by;
   }
 
-  // A decode step's declaration: NoneGivenWindowAttention only while the decoder is asked for the
-  // window attention (the decode trigger reads A).
+  // A decode step's declaration. A step that does not trigger the decode eviction (decode_every
+  // > 1: R-KV every 128 steps, CAM every 512) scores nothing, so it reads no row whatever the
+  // indicator reads (None): its rows come to the host once, at the next trigger step. Unless the
+  // scores are frozen at insertion (scored every step) or the host works on every appended row (a
+  // codebook's approximation, key channels). NoneGivenWindowAttention only while the decoder is
+  // asked for the window attention (the decode trigger reads A).
   CacheRowReads decode_call_row_reads() const {
+    const int next = decode_step + 1;
+    const bool triggers = plan.decode.every > 0 && next % plan.decode.every == 0;
+    const bool every_append = keeps_frozen_scores() || unfold || desc.channels.enabled ||
+                              (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook);
+    if (!triggers && !every_append) return CacheRowReads::None;
     if (decode_row_reads != CacheRowReads::NoneGivenWindowAttention) return decode_row_reads;
     return requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
   }

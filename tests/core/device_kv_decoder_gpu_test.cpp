@@ -437,6 +437,27 @@ TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads
 #endif
 }
 
+// Between two decode evictions (decode_every > 1) a step scores nothing and reads no row: R-KV
+// (keys) and CAM (key norms, value merges) every 4 steps leave the other steps' rows on the device
+// (placeholders, brought over once at the next trigger step) and keep exactly the caches and logits
+// of a decoder whose host cache takes every row.
+TEST(DeviceKvDecoderGpu, StepsBetweenDecodeEvictionsLeaveRowsOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 61);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
+      {"rkv", {{"decode_interval", "4"}}}, {"cam", {{"compression_interval", "4"}}}};
+  for (const auto& [name, params] : policies) {
+    const auto policy = load_policy(name, params);
+    RowlessAgainstReal run;
+    run_rowless_against_real(*model, *policy, KvType::F16, random_prompt(120, 23), 16, name, run);
+    if (HasFatalFailure()) return;
+    EXPECT_GT(run.rowless->device_kv_stats().counts.rows_placeholder, 0) << name;
+    EXPECT_EQ(run.real->device_kv_stats().counts.rows_placeholder, 0) << name;
+  }
+#endif
+}
+
 // Decoder::device_kv_stats' own side (bench_gpu_decode's decode breakdown): the host appends are
 // timed on observed calls only (unobserved rows are deferred), the observation downloads only
 // when an observer asks for something.

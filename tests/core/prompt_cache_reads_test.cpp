@@ -315,9 +315,8 @@ TEST_F(PromptCacheReadsTest, TheEngineRefusesToReadPlaceholderRows) {
 
 // The declaration per call: a later block, even one shorter than the window (the decoder holds the
 // previous block's queries, or does not serve the window attention and reads rows), keeps the
-// prompt's; after the prompt a multi-token call is Reads, and so is a one-token call of a policy
-// that does not score while decoding (its decode declaration needs a window attention nobody asks
-// the decoder for).
+// prompt's; after the prompt a multi-token call is Reads, and a one-token call of a policy that
+// does not score while decoding reads nothing (None).
 TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   const std::string file = with_prefill_block(resolve_policy_path("snapkv"), 40);
   const auto policy = load_policy(file, {{"window", "16"}});
@@ -339,7 +338,7 @@ TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   const ObservationRequest decoding = engine.request();
   EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention);
   EXPECT_EQ(decoding.window_attention, 0) << "snapkv does not score while decoding";
-  EXPECT_EQ(decoding.cache_row_reads.next_token, CacheRowReads::Reads);
+  EXPECT_EQ(decoding.cache_row_reads.next_token, CacheRowReads::None) << "so its decode steps read no row";
   EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::Reads);
 }
 

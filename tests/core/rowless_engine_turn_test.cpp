@@ -259,6 +259,33 @@ TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCac
   }
 }
 
+// Between two decode evictions (decode_every > 1) a step scores nothing, so it reads no row whatever
+// the indicator reads: R-KV (cached keys, every 128 steps by default) and CAM (key norms and value
+// merges, every 512) run their other steps on a position-only cache and read the rows only at
+// their trigger steps, keeping the caches and logits of the engine alone. Control: the same policy
+// evicting every step declares every step.
+TEST_F(RowlessEngineTurnTest, StepsBetweenDecodeEvictionsRunOnAPositionOnlyCache) {
+  const int L = model_->config.n_layers, steps = 32, every = 8;
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"rkv", {{"decode_interval", std::to_string(every)}}},
+           {"cam", {{"compression_interval", std::to_string(every)}}}}) {
+    const auto policy = load_policy(name, params);
+    ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::Reads) << name;
+    const Run plain = plain_run(*policy, steps);
+    const Run rowless = run(*policy, TurnMode::Rowless, steps);
+    EXPECT_EQ(rowless.rowless_turns, (steps - steps / every) * (L + 1))
+        << name << ": the steps between evictions";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    test::expect_same_calls(plain, rowless, name);
+    bool evicted = false;  // at a trigger step, on the real rows
+    for (size_t i = 1; i < rowless.layouts.size(); ++i)
+      evicted = evicted || rowless.layouts[i][0][0].size() < rowless.layouts[i - 1][0][0].size();
+    EXPECT_TRUE(evicted) << name << " never evicted while decoding";
+  }
+  const auto every_step = load_policy("rkv", {{"decode_interval", "1"}});
+  EXPECT_EQ(run(*every_step, TurnMode::Rowless, 4).rowless_turns, 0) << "a step that evicts reads its rows";
+}
+
 // Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the
 // engine's own placeholder guard is not told), reads a row of the position-only cache and is
 // stopped by the cache's refusal, not by a wrong result.
