@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/window_attention_signal.h"
@@ -55,6 +56,10 @@ inline bool rows_may_stay_on_device(CacheRowReads reads, bool serves_window_atte
 struct ObservationRequest {
   int window = 0;                      // keep the post-RoPE queries of the last `window` tokens of the block
   bool accumulated_attention = false;  // column sums of the causal attention of every query of the block
+  // With accumulated_attention: the observer reads those column sums in place on the decoder's
+  // device only (LayerSignals::column_sums_on_device), so a decoder that computes them there may
+  // leave LayerSignals::accumulated_attention null and copy nothing to the host.
+  bool column_sums_on_device_only = false;
   bool hidden_norms = false;           // the L2 norm of each block token's layer input (LayerSignals::hidden_norms)
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
   bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
@@ -91,8 +96,12 @@ struct LayerSignals {
   // accumulated_attention[h][t]: sum over the block's queries of the attention probability that
   // query head h gave cache entry t of its stored head (cache.stored_head_of_query(h): KV head h / G,
   // or h itself in an unfolded cache), in cache order, the block's own entries included.
-  // Empty if not requested. For a one-token block this is the current query's attention.
+  // Empty if not requested, or when only the device copy below was asked for. For a one-token
+  // block this is the current query's attention.
   const std::vector<std::vector<float>>* accumulated_attention = nullptr;
+  // The same column sums in the decoder's device memory (column_sums_signal.h), from a decoder that
+  // computed them there (the CUDA decoder); empty otherwise.
+  ColumnSumsSignal column_sums_on_device;
   // The block's token ids, [n_tokens] (always set).
   std::span<const int> tokens;
   // hidden_norms[i]: the L2 norm of the layer's input hidden state (the residual stream before

@@ -106,8 +106,12 @@ struct EvictionEngine::State {
   PrecomputedWindow window_in;
   // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
   std::unique_ptr<LayerSelector> selector;
-  // The program may score from the decoder's device window attention in place (scores_window_in_place).
+  // The program may score from the decoder's device window attention in place (scores_signals_in_place).
   const bool window_in_place;
+  // ... and decode steps from the decoder's device column sums (A_now) without a host copy of them:
+  // it reads A_now and nothing on the host reads the column sums (accumulated attention, a merge's
+  // decode attention).
+  const bool current_in_place;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
   // fixed by the policy; request() narrows the prompt's per call.
   const CacheRowReads decode_row_reads, prompt_row_reads;
@@ -118,6 +122,9 @@ struct EvictionEngine::State {
   // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
   // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
   const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
+  // ... or their device copy only (ObservationRequest::column_sums_on_device_only), and its download.
+  ColumnSumsSignal decoder_current_device;
+  std::vector<float> current_host;
   // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
   // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
   // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
@@ -204,18 +211,22 @@ struct EvictionEngine::State {
         Hs(plan.geometry.stored_heads),
         Gs(plan.geometry.stored_group),
         selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
-        window_in_place(scores_window_in_place(p)),
+        window_in_place(scores_signals_in_place(p)),
+        current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
+                         !p.description().needs(TensorSignal::AccumulatedAttention) &&
+                         !MergeOnEvictState::needs_decode_attention(p.description().merge)),
         decode_row_reads(decode_cache_row_reads(p.description())),
         prompt_row_reads(prompt_cache_row_reads(p.description())) {
     rope = Rope(c);
   }
 
   // Whether the decoder's device window attention may go to the score program in place
-  // (PrecomputedWindow::in_place): the program takes device signals (the CUDA scoring backend) and
-  // nothing on the host reads A: a layer weight only when the program computes it on the device
-  // too (CAKE's generated layer kernel), no head plan, extra stage programs or channel program, no
-  // signal the engine derives from A, not NACL's own map.
-  static bool scores_window_in_place(const PolicyProgram& p) {
+  // (PrecomputedWindow::in_place), and the decoder's device column sums (A_now): the program takes
+  // device signals (the CUDA scoring backend) and nothing on the host reads them: a layer weight
+  // only when the program computes it on the device too (CAKE's generated layer kernel), no head
+  // plan, extra stage programs or channel program, no signal the engine derives from A, not NACL's
+  // own map.
+  static bool scores_signals_in_place(const PolicyProgram& p) {
     const PolicyDescription& d = p.description();
     return p.scores_device_signals() && (!d.has_layer_weight || p.layer_weight_takes_device_signals()) &&
            !d.has_head_plan && d.select.stages.empty() &&
@@ -322,8 +333,24 @@ struct EvictionEngine::State {
   }
 
   // A_now of KV head kv_head's query heads from the decoder's one-token column sums ([Gs][T]): the
-  // host cache holds placeholder rows, so it is not computed from the cached keys.
-  void copy_decoder_current_attention(int kv_head, int T, float* out) const {
+  // host cache holds placeholder rows, so it is not computed from the cached keys. The host copy
+  // when the decoder made one, else its device copy, downloaded once per layer (the decoder's
+  // thread: decode steps score their heads one after another).
+  void copy_decoder_current_attention(int kv_head, int T, float* out) {
+    if (!decoder_current_attention) {
+      const ColumnSumsSignal& c = decoder_current_device;
+      if (T > c.row_stride || (kv_head + 1) * Gs > c.n_heads)
+        throw std::logic_error("engine: the decoder's device column sums do not cover head " +
+                               std::to_string(kv_head) + " of " + std::to_string(T) + " entries");
+      if (current_host.empty()) {
+        download_column_sums(c, current_host);
+        ++report.current_attention_downloads;
+      }
+      for (int g = 0; g < Gs; ++g)
+        std::copy_n(current_host.data() + static_cast<size_t>(kv_head * Gs + g) * c.row_stride, T,
+                    out + static_cast<size_t>(g) * T);
+      return;
+    }
     for (int g = 0; g < Gs; ++g) {
       const std::vector<float>& row = decoder_current_attention->at(static_cast<size_t>(kv_head * Gs + g));
       if (static_cast<int>(row.size()) != T)  // the decoder's row covers the head as it attended it
@@ -452,8 +479,15 @@ struct EvictionEngine::State {
           continue;
         case TensorSignal::CurrentAttention:
           if (rows == 0) continue;
+          // In place on the device when the head's rows are exactly [G][T] there (a layer whose
+          // heads are equally long: CAKE's, TOVA's): no download, no upload.
+          if (current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
+            in.set_device_signal(info.id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
+            ++report.current_attention_in_place;
+            continue;
+          }
           out.resize(static_cast<size_t>(Gs) * T);
-          if (decoder_current_attention) {
+          if (decoder_current_attention || !decoder_current_device.empty()) {
             copy_decoder_current_attention(kv_head, T, out.data());
             break;
           }
@@ -1220,11 +1254,17 @@ struct EvictionEngine::State {
   void decode_layer(const LayerSignals& s, KVCache& cache) {
     const int l = s.layer;
     // Placeholder rows on the host: A_now is the decoder's row (a one-token block's column sums).
-    decoder_current_attention = s.cache_rows_are_placeholders && s.n_tokens == 1 && !unfold ? s.accumulated_attention : nullptr;
+    const bool from_decoder = s.cache_rows_are_placeholders && s.n_tokens == 1 && !unfold;
+    decoder_current_attention = from_decoder ? s.accumulated_attention : nullptr;
+    decoder_current_device = from_decoder ? s.column_sums_on_device : ColumnSumsSignal{};
     struct Forget {
-      const std::vector<std::vector<float>>*& p;
-      ~Forget() { p = nullptr; }
-    } forget{decoder_current_attention};
+      State& st;
+      ~Forget() {
+        st.decoder_current_attention = nullptr;
+        st.decoder_current_device = {};
+        st.current_host.clear();
+      }
+    } forget{*this};
     original.appended(l, cache, s.first_position);
     record_layer_signals(s, cache, /*decoding=*/true);
     const int step = decode_step + 1;
@@ -1269,8 +1309,11 @@ ObservationRequest EvictionEngine::request() const {
   // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
   r.cache_row_reads = state_->cache_row_reads_by_call();
   if (r.cache_row_reads.next_token != CacheRowReads::Reads && state_->prefill_done &&
-      state_->desc.needs(TensorSignal::CurrentAttention))
+      state_->desc.needs(TensorSignal::CurrentAttention)) {
     r.accumulated_attention = true;
+    // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
+    r.column_sums_on_device_only = state_->current_in_place;
+  }
   // The prompt query statistics read every prompt query, and a window found from the tokens is
   // unknown until the prompt arrives: both see the whole block (a view, no copy).
   if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)

@@ -113,6 +113,11 @@ struct EvictionReport {
   // (layer, stored head) signals handed to a device scoring program in place (no download, no
   // upload; PrecomputedWindow::in_place), counted apart from window_attention_reused.
   int64_t window_attention_in_place = 0;
+  // Decode steps' A_now (the decoder's one-token column sums, LayerSignals::column_sums_on_device):
+  // (layer, stored head) signals handed to a device scoring program in place, and device column
+  // sums downloaded for heads that could not be (one per layer at most).
+  int64_t current_attention_in_place = 0;
+  int64_t current_attention_downloads = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

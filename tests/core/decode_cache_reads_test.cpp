@@ -24,6 +24,7 @@
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "cache_row_reads_harness.h"
+#include "in_place_scoring.h"
 #include "stories_prompt_test.h"
 #include "lockstep_eviction.h"
 #include "window_attention_injection.h"
@@ -202,6 +203,93 @@ TEST_F(DecodeCacheReadsTest, DecodersCurrentAttentionPartsFromTheHostsOnlyOnNear
       EXPECT_EQ(outcome.same_cache_steps, 41) << "H2O reads no A_now";
     }
   }
+}
+
+// As the CUDA decoder hands a device-scoring engine its decode steps: in a one-token call the engine
+// declared, the rows are marked as placeholders and, when the request asks for the column sums on
+// the device only (ObservationRequest::column_sums_on_device_only), they are handed over as
+// "device" memory ([n_heads][max_len], this wrapper's host buffer) with no host copy. `plant`
+// reverses each row's entries (a wrong buffer of the right shape).
+class DeviceColumnSums : public ForwardObserver {
+ public:
+  DeviceColumnSums(EvictionEngine& engine, bool plant) : engine_(engine), plant_(plant) {}
+  ObservationRequest request() const override {
+    request_ = engine_.request();
+    return request_;
+  }
+  void after_layer(const LayerSignals& s, KVCache& cache) override {
+    LayerSignals with = s;
+    const bool declared = request_.cache_row_reads.next_token != CacheRowReads::Reads && s.n_tokens == 1 &&
+                          s.first_position > 0;
+    with.cache_rows_are_placeholders = declared;
+    if (declared && request_.column_sums_on_device_only && s.accumulated_attention) {
+      const std::vector<std::vector<float>>& rows = *s.accumulated_attention;
+      int64_t max_len = 0;
+      for (int h = 0; h < cache.n_kv_heads(); ++h) max_len = std::max<int64_t>(max_len, cache.length(s.layer, h));
+      buffer_.assign(rows.size() * static_cast<size_t>(max_len), 0.0f);
+      for (size_t h = 0; h < rows.size(); ++h) {
+        float* row = buffer_.data() + h * static_cast<size_t>(max_len);
+        std::copy(rows[h].begin(), rows[h].end(), row);
+        if (plant_) std::reverse(row, row + rows[h].size());
+      }
+      with.column_sums_on_device = {buffer_.data(), static_cast<int>(rows.size()), max_len};
+      with.accumulated_attention = nullptr;
+      ++handed;
+    }
+    engine_.after_layer(with, cache);
+  }
+  void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
+  int64_t handed = 0;  // layers handed the column sums as device memory only
+
+ private:
+  EvictionEngine& engine_;
+  const bool plant_;
+  mutable ObservationRequest request_;
+  std::vector<float> buffer_;
+};
+
+// A_now in place: scored on the device (a stand-in device backend), CAKE's and TOVA's decode steps
+// read the decoder's device column sums where they are (ObservationRequest::column_sums_on_device_only:
+// no host copy, no download, no upload), with the caches and logits of the run that copies them on
+// the host; a planted buffer changes them. H2O accumulates the sums on the host and does not ask.
+TEST_F(DecodeCacheReadsTest, DeviceScoringReadsTheDecodersColumnSumsInPlace) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 20;
+  for (const char* name : {"cake", "tova"}) {
+    const auto policy = load_policy(name, {});
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    const auto run_with = [&](const PolicyProgram& p, bool in_place, bool plant, EvictionReport* report,
+                              int64_t* handed) {
+      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+      EvictionEngine engine(p, model_->config, {Budget::parse("40"), 3});
+      PoisonDecodedRows flagged(engine, S(), /*flag=*/true, /*poison=*/false);
+      DeviceColumnSums columns(engine, plant);
+      ForwardObserver* observer = in_place ? static_cast<ForwardObserver*>(&columns) : &flagged;
+      DecodeRun r;
+      r.record(decoder->forward(tokens_, observer), decoder->cache());
+      r.decode_greedily(*decoder, observer, steps);
+      if (report) *report = engine.report();
+      if (handed) *handed = columns.handed;
+      return r;
+    };
+    EvictionReport report;
+    int64_t handed = 0;
+    const DecodeRun host = run_with(*policy, false, false, nullptr, nullptr);
+    const DecodeRun in_place = run_with(device, true, false, &report, &handed);
+    EXPECT_EQ(handed, int64_t{steps} * model_->config.n_layers) << name;
+    EXPECT_GE(report.current_attention_in_place, int64_t{heads}) << name << ": the last step's heads";
+    EXPECT_EQ(report.current_attention_downloads, 0) << name;
+    EXPECT_GE(device.scored_current_in_place, int64_t{steps} * heads) << name;
+    EXPECT_GT(host.decode_evictions(), 0) << name;
+    test::expect_same_calls(host, in_place, name);
+    const DecodeRun planted = run_with(device, true, true, nullptr, nullptr);
+    EXPECT_NE(planted.layouts, in_place.layouts) << name << ": the device column sums were not read";
+  }
+  const auto h2o = load_policy("h2o", {});
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  const test::InPlaceScoring device(*h2o, true);
+  EvictionEngine engine(device, model_->config, {Budget::parse("40"), 3});
+  decoder->forward(tokens_, &engine);
+  EXPECT_FALSE(engine.request().column_sums_on_device_only) << "H2O accumulates the column sums on the host";
 }
 
 // Controls: a decode indicator over the cached keys reads cached rows: it says so, and poisoning the

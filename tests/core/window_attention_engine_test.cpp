@@ -24,6 +24,7 @@
 #include "core/engine/precomputed_window.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "in_place_scoring.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
 
@@ -204,44 +205,6 @@ enum class Mode {
   InPlaceDecodePlanted  // InPlace with a wrong buffer planted in the decode steps only (the rolling window)
 };
 
-// A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU): it takes device signals
-// (scores_device_signals), which in these runs are the injector's host buffer marked as device
-// memory, counts the calls that got the window attention that way and scores with the interpreter.
-class InPlaceScoring : public PolicyProgram {
- public:
-  InPlaceScoring(const PolicyProgram& p, bool layers_on_device) : p_(p), layers_on_device_(layers_on_device) {}
-  const PolicyDescription& description() const override { return p_.description(); }
-  void score(const ScoreInputs& in, bool decoding, float* out) const override {
-    ScoreInputs host = in;
-    if (in.on_device(TensorSignal::WindowAttention)) ++scored_in_place;
-    host.device_signals = 0;  // the "device" memory is the injector's host buffer
-    p_.score(host, decoding, out);
-  }
-  double layer_weight(const LayerWeightInputs& in) const override {
-    if (!layers_on_device_) return p_.layer_weight(in);  // the interpreter refuses device signals
-    LayerWeightInputs host = in;
-    for (ScoreInputs& h : host.heads) {
-      if (h.on_device(TensorSignal::WindowAttention)) ++layer_heads_in_place;
-      h.device_signals = 0;
-    }
-    return p_.layer_weight(host);
-  }
-  bool layer_weight_takes_device_signals() const override { return layers_on_device_; }
-  int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
-  PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
-  double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
-    return p_.decode_budget_for(prompt_len, decode_step, budget);
-  }
-  HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
-  bool scores_device_signals() const override { return true; }
-  mutable int64_t scored_in_place = 0;
-  mutable int64_t layer_heads_in_place = 0;  // heads handed to layer_weight with A as device memory
-
- private:
-  const PolicyProgram& p_;
-  const bool layers_on_device_;
-};
-
 struct EngineRun {
   std::vector<test::CacheLayout> layouts;  // after the prefill, each decode step, the block
   std::vector<std::vector<float>> logits;
@@ -258,7 +221,7 @@ class WindowAttentionEngineTest : public test::StoriesPromptTest {
     const auto policy = load_policy(c.policy, c.params);
     const bool layers = mode == Mode::InPlaceLayers || mode == Mode::InPlaceLayersPlanted;
     const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted || mode == Mode::InPlaceDecodePlanted || layers;
-    const InPlaceScoring device_scoring(*policy, layers);
+    const test::InPlaceScoring device_scoring(*policy, layers);
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device_scoring) : *policy, model_->config,
                           {Budget::parse(c.budget), 3});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../core/gpu_test_skip.h"
@@ -65,6 +66,53 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
     EXPECT_GT(cpu.report.window_attention_downloads, 0) << name;
     // Same signals, the generated kernel against the interpreter (equal to the bit on the H200),
     // the same tie rule: the same kept entries in the same order.
+    EXPECT_EQ(gpu.positions, cpu.positions) << name;
+  }
+}
+
+// Decode steps: the prompt, then `steps` greedy tokens (the logits' argmax of the first run, fed to
+// both) with the engine observing; positions after the last step.
+Outcome decode(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt,
+               const std::vector<int>& tokens) {
+  auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
+  EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
+  decoder->forward(prompt, &engine);
+  for (int t : tokens) decoder->forward(std::vector<int>{t}, &engine);
+  Outcome o;
+  const KVCache& cache = decoder->cache();
+  o.positions.resize(cache.n_layers());
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_kv_heads(); ++h)
+      o.positions[l].emplace_back(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h));
+  o.report = engine.report();
+  return o;
+}
+
+// While decoding: CAKE's and TOVA's A_now read in place from the decoder's device column sums
+// (ObservationRequest::column_sums_on_device_only: no host copy, no download), MorphKV's rolling
+// window attention read in place from the decoder's buffer; the same kept entries in the same order
+// as the interpreter scoring host copies of the same signals.
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 47);
+  std::vector<int> prompt(120), tokens(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 31 + 5) % 300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 17 + 11) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int heads = model->config.n_layers * model->config.n_kv_heads;
+  for (const char* name : {"cake", "tova", "morphkv"}) {
+    const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
+    const auto interpreted = load_policy(name, {});
+    const Outcome gpu = decode(*model, *on_device, prompt, tokens);
+    const Outcome cpu = decode(*model, *interpreted, prompt, tokens);
+    if (std::string(name) == "morphkv") {
+      EXPECT_GE(gpu.report.window_attention_in_place, heads) << name << ": the last step's heads";
+      EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
+    } else {
+      EXPECT_GE(gpu.report.current_attention_in_place, heads) << name << ": the last step's heads";
+      EXPECT_EQ(gpu.report.current_attention_downloads, 0) << name;
+      EXPECT_EQ(cpu.report.current_attention_in_place, 0) << name;
+    }
     EXPECT_EQ(gpu.positions, cpu.positions) << name;
   }
 }

@@ -638,6 +638,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   const DeviceKvLayerView view = store_block(layer, n, rotary_first);
 
   const bool want_columns = request.accumulated_attention;
+  ColumnSumsSignal device_columns;  // the column sums where the kernel left them (want_columns)
   if (want_columns) {
     row_max_.resize(rows * config_.n_heads);
     row_sum_.resize(rows * config_.n_heads);
@@ -664,14 +665,17 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
     const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
     cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
-    Stopwatch timed(&own_seconds_.observation);
-    host_columns_.resize(column_d_.size());
-    column_d_.download(host_columns_.data(), host_columns_.size());
-    column_sums_.resize(config_.n_heads);
-    for (int h = 0; h < config_.n_heads; ++h) {
-      const int len = cache_.length(layer, h / config_.group_size());
-      const float* row = host_columns_.data() + static_cast<size_t>(h) * max_len;
-      column_sums_[h].assign(row, row + len);
+    device_columns = {column_d_.data(), config_.n_heads, max_len};
+    if (!request.column_sums_on_device_only) {  // the observer reads them on the host too
+      Stopwatch timed(&own_seconds_.observation);
+      host_columns_.resize(column_d_.size());
+      column_d_.download(host_columns_.data(), host_columns_.size());
+      column_sums_.resize(config_.n_heads);
+      for (int h = 0; h < config_.n_heads; ++h) {
+        const int len = cache_.length(layer, h / config_.group_size());
+        const float* row = host_columns_.data() + static_cast<size_t>(h) * max_len;
+        column_sums_[h].assign(row, row + len);
+      }
     }
   }
 
@@ -692,7 +696,8 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
       signals.window_queries = std::span<const float>(window_queries_);
     }
-    if (want_columns) signals.accumulated_attention = &column_sums_;
+    if (want_columns && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
+    signals.column_sums_on_device = device_columns;
     signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
     // The window attention on request, over the cache as the block's append left it, before the
     // observer changes it. Not over the packed upload (no positions) nor re-assigned positions

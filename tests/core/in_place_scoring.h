@@ -1,0 +1,49 @@
+#pragma once
+// A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU) in CPU tests: it takes device
+// signals (scores_device_signals), which in these runs are a test's host buffer marked as device
+// memory (the window attention of test::WindowAttentionInjector, the column sums of a decode
+// step), counts the calls that got them that way, and scores with the wrapped program.
+#include <cstdint>
+
+#include "core/engine/policy_program.h"
+
+namespace kvevict::test {
+
+class InPlaceScoring : public PolicyProgram {
+ public:
+  InPlaceScoring(const PolicyProgram& p, bool layers_on_device) : p_(p), layers_on_device_(layers_on_device) {}
+  const PolicyDescription& description() const override { return p_.description(); }
+  void score(const ScoreInputs& in, bool decoding, float* out) const override {
+    ScoreInputs host = in;
+    if (in.on_device(TensorSignal::WindowAttention)) ++scored_in_place;
+    if (in.on_device(TensorSignal::CurrentAttention)) ++scored_current_in_place;
+    host.device_signals = 0;  // the "device" memory is the test's host buffer
+    p_.score(host, decoding, out);
+  }
+  double layer_weight(const LayerWeightInputs& in) const override {
+    if (!layers_on_device_) return p_.layer_weight(in);  // the interpreter refuses device signals
+    LayerWeightInputs host = in;
+    for (ScoreInputs& h : host.heads) {
+      if (h.on_device(TensorSignal::WindowAttention)) ++layer_heads_in_place;
+      h.device_signals = 0;
+    }
+    return p_.layer_weight(host);
+  }
+  bool layer_weight_takes_device_signals() const override { return layers_on_device_; }
+  int window_for(int prompt_len) const override { return p_.window_for(prompt_len); }
+  PolicyProtect protect_for(int prompt_len) const override { return p_.protect_for(prompt_len); }
+  double decode_budget_for(int prompt_len, int decode_step, double budget) const override {
+    return p_.decode_budget_for(prompt_len, decode_step, budget);
+  }
+  HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
+  bool scores_device_signals() const override { return true; }
+  mutable int64_t scored_in_place = 0;          // score calls that got A as device memory
+  mutable int64_t scored_current_in_place = 0;  // ... A_now
+  mutable int64_t layer_heads_in_place = 0;     // heads handed to layer_weight with A as device memory
+
+ private:
+  const PolicyProgram& p_;
+  const bool layers_on_device_;
+};
+
+}  // namespace kvevict::test
