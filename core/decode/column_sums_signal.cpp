@@ -3,21 +3,13 @@
 
 #include <stdexcept>
 
-#include "core/util/error.h"
-#ifdef KVEVICT_HAVE_CUDA
-#include "core/decode/cuda/window_attention.h"
-#endif
+#include "core/decode/device_download.h"
 
 namespace kvevict {
 
 void download_column_sums(const ColumnSumsSignal& c, std::vector<float>& host) {
   if (c.empty()) throw std::invalid_argument("download_column_sums: no device column sums");
-  host.resize(c.floats());
-#ifdef KVEVICT_HAVE_CUDA
-  cuda::download_floats(c.data, host.size(), host.data());
-#else
-  throw RuntimeError("column sums: a device buffer in a build without CUDA");
-#endif
+  download_device_floats(c.data, c.floats(), host, "column sums");
 }
 
 }  // namespace kvevict

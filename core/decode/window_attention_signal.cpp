@@ -6,10 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/util/error.h"
-#ifdef KVEVICT_HAVE_CUDA
-#include "core/decode/cuda/window_attention.h"
-#endif
+#include "core/decode/device_download.h"
 
 namespace kvevict {
 
@@ -36,12 +33,7 @@ void window_attention_rows(const WindowAttentionSignal& a, const float* data, in
 void download_window_attention(const WindowAttentionSignal& a, std::vector<float>& host) {
   if (a.empty() || !a.on_device)
     throw std::invalid_argument("download_window_attention: the signal is not in device memory");
-  host.resize(a.floats());
-#ifdef KVEVICT_HAVE_CUDA
-  cuda::download_floats(a.data, host.size(), host.data());
-#else
-  throw RuntimeError("window attention: a device buffer in a build without CUDA");
-#endif
+  download_device_floats(a.data, a.floats(), host, "window attention");
 }
 
 }  // namespace kvevict

@@ -33,10 +33,14 @@ struct Outcome {
   EvictionReport report;
 };
 
-Outcome prefill(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt) {
+// The prompt, then the decode steps `tokens` (one token each), with the engine observing every
+// call; the positions afterwards in cache order.
+Outcome run(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt,
+            const std::vector<int>& tokens = {}) {
   auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
   EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
   decoder->forward(prompt, &engine);
+  for (int t : tokens) decoder->forward(std::vector<int>{t}, &engine);
   Outcome o;
   const KVCache& cache = decoder->cache();
   o.positions.resize(cache.n_layers());
@@ -57,8 +61,8 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
     const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
     const auto interpreted = load_policy(name, {});
     ASSERT_TRUE(on_device->scores_device_signals()) << name;
-    const Outcome gpu = prefill(*model, *on_device, prompt);
-    const Outcome cpu = prefill(*model, *interpreted, prompt);
+    const Outcome gpu = run(*model, *on_device, prompt);
+    const Outcome cpu = run(*model, *interpreted, prompt);
     const int heads = model->config.n_layers * model->config.n_kv_heads;
     EXPECT_GE(gpu.report.window_attention_in_place, heads) << name;
     EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
@@ -68,24 +72,6 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
     // the same tie rule: the same kept entries in the same order.
     EXPECT_EQ(gpu.positions, cpu.positions) << name;
   }
-}
-
-// Decode steps: the prompt, then `steps` greedy tokens (the logits' argmax of the first run, fed to
-// both) with the engine observing; positions after the last step.
-Outcome decode(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt,
-               const std::vector<int>& tokens) {
-  auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
-  EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
-  decoder->forward(prompt, &engine);
-  for (int t : tokens) decoder->forward(std::vector<int>{t}, &engine);
-  Outcome o;
-  const KVCache& cache = decoder->cache();
-  o.positions.resize(cache.n_layers());
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int h = 0; h < cache.n_kv_heads(); ++h)
-      o.positions[l].emplace_back(cache.positions(l, h), cache.positions(l, h) + cache.length(l, h));
-  o.report = engine.report();
-  return o;
 }
 
 // While decoding: CAKE's and TOVA's A_now read in place from the decoder's device column sums
@@ -103,8 +89,8 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
   for (const char* name : {"cake", "tova", "morphkv"}) {
     const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
     const auto interpreted = load_policy(name, {});
-    const Outcome gpu = decode(*model, *on_device, prompt, tokens);
-    const Outcome cpu = decode(*model, *interpreted, prompt, tokens);
+    const Outcome gpu = run(*model, *on_device, prompt, tokens);
+    const Outcome cpu = run(*model, *interpreted, prompt, tokens);
     if (std::string(name) == "morphkv") {
       EXPECT_GE(gpu.report.window_attention_in_place, heads) << name << ": the last step's heads";
       EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
