@@ -274,7 +274,7 @@ memcheck() {  # NAME FILTER LIMIT: exit status and seconds go to <log>.status
 }
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
-    [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
+    [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:WindowAttentionInPlaceGpu.*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
     [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*:WindowAttentionSignalGpu.*'
   )
   memcheck_limit=$(( budget - bench_reserve - SECONDS ))

@@ -171,16 +171,18 @@ bool declares_some_call(const PolicyDescription& d) {
          (d.run.decode_every > 0 && decode_cache_row_reads(d) != CacheRowReads::Reads);
 }
 
-// Every built-in that declares no row reads in some call: the same caches and logits on a cache that
-// holds positions and norms only in those calls. The norm readers (their key_norm and value_norm come
-// with the positions) and CAKE, H2O and TOVA (decode) are among them.
+// Every built-in, in every call it declares it reads no row (by the policy: its prompt, its decode
+// steps; or by the step: a decode step that does not trigger the decode eviction): the same caches
+// and logits on a cache that holds positions and norms only in those calls. Every built-in that
+// declares so by policy has such calls (the norm readers, whose key_norm and value_norm come with
+// the positions, and CAKE, H2O and TOVA while decoding are among them); the others run here too,
+// so that a step declared by the step rule cannot read a row unseen.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionOnlyCache) {
-  std::vector<std::string> checked, with_norms;
+  std::vector<std::string> checked, with_norms, by_step;
   for (const std::string& file : builtin_policy_files()) {
     const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy) continue;  // it needs a setting or a model this test does not give it
     const PolicyDescription& d = policy->description();
-    if (!declares_some_call(d)) continue;
     const std::string name = std::filesystem::path(file).stem().string();
     Run reference;
     try {
@@ -190,22 +192,30 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
     }
     Run rowless;
     ASSERT_NO_THROW(rowless = run(*policy, TurnMode::Rowless)) << name << " read a row the cache does not hold";
-    EXPECT_GT(rowless.rowless_turns, 0) << name << ": no call ran on a position-only cache";
     EXPECT_FALSE(rowless.forbidden) << name << " edited a row or appended in a declared call";
     test::expect_same_calls(reference, rowless, name);
-    checked.push_back(name);
-    if (reads_row_norms(d)) with_norms.push_back(name);
+    if (declares_some_call(d)) {
+      EXPECT_GT(rowless.rowless_turns, 0) << name << ": no call ran on a position-only cache";
+      checked.push_back(name);
+      if (reads_row_norms(d)) with_norms.push_back(name);
+    } else if (rowless.rowless_turns > 0) {
+      by_step.push_back(name);
+    }
   }
-  std::string names, norm_names;
+  std::string names, norm_names, step_names;
   for (const std::string& n : checked) names += n + " ";
   for (const std::string& n : with_norms) norm_names += n + " ";
-  std::printf("policies run on a position-only cache: %s\nof which read row norms: %s\n", names.c_str(),
-              norm_names.c_str());
+  for (const std::string& n : by_step) step_names += n + " ";
+  std::printf("policies run on a position-only cache: %s\nof which read row norms: %s\n"
+              "others whose decode steps between evictions ran on it: %s\n",
+              names.c_str(), norm_names.c_str(), step_names.c_str());
   const auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   // StreamingLLM re-assigns positions (its default): the copy re-numbers, the real cache re-rotates.
   for (const char* n : {"cake", "h2o", "tova", "snapkv", "streamingllm"}) EXPECT_TRUE(has(checked, n)) << n;
   // Key norms at the prompt (knorm), and kvpress's decoding presses over key norms while decoding.
   for (const char* n : {"knorm", "decoding", "compression_ratio_decoding"}) EXPECT_TRUE(has(with_norms, n)) << n;
+  // Row readers at the prompt that never evict while decoding: every decode step is declared.
+  for (const char* n : {"keydiff", "expected_attention", "nacl"}) EXPECT_TRUE(has(by_step, n)) << n;
 }
 
 // CAKE, H2O and TOVA evict while decoding: every decode step (and after_forward) ran on the
