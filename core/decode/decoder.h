@@ -66,8 +66,8 @@ struct ObservationRequest {
   bool hidden_states = false;          // each block token's attention input vector (LayerSignals::hidden_states)
   // W > 0: the window attention of the sequence's newest min(W, position + n_tokens) queries (the
   // block's own, and before them the previous calls' when the block is shorter than W: a decode
-  // step, a short later block) over the layer's cache as the block's append left it (causal,
-  // scaled, the ordinary head map; LayerSignals::window_attention). A decoder MAY compute it (the
+  // step, a short later block) over the layer's cache as the block's append left it (scaled, the
+  // ordinary head map, causal unless window_attention_causal says not; LayerSignals::window_attention). A decoder MAY compute it (the
   // CUDA decoder does, on the device, from the queries it holds since it was first asked:
   // core/decode/query_window_ring.h); an observer must handle its absence, and must expect it only
   // where it keeps the same newest queries itself.
@@ -125,8 +125,8 @@ struct LayerSignals {
   // The host cache of this layer holds placeholder rows (DeviceKvMirror::append_placeholders: the
   // observer's ObservationRequest::cache_row_reads for this call was not Reads): it must read no
   // cached key or value. In a one-token call it takes the newest query's attention (A_now) from
-  // accumulated_attention, which is that row; in a prompt call its window attention is
-  // window_attention (NoneGivenWindowAttention).
+  // accumulated_attention (or column_sums_on_device), which is that row; its window attention, in
+  // any call, is window_attention (NoneGivenWindowAttention).
   bool cache_rows_are_placeholders = false;
 };
 

@@ -6,7 +6,7 @@
 //
 // What it holds: for query head h = kv * group + g of the layer (the ordinary GQA map: the G query
 // heads of stored head kv), window row w (the post-RoPE query of the block's token at position
-// query_position0 + w; the block's last W tokens) and cache entry t of stored head kv (cache order,
+// query_position0 + w; the sequence's newest W tokens) and cache entry t of stored head kv (cache order,
 // the cache as handed to after_layer), the softmax over the visible entries of q . k_t / sqrt(d),
 // causal by the cache's positions (entry t visible iff its position <= query_position0 + w);
 // masked entries, entries at or past the head's length (up to max_len) and rows that see nothing
