@@ -79,6 +79,11 @@ struct ObservationRequest {
   // host cache holds positions only for rows it keeps on a device hands it their norms too
   // (KVCache::held_row_norms), so these signals need no row on the host.
   bool row_norms = false;
+  // The observer reads no cached key or value after this call unless a later call's
+  // cache_row_reads says Reads: a decoder whose cache lives on a device may drop its host copy of
+  // the rows at the end of this call (DeviceKvMirror::release_host_rows) and bring them back when a
+  // call reads them. (A prompt the observer read, with decode steps that read nothing.)
+  bool host_rows_not_read_later = false;
   // What the observer reads of the cached keys and values in this call, by the call's kind (the
   // default: every row, always). Anything but Reads lets a decoder whose cache lives on a device
   // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).

@@ -158,6 +158,13 @@ class DeviceKvMirror final : public KvCacheListener {
   void sync_host();
   // Only the lagging rows (the placeholders stay): for a call that keeps using placeholders.
   void sync_host_appends();
+  // Decoder mode: every dense host head holding real rows that equal the device's (after flushing
+  // the pending work: no lag, no placeholder) drops them and holds its positions only
+  // (KVCache::release_rows): for an observer that reads no cached row in the calls to come
+  // (ObservationRequest::host_rows_not_read_later). A later call that reads rows brings each head's
+  // back in one read (sync_host). Returns the heads released (DeviceKvCounts::heads_released). Host
+  // mode, an unfolded cache and codebook heads release nothing.
+  int release_host_rows();
   // What a copy of the host cache needs (the decoder's snapshot): lagging rows appended and the
   // placeholders of heads that hold real rows filled; position-only heads stay so (no row crosses;
   // after the copy is assigned back, mark_synced ends the mirror's lists and lag; the position-only

@@ -181,6 +181,12 @@ class KVCache {
   // rounded once to the cache's KvType, in cache order. The listener hears on_write_entry for each
   // row. Throws std::logic_error when the head holds its rows already.
   void take_rows(int layer, int kv_head, const float* keys, const float* values);
+  // The inverse: a dense head that holds its rows drops them (their memory freed) and holds its
+  // positions only, its rows held elsewhere from now on. For the holder of an equal copy (the
+  // CUDA decoder's mirror, DeviceKvMirror::release_host_rows), so the listener hears nothing: the
+  // cache's contents do not change. Throws std::logic_error on an unfolded cache, a codebook head,
+  // or a head that holds no row (empty or already position-only).
+  void release_rows(int layer, int kv_head);
 
   // Position re-assignment (StreamingLLM's official pos_shift, kvpress key re-rotation; spec
   // policies.md §5.1, §7), kv_cache_positions.cpp. Entry t of the head gets position t (cache order)

@@ -57,6 +57,20 @@ void KVCache::take_rows(int layer, int kv_head, const float* keys, const float* 
     for (size_t t = 0; t < len; ++t) listener_.ptr->on_write_entry(layer, kv_head, static_cast<int>(t));
 }
 
+void KVCache::release_rows(int layer, int kv_head) {
+  check_head("release_rows", layer, kv_head);
+  if (unfolded_) throw std::logic_error("KVCache::release_rows: the cache is unfolded");
+  Head& h = head(layer, kv_head);
+  if (h.codebook) throw std::logic_error("KVCache::release_rows: " + kv_cache_head_where(layer, kv_head) + " is a codebook head");
+  if (h.positions.empty() || h.rows_elsewhere)
+    throw std::logic_error("KVCache::release_rows: " + kv_cache_head_where(layer, kv_head) + " holds no row");
+  h.keys.release();
+  h.values.release();
+  h.rows_elsewhere = true;
+  h.norms_held = false;  // none handed over yet (the holder hands them when asked)
+  h.held_norms.clear();
+}
+
 void KVCache::set_held_row_norms(int layer, int kv_head, std::span<const RowNorms> norms) {
   check_head("set_held_row_norms", layer, kv_head);
   if (!rows_held_elsewhere(layer, kv_head))

@@ -995,11 +995,30 @@ struct EvictionEngine::State {
   CacheRowReads decode_call_row_reads() const {
     const int next = decode_step + 1;
     const bool triggers = plan.decode.every > 0 && next % plan.decode.every == 0;
-    const bool every_append = keeps_frozen_scores() || unfold || desc.channels.enabled ||
-                              (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook);
-    if (!triggers && !every_append) return CacheRowReads::None;
+    if (!triggers && !host_works_on_every_append()) return CacheRowReads::None;
     if (decode_row_reads != CacheRowReads::NoneGivenWindowAttention) return decode_row_reads;
     return requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
+  }
+
+  // The host works on every appended row: scores frozen at insertion, a codebook's approximation,
+  // key channels, an unfolded cache.
+  bool host_works_on_every_append() const {
+    return keeps_frozen_scores() || unfold || desc.channels.enabled ||
+           (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook);
+  }
+
+  // ObservationRequest::host_rows_not_read_later: no decode step reads a row on the host (no decode
+  // eviction, or one over row-free signals: None), so a device cache may drop the host's copy of
+  // its rows after this call (a later call that reads rows, a question block, brings them back).
+  // Not while a prefill in blocks has blocks to come after this call, nor for a context replay or
+  // a host that works on every append (their calls read the rows again).
+  bool host_rows_not_read_later() const {
+    if (host_works_on_every_append() || reads_replay(desc)) return false;
+    if (block_prompt > 0) {
+      const int remaining = in_prefill ? block_prompt - prefill_seen : block_prompt;
+      if (remaining > plan.prefill.block) return false;
+    }
+    return plan.decode.every <= 0 || decode_row_reads == CacheRowReads::None;
   }
 
   // The prompt's declaration: NoneGivenWindowAttention holds only when the decoder is asked for
@@ -1325,6 +1344,7 @@ ObservationRequest EvictionEngine::request() const {
   r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
+  r.host_rows_not_read_later = state_->host_rows_not_read_later();
   return r;
 }
 

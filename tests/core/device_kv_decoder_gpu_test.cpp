@@ -184,6 +184,7 @@ struct ReadsRows : ForwardObserver {
   ObservationRequest request() const override {
     ObservationRequest r = engine.request();
     r.cache_row_reads = CacheRowReadsByCall{};  // Reads for every kind of call
+    r.host_rows_not_read_later = false;          // and keeps them
     return r;
   }
   void after_layer(const LayerSignals& s, KVCache& c) override { engine.after_layer(s, c); }
@@ -456,6 +457,38 @@ TEST(DeviceKvDecoderGpu, StepsBetweenDecodeEvictionsLeaveRowsOnTheDevice) {
     EXPECT_GT(run.rowless->device_kv_stats().counts.rows_placeholder, 0) << name;
     EXPECT_EQ(run.real->device_kv_stats().counts.rows_placeholder, 0) << name;
   }
+#endif
+}
+
+// A policy that reads the prompt's rows on the host but none while decoding (KeyDiff: no decode
+// eviction) lets the decoder drop the host's copy after the prompt (host_rows_not_read_later,
+// DeviceKvMirror::release_host_rows): the host then reserves a fraction of the bytes of a decoder
+// that keeps its rows, the decode steps take positions, the logits of every call are identical,
+// and once asked the host cache equals the device cache again.
+TEST(DeviceKvDecoderGpu, HostRowsAreReleasedAfterAPromptTheHostRead) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 67);
+  const auto policy = load_policy("keydiff", {});
+  ASSERT_EQ(prompt_cache_row_reads(policy->description()), CacheRowReads::Reads);
+  auto rowless = make_decoder(*model, DecoderDevice::Cuda, {});
+  auto real = make_decoder(*model, DecoderDevice::Cuda, {});
+  EvictionEngine e1(*policy, model->config, {Budget::parse("40"), 0}), e2(*policy, model->config, {Budget::parse("40"), 0});
+  ReadsRows reads(e2);
+  const std::vector<int> prompt = random_prompt(120, 29);
+  std::vector<float> a = prefill_prompt(*rowless, prompt, &e1, &e1), b = prefill_prompt(*real, prompt, &e2, &reads);
+  ASSERT_EQ(a, b);
+  EXPECT_GT(rowless->device_kv_stats().counts.heads_released, 0);
+  EXPECT_EQ(real->device_kv_stats().counts.heads_released, 0);
+  EXPECT_LT(rowless->cache_layout().bytes_reserved(), real->cache_layout().bytes_reserved() / 4);
+  for (int s = 0; s < 8; ++s) {
+    const int next = argmax(a);
+    a = rowless->forward(std::vector<int>{next}, &e1);
+    b = real->forward(std::vector<int>{next}, &reads);
+    ASSERT_EQ(a, b) << "step " << s;
+  }
+  EXPECT_GT(rowless->device_kv_stats().counts.rows_placeholder, 0);
+  EXPECT_TRUE(device_equals_host(*rowless));
 #endif
 }
 

@@ -446,6 +446,78 @@ TEST(DeviceKvMirror, DeferredHostAppendsCatchUpOnSync) {
 // Where the host must take the rows at once, defer_host_append declines (re-assigned positions:
 // the next position is the host's length); clear() ends a lag. A host head with no real row takes
 // positions instead of lagging.
+// Released host rows (DeviceKvMirror::release_host_rows, for an observer that reads no row in the
+// calls to come): after a prompt the host read and the engine's keeps, every head drops its rows
+// (the host then reserves a fraction of the bytes), the decode steps that follow take positions
+// (deferred and placeholder calls), more keeps follow, and a call that reads rows brings them back:
+// the host then holds exactly the reference's words and positions, and the twin equals both. In
+// three KvTypes; heads with placeholders or a lagging layer are not released.
+TEST(DeviceKvMirror, ReleasedHostRowsComeBackWhenRead) {
+  const ModelConfig c = two_layer_config();
+  const int kv_dim = c.n_kv_heads * c.head_dim;
+  for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
+    DecoderModeRig rig(c, type);
+    KVCache &cache = rig.cache, &reference = rig.reference;
+    std::mt19937 rng(31);
+    const auto keep_some = [&](bool shuffled) {
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          std::vector<int> keep;
+          for (int t = 0; t < cache.length(l, h); ++t)
+            if (rng() % 3 != 0) keep.push_back(t);
+          if (shuffled) std::shuffle(keep.begin(), keep.end(), rng);
+          cache.keep(l, h, keep);
+          reference.keep(l, h, keep);
+        }
+    };
+    const auto [k, v] = random_block(rng, 24, kv_dim);
+    for (int l = 0; l < c.n_layers; ++l) {
+      rig.mirror.flush(l);
+      append_block(rig.twin, reference, &cache, l, 0, k, v);
+      rig.mirror.flush(l);
+    }
+    keep_some(/*shuffled=*/true);
+    const size_t before = cache.bytes_reserved();
+    EXPECT_EQ(rig.mirror.release_host_rows(), c.n_layers * c.n_kv_heads) << kv_type_name(type);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) EXPECT_TRUE(cache.rows_held_elsewhere(l, h));
+    EXPECT_LT(cache.bytes_reserved(), before / 4) << kv_type_name(type);
+    EXPECT_EQ(rig.mirror.release_host_rows(), 0) << "nothing left to release";
+    int position = 24;
+    for (int step = 0; step < 8; ++step, ++position) {
+      const auto [k1, v1] = random_block(rng, 1, kv_dim);
+      for (int l = 0; l < c.n_layers; ++l) {
+        rig.mirror.flush(l);
+        append_block(rig.twin, reference, nullptr, l, position, k1, v1);
+        if (step % 2 == 0) {
+          ASSERT_TRUE(rig.mirror.defer_host_append(l, 1, position));
+        } else {
+          ASSERT_TRUE(rig.mirror.append_placeholders(l, 1, position));
+        }
+        EXPECT_EQ(rig.mirror.host_lag(l), 0) << "a head holding no row takes positions";
+        rig.mirror.flush(l);
+      }
+      if (step == 4) keep_some(/*shuffled=*/false);
+    }
+    rig.mirror.sync_host();
+    ASSERT_TRUE(twin_equals_host(rig.twin, cache)) << kv_type_name(type);
+    ASSERT_TRUE(twin_equals_host(rig.twin, reference)) << kv_type_name(type);
+    // Placeholders on a head holding real rows, and a lagging layer, are not the device's copy.
+    const auto [k2, v2] = random_block(rng, 1, kv_dim);
+    rig.mirror.flush(0);
+    append_block(rig.twin, reference, nullptr, 0, position, k2, v2);
+    ASSERT_TRUE(rig.mirror.append_placeholders(0, 1, position));
+    rig.mirror.flush(0);
+    rig.mirror.flush(1);
+    append_block(rig.twin, reference, nullptr, 1, position, k2, v2);
+    ASSERT_TRUE(rig.mirror.defer_host_append(1, 1, position));
+    rig.mirror.flush(1);
+    EXPECT_EQ(rig.mirror.release_host_rows(), 0) << kv_type_name(type);
+    rig.mirror.sync_host();
+    ASSERT_TRUE(twin_equals_host(rig.twin, reference)) << kv_type_name(type);
+  }
+}
+
 TEST(DeviceKvMirror, DeferralDeclinesAndClearEndsTheLag) {
   const ModelConfig c = one_head_config();
   OneHeadMirror m;

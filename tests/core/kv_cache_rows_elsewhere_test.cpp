@@ -92,6 +92,39 @@ TEST(KvCacheRowsElsewhere, EveryRowReaderAndEditorRefuses) {
   EXPECT_NO_THROW(cache.keys(0, 0));
 }
 
+// release_rows, take_rows' inverse: a head holding rows drops them (their memory freed, nothing told
+// to the listener: the contents do not change) and holds its positions only; taking the same rows
+// back gives it its stored words again. Refused: a head holding no row, an unfolded cache.
+TEST(KvCacheRowsElsewhere, ReleaseRowsIsTakeRowsInverse) {
+  for (KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
+    KVCache cache(small_config(), type);
+    const std::vector<float> keys = rows_of(6, 4, 2.0f), values = rows_of(6, 4, -3.0f);
+    for (int t = 0; t < 6; ++t) cache.append(0, 1, 4 + t, keys.data() + t * 4, values.data() + t * 4);
+    std::vector<float> stored_k(6 * 4), stored_v(6 * 4);
+    cache.reconstruct_keys(0, 1, 0, 6, stored_k.data());
+    cache.reconstruct_values(0, 1, 0, 6, stored_v.data());
+    const size_t before = cache.bytes_reserved();
+    Events events;
+    cache.set_listener(&events);
+    cache.release_rows(0, 1);
+    EXPECT_TRUE(events.log.empty());
+    EXPECT_TRUE(cache.rows_held_elsewhere(0, 1));
+    EXPECT_LT(cache.bytes_reserved(), before) << kv_type_name(type);
+    EXPECT_EQ(cache.length(0, 1), 6);
+    EXPECT_EQ(cache.positions(0, 1)[5], 9);
+    std::vector<float> out(6 * 4);
+    EXPECT_THROW(cache.reconstruct_keys(0, 1, 0, 6, out.data()), std::logic_error);
+    EXPECT_THROW(cache.release_rows(0, 1), std::logic_error) << "holds no row now";
+    EXPECT_THROW(cache.release_rows(0, 0), std::logic_error) << "an empty head";
+    cache.take_rows(0, 1, stored_k.data(), stored_v.data());
+    cache.reconstruct_keys(0, 1, 0, 6, out.data());
+    EXPECT_EQ(out, stored_k) << kv_type_name(type);
+    cache.reconstruct_values(0, 1, 0, 6, out.data());
+    EXPECT_EQ(out, stored_v) << kv_type_name(type);
+    cache.set_listener(nullptr);
+  }
+}
+
 TEST(KvCacheRowsElsewhere, TakeRowsGivesTheHeadWhatItWouldHaveHeld) {
   for (KvType type : {KvType::F32, KvType::F16, KvType::BF16}) {
     KVCache held(small_config(), type), elsewhere(small_config(), type);

@@ -342,6 +342,35 @@ TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::Reads);
 }
 
+// ObservationRequest::host_rows_not_read_later: set for a policy none of whose decode steps reads a
+// row on the host (no decode eviction, or one over row-free signals), so a device cache may drop
+// the host's copy after the prompt; not while a prefill in blocks has more than one block to come,
+// nor for a replay, a codebook, or a decode eviction that reads rows.
+TEST_F(PromptCacheReadsTest, TheRequestSaysWhenNoLaterCallReadsRows) {
+  const auto says = [](const char* name, std::map<std::string, std::string> params = {}) {
+    const auto policy = load_policy(name, params);
+    EvictionEngine engine(*policy, model_->config, {Budget::parse("40"), 3});
+    return engine.request().host_rows_not_read_later;
+  };
+  for (const char* name : {"keydiff", "snapkv", "cake", "h2o", "nacl", "knorm"}) EXPECT_TRUE(says(name)) << name;
+  for (const char* name : {"rkv", "d2o", "spindlekv", "kvzip", "think"}) EXPECT_FALSE(says(name)) << name;
+  EXPECT_FALSE(says("nacl", {{"decode_interval", "4"}})) << "its first decode steps read rows";
+  const std::string file = with_prefill_block(resolve_policy_path("snapkv"), 40);
+  const auto policy = load_policy(file, {});
+  std::filesystem::remove(file);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine engine(*policy, model_->config, {Budget::parse("40"), 3});
+  const std::span<const int> prompt(tokens_.data(), 90);
+  engine.begin_block_prefill(90);
+  EXPECT_FALSE(engine.request().host_rows_not_read_later) << "blocks of 40, 50 and 10 to come";
+  decoder->forward(prompt.subspan(0, 40), &engine);
+  EXPECT_FALSE(engine.request().host_rows_not_read_later) << "blocks of 40 and 10 to come";
+  decoder->forward(prompt.subspan(40, 40), &engine);
+  EXPECT_TRUE(engine.request().host_rows_not_read_later) << "the last block comes next";
+  decoder->forward(prompt.subspan(80, 10), &engine);
+  EXPECT_TRUE(engine.request().host_rows_not_read_later);
+}
+
 TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowAttention));
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::AccumulatedAttention));

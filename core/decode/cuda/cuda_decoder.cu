@@ -408,6 +408,9 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
     logits_d_.download(logits_.data(), vocab);
   }
   if (observer) observer->after_forward(n, cache_);
+  // The observer reads no row in the calls to come: the host's copy of the device's rows goes (only
+  // after a call whose rows came to the host: a placeholder call brought none).
+  if (mirror_ && observer && request.host_rows_not_read_later && !placeholder_host_) mirror_->release_host_rows();
   return logits_;
 }
 
