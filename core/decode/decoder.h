@@ -67,10 +67,10 @@ struct ObservationRequest {
   // W > 0: the window attention of the sequence's newest min(W, position + n_tokens) queries (the
   // block's own, and before them the previous calls' when the block is shorter than W: a decode
   // step, a short later block) over the layer's cache as the block's append left it (scaled, the
-  // ordinary head map, causal unless window_attention_causal says not; LayerSignals::window_attention). A decoder MAY compute it (the
-  // CUDA decoder does, on the device, from the queries it holds since it was first asked:
-  // core/decode/query_window_ring.h); an observer must handle its absence, and must expect it only
-  // where it keeps the same newest queries itself.
+  // ordinary head map, causal unless window_attention_causal says not; LayerSignals::window_attention).
+  // A decoder MAY compute it (the CUDA decoder does, on the device, from the queries it holds
+  // through the calls that ask for it: core/decode/query_window_ring.h); an observer must handle
+  // its absence, and must expect it only where it keeps the same newest queries itself.
   int window_attention = 0;
   // false: that window attention not causal, every cached entry visible to every window row (NACL's
   // official proxy scoring); LayerSignals::window_attention.causal says which was computed.

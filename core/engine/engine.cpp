@@ -444,7 +444,7 @@ struct EvictionEngine::State {
       const int W = wr.W, first = wr.first;
       std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
       // The decoder's, in place on the device for a program that reads it there (no download, no
-      // upload: scores_window_in_place), where its rows are exactly the head's: at a prefill, and
+      // upload: scores_signals_in_place), where its rows are exactly the head's: at a prefill, and
       // at a decode step over the rolling window when the layer's heads are equally long.
       const float* device_rows = window_in_place && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
       if (device_rows) {

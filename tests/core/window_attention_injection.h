@@ -124,22 +124,26 @@ class WindowAttentionInjector : public ForwardObserver {
   void plant_beyond_block_only() { plant_beyond_block_only_ = true; }
 
  private:
-  // The block's window queries into the layer's newest queries held, as many as the largest
-  // window attention asked for (per layer: a forced window is known only once the engine planned
-  // the prompt at its first layer). The block's rows are its last signals.window ones; those before
-  // them are missing, so a block that holds fewer than its tokens starts the rows over
-  // (QueryWindowRing's rule).
+  // The block's window queries into the layer's newest queries held, as the CUDA decoder holds
+  // them: as many as this call asks the window attention of, none (forgotten) when it asks for none
+  // (per layer: a forced window is known only once the engine planned the prompt at its first
+  // layer). The block's rows are its last signals.window ones; those before them are missing, so a
+  // block that holds fewer than its tokens starts the rows over (QueryWindowRing's rule).
   void hold_queries(const LayerSignals& s) {
-    capacity_ = std::max(capacity_, request_.window_attention);
-    if (force_) capacity_ = std::max(capacity_, engine_.plan().window);
-    if (capacity_ == 0 || s.window == 0) return;
+    int capacity = request_.window_attention;
+    if (force_) capacity = std::max(capacity, engine_.plan().window);
     if (held_.empty()) {
       held_.resize(static_cast<size_t>(twin_.layout().geometry().n_layers));
       rings_.resize(held_.size());
     }
+    if (capacity == 0 || s.window == 0) {
+      rings_[s.layer].forget();
+      held_[s.layer].clear();
+      return;
+    }
     const int first = s.first_position + s.n_tokens - s.window;
     const size_t row = s.window_queries.size() / static_cast<size_t>(s.window);
-    apply_query_window_update(rings_[s.layer].append(first, s.window, capacity_), held_[s.layer],
+    apply_query_window_update(rings_[s.layer].append(first, s.window, capacity), held_[s.layer],
                               s.window_queries.data(), row);
   }
 
@@ -149,7 +153,6 @@ class WindowAttentionInjector : public ForwardObserver {
   bool on_device_ = false;
   bool plant_beyond_block_only_ = false;
   mutable ObservationRequest request_;
-  int capacity_ = 0;
   std::vector<QueryWindowRing> rings_;    // [layer]
   std::vector<std::vector<float>> held_;  // [layer][rows][n_heads * head_dim]
   int64_t beyond_block_ = 0;

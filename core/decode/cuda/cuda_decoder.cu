@@ -313,10 +313,10 @@ class CudaDecoder : public Decoder {
   DeviceArray<uint16_t> flashinfer_staging_;  // 16-bit queries and outputs of cuda::flashinfer_prefill
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
-  // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as the largest
-  // window attention an observer asked for (query_capacity_; 0: none held), in every call from
-  // then on: the window attention of a call with fewer tokens than W (a decode step, a short later
-  // block) reads the previous calls' queries from here. Device-resident mode only.
+  // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
+  // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the
+  // window attention of a call with fewer tokens than W (a decode step, a short later block) reads
+  // the previous calls' queries from here. Device-resident mode only.
   QueryWindowRing query_ring_;
   int query_capacity_ = 0;
   QueryWindowUpdate query_update_;  // this call's, carried out at every layer
@@ -365,7 +365,11 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // A call whose observer reads no cached row (a prompt block or a decode step, by its answer for
   // this kind of call): the host cache takes placeholder rows (positions only), no key or value
   // leaves the device (device_kv_mirror.h).
-  if (mirror_ && request.window_attention > 0) query_capacity_ = std::max(query_capacity_, request.window_attention);
+  // The newest queries are held through the calls that ask for the window attention (as many as
+  // they ask for); a call that asks for none (a decode step of a policy that scores no A, a call
+  // without an observer) forgets them, so such a decode loop copies nothing.
+  query_capacity_ = mirror_ ? request.window_attention : 0;
+  if (query_capacity_ == 0) query_ring_.forget();
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && observer &&
                       rows_may_stay_on_device(reads, reads == CacheRowReads::NoneGivenWindowAttention &&
@@ -499,15 +503,14 @@ void CudaDecoder::restore(const DecoderSnapshot& snapshot) {
     device_kv_->restore(*mine->device);  // ... but the device copy is restored device-to-device
     mirror_->mark_synced();
   }
-  // The newest queries as they were (a snapshot of a ring this decoder no longer has room for, or
-  // that holds none, leaves none held).
+  // The newest queries as they were (a snapshot that holds none leaves none held). The next call
+  // keeps as many of them as it asks for.
   query_ring_.forget();
   const size_t floats = static_cast<size_t>(mine->query_ring.rows()) * config_.q_dim();
-  if (floats > 0 && mine->query_rows.size() == query_rows_.size() &&
-      mine->query_ring.rows() <= query_capacity_) {
+  if (floats > 0 && mine->query_rows.size() == query_rows_.size()) {
     for (size_t l = 0; l < query_rows_.size(); ++l) {
       DeviceQueryRows& held = *query_rows_[l];
-      held.rows[held.current].resize(static_cast<size_t>(query_capacity_) * config_.q_dim());
+      held.rows[held.current].resize(floats);
       cuda::check(cudaMemcpy(held.rows[held.current].data(), mine->query_rows[l]->data(), floats * sizeof(float),
                              cudaMemcpyDeviceToDevice),
                   "restore of the held queries");
