@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/decode/cache_rows_signal.h"
 #include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
@@ -25,10 +26,11 @@ namespace kvevict {
 enum class CacheRowReads : uint8_t {
   Reads,                     // it may read any cached key or value: the host cache holds them all
   None,                      // it reads none: only lengths and positions (and it keeps entries)
-  // None, provided the decoder hands it the window attention it asked for in this call
-  // (ObservationRequest::window_attention > 0) at every layer; a decoder that does not compute
-  // the window attention, or not at every layer of the call, must treat it as Reads.
-  NoneGivenWindowAttention,
+  // None, provided the decoder hands it, at every layer of the call, each signal it asked for in
+  // place of rows: the window attention (ObservationRequest::window_attention > 0) and the cached
+  // rows in the decoder's device memory (cache_keys_on_device, cache_values_on_device). A decoder
+  // that does not make one of them, or not at every layer of the call, must treat it as Reads.
+  NoneGivenDecoderSignals,
 };
 
 // The observer's answer for each kind of call: it cannot tell which kind the decoder runs next
@@ -45,11 +47,10 @@ struct CacheRowReadsByCall {
 };
 
 // Whether a decoder may give the host cache placeholder rows in a call the observer answered
-// `reads` for: None, or NoneGivenWindowAttention when the decoder hands over the window attention
-// the observer asked for at every layer of the call (`serves_window_attention`).
-inline bool rows_may_stay_on_device(CacheRowReads reads, bool serves_window_attention) {
-  return reads == CacheRowReads::None ||
-         (reads == CacheRowReads::NoneGivenWindowAttention && serves_window_attention);
+// `reads` for: None, or NoneGivenDecoderSignals when the decoder hands over every such signal the
+// observer asked for at every layer of the call (`serves_asked_signals`).
+inline bool rows_may_stay_on_device(CacheRowReads reads, bool serves_asked_signals) {
+  return reads == CacheRowReads::None || (reads == CacheRowReads::NoneGivenDecoderSignals && serves_asked_signals);
 }
 
 // What an observer asks the decoder to record during a forward pass.
@@ -79,6 +80,15 @@ struct ObservationRequest {
   // host cache holds positions only for rows it keeps on a device hands it their norms too
   // (KVCache::held_row_norms), so these signals need no row on the host.
   bool row_norms = false;
+  // The observer reads the layer's cached keys (values) only from the decoder's device, in place
+  // (the K and V signals of a program that scores there): a decoder whose cache lives on a device
+  // may hand them over as LayerSignals::cache_rows (cache_rows_signal.h) instead of bringing the
+  // rows to the host. A decoder needs to make them only in calls whose cache_row_reads is
+  // NoneGivenDecoderSignals and whose rows it leaves on the device (the CUDA decoder makes them
+  // then only); in the others the observer reads the host's rows, or none. An observer must
+  // handle their absence.
+  bool cache_keys_on_device = false;
+  bool cache_values_on_device = false;
   // The observer reads no cached key or value after this call unless a later call's
   // cache_row_reads says Reads: a decoder whose cache lives on a device may drop its host copy of
   // the rows at the end of this call (DeviceKvMirror::release_host_rows) and bring them back when a
@@ -127,11 +137,14 @@ struct LayerSignals {
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;
+  // The cached keys and values the decoder copied out in its device memory on request
+  // (cache_rows_signal.h: layout, lifetime). Empty when not requested or not made.
+  CacheRowsSignal cache_rows;
   // The host cache of this layer holds placeholder rows (DeviceKvMirror::append_placeholders: the
   // observer's ObservationRequest::cache_row_reads for this call was not Reads): it must read no
   // cached key or value. In a one-token call it takes the newest query's attention (A_now) from
   // accumulated_attention (or column_sums_on_device), which is that row; its window attention, in
-  // any call, is window_attention (NoneGivenWindowAttention).
+  // any call, is window_attention, and its K and V are cache_rows (NoneGivenDecoderSignals).
   bool cache_rows_are_placeholders = false;
 };
 

@@ -39,25 +39,35 @@ static bool feature_reads_cache_rows(const PolicyDescription& d) {
          d.observe.same_index_head;
 }
 
-CacheRowReads decode_cache_row_reads(const PolicyDescription& d) {
+// K and V as cached, which a program scoring on the decoder's device reads there (GivenOnDevice).
+static bool given_on_device(TensorSignal s, CachedRowSignals rows) {
+  return rows == CachedRowSignals::GivenOnDevice && (s == TensorSignal::Keys || s == TensorSignal::Values);
+}
+
+CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows) {
   const SignalSet& reads = d.decode_reads_known ? d.decode_reads : d.reads;
   const bool window = d.run.decode_uses_window_attention;
+  bool given_rows = false;
   for (const TensorSignalInfo& info : kTensorSignalTable) {
     if (!reads[signal_index(info.id)]) continue;
     if (info.id == TensorSignal::WindowAttention && window) continue;  // below
+    if (given_on_device(info.id, rows)) {
+      given_rows = true;
+      continue;
+    }
     if (signal_source_reads_cache_rows(info.source)) return CacheRowReads::Reads;
   }
   if (feature_reads_cache_rows(d)) return CacheRowReads::Reads;
   // The rolling window's A (the last W queries, generated ones included), causal or not, from the
   // decoder: the window is the prompt's by then, whatever it was found from (NACL's proxy share).
   // A hand-made description (decode reads unknown) is taken to read more.
-  if (!window) return CacheRowReads::None;
-  return d.decode_reads_known ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::Reads;
+  if (!window && !given_rows) return CacheRowReads::None;
+  return d.decode_reads_known ? CacheRowReads::NoneGivenDecoderSignals : CacheRowReads::Reads;
 }
 
 bool prompt_signal_reads_cache_rows(TensorSignal s) {
   switch (s) {
-    case TensorSignal::WindowAttention:  // given by the decoder (NoneGivenWindowAttention)
+    case TensorSignal::WindowAttention:  // given by the decoder (NoneGivenDecoderSignals)
     case TensorSignal::AccumulatedAttention:
     case TensorSignal::Position:
     case TensorSignal::Token:
@@ -71,17 +81,24 @@ bool prompt_signal_reads_cache_rows(TensorSignal s) {
 
 const SignalSet& prompt_signals(const PolicyDescription& d) { return d.prompt_reads_known ? d.prompt_reads : d.reads; }
 
-CacheRowReads prompt_cache_row_reads(const PolicyDescription& d) {
+CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows) {
   const SignalSet& reads = prompt_signals(d);
-  for (const TensorSignalInfo& info : kTensorSignalTable)
-    if (reads[signal_index(info.id)] && prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
+  bool given_rows = false;
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    if (!reads[signal_index(info.id)]) continue;
+    if (given_on_device(info.id, rows)) {
+      given_rows = true;
+      continue;
+    }
+    if (prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
+  }
   // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
   if (feature_reads_cache_rows(d) || reads_query_statistics(d) || reads_replay(d) || d.observe.segment > 0)
     return CacheRowReads::Reads;
   // A window the decoder cannot know before the call (the engine then asks it for no window
   // attention, and computes A on the host). Causal or not, the decoder computes it.
   if (!window_known_before_prompt(d)) return CacheRowReads::Reads;
-  return d.window > 0 ? CacheRowReads::NoneGivenWindowAttention : CacheRowReads::None;
+  return d.window > 0 || given_rows ? CacheRowReads::NoneGivenDecoderSignals : CacheRowReads::None;
 }
 
 bool window_known_before_prompt(const PolicyDescription& d) {
@@ -95,7 +112,7 @@ const char* cache_row_reads_name(CacheRowReads r) {
   switch (r) {
     case CacheRowReads::Reads: return "Reads";
     case CacheRowReads::None: return "None";
-    case CacheRowReads::NoneGivenWindowAttention: return "NoneGivenWindowAttention";
+    case CacheRowReads::NoneGivenDecoderSignals: return "NoneGivenDecoderSignals";
   }
   return "?";
 }

@@ -10,11 +10,13 @@
 //     rows are placeholders; key and value norms (key_norm, value_norm) come with the positions
 //     of a head whose rows are on the device (ObservationRequest::row_norms, KVCache::held_row_norms);
 //     MorphKV's and Scissorhands' the window attention of the last W queries, which the decoder
-//     computes from the queries it holds (NoneGivenWindowAttention);
+//     computes from the queries it holds (NoneGivenDecoderSignals);
 //   * prompt: SnapKV, CAKE, TOVA, PyramidKV, Ada-KV read the window attention A, which the engine
 //     computes from the window queries and the cached keys unless the decoder hands it over
-//     (NoneGivenWindowAttention); H2O and StreamingLLM read column sums or positions only (None;
-//     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror).
+//     (NoneGivenDecoderSignals); H2O and StreamingLLM read column sums or positions only (None;
+//     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror);
+//   * either: K and V themselves (R-KV's redundancy, KeyDiff) when the program scores on the
+//     decoder's device, which hands them over there (CachedRowSignals::GivenOnDevice).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
 // std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
 // wrong declaration fails loudly instead of scoring zeros.
@@ -22,6 +24,15 @@
 #include "core/engine/policy_program.h"
 
 namespace kvevict {
+
+// How K and V (the cached keys and values, TensorSignal::Keys / Values) reach the score programs:
+// copied out of the host cache's rows, or handed over in the decoder's device memory and read there
+// by a program that scores on that device (ObservationRequest::cache_keys_on_device, the engine's
+// choice when its program scores_device_signals and nothing on the host reads them).
+enum class CachedRowSignals : uint8_t {
+  ReadOnHost,
+  GivenOnDevice,
+};
 
 // Sources of signals made WHILE DECODING without reading a cached key or value: the attention the
 // decoder computes (column sums, and the newest query's row, A_now, as above), positions, the
@@ -36,14 +47,16 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // edits or reads rows: merges and codebooks, key channels, unfolded GQA, extra selection stages,
 // NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
 // re-rotates them; head plans run at the prompt only, on prompt_reads). Then
-// NoneGivenWindowAttention when the decode indicator reads A, which a decoder computes from the
+// NoneGivenDecoderSignals when the decode indicator reads A, which a decoder computes from the
 // queries it holds, causal or not (MorphKV, Scissorhands, CAKE's paper indicator, NACL with
-// decode_interval > 0), else None. The engine narrows it per call: only while it asks the decoder
-// for the window attention (EvictionEngine's decode trigger reads A).
-CacheRowReads decode_cache_row_reads(const PolicyDescription& d);
+// decode_interval > 0), else None. With GivenOnDevice, K and V count as given by the decoder too
+// (NoneGivenDecoderSignals when read: R-KV's redundancy). The engine narrows it per call: only while
+// it asks the decoder for the window attention (EvictionEngine's decode trigger reads A).
+CacheRowReads decode_cache_row_reads(const PolicyDescription& d,
+                                     CachedRowSignals rows = CachedRowSignals::ReadOnHost);
 
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
-// attention A (when the decoder hands it over: the caller's NoneGivenWindowAttention), the column
+// attention A (when the decoder hands it over: the caller's NoneGivenDecoderSignals), the column
 // sums, positions, token ids, hidden states and row norms; true for everything else, A_now included (at the
 // prompt the engine computes it from the cached keys), and the prompt query statistics and the
 // window query rows Q, Q_pre, O (kept conservative).
@@ -59,13 +72,14 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     NACL's same-index head, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
-//   else NoneGivenWindowAttention when the policy has an observation window (the engine then
+//   else NoneGivenDecoderSignals when the policy has an observation window (the engine then
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
-//     over);
+//     over), or with GivenOnDevice reads K or V (the decoder hands over its device copy of them);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).
-CacheRowReads prompt_cache_row_reads(const PolicyDescription& d);
+CacheRowReads prompt_cache_row_reads(const PolicyDescription& d,
+                                     CachedRowSignals rows = CachedRowSignals::ReadOnHost);
 
 // Whether the observation window is known before the prompt arrives: not found from the tokens
 // (observe.window_after_token) nor from the prompt's length. Only then can a decoder be asked

@@ -112,6 +112,13 @@ struct EvictionEngine::State {
   // it reads A_now and nothing on the host reads the column sums (accumulated attention, a merge's
   // decode attention).
   const bool current_in_place;
+  // ... and K and V from the decoder's device copy of the layer's cached rows (LayerSignals::
+  // cache_rows), so a call whose programs read only those, A and row-free signals leaves its rows on
+  // the device (cache_row_reads.h, CachedRowSignals::GivenOnDevice).
+  const bool rows_in_place;
+  // The decoder's device copy of the current after_layer call's cached rows, when rows_in_place.
+  CacheRowsSignal decoder_rows;
+  int decoder_rows_layer = -1;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
   // fixed by the policy; request() narrows the prompt's per call.
   const CacheRowReads decode_row_reads, prompt_row_reads;
@@ -215,8 +222,10 @@ struct EvictionEngine::State {
         current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
                          !p.description().needs(TensorSignal::AccumulatedAttention) &&
                          !MergeOnEvictState::needs_decode_attention(p.description().merge)),
-        decode_row_reads(decode_cache_row_reads(p.description())),
-        prompt_row_reads(prompt_cache_row_reads(p.description())) {
+        rows_in_place(scores_signals_in_place(p) && (p.description().needs(TensorSignal::Keys) ||
+                                                     p.description().needs(TensorSignal::Values))),
+        decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
+        prompt_row_reads(prompt_cache_row_reads(p.description(), cached_row_signals())) {
     rope = Rope(c);
   }
 
@@ -232,6 +241,20 @@ struct EvictionEngine::State {
            !d.has_head_plan && d.select.stages.empty() &&
            !d.channels.enabled && !d.observe.same_index_head && !d.needs(TensorSignal::WindowQueryRows) &&
            !d.needs(TensorSignal::WindowQueryRowsPreRope) && !d.needs(TensorSignal::WindowOutputs);
+  }
+
+  CachedRowSignals cached_row_signals() const {
+    return rows_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
+  }
+
+  // K or V of stored head `src` of `layer` (T entries) in the decoder's device copy, when it made
+  // one for this call and the head is exactly that long; null otherwise (the host's rows then).
+  const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const {
+    const float* base = id == TensorSignal::Keys ? decoder_rows.keys : decoder_rows.values;
+    if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
+        decoder_rows.length[static_cast<size_t>(src)] != T)
+      return nullptr;
+    return base + decoder_rows.offset[static_cast<size_t>(src)];
   }
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
@@ -515,14 +538,18 @@ struct EvictionEngine::State {
           break;
         }
         case TensorSignal::Keys:
-          transpose_rows(keys("K"), T, d, out);
+        case TensorSignal::Values:
+          // In place on the decoder's device (no row on the host, no upload), else the host's rows.
+          if (const float* device = decoder_rows_of(info.id, layer, src, T)) {
+            in.set_device_signal(info.id, device);
+            continue;
+          }
+          if (info.id == TensorSignal::Keys) transpose_rows(keys("K"), T, d, out);
+          else transpose_rows(values("V"), T, d, out);
           break;
         case TensorSignal::KeysPreRope:
           refuse_placeholder_read(layer, "the cached keys (K_pre)");
           transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
-          break;
-        case TensorSignal::Values:
-          transpose_rows(values("V"), T, d, out);
           break;
         case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
           out.resize(static_cast<size_t>(Gs) * T);
@@ -605,6 +632,7 @@ struct EvictionEngine::State {
   std::vector<float> score(const HeadSignals& hs, bool decoding) {
     PhaseScope timed(*this, EnginePhase::Scoring);
     std::vector<float> out(hs.in.T, 0.0f);
+    if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
     policy.score(hs.in, decoding && plan.decode.own_score, out.data());
     return out;
   }
@@ -972,8 +1000,8 @@ struct EvictionEngine::State {
 
   // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
   // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
-  // (several tokens then: Reads, A_now needs the last query's own row). A fresh engine takes a
-  // later call as a prompt over rows it never saw: Reads.
+  // (several tokens then: block_call_row_reads). A fresh engine takes a later call as a prompt over
+  // rows it never saw: Reads.
   CacheRowReadsByCall cache_row_reads_by_call() const {
     CacheRowReadsByCall by;
     const bool blocks_pending = in_prefill && block_prompt > 0 && prefill_seen < block_prompt;
@@ -982,22 +1010,37 @@ struct EvictionEngine::State {
       by.next_token = by.next_block = prompt_call_row_reads();
     } else if (prefill_done && !in_prefill) {
       by.next_token = decode_call_row_reads();
+      by.next_block = block_call_row_reads();
     }
     return by;
+  }
+
+  // Whether the next call after the prompt triggers the decode eviction (one step, whatever its tokens).
+  bool next_call_triggers() const {
+    const int next = decode_step + 1;
+    return plan.decode.every > 0 && next % plan.decode.every == 0;
+  }
+
+  // A several-token call after the prompt (the eval sweep's question block, teacher forcing): None
+  // when it does not trigger the decode eviction and the host does not work on every appended row
+  // (it records by position and column sums, and scores nothing: SnapKV, and R-KV or CAM between
+  // their triggers); else Reads (the decode indicator's A_now must be the block's last query's
+  // row, which its column sums are not).
+  CacheRowReads block_call_row_reads() const {
+    return !next_call_triggers() && !host_works_on_every_append() ? CacheRowReads::None : CacheRowReads::Reads;
   }
 
   // A decode step's declaration. A step that does not trigger the decode eviction (decode_every
   // > 1: R-KV every 128 steps, CAM every 512) scores nothing, so it reads no row whatever the
   // indicator reads (None): its rows come to the host once, at the next trigger step. Unless the
   // scores are frozen at insertion (scored every step) or the host works on every appended row (a
-  // codebook's approximation, key channels). NoneGivenWindowAttention only while the decoder is
-  // asked for the window attention (the decode trigger reads A).
+  // codebook's approximation, key channels). NoneGivenDecoderSignals over the rolling window's A
+  // only while the decoder is asked for the window attention (the decode trigger reads A).
   CacheRowReads decode_call_row_reads() const {
-    const int next = decode_step + 1;
-    const bool triggers = plan.decode.every > 0 && next % plan.decode.every == 0;
-    if (!triggers && !host_works_on_every_append()) return CacheRowReads::None;
-    if (decode_row_reads != CacheRowReads::NoneGivenWindowAttention) return decode_row_reads;
-    return requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
+    if (!next_call_triggers() && !host_works_on_every_append()) return CacheRowReads::None;
+    if (decode_row_reads != CacheRowReads::NoneGivenDecoderSignals) return decode_row_reads;
+    const bool reads_window = desc.run.decode_uses_window_attention;
+    return !reads_window || requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
   }
 
   // The host works on every appended row: scores frozen at insertion, a codebook's approximation,
@@ -1021,12 +1064,13 @@ struct EvictionEngine::State {
     return plan.decode.every <= 0 || decode_row_reads == CacheRowReads::None;
   }
 
-  // The prompt's declaration: NoneGivenWindowAttention holds only when the decoder is asked for
-  // the window attention (it then covers the newest min(W, position) queries, a later block's
-  // previous ones included, or does not serve it: the decoder's serves_window_attention).
+  // The prompt's declaration: NoneGivenDecoderSignals holds for a policy with a window only when
+  // the decoder is asked for the window attention (it then covers the newest min(W, position)
+  // queries, a later block's previous ones included, or does not serve it: the decoder's
+  // serves_window_attention). K and V on the device are asked for whenever rows_in_place (request()).
   CacheRowReads prompt_call_row_reads() const {
-    if (prompt_row_reads != CacheRowReads::NoneGivenWindowAttention) return prompt_row_reads;
-    return requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
+    if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
+    return desc.window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
   }
 
   // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.
@@ -1345,6 +1389,10 @@ ObservationRequest EvictionEngine::request() const {
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
   r.host_rows_not_read_later = state_->host_rows_not_read_later();
+  // Scored on the device: K and V are read where the decoder copies them out, in the calls this
+  // engine declared NoneGivenDecoderSignals (the others have the rows on the host, or read none).
+  r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
+  r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
   return r;
 }
 
@@ -1371,6 +1419,18 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
     ~Rows() { placeholders = false; }
   } rows{state_->placeholder_rows};
   rows.placeholders = signals.cache_rows_are_placeholders;
+  // The decoder's device copy of the cached rows, read in place by device scoring: this call only.
+  struct DeviceRows {
+    State& st;
+    ~DeviceRows() {
+      st.decoder_rows = {};
+      st.decoder_rows_layer = -1;
+    }
+  } device_rows{*state_};
+  if (state_->rows_in_place && signals.cache_rows.on_device) {
+    state_->decoder_rows = signals.cache_rows;
+    state_->decoder_rows_layer = signals.layer;
+  }
   if (prefill) state_->prefill_layer(signals, cache, true);
   else state_->decode_layer(signals, cache);
 }

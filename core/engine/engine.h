@@ -118,6 +118,9 @@ struct EvictionReport {
   // sums downloaded for heads that could not be (one per layer at most).
   int64_t current_attention_in_place = 0;
   int64_t current_attention_downloads = 0;
+  // (layer, stored head) scorings that read K or V where the decoder copied them out on its device
+  // (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): no row came to the host.
+  int64_t cache_rows_in_place = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

@@ -119,7 +119,7 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
     const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy) continue;  // it needs a setting or a model this test does not give it
     const PolicyDescription& d = policy->description();
-    // NoneGivenWindowAttention (the rolling window's A from the decoder) runs with the window
+    // NoneGivenDecoderSignals (the rolling window's A from the decoder) runs with the window
     // attention handed over, on a position-only cache (rowless_engine_turn_test.cpp).
     if (d.run.decode_every <= 0 || decode_cache_row_reads(d) != CacheRowReads::None) continue;
     // Key and value norms come with the positions where the rows are on a device; poisoned rows
@@ -156,7 +156,7 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
 // (kvpress's decoding presses), StreamingLLM's re-assigned positions and the head plans of
 // DuoAttention and RLKV (their streaming heads keep sinks and recent tokens) are among them.
 // Those that read the window attention of the rolling window (the last W queries) declare
-// NoneGivenWindowAttention: the decoder computes it from the queries it holds.
+// NoneGivenDecoderSignals: the decoder computes it from the queries it holds.
 TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
   std::vector<std::string> none, given_window;
   for (const std::string& file : builtin_policy_files()) {
@@ -166,7 +166,7 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
     if (d.run.decode_every <= 0) continue;
     const CacheRowReads r = decode_cache_row_reads(d);
     if (r == CacheRowReads::None) none.push_back(std::filesystem::path(file).stem().string());
-    if (r == CacheRowReads::NoneGivenWindowAttention) given_window.push_back(std::filesystem::path(file).stem().string());
+    if (r == CacheRowReads::NoneGivenDecoderSignals) given_window.push_back(std::filesystem::path(file).stem().string());
   }
   std::sort(none.begin(), none.end());
   std::sort(given_window.begin(), given_window.end());
@@ -177,9 +177,34 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
   EXPECT_EQ(given_window, expect_given_window);
   // CAKE's paper indicator (mean + gamma * variance over the rolling window).
   EXPECT_EQ(decode_cache_row_reads(load_policy("cake", {{"decode_indicator", "mean_plus_gamma_var"}})->description()),
-            CacheRowReads::NoneGivenWindowAttention);
+            CacheRowReads::NoneGivenDecoderSignals);
   // DMS evicts while decoding only with decoding=true: then over key norms too.
   EXPECT_EQ(decode_cache_row_reads(load_policy("dms", {{"decoding", "true"}})->description()), CacheRowReads::None);
+}
+
+// Scored on the decoder's device, K and V count as handed over (CachedRowSignals::GivenOnDevice):
+// R-KV's decode triggers (its keys' redundancy, the rolling window's A) then read no row on the
+// host; the merges (CAM, D2O) still do.
+TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevice) {
+  std::vector<std::string> given_rows, still_reads;
+  for (const std::string& file : builtin_policy_files()) {
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
+    if (!policy) continue;
+    const PolicyDescription& d = policy->description();
+    if (d.run.decode_every <= 0) continue;
+    const std::string name = std::filesystem::path(file).stem().string();
+    const CacheRowReads host = decode_cache_row_reads(d);
+    const CacheRowReads device = decode_cache_row_reads(d, CachedRowSignals::GivenOnDevice);
+    if (device == CacheRowReads::Reads) still_reads.push_back(name);
+    if (host == device) continue;
+    EXPECT_EQ(host, CacheRowReads::Reads) << name;
+    EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
+    given_rows.push_back(name);
+  }
+  std::sort(given_rows.begin(), given_rows.end());
+  std::sort(still_reads.begin(), still_reads.end());
+  EXPECT_EQ(given_rows, std::vector<std::string>{"rkv"});
+  EXPECT_EQ(still_reads, (std::vector<std::string>{"cam", "d2o"}));
 }
 
 // A_now taken from the decoder's column sums (placeholder rows) instead of computed on the host
@@ -351,16 +376,16 @@ TEST(DecodeCacheReads, TheRollingWindowsAttentionIsTheDecodersWhenItCanComputeIt
   d.run.decode_uses_window_attention = true;
   d.decode_reads[signal_index(TensorSignal::WindowAttention)] = true;
   d.decode_reads[signal_index(TensorSignal::Position)] = true;
-  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription noncausal = d;
   noncausal.observe.causal = false;  // NACL's proxy
-  EXPECT_EQ(decode_cache_row_reads(noncausal), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(decode_cache_row_reads(noncausal), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription same_index = d;
   same_index.observe.same_index_head = true;
   EXPECT_EQ(decode_cache_row_reads(same_index), CacheRowReads::Reads);
   PolicyDescription found = d;
   found.observe.window_after_token = 5;  // the window is found from the prompt's tokens
-  EXPECT_EQ(decode_cache_row_reads(found), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(decode_cache_row_reads(found), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription keys = d;
   keys.decode_reads[signal_index(TensorSignal::Keys)] = true;
   EXPECT_EQ(decode_cache_row_reads(keys), CacheRowReads::Reads);

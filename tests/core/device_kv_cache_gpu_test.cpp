@@ -4,16 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/decode/cache_rows_signal.h"
+#include "core/decode/device_download.h"
 #include "core/decode/device_kv_twin.h"
 #include "core/decode/rope.h"
 #include "device_kv_test_ops.h"
 #include "device_kv_gpu_test_util.h"
 #if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/cache_rows.h"
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
@@ -138,6 +142,44 @@ TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
       const std::vector<int64_t> past(static_cast<size_t>(g.n_heads), twin.layout().length(l, 0)),
           one(static_cast<size_t>(g.n_heads), 1);
       EXPECT_THROW(device.row_norms(l, past, one), std::out_of_range);
+    }
+  }
+#endif
+}
+
+// The cached rows handed to device scoring (cache_rows_signal.h; cuda::CacheRowsBuffer), the kernel
+// against its twin: the same bits, every head [d][T] and packed, after appends and keeps (ragged
+// heads), keys and values together and one side alone.
+TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {6, 64, 128}) {
+    const DeviceKvGeometry g{2, 4, head_dim, GetParam()};
+    const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+    cuda::DeviceKvCache device(g, policy);
+    DeviceKvTwin twin(g, policy);
+    cuda::CacheRowsBuffer buffer;
+    for (const auto& op : device_kv_test::random_ops(g, 40, 31u + static_cast<uint32_t>(head_dim))) {
+      apply(device, twin, op);
+      const int l = op.layer;
+      const DeviceKvLayerView view = make_layer_view(device.layout().layer(l), g, device.keys(l), device.values(l),
+                                                     device.positions(l));
+      std::vector<float> twin_keys, twin_values, keys, values;
+      const CacheRowsSignal t = cache_rows_twin(twin.layer_view(l), true, true, twin_keys, twin_values);
+      const bool both = op.append;  // keys and values after appends, the keys alone after keeps
+      const CacheRowsSignal d = buffer.fill(view, true, both);
+      ASSERT_TRUE(d.on_device);
+      ASSERT_EQ(d.length, t.length);
+      ASSERT_EQ(d.offset, t.offset);
+      if (twin_keys.empty()) continue;
+      download_device_floats(d.keys, twin_keys.size(), keys, "test keys");
+      EXPECT_EQ(std::memcmp(keys.data(), twin_keys.data(), keys.size() * sizeof(float)), 0) << "layer " << l;
+      if (!both) {
+        EXPECT_EQ(d.values, nullptr);
+        continue;
+      }
+      download_device_floats(d.values, twin_values.size(), values, "test values");
+      EXPECT_EQ(std::memcmp(values.data(), twin_values.data(), values.size() * sizeof(float)), 0) << "layer " << l;
     }
   }
 #endif

@@ -293,7 +293,7 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
 
 // Placeholder host rows at the PROMPT (cache_row_reads.h): SnapKV, CAKE (cascading too), TOVA read
 // only the window attention there, which the decoder computes on the device and hands over
-// (NoneGivenWindowAttention); H2O reads the column sums (None); a window policy prefilled in blocks
+// (NoneGivenDecoderSignals); H2O reads the column sums (None); a window policy prefilled in blocks
 // declares it for every block of at least its window. Against a run whose observer says it reads
 // rows at the prompt (the decode steps declare the same in both), the logits of every call and the
 // host-visible caches (after sync) are identical, the prompt downloads no row (no host_append
@@ -409,7 +409,7 @@ TEST(DeviceKvDecoderGpu, ReassignedPositionsAreRotatedOnTheDevice) {
 
 // MorphKV, Scissorhands and CAKE's paper indicator score every decode step by the window attention
 // of the last W queries, which the decoder computes from the queries it holds on the device
-// (query_window_ring.h; NoneGivenWindowAttention): their host cache holds positions only at the
+// (query_window_ring.h; NoneGivenDecoderSignals): their host cache holds positions only at the
 // prompt and while decoding, and they keep exactly the caches and logits of a decoder whose host
 // cache takes every row (both engines read the decoder's window attention), with no host append.
 // NACL evicting every 2 decode steps (non-causal proxy, its window from the prompt's length) reads
@@ -427,7 +427,7 @@ TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads
     for (KvType type : {KvType::F16, KvType::F32}) {
       const std::string what = name + ", " + kv_type_name(type);
       const auto policy = load_policy(name, params);
-      ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention) << what;
+      ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenDecoderSignals) << what;
       RowlessAgainstReal run;
       run_rowless_against_real(*model, *policy, type, random_prompt(120, 19), 16, what, run);
       if (HasFatalFailure()) return;

@@ -1,8 +1,8 @@
 #pragma once
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU) in CPU tests: it takes device
 // signals (scores_device_signals), which in these runs are a test's host buffer marked as device
-// memory (the window attention of test::WindowAttentionInjector, the column sums of a decode
-// step), counts the calls that got them that way, and scores with the wrapped program.
+// memory (the window attention and the cached rows of test::WindowAttentionInjector, the column
+// sums of a decode step), counts the calls that got them that way, and scores with the wrapped program.
 #include <cstdint>
 
 #include "core/engine/policy_program.h"
@@ -17,6 +17,7 @@ class InPlaceScoring : public PolicyProgram {
     ScoreInputs host = in;
     if (in.on_device(TensorSignal::WindowAttention)) ++scored_in_place;
     if (in.on_device(TensorSignal::CurrentAttention)) ++scored_current_in_place;
+    if (in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values)) ++scored_rows_in_place;
     host.device_signals = 0;  // the "device" memory is the test's host buffer
     p_.score(host, decoding, out);
   }
@@ -39,6 +40,7 @@ class InPlaceScoring : public PolicyProgram {
   bool scores_device_signals() const override { return true; }
   mutable int64_t scored_in_place = 0;          // score calls that got A as device memory
   mutable int64_t scored_current_in_place = 0;  // ... A_now
+  mutable int64_t scored_rows_in_place = 0;     // ... K or V (the decoder's cached rows)
   mutable int64_t layer_heads_in_place = 0;     // heads handed to layer_weight with A as device memory
 
  private:

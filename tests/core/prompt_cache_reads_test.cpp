@@ -2,7 +2,7 @@
 // (ObservationRequest::cache_row_reads.prompt_start / next_block, core/engine/cache_row_reads.h),
 // which lets the CUDA decoder leave a prompt's rows on the device and hand the engine a host cache
 // of placeholder rows. Proof on the CPU: for every built-in policy that declares None or
-// NoneGivenWindowAttention at the prompt (but those reading key or value norms, which come with the
+// NoneGivenDecoderSignals at the prompt (but those reading key or value norms, which come with the
 // positions: rowless_engine_turn_test.cpp), a run whose engine is handed the window attention as the
 // CUDA decoder would (test::WindowAttentionInjector) and sees EVERY cached row poisoned (NaN keys
 // and values, restored after its turn) in every declared call keeps the caches and logits of the
@@ -48,7 +48,7 @@ struct Harness {
 
 // Between the decoder and the engine: computes the window attention first (over the rows as they
 // are), then, in a call the engine declared it reads no row for (by the call's kind; for
-// NoneGivenWindowAttention only where the window attention was handed over, as the CUDA decoder
+// NoneGivenDecoderSignals only where the window attention was handed over, as the CUDA decoder
 // decides), marks and poisons the rows for the engine's turn and puts them back afterwards (found
 // by position: the engine may have moved or dropped them).
 class PoisonRows : public ForwardObserver {
@@ -174,7 +174,7 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
     const CacheRowReads r = prompt_cache_row_reads(policy->description());
     const std::string name = std::filesystem::path(file).stem().string();
     if (r == CacheRowReads::None) none.push_back(name);
-    if (r == CacheRowReads::NoneGivenWindowAttention) given_window.push_back(name);
+    if (r == CacheRowReads::NoneGivenDecoderSignals) given_window.push_back(name);
   }
   std::sort(none.begin(), none.end());
   std::sort(given_window.begin(), given_window.end());
@@ -200,6 +200,29 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
 
 // Every built-in that declares it keeps the caches and logits with its rows poisoned, the prompt
 // in one call.
+// Scored on the decoder's device, K and V count as handed over (CachedRowSignals::GivenOnDevice):
+// the built-ins whose prompt then reads no row on the host (their only row reads are K and V, with
+// the window attention and row-free signals), pinned; nothing else changes.
+TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) {
+  std::vector<std::string> given_rows;
+  for (const std::string& file : builtin_policy_files()) {
+    const auto policy = test::load_or_null(file);
+    if (!policy) continue;
+    const PolicyDescription& d = policy->description();
+    const CacheRowReads host = prompt_cache_row_reads(d);
+    const CacheRowReads device = prompt_cache_row_reads(d, CachedRowSignals::GivenOnDevice);
+    const std::string name = std::filesystem::path(file).stem().string();
+    if (host == device) continue;
+    EXPECT_EQ(host, CacheRowReads::Reads) << name;
+    EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
+    EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values)) << name;
+    given_rows.push_back(name);
+  }
+  std::sort(given_rows.begin(), given_rows.end());
+  const std::vector<std::string> expect = {"blockpress", "keydiff", "qfilter", "rkv"};
+  EXPECT_EQ(given_rows, expect);
+}
+
 TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRows) {
   std::string checked;
   for (const std::string& file : builtin_policy_files()) {
@@ -231,7 +254,7 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
 // decoder holds (core/decode/query_window_ring.h; the injector holds them as the CUDA decoder does).
 TEST_F(PromptCacheReadsTest, CascadingAndBlockPrefillsIgnorePoisonedRows) {
   const auto cascading = load_policy("cake", {{"cascading", "true"}});
-  ASSERT_EQ(prompt_cache_row_reads(cascading->description()), CacheRowReads::NoneGivenWindowAttention);
+  ASSERT_EQ(prompt_cache_row_reads(cascading->description()), CacheRowReads::NoneGivenDecoderSignals);
   check_policy(*cascading, "cake cascading");
   // (A prefill in blocks does not cascade: the policy file refuses both.)
   for (const char* name : {"cake", "snapkv", "tova", "h2o", "streamingllm"}) {
@@ -272,7 +295,7 @@ TEST_F(PromptCacheReadsTest, ControlsPoisonChangesARowReaderAndTheHostsWindowAtt
   const auto snapkv = load_policy("snapkv", {});
   const PromptRun snap_plain = run_policy(*snapkv, {.inject = false}, 0);
   const PromptRun snap_poisoned = run_policy(*snapkv, {.inject = false, .poison = true, .poison_every_call = true}, 0);
-  EXPECT_EQ(snap_poisoned.prompt_declared, 0) << "NoneGivenWindowAttention without the window attention is Reads";
+  EXPECT_EQ(snap_poisoned.prompt_declared, 0) << "NoneGivenDecoderSignals without the window attention is Reads";
   EXPECT_GT(snap_poisoned.poisoned_calls, 0);
   EXPECT_NE(snap_plain.layouts.front(), snap_poisoned.layouts.front()) << "the host's A did not read the poisoned keys";
 }
@@ -315,8 +338,8 @@ TEST_F(PromptCacheReadsTest, TheEngineRefusesToReadPlaceholderRows) {
 
 // The declaration per call: a later block, even one shorter than the window (the decoder holds the
 // previous block's queries, or does not serve the window attention and reads rows), keeps the
-// prompt's; after the prompt a multi-token call is Reads, and a one-token call of a policy that
-// does not score while decoding reads nothing (None).
+// prompt's; after the prompt a call of a policy that does not score while decoding reads nothing
+// (None), one token or several (a question block).
 TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   const std::string file = with_prefill_block(resolve_policy_path("snapkv"), 40);
   const auto policy = load_policy(file, {{"window", "16"}});
@@ -324,22 +347,22 @@ TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   auto decoder = make_cpu_decoder(*model_, {.threads = 1});
   EvictionEngine engine(*policy, model_->config, {Budget::parse("40"), 3});
   const ObservationRequest first = engine.request();
-  EXPECT_EQ(first.cache_row_reads.prompt_start, CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(first.cache_row_reads.prompt_start, CacheRowReads::NoneGivenDecoderSignals);
   EXPECT_EQ(first.window_attention, 16);
   const int n = 40 + 40 + 10;  // a last block of 10 < the window
   ASSERT_GE(S(), n);
   const std::span<const int> prompt(tokens_.data(), static_cast<size_t>(n));
   engine.begin_block_prefill(n);
   decoder->forward(prompt.subspan(0, 40), &engine);
-  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenDecoderSignals);
   decoder->forward(prompt.subspan(40, 40), &engine);
-  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(engine.request().cache_row_reads.next_block, CacheRowReads::NoneGivenDecoderSignals);
   decoder->forward(prompt.subspan(80, 10), &engine);
   const ObservationRequest decoding = engine.request();
-  EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenDecoderSignals);
   EXPECT_EQ(decoding.window_attention, 0) << "snapkv does not score while decoding";
   EXPECT_EQ(decoding.cache_row_reads.next_token, CacheRowReads::None) << "so its decode steps read no row";
-  EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::Reads);
+  EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::None) << "nor its question blocks";
 }
 
 // ObservationRequest::host_rows_not_read_later: set for a policy none of whose decode steps reads a
@@ -385,10 +408,10 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   d.reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
   EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::None);
   d.window = 8;
-  EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription proxy = d;
   proxy.observe.causal = false;  // NACL's proxy: the decoder computes it too (window_attention_causal)
-  EXPECT_EQ(prompt_cache_row_reads(proxy), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(prompt_cache_row_reads(proxy), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription by_length = d;
   by_length.depends_on_prompt_len = true;  // hand-made: the window may depend on it
   EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);
@@ -404,29 +427,29 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   }
   PolicyDescription reassigned = d;
   reassigned.run.reassign_positions = true;  // the holder of the rows re-rotates them
-  EXPECT_EQ(prompt_cache_row_reads(reassigned), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(prompt_cache_row_reads(reassigned), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription head_plan = d;
   head_plan.has_head_plan = true;  // its programs read what the prompt's reads name, nothing else
-  EXPECT_EQ(prompt_cache_row_reads(head_plan), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(prompt_cache_row_reads(head_plan), CacheRowReads::NoneGivenDecoderSignals);
   // The DSL knows the prompt's programs: a decode-only A_now does not count at the prompt.
   PolicyDescription known = d;
   known.reads[signal_index(TensorSignal::CurrentAttention)] = true;
   known.prompt_reads_known = true;
   known.prompt_reads[signal_index(TensorSignal::WindowAttention)] = true;
-  EXPECT_EQ(prompt_cache_row_reads(known), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(prompt_cache_row_reads(known), CacheRowReads::NoneGivenDecoderSignals);
 }
 
 TEST(PromptCacheReads, TheDecoderTakesTheAnswerForTheCallsKind) {
   CacheRowReadsByCall by;
-  by.prompt_start = CacheRowReads::NoneGivenWindowAttention;
+  by.prompt_start = CacheRowReads::NoneGivenDecoderSignals;
   by.next_token = CacheRowReads::None;
-  EXPECT_EQ(by.for_call(0, 100), CacheRowReads::NoneGivenWindowAttention);
-  EXPECT_EQ(by.for_call(0, 1), CacheRowReads::NoneGivenWindowAttention);
+  EXPECT_EQ(by.for_call(0, 100), CacheRowReads::NoneGivenDecoderSignals);
+  EXPECT_EQ(by.for_call(0, 1), CacheRowReads::NoneGivenDecoderSignals);
   EXPECT_EQ(by.for_call(100, 1), CacheRowReads::None);
   EXPECT_EQ(by.for_call(100, 2), CacheRowReads::Reads);
   EXPECT_TRUE(rows_may_stay_on_device(CacheRowReads::None, false));
-  EXPECT_TRUE(rows_may_stay_on_device(CacheRowReads::NoneGivenWindowAttention, true));
-  EXPECT_FALSE(rows_may_stay_on_device(CacheRowReads::NoneGivenWindowAttention, false));
+  EXPECT_TRUE(rows_may_stay_on_device(CacheRowReads::NoneGivenDecoderSignals, true));
+  EXPECT_FALSE(rows_may_stay_on_device(CacheRowReads::NoneGivenDecoderSignals, false));
   EXPECT_FALSE(rows_may_stay_on_device(CacheRowReads::Reads, true));
 }
 

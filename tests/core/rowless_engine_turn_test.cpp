@@ -25,6 +25,7 @@
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "cache_row_reads_harness.h"
+#include "in_place_scoring.h"
 #include "lockstep_eviction.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
@@ -59,7 +60,7 @@ bool reads_row_norms(const PolicyDescription& d) {
 
 // Between the decoder and the engine, as the CUDA decoder acts: hands over the window attention the
 // engine asks for (test::WindowAttentionInjector) and, in a call the engine declared it reads no
-// row for (by the call's kind; NoneGivenWindowAttention only where the window attention was handed
+// row for (by the call's kind; NoneGivenDecoderSignals only where the window attention was handed
 // over), marks the rows as placeholders and, in Rowless mode, gives the engine a position-only copy
 // of the cache (test::position_only_copy) whose keeps are then replayed on the real cache.
 // Reference marks only (the flag makes the engine take A_now from the decoder's column sums, as in
@@ -71,7 +72,7 @@ enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms }
 class RowlessTurns final : public ForwardObserver {
  public:
   RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms,
-               bool plant_wrong_window = false)
+               bool plant_wrong_window = false, bool plant_wrong_rows = false)
       : engine_(engine),
         injector_(engine, cache, config.group_size(), plant_wrong_window),
         config_(config),
@@ -80,6 +81,7 @@ class RowlessTurns final : public ForwardObserver {
         mark_(mode == TurnMode::Rowless || mode == TurnMode::RowlessWithoutNorms ||
               (mode == TurnMode::Reference && !norms)) {
     injector_.plant_beyond_block_only();  // (when planting) the decode steps' rolling window only
+    if (plant_wrong_rows) injector_.plant_wrong_cache_rows();
   }
   ObservationRequest request() const override {
     request_ = injector_.request();
@@ -88,7 +90,13 @@ class RowlessTurns final : public ForwardObserver {
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
     const LayerSignals with = injector_.inject(signals);
     const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
-    const bool declared = rows_may_stay_on_device(reads, !with.window_attention.empty());
+    // Served (as the CUDA decoder decides): something asked for, the window attention where it was
+    // asked for, the cached rows where they were.
+    const bool rows_asked = request_.cache_keys_on_device || request_.cache_values_on_device;
+    const bool served = (rows_asked || request_.window_attention > 0) &&
+                        (request_.window_attention <= 0 || !with.window_attention.empty()) &&
+                        (!rows_asked || !with.cache_rows.empty());
+    const bool declared = rows_may_stay_on_device(reads, served);
     call_declared_ = call_declared_ || declared;
     LayerSignals marked = with;
     marked.cache_rows_are_placeholders = declared && mark_;
@@ -140,13 +148,16 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     bool forbidden = false;
     int64_t window_beyond_block = 0;
   };
-  static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false) {
+  // `block`, when not empty: a several-token call right after the prompt (a question block).
+  static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
+                 bool plant_wrong_rows = false, const std::vector<int>& block = {}) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
     RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
-                          plant_wrong_window);
+                          plant_wrong_window, plant_wrong_rows);
     Run r;
     r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
+    if (!block.empty()) r.record(decoder->forward(block, &observer), decoder->cache());
     r.decode_greedily(*decoder, &observer, steps);
     r.rowless_turns = observer.rowless_turns;
     r.forbidden = observer.forbidden;
@@ -154,11 +165,12 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
-  static Run plain_run(const PolicyProgram& policy, int steps = 30) {
+  static Run plain_run(const PolicyProgram& policy, int steps = 30, const std::vector<int>& block = {}) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
     Run r;
     r.record(prefill_prompt(*decoder, tokens_, &engine, &engine), decoder->cache());
+    if (!block.empty()) r.record(decoder->forward(block, &engine), decoder->cache());
     r.decode_greedily(*decoder, &engine, steps);
     return r;
   }
@@ -232,7 +244,7 @@ TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache
 
 // MorphKV, Scissorhands, CAKE's paper indicator and NACL evicting while decoding (the paper's
 // Algorithm 1; its official proxy is not causal) score decode steps by the window attention of the
-// last W queries, generated ones included (NoneGivenWindowAttention). Handed it as the CUDA
+// last W queries, generated ones included (NoneGivenDecoderSignals). Handed it as the CUDA
 // decoder computes it, from the queries it holds (more rows than the one-token call has), every
 // decode step runs on a position-only cache, with evictions, and keeps the caches and logits of
 // the engine alone (which computes A on the host from the rows). Control: a planted buffer (each
@@ -249,7 +261,7 @@ TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCac
            {"cake", {{"decode_indicator", "mean_plus_gamma_var"}}},
            {"nacl", nacl}}) {
     const auto policy = load_policy(name, params);
-    ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenWindowAttention) << name;
+    ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenDecoderSignals) << name;
     // NACL's window comes from the prompt's length, so nobody asks for the window attention at the
     // prompt and the decoder holds its queries only from the first decode step: its first W - 1
     // steps read rows (Reads, the decoder's fall-back), the others none.
@@ -294,6 +306,106 @@ TEST_F(RowlessEngineTurnTest, StepsBetweenDecodeEvictionsRunOnAPositionOnlyCache
   }
   const auto every_step = load_policy("rkv", {{"decode_interval", "1"}});
   EXPECT_EQ(run(*every_step, TurnMode::Rowless, 4).rowless_turns, 0) << "a step that evicts reads its rows";
+}
+
+// A several-token call after the prompt (the eval sweep's question block) that does not trigger the
+// decode eviction scores nothing, so it reads no row: SnapKV (no decode eviction) and R-KV between
+// its triggers run it on a position-only cache, with the engine-alone run's caches and logits.
+// Control: on CAKE (evicting every step) the block triggers and reads rows (Reads).
+TEST_F(RowlessEngineTurnTest, BlocksAfterThePromptThatTriggerNothingRunOnAPositionOnlyCache) {
+  const int L = model_->config.n_layers, steps = 6;
+  const std::vector<int> block(tokens_.begin() + 3, tokens_.begin() + 8);
+  struct Case {
+    const char* name;
+    std::map<std::string, std::string> params;
+    int rowless_calls;  // of the prompt, the block and the steps
+  };
+  for (const Case& c : std::vector<Case>{{"snapkv", {}, 1 + 1 + steps},
+                                         {"rkv", {{"decode_interval", "4"}}, 1 + steps - 1},
+                                         {"cake", {}, 1 + steps}}) {
+    const auto policy = load_policy(c.name, c.params);
+    EvictionEngine probe(*policy, model_->config, {Budget::parse("40"), 3});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    prefill_prompt(*decoder, tokens_, &probe, &probe);
+    const CacheRowReads block_reads = probe.request().cache_row_reads.next_block;
+    EXPECT_EQ(block_reads, std::string(c.name) == "cake" ? CacheRowReads::Reads : CacheRowReads::None) << c.name;
+    const Run plain = plain_run(*policy, steps, block);
+    const Run rowless = run(*policy, TurnMode::Rowless, steps, false, false, block);
+    // R-KV reads its prompt's rows on the host and evicts at its 4th step (the block is its first).
+    EXPECT_EQ(rowless.rowless_turns, c.rowless_calls * (L + 1)) << c.name;
+    EXPECT_FALSE(rowless.forbidden) << c.name;
+    test::expect_same_calls(plain, rowless, c.name);
+  }
+}
+
+// Scored on the decoder's device (test::InPlaceScoring, the stand-in for the GPU backend), K and V
+// are read where the decoder copies them out (LayerSignals::cache_rows; CachedRowSignals::
+// GivenOnDevice): R-KV (its last 8 queries' window attention, its keys' redundancy and norms, at
+// the prompt and at its decode triggers), KeyDiff (its keys against their mean direction, at the
+// prompt) and an indicator over K at every call declare NoneGivenDecoderSignals where they read
+// rows, every call of theirs runs on a position-only cache, and the caches and logits are the
+// engine's alone (which reads the host's rows). Control: planted rows (each head's entries in
+// reverse order) change the caches, so the engine read what was handed over.
+TEST_F(RowlessEngineTurnTest, DeviceScoringReadsKAndVInPlaceOnAPositionOnlyCache) {
+  const int L = model_->config.n_layers, steps = 16;
+  std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> policies;
+  policies.emplace_back("rkv", load_policy("rkv", {{"decode_interval", "8"}}));
+  policies.emplace_back("keydiff", load_policy("keydiff", {}));
+  policies.emplace_back("key_reading_control", test::key_reading_policy());
+  for (const auto& [name, policy] : policies) {
+    const PolicyDescription& d = policy->description();
+    EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::Reads) << name << " reads its rows on the host";
+    EXPECT_EQ(prompt_cache_row_reads(d, CachedRowSignals::GivenOnDevice), CacheRowReads::NoneGivenDecoderSignals)
+        << name;
+    if (d.run.decode_every > 0) {
+      EXPECT_EQ(decode_cache_row_reads(d, CachedRowSignals::GivenOnDevice), CacheRowReads::NoneGivenDecoderSignals)
+          << name;
+    }
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/false);
+    const Run plain = plain_run(*policy, steps);
+    const Run rowless = run(device, TurnMode::Rowless, steps);
+    EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    EXPECT_GE(device.scored_rows_in_place, L * model_->config.n_kv_heads) << name;
+    test::expect_same_calls(plain, rowless, name);
+    const Run planted = run(device, TurnMode::Rowless, steps, /*plant_wrong_window=*/false, /*plant_wrong_rows=*/true);
+    ASSERT_EQ(planted.layouts.size(), rowless.layouts.size()) << name;
+    EXPECT_NE(planted.layouts, rowless.layouts) << name << " did not read the rows handed over";
+  }
+}
+
+// Every built-in scored by the stand-in device backend (so K and V count as handed over where the
+// engine can read them in place): every call it then declares runs on a position-only cache and
+// keeps the caches and logits of the same run on the real rows. KeyDiff, QFilter and BlockPress
+// (their prompts) and R-KV (its prompt) are among those whose calls read rows on the host otherwise.
+TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsOnAPositionOnlyCache) {
+  std::vector<std::string> rows_in_place;
+  for (const std::string& file : builtin_policy_files()) {
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
+    if (!policy) continue;
+    const std::string name = std::filesystem::path(file).stem().string();
+    // Extra stage and channel programs: the stand-in forwards neither (and the engine reads nothing
+    // in place for such a policy).
+    if (!policy->description().select.stages.empty() || policy->description().channels.enabled) continue;
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    Run reference;
+    try {
+      reference = run(device, TurnMode::Reference, 12);
+    } catch (const UsageError&) {
+      continue;  // refused on this model and budget
+    }
+    const int64_t before = device.scored_rows_in_place;
+    Run rowless;
+    ASSERT_NO_THROW(rowless = run(device, TurnMode::Rowless, 12)) << name << " read a row the cache does not hold";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    test::expect_same_calls(reference, rowless, name);
+    if (device.scored_rows_in_place > before) rows_in_place.push_back(name);
+  }
+  std::string names;
+  for (const std::string& n : rows_in_place) names += n + " ";
+  std::printf("built-ins whose K or V was read in place: %s\n", names.c_str());
+  for (const char* n : {"blockpress", "keydiff", "qfilter", "rkv"})
+    EXPECT_NE(std::find(rows_in_place.begin(), rows_in_place.end(), n), rows_in_place.end()) << n;
 }
 
 // Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the

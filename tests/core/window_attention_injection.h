@@ -9,7 +9,9 @@
 //     and forces one on an engine that did not ask (the causal one of its plan's window, from the
 //     prompt's second layer on), to show that the engine's own checks refuse what it must not use;
 //     the window attention asked for is causal or not as the request says; or marks its
-//     buffer as device memory (mark_on_device) for the in-place scoring proof.
+//     buffer as device memory (mark_on_device) for the in-place scoring proof. It also hands over
+//     the cached keys and values the engine asks for on the device (cache_rows_twin over the same
+//     twin, marked as device memory), where the CUDA decoder would, optionally planted wrong.
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
 //   * twin_window_attention: the twin over one layer of a host cache, copied into a fresh twin
@@ -19,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/decode/cache_rows_signal.h"
 #include "core/decode/decoder.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/device_kv_twin.h"
@@ -93,22 +96,25 @@ class WindowAttentionInjector : public ForwardObserver {
       W = std::min(engine_.plan().window, signals.n_tokens);
       causal = true;
     }
-    // The newest W queries of the sequence, as the CUDA decoder holds them (query_window_ring.h):
-    // none unless the rows held end at the block's end and reach back W.
-    if (W <= 0 || rings_.empty()) return signals;
-    const QueryWindowRing& ring = rings_[signals.layer];
-    if (ring.end_position() != end || ring.rows() < W) return signals;
-    const size_t row = held_[signals.layer].size() / static_cast<size_t>(ring.rows());
-    const float* queries = held_[signals.layer].data() + static_cast<size_t>(ring.rows() - W) * row;
+    LayerSignals with = signals;
     mirror_.flush(signals.layer);
     const DeviceKvLayerView view = twin_.layer_view(signals.layer);
-    WindowAttentionPlan plan;
-    buffer_ = twin_attention_of(view, queries, W, end - W, group_, plan, causal);
-    if (plant_ && (!plant_beyond_block_only_ || W > signals.n_tokens)) plant_reversed_rows(buffer_, plan, view);
-    LayerSignals with = signals;
-    with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);
-    ++injected_;
-    if (W > signals.n_tokens) ++beyond_block_;
+    // The newest W queries of the sequence, as the CUDA decoder holds them (query_window_ring.h):
+    // none unless the rows held end at the block's end and reach back W.
+    if (W > 0 && !rings_.empty()) {
+      const QueryWindowRing& ring = rings_[signals.layer];
+      if (ring.end_position() == end && ring.rows() >= W) {
+        const size_t row = held_[signals.layer].size() / static_cast<size_t>(ring.rows());
+        const float* queries = held_[signals.layer].data() + static_cast<size_t>(ring.rows() - W) * row;
+        WindowAttentionPlan plan;
+        buffer_ = twin_attention_of(view, queries, W, end - W, group_, plan, causal);
+        if (plant_ && (!plant_beyond_block_only_ || W > signals.n_tokens)) plant_reversed_rows(buffer_, plan, view);
+        with.window_attention = describe_window_attention(plan, buffer_.data(), on_device_);
+        ++injected_;
+        if (W > signals.n_tokens) ++beyond_block_;
+      }
+    }
+    inject_cache_rows(view, with);
     return with;
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
@@ -122,8 +128,35 @@ class WindowAttentionInjector : public ForwardObserver {
   // Plant the wrong buffer only where it covers more queries than the call's own (the rolling
   // window of decode steps), so that what changes is the decode steps' reading.
   void plant_beyond_block_only() { plant_beyond_block_only_ = true; }
+  // Plant wrong cached rows (each head's entries in reverse order) where they are handed over.
+  void plant_wrong_cache_rows() { plant_rows_ = true; }
+  int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K or V
 
  private:
+  // The cached keys and values the engine asked for on the device (ObservationRequest::
+  // cache_keys_on_device), from the twin as the CUDA decoder copies them out: only in a call the
+  // engine declared NoneGivenDecoderSignals and whose window attention, when asked, was handed over
+  // (the calls whose rows stay on the device); marked as device memory (the stand-in's).
+  void inject_cache_rows(const DeviceKvLayerView& view, LayerSignals& with) {
+    const bool keys = request_.cache_keys_on_device, values = request_.cache_values_on_device;
+    const CacheRowReads reads = request_.cache_row_reads.for_call(with.first_position, with.n_tokens);
+    if ((!keys && !values) || reads != CacheRowReads::NoneGivenDecoderSignals) return;
+    if (request_.window_attention > 0 && with.window_attention.empty()) return;
+    with.cache_rows = cache_rows_twin(view, keys, values, rows_keys_, rows_values_);
+    with.cache_rows.on_device = true;
+    if (plant_rows_) {
+      for (std::vector<float>* side : {&rows_keys_, &rows_values_}) {
+        if (side->empty()) continue;
+        for (int h = 0; h < with.cache_rows.n_heads(); ++h)
+          for (int i = 0; i < with.cache_rows.head_dim; ++i) {
+            float* row = side->data() + with.cache_rows.offset[h] + static_cast<int64_t>(i) * with.cache_rows.length[h];
+            std::reverse(row, row + with.cache_rows.length[h]);
+          }
+      }
+    }
+    ++rows_injected_;
+  }
+
   // The block's window queries into the layer's newest queries held, as the CUDA decoder holds
   // them: as many as this call asks the window attention of, none (forgotten) when it asks for none
   // (per layer: a forced window is known only once the engine planned the prompt at its first
@@ -161,6 +194,9 @@ class WindowAttentionInjector : public ForwardObserver {
   DeviceKvMirror mirror_;
   std::vector<float> buffer_;
   int64_t injected_ = 0;
+  bool plant_rows_ = false;
+  std::vector<float> rows_keys_, rows_values_;  // the cached rows handed over, [head][d][T]
+  int64_t rows_injected_ = 0;
 };
 
 class WithoutWindowAttention : public ForwardObserver {

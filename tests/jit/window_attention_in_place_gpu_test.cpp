@@ -5,8 +5,10 @@
 // The CPU proof of the engine's side: WindowAttentionEngineTest.DeviceScoringReadsTheDecodersBufferInPlace.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/gpu_test_skip.h"
@@ -31,17 +33,38 @@ ModelConfig in_place_config() {
 struct Outcome {
   std::vector<std::vector<std::vector<int32_t>>> positions;  // [layer][KV head] in cache order
   EvictionReport report;
+  DeviceKvStats stats;  // before anything brought rows to the host
+};
+
+// The engine as it is, but saying that every call reads the cached rows: the host cache takes them
+// all, and device scoring uploads K and V from there.
+class ReadsRows final : public ForwardObserver {
+ public:
+  explicit ReadsRows(EvictionEngine& engine) : engine_(engine) {}
+  ObservationRequest request() const override {
+    ObservationRequest r = engine_.request();
+    r.cache_row_reads = {};
+    return r;
+  }
+  void after_layer(const LayerSignals& s, KVCache& c) override { engine_.after_layer(s, c); }
+  void after_forward(int n, KVCache& c) override { engine_.after_forward(n, c); }
+
+ private:
+  EvictionEngine& engine_;
 };
 
 // The prompt, then the decode steps `tokens` (one token each), with the engine observing every
-// call; the positions afterwards in cache order.
+// call (through ReadsRows when `rows_on_host`); the positions afterwards in cache order.
 Outcome run(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt,
-            const std::vector<int>& tokens = {}) {
+            const std::vector<int>& tokens = {}, bool rows_on_host = false) {
   auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
   EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
-  decoder->forward(prompt, &engine);
-  for (int t : tokens) decoder->forward(std::vector<int>{t}, &engine);
+  ReadsRows reads(engine);
+  ForwardObserver* observer = rows_on_host ? static_cast<ForwardObserver*>(&reads) : &engine;
+  decoder->forward(prompt, observer);
+  for (int t : tokens) decoder->forward(std::vector<int>{t}, observer);
   Outcome o;
+  o.stats = decoder->device_kv_stats();
   const KVCache& cache = decoder->cache();
   o.positions.resize(cache.n_layers());
   for (int l = 0; l < cache.n_layers(); ++l)
@@ -100,6 +123,33 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
       EXPECT_EQ(cpu.report.current_attention_in_place, 0) << name;
     }
     EXPECT_EQ(gpu.positions, cpu.positions) << name;
+  }
+}
+
+// K and V read in place (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): R-KV
+// (at the prompt and every 4th decode step: its last 8 queries' window attention, its keys'
+// redundancy) and KeyDiff (its prompt's keys) scored by the NVRTC kernels from the decoder's device
+// copy of the cached rows, with the host cache holding placeholders, keep exactly the entries of
+// the same kernels scoring K and V uploaded from a host cache that took every row (the same f32
+// values: both convert the stored words alike).
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheCachedRowsInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 53);
+  std::vector<int> prompt(120), tokens(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 37 + 7) % 300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 13 + 5) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int heads = model->config.n_layers * model->config.n_kv_heads;
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"rkv", {{"decode_interval", "4"}}}, {"keydiff", {}}}) {
+    const auto on_device = jit::load_scored_policy(name, params, {}, jit::ScoringBackend::CudaKernel, device);
+    const Outcome in_place = run(*model, *on_device, prompt, tokens);
+    const Outcome from_host = run(*model, *on_device, prompt, tokens, /*rows_on_host=*/true);
+    EXPECT_GE(in_place.report.cache_rows_in_place, heads) << name;
+    EXPECT_EQ(from_host.report.cache_rows_in_place, 0) << name;
+    EXPECT_GT(in_place.stats.counts.rows_placeholder, 0) << name;
+    EXPECT_EQ(from_host.stats.counts.rows_placeholder, 0) << name;
+    EXPECT_EQ(in_place.positions, from_host.positions) << name;
   }
 }
 

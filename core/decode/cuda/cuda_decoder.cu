@@ -20,6 +20,7 @@
 #include "core/decode/cuda/cuda_kernels.h"
 #include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/ragged_attention.h"
+#include "core/decode/cuda/cache_rows.h"
 #include "core/decode/cuda/window_attention.h"
 #include "core/decode/query_window_ring.h"
 #include "core/decode/window_attention_tiles.h"
@@ -264,9 +265,10 @@ class CudaDecoder : public Decoder {
                "cublasGemmEx");
   }
   void upload_rope_table(int first, int n);
-  // Whether attention_layer hands the observer the window attention it asked for at every layer
-  // of the next call, of n tokens (ObservationRequest::window_attention; NoneGivenWindowAttention
-  // needs it).
+  // Whether attention_layer hands the observer every signal it asked for in place of rows at every
+  // layer of the next call, of n tokens (NoneGivenDecoderSignals needs it): the window attention
+  // (serves_window_attention) and the cached rows on the device (the resident cache).
+  bool serves_asked_signals(const ObservationRequest& request, int n) const;
   bool serves_window_attention(const ObservationRequest& request, int n) const;
   // The call's queries into the layer's device copy of the newest queries (query_update_).
   void hold_queries(int layer);
@@ -313,6 +315,8 @@ class CudaDecoder : public Decoder {
   DeviceArray<uint16_t> flashinfer_staging_;  // 16-bit queries and outputs of cuda::flashinfer_prefill
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
+  cuda::CacheRowsBuffer cache_rows_;                 // ObservationRequest::cache_keys_on_device (values), ditto
+  bool hand_cache_rows_ = false;                     // this call hands them over (forward decides)
   // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
   // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the
   // window attention of a call with fewer tokens than W (a decode step, a short later block) reads
@@ -371,9 +375,11 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   query_capacity_ = mirror_ ? request.window_attention : 0;
   if (query_capacity_ == 0) query_ring_.forget();
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
-  placeholder_host_ = mirror_ && observer &&
-                      rows_may_stay_on_device(reads, reads == CacheRowReads::NoneGivenWindowAttention &&
-                                                         serves_window_attention(request, n));
+  placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request, n));
+  // The cached rows go to the observer on the device only where they stay there and it said it
+  // reads them only so (NoneGivenDecoderSignals); in any other call it reads the host's, or none.
+  hand_cache_rows_ = placeholder_host_ && reads == CacheRowReads::NoneGivenDecoderSignals &&
+                     (request.cache_keys_on_device || request.cache_values_on_device);
   if (query_capacity_ > 0) query_update_ = query_ring_.append(position_, n, query_capacity_);
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
@@ -416,6 +422,15 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // after a call whose rows came to the host: a placeholder call brought none).
   if (mirror_ && observer && request.host_rows_not_read_later && !placeholder_host_) mirror_->release_host_rows();
   return logits_;
+}
+
+bool CudaDecoder::serves_asked_signals(const ObservationRequest& request, int n) const {
+  // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
+  // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
+  const bool rows = request.cache_keys_on_device || request.cache_values_on_device;
+  if (!rows && request.window_attention <= 0) return false;
+  if (rows && !mirror_) return false;
+  return request.window_attention <= 0 || serves_window_attention(request, n);
 }
 
 bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int n) const {
@@ -719,6 +734,11 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
       if (queries)
         signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
                                                           request.window_attention_causal);
+    }
+    // The cached keys and values for device scoring (K, V), as the block's append left them.
+    if (hand_cache_rows_) {
+      Stopwatch timed(&own_seconds_.observation);
+      signals.cache_rows = cache_rows_.fill(view, request.cache_keys_on_device, request.cache_values_on_device);
     }
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;

@@ -1,0 +1,64 @@
+// Planning and the CPU twin of the cached rows handed to device scoring; contract in
+// cache_rows_signal.h.
+#include "core/decode/cache_rows_signal.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace kvevict {
+
+CacheRowsArgs plan_cache_rows(const DeviceKvLayerView& view, float* keys_out, float* values_out) {
+  if (view.n_heads < 0 || view.n_heads > kDeviceKvMaxHeads)
+    throw std::invalid_argument("cache rows: " + std::to_string(view.n_heads) + " heads; at most " +
+                                std::to_string(kDeviceKvMaxHeads));
+  if (view.head_dim < 1) throw std::invalid_argument("cache rows: head_dim " + std::to_string(view.head_dim));
+  CacheRowsArgs a;
+  a.keys = view.keys;
+  a.values = view.values;
+  a.type = view.type;
+  a.head_dim = view.head_dim;
+  a.ranges.n_heads = view.n_heads;
+  for (int h = 0; h < view.n_heads; ++h) {
+    if (view.length[h] < 0) throw std::invalid_argument("cache rows: head " + std::to_string(h) + " has a negative length");
+    a.ranges.start_row[h] = view.base_row[h];
+    a.ranges.out_offset[h + 1] = a.ranges.out_offset[h] + view.length[h];
+  }
+  a.keys_out = keys_out;
+  a.values_out = values_out;
+  return a;
+}
+
+CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
+  CacheRowsSignal s;
+  s.keys = a.keys_out;
+  s.values = a.values_out;
+  s.on_device = on_device;
+  s.head_dim = a.head_dim;
+  s.length.resize(static_cast<size_t>(a.ranges.n_heads));
+  s.offset.resize(s.length.size());
+  for (int h = 0; h < a.ranges.n_heads; ++h) {
+    s.length[static_cast<size_t>(h)] = a.ranges.out_offset[h + 1] - a.ranges.out_offset[h];
+    s.offset[static_cast<size_t>(h)] = static_cast<int64_t>(a.head_dim) * a.ranges.out_offset[h];
+  }
+  return s;
+}
+
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, bool want_keys, bool want_values,
+                                std::vector<float>& keys, std::vector<float>& values) {
+  CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
+  const size_t n = cache_rows_floats(a);
+  keys.clear();
+  values.clear();
+  if (want_keys) {
+    keys.resize(n);
+    a.keys_out = keys.data();
+  }
+  if (want_values) {
+    values.resize(n);
+    a.values_out = values.data();
+  }
+  for (size_t x = 0; x < n; ++x) cache_rows_element(a, x);
+  return describe_cache_rows(a, /*on_device=*/false);
+}
+
+}  // namespace kvevict

@@ -1,0 +1,88 @@
+#pragma once
+// A layer's cached keys and values as a decoder hands them to an observer that scores on the
+// decoder's device (ObservationRequest::cache_rows_on_device, LayerSignals::cache_rows): the score
+// programs' K and V signals ([head_dim][T] per head, t innermost: core/engine/policy_program.h),
+// read by the generated kernels where they are, so the call's rows never come to the host.
+//
+// What it holds: for stored head h of the layer (cache order, the cache as the block's append left
+// it, before the observer changes it), element (i, t) of its key (value) rows as f32 at
+// keys[offset[h] + i * length[h] + t], t < length[h], i < head_dim: the stored words converted as
+// the host cache converts them (device_kv_load), the keys post-RoPE as cached. Heads are packed one
+// after another (offset[h + 1] = offset[h] + head_dim * length[h]), so every head's block is
+// exactly the [d][T] a score program reads, however ragged the layer.
+// Lifetime: valid during the observer's after_layer only, and only until the observer changes the
+// layer's cache; the decoder reuses its buffer for the next layer. Memory: head_dim x the layer's
+// entries floats per side asked for (a prompt of 32K on an 8B geometry: 128 MiB for the keys).
+//
+// The element body below is the kernel's (core/decode/cuda/cache_rows.cu) and the CPU twin's
+// (cache_rows_twin), one thread per output float, written contiguously.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/decode/device_kv_head_ranges.h"
+#include "core/decode/device_kv_view.h"
+
+namespace kvevict {
+
+struct CacheRowsSignal {
+  const float* keys = nullptr;    // null: the keys were not asked for (or the decoder made none)
+  const float* values = nullptr;  // null: the values were not asked for
+  bool on_device = false;         // memory of the decoder's CUDA device; host memory otherwise
+  int head_dim = 0;
+  std::vector<int64_t> length;    // [stored head] entries
+  std::vector<int64_t> offset;    // [stored head] floats from keys (values) to the head's block
+
+  bool empty() const { return keys == nullptr && values == nullptr; }
+  int n_heads() const { return static_cast<int>(length.size()); }
+};
+
+// One launch's arguments: every live row of every head of one layer (ranges in rows; the output
+// block of head h starts at float head_dim * ranges.out_offset[h]). Travels by value.
+struct CacheRowsArgs {
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  KvType type = KvType::F16;
+  int head_dim = 0;
+  DeviceKvHeadRanges ranges;
+  float* keys_out = nullptr;    // null: not written
+  float* values_out = nullptr;  // null: not written
+};
+
+// The arguments for the whole of each head of `view`'s layer, into the given outputs (device or
+// host pointers alike; either may be null). std::invalid_argument for a view of more than
+// kDeviceKvMaxHeads heads or a head_dim below 1.
+CacheRowsArgs plan_cache_rows(const DeviceKvLayerView& view, float* keys_out, float* values_out);
+
+// Floats per side the arguments write: head_dim x the layer's entries.
+KVEVICT_HOST_DEVICE inline size_t cache_rows_floats(const CacheRowsArgs& a) {
+  return static_cast<size_t>(a.head_dim) * device_kv_range_rows(a.ranges);
+}
+
+// Output float x (of each side asked for): its head (the last whose block starts at or before x, by
+// bisection), then its dimension i and entry t within the head's [head_dim][length] block.
+KVEVICT_HOST_DEVICE inline void cache_rows_element(const CacheRowsArgs& a, size_t x) {
+  const size_t d = static_cast<size_t>(a.head_dim);
+  int lo = 0, hi = a.ranges.n_heads;  // d * out_offset[lo] <= x < d * out_offset[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (d * static_cast<size_t>(a.ranges.out_offset[mid]) <= x) lo = mid; else hi = mid;
+  }
+  const size_t local = x - d * static_cast<size_t>(a.ranges.out_offset[lo]);
+  const size_t length = static_cast<size_t>(a.ranges.out_offset[lo + 1] - a.ranges.out_offset[lo]);
+  const int i = static_cast<int>(local / length);
+  const int64_t row = a.ranges.start_row[lo] + static_cast<int64_t>(local % length);
+  if (a.keys_out) a.keys_out[x] = device_kv_load(a.keys, a.type, row, a.head_dim, i);
+  if (a.values_out) a.values_out[x] = device_kv_load(a.values, a.type, row, a.head_dim, i);
+}
+
+// The observer's description of what `a` wrote (lengths and offsets from its ranges).
+CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device);
+
+// The CPU twin: the element body over a view of host arenas (DeviceKvTwin::layer_view) into
+// `keys` / `values` (resized; a side not asked for is cleared and left null in the signal),
+// described as host memory.
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, bool want_keys, bool want_values,
+                                std::vector<float>& keys, std::vector<float>& values);
+
+}  // namespace kvevict

@@ -1,0 +1,32 @@
+#pragma once
+// CUDA launcher of the cached rows handed to device scoring (core/decode/cache_rows_signal.h): one
+// layer's keys and/or values, read from the device-resident KV cache through DeviceKvLayerView and
+// written as f32 [head_dim][length] per head into device memory, so the generated score kernels
+// read K and V in place. No CUDA headers here: the launch goes to the legacy default stream
+// (ordered with the decoder's kernels), and nothing is synchronised.
+//
+// The CUDA decoder's buffer for its observer (ObservationRequest::cache_rows_on_device): one device
+// buffer per side asked for, grown as needed (never shrunk, freed on destruction), reused layer after layer.
+// fill launches the element body of cache_rows_signal.h once (one thread per output float) and
+// returns the signal describing the buffers (device memory). A failed launch or allocation throws
+// RuntimeError naming it.
+#include "core/decode/cache_rows_signal.h"
+
+namespace kvevict::cuda {
+
+class CacheRowsBuffer {
+ public:
+  CacheRowsBuffer() = default;
+  ~CacheRowsBuffer();
+  CacheRowsBuffer(const CacheRowsBuffer&) = delete;
+  CacheRowsBuffer& operator=(const CacheRowsBuffer&) = delete;
+  // An empty signal when neither side is asked for.
+  CacheRowsSignal fill(const DeviceKvLayerView& view, bool keys, bool values);
+
+ private:
+  float* keys_ = nullptr;
+  float* values_ = nullptr;
+  size_t keys_capacity_ = 0, values_capacity_ = 0;  // floats
+};
+
+}  // namespace kvevict::cuda

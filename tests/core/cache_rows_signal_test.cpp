@@ -1,0 +1,122 @@
+// The cached rows a decoder hands to device scoring (core/decode/cache_rows_signal.h): the kernel's
+// element body run by its CPU twin over a DeviceKvTwin, against an independent reference (the
+// rows each head holds after random appends and keeps, device_kv_test_ops.h, converted to f32 and
+// transposed here), for every KvType and ragged heads (empty ones included).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "core/decode/cache_rows_signal.h"
+#include "core/decode/device_kv_twin.h"
+#include "device_kv_test_ops.h"
+
+namespace kvevict {
+namespace {
+
+using device_kv_test::Op;
+using device_kv_test::random_ops;
+using device_kv_test::ReferenceCache;
+
+void apply(DeviceKvTwin& twin, ReferenceCache& ref, const Op& op) {
+  if (op.append) {
+    twin.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+    ref.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+  } else {
+    twin.compact(op.layer, op.keep);
+    ref.keep(op.layer, op.keep);
+  }
+}
+
+// Head h's rows of one side as [d][T] f32, from the reference's stored words.
+std::vector<float> transposed(const std::vector<std::vector<uint16_t>>& rows, KvType type, int d) {
+  const size_t T = rows.size();
+  std::vector<float> out(static_cast<size_t>(d) * T);
+  for (size_t t = 0; t < T; ++t) {
+    const std::vector<float> row = device_kv_words_to_f32(type, rows[t]);
+    for (int i = 0; i < d; ++i) out[static_cast<size_t>(i) * T + t] = row[static_cast<size_t>(i)];
+  }
+  return out;
+}
+
+class CacheRowsSignalTypes : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(CacheRowsSignalTypes, TwinHandsEachHeadItsRowsTransposed) {
+  for (int head_dim : {6, 64}) {
+    const DeviceKvGeometry g{2, 5, head_dim, GetParam()};
+    DeviceKvTwin twin(g, {.row_quantum = 4, .growth = 1.25});
+    ReferenceCache ref(g);
+    int64_t empty_heads = 0, ragged_layers = 0;
+    for (const Op& op : random_ops(g, 60, 23u + static_cast<uint32_t>(head_dim))) {
+      apply(twin, ref, op);
+      if (op.append) continue;
+      const int l = op.layer;
+      std::vector<float> keys, values;
+      const CacheRowsSignal s = cache_rows_twin(twin.layer_view(l), true, true, keys, values);
+      ASSERT_EQ(s.n_heads(), g.n_heads);
+      EXPECT_FALSE(s.on_device);
+      EXPECT_EQ(s.head_dim, head_dim);
+      int64_t offset = 0;
+      bool ragged = false;
+      for (int h = 0; h < g.n_heads; ++h) {
+        const auto& head = ref.head(l, h);
+        const int64_t T = static_cast<int64_t>(head.positions.size());
+        empty_heads += T == 0;
+        ragged = ragged || T != static_cast<int64_t>(ref.head(l, 0).positions.size());
+        ASSERT_EQ(s.length[h], T) << "layer " << l << " head " << h;
+        ASSERT_EQ(s.offset[h], offset) << "heads packed one after another";
+        const std::vector<float> k = transposed(head.keys, g.type, head_dim), v = transposed(head.values, g.type, head_dim);
+        for (size_t x = 0; x < k.size(); ++x) {
+          // Bitwise: the same words converted the same way (NaN-free inputs; -0.0 kept).
+          ASSERT_EQ(std::memcmp(&k[x], s.keys + offset + static_cast<int64_t>(x), sizeof(float)), 0)
+              << "key x " << x << " layer " << l << " head " << h;
+          ASSERT_EQ(std::memcmp(&v[x], s.values + offset + static_cast<int64_t>(x), sizeof(float)), 0)
+              << "value x " << x << " layer " << l << " head " << h;
+        }
+        offset += head_dim * T;
+      }
+      EXPECT_EQ(static_cast<int64_t>(keys.size()), offset);
+      ragged_layers += ragged;
+    }
+    EXPECT_GT(ragged_layers, 0) << "the operations never left a layer's heads of different lengths";
+    EXPECT_GT(empty_heads, 0) << "the operations never emptied a head";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CacheRowsSignalTypes, ::testing::Values(KvType::F32, KvType::F16, KvType::BF16));
+
+// One side only: the other is neither written nor described.
+TEST(CacheRowsSignal, OneSideOnly) {
+  const DeviceKvGeometry g{1, 2, 8, KvType::F16};
+  DeviceKvTwin twin(g);
+  std::vector<float> k(3 * 2 * 8), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i), v[i] = -static_cast<float>(i);
+  twin.append(0, 3, k.data(), v.data(), 2 * 8, std::vector<int32_t>{0, 0});
+  std::vector<float> keys, values{1.0f};
+  const CacheRowsSignal s = cache_rows_twin(twin.layer_view(0), true, false, keys, values);
+  EXPECT_NE(s.keys, nullptr);
+  EXPECT_EQ(s.values, nullptr);
+  EXPECT_TRUE(values.empty());
+  ASSERT_EQ(keys.size(), 2u * 8 * 3);
+  // Head 1, dimension 2, entry 1: token 1's row at column 8 + 2.
+  EXPECT_EQ(keys[static_cast<size_t>(s.offset[1]) + 2 * 3 + 1], k[1 * 16 + 8 + 2]);
+  EXPECT_TRUE(cache_rows_twin(twin.layer_view(0), false, false, keys, values).empty());
+}
+
+// A view the plan cannot carry by value, or a nonsensical one, is refused.
+TEST(CacheRowsSignal, RefusesViewsItCannotPlan) {
+  DeviceKvLayerView v;
+  v.head_dim = 4;
+  v.n_heads = kDeviceKvMaxHeads + 1;
+  EXPECT_THROW(plan_cache_rows(v, nullptr, nullptr), std::invalid_argument);
+  v.n_heads = 1;
+  v.head_dim = 0;
+  EXPECT_THROW(plan_cache_rows(v, nullptr, nullptr), std::invalid_argument);
+  v.head_dim = 4;
+  v.length[0] = -1;
+  EXPECT_THROW(plan_cache_rows(v, nullptr, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvevict
