@@ -53,6 +53,14 @@ inline bool rows_may_stay_on_device(CacheRowReads reads, bool serves_asked_signa
   return reads == CacheRowReads::None || (reads == CacheRowReads::NoneGivenDecoderSignals && serves_asked_signals);
 }
 
+// One layer's newest query rows as an observer holds them itself, in host memory: [rows][n_heads *
+// head_dim] post-RoPE, oldest first, the first at position first_position.
+struct ObserverQueryRows {
+  const float* data = nullptr;
+  int rows = 0;
+  int first_position = 0;
+};
+
 // What an observer asks the decoder to record during a forward pass.
 struct ObservationRequest {
   int window = 0;                      // keep the post-RoPE queries of the last `window` tokens of the block
@@ -73,6 +81,12 @@ struct ObservationRequest {
   // through the calls that ask for it: core/decode/query_window_ring.h); an observer must handle
   // its absence, and must expect it only where it keeps the same newest queries itself.
   int window_attention = 0;
+  // With window_attention: the observer's own newest queries, one entry per layer (or none), valid
+  // until the call's first after_layer. A decoder that holds too few queries for the window
+  // attention asked (none were asked for before: NACL's window, found from the prompt's length, is
+  // first asked for while decoding) may start its rows from these when they end where the call
+  // begins, instead of serving none until it has held W calls' queries.
+  std::vector<ObserverQueryRows> observer_queries;
   // false: that window attention not causal, every cached entry visible to every window row (NACL's
   // official proxy scoring); LayerSignals::window_attention.causal says which was computed.
   bool window_attention_causal = true;

@@ -1388,6 +1388,11 @@ ObservationRequest EvictionEngine::request() const {
   r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
+  // While decoding, the rows the engine holds itself: a decoder first asked for the window
+  // attention now (NACL's window, found from the prompt's length) starts from them.
+  if (r.window_attention > 0 && state_->prefill_done && !state_->in_prefill)
+    for (int l = 0; l < state_->L; ++l)
+      r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
   r.host_rows_not_read_later = state_->host_rows_not_read_later();
   // Scored on the device: K and V are read where the decoder copies them out, in the calls this
   // engine declared NoneGivenDecoderSignals (the others have the rows on the host, or read none).

@@ -413,7 +413,8 @@ TEST(DeviceKvDecoderGpu, ReassignedPositionsAreRotatedOnTheDevice) {
 // prompt and while decoding, and they keep exactly the caches and logits of a decoder whose host
 // cache takes every row (both engines read the decoder's window attention), with no host append.
 // NACL evicting every 2 decode steps (non-causal proxy, its window from the prompt's length) reads
-// rows at the prompt and for its first W - 1 steps, then its decode rows stay on the device too.
+// rows at the prompt only: at its first decode step the decoder starts its held queries from the
+// engine's (ObservationRequest::observer_queries), so every decode step's rows stay on the device.
 TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
@@ -435,6 +436,9 @@ TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads
       EXPECT_GT(stats.counts.rows_placeholder, 0) << what;
       if (name != "nacl") {
         EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
+      } else {
+        EXPECT_EQ(stats.counts.rows_placeholder, 16 * model->config.n_layers * model->config.n_kv_heads)
+            << what << ": a decode step's rows came to the host";
       }
       EXPECT_GT(run.real->device_kv_stats().seconds.host_append, 0.0) << what << ": the reference took no row";
       EXPECT_TRUE(some_head_shorter_than(run.rowless->cache(), 120 + 16)) << what << ": nothing was evicted";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/decode/device_kv_layout.h"
+#include "core/decode/device_kv_twin.h"
 #include "core/decode/kv_type.h"
 
 namespace kvevict::device_kv_test {
@@ -185,6 +186,17 @@ inline std::vector<Op> random_ops(const DeviceKvGeometry& g, int count, uint32_t
     ops.push_back(std::move(op));
   }
   return ops;
+}
+
+// One operation on the twin and on the reference alike.
+inline void apply(DeviceKvTwin& twin, ReferenceCache& ref, const Op& op) {
+  if (op.append) {
+    twin.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+    ref.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
+  } else {
+    twin.compact(op.layer, op.keep);
+    ref.keep(op.layer, op.keep);
+  }
 }
 
 }  // namespace kvevict::device_kv_test

@@ -15,15 +15,7 @@ using device_kv_test::Op;
 using device_kv_test::random_ops;
 using device_kv_test::ReferenceCache;
 
-void apply(DeviceKvTwin& twin, ReferenceCache& ref, const Op& op) {
-  if (op.append) {
-    twin.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
-    ref.append(op.layer, op.n, op.keys.data(), op.values.data(), op.stride, op.first_positions);
-  } else {
-    twin.compact(op.layer, op.keep);
-    ref.keep(op.layer, op.keep);
-  }
-}
+using device_kv_test::apply;
 
 void expect_equal(const DeviceKvTwin& twin, const ReferenceCache& ref, const std::string& where) {
   const DeviceKvGeometry& g = twin.layout().geometry();

@@ -113,6 +113,7 @@ class RowlessTurns final : public ForwardObserver {
   bool forbidden = false;
   // Layers handed a window attention of more queries than their call had (the rolling window).
   int64_t window_beyond_block() const { return injector_.injected_beyond_block(); }
+  int64_t seeded_layers() const { return injector_.seeded_layers(); }
 
  private:
   template <class Turn>
@@ -147,6 +148,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int rowless_turns = 0;
     bool forbidden = false;
     int64_t window_beyond_block = 0;
+    int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
@@ -162,6 +164,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.rowless_turns = observer.rowless_turns;
     r.forbidden = observer.forbidden;
     r.window_beyond_block = observer.window_beyond_block();
+    r.seeded_layers = observer.seeded_layers();
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
@@ -244,7 +247,8 @@ TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache
 
 // MorphKV, Scissorhands, CAKE's paper indicator and NACL evicting while decoding (the paper's
 // Algorithm 1; its official proxy is not causal) score decode steps by the window attention of the
-// last W queries, generated ones included (NoneGivenDecoderSignals). Handed it as the CUDA
+// last W queries, generated ones included (NoneGivenDecoderSignals); NACL's held queries start
+// from the engine's at its first decode step. Handed it as the CUDA
 // decoder computes it, from the queries it holds (more rows than the one-token call has), every
 // decode step runs on a position-only cache, with evictions, and keeps the caches and logits of
 // the engine alone (which computes A on the host from the rows). Control: a planted buffer (each
@@ -263,14 +267,14 @@ TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCac
     const auto policy = load_policy(name, params);
     ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenDecoderSignals) << name;
     // NACL's window comes from the prompt's length, so nobody asks for the window attention at the
-    // prompt and the decoder holds its queries only from the first decode step: its first W - 1
-    // steps read rows (Reads, the decoder's fall-back), the others none.
-    const int held_from = name == "nacl" ? policy->window_for(S()) - 1 : 0;
-    const int steps = 30 + held_from;
+    // prompt: at the first decode step the decoder starts its held queries from the engine's own
+    // (ObservationRequest::observer_queries), so that step reads no row either.
+    const int steps = 30;
     const Run plain = plain_run(*policy, steps);
     const Run rowless = run(*policy, TurnMode::Rowless, steps);
-    EXPECT_GE(rowless.rowless_turns, (steps - held_from) * (L + 1)) << name << ": a decode step read rows";
-    EXPECT_GE(rowless.window_beyond_block, (steps - held_from) * L) << name << ": the rolling window was not handed over";
+    EXPECT_GE(rowless.rowless_turns, steps * (L + 1)) << name << ": a decode step read rows";
+    EXPECT_GE(rowless.window_beyond_block, steps * L) << name << ": the rolling window was not handed over";
+    EXPECT_EQ(rowless.seeded_layers, name == "nacl" ? L : 0) << name << ": the held queries started over";
     EXPECT_FALSE(rowless.forbidden) << name;
     test::expect_same_calls(plain, rowless, name);
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";

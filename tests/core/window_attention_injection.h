@@ -131,6 +131,7 @@ class WindowAttentionInjector : public ForwardObserver {
   // Plant wrong cached rows (each head's entries in reverse order) where they are handed over.
   void plant_wrong_cache_rows() { plant_rows_ = true; }
   int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K or V
+  int64_t seeded_layers() const { return seeded_; }  // layers whose held queries started from the observer's
 
  private:
   // The cached keys and values the engine asked for on the device (ObservationRequest::
@@ -160,8 +161,9 @@ class WindowAttentionInjector : public ForwardObserver {
   // The block's window queries into the layer's newest queries held, as the CUDA decoder holds
   // them: as many as this call asks the window attention of, none (forgotten) when it asks for none
   // (per layer: a forced window is known only once the engine planned the prompt at its first
-  // layer). The block's rows are its last signals.window ones; those before them are missing, so a
-  // block that holds fewer than its tokens starts the rows over (QueryWindowRing's rule).
+  // layer), started from the observer's own rows when those held fall short (seed_from_observer).
+  // The block's rows are its last signals.window ones; those before them are missing, so a block
+  // that holds fewer than its tokens starts the rows over (QueryWindowRing's rule).
   void hold_queries(const LayerSignals& s) {
     int capacity = request_.window_attention;
     if (force_) capacity = std::max(capacity, engine_.plan().window);
@@ -176,8 +178,26 @@ class WindowAttentionInjector : public ForwardObserver {
     }
     const int first = s.first_position + s.n_tokens - s.window;
     const size_t row = s.window_queries.size() / static_cast<size_t>(s.window);
+    seed_from_observer(s.layer, capacity, s.first_position, s.n_tokens, row);
     apply_query_window_update(rings_[s.layer].append(first, s.window, capacity), held_[s.layer],
                               s.window_queries.data(), row);
+  }
+  // As the CUDA decoder's seed_queries: when the rows held would not reach back the window after
+  // this call and the observer's own rows (ObservationRequest::observer_queries) end where it
+  // begins and would, start from the newest of those.
+  void seed_from_observer(int layer, int capacity, int position, int n, size_t row) {
+    const int W = request_.window_attention;
+    if (W <= 0 || request_.observer_queries.size() != held_.size()) return;
+    if (rings_[layer].covers_after(W, position, n, capacity)) return;
+    const ObserverQueryRows& r = request_.observer_queries[static_cast<size_t>(layer)];
+    if (!r.data || r.rows <= 0 || r.first_position + r.rows != position) return;
+    const int keep = std::min(r.rows, capacity);
+    QueryWindowRing seeded;
+    seeded.append(position - keep, keep, capacity);
+    if (!seeded.covers_after(W, position, n, capacity)) return;
+    rings_[layer] = seeded;
+    held_[layer].assign(r.data + static_cast<size_t>(r.rows - keep) * row, r.data + static_cast<size_t>(r.rows) * row);
+    ++seeded_;
   }
 
   EvictionEngine& engine_;
@@ -197,6 +217,7 @@ class WindowAttentionInjector : public ForwardObserver {
   bool plant_rows_ = false;
   std::vector<float> rows_keys_, rows_values_;  // the cached rows handed over, [head][d][T]
   int64_t rows_injected_ = 0;
+  int64_t seeded_ = 0;
 };
 
 class WithoutWindowAttention : public ForwardObserver {

@@ -272,6 +272,9 @@ class CudaDecoder : public Decoder {
   bool serves_window_attention(const ObservationRequest& request, int n) const;
   // The call's queries into the layer's device copy of the newest queries (query_update_).
   void hold_queries(int layer);
+  // Starts the queries held from the observer's own (ObservationRequest::observer_queries) when
+  // those held would not reach back the window after a call of n tokens and the observer's do.
+  void seed_queries(const ObservationRequest& request, int n);
   // The layer's newest min(W, held) queries on the device, the first at position *first.
   const float* held_queries(int layer, int W, int* first) const;
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
@@ -374,6 +377,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // without an observer) forgets them, so such a decode loop copies nothing.
   query_capacity_ = mirror_ ? request.window_attention : 0;
   if (query_capacity_ == 0) query_ring_.forget();
+  seed_queries(request, n);  // too few held for a window first asked for now: the observer's own
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request, n));
   // The cached rows go to the observer on the device only where they stay there and it said it
@@ -474,6 +478,34 @@ void CudaDecoder::hold_queries(int layer) {
                            static_cast<size_t>(u.block_rows) * row * sizeof(float), cudaMemcpyDeviceToDevice),
                 "copy of the call's queries");
   held.current = 1 - held.current;
+}
+
+void CudaDecoder::seed_queries(const ObservationRequest& request, int n) {
+  const int W = request.window_attention;
+  const size_t layers = static_cast<size_t>(config_.n_layers);
+  if (query_capacity_ == 0 || request.observer_queries.size() != layers) return;
+  if (query_ring_.covers_after(W, position_, n, query_capacity_)) return;
+  // The observer's rows: the same positions at every layer, ending where this call begins.
+  const ObserverQueryRows& first = request.observer_queries[0];
+  for (const ObserverQueryRows& r : request.observer_queries)
+    if (!r.data || r.rows <= 0 || r.rows != first.rows || r.first_position != first.first_position ||
+        r.first_position + r.rows != position_)
+      return;
+  const int keep = std::min(first.rows, query_capacity_);
+  QueryWindowRing seeded;
+  seeded.append(position_ - keep, keep, query_capacity_);
+  if (!seeded.covers_after(W, position_, n, query_capacity_)) return;
+  if (query_rows_.empty())
+    for (size_t l = 0; l < layers; ++l) query_rows_.push_back(std::make_unique<DeviceQueryRows>());
+  const size_t row = static_cast<size_t>(config_.q_dim());
+  for (size_t l = 0; l < layers; ++l) {
+    const ObserverQueryRows& r = request.observer_queries[l];
+    DeviceQueryRows& held = *query_rows_[l];
+    DeviceArray<float>& to = held.rows[held.current];
+    to.resize(static_cast<size_t>(query_capacity_) * row);
+    to.upload(r.data + static_cast<size_t>(r.rows - keep) * row, static_cast<size_t>(keep) * row);
+  }
+  query_ring_ = seeded;
 }
 
 const float* CudaDecoder::held_queries(int layer, int W, int* first) const {
