@@ -773,6 +773,10 @@ struct EvictionEngine::State {
                      merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
                                          std::span<const int32_t>(positions(cache, layer, kv_head), length)));
     window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
+    if (layer == decoder_rows_layer) {  // nor its copy of the rows
+      decoder_rows = {};
+      decoder_rows_layer = -1;
+    }
     cache.keep(layer, kv_head, kept);
     permute_aligned(layer, kv_head, kept, length);
     original.kept(layer, kv_head, kept);
