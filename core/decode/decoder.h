@@ -86,7 +86,7 @@ struct ObservationRequest {
   // attention asked (none were asked for before: NACL's window, found from the prompt's length, is
   // first asked for while decoding) may start its rows from these when they end where the call
   // begins, instead of serving none until it has held W calls' queries.
-  std::vector<ObserverQueryRows> observer_queries;
+  std::vector<ObserverQueryRows> observer_queries{};  // {}: designated initializers may omit it
   // false: that window attention not causal, every cached entry visible to every window row (NACL's
   // official proxy scoring); LayerSignals::window_attention.causal says which was computed.
   bool window_attention_causal = true;

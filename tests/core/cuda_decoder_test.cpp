@@ -113,6 +113,19 @@ TEST(CudaDecoder, Stories260KMatchesTheCpu) {
   compare_greedy(*model, prompts, 40);
 }
 
+// A prompt longer than one feed-forward pass (4096 rows, cuda_decoder.cu) runs the FFN in two
+// passes: every position's logits and the greedy steps after stay within the bound.
+TEST(CudaDecoder, PromptLongerThanOneFeedForwardPassMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig c = gqa_config();
+  c.context_length = 8192;
+  const auto model = make_random_model(c, 21);
+  std::mt19937 rng(23);
+  std::vector<int> prompt(4096 + 64);
+  for (int& v : prompt) v = int(rng() % c.vocab_size);
+  compare_greedy(*model, {prompt}, 4);
+}
+
 // Records what each layer's observer call saw, for comparison between backends.
 class Recorder : public ForwardObserver {
  public:

@@ -153,6 +153,10 @@ struct DeviceQueryRows {
   int current = 0;
 };
 
+// Rows of a feed-forward pass (feed_forward_layer): 4096 rows of the 8B geometry's 14336 hidden
+// units hold 0.44 GiB of f32 gate and up activations.
+constexpr int kFfnPassRows = 4096;
+
 DeviceKvGeometry device_kv_geometry(const ModelConfig& c, KvType type) {
   return {c.n_layers, c.n_kv_heads, c.head_dim, type};
 }
@@ -796,18 +800,26 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
 void CudaDecoder::feed_forward_layer(int layer, int n) {
   const DeviceLayer& w = layers_[layer];
   const int dim = config_.dim, hidden = config_.hidden_dim;
-  const size_t rows = static_cast<size_t>(n);
+  // Passes of at most kFfnPassRows rows: the [rows][hidden] buffers stay bounded however long the
+  // prompt (a whole 128K prompt of the 8B geometry would hold 18 GiB of them). Each row's result
+  // depends on its own row only; cuBLAS may sum in another order for another row count.
+  const int pass = std::min(n, kFfnPassRows);
+  const size_t rows = static_cast<size_t>(pass);
   xn_.resize(rows * dim);
   half_in_.resize(rows * std::max(dim, hidden));
   gate_.resize(rows * hidden);
   up_.resize(rows * hidden);
   proj_.resize(rows * dim);
-  cuda::rmsnorm(x_.data(), w.ffn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
-  gemm(half_in_.data(), n, dim, w.w_gate->data(), hidden, gate_.data());
-  gemm(half_in_.data(), n, dim, w.w_up->data(), hidden, up_.data());
-  cuda::swiglu(gate_.data(), up_.data(), rows * hidden, half_in_.data());
-  gemm(half_in_.data(), n, hidden, w.w_down->data(), dim, proj_.data());
-  cuda::add_inplace(x_.data(), proj_.data(), rows * dim);
+  for (int first = 0; first < n; first += pass) {
+    const int m = std::min(pass, n - first);
+    float* x = x_.data() + static_cast<size_t>(first) * dim;
+    cuda::rmsnorm(x, w.ffn_norm->data(), m, dim, config_.norm_eps, xn_.data(), half_in_.data());
+    gemm(half_in_.data(), m, dim, w.w_gate->data(), hidden, gate_.data());
+    gemm(half_in_.data(), m, dim, w.w_up->data(), hidden, up_.data());
+    cuda::swiglu(gate_.data(), up_.data(), static_cast<size_t>(m) * hidden, half_in_.data());
+    gemm(half_in_.data(), m, hidden, w.w_down->data(), dim, proj_.data());
+    cuda::add_inplace(x, proj_.data(), static_cast<size_t>(m) * dim);
+  }
 }
 
 }  // namespace
