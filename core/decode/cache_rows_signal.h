@@ -59,19 +59,17 @@ KVEVICT_HOST_DEVICE inline size_t cache_rows_floats(const CacheRowsArgs& a) {
   return static_cast<size_t>(a.head_dim) * device_kv_range_rows(a.ranges);
 }
 
-// Output float x (of each side asked for): its head (the last whose block starts at or before x, by
-// bisection), then its dimension i and entry t within the head's [head_dim][length] block.
+// Output float x (of each side asked for): its head is the range head of x / head_dim (head h's
+// block spans exactly those x), then its dimension i and entry t within the head's [head_dim]
+// [length] block.
 KVEVICT_HOST_DEVICE inline void cache_rows_element(const CacheRowsArgs& a, size_t x) {
   const size_t d = static_cast<size_t>(a.head_dim);
-  int lo = 0, hi = a.ranges.n_heads;  // d * out_offset[lo] <= x < d * out_offset[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (d * static_cast<size_t>(a.ranges.out_offset[mid]) <= x) lo = mid; else hi = mid;
-  }
-  const size_t local = x - d * static_cast<size_t>(a.ranges.out_offset[lo]);
-  const size_t length = static_cast<size_t>(a.ranges.out_offset[lo + 1] - a.ranges.out_offset[lo]);
+  int64_t unused = 0;
+  const int h = device_kv_range_head(a.ranges, x / d, &unused);
+  const size_t local = x - d * static_cast<size_t>(a.ranges.out_offset[h]);
+  const size_t length = static_cast<size_t>(a.ranges.out_offset[h + 1] - a.ranges.out_offset[h]);
   const int i = static_cast<int>(local / length);
-  const int64_t row = a.ranges.start_row[lo] + static_cast<int64_t>(local % length);
+  const int64_t row = a.ranges.start_row[h] + static_cast<int64_t>(local % length);
   if (a.keys_out) a.keys_out[x] = device_kv_load(a.keys, a.type, row, a.head_dim, i);
   if (a.values_out) a.values_out[x] = device_kv_load(a.values, a.type, row, a.head_dim, i);
 }

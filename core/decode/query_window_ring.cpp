@@ -45,6 +45,17 @@ bool QueryWindowRing::covers_after(int W, int first_position, int n, int capacit
   return u.rows() >= std::min(W, first_position + n);
 }
 
+int QueryWindowRing::seed(int W, int first_position, int n, int capacity, int offered_first, int offered_rows) {
+  if (W <= 0 || capacity <= 0 || offered_rows <= 0 || offered_first + offered_rows != first_position) return 0;
+  if (covers_after(W, first_position, n, capacity)) return 0;
+  QueryWindowRing seeded;
+  const int keep = std::min(offered_rows, capacity);
+  seeded.append(first_position - keep, keep, capacity);
+  if (!seeded.covers_after(W, first_position, n, capacity)) return 0;
+  *this = seeded;
+  return keep;
+}
+
 void apply_query_window_update(const QueryWindowUpdate& u, std::vector<float>& held, const float* block,
                                size_t row_floats) {
   const size_t old_first = static_cast<size_t>(u.old_first) * row_floats;

@@ -36,6 +36,13 @@ class QueryWindowRing {
   // attention of the last W queries reads (an observer keeps the same rows from the same calls).
   bool covers_after(int W, int first_position, int n, int capacity) const;
 
+  // Starting over from an observer's own rows: when the ring would not cover W after a call of n
+  // queries at `first_position` (covers_after) but the newest of the observer's `offered_rows` rows,
+  // which end at first_position, would, the ring forgets its rows and holds the newest of those
+  // instead; returns how many (their storage must copy that many from the end of the offered
+  // rows), 0 when nothing changes.
+  int seed(int W, int first_position, int n, int capacity, int offered_first, int offered_rows);
+
   void forget() { rows_ = first_position_ = 0; }
   int rows() const { return rows_; }
   int first_position() const { return first_position_; }  // of the oldest row held (0 when none)

@@ -86,6 +86,27 @@ TEST(QueryWindowRing, NothingToHoldLeavesTheRowsAsTheyAre) {
 
 // Random calls (prompts, blocks, steps, gaps, changing capacities) against the reference: the rows
 // held are always the newest min(capacity, run) rows of the current contiguous run.
+// Starting over from an observer's own rows (NACL's window, first asked for while decoding): only
+// when the ring would not cover the window after the call, the offered rows end where the call
+// begins and their newest (at most the capacity) would cover it.
+TEST(QueryWindowRing, SeedsFromTheObserversRowsOnlyWhereThatCovers) {
+  QueryWindowRing ring;
+  EXPECT_EQ(ring.seed(8, 100, 1, 8, 50, 50), 8) << "the newest 8 (the capacity) of the 50 offered";
+  EXPECT_EQ(ring.first_position(), 92);
+  EXPECT_EQ(ring.end_position(), 100);
+  EXPECT_TRUE(ring.covers_after(8, 100, 1, 8));
+  EXPECT_EQ(ring.seed(8, 100, 1, 8, 50, 50), 0) << "it covers already: nothing changes";
+  EXPECT_EQ(ring.first_position(), 92);
+  QueryWindowRing empty;
+  EXPECT_EQ(empty.seed(8, 100, 1, 8, 50, 49), 0) << "the offered rows end before the call";
+  EXPECT_EQ(empty.seed(8, 100, 1, 8, 96, 4), 0) << "4 offered + 1 own do not reach back 8";
+  EXPECT_EQ(empty.rows(), 0);
+  EXPECT_EQ(empty.seed(8, 100, 1, 0, 50, 50), 0) << "no capacity";
+  EXPECT_EQ(empty.seed(0, 100, 1, 8, 50, 50), 0) << "no window";
+  EXPECT_EQ(empty.seed(8, 5, 1, 8, 0, 5), 5) << "a sequence shorter than the window: all of it";
+  EXPECT_TRUE(empty.covers_after(8, 5, 1, 8));
+}
+
 TEST(QueryWindowRing, MatchesAReferenceOverRandomCalls) {
   std::mt19937 rng(7);
   QueryWindowRing ring;

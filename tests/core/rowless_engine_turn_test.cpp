@@ -149,6 +149,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     bool forbidden = false;
     int64_t window_beyond_block = 0;
     int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
+    int64_t cache_rows_in_place = 0;  // EvictionReport::cache_rows_in_place
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
@@ -165,6 +166,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.forbidden = observer.forbidden;
     r.window_beyond_block = observer.window_beyond_block();
     r.seeded_layers = observer.seeded_layers();
+    r.cache_rows_in_place = engine.report().cache_rows_in_place;
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
@@ -371,6 +373,7 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsKAndVInPlaceOnAPositionOnlyCache
     EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";
     EXPECT_FALSE(rowless.forbidden) << name;
     EXPECT_GE(device.scored_rows_in_place, L * model_->config.n_kv_heads) << name;
+    EXPECT_EQ(rowless.cache_rows_in_place, device.scored_rows_in_place) << name << ": the report counts each scoring";
     test::expect_same_calls(plain, rowless, name);
     const Run planted = run(device, TurnMode::Rowless, steps, /*plant_wrong_window=*/false, /*plant_wrong_rows=*/true);
     ASSERT_EQ(planted.layouts.size(), rowless.layouts.size()) << name;

@@ -186,16 +186,11 @@ class WindowAttentionInjector : public ForwardObserver {
   // this call and the observer's own rows (ObservationRequest::observer_queries) end where it
   // begins and would, start from the newest of those.
   void seed_from_observer(int layer, int capacity, int position, int n, size_t row) {
-    const int W = request_.window_attention;
-    if (W <= 0 || request_.observer_queries.size() != held_.size()) return;
-    if (rings_[layer].covers_after(W, position, n, capacity)) return;
+    if (request_.observer_queries.size() != held_.size()) return;
     const ObserverQueryRows& r = request_.observer_queries[static_cast<size_t>(layer)];
-    if (!r.data || r.rows <= 0 || r.first_position + r.rows != position) return;
-    const int keep = std::min(r.rows, capacity);
-    QueryWindowRing seeded;
-    seeded.append(position - keep, keep, capacity);
-    if (!seeded.covers_after(W, position, n, capacity)) return;
-    rings_[layer] = seeded;
+    if (!r.data) return;
+    const int keep = rings_[layer].seed(request_.window_attention, position, n, capacity, r.first_position, r.rows);
+    if (keep == 0) return;
     held_[layer].assign(r.data + static_cast<size_t>(r.rows - keep) * row, r.data + static_cast<size_t>(r.rows) * row);
     ++seeded_;
   }

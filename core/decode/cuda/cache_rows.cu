@@ -23,15 +23,19 @@ __global__ void cache_rows_kernel(const CacheRowsArgs args, size_t count) {
   if (x < count) cache_rows_element(args, x);
 }
 
-// Frees `old` and allocates `floats` (the caller has zeroed its capacity first, so a failure leaves
-// a buffer of none).
-float* grow(float*& old, size_t floats, const char* what) {
-  cudaFree(old);
-  old = nullptr;
-  float* fresh = nullptr;
-  const cudaError_t e = cudaMalloc(&fresh, floats * sizeof(float));
-  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA cache rows buffer (") + what + "): " + cudaGetErrorString(e));
-  return fresh;
+// `buffer` holds at least `floats` floats afterwards (reallocated when it held fewer; a failed
+// allocation leaves it empty, capacity 0).
+void reserve(float*& buffer, size_t& capacity, size_t floats, const char* what) {
+  if (floats <= capacity) return;
+  cudaFree(buffer);
+  buffer = nullptr;
+  capacity = 0;
+  const cudaError_t e = cudaMalloc(&buffer, floats * sizeof(float));
+  if (e != cudaSuccess) {
+    buffer = nullptr;
+    throw RuntimeError(std::string("CUDA cache rows buffer (") + what + "): " + cudaGetErrorString(e));
+  }
+  capacity = floats;
 }
 
 }  // namespace
@@ -45,16 +49,8 @@ CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, bool keys, 
   if (!keys && !values) return {};
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
   const size_t n = cache_rows_floats(a);
-  if (keys && n > keys_capacity_) {
-    keys_capacity_ = 0;
-    keys_ = grow(keys_, n, "keys");
-    keys_capacity_ = n;
-  }
-  if (values && n > values_capacity_) {
-    values_capacity_ = 0;
-    values_ = grow(values_, n, "values");
-    values_capacity_ = n;
-  }
+  if (keys) reserve(keys_, keys_capacity_, n, "keys");
+  if (values) reserve(values_, values_capacity_, n, "values");
   a.keys_out = keys ? keys_ : nullptr;
   a.values_out = values ? values_ : nullptr;
   if (n > 0) {  // an empty grid is not a valid launch

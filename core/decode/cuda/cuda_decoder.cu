@@ -485,20 +485,15 @@ void CudaDecoder::hold_queries(int layer) {
 }
 
 void CudaDecoder::seed_queries(const ObservationRequest& request, int n) {
-  const int W = request.window_attention;
   const size_t layers = static_cast<size_t>(config_.n_layers);
   if (query_capacity_ == 0 || request.observer_queries.size() != layers) return;
-  if (query_ring_.covers_after(W, position_, n, query_capacity_)) return;
-  // The observer's rows: the same positions at every layer, ending where this call begins.
+  // The observer's rows: the same positions at every layer (the ring is one for all layers).
   const ObserverQueryRows& first = request.observer_queries[0];
   for (const ObserverQueryRows& r : request.observer_queries)
-    if (!r.data || r.rows <= 0 || r.rows != first.rows || r.first_position != first.first_position ||
-        r.first_position + r.rows != position_)
-      return;
-  const int keep = std::min(first.rows, query_capacity_);
-  QueryWindowRing seeded;
-  seeded.append(position_ - keep, keep, query_capacity_);
-  if (!seeded.covers_after(W, position_, n, query_capacity_)) return;
+    if (!r.data || r.rows != first.rows || r.first_position != first.first_position) return;
+  const int keep = query_ring_.seed(request.window_attention, position_, n, query_capacity_, first.first_position,
+                                    first.rows);
+  if (keep == 0) return;
   if (query_rows_.empty())
     for (size_t l = 0; l < layers; ++l) query_rows_.push_back(std::make_unique<DeviceQueryRows>());
   const size_t row = static_cast<size_t>(config_.q_dim());
@@ -509,7 +504,6 @@ void CudaDecoder::seed_queries(const ObservationRequest& request, int n) {
     to.resize(static_cast<size_t>(query_capacity_) * row);
     to.upload(r.data + static_cast<size_t>(r.rows - keep) * row, static_cast<size_t>(keep) * row);
   }
-  query_ring_ = seeded;
 }
 
 const float* CudaDecoder::held_queries(int layer, int W, int* first) const {
