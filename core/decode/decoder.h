@@ -14,6 +14,7 @@
 #include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
+#include "core/decode/row_merges.h"
 #include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
 
@@ -103,6 +104,11 @@ struct ObservationRequest {
   // handle their absence.
   bool cache_keys_on_device = false;
   bool cache_values_on_device = false;
+  // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
+  // (merge-on-evict's D2O, CaM, Pivot, Weighted): a decoder whose cache lives on a device may run
+  // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
+  // calls whose cache_row_reads is NoneGivenDecoderSignals and whose rows it leaves there.
+  bool cached_row_merges = false;
   // The observer reads no cached key or value after this call unless a later call's
   // cache_row_reads says Reads: a decoder whose cache lives on a device may drop its host copy of
   // the rows at the end of this call (DeviceKvMirror::release_host_rows) and bring them back when a
@@ -154,6 +160,10 @@ struct LayerSignals {
   // The cached keys and values the decoder copied out in its device memory on request
   // (cache_rows_signal.h: layout, lifetime). Empty when not requested or not made.
   CacheRowsSignal cache_rows;
+  // Where the observer's row merges run when this call's host rows are placeholders and it asked
+  // for them (ObservationRequest::cached_row_merges): the decoder's device cache, valid during the
+  // forward call. Null otherwise (the observer merges the host's rows, or must not merge).
+  CachedRowMerges* cached_row_merges = nullptr;
   // The host cache of this layer holds placeholder rows (DeviceKvMirror::append_placeholders: the
   // observer's ObservationRequest::cache_row_reads for this call was not Reads): it must read no
   // cached key or value. In a one-token call it takes the newest query's attention (A_now) from

@@ -65,6 +65,7 @@
 #include "core/decode/device_kv_twin.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/kv_cache_listener.h"
+#include "core/decode/row_merges.h"
 #include "core/decode/row_norms.h"
 
 namespace kvevict {
@@ -86,6 +87,10 @@ class DeviceKvBackend {
   // Re-assigns the positions of the heads h of `layer` with heads[h] != 0 on the device, rotating
   // their keys with `rope` (device_kv_reassign.h): KVCache::reassign_positions' work, done there.
   virtual void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) = 0;
+  // The row merges of row_merges.h over one head of the device cache (device_kv_merges.h).
+  virtual std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                                      std::span<const int> evicted) const = 0;
+  virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;
 };
 
 template <class Cache>
@@ -108,6 +113,11 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) override {
     cache_.reassign_positions(layer, heads, rope);
   }
+  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                              std::span<const int> evicted) const override {
+    return cache_.nearest_kept_keys(layer, head, kept, evicted);
+  }
+  void fold_rows(int layer, int head, const RowFolds& folds) override { cache_.fold_rows(layer, head, folds); }
 
  private:
   Cache& cache_;
@@ -116,7 +126,10 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
 // Who appends new entries to the device (see the header comment).
 enum class MirrorAppends { Decoder, Host };
 
-class DeviceKvMirror final : public KvCacheListener {
+// The mirror is also where the engine's row merges run when a call's host rows stay on the device
+// (CachedRowMerges, row_merges.h; LayerSignals::cached_row_merges): see nearest_kept_keys and
+// fold_rows below.
+class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
  public:
   // Attaches itself to `cache` (replacing any listener) and marks every non-empty head for a resync
   // (the backend must start empty), so the first flush uploads whatever the host holds. Both must
@@ -185,6 +198,17 @@ class DeviceKvMirror final : public KvCacheListener {
     return placeholders_.at(static_cast<size_t>(layer) * n_heads_ + head);
   }
 
+  // Row merges on the device (row_merges.h), numbered as the host cache numbers the head now: the
+  // layer's pending work is flushed first (so device row t is host row t), then the backend runs
+  // them. After fold_rows the host copy is the device's again: a position-only head re-reads its
+  // held norms (when it holds them); a head holding real rows lists every folded row as a
+  // placeholder (sync_host brings the folded words back). std::logic_error on an unfolded cache, a
+  // lagging layer or a codebook head (its rows are the host's reconstruction); the backend's
+  // std::invalid_argument for bad indices. DeviceKvCounts::rows_folded counts the rows written.
+  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                              std::span<const int> evicted) override;
+  void fold_rows(int layer, int head, const RowFolds& folds) override;
+
   // What the mirror did and the host time it took, since construction (device_kv_stats.h).
   using Counts = DeviceKvCounts;
   using Seconds = DeviceKvSeconds;
@@ -235,6 +259,7 @@ class DeviceKvMirror final : public KvCacheListener {
   void fill_placeholders(int layer, bool position_only_heads);
   void fill_head(int layer, int head, KvType type);
   void append_lagging_rows();
+  void refuse_unmergeable(int layer, int head, const char* what) const;
 
   KVCache& cache_;
   DeviceKvBackend& backend_;

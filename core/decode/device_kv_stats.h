@@ -16,6 +16,7 @@ struct DeviceKvCounts {
   int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
   int64_t device_reassigns = 0;  // layers whose position-only heads had their positions re-assigned on the device
   int64_t heads_released = 0;    // host heads that dropped their rows, the device holding them (release_host_rows)
+  int64_t rows_folded = 0;       // rows written by row merges run on the device (fold_rows), summed over heads
 };
 
 // Host wall time (seconds) spent in the mirror's sync_host and in its flushes that had work

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/device_kv_merges.h"
 #include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
 
@@ -146,6 +148,40 @@ void DeviceKvTwin::reassign_positions(int layer, std::span<const char> heads, co
     if (!device_kv_reassign_element(args, e))
       throw std::logic_error("device KV reassign: an old position of layer " + std::to_string(layer) +
                              " lies outside the RoPE table (" + std::to_string(rope.positions) + " positions)");
+}
+
+std::vector<KeptKeyMatch> DeviceKvTwin::nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                                          std::span<const int> evicted) const {
+  DeviceKvNearestArgs a =
+      plan_nearest_kept_keys(layout_, layer, head, arenas_.at(static_cast<size_t>(layer)).keys.data(), kept, evicted);
+  const std::vector<int32_t> kept_rows(kept.begin(), kept.end()), evicted_rows(evicted.begin(), evicted.end());
+  std::vector<double> norms(kept.size());
+  std::vector<KeptKeyMatch> out(evicted.size());
+  a.kept = kept_rows.data();
+  a.evicted = evicted_rows.data();
+  a.kept_norms = norms.data();
+  a.matches = out.data();
+  for (int32_t j = 0; j < a.n_kept; ++j) device_kv_kept_norm_element(a, j);
+  for (int32_t e = 0; e < a.n_evicted; ++e) {
+    const double norm_e = device_kv_evicted_norm(a, e);
+    KeptKeyMatch best{-std::numeric_limits<double>::infinity(), 0};
+    for (int32_t j = 0; j < a.n_kept; ++j) {
+      const double s = device_kv_key_cosine(a, e, norm_e, j);
+      if (better_key_match(s, j, best.cosine, best.kept)) best = {s, j};
+    }
+    a.matches[e] = best;
+  }
+  return out;
+}
+
+void DeviceKvTwin::fold_rows(int layer, int head, const RowFolds& folds) {
+  Arenas& arenas = arenas_.at(static_cast<size_t>(layer));
+  DeviceKvFoldArgs a = plan_fold_rows(layout_, layer, head, arenas.keys.data(), arenas.values.data(), folds);
+  a.folds = folds.folds.data();
+  a.terms = folds.terms.data();
+  // Every element reads rows no element writes (the plan checked it): any order is the kernel's.
+  const size_t n = device_kv_fold_elements(a);
+  for (size_t e = 0; e < n; ++e) device_kv_fold_element(a, e);
 }
 
 DeviceKvLayerView DeviceKvTwin::layer_view(int layer) const {

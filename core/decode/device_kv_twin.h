@@ -12,6 +12,7 @@
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_view.h"
 #include "core/decode/rope.h"
+#include "core/decode/row_merges.h"
 #include "core/decode/row_norms.h"
 
 namespace kvevict {
@@ -54,6 +55,11 @@ class DeviceKvTwin {
   // rotating with `rope` (a host table). std::invalid_argument as plan_reassign; std::logic_error
   // when an old position lies outside the table.
   void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope);
+  // The row merges of row_merges.h over one head (device_kv_merges.h's element bodies, in the
+  // order the contract states); std::invalid_argument as plan_nearest_kept_keys / plan_fold_rows.
+  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                              std::span<const int> evicted) const;
+  void fold_rows(int layer, int head, const RowFolds& folds);
   // The view of one layer over the host arenas, for the CPU twins of the kernels that read the
   // cache (window_attention_twin): valid until the layer is next appended to, grown, written,
   // compacted or restored.

@@ -1,6 +1,7 @@
 // See cache_row_reads.h.
 #include "core/engine/cache_row_reads.h"
 
+#include "core/engine/merge_on_evict.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/replay_checks.h"
 
@@ -28,15 +29,20 @@ bool signal_source_reads_cache_rows(SignalSource source) {
 }
 
 // Features that read or rewrite cached rows outside the signals, at the prompt and while decoding
-// alike: merges and codebooks (they fold values), key channels (zeroed in the rows), unfolded GQA
+// alike: merges and codebooks (they fold values) other than those run where the rows are
+// (merge_given_by_decoder), key channels (zeroed in the rows), unfolded GQA
 // (copies the rows), extra stages (conservative: programs of their own), NACL's same-index head (its
 // own attention over the keys). Not among them: re-assigned positions (the keys are re-rotated by
 // whoever holds the rows: KVCache::reassign_positions, on a device DeviceKvMirror; the engine reads
 // only positions), and head plans (head_mode / head_weight run at the prompt only, on the signals
 // the prompt's programs read, prompt_reads; while decoding the heads keep the budgets planned then).
 static bool feature_reads_cache_rows(const PolicyDescription& d) {
-  return d.merge.enabled || d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() ||
+  return (d.merge.enabled && !merge_given_by_decoder(d.merge)) || d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() ||
          d.observe.same_index_head;
+}
+
+bool merge_given_by_decoder(const PolicyMerge& merge) {
+  return merge.enabled && merge_runs_where_rows_are(merge.method);
 }
 
 // K and V as cached, which a program scoring on the decoder's device reads there (GivenOnDevice).
@@ -61,7 +67,7 @@ CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignal
   // The rolling window's A (the last W queries, generated ones included), causal or not, from the
   // decoder: the window is the prompt's by then, whatever it was found from (NACL's proxy share).
   // A hand-made description (decode reads unknown) is taken to read more.
-  if (!window && !given_rows) return CacheRowReads::None;
+  if (!window && !given_rows && !merge_given_by_decoder(d.merge)) return CacheRowReads::None;
   return d.decode_reads_known ? CacheRowReads::NoneGivenDecoderSignals : CacheRowReads::Reads;
 }
 
@@ -98,7 +104,8 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
   // A window the decoder cannot know before the call (the engine then asks it for no window
   // attention, and computes A on the host). Causal or not, the decoder computes it.
   if (!window_known_before_prompt(d)) return CacheRowReads::Reads;
-  return d.window > 0 || given_rows ? CacheRowReads::NoneGivenDecoderSignals : CacheRowReads::None;
+  return d.window > 0 || given_rows || merge_given_by_decoder(d.merge) ? CacheRowReads::NoneGivenDecoderSignals
+                                                                       : CacheRowReads::None;
 }
 
 bool window_known_before_prompt(const PolicyDescription& d) {

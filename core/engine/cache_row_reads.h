@@ -16,7 +16,9 @@
 //     (NoneGivenDecoderSignals); H2O and StreamingLLM read column sums or positions only (None;
 //     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror);
 //   * either: K and V themselves (R-KV's redundancy, KeyDiff) when the program scores on the
-//     decoder's device, which hands them over there (CachedRowSignals::GivenOnDevice).
+//     decoder's device, which hands them over there (CachedRowSignals::GivenOnDevice); the
+//     merges of D2O, CaM, Pivot and Weighted, which the decoder runs where the rows are
+//     (merge_given_by_decoder, NoneGivenDecoderSignals).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
 // std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
 // wrong declaration fails loudly instead of scoring zeros.
@@ -44,7 +46,7 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
 // or every signal of the policy when the description does not know them) comes from a source
 // above or is the window attention A over the rolling window of the last W queries, and no feature
-// edits or reads rows: merges and codebooks, key channels, unfolded GQA, extra selection stages,
+// edits or reads rows: merges (but those merge_given_by_decoder) and codebooks, key channels, unfolded GQA, extra selection stages,
 // NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
 // re-rotates them; head plans run at the prompt only, on prompt_reads). Then
 // NoneGivenDecoderSignals when the decode indicator reads A, which a decoder computes from the
@@ -68,7 +70,7 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
-//     merges and codebooks, key channels, unfolded GQA, extra selection stages,
+//     merges (but those merge_given_by_decoder) and codebooks, key channels, unfolded GQA, extra selection stages,
 //     NACL's same-index head, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
@@ -85,6 +87,12 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d,
 // (observe.window_after_token) nor from the prompt's length. Only then can a decoder be asked
 // for the window attention of a prompt call (ObservationRequest::window_attention).
 bool window_known_before_prompt(const PolicyDescription& d);
+
+// Whether the policy's merge-on-evict runs where the rows are (merge_runs_where_rows_are: D2O, CaM,
+// Pivot, Weighted): a decoder whose cache lives on a device runs it there (ObservationRequest::
+// cached_row_merges), so the merge reads no host row and its calls are NoneGivenDecoderSignals
+// (the decoder must offer the merges). Nearest (value norms on the host) and codebooks read rows.
+bool merge_given_by_decoder(const PolicyMerge& merge);
 
 // The enum's name, for messages and test output.
 const char* cache_row_reads_name(CacheRowReads r);

@@ -126,6 +126,9 @@ struct EvictionEngine::State {
   // cache_rows_are_placeholders), and some layer's were during this prompt (for finish_prefill, in
   // after_forward): every read of a cached key or value is then refused (refuse_placeholder_read).
   bool placeholder_rows = false, prompt_had_placeholders = false;
+  // Where the current after_layer call's merges run when its host rows are placeholders: the
+  // decoder's device cache (LayerSignals::cached_row_merges); null otherwise.
+  CachedRowMerges* decoder_merges = nullptr;
   // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
   // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
   const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
@@ -756,10 +759,17 @@ struct EvictionEngine::State {
   void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
                   const std::vector<std::span<const float>>& scores) {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
-    if (plan.stages.merge_on_evict) refuse_placeholder_read(layer, "the cached values (a merge)");
-    if (plan.stages.merge_per_layer)
-      merge_state.merge_layer(desc.merge, cache, layer, kept);
+    if (plan.stages.merge_per_layer) merge_state.merge_layer(desc.merge, cache, layer, kept, merge_rows(layer));
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
+  }
+
+  // Where a merge of `layer` in this call runs (merge_on_evict's `rows`): the host cache, or, when
+  // the call's host rows are placeholders, the decoder's device cache, which must have offered its
+  // row merges (the declaration said so: cache_row_reads.h); refused otherwise.
+  CachedRowMerges* merge_rows(int layer) const {
+    if (!placeholder_rows) return nullptr;
+    if (!decoder_merges) refuse_placeholder_read(layer, "the cached rows (a merge the decoder did not offer)");
+    return decoder_merges;
   }
 
   // One head's eviction: a per-head merge (cam picks its merge candidates by `scores`), then the
@@ -767,11 +777,11 @@ struct EvictionEngine::State {
   void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores) {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
     const size_t length = cache.length(layer, kv_head);
-    if (plan.stages.merge_on_evict) refuse_placeholder_read(layer, "the cached values (a merge)");
     if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
       merge_on_evict(desc.merge, cache, layer, kv_head, kept,
                      merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
-                                         std::span<const int32_t>(positions(cache, layer, kv_head), length)));
+                                         std::span<const int32_t>(positions(cache, layer, kv_head), length)),
+                     merge_rows(layer));
     window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
     if (layer == decoder_rows_layer) {  // nor its copy of the rows
       decoder_rows = {};
@@ -1402,6 +1412,8 @@ ObservationRequest EvictionEngine::request() const {
   // engine declared NoneGivenDecoderSignals (the others have the rows on the host, or read none).
   r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
   r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
+  // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
+  r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
   return r;
 }
 
@@ -1425,9 +1437,14 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   // Placeholder rows hold for this call only (the next may have synced them): forgotten however it ends.
   struct Rows {
     bool& placeholders;
-    ~Rows() { placeholders = false; }
-  } rows{state_->placeholder_rows};
+    CachedRowMerges*& merges;
+    ~Rows() {
+      placeholders = false;
+      merges = nullptr;
+    }
+  } rows{state_->placeholder_rows, state_->decoder_merges};
   rows.placeholders = signals.cache_rows_are_placeholders;
+  rows.merges = signals.cache_rows_are_placeholders ? signals.cached_row_merges : nullptr;
   // The decoder's device copy of the cached rows, read in place by device scoring: this call only.
   struct DeviceRows {
     State& st;

@@ -47,10 +47,10 @@ double merge_probability(double own, double window_mean) {
 
 }  // namespace
 
-MergeOnEvictCounts merge_cam(const PolicyMerge& merge, KVCache& cache, int layer, int head, std::span<const int> kept,
-                             std::span<const char> is_kept, const MergeContext& context) {
+MergeOnEvictCounts merge_cam(const PolicyMerge& merge, const KVCache& cache, int layer, int head,
+                             std::span<const int> kept, std::span<const char> is_kept, const MergeContext& context,
+                             CachedRowMerges& rows) {
   const size_t T = static_cast<size_t>(cache.length(layer, head));
-  const int d = cache.head_dim();
   if (context.scores.size() != T || context.attention.size() != T || context.positions.size() != T ||
       is_kept.size() != T)
     throw std::logic_error("merge_cam: layer " + std::to_string(layer) + " head " + std::to_string(head) + " holds " +
@@ -85,32 +85,26 @@ MergeOnEvictCounts merge_cam(const PolicyMerge& merge, KVCache& cache, int layer
   counts.merged = static_cast<int64_t>(merges.size());
   if (merges.empty()) return counts;
 
-  // Each merged entry's share v_e / a_e, in double.
-  std::vector<double> share(merges.size() * d);
-  std::vector<float> row(d);
-  for (size_t i = 0; i < merges.size(); ++i) {
-    cache.reconstruct_values(layer, head, merges[i].index, merges[i].index + 1, row.data());
-    const double a = merges[i].end - merges[i].start;
-    for (int c = 0; c < d; ++c) share[i * d + c] = row[c] / a;
+  // One fold per kept rank that some window covers: v_j + sum over the windows covering it of
+  // v_e / a_e, terms in cache order of e (row_merges.h's arithmetic: fma(1 / a_e, v_e, acc)).
+  // Windows are contiguous rank ranges whose starts and ends ascend with e, so a rank's terms are
+  // the merges [first, last) covering it, found by two cursors.
+  RowFolds folds;
+  folds.values = true;
+  size_t first = 0, last = 0;
+  for (int rank = merges.front().start; rank < K && first < merges.size(); ++rank) {
+    while (first < merges.size() && merges[first].end <= rank) ++first;
+    while (last < merges.size() && merges[last].start <= rank) ++last;
+    if (first == last) continue;
+    RowFold f;
+    f.target = ranked[static_cast<size_t>(rank)];
+    f.first_term = static_cast<int32_t>(folds.terms.size());
+    for (size_t i = first; i < last; ++i)
+      folds.terms.push_back({merges[i].index, 1.0 / static_cast<double>(merges[i].end - merges[i].start)});
+    f.terms = static_cast<int32_t>(folds.terms.size()) - f.first_term;
+    folds.folds.push_back(f);
   }
-  // Candidates ascend, so their window starts and ends ascend too: one sliding sum over the ranks
-  // (add a share where its window starts, remove it where it ends), reset to zero whenever no
-  // window is open so that no rounding residue reaches a row that receives nothing.
-  std::vector<double> running(d, 0.0);
-  std::vector<float> out(d);
-  size_t opened = 0, closed = 0;
-  for (int rank = merges.front().start; rank < K && closed < merges.size(); ++rank) {
-    for (; closed < opened && merges[closed].end == rank; ++closed)
-      for (int c = 0; c < d; ++c) running[c] -= share[closed * d + c];
-    if (closed == opened) std::fill(running.begin(), running.end(), 0.0);
-    for (; opened < merges.size() && merges[opened].start == rank; ++opened)
-      for (int c = 0; c < d; ++c) running[c] += share[opened * d + c];
-    if (closed == opened) continue;
-    const int idx = ranked[rank];
-    cache.reconstruct_values(layer, head, idx, idx + 1, row.data());
-    for (int c = 0; c < d; ++c) out[c] = static_cast<float>(row[c] + running[c]);
-    cache.write_entry(layer, head, idx, nullptr, out.data());
-  }
+  rows.fold_rows(layer, head, folds);
   return counts;
 }
 

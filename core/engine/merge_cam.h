@@ -19,22 +19,25 @@
 //   u_e = counter_uniform(context.seed, layer, stored_head, context.positions[e], kMergeStream)
 //     (counter_rng.h); e merges when u_e < p_e, a Bernoulli(p_e) draw (torch.bernoulli) that is a
 //     pure function of the seed, the head and the entry's original position: runs are reproducible.
-//   Every j in W_e of a merged e: v_j <- v_j + v_e / a_e (sums over the original rows, in double,
-//     written once, rounded to the cache's KvType). Keys, positions and unmerged rows do not change.
-// Memory: the merged entries' value rows and one double row per merged entry (O(|E| x d)), the
-// sorted kept indices and one prefix sum of A over them (O(K)); time O(|E| log |E| + K log K +
-// (|E| + K) x d): the windows are summed as a sliding window over the kept ranks, never per pair.
+//   Every j in W_e of a merged e: v_j <- v_j + sum v_e / a_e over the merged e whose window holds
+//     j, in cache order of e: one fold per such j (core/decode/row_merges.h: weights 1 / a_e, fused
+//     multiply-adds in double, rounded once to the cache's KvType), run by `rows` where the rows are
+//     (the host cache, or a decoder's device cache). Keys, positions and unmerged rows do not change.
+// Memory: the sorted kept indices and one prefix sum of A over them (O(K)) and the folds' terms (at
+// most merge_budget per merged entry); time O(|E| log |E| + K log K) plus the folds' O(terms x d).
 // Sizes of context.scores / attention / positions other than T are an engine bug: std::logic_error.
 #include <span>
 
 #include "core/decode/kv_cache.h"
+#include "core/decode/row_merges.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/policy_program.h"
 
 namespace kvevict {
 
 // `is_kept`: T flags, 1 for the entries of `kept` (merge_on_evict has checked `kept`).
-MergeOnEvictCounts merge_cam(const PolicyMerge& merge, KVCache& cache, int layer, int stored_head,
-                             std::span<const int> kept, std::span<const char> is_kept, const MergeContext& context);
+MergeOnEvictCounts merge_cam(const PolicyMerge& merge, const KVCache& cache, int layer, int stored_head,
+                             std::span<const int> kept, std::span<const char> is_kept, const MergeContext& context,
+                             CachedRowMerges& rows);
 
 }  // namespace kvevict

@@ -20,12 +20,15 @@
 //     Weighted (KVCache-Factory merge "weighted", KVMerger-style): for x in {k, v}:
 //              w_e = max((s_e + 1) / 2, 1e-6);  x_j <- (x_j + sum w_e x_e) / (1 + sum w_e)
 //     Cam      (kvpress CAMPress): not a nearest-key rule; see merge_cam.h.
-//   Merged rows are computed in double from the stored rows (as f32) and written back once, rounded
-//   to the cache's KvType (F32, F16 or BF16); positions do not change. The caller then compacts.
-// Memory: O(|E| * head_dim) for the evicted rows and the merge accumulators, plus the kept keys
-// once (|kept| * head_dim floats) and one row of |kept| float cosines; never T x T. Time
-// O(|E| * |kept| * head_dim), in vectorised float to shortlist each target, then double on the
-// shortlist (the result is the all-double search's: merge_on_evict.cpp, find_targets).
+//   Where the rows are read and written (the search and the folds): core/decode/row_merges.h, run by
+//   `rows` (a decoder's device cache, DeviceKvMirror) or, when null, by the host cache itself
+//   (host_row_merges.h). Each rule above is one fold per target, computed as row_merges.h states
+//   (double, fused multiply-adds, terms in cache order, rounded once to the cache's KvType); Pivot
+//   as x_j <- ((1 + |M_j|/2) x_j + sum x_e / 2) / (1 + |M_j|). Positions do not change. The caller
+//   then compacts. Nearest weighs by value norms, which it reads on the host: it refuses `rows`
+//   (merge_runs_where_rows_are).
+// Memory: O(|E| * head_dim) for the evicted rows, plus the kept keys once (|kept| * head_dim floats)
+// on the host path; never T x T. Time O(|E| * |kept| * head_dim) for the search.
 // A codebook-backed head throws std::logic_error (the merge-on-evict methods and the codebook are
 // one merge: section, so a policy cannot have both); unfold_gqa is rejected by the engine checks
 // (its eviction does not go through the engine's per-head keep).
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "core/decode/kv_cache.h"
+#include "core/decode/row_merges.h"
 #include "core/engine/policy_program.h"
 
 namespace kvevict {
@@ -65,7 +69,12 @@ struct MergeContext {
 // merge_cam, merge_cam.h, on `context`); kept as for KVCache::keep (each index in range, no
 // duplicates; std::invalid_argument otherwise).
 MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int layer, int stored_head,
-                                  std::span<const int> kept, const MergeContext& context = {});
+                                  std::span<const int> kept, const MergeContext& context = {},
+                                  CachedRowMerges* rows = nullptr);
+
+// Whether `method` merges through CachedRowMerges alone (D2o, Cam, Pivot, Weighted), so rows held
+// elsewhere (a device cache) can be merged there; Nearest reads value norms on the host.
+bool merge_runs_where_rows_are(MergeMethod method);
 
 // merge.method d2o (D2O, Wan et al., arXiv 2406.13035; AIoT-MLSys-Lab/D2O D2O_LayerKVCache), one
 // eviction of a whole layer: kept[h] are stored head h's kept indices (as for merge_on_evict), one
@@ -74,9 +83,10 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
 // first merge and ema_alpha * threshold + ema_beta * m afterwards (nothing evicted: unchanged); e
 // merges when s_e >= threshold, and per target j with merged set M_j, for x in {k, v}:
 //   x_j <- (x_j + sum s_e x_e) / (1 + |M_j|)          (scatter_reduce mean, include_self, of s_e x_e)
-// Memory: each head's evicted rows at once, O(sum_h |E_h| x d). Throws as merge_on_evict, and
+// `rows` as for merge_on_evict. Memory: each head's evicted rows at once, O(sum_h |E_h| x d). Throws as merge_on_evict, and
 // std::invalid_argument when kept does not have one set per stored head.
 MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache, int layer,
-                                        const std::vector<std::vector<int>>& kept, D2oThreshold& threshold);
+                                        const std::vector<std::vector<int>>& kept, D2oThreshold& threshold,
+                                        CachedRowMerges* rows = nullptr);
 
 }  // namespace kvevict

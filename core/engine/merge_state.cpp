@@ -70,8 +70,8 @@ MergeContext MergeOnEvictState::context(int layer, int head, int group, int T, s
 }
 
 MergeOnEvictCounts MergeOnEvictState::merge_layer(const PolicyMerge& merge, KVCache& cache, int layer,
-                                                const std::vector<std::vector<int>>& kept) {
-  return merge_on_evict_layer(merge, cache, layer, kept, d2o_.at(layer));
+                                                const std::vector<std::vector<int>>& kept, CachedRowMerges* rows) {
+  return merge_on_evict_layer(merge, cache, layer, kept, d2o_.at(layer), rows);
 }
 
 }  // namespace kvevict

@@ -49,9 +49,9 @@ class MergeOnEvictState {
                        std::span<const int32_t> positions) const;
 
   // A layer-level method's merge of one eviction of `layer` (kept[h]: stored head h's indices),
-  // with the layer's state (merge_on_evict_layer).
+  // with the layer's state (merge_on_evict_layer; `rows` as there).
   MergeOnEvictCounts merge_layer(const PolicyMerge& merge, KVCache& cache, int layer,
-                                 const std::vector<std::vector<int>>& kept);
+                                 const std::vector<std::vector<int>>& kept, CachedRowMerges* rows = nullptr);
 
  private:
   bool active_ = false;

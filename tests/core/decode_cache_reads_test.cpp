@@ -156,7 +156,8 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
 // (kvpress's decoding presses), StreamingLLM's re-assigned positions and the head plans of
 // DuoAttention and RLKV (their streaming heads keep sinks and recent tokens) are among them.
 // Those that read the window attention of the rolling window (the last W queries) declare
-// NoneGivenDecoderSignals: the decoder computes it from the queries it holds.
+// NoneGivenDecoderSignals: the decoder computes it from the queries it holds; so do those whose
+// merges it runs where the rows are.
 TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
   std::vector<std::string> none, given_window;
   for (const std::string& file : builtin_policy_files()) {
@@ -173,7 +174,8 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
   const std::vector<std::string> expect = {"cake",     "compression_ratio_decoding", "decoding", "duo_attention", "h2o",
                                            "prefill_decoding", "rlkv", "streamingllm", "tova"};
   EXPECT_EQ(none, expect);
-  const std::vector<std::string> expect_given_window = {"morphkv", "scissorhands"};
+  // The window attention (morphkv, scissorhands) or the merges run where the rows are (cam, d2o).
+  const std::vector<std::string> expect_given_window = {"cam", "d2o", "morphkv", "scissorhands"};
   EXPECT_EQ(given_window, expect_given_window);
   // CAKE's paper indicator (mean + gamma * variance over the rolling window).
   EXPECT_EQ(decode_cache_row_reads(load_policy("cake", {{"decode_indicator", "mean_plus_gamma_var"}})->description()),
@@ -184,7 +186,8 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
 
 // Scored on the decoder's device, K and V count as handed over (CachedRowSignals::GivenOnDevice):
 // R-KV's decode triggers (its keys' redundancy, the rolling window's A) then read no row on the
-// host; the merges (CAM, D2O) still do.
+// host. No built-in's decode steps read rows then: the merges of CAM and D2O run where the rows are
+// (merge_given_by_decoder) whoever scores.
 TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevice) {
   std::vector<std::string> given_rows, still_reads;
   for (const std::string& file : builtin_policy_files()) {
@@ -204,7 +207,7 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevi
   std::sort(given_rows.begin(), given_rows.end());
   std::sort(still_reads.begin(), still_reads.end());
   EXPECT_EQ(given_rows, std::vector<std::string>{"rkv"});
-  EXPECT_EQ(still_reads, (std::vector<std::string>{"cam", "d2o"}));
+  EXPECT_EQ(still_reads, std::vector<std::string>{});
 }
 
 // A_now taken from the decoder's column sums (placeholder rows) instead of computed on the host

@@ -16,6 +16,7 @@
 #include "core/decode/rope.h"
 #include "device_kv_test_ops.h"
 #include "device_kv_gpu_test_util.h"
+#include "row_merge_cases.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/cache_rows.h"
 #include "core/decode/cuda/cuda_kernels.h"
@@ -143,6 +144,47 @@ TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
           one(static_cast<size_t>(g.n_heads), 1);
       EXPECT_THROW(device.row_norms(l, past, one), std::out_of_range);
     }
+  }
+#endif
+}
+
+// The row merges (row_merges.h, device_kv_merges.h): the kernels against the twin after random
+// appends and keeps (ragged heads, relocated regions), with ties planted (equal keys) and more kept
+// entries than a block has threads: the same matches (cosines as bits) and, after the same folds,
+// the same stored words.
+TEST_P(DeviceKvCacheGpu, RowMergesMatchTheHostTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {6, 64, 128}) {
+    const DeviceKvGeometry g{2, 3, head_dim, GetParam()};
+    const DeviceKvGrowthPolicy policy{.row_quantum = 4, .growth = 1.25};
+    cuda::DeviceKvCache device(g, policy);
+    DeviceKvTwin twin(g, policy);
+    std::mt19937 rng(41u + static_cast<uint32_t>(head_dim));
+    for (const auto& op : device_kv_test::random_ops(g, 30, 7u + static_cast<uint32_t>(head_dim))) apply(device, twin, op);
+    const int extra = 700;  // rows with ties, past one block's 256 threads
+    const std::vector<float> keys = test::random_rows_with_ties(extra, g.n_heads * head_dim, rng);
+    const std::vector<float> values = test::random_rows_with_ties(extra, g.n_heads * head_dim, rng);
+    const std::vector<int32_t> first(static_cast<size_t>(g.n_heads), 5000);
+    for (int l = 0; l < g.n_layers; ++l) {
+      device.append_from_host(l, extra, keys.data(), values.data(), g.n_heads * head_dim, first);
+      twin.append(l, extra, keys.data(), values.data(), g.n_heads * head_dim, first);
+    }
+    for (int round = 0; round < 3; ++round)
+      for (int l = 0; l < g.n_layers; ++l)
+        for (int h = 0; h < g.n_heads; ++h) {
+          const test::RowMergeCase m = test::random_row_merge_case(static_cast<int>(twin.layout().length(l, h)), rng);
+          const std::vector<KeptKeyMatch> d = device.nearest_kept_keys(l, h, m.kept, m.evicted);
+          const std::vector<KeptKeyMatch> t = twin.nearest_kept_keys(l, h, m.kept, m.evicted);
+          ASSERT_EQ(d.size(), t.size());
+          for (size_t e = 0; e < d.size(); ++e) {
+            ASSERT_EQ(d[e].kept, t[e].kept) << "head_dim " << head_dim << " evicted " << m.evicted[e];
+            ASSERT_EQ(std::memcmp(&d[e].cosine, &t[e].cosine, sizeof(double)), 0) << d[e].cosine << " " << t[e].cosine;
+          }
+          device.fold_rows(l, h, m.folds);
+          twin.fold_rows(l, h, m.folds);
+        }
+    expect_same(device, twin, "head_dim " + std::to_string(head_dim) + " after the folds");
   }
 #endif
 }

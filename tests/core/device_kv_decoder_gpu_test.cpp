@@ -380,6 +380,33 @@ TEST(DeviceKvDecoderGpu, RowNormReadersRunOnPositionOnlyHostHeads) {
 #endif
 }
 
+// Merge-on-evict run on the device cache (LayerSignals::cached_row_merges, the mirror over the
+// device cache: device_kv_merges.h): D2O (prompt and every step), CAM (every 4 steps), LOOK-M's
+// pivot and KVMerger's weighted folds keep exactly the caches and logits of a decoder whose host
+// takes every row and merges there (the resync path: the folded rows uploaded), with no row
+// appended to the host and rows folded on the device.
+TEST(DeviceKvDecoderGpu, MergesRunOnTheDeviceCache) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(gqa_config(), 59);
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
+      {"d2o", {}}, {"cam", {{"compression_interval", "4"}}}, {"look_m", {}}, {"kvmerger", {}}};
+  for (const auto& [name, params] : policies) {
+    for (KvType type : {KvType::F16, KvType::F32}) {
+      const std::string what = name + ", " + kv_type_name(type);
+      const auto policy = load_policy(name, params);
+      RowlessAgainstReal run;
+      run_rowless_against_real(*model, *policy, type, random_prompt(120, 19), 16, what, run);
+      if (HasFatalFailure()) return;
+      const DeviceKvStats stats = run.rowless->device_kv_stats();
+      EXPECT_GT(stats.counts.rows_folded, 0) << what << ": nothing was merged on the device";
+      EXPECT_EQ(stats.seconds.host_append, 0.0) << what << ": rows were appended to the host";
+      EXPECT_EQ(run.real->device_kv_stats().counts.rows_folded, 0) << what;
+    }
+  }
+#endif
+}
+
 // StreamingLLM's default (positions re-assigned inside the cache after every eviction): its host
 // cache holds positions only and the mirror re-rotates the keys on the device
 // (DeviceKvMirror::reassign_on_device), with the same bits as the host's rotation
@@ -448,9 +475,9 @@ TEST(DeviceKvDecoderGpu, RollingWindowDecodeIndicatorsRunOnPositionOnlyHostHeads
 }
 
 // Between two decode evictions (decode_every > 1) a step scores nothing and reads no row: R-KV
-// (keys) and CAM (key norms, value merges) every 4 steps leave the other steps' rows on the device
-// (placeholders, brought over once at the next trigger step) and keep exactly the caches and logits
-// of a decoder whose host cache takes every row.
+// (keys) and CAM (key norms, value merges; its triggers too, MergesRunOnTheDeviceCache) every 4
+// steps leave the other steps' rows on the device (placeholders, brought over once at R-KV's next
+// trigger step) and keep exactly the caches and logits of a decoder whose host cache takes every row.
 TEST(DeviceKvDecoderGpu, StepsBetweenDecodeEvictionsLeaveRowsOnTheDevice) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)

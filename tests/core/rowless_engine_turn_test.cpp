@@ -22,6 +22,7 @@
 #include "core/engine/block_prefill.h"
 #include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
+#include "core/engine/host_row_merges.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "cache_row_reads_harness.h"
@@ -72,9 +73,11 @@ enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms }
 class RowlessTurns final : public ForwardObserver {
  public:
   RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms,
-               bool plant_wrong_window = false, bool plant_wrong_rows = false)
+               bool plant_wrong_window = false, bool plant_wrong_rows = false, bool offer_merges = true)
       : engine_(engine),
         injector_(engine, cache, config.group_size(), plant_wrong_window),
+        merges_(cache),
+        offer_merges_(offer_merges),
         config_(config),
         rowless_(mode != TurnMode::Reference),
         norms_(mode != TurnMode::RowlessWithoutNorms),
@@ -91,15 +94,18 @@ class RowlessTurns final : public ForwardObserver {
     const LayerSignals with = injector_.inject(signals);
     const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
     // Served (as the CUDA decoder decides): something asked for, the window attention where it was
-    // asked for, the cached rows where they were.
+    // asked for, the cached rows where they were. The row merges run on the decoder's real cache
+    // (the "device": it holds the rows), before the keeps made on the copy are replayed there.
     const bool rows_asked = request_.cache_keys_on_device || request_.cache_values_on_device;
-    const bool served = (rows_asked || request_.window_attention > 0) &&
+    const bool merges_asked = request_.cached_row_merges;
+    const bool served = (rows_asked || merges_asked || request_.window_attention > 0) &&
                         (request_.window_attention <= 0 || !with.window_attention.empty()) &&
                         (!rows_asked || !with.cache_rows.empty());
     const bool declared = rows_may_stay_on_device(reads, served);
     call_declared_ = call_declared_ || declared;
     LayerSignals marked = with;
     marked.cache_rows_are_placeholders = declared && mark_;
+    if (marked.cache_rows_are_placeholders && merges_asked && offer_merges_) marked.cached_row_merges = &merges_;
     if (!declared || !rowless_) return engine_.after_layer(marked, cache);
     rowless_turn(cache, [&](KVCache& rowless) { engine_.after_layer(marked, rowless); });
   }
@@ -136,6 +142,8 @@ class RowlessTurns final : public ForwardObserver {
 
   EvictionEngine& engine_;
   test::WindowAttentionInjector injector_;
+  HostRowMerges merges_;
+  const bool offer_merges_;
   const ModelConfig& config_;
   const bool rowless_, norms_, mark_;
   mutable ObservationRequest request_;
@@ -153,11 +161,11 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
-                 bool plant_wrong_rows = false, const std::vector<int>& block = {}) {
+                 bool plant_wrong_rows = false, const std::vector<int>& block = {}, bool offer_merges = true) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
     RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
-                          plant_wrong_window, plant_wrong_rows);
+                          plant_wrong_window, plant_wrong_rows, offer_merges);
     Run r;
     r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
     if (!block.empty()) r.record(decoder->forward(block, &observer), decoder->cache());
@@ -288,15 +296,14 @@ TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCac
 }
 
 // Between two decode evictions (decode_every > 1) a step scores nothing, so it reads no row whatever
-// the indicator reads: R-KV (cached keys, every 128 steps by default) and CAM (key norms and value
-// merges, every 512) run their other steps on a position-only cache and read the rows only at
-// their trigger steps, keeping the caches and logits of the engine alone. Control: the same policy
-// evicting every step declares every step.
+// the indicator reads: R-KV (cached keys, every 128 steps by default) runs its other steps on a
+// position-only cache and reads the rows only at its trigger steps, keeping the caches and logits
+// of the engine alone. (CAM, every 512, reads no row at its triggers either: MergesRunWhereTheRows
+// AreOnAPositionOnlyCache.) Control: the same policy evicting every step declares every step.
 TEST_F(RowlessEngineTurnTest, StepsBetweenDecodeEvictionsRunOnAPositionOnlyCache) {
   const int L = model_->config.n_layers, steps = 32, every = 8;
   for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"rkv", {{"decode_interval", std::to_string(every)}}},
-           {"cam", {{"compression_interval", std::to_string(every)}}}}) {
+           {"rkv", {{"decode_interval", std::to_string(every)}}}}) {
     const auto policy = load_policy(name, params);
     ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::Reads) << name;
     const Run plain = plain_run(*policy, steps);
@@ -312,6 +319,41 @@ TEST_F(RowlessEngineTurnTest, StepsBetweenDecodeEvictionsRunOnAPositionOnlyCache
   }
   const auto every_step = load_policy("rkv", {{"decode_interval", "1"}});
   EXPECT_EQ(run(*every_step, TurnMode::Rowless, 4).rowless_turns, 0) << "a step that evicts reads its rows";
+}
+
+// Merge-on-evict run where the rows are (ObservationRequest::cached_row_merges; the CUDA decoder's
+// mirror on the device): D2O (its prompt and every decode step, keys and values folded by cosine
+// with an EMA threshold), CAM (values spread over the next kept entries at its triggers, every 8
+// steps here), LOOK-M's pivot and KVMerger's weighted folds declare NoneGivenDecoderSignals, every
+// call of theirs runs on a position-only cache while the merges run on the decoder's real rows,
+// and the caches and logits are the engine's alone. Controls: without the decoder's merges the
+// engine refuses (it would read rows it does not hold), and Nearest (value norms on the host)
+// still reads its rows.
+TEST_F(RowlessEngineTurnTest, MergesRunWhereTheRowsAreOnAPositionOnlyCache) {
+  const int L = model_->config.n_layers, steps = 16;
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"d2o", {}}, {"cam", {{"compression_interval", "8"}}}, {"look_m", {}}, {"kvmerger", {}}}) {
+    const auto policy = load_policy(name, params);
+    const PolicyDescription& d = policy->description();
+    ASSERT_TRUE(merge_given_by_decoder(d.merge)) << name;
+    EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals) << name;
+    if (d.run.decode_every > 0)
+      EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals) << name;
+    const Run plain = plain_run(*policy, steps);
+    const Run rowless = run(*policy, TurnMode::Rowless, steps);
+    EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    test::expect_same_calls(plain, rowless, name);
+    bool evicted = false;
+    for (size_t i = 1; i < rowless.layouts.size(); ++i)
+      evicted = evicted || rowless.layouts[i][0][0].size() < rowless.layouts[i - 1][0][0].size() + 1;
+    EXPECT_TRUE(evicted || rowless.layouts[0][0][0].size() < static_cast<size_t>(S())) << name << " never evicted";
+    EXPECT_THROW(run(*policy, TurnMode::Rowless, steps, false, false, {}, /*offer_merges=*/false), std::logic_error)
+        << name << ": merged without the decoder's merges";
+  }
+  const auto nearest = load_policy("merging_press", {});
+  EXPECT_FALSE(merge_given_by_decoder(nearest->description().merge));
+  EXPECT_EQ(prompt_cache_row_reads(nearest->description()), CacheRowReads::Reads);
 }
 
 // A several-token call after the prompt (the eval sweep's question block) that does not trigger the

@@ -435,7 +435,8 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
 bool CudaDecoder::serves_asked_signals(const ObservationRequest& request, int n) const {
   // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
-  const bool rows = request.cache_keys_on_device || request.cache_values_on_device;
+  // The row merges run on the device cache through the mirror (device_kv_mirror.h).
+  const bool rows = request.cache_keys_on_device || request.cache_values_on_device || request.cached_row_merges;
   if (!rows && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
   return request.window_attention <= 0 || serves_window_attention(request, n);
@@ -750,6 +751,8 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     if (want_columns && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
     signals.column_sums_on_device = device_columns;
     signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
+    // Merges of rows left on the device run there (the mirror applies the pending keeps first).
+    if (placeholder_host_ && request.cached_row_merges) signals.cached_row_merges = mirror_.get();
     // The window attention on request, over the cache as the block's append left it, before the
     // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
     // (the device holds those; the observer's causal mask reads the original ones).

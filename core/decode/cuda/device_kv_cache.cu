@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_elements.h"
+#include "core/decode/device_kv_merges.h"
 #include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
 
@@ -64,6 +67,51 @@ static_assert(sizeof(DeviceKvReassignArgs) <= 4096, "kernel parameters");
 __global__ void reassign_kernel(const DeviceKvReassignArgs args, size_t count) {
   const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (e < count) (void)device_kv_reassign_element(args, e);
+}
+
+static_assert(sizeof(DeviceKvNearestArgs) <= 4096 && sizeof(DeviceKvFoldArgs) <= 4096, "kernel parameters");
+
+__global__ void kept_norm_kernel(const DeviceKvNearestArgs args) {
+  const int32_t j = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j < args.n_kept) device_kv_kept_norm_element(args, j);
+}
+
+constexpr int kNearestThreads = 256;
+
+// One block per evicted entry: each thread the best of kept keys tid, tid + 256, ... (in order),
+// then a tree reduction by better_key_match, which keeps the first kept position among equal
+// cosines: the in-order search's answer (device_kv_merges.h).
+__global__ void __launch_bounds__(kNearestThreads) nearest_kept_kernel(const DeviceKvNearestArgs args) {
+  __shared__ double best[kNearestThreads];
+  __shared__ int32_t best_kept[kNearestThreads];
+  const int32_t e = static_cast<int32_t>(blockIdx.x);
+  const int tid = threadIdx.x;
+  const double norm_e = device_kv_evicted_norm(args, e);
+  double b = -INFINITY;
+  int32_t bj = INT32_MAX;  // none yet
+  for (int32_t j = tid; j < args.n_kept; j += kNearestThreads) {
+    const double s = device_kv_key_cosine(args, e, norm_e, j);
+    if (better_key_match(s, j, b, bj)) {
+      b = s;
+      bj = j;
+    }
+  }
+  best[tid] = b;
+  best_kept[tid] = bj;
+  __syncthreads();
+  for (int half = kNearestThreads / 2; half > 0; half /= 2) {
+    if (tid < half && better_key_match(best[tid + half], best_kept[tid + half], best[tid], best_kept[tid])) {
+      best[tid] = best[tid + half];
+      best_kept[tid] = best_kept[tid + half];
+    }
+    __syncthreads();
+  }
+  if (tid == 0) args.matches[e] = best_kept[0] == INT32_MAX ? KeptKeyMatch{-INFINITY, 0} : KeptKeyMatch{best[0], best_kept[0]};
+}
+
+__global__ void fold_kernel(const DeviceKvFoldArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) device_kv_fold_element(args, e);
 }
 
 void check_launch(const char* what) { check(launch_status(), what); }
@@ -124,6 +172,11 @@ struct DeviceKvCache::Impl {
   DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
   DeviceArray<float> norms;                          // row_norms' output: [key norms][value norms]
+  DeviceArray<int32_t> merge_rows;                   // nearest_kept_keys' [kept][evicted] rows
+  DeviceArray<double> kept_norms;                    // ... its kept keys' norms
+  DeviceArray<KeptKeyMatch> matches;                 // ... and its answer
+  DeviceArray<RowFold> folds;                        // fold_rows' plan
+  DeviceArray<RowFoldTerm> terms;
   DeviceArray<float> rope_cos, rope_sin;             // reassign_positions' copy of the host RoPE table
   int rope_positions = 0;                            // positions of that copy
 
@@ -299,6 +352,42 @@ void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, c
   if (n == 0) return;
   reassign_kernel<<<static_cast<unsigned>((n + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args, n);
   check_launch("device KV reassign kernel");
+}
+
+std::vector<KeptKeyMatch> DeviceKvCache::nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                                           std::span<const int> evicted) const {
+  DeviceKvNearestArgs args =
+      plan_nearest_kept_keys(impl_->layout, layer, head, impl_->arenas.at(size_t(layer))->keys.data(), kept, evicted);
+  std::vector<KeptKeyMatch> out(evicted.size());
+  if (evicted.empty()) return out;
+  std::vector<int32_t> rows(kept.begin(), kept.end());
+  rows.insert(rows.end(), evicted.begin(), evicted.end());
+  impl_->merge_rows.upload(rows);
+  impl_->kept_norms.resize(kept.size());
+  impl_->matches.resize(evicted.size());
+  args.kept = impl_->merge_rows.data();
+  args.evicted = impl_->merge_rows.data() + kept.size();
+  args.kept_norms = impl_->kept_norms.data();
+  args.matches = impl_->matches.data();
+  kept_norm_kernel<<<static_cast<unsigned>((kept.size() + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args);
+  check_launch("device KV kept key norm kernel");
+  nearest_kept_kernel<<<static_cast<unsigned>(evicted.size()), kNearestThreads>>>(args);
+  check_launch("device KV nearest kept key kernel");
+  impl_->matches.download(out.data(), out.size());  // synchronises with the kernels (legacy stream)
+  return out;
+}
+
+void DeviceKvCache::fold_rows(int layer, int head, const RowFolds& folds) {
+  LayerArenas& a = *impl_->arenas.at(size_t(layer));
+  DeviceKvFoldArgs args = plan_fold_rows(impl_->layout, layer, head, a.keys.data(), a.values.data(), folds);
+  const size_t n = device_kv_fold_elements(args);
+  if (n == 0 || (!folds.keys && !folds.values)) return;
+  impl_->folds.upload(folds.folds);
+  impl_->terms.upload(folds.terms);
+  args.folds = impl_->folds.data();
+  args.terms = impl_->terms.data();
+  fold_kernel<<<static_cast<unsigned>((n + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args, n);
+  check_launch("device KV fold kernel");
 }
 
 DeviceKvSnapshot DeviceKvCache::snapshot() const {

@@ -82,6 +82,14 @@ class DeviceKvCache {
   // leaves its entry as it was (the host KVCache reserves the table before it re-assigns).
   void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope);
 
+  // The row merges of row_merges.h over one head (device_kv_merges.h's element bodies: one kernel
+  // for the kept keys' norms, one block per evicted entry; one thread per folded element).
+  // nearest_kept_keys synchronises (its answer comes to the host); fold_rows does not. std::
+  // invalid_argument as plan_nearest_kept_keys / plan_fold_rows.
+  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
+                                              std::span<const int> evicted) const;
+  void fold_rows(int layer, int head, const RowFolds& folds);
+
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head
   // lacks room). std::invalid_argument for a snapshot of another geometry.
