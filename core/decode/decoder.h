@@ -105,7 +105,7 @@ struct ObservationRequest {
   bool cache_keys_on_device = false;
   bool cache_values_on_device = false;
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
-  // (merge-on-evict's D2O, CaM, Pivot, Weighted): a decoder whose cache lives on a device may run
+  // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
   // calls whose cache_row_reads is NoneGivenDecoderSignals and whose rows it leaves there.
   bool cached_row_merges = false;

@@ -41,6 +41,19 @@ DeviceKvNearestArgs plan_nearest_kept_keys(const DeviceKvLayout& layout, int lay
   return a;
 }
 
+DeviceKvValueNormArgs plan_value_norms(const DeviceKvLayout& layout, int layer, int head, const void* values,
+                                       std::span<const int> rows) {
+  const int64_t length = head_length(layout, layer, head, "value_norms");
+  check_rows(rows, length, "value_norms");
+  DeviceKvValueNormArgs a;
+  a.values = values;
+  a.type = layout.geometry().type;
+  a.head_dim = layout.geometry().head_dim;
+  a.base_row = layout.layer(layer).heads.at(static_cast<size_t>(head)).base_row;
+  a.n = static_cast<int32_t>(rows.size());
+  return a;
+}
+
 DeviceKvFoldArgs plan_fold_rows(const DeviceKvLayout& layout, int layer, int head, void* keys, void* values,
                                 const RowFolds& folds) {
   const int64_t length = head_length(layout, layer, head, "fold_rows");

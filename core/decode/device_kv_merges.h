@@ -3,6 +3,7 @@
 // of core/decode/cuda/device_kv_cache.cu (DeviceKvCache::nearest_kept_keys, fold_rows) and the
 // CPU twin (DeviceKvTwin) run these element bodies, so the CPU tests exercise the kernels' code.
 //
+// Value norms (Nearest's weights): one element per listed row.
 // Search: every kept key's norm first (one element per kept entry), then per evicted entry its
 // cosine with every kept key, best first in kept order (the twin: in order; the kernel: one block
 // per evicted entry, a strided pass per thread and a block reduction by better_key_match, which
@@ -50,6 +51,22 @@ KVEVICT_HOST_DEVICE inline double device_kv_key_cosine(const DeviceKvNearestArgs
                           a.head_dim);
 }
 
+struct DeviceKvValueNormArgs {
+  const void* values = nullptr;  // the layer's value arena
+  KvType type = KvType::F16;
+  int head_dim = 0;
+  int64_t base_row = 0;          // the head's region
+  const int32_t* rows = nullptr;  // [n] head rows
+  int32_t n = 0;
+  double* norms = nullptr;        // [n]
+};
+
+// Element i: |v| of listed row i, unclamped (merge_row_norm).
+KVEVICT_HOST_DEVICE inline void device_kv_value_norm_element(const DeviceKvValueNormArgs& a, int32_t i) {
+  const int64_t row = a.base_row + a.rows[i];
+  a.norms[i] = merge_row_norm([&](int c) { return device_kv_load(a.values, a.type, row, a.head_dim, c); }, a.head_dim);
+}
+
 struct DeviceKvFoldArgs {
   void* keys = nullptr;  // the layer's arenas
   void* values = nullptr;
@@ -84,12 +101,14 @@ KVEVICT_HOST_DEVICE inline void device_kv_fold_element(const DeviceKvFoldArgs& a
 }
 
 // The arguments over the given arenas for one head of `layer` in `layout` (device or host pointers;
-// kept, evicted, kept_norms, matches, folds and terms are set by the caller). std::invalid_argument
+// the index lists and outputs are set by the caller). std::invalid_argument
 // for a head outside the layer, an index outside the head's length, an empty kept list with
 // evicted entries, a fold whose terms leave the list, or a term row that is some fold's target (a
 // fold would read another's write) or a target folded twice.
 DeviceKvNearestArgs plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, int head, const void* keys,
                                            std::span<const int> kept, std::span<const int> evicted);
+DeviceKvValueNormArgs plan_value_norms(const DeviceKvLayout& layout, int layer, int head, const void* values,
+                                       std::span<const int> rows);
 DeviceKvFoldArgs plan_fold_rows(const DeviceKvLayout& layout, int layer, int head, void* keys, void* values,
                                 const RowFolds& folds);
 

@@ -90,6 +90,7 @@ class DeviceKvBackend {
   // The row merges of row_merges.h over one head of the device cache (device_kv_merges.h).
   virtual std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
                                                       std::span<const int> evicted) const = 0;
+  virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const = 0;
   virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;
 };
 
@@ -116,6 +117,9 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
                                               std::span<const int> evicted) const override {
     return cache_.nearest_kept_keys(layer, head, kept, evicted);
+  }
+  std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const override {
+    return cache_.value_norms(layer, head, rows);
   }
   void fold_rows(int layer, int head, const RowFolds& folds) override { cache_.fold_rows(layer, head, folds); }
 
@@ -198,8 +202,8 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
     return placeholders_.at(static_cast<size_t>(layer) * n_heads_ + head);
   }
 
-  // Row merges on the device (row_merges.h), numbered as the host cache numbers the head now: the
-  // layer's pending work is flushed first (so device row t is host row t), then the backend runs
+  // Row merges on the device (row_merges.h: the search, the value norms, the folds), numbered as the
+  // host cache numbers the head now: the layer's pending work is flushed first (so device row t is host row t), then the backend runs
   // them. After fold_rows the host copy is the device's again: a position-only head re-reads its
   // held norms (when it holds them); a head holding real rows lists every folded row as a
   // placeholder (sync_host brings the folded words back). std::logic_error on an unfolded cache, a
@@ -207,6 +211,7 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   // std::invalid_argument for bad indices. DeviceKvCounts::rows_folded counts the rows written.
   std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
                                               std::span<const int> evicted) override;
+  std::vector<double> value_norms(int layer, int head, std::span<const int> rows) override;
   void fold_rows(int layer, int head, const RowFolds& folds) override;
 
   // What the mirror did and the host time it took, since construction (device_kv_stats.h).

@@ -26,6 +26,12 @@ std::vector<KeptKeyMatch> DeviceKvMirror::nearest_kept_keys(int layer, int head,
   return backend_.nearest_kept_keys(layer, head, kept, evicted);
 }
 
+std::vector<double> DeviceKvMirror::value_norms(int layer, int head, std::span<const int> rows) {
+  refuse_unmergeable(layer, head, "value_norms");
+  flush(layer);
+  return backend_.value_norms(layer, head, rows);
+}
+
 void DeviceKvMirror::fold_rows(int layer, int head, const RowFolds& folds) {
   refuse_unmergeable(layer, head, "fold_rows");
   if (folds.folds.empty() || (!folds.keys && !folds.values)) return;

@@ -174,6 +174,17 @@ std::vector<KeptKeyMatch> DeviceKvTwin::nearest_kept_keys(int layer, int head, s
   return out;
 }
 
+std::vector<double> DeviceKvTwin::value_norms(int layer, int head, std::span<const int> rows) const {
+  DeviceKvValueNormArgs a =
+      plan_value_norms(layout_, layer, head, arenas_.at(static_cast<size_t>(layer)).values.data(), rows);
+  const std::vector<int32_t> listed(rows.begin(), rows.end());
+  std::vector<double> out(rows.size());
+  a.rows = listed.data();
+  a.norms = out.data();
+  for (int32_t i = 0; i < a.n; ++i) device_kv_value_norm_element(a, i);
+  return out;
+}
+
 void DeviceKvTwin::fold_rows(int layer, int head, const RowFolds& folds) {
   Arenas& arenas = arenas_.at(static_cast<size_t>(layer));
   DeviceKvFoldArgs a = plan_fold_rows(layout_, layer, head, arenas.keys.data(), arenas.values.data(), folds);

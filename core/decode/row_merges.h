@@ -8,6 +8,7 @@
 //   nearest_kept_keys: for each evicted entry e (cache index), the kept entry j of highest cosine
 //     cos(k_e, k_j) = dot(k_e, k_j) / (n_e n_j) between the keys as cached, n = max(|k|, 1e-6);
 //     the first in `kept` order on ties; a NaN cosine never wins (none wins: cosine -inf, kept 0).
+//   value_norms: |v_t| of each listed entry, unclamped (Nearest's weights).
 //   fold_rows: for each fold f, for x in the folded sides (keys and/or values):
 //       x_target <- (self_weight x_target + sum_i weight_i x_row_i) / divisor
 //     the sum taken in the terms' order.
@@ -56,13 +57,18 @@ struct RowFolds {
   std::vector<RowFoldTerm> terms;
 };
 
-// |row| in double (element i given by load(i) as f32), clamped at kMergeNormEps as std::max(n, eps)
-// clamps: a NaN norm stays NaN.
+// |row| in double (element i given by load(i) as f32): value_norms' answer.
 template <class Load>
-KVEVICT_HOST_DEVICE inline double merge_key_norm(const Load& load, int d) {
+KVEVICT_HOST_DEVICE inline double merge_row_norm(const Load& load, int d) {
   double s = 0;
   for (int i = 0; i < d; ++i) s += static_cast<double>(load(i)) * static_cast<double>(load(i));
-  const double n = sqrt(s);
+  return sqrt(s);
+}
+
+// The same clamped at kMergeNormEps as std::max(n, eps) clamps (a NaN norm stays NaN): the cosine's.
+template <class Load>
+KVEVICT_HOST_DEVICE inline double merge_key_norm(const Load& load, int d) {
+  const double n = merge_row_norm(load, d);
   return n < kMergeNormEps ? kMergeNormEps : n;
 }
 
@@ -104,6 +110,8 @@ class CachedRowMerges {
   // One match per entry of `evicted` (kept must not be empty).
   virtual std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
                                                       std::span<const int> evicted) = 0;
+  // One norm per entry of `rows`.
+  virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) = 0;
   virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;
 };
 

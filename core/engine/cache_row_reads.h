@@ -17,8 +17,8 @@
 //     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror);
 //   * either: K and V themselves (R-KV's redundancy, KeyDiff) when the program scores on the
 //     decoder's device, which hands them over there (CachedRowSignals::GivenOnDevice); the
-//     merges of D2O, CaM, Pivot and Weighted, which the decoder runs where the rows are
-//     (merge_given_by_decoder, NoneGivenDecoderSignals).
+//     merge-on-evict methods, which the decoder runs where the rows are (merge_given_by_decoder,
+//     NoneGivenDecoderSignals).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
 // std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
 // wrong declaration fails loudly instead of scoring zeros.
@@ -88,10 +88,10 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d,
 // for the window attention of a prompt call (ObservationRequest::window_attention).
 bool window_known_before_prompt(const PolicyDescription& d);
 
-// Whether the policy's merge-on-evict runs where the rows are (merge_runs_where_rows_are: D2O, CaM,
-// Pivot, Weighted): a decoder whose cache lives on a device runs it there (ObservationRequest::
-// cached_row_merges), so the merge reads no host row and its calls are NoneGivenDecoderSignals
-// (the decoder must offer the merges). Nearest (value norms on the host) and codebooks read rows.
+// Whether the policy's merge-on-evict runs where the rows are (merge_runs_where_rows_are: Nearest,
+// Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device runs it there
+// (ObservationRequest::cached_row_merges), so the merge reads no host row and its calls are
+// NoneGivenDecoderSignals (the decoder must offer the merges). A codebook still reads rows.
 bool merge_given_by_decoder(const PolicyMerge& merge);
 
 // The enum's name, for messages and test output.

@@ -93,6 +93,18 @@ std::vector<KeptKeyMatch> HostRowMerges::nearest_kept_keys(int layer, int head, 
   return out;
 }
 
+std::vector<double> HostRowMerges::value_norms(int layer, int head, std::span<const int> rows) {
+  check_head(cache_, layer, head, "value_norms");
+  const int d = cache_.head_dim();
+  const std::vector<float> values = rows_of(cache_, layer, head, rows, false);
+  std::vector<double> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* row = values.data() + i * d;
+    out[i] = merge_row_norm([&](int c) { return row[c]; }, d);
+  }
+  return out;
+}
+
 void HostRowMerges::fold_rows(int layer, int head, const RowFolds& folds) {
   check_head(cache_, layer, head, "fold_rows");
   const int d = cache_.head_dim(), T = cache_.length(layer, head);

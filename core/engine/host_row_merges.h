@@ -19,6 +19,7 @@ class HostRowMerges final : public CachedRowMerges {
   explicit HostRowMerges(KVCache& cache) : cache_(cache) {}
   std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
                                               std::span<const int> evicted) override;
+  std::vector<double> value_norms(int layer, int head, std::span<const int> rows) override;
   void fold_rows(int layer, int head, const RowFolds& folds) override;
 
  private:

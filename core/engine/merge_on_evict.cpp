@@ -34,18 +34,29 @@ Matches match_evicted(CachedRowMerges& rows, int layer, int head, std::span<cons
   return m;
 }
 
-// |v_t| of one value row, unclamped (kvpress MergingPress's weight).
-double value_norm(const KVCache& cache, int layer, int head, int t) {
-  std::vector<float> row(static_cast<size_t>(cache.head_dim()));
-  cache.reconstruct_values(layer, head, t, t + 1, row.data());
-  double s = 0;
-  for (const float x : row) s += static_cast<double>(x) * x;
-  return std::sqrt(s);
+// Nearest's weights read |v_e| and |v_target| of the merged entries: one value_norms call for all of
+// them (evicted e's norm at [2i], its target's at [2i + 1], for the i-th entry at or above the
+// threshold). Empty for the other methods.
+std::vector<double> nearest_value_norms(MergeMethod method, double threshold, CachedRowMerges& rows, int layer,
+                                        int head, std::span<const int> kept, const Matches& m) {
+  if (method != MergeMethod::Nearest) return {};
+  std::vector<int> listed;
+  for (size_t e = 0; e < m.evicted.size(); ++e) {
+    if (!(m.match[e].cosine >= threshold)) continue;
+    listed.push_back(m.evicted[e]);
+    listed.push_back(kept[static_cast<size_t>(m.match[e].kept)]);
+  }
+  if (listed.empty()) return {};
+  std::vector<double> norms = rows.value_norms(layer, head, listed);
+  if (norms.size() != listed.size())
+    throw std::logic_error("merge_on_evict: " + std::to_string(norms.size()) + " value norms for " +
+                           std::to_string(listed.size()) + " rows");
+  return norms;
 }
 
 // The folds of every evicted entry whose match reaches `threshold` into its target, per method
 // (merge_on_evict.h), terms in cache order per target; `merged` counts those entries.
-RowFolds plan_folds(MergeMethod method, double threshold, const KVCache& cache, int layer, int head,
+RowFolds plan_folds(MergeMethod method, double threshold, std::span<const double> value_norms,
                     std::span<const int> kept, const Matches& m, int64_t& merged) {
   struct Target {
     std::vector<RowFoldTerm> terms;
@@ -62,8 +73,9 @@ RowFolds plan_folds(MergeMethod method, double threshold, const KVCache& cache, 
     const int j = m.match[e].kept;
     double w = 1.0;
     switch (method) {
-      case MergeMethod::Nearest: {
-        const double nv = value_norm(cache, layer, head, m.evicted[e]), nt = value_norm(cache, layer, head, kept[j]);
+      case MergeMethod::Nearest: {  // the merged entries' norms in order (nearest_value_norms)
+        const double nv = value_norms[2 * static_cast<size_t>(merged - 1)];
+        const double nt = value_norms[2 * static_cast<size_t>(merged - 1) + 1];
         w = std::max(s, 0.0) * nv / (nv + nt + kMergeNormEps);
         break;
       }
@@ -121,7 +133,7 @@ std::vector<char> kept_flags(const KVCache& cache, int layer, int head, std::spa
 
 bool merge_runs_where_rows_are(MergeMethod method) {
   return method == MergeMethod::D2o || method == MergeMethod::Cam || method == MergeMethod::Pivot ||
-         method == MergeMethod::Weighted;
+         method == MergeMethod::Weighted || method == MergeMethod::Nearest;
 }
 
 MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int layer, int head,
@@ -130,9 +142,6 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
   if (method != MergeMethod::Nearest && method != MergeMethod::Pivot && method != MergeMethod::Weighted &&
       method != MergeMethod::Cam)
     throw std::logic_error("merge_on_evict: merge.method " + std::string(mode_name(method)) + " is not a per-head merge-on-evict rule");
-  if (rows && !merge_runs_where_rows_are(method))
-    throw std::logic_error("merge_on_evict: merge.method " + std::string(mode_name(method)) +
-                           " reads value norms on the host; it cannot merge rows held elsewhere");
   HostRowMerges host(cache);
   CachedRowMerges& where = rows ? *rows : host;
   const std::vector<char> is_kept = kept_flags(cache, layer, head, kept);
@@ -140,7 +149,8 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
   MergeOnEvictCounts counts;
   counts.evicted = static_cast<int64_t>(is_kept.size() - kept.size());
   const Matches m = match_evicted(where, layer, head, kept, is_kept);
-  const RowFolds folds = plan_folds(method, merge.similarity_threshold, cache, layer, head, kept, m, counts.merged);
+  const std::vector<double> norms = nearest_value_norms(method, merge.similarity_threshold, where, layer, head, kept, m);
+  const RowFolds folds = plan_folds(method, merge.similarity_threshold, norms, kept, m, counts.merged);
   if (!folds.folds.empty()) where.fold_rows(layer, head, folds);
   return counts;
 }
@@ -174,7 +184,7 @@ MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache
   for (size_t h = 0; h < kept.size(); ++h) {
     int64_t merged = 0;
     const RowFolds folds =
-        plan_folds(MergeMethod::D2o, threshold.value, cache, layer, static_cast<int>(h), kept[h], heads[h], merged);
+        plan_folds(MergeMethod::D2o, threshold.value, {}, kept[h], heads[h], merged);
     counts.merged += merged;
     if (!folds.folds.empty()) where.fold_rows(layer, static_cast<int>(h), folds);
   }

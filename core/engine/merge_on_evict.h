@@ -24,9 +24,8 @@
 //   `rows` (a decoder's device cache, DeviceKvMirror) or, when null, by the host cache itself
 //   (host_row_merges.h). Each rule above is one fold per target, computed as row_merges.h states
 //   (double, fused multiply-adds, terms in cache order, rounded once to the cache's KvType); Pivot
-//   as x_j <- ((1 + |M_j|/2) x_j + sum x_e / 2) / (1 + |M_j|). Positions do not change. The caller
-//   then compacts. Nearest weighs by value norms, which it reads on the host: it refuses `rows`
-//   (merge_runs_where_rows_are).
+//   as x_j <- ((1 + |M_j|/2) x_j + sum x_e / 2) / (1 + |M_j|); Nearest's |v| from value_norms.
+//   Positions do not change. The caller then compacts.
 // Memory: O(|E| * head_dim) for the evicted rows, plus the kept keys once (|kept| * head_dim floats)
 // on the host path; never T x T. Time O(|E| * |kept| * head_dim) for the search.
 // A codebook-backed head throws std::logic_error (the merge-on-evict methods and the codebook are
@@ -72,8 +71,9 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
                                   std::span<const int> kept, const MergeContext& context = {},
                                   CachedRowMerges* rows = nullptr);
 
-// Whether `method` merges through CachedRowMerges alone (D2o, Cam, Pivot, Weighted), so rows held
-// elsewhere (a device cache) can be merged there; Nearest reads value norms on the host.
+// Whether `method` merges through CachedRowMerges alone (every merge-on-evict method: Nearest,
+// Pivot, Weighted, Cam, D2o), so rows held elsewhere (a device cache) can be merged there; not the
+// codebook (SpindleKV's stage reads and rewrites whole heads on the host).
 bool merge_runs_where_rows_are(MergeMethod method);
 
 // merge.method d2o (D2O, Wan et al., arXiv 2406.13035; AIoT-MLSys-Lab/D2O D2O_LayerKVCache), one

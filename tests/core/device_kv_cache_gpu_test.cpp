@@ -150,8 +150,8 @@ TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
 
 // The row merges (row_merges.h, device_kv_merges.h): the kernels against the twin after random
 // appends and keeps (ragged heads, relocated regions), with ties planted (equal keys) and more kept
-// entries than a block has threads: the same matches (cosines as bits) and, after the same folds,
-// the same stored words.
+// entries than a block has threads: the same matches (cosines as bits), the same value norms and,
+// after the same folds, the same stored words.
 TEST_P(DeviceKvCacheGpu, RowMergesMatchTheHostTwinBitForBit) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
@@ -181,6 +181,9 @@ TEST_P(DeviceKvCacheGpu, RowMergesMatchTheHostTwinBitForBit) {
             ASSERT_EQ(d[e].kept, t[e].kept) << "head_dim " << head_dim << " evicted " << m.evicted[e];
             ASSERT_EQ(std::memcmp(&d[e].cosine, &t[e].cosine, sizeof(double)), 0) << d[e].cosine << " " << t[e].cosine;
           }
+          const std::vector<double> dn = device.value_norms(l, h, m.evicted), tn = twin.value_norms(l, h, m.evicted);
+          ASSERT_EQ(dn.size(), tn.size());
+          for (size_t e = 0; e < dn.size(); ++e) ASSERT_EQ(std::memcmp(&dn[e], &tn[e], sizeof(double)), 0) << dn[e];
           device.fold_rows(l, h, m.folds);
           twin.fold_rows(l, h, m.folds);
         }

@@ -382,7 +382,7 @@ TEST(DeviceKvDecoderGpu, RowNormReadersRunOnPositionOnlyHostHeads) {
 
 // Merge-on-evict run on the device cache (LayerSignals::cached_row_merges, the mirror over the
 // device cache: device_kv_merges.h): D2O (prompt and every step), CAM (every 4 steps), LOOK-M's
-// pivot and KVMerger's weighted folds keep exactly the caches and logits of a decoder whose host
+// pivot, KVMerger's weighted and MergingPress's nearest folds keep exactly the caches and logits of a decoder whose host
 // takes every row and merges there (the resync path: the folded rows uploaded), with no row
 // appended to the host and rows folded on the device.
 TEST(DeviceKvDecoderGpu, MergesRunOnTheDeviceCache) {
@@ -390,7 +390,7 @@ TEST(DeviceKvDecoderGpu, MergesRunOnTheDeviceCache) {
 #if defined(KVEVICT_HAVE_CUDA)
   const auto model = make_random_model(gqa_config(), 59);
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
-      {"d2o", {}}, {"cam", {{"compression_interval", "4"}}}, {"look_m", {}}, {"kvmerger", {}}};
+      {"d2o", {}}, {"cam", {{"compression_interval", "4"}}}, {"look_m", {}}, {"kvmerger", {}}, {"merging_press", {}}};
   for (const auto& [name, params] : policies) {
     for (KvType type : {KvType::F16, KvType::F32}) {
       const std::string what = name + ", " + kv_type_name(type);

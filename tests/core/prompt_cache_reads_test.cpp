@@ -186,11 +186,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
                                                 "observed_attention", "per_layer_compression", "random", "rlkv",
                                                 "streamingllm"};
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds, HeadKV's
-  // head plan over A), or merges the decoder runs where the rows are (cam, d2o, kvmerger, look_m).
+  // head plan over A), or merges the decoder runs where the rows are (cam, d2o, kvmerger, look_m,
+  // merging_press).
   const std::vector<std::string> expect_given_window = {
-      "adakv",   "cake",    "cam",              "chunkkv",   "d2o",          "entropy_gated_chunkkv",
-      "headkv",  "kvmerger", "look_m",          "morphkv",   "prefill_decoding", "pyramidkv",
-      "scissorhands", "simlayerkv", "snapkv",   "tova"};
+      "adakv",   "cake",    "cam",    "chunkkv",       "d2o",           "entropy_gated_chunkkv",
+      "headkv",  "kvmerger", "look_m", "merging_press", "morphkv",      "prefill_decoding",
+      "pyramidkv", "scissorhands", "simlayerkv", "snapkv", "tova"};
   EXPECT_EQ(none, expect_none);
   EXPECT_EQ(given_window, expect_given_window);
   EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::None);

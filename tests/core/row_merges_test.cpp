@@ -1,7 +1,8 @@
 // The row merges of core/decode/row_merges.h where the rows are: the host over its KVCache
 // (HostRowMerges: the float-shortlisted search and the folds through write_entry) against the
 // device cache's twin behind a DeviceKvMirror (the element bodies the CUDA kernels run), bit for
-// bit in every KvType: the same matches (cosines compared as bits, ties to the first kept), and
+// bit in every KvType: the same matches (cosines compared as bits, ties to the first kept), the same
+// value norms, and
 // after the same folds the same stored words, whether the host head holds its rows (the folded
 // rows become placeholders until sync_host reads them back) or positions only (its held norms
 // follow the folded rows). Plus the plans' refusals.
@@ -87,6 +88,10 @@ TEST_P(RowMergesTest, TwinBehindTheMirrorMatchesTheHostBitForBit) {
             ASSERT_TRUE(same_bits(got[e].cosine, want[e].cosine)) << got[e].cosine << " vs " << want[e].cosine;
             ties += got[e].cosine == 1.0;
           }
+          const std::vector<double> host_norms = host.value_norms(l, h, m.evicted);
+          const std::vector<double> twin_norms = mirror.value_norms(l, h, m.evicted);
+          ASSERT_EQ(host_norms.size(), twin_norms.size());
+          for (size_t e = 0; e < host_norms.size(); ++e) ASSERT_TRUE(same_bits(host_norms[e], twin_norms[e]));
           host.fold_rows(l, h, m.folds);
           mirror.fold_rows(l, h, m.folds);
           folded += static_cast<int64_t>(m.folds.folds.size());
@@ -191,6 +196,7 @@ TEST(RowMergePlans, RefuseWhatAKernelWouldReadWrongly) {
   EXPECT_THROW(plan_nearest_kept_keys(l, 0, 0, nullptr, std::vector<int>{}, std::vector<int>{1}), std::invalid_argument);
   EXPECT_THROW(plan_nearest_kept_keys(l, 0, 1, nullptr, std::vector<int>{0}, std::vector<int>{1}), std::invalid_argument);
   EXPECT_THROW(plan_nearest_kept_keys(l, 0, 0, nullptr, std::vector<int>{-1}, std::vector<int>{1}), std::invalid_argument);
+  EXPECT_THROW(plan_value_norms(l, 0, 0, nullptr, std::vector<int>{10}), std::invalid_argument);
 }
 
 }  // namespace

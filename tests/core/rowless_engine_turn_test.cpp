@@ -324,15 +324,19 @@ TEST_F(RowlessEngineTurnTest, StepsBetweenDecodeEvictionsRunOnAPositionOnlyCache
 // Merge-on-evict run where the rows are (ObservationRequest::cached_row_merges; the CUDA decoder's
 // mirror on the device): D2O (its prompt and every decode step, keys and values folded by cosine
 // with an EMA threshold), CAM (values spread over the next kept entries at its triggers, every 8
-// steps here), LOOK-M's pivot and KVMerger's weighted folds declare NoneGivenDecoderSignals, every
-// call of theirs runs on a position-only cache while the merges run on the decoder's real rows,
-// and the caches and logits are the engine's alone. Controls: without the decoder's merges the
-// engine refuses (it would read rows it does not hold), and Nearest (value norms on the host)
-// still reads its rows.
+// steps here), LOOK-M's pivot, KVMerger's weighted and kvpress MergingPress's nearest folds (value
+// norms from the decoder) declare NoneGivenDecoderSignals, every call of theirs runs on a
+// position-only cache while the merges run on the decoder's real rows, and the caches and logits
+// are the engine's alone. Control: without the decoder's merges the engine refuses (it would read
+// rows it does not hold).
 TEST_F(RowlessEngineTurnTest, MergesRunWhereTheRowsAreOnAPositionOnlyCache) {
   const int L = model_->config.n_layers, steps = 16;
   for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"d2o", {}}, {"cam", {{"compression_interval", "8"}}}, {"look_m", {}}, {"kvmerger", {}}}) {
+           {"d2o", {}},
+           {"cam", {{"compression_interval", "8"}}},
+           {"look_m", {}},
+           {"kvmerger", {}},
+           {"merging_press", {}}}) {
     const auto policy = load_policy(name, params);
     const PolicyDescription& d = policy->description();
     ASSERT_TRUE(merge_given_by_decoder(d.merge)) << name;
@@ -351,9 +355,8 @@ TEST_F(RowlessEngineTurnTest, MergesRunWhereTheRowsAreOnAPositionOnlyCache) {
     EXPECT_THROW(run(*policy, TurnMode::Rowless, steps, false, false, {}, /*offer_merges=*/false), std::logic_error)
         << name << ": merged without the decoder's merges";
   }
-  const auto nearest = load_policy("merging_press", {});
-  EXPECT_FALSE(merge_given_by_decoder(nearest->description().merge));
-  EXPECT_EQ(prompt_cache_row_reads(nearest->description()), CacheRowReads::Reads);
+  EXPECT_EQ(prompt_cache_row_reads(load_policy("spindlekv", {})->description()), CacheRowReads::Reads)
+      << "a codebook rewrites whole heads on the host";
 }
 
 // A several-token call after the prompt (the eval sweep's question block) that does not trigger the

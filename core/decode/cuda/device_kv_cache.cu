@@ -69,7 +69,9 @@ __global__ void reassign_kernel(const DeviceKvReassignArgs args, size_t count) {
   if (e < count) (void)device_kv_reassign_element(args, e);
 }
 
-static_assert(sizeof(DeviceKvNearestArgs) <= 4096 && sizeof(DeviceKvFoldArgs) <= 4096, "kernel parameters");
+static_assert(sizeof(DeviceKvNearestArgs) <= 4096 && sizeof(DeviceKvFoldArgs) <= 4096 &&
+                  sizeof(DeviceKvValueNormArgs) <= 4096,
+              "kernel parameters");
 
 __global__ void kept_norm_kernel(const DeviceKvNearestArgs args) {
   const int32_t j = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
@@ -107,6 +109,11 @@ __global__ void __launch_bounds__(kNearestThreads) nearest_kept_kernel(const Dev
     __syncthreads();
   }
   if (tid == 0) args.matches[e] = best_kept[0] == INT32_MAX ? KeptKeyMatch{-INFINITY, 0} : KeptKeyMatch{best[0], best_kept[0]};
+}
+
+__global__ void value_norm_kernel(const DeviceKvValueNormArgs args) {
+  const int32_t i = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < args.n) device_kv_value_norm_element(args, i);
 }
 
 __global__ void fold_kernel(const DeviceKvFoldArgs args, size_t count) {
@@ -173,7 +180,7 @@ struct DeviceKvCache::Impl {
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
   DeviceArray<float> norms;                          // row_norms' output: [key norms][value norms]
   DeviceArray<int32_t> merge_rows;                   // nearest_kept_keys' [kept][evicted] rows
-  DeviceArray<double> kept_norms;                    // ... its kept keys' norms
+  DeviceArray<double> kept_norms;                    // ... its kept keys' norms (value_norms' answer)
   DeviceArray<KeptKeyMatch> matches;                 // ... and its answer
   DeviceArray<RowFold> folds;                        // fold_rows' plan
   DeviceArray<RowFoldTerm> terms;
@@ -374,6 +381,21 @@ std::vector<KeptKeyMatch> DeviceKvCache::nearest_kept_keys(int layer, int head, 
   nearest_kept_kernel<<<static_cast<unsigned>(evicted.size()), kNearestThreads>>>(args);
   check_launch("device KV nearest kept key kernel");
   impl_->matches.download(out.data(), out.size());  // synchronises with the kernels (legacy stream)
+  return out;
+}
+
+std::vector<double> DeviceKvCache::value_norms(int layer, int head, std::span<const int> rows) const {
+  DeviceKvValueNormArgs args =
+      plan_value_norms(impl_->layout, layer, head, impl_->arenas.at(size_t(layer))->values.data(), rows);
+  std::vector<double> out(rows.size());
+  if (rows.empty()) return out;
+  impl_->merge_rows.upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  impl_->kept_norms.resize(rows.size());
+  args.rows = impl_->merge_rows.data();
+  args.norms = impl_->kept_norms.data();
+  value_norm_kernel<<<static_cast<unsigned>((rows.size() + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args);
+  check_launch("device KV value norm kernel");
+  impl_->kept_norms.download(out.data(), out.size());  // synchronises with the kernel (legacy stream)
   return out;
 }
 
