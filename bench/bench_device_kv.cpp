@@ -1,7 +1,7 @@
 // GPU micro-benchmark of the device-resident KV cache (core/decode/cuda/device_kv_cache.h) on a
 // Llama-8B geometry (32 layers, 8 KV heads, head_dim 128, f16): prefill append, one-token decode
-// appends, compaction to half (in place, and score-ordered through scratch), snapshot and restore
-// bandwidth. Prints "skipped: <why>" and exits 0 without the CUDA toolkit or a usable device.
+// appends, compaction to half (in place, and score-ordered through scratch), D2O's merge of one
+// decode step on the device (nearest kept key and fold per head), snapshot and restore bandwidth. Prints "skipped: <why>" and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
 #include <algorithm>
@@ -76,6 +76,27 @@ int run(int prompt, int restores) {
     for (int l = 0; l < g.n_layers; ++l) cache.compact(l, shuffled);
   });
   std::printf("compact to half (all layers): in place %.3f ms, score-ordered %.3f ms\n", 1e3 * in_place, 1e3 * gathered);
+  // D2O's merge in one decode step (core/decode/row_merges.h, device_kv_merges.h): per layer and
+  // head, the newest entry's nearest kept key over the other len - 1 (one block, one download: a
+  // host round trip per head), then one fold of its key and value into the match.
+  cache.restore(snap);
+  std::vector<int> kept(size_t(len - 1));
+  for (int t = 0; t < len - 1; ++t) kept[size_t(t)] = t;
+  const std::vector<int> evicted{len - 1};
+  RowFolds fold;
+  fold.keys = fold.values = true;
+  fold.terms = {{.row = len - 1, .weight = 0.5}};
+  const double merge = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l)
+      for (int h = 0; h < g.n_heads; ++h) {
+        const std::vector<KeptKeyMatch> m = cache.nearest_kept_keys(l, h, kept, evicted);
+        fold.folds = {{.target = kept[size_t(m[0].kept)], .first_term = 0, .terms = 1, .self_weight = 1, .divisor = 2}};
+        cache.fold_rows(l, h, fold);
+      }
+  });
+  std::printf("d2o merge step  %d kept x %d heads x %d layers: %.3f ms per token\n", len - 1, g.n_heads, g.n_layers,
+              1e3 * merge);
+  cache.restore(snap);
   const double restore = timed([&] {
     for (int r = 0; r < restores; ++r) cache.restore(snap);
   });
