@@ -76,9 +76,9 @@ int run(int prompt, int restores) {
     for (int l = 0; l < g.n_layers; ++l) cache.compact(l, shuffled);
   });
   std::printf("compact to half (all layers): in place %.3f ms, score-ordered %.3f ms\n", 1e3 * in_place, 1e3 * gathered);
-  // D2O's merge in one decode step (core/decode/row_merges.h, device_kv_merges.h): per layer and
-  // head, the newest entry's nearest kept key over the other len - 1 (one block, one download: a
-  // host round trip per head), then one fold of its key and value into the match.
+  // D2O's merge in one decode step (core/decode/row_merges.h, device_kv_merges.h): per layer, every
+  // head's newest entry's nearest kept key over the other len - 1 (one block each, one download per
+  // layer), then per head one fold of its key and value into the match.
   cache.restore(snap);
   std::vector<int> kept(size_t(len - 1));
   for (int t = 0; t < len - 1; ++t) kept[size_t(t)] = t;
@@ -86,13 +86,17 @@ int run(int prompt, int restores) {
   RowFolds fold;
   fold.keys = fold.values = true;
   fold.terms = {{.row = len - 1, .weight = 0.5}};
+  std::vector<KeptKeySearch> searches;
+  for (int h = 0; h < g.n_heads; ++h) searches.push_back({h, kept, evicted});
   const double merge = timed([&] {
-    for (int l = 0; l < g.n_layers; ++l)
+    for (int l = 0; l < g.n_layers; ++l) {
+      const std::vector<std::vector<KeptKeyMatch>> m = cache.nearest_kept_keys(l, searches);
       for (int h = 0; h < g.n_heads; ++h) {
-        const std::vector<KeptKeyMatch> m = cache.nearest_kept_keys(l, h, kept, evicted);
-        fold.folds = {{.target = kept[size_t(m[0].kept)], .first_term = 0, .terms = 1, .self_weight = 1, .divisor = 2}};
+        fold.folds = {{.target = kept[size_t(m[size_t(h)][0].kept)], .first_term = 0, .terms = 1, .self_weight = 1,
+                       .divisor = 2}};
         cache.fold_rows(l, h, fold);
       }
+    }
   });
   std::printf("d2o merge step  %d kept x %d heads x %d layers: %.3f ms per token\n", len - 1, g.n_heads, g.n_layers,
               1e3 * merge);

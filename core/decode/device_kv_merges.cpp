@@ -24,21 +24,43 @@ void check_rows(std::span<const int> rows, int64_t length, const char* what) {
 
 }  // namespace
 
-DeviceKvNearestArgs plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, int head, const void* keys,
-                                           std::span<const int> kept, std::span<const int> evicted) {
-  const int64_t length = head_length(layout, layer, head, "nearest_kept_keys");
-  check_rows(kept, length, "nearest_kept_keys");
-  check_rows(evicted, length, "nearest_kept_keys");
-  if (kept.empty() && !evicted.empty())
-    throw std::invalid_argument("device KV nearest_kept_keys: no kept entry to match");
-  DeviceKvNearestArgs a;
+DeviceKvNearestPlan plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, const void* keys,
+                                           std::span<const KeptKeySearch> searches) {
+  DeviceKvNearestPlan p;
+  for (const KeptKeySearch& s : searches) {
+    const int64_t length = head_length(layout, layer, s.head, "nearest_kept_keys");
+    check_rows(s.kept, length, "nearest_kept_keys");
+    check_rows(s.evicted, length, "nearest_kept_keys");
+    if (s.kept.empty() && !s.evicted.empty())
+      throw std::invalid_argument("device KV nearest_kept_keys: no kept entry to match");
+    const int64_t base = layout.layer(layer).heads.at(static_cast<size_t>(s.head)).base_row;
+    const int32_t begin = static_cast<int32_t>(p.kept_rows.size());
+    for (const int t : s.kept) p.kept_rows.push_back(base + t);
+    const int32_t end = static_cast<int32_t>(p.kept_rows.size());
+    p.first_match.push_back(p.evicted_rows.size());
+    for (const int t : s.evicted) {
+      p.evicted_rows.push_back(base + t);
+      p.kept_begin.push_back(begin);
+      p.kept_end.push_back(end);
+    }
+  }
+  DeviceKvNearestArgs& a = p.args;
   a.keys = keys;
   a.type = layout.geometry().type;
   a.head_dim = layout.geometry().head_dim;
-  a.base_row = layout.layer(layer).heads.at(static_cast<size_t>(head)).base_row;
-  a.n_kept = static_cast<int32_t>(kept.size());
-  a.n_evicted = static_cast<int32_t>(evicted.size());
-  return a;
+  a.n_kept = static_cast<int32_t>(p.kept_rows.size());
+  a.n_evicted = static_cast<int32_t>(p.evicted_rows.size());
+  return p;
+}
+
+std::vector<std::vector<KeptKeyMatch>> DeviceKvNearestPlan::split(std::span<const KeptKeyMatch> matches) const {
+  std::vector<std::vector<KeptKeyMatch>> out(first_match.size());
+  for (size_t i = 0; i < first_match.size(); ++i) {
+    const size_t end = i + 1 < first_match.size() ? first_match[i + 1] : evicted_rows.size();
+    out[i].assign(matches.begin() + static_cast<std::ptrdiff_t>(first_match[i]),
+                  matches.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return out;
 }
 
 DeviceKvValueNormArgs plan_value_norms(const DeviceKvLayout& layout, int layer, int head, const void* values,

@@ -4,14 +4,15 @@
 // CPU twin (DeviceKvTwin) run these element bodies, so the CPU tests exercise the kernels' code.
 //
 // Value norms (Nearest's weights): one element per listed row.
-// Search: every kept key's norm first (one element per kept entry), then per evicted entry its
-// cosine with every kept key, best first in kept order (the twin: in order; the kernel: one block
+// Search (every head of a layer at once): every kept key's norm first (one element per kept
+// entry), then per evicted entry its cosine with every kept key of its head, best first in kept order (the twin: in order; the kernel: one block
 // per evicted entry, a strided pass per thread and a block reduction by better_key_match, which
 // gives the in-order answer). Fold: one element per (fold, column), in place: a fold reads rows
 // that are no fold's target (row_merges.h), so no element reads what another writes.
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/decode/device_kv_elements.h"
 #include "core/decode/device_kv_view.h"
@@ -19,33 +20,37 @@
 
 namespace kvevict {
 
+// A layer's search over several heads at once: kept and evicted entries as arena rows, the heads'
+// lists one after another; evicted entry e searches kept entries [kept_begin[e], kept_end[e]) (its
+// head's) and answers a position relative to kept_begin[e].
 struct DeviceKvNearestArgs {
   const void* keys = nullptr;  // the layer's key arena
   KvType type = KvType::F16;
   int head_dim = 0;
-  int64_t base_row = 0;              // the head's region
-  const int32_t* kept = nullptr;     // [n_kept] head rows
-  const int32_t* evicted = nullptr;  // [n_evicted] head rows
+  const int64_t* kept_rows = nullptr;     // [n_kept]
+  const int64_t* evicted_rows = nullptr;  // [n_evicted]
+  const int32_t* kept_begin = nullptr;    // [n_evicted]
+  const int32_t* kept_end = nullptr;      // [n_evicted]
   int32_t n_kept = 0, n_evicted = 0;
-  double* kept_norms = nullptr;      // [n_kept], filled by the first pass
-  KeptKeyMatch* matches = nullptr;   // [n_evicted]
+  double* kept_norms = nullptr;     // [n_kept], filled by the first pass
+  KeptKeyMatch* matches = nullptr;  // [n_evicted]
 };
 
 // First pass, element j: the norm of kept key j.
 KVEVICT_HOST_DEVICE inline void device_kv_kept_norm_element(const DeviceKvNearestArgs& a, int32_t j) {
-  const int64_t row = a.base_row + a.kept[j];
+  const int64_t row = a.kept_rows[j];
   a.kept_norms[j] = merge_key_norm([&](int i) { return device_kv_load(a.keys, a.type, row, a.head_dim, i); }, a.head_dim);
 }
 
 // The norm of evicted key e.
 KVEVICT_HOST_DEVICE inline double device_kv_evicted_norm(const DeviceKvNearestArgs& a, int32_t e) {
-  const int64_t row = a.base_row + a.evicted[e];
+  const int64_t row = a.evicted_rows[e];
   return merge_key_norm([&](int i) { return device_kv_load(a.keys, a.type, row, a.head_dim, i); }, a.head_dim);
 }
 
-// cos(evicted key e, kept key j), with e's norm.
+// cos(evicted key e, kept key j) (j indexes kept_rows), with e's norm.
 KVEVICT_HOST_DEVICE inline double device_kv_key_cosine(const DeviceKvNearestArgs& a, int32_t e, double norm_e, int32_t j) {
-  const int64_t re = a.base_row + a.evicted[e], rj = a.base_row + a.kept[j];
+  const int64_t re = a.evicted_rows[e], rj = a.kept_rows[j];
   return merge_key_cosine([&](int i) { return device_kv_load(a.keys, a.type, re, a.head_dim, i); }, norm_e,
                           [&](int i) { return device_kv_load(a.keys, a.type, rj, a.head_dim, i); }, a.kept_norms[j],
                           a.head_dim);
@@ -105,8 +110,18 @@ KVEVICT_HOST_DEVICE inline void device_kv_fold_element(const DeviceKvFoldArgs& a
 // for a head outside the layer, an index outside the head's length, an empty kept list with
 // evicted entries, a fold whose terms leave the list, or a term row that is some fold's target (a
 // fold would read another's write) or a target folded twice.
-DeviceKvNearestArgs plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, int head, const void* keys,
-                                           std::span<const int> kept, std::span<const int> evicted);
+// The index lists of a layer's search (the host's copy; DeviceKvNearestArgs points at them or at
+// their device copies) and the arguments over `keys`.
+struct DeviceKvNearestPlan {
+  DeviceKvNearestArgs args;
+  std::vector<int64_t> kept_rows, evicted_rows;
+  std::vector<int32_t> kept_begin, kept_end;
+  std::vector<size_t> first_match;  // searches[i]'s answers start at matches[first_match[i]]
+  // The answers split per search (positions relative to each head's kept list).
+  std::vector<std::vector<KeptKeyMatch>> split(std::span<const KeptKeyMatch> matches) const;
+};
+DeviceKvNearestPlan plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, const void* keys,
+                                           std::span<const KeptKeySearch> searches);
 DeviceKvValueNormArgs plan_value_norms(const DeviceKvLayout& layout, int layer, int head, const void* values,
                                        std::span<const int> rows);
 DeviceKvFoldArgs plan_fold_rows(const DeviceKvLayout& layout, int layer, int head, void* keys, void* values,

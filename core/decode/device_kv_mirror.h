@@ -88,8 +88,8 @@ class DeviceKvBackend {
   // their keys with `rope` (device_kv_reassign.h): KVCache::reassign_positions' work, done there.
   virtual void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) = 0;
   // The row merges of row_merges.h over one head of the device cache (device_kv_merges.h).
-  virtual std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                      std::span<const int> evicted) const = 0;
+  virtual std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer,
+                                                                   std::span<const KeptKeySearch> searches) const = 0;
   virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const = 0;
   virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;
 };
@@ -114,9 +114,9 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) override {
     cache_.reassign_positions(layer, heads, rope);
   }
-  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                              std::span<const int> evicted) const override {
-    return cache_.nearest_kept_keys(layer, head, kept, evicted);
+  std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer,
+                                                           std::span<const KeptKeySearch> searches) const override {
+    return cache_.nearest_kept_keys(layer, searches);
   }
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const override {
     return cache_.value_norms(layer, head, rows);
@@ -209,8 +209,7 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   // placeholder (sync_host brings the folded words back). std::logic_error on an unfolded cache, a
   // lagging layer or a codebook head (its rows are the host's reconstruction); the backend's
   // std::invalid_argument for bad indices. DeviceKvCounts::rows_folded counts the rows written.
-  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                              std::span<const int> evicted) override;
+  std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) override;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) override;
   void fold_rows(int layer, int head, const RowFolds& folds) override;
 

@@ -19,11 +19,12 @@ void DeviceKvMirror::refuse_unmergeable(int layer, int head, const char* what) c
     throw std::logic_error(where + ", a codebook head (its rows are the host's reconstruction)");
 }
 
-std::vector<KeptKeyMatch> DeviceKvMirror::nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                            std::span<const int> evicted) {
-  refuse_unmergeable(layer, head, "nearest_kept_keys");
+std::vector<std::vector<KeptKeyMatch>> DeviceKvMirror::nearest_kept_keys(int layer,
+                                                                         std::span<const KeptKeySearch> searches) {
+  for (const KeptKeySearch& s : searches) refuse_unmergeable(layer, s.head, "nearest_kept_keys");
+  if (searches.empty()) return {};
   flush(layer);  // device row t is host row t from here
-  return backend_.nearest_kept_keys(layer, head, kept, evicted);
+  return backend_.nearest_kept_keys(layer, searches);
 }
 
 std::vector<double> DeviceKvMirror::value_norms(int layer, int head, std::span<const int> rows) {

@@ -150,28 +150,29 @@ void DeviceKvTwin::reassign_positions(int layer, std::span<const char> heads, co
                              " lies outside the RoPE table (" + std::to_string(rope.positions) + " positions)");
 }
 
-std::vector<KeptKeyMatch> DeviceKvTwin::nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                          std::span<const int> evicted) const {
-  DeviceKvNearestArgs a =
-      plan_nearest_kept_keys(layout_, layer, head, arenas_.at(static_cast<size_t>(layer)).keys.data(), kept, evicted);
-  const std::vector<int32_t> kept_rows(kept.begin(), kept.end()), evicted_rows(evicted.begin(), evicted.end());
-  std::vector<double> norms(kept.size());
-  std::vector<KeptKeyMatch> out(evicted.size());
-  a.kept = kept_rows.data();
-  a.evicted = evicted_rows.data();
+std::vector<std::vector<KeptKeyMatch>> DeviceKvTwin::nearest_kept_keys(int layer,
+                                                                       std::span<const KeptKeySearch> searches) const {
+  DeviceKvNearestPlan p = plan_nearest_kept_keys(layout_, layer, arenas_.at(static_cast<size_t>(layer)).keys.data(), searches);
+  DeviceKvNearestArgs& a = p.args;
+  std::vector<double> norms(p.kept_rows.size());
+  std::vector<KeptKeyMatch> out(p.evicted_rows.size());
+  a.kept_rows = p.kept_rows.data();
+  a.evicted_rows = p.evicted_rows.data();
+  a.kept_begin = p.kept_begin.data();
+  a.kept_end = p.kept_end.data();
   a.kept_norms = norms.data();
   a.matches = out.data();
   for (int32_t j = 0; j < a.n_kept; ++j) device_kv_kept_norm_element(a, j);
   for (int32_t e = 0; e < a.n_evicted; ++e) {
     const double norm_e = device_kv_evicted_norm(a, e);
     KeptKeyMatch best{-std::numeric_limits<double>::infinity(), 0};
-    for (int32_t j = 0; j < a.n_kept; ++j) {
+    for (int32_t j = a.kept_begin[e]; j < a.kept_end[e]; ++j) {
       const double s = device_kv_key_cosine(a, e, norm_e, j);
-      if (better_key_match(s, j, best.cosine, best.kept)) best = {s, j};
+      if (better_key_match(s, j - a.kept_begin[e], best.cosine, best.kept)) best = {s, j - a.kept_begin[e]};
     }
     a.matches[e] = best;
   }
-  return out;
+  return p.split(out);
 }
 
 std::vector<double> DeviceKvTwin::value_norms(int layer, int head, std::span<const int> rows) const {

@@ -58,8 +58,7 @@ class DeviceKvTwin {
   // The row merges of row_merges.h over one head (device_kv_merges.h's element bodies, in the
   // order the contract states); std::invalid_argument as plan_nearest_kept_keys / plan_value_norms /
   // plan_fold_rows.
-  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                              std::span<const int> evicted) const;
+  std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) const;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const;
   void fold_rows(int layer, int head, const RowFolds& folds);
   // The view of one layer over the host arenas, for the CPU twins of the kernels that read the

@@ -33,6 +33,13 @@ namespace kvevict {
 // Norms below this are clamped (torch's normalize eps, kvpress's _EPS).
 inline constexpr double kMergeNormEps = 1e-6;
 
+// One head's part of a layer's nearest_kept_keys call.
+struct KeptKeySearch {
+  int head = 0;
+  std::span<const int> kept;     // not empty when evicted is not
+  std::span<const int> evicted;
+};
+
 // nearest_kept_keys' answer for one evicted entry.
 struct KeptKeyMatch {
   double cosine = 0;  // -inf when no kept key gave a cosine (all NaN)
@@ -107,9 +114,10 @@ KVEVICT_HOST_DEVICE inline float fold_row_element(const RowFold& f, const RowFol
 class CachedRowMerges {
  public:
   virtual ~CachedRowMerges() = default;
-  // One match per entry of `evicted` (kept must not be empty).
-  virtual std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                      std::span<const int> evicted) = 0;
+  // Every listed head of one layer at once (one round trip for a device): out[i][e] answers
+  // searches[i].evicted[e].
+  virtual std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer,
+                                                                   std::span<const KeptKeySearch> searches) = 0;
   // One norm per entry of `rows`.
   virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) = 0;
   virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;

@@ -52,8 +52,15 @@ std::vector<float> rows_of(const KVCache& cache, int layer, int head, std::span<
 
 }  // namespace
 
-std::vector<KeptKeyMatch> HostRowMerges::nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                           std::span<const int> evicted) {
+std::vector<std::vector<KeptKeyMatch>> HostRowMerges::nearest_kept_keys(int layer,
+                                                                        std::span<const KeptKeySearch> searches) {
+  std::vector<std::vector<KeptKeyMatch>> out;
+  for (const KeptKeySearch& s : searches) out.push_back(search_head(layer, s.head, s.kept, s.evicted));
+  return out;
+}
+
+std::vector<KeptKeyMatch> HostRowMerges::search_head(int layer, int head, std::span<const int> kept,
+                                                     std::span<const int> evicted) {
   check_head(cache_, layer, head, "nearest_kept_keys");
   if (kept.empty() && !evicted.empty()) throw std::invalid_argument("host row merges: no kept entry to match");
   const int d = cache_.head_dim();

@@ -17,12 +17,12 @@ namespace kvevict {
 class HostRowMerges final : public CachedRowMerges {
  public:
   explicit HostRowMerges(KVCache& cache) : cache_(cache) {}
-  std::vector<KeptKeyMatch> nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                              std::span<const int> evicted) override;
+  std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) override;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) override;
   void fold_rows(int layer, int head, const RowFolds& folds) override;
 
  private:
+  std::vector<KeptKeyMatch> search_head(int layer, int head, std::span<const int> kept, std::span<const int> evicted);
   KVCache& cache_;
 };
 

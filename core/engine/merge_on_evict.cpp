@@ -18,20 +18,37 @@ struct Matches {
   std::vector<KeptKeyMatch> match;
 };
 
-Matches match_evicted(CachedRowMerges& rows, int layer, int head, std::span<const int> kept,
-                      const std::vector<char>& is_kept) {
-  Matches m;
+// The evicted entries of a head (none when nothing is evicted or nothing kept).
+std::vector<int> evicted_of(const std::vector<char>& is_kept, size_t kept) {
+  std::vector<int> evicted;
+  if (kept == 0) return evicted;
   for (size_t t = 0; t < is_kept.size(); ++t)
-    if (!is_kept[t]) m.evicted.push_back(static_cast<int>(t));
-  if (m.evicted.empty() || kept.empty()) {
-    m.evicted.clear();
-    return m;
+    if (!is_kept[t]) evicted.push_back(static_cast<int>(t));
+  return evicted;
+}
+
+// Every listed head's evicted entries matched in one call (one round trip on a device).
+void match_evicted(CachedRowMerges& rows, int layer, const std::vector<int>& head_of,
+                   const std::vector<std::span<const int>>& kept, std::vector<Matches>& m) {
+  std::vector<KeptKeySearch> searches;
+  std::vector<size_t> asked;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].evicted.empty()) continue;
+    searches.push_back({head_of[i], kept[i], m[i].evicted});
+    asked.push_back(i);
   }
-  m.match = rows.nearest_kept_keys(layer, head, kept, m.evicted);
-  if (m.match.size() != m.evicted.size())
-    throw std::logic_error("merge_on_evict: " + std::to_string(m.match.size()) + " matches for " +
-                           std::to_string(m.evicted.size()) + " evicted entries");
-  return m;
+  if (searches.empty()) return;
+  std::vector<std::vector<KeptKeyMatch>> found = rows.nearest_kept_keys(layer, searches);
+  if (found.size() != searches.size())
+    throw std::logic_error("merge_on_evict: " + std::to_string(found.size()) + " answers for " +
+                           std::to_string(searches.size()) + " heads");
+  for (size_t k = 0; k < asked.size(); ++k) {
+    Matches& mk = m[asked[k]];
+    if (found[k].size() != mk.evicted.size())
+      throw std::logic_error("merge_on_evict: " + std::to_string(found[k].size()) + " matches for " +
+                             std::to_string(mk.evicted.size()) + " evicted entries");
+    mk.match = std::move(found[k]);
+  }
 }
 
 // Nearest's weights read |v_e| and |v_target| of the merged entries: one value_norms call for all of
@@ -148,7 +165,10 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
   if (method == MergeMethod::Cam) return merge_cam(merge, cache, layer, head, kept, is_kept, context, where);
   MergeOnEvictCounts counts;
   counts.evicted = static_cast<int64_t>(is_kept.size() - kept.size());
-  const Matches m = match_evicted(where, layer, head, kept, is_kept);
+  std::vector<Matches> one(1);
+  one[0].evicted = evicted_of(is_kept, kept.size());
+  match_evicted(where, layer, {head}, {kept}, one);
+  const Matches& m = one[0];
   const std::vector<double> norms = nearest_value_norms(method, merge.similarity_threshold, where, layer, head, kept, m);
   const RowFolds folds = plan_folds(method, merge.similarity_threshold, norms, kept, m, counts.merged);
   if (!folds.folds.empty()) where.fold_rows(layer, head, folds);
@@ -168,14 +188,21 @@ MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache
   CachedRowMerges& where = rows ? *rows : host;
   MergeOnEvictCounts counts;
   std::vector<Matches> heads(kept.size());
-  double sum = 0;
-  size_t n = 0;
+  std::vector<int> head_of(kept.size());
+  std::vector<std::span<const int>> kept_of(kept.size());
   for (size_t h = 0; h < kept.size(); ++h) {
     const std::vector<char> is_kept = kept_flags(cache, layer, static_cast<int>(h), kept[h]);
     counts.evicted += static_cast<int64_t>(is_kept.size() - kept[h].size());
-    heads[h] = match_evicted(where, layer, static_cast<int>(h), kept[h], is_kept);
-    for (const KeptKeyMatch& m : heads[h].match) sum += m.cosine;
-    n += heads[h].match.size();
+    heads[h].evicted = evicted_of(is_kept, kept[h].size());
+    head_of[h] = static_cast<int>(h);
+    kept_of[h] = kept[h];
+  }
+  match_evicted(where, layer, head_of, kept_of, heads);  // every head in one call
+  double sum = 0;
+  size_t n = 0;
+  for (const Matches& m : heads) {
+    for (const KeptKeyMatch& k : m.match) sum += k.cosine;
+    n += m.match.size();
   }
   if (n == 0) return counts;  // nothing to merge: the threshold stays as it was
   const double mean = sum / static_cast<double>(n);

@@ -171,22 +171,31 @@ TEST_P(DeviceKvCacheGpu, RowMergesMatchTheHostTwinBitForBit) {
       twin.append(l, extra, keys.data(), values.data(), g.n_heads * head_dim, first);
     }
     for (int round = 0; round < 3; ++round)
-      for (int l = 0; l < g.n_layers; ++l)
-        for (int h = 0; h < g.n_heads; ++h) {
-          const test::RowMergeCase m = test::random_row_merge_case(static_cast<int>(twin.layout().length(l, h)), rng);
-          const std::vector<KeptKeyMatch> d = device.nearest_kept_keys(l, h, m.kept, m.evicted);
-          const std::vector<KeptKeyMatch> t = twin.nearest_kept_keys(l, h, m.kept, m.evicted);
-          ASSERT_EQ(d.size(), t.size());
-          for (size_t e = 0; e < d.size(); ++e) {
-            ASSERT_EQ(d[e].kept, t[e].kept) << "head_dim " << head_dim << " evicted " << m.evicted[e];
-            ASSERT_EQ(std::memcmp(&d[e].cosine, &t[e].cosine, sizeof(double)), 0) << d[e].cosine << " " << t[e].cosine;
+      for (int l = 0; l < g.n_layers; ++l) {
+        std::vector<test::RowMergeCase> cases;
+        std::vector<KeptKeySearch> searches;
+        for (int h = 0; h < g.n_heads; ++h)
+          cases.push_back(test::random_row_merge_case(static_cast<int>(twin.layout().length(l, h)), rng));
+        for (int h = 0; h < g.n_heads; ++h)
+          searches.push_back({h, cases[size_t(h)].kept, cases[size_t(h)].evicted});
+        const auto d = device.nearest_kept_keys(l, searches), t = twin.nearest_kept_keys(l, searches);
+        ASSERT_EQ(d.size(), t.size());
+        for (size_t i = 0; i < d.size(); ++i) {
+          ASSERT_EQ(d[i].size(), t[i].size());
+          for (size_t e = 0; e < d[i].size(); ++e) {
+            ASSERT_EQ(d[i][e].kept, t[i][e].kept) << "head_dim " << head_dim << " head " << i << " evicted " << e;
+            ASSERT_EQ(std::memcmp(&d[i][e].cosine, &t[i][e].cosine, sizeof(double)), 0) << d[i][e].cosine;
           }
+        }
+        for (int h = 0; h < g.n_heads; ++h) {
+          const test::RowMergeCase& m = cases[size_t(h)];
           const std::vector<double> dn = device.value_norms(l, h, m.evicted), tn = twin.value_norms(l, h, m.evicted);
           ASSERT_EQ(dn.size(), tn.size());
           for (size_t e = 0; e < dn.size(); ++e) ASSERT_EQ(std::memcmp(&dn[e], &tn[e], sizeof(double)), 0) << dn[e];
           device.fold_rows(l, h, m.folds);
           twin.fold_rows(l, h, m.folds);
         }
+      }
     expect_same(device, twin, "head_dim " + std::to_string(head_dim) + " after the folds");
   }
 #endif

@@ -77,17 +77,27 @@ TEST_P(RowMergesTest, TwinBehindTheMirrorMatchesTheHostBitForBit) {
     HostRowMerges host(reference);
     int64_t folded = 0, ties = 0;
     for (int round = 0; round < 6; ++round)
-      for (int l = 0; l < c.n_layers; ++l)
-        for (int h = 0; h < c.n_kv_heads; ++h) {
-          const test::RowMergeCase m = test::random_row_merge_case(cache.length(l, h), rng);
-          const std::vector<KeptKeyMatch> want = host.nearest_kept_keys(l, h, m.kept, m.evicted);
-          const std::vector<KeptKeyMatch> got = mirror.nearest_kept_keys(l, h, m.kept, m.evicted);
-          ASSERT_EQ(got.size(), m.evicted.size());
-          for (size_t e = 0; e < got.size(); ++e) {
-            ASSERT_EQ(got[e].kept, want[e].kept) << "d " << d << " evicted " << m.evicted[e];
-            ASSERT_TRUE(same_bits(got[e].cosine, want[e].cosine)) << got[e].cosine << " vs " << want[e].cosine;
-            ties += got[e].cosine == 1.0;
+      for (int l = 0; l < c.n_layers; ++l) {
+        // Every head of the layer in one search (the device's one round trip), heads in reverse.
+        std::vector<test::RowMergeCase> cases;
+        std::vector<KeptKeySearch> searches;
+        for (int h = 0; h < c.n_kv_heads; ++h) cases.push_back(test::random_row_merge_case(cache.length(l, h), rng));
+        for (int h = c.n_kv_heads - 1; h >= 0; --h)
+          searches.push_back({h, cases[static_cast<size_t>(h)].kept, cases[static_cast<size_t>(h)].evicted});
+        const auto want = host.nearest_kept_keys(l, searches);
+        const auto got = mirror.nearest_kept_keys(l, searches);
+        ASSERT_EQ(got.size(), searches.size());
+        ASSERT_EQ(want.size(), searches.size());
+        for (size_t i = 0; i < searches.size(); ++i) {
+          ASSERT_EQ(got[i].size(), searches[i].evicted.size());
+          for (size_t e = 0; e < got[i].size(); ++e) {
+            ASSERT_EQ(got[i][e].kept, want[i][e].kept) << "d " << d << " evicted " << searches[i].evicted[e];
+            ASSERT_TRUE(same_bits(got[i][e].cosine, want[i][e].cosine)) << got[i][e].cosine << " vs " << want[i][e].cosine;
+            ties += got[i][e].cosine == 1.0;
           }
+        }
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const test::RowMergeCase& m = cases[static_cast<size_t>(h)];
           const std::vector<double> host_norms = host.value_norms(l, h, m.evicted);
           const std::vector<double> twin_norms = mirror.value_norms(l, h, m.evicted);
           ASSERT_EQ(host_norms.size(), twin_norms.size());
@@ -96,6 +106,7 @@ TEST_P(RowMergesTest, TwinBehindTheMirrorMatchesTheHostBitForBit) {
           mirror.fold_rows(l, h, m.folds);
           folded += static_cast<int64_t>(m.folds.folds.size());
         }
+      }
     EXPECT_GT(ties, 0) << "no planted tie was matched";
     EXPECT_EQ(mirror.counts().rows_folded, folded);
     // The folded host rows are placeholders now; sync_host reads the twin's words back.
@@ -122,8 +133,9 @@ TEST_P(RowMergesTest, TiesGoToTheFirstInKeptOrder) {
   HostRowMerges host(cache);
   for (const std::vector<int>& kept : {std::vector<int>{7, 6}, std::vector<int>{6, 7}}) {
     const std::vector<int> evicted{3, 10};  // equally close to 6 and 7
-    const std::vector<KeptKeyMatch> h = host.nearest_kept_keys(0, 0, kept, evicted);
-    const std::vector<KeptKeyMatch> t = mirror.nearest_kept_keys(0, 0, kept, evicted);
+    const std::vector<KeptKeySearch> search{{0, kept, evicted}};
+    const std::vector<KeptKeyMatch> h = host.nearest_kept_keys(0, search)[0];
+    const std::vector<KeptKeyMatch> t = mirror.nearest_kept_keys(0, search)[0];
     for (size_t e = 0; e < evicted.size(); ++e) {
       EXPECT_EQ(h[e].kept, 0) << "a tie between 6 and 7 goes to the one listed first";
       EXPECT_EQ(t[e].kept, 0);
@@ -131,7 +143,8 @@ TEST_P(RowMergesTest, TiesGoToTheFirstInKeptOrder) {
     }
   }
   // A zero key (row 0) has the clamped norm: cosine 0 with every key, matched to the first kept.
-  const std::vector<KeptKeyMatch> zero = mirror.nearest_kept_keys(0, 0, std::vector<int>{5, 9}, std::vector<int>{0});
+  const std::vector<int> two{5, 9}, zero_row{0};
+  const std::vector<KeptKeyMatch> zero = mirror.nearest_kept_keys(0, std::vector<KeptKeySearch>{{0, two, zero_row}})[0];
   EXPECT_EQ(zero[0].kept, 0);
   EXPECT_EQ(zero[0].cosine, 0.0);
 }
@@ -193,9 +206,16 @@ TEST(RowMergePlans, RefuseWhatAKernelWouldReadWrongly) {
   EXPECT_THROW(plan_fold_rows(l, 0, 0, nullptr, nullptr, folds), std::invalid_argument);
   folds.folds = {{.target = 2, .first_term = 0, .terms = 2}};  // terms beyond the list
   EXPECT_THROW(plan_fold_rows(l, 0, 0, nullptr, nullptr, folds), std::invalid_argument);
-  EXPECT_THROW(plan_nearest_kept_keys(l, 0, 0, nullptr, std::vector<int>{}, std::vector<int>{1}), std::invalid_argument);
-  EXPECT_THROW(plan_nearest_kept_keys(l, 0, 1, nullptr, std::vector<int>{0}, std::vector<int>{1}), std::invalid_argument);
-  EXPECT_THROW(plan_nearest_kept_keys(l, 0, 0, nullptr, std::vector<int>{-1}, std::vector<int>{1}), std::invalid_argument);
+  const std::vector<int> none, zero{0}, one{1}, minus{-1};
+  const auto plan = [&](int head, const std::vector<int>& kept, const std::vector<int>& evicted) {
+    return plan_nearest_kept_keys(l, 0, nullptr, std::vector<KeptKeySearch>{{head, kept, evicted}});
+  };
+  EXPECT_THROW(plan(0, none, one), std::invalid_argument);
+  EXPECT_THROW(plan(1, zero, one), std::invalid_argument);
+  EXPECT_THROW(plan(0, minus, one), std::invalid_argument);
+  const DeviceKvNearestPlan ok = plan(0, zero, one);
+  EXPECT_EQ(ok.kept_rows.size(), 1u);
+  EXPECT_EQ(ok.kept_begin, std::vector<int32_t>{0});
   EXPECT_THROW(plan_value_norms(l, 0, 0, nullptr, std::vector<int>{10}), std::invalid_argument);
 }
 

@@ -341,8 +341,9 @@ TEST_F(RowlessEngineTurnTest, MergesRunWhereTheRowsAreOnAPositionOnlyCache) {
     const PolicyDescription& d = policy->description();
     ASSERT_TRUE(merge_given_by_decoder(d.merge)) << name;
     EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals) << name;
-    if (d.run.decode_every > 0)
+    if (d.run.decode_every > 0) {
       EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals) << name;
+    }
     const Run plain = plain_run(*policy, steps);
     const Run rowless = run(*policy, TurnMode::Rowless, steps);
     EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";

@@ -80,7 +80,7 @@ __global__ void kept_norm_kernel(const DeviceKvNearestArgs args) {
 
 constexpr int kNearestThreads = 256;
 
-// One block per evicted entry: each thread the best of kept keys tid, tid + 256, ... (in order),
+// One block per evicted entry: each thread the best of its head's kept keys tid, tid + 256, ... (in order),
 // then a tree reduction by better_key_match, which keeps the first kept position among equal
 // cosines: the in-order search's answer (device_kv_merges.h).
 __global__ void __launch_bounds__(kNearestThreads) nearest_kept_kernel(const DeviceKvNearestArgs args) {
@@ -91,11 +91,12 @@ __global__ void __launch_bounds__(kNearestThreads) nearest_kept_kernel(const Dev
   const double norm_e = device_kv_evicted_norm(args, e);
   double b = -INFINITY;
   int32_t bj = INT32_MAX;  // none yet
-  for (int32_t j = tid; j < args.n_kept; j += kNearestThreads) {
+  const int32_t begin = args.kept_begin[e], end = args.kept_end[e];
+  for (int32_t j = begin + tid; j < end; j += kNearestThreads) {
     const double s = device_kv_key_cosine(args, e, norm_e, j);
-    if (better_key_match(s, j, b, bj)) {
+    if (better_key_match(s, j - begin, b, bj)) {
       b = s;
-      bj = j;
+      bj = j - begin;
     }
   }
   best[tid] = b;
@@ -179,7 +180,9 @@ struct DeviceKvCache::Impl {
   DeviceArray<int64_t> gather_src;                   // out-of-place heads' source rows
   std::unique_ptr<LayerArenas> scratch;              // their scratch rows
   DeviceArray<float> norms;                          // row_norms' output: [key norms][value norms]
-  DeviceArray<int32_t> merge_rows;                   // nearest_kept_keys' [kept][evicted] rows
+  DeviceArray<int64_t> merge_rows;                   // nearest_kept_keys' [kept][evicted] arena rows
+  DeviceArray<int32_t> merge_ranges;                 // ... each evicted entry's [begin][end] kept range
+  DeviceArray<int32_t> norm_rows;                    // value_norms' rows
   DeviceArray<double> kept_norms;                    // ... its kept keys' norms (value_norms' answer)
   DeviceArray<KeptKeyMatch> matches;                 // ... and its answer
   DeviceArray<RowFold> folds;                        // fold_rows' plan
@@ -361,27 +364,35 @@ void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, c
   check_launch("device KV reassign kernel");
 }
 
-std::vector<KeptKeyMatch> DeviceKvCache::nearest_kept_keys(int layer, int head, std::span<const int> kept,
-                                                           std::span<const int> evicted) const {
-  DeviceKvNearestArgs args =
-      plan_nearest_kept_keys(impl_->layout, layer, head, impl_->arenas.at(size_t(layer))->keys.data(), kept, evicted);
-  std::vector<KeptKeyMatch> out(evicted.size());
-  if (evicted.empty()) return out;
-  std::vector<int32_t> rows(kept.begin(), kept.end());
-  rows.insert(rows.end(), evicted.begin(), evicted.end());
+std::vector<std::vector<KeptKeyMatch>> DeviceKvCache::nearest_kept_keys(int layer,
+                                                                        std::span<const KeptKeySearch> searches) const {
+  DeviceKvNearestPlan p =
+      plan_nearest_kept_keys(impl_->layout, layer, impl_->arenas.at(size_t(layer))->keys.data(), searches);
+  DeviceKvNearestArgs& args = p.args;
+  std::vector<KeptKeyMatch> out(p.evicted_rows.size());
+  if (out.empty()) return p.split(out);
+  // One upload of the index lists: kept rows, evicted rows, then each evicted entry's kept range.
+  std::vector<int64_t> rows(p.kept_rows);
+  rows.insert(rows.end(), p.evicted_rows.begin(), p.evicted_rows.end());
   impl_->merge_rows.upload(rows);
-  impl_->kept_norms.resize(kept.size());
-  impl_->matches.resize(evicted.size());
-  args.kept = impl_->merge_rows.data();
-  args.evicted = impl_->merge_rows.data() + kept.size();
+  std::vector<int32_t> ranges(p.kept_begin);
+  ranges.insert(ranges.end(), p.kept_end.begin(), p.kept_end.end());
+  impl_->merge_ranges.upload(ranges);
+  impl_->kept_norms.resize(p.kept_rows.size());
+  impl_->matches.resize(out.size());
+  args.kept_rows = impl_->merge_rows.data();
+  args.evicted_rows = impl_->merge_rows.data() + p.kept_rows.size();
+  args.kept_begin = impl_->merge_ranges.data();
+  args.kept_end = impl_->merge_ranges.data() + out.size();
   args.kept_norms = impl_->kept_norms.data();
   args.matches = impl_->matches.data();
-  kept_norm_kernel<<<static_cast<unsigned>((kept.size() + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args);
+  kept_norm_kernel<<<static_cast<unsigned>((p.kept_rows.size() + kAppendThreads - 1) / kAppendThreads),
+                     kAppendThreads>>>(args);
   check_launch("device KV kept key norm kernel");
-  nearest_kept_kernel<<<static_cast<unsigned>(evicted.size()), kNearestThreads>>>(args);
+  nearest_kept_kernel<<<static_cast<unsigned>(out.size()), kNearestThreads>>>(args);
   check_launch("device KV nearest kept key kernel");
   impl_->matches.download(out.data(), out.size());  // synchronises with the kernels (legacy stream)
-  return out;
+  return p.split(out);
 }
 
 std::vector<double> DeviceKvCache::value_norms(int layer, int head, std::span<const int> rows) const {
@@ -389,9 +400,9 @@ std::vector<double> DeviceKvCache::value_norms(int layer, int head, std::span<co
       plan_value_norms(impl_->layout, layer, head, impl_->arenas.at(size_t(layer))->values.data(), rows);
   std::vector<double> out(rows.size());
   if (rows.empty()) return out;
-  impl_->merge_rows.upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  impl_->norm_rows.upload(std::vector<int32_t>(rows.begin(), rows.end()));
   impl_->kept_norms.resize(rows.size());
-  args.rows = impl_->merge_rows.data();
+  args.rows = impl_->norm_rows.data();
   args.norms = impl_->kept_norms.data();
   value_norm_kernel<<<static_cast<unsigned>((rows.size() + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args);
   check_launch("device KV value norm kernel");
