@@ -1,14 +1,16 @@
 #pragma once
-// The row merges of core/decode/row_merges.h over one head of a device cache layer: the kernels
-// of core/decode/cuda/device_kv_cache.cu (DeviceKvCache::nearest_kept_keys, fold_rows) and the
-// CPU twin (DeviceKvTwin) run these element bodies, so the CPU tests exercise the kernels' code.
+// The row merges of core/decode/row_merges.h over a device cache layer: the kernels of
+// core/decode/cuda/device_kv_cache.cu (DeviceKvCache::nearest_kept_keys, value_norms, fold_rows)
+// and the CPU twin (DeviceKvTwin) run these element bodies, so the CPU tests exercise the kernels'
+// code.
 //
-// Value norms (Nearest's weights): one element per listed row.
-// Search (every head of a layer at once): every kept key's norm first (one element per kept
-// entry), then per evicted entry its cosine with every kept key of its head, best first in kept order (the twin: in order; the kernel: one block
-// per evicted entry, a strided pass per thread and a block reduction by better_key_match, which
-// gives the in-order answer). Fold: one element per (fold, column), in place: a fold reads rows
-// that are no fold's target (row_merges.h), so no element reads what another writes.
+// Search (every listed head of a layer at once): every kept key's norm first (one element per kept
+// entry), then per evicted entry its cosine with every kept key of its head, best first in kept
+// order (the twin: in order; the kernel: one block per evicted entry, a strided pass per thread
+// and a block reduction by better_key_match, which gives the in-order answer).
+// Value norms (Nearest's weights): one element per listed row of one head.
+// Fold (one head): one element per (fold, column), in place: a fold reads rows that are no fold's
+// target (row_merges.h), so no element reads what another writes.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -105,11 +107,6 @@ KVEVICT_HOST_DEVICE inline void device_kv_fold_element(const DeviceKvFoldArgs& a
   }
 }
 
-// The arguments over the given arenas for one head of `layer` in `layout` (device or host pointers;
-// the index lists and outputs are set by the caller). std::invalid_argument
-// for a head outside the layer, an index outside the head's length, an empty kept list with
-// evicted entries, a fold whose terms leave the list, or a term row that is some fold's target (a
-// fold would read another's write) or a target folded twice.
 // The index lists of a layer's search (the host's copy; DeviceKvNearestArgs points at them or at
 // their device copies) and the arguments over `keys`.
 struct DeviceKvNearestPlan {
@@ -120,6 +117,12 @@ struct DeviceKvNearestPlan {
   // The answers split per search (positions relative to each head's kept list).
   std::vector<std::vector<KeptKeyMatch>> split(std::span<const KeptKeyMatch> matches) const;
 };
+
+// The plans over the given arenas of `layer` in `layout` (device or host pointers; the outputs, and
+// the value norms' and folds' lists, are set by the caller). std::invalid_argument for a head
+// outside the layer, an index outside its head's length, an empty kept list with evicted entries,
+// a fold whose terms leave the list, a term row that is some fold's target (a fold would read
+// another's write) or a target folded twice.
 DeviceKvNearestPlan plan_nearest_kept_keys(const DeviceKvLayout& layout, int layer, const void* keys,
                                            std::span<const KeptKeySearch> searches);
 DeviceKvValueNormArgs plan_value_norms(const DeviceKvLayout& layout, int layer, int head, const void* values,

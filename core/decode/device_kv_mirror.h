@@ -87,7 +87,8 @@ class DeviceKvBackend {
   // Re-assigns the positions of the heads h of `layer` with heads[h] != 0 on the device, rotating
   // their keys with `rope` (device_kv_reassign.h): KVCache::reassign_positions' work, done there.
   virtual void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) = 0;
-  // The row merges of row_merges.h over one head of the device cache (device_kv_merges.h).
+  // The row merges of row_merges.h on the device cache (device_kv_merges.h): the search over every
+  // listed head of a layer, the value norms and folds over one head.
   virtual std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer,
                                                                    std::span<const KeptKeySearch> searches) const = 0;
   virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const = 0;

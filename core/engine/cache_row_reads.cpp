@@ -1,7 +1,6 @@
 // See cache_row_reads.h.
 #include "core/engine/cache_row_reads.h"
 
-#include "core/engine/merge_on_evict.h"
 #include "core/engine/query_checks.h"
 #include "core/engine/replay_checks.h"
 
@@ -29,20 +28,21 @@ bool signal_source_reads_cache_rows(SignalSource source) {
 }
 
 // Features that read or rewrite cached rows outside the signals, at the prompt and while decoding
-// alike: merges and codebooks (they fold values) other than those run where the rows are
-// (merge_given_by_decoder), key channels (zeroed in the rows), unfolded GQA
+// alike: codebooks (SpindleKV's stage rewrites whole heads; merge-on-evict runs where the rows are:
+// merge_given_by_decoder), key channels (zeroed in the rows), unfolded GQA
 // (copies the rows), extra stages (conservative: programs of their own), NACL's same-index head (its
 // own attention over the keys). Not among them: re-assigned positions (the keys are re-rotated by
 // whoever holds the rows: KVCache::reassign_positions, on a device DeviceKvMirror; the engine reads
 // only positions), and head plans (head_mode / head_weight run at the prompt only, on the signals
 // the prompt's programs read, prompt_reads; while decoding the heads keep the budgets planned then).
 static bool feature_reads_cache_rows(const PolicyDescription& d) {
-  return (d.merge.enabled && !merge_given_by_decoder(d.merge)) || d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() ||
-         d.observe.same_index_head;
+  return (d.merge.enabled && !merge_given_by_decoder(d.merge)) || d.channels.enabled || d.select.unfold_gqa ||
+         !d.select.stages.empty() || d.observe.same_index_head;
 }
 
 bool merge_given_by_decoder(const PolicyMerge& merge) {
-  return merge.enabled && merge_runs_where_rows_are(merge.method);
+  // Every merge-on-evict method merges through CachedRowMerges alone (merge_on_evict.h).
+  return merge.enabled && merge.method != MergeMethod::Codebook;
 }
 
 // K and V as cached, which a program scoring on the decoder's device reads there (GivenOnDevice).

@@ -46,8 +46,8 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
 // or every signal of the policy when the description does not know them) comes from a source
 // above or is the window attention A over the rolling window of the last W queries, and no feature
-// edits or reads rows: merges (but those merge_given_by_decoder) and codebooks, key channels, unfolded GQA, extra selection stages,
-// NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
+// edits or reads rows: codebooks (not merge-on-evict: merge_given_by_decoder), key channels,
+// unfolded GQA, extra selection stages, NACL's same-index head (re-assigned positions and head plans do not: the holder of the rows
 // re-rotates them; head plans run at the prompt only, on prompt_reads). Then
 // NoneGivenDecoderSignals when the decode indicator reads A, which a decoder computes from the
 // queries it holds, causal or not (MorphKV, Scissorhands, CAKE's paper indicator, NACL with
@@ -70,7 +70,8 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
-//     merges (but those merge_given_by_decoder) and codebooks, key channels, unfolded GQA, extra selection stages,
+//     codebooks (not merge-on-evict: merge_given_by_decoder), key channels, unfolded GQA, extra
+//     selection stages,
 //     NACL's same-index head, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
 //     length (unknown before the call, so the decoder cannot compute its attention);
@@ -88,8 +89,8 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d,
 // for the window attention of a prompt call (ObservationRequest::window_attention).
 bool window_known_before_prompt(const PolicyDescription& d);
 
-// Whether the policy's merge-on-evict runs where the rows are (merge_runs_where_rows_are: Nearest,
-// Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device runs it there
+// Whether the policy's merge runs where the rows are: every merge-on-evict method (Nearest, Pivot,
+// Weighted, CaM, D2O; merge_on_evict.h), not the codebook. A decoder whose cache lives on a device runs it there
 // (ObservationRequest::cached_row_merges), so the merge reads no host row and its calls are
 // NoneGivenDecoderSignals (the decoder must offer the merges). A codebook still reads rows.
 bool merge_given_by_decoder(const PolicyMerge& merge);

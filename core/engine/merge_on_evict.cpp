@@ -4,7 +4,6 @@
 #include "core/engine/merge_cam.h"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,8 +11,11 @@
 namespace kvevict {
 namespace {
 
-// The evicted entries of one head and their kept matches (none when E or kept is empty).
+// One head's search: its kept list, its evicted entries (none when E or kept is empty) and their
+// kept matches.
 struct Matches {
+  int head = 0;
+  std::span<const int> kept;
   std::vector<int> evicted;  // cache indices, ascending
   std::vector<KeptKeyMatch> match;
 };
@@ -27,14 +29,13 @@ std::vector<int> evicted_of(const std::vector<char>& is_kept, size_t kept) {
   return evicted;
 }
 
-// Every listed head's evicted entries matched in one call (one round trip on a device).
-void match_evicted(CachedRowMerges& rows, int layer, const std::vector<int>& head_of,
-                   const std::vector<std::span<const int>>& kept, std::vector<Matches>& m) {
+// Every head's evicted entries matched in one call (one round trip on a device).
+void match_evicted(CachedRowMerges& rows, int layer, std::vector<Matches>& m) {
   std::vector<KeptKeySearch> searches;
   std::vector<size_t> asked;
   for (size_t i = 0; i < m.size(); ++i) {
     if (m[i].evicted.empty()) continue;
-    searches.push_back({head_of[i], kept[i], m[i].evicted});
+    searches.push_back({m[i].head, m[i].kept, m[i].evicted});
     asked.push_back(i);
   }
   if (searches.empty()) return;
@@ -148,11 +149,6 @@ std::vector<char> kept_flags(const KVCache& cache, int layer, int head, std::spa
 
 }  // namespace
 
-bool merge_runs_where_rows_are(MergeMethod method) {
-  return method == MergeMethod::D2o || method == MergeMethod::Cam || method == MergeMethod::Pivot ||
-         method == MergeMethod::Weighted || method == MergeMethod::Nearest;
-}
-
 MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int layer, int head,
                                   std::span<const int> kept, const MergeContext& context, CachedRowMerges* rows) {
   const MergeMethod method = merge.method;
@@ -165,9 +161,8 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
   if (method == MergeMethod::Cam) return merge_cam(merge, cache, layer, head, kept, is_kept, context, where);
   MergeOnEvictCounts counts;
   counts.evicted = static_cast<int64_t>(is_kept.size() - kept.size());
-  std::vector<Matches> one(1);
-  one[0].evicted = evicted_of(is_kept, kept.size());
-  match_evicted(where, layer, {head}, {kept}, one);
+  std::vector<Matches> one{{head, kept, evicted_of(is_kept, kept.size()), {}}};
+  match_evicted(where, layer, one);
   const Matches& m = one[0];
   const std::vector<double> norms = nearest_value_norms(method, merge.similarity_threshold, where, layer, head, kept, m);
   const RowFolds folds = plan_folds(method, merge.similarity_threshold, norms, kept, m, counts.merged);
@@ -187,17 +182,13 @@ MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache
   HostRowMerges host(cache);
   CachedRowMerges& where = rows ? *rows : host;
   MergeOnEvictCounts counts;
-  std::vector<Matches> heads(kept.size());
-  std::vector<int> head_of(kept.size());
-  std::vector<std::span<const int>> kept_of(kept.size());
+  std::vector<Matches> heads;
   for (size_t h = 0; h < kept.size(); ++h) {
     const std::vector<char> is_kept = kept_flags(cache, layer, static_cast<int>(h), kept[h]);
     counts.evicted += static_cast<int64_t>(is_kept.size() - kept[h].size());
-    heads[h].evicted = evicted_of(is_kept, kept[h].size());
-    head_of[h] = static_cast<int>(h);
-    kept_of[h] = kept[h];
+    heads.push_back({static_cast<int>(h), kept[h], evicted_of(is_kept, kept[h].size()), {}});
   }
-  match_evicted(where, layer, head_of, kept_of, heads);  // every head in one call
+  match_evicted(where, layer, heads);  // every head in one call
   double sum = 0;
   size_t n = 0;
   for (const Matches& m : heads) {
@@ -210,8 +201,7 @@ MergeOnEvictCounts merge_on_evict_layer(const PolicyMerge& merge, KVCache& cache
   threshold.set = true;
   for (size_t h = 0; h < kept.size(); ++h) {
     int64_t merged = 0;
-    const RowFolds folds =
-        plan_folds(MergeMethod::D2o, threshold.value, {}, kept[h], heads[h], merged);
+    const RowFolds folds = plan_folds(MergeMethod::D2o, threshold.value, {}, kept[h], heads[h], merged);
     counts.merged += merged;
     if (!folds.folds.empty()) where.fold_rows(layer, static_cast<int>(h), folds);
   }

@@ -71,10 +71,6 @@ MergeOnEvictCounts merge_on_evict(const PolicyMerge& merge, KVCache& cache, int 
                                   std::span<const int> kept, const MergeContext& context = {},
                                   CachedRowMerges* rows = nullptr);
 
-// Whether `method` merges through CachedRowMerges alone (every merge-on-evict method: Nearest,
-// Pivot, Weighted, Cam, D2o), so rows held elsewhere (a device cache) can be merged there; not the
-// codebook (SpindleKV's stage reads and rewrites whole heads on the host).
-bool merge_runs_where_rows_are(MergeMethod method);
 
 // merge.method d2o (D2O, Wan et al., arXiv 2406.13035; AIoT-MLSys-Lab/D2O D2O_LayerKVCache), one
 // eviction of a whole layer: kept[h] are stored head h's kept indices (as for merge_on_evict), one

@@ -55,6 +55,27 @@ class KeepRecorder final : public KvCacheListener {
   bool forbidden = false;
 };
 
+// The decoder's row merges as the test plays them: on its real cache (which holds the rows), counting
+// the rows folded.
+class CountingRowMerges final : public CachedRowMerges {
+ public:
+  explicit CountingRowMerges(KVCache& cache) : host_(cache) {}
+  std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> s) override {
+    return host_.nearest_kept_keys(layer, s);
+  }
+  std::vector<double> value_norms(int layer, int head, std::span<const int> rows) override {
+    return host_.value_norms(layer, head, rows);
+  }
+  void fold_rows(int layer, int head, const RowFolds& folds) override {
+    host_.fold_rows(layer, head, folds);
+    rows_folded += static_cast<int64_t>(folds.folds.size());
+  }
+  int64_t rows_folded = 0;
+
+ private:
+  HostRowMerges host_;
+};
+
 bool reads_row_norms(const PolicyDescription& d) {
   return d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm);
 }
@@ -120,6 +141,7 @@ class RowlessTurns final : public ForwardObserver {
   // Layers handed a window attention of more queries than their call had (the rolling window).
   int64_t window_beyond_block() const { return injector_.injected_beyond_block(); }
   int64_t seeded_layers() const { return injector_.seeded_layers(); }
+  int64_t rows_folded() const { return merges_.rows_folded; }
 
  private:
   template <class Turn>
@@ -142,7 +164,7 @@ class RowlessTurns final : public ForwardObserver {
 
   EvictionEngine& engine_;
   test::WindowAttentionInjector injector_;
-  HostRowMerges merges_;
+  CountingRowMerges merges_;
   const bool offer_merges_;
   const ModelConfig& config_;
   const bool rowless_, norms_, mark_;
@@ -158,6 +180,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t window_beyond_block = 0;
     int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
     int64_t cache_rows_in_place = 0;  // EvictionReport::cache_rows_in_place
+    int64_t rows_folded = 0;          // rows the decoder's merges folded
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
@@ -174,6 +197,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.forbidden = observer.forbidden;
     r.window_beyond_block = observer.window_beyond_block();
     r.seeded_layers = observer.seeded_layers();
+    r.rows_folded = observer.rows_folded();
     r.cache_rows_in_place = engine.report().cache_rows_in_place;
     return r;
   }
@@ -349,10 +373,7 @@ TEST_F(RowlessEngineTurnTest, MergesRunWhereTheRowsAreOnAPositionOnlyCache) {
     EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";
     EXPECT_FALSE(rowless.forbidden) << name;
     test::expect_same_calls(plain, rowless, name);
-    bool evicted = false;
-    for (size_t i = 1; i < rowless.layouts.size(); ++i)
-      evicted = evicted || rowless.layouts[i][0][0].size() < rowless.layouts[i - 1][0][0].size() + 1;
-    EXPECT_TRUE(evicted || rowless.layouts[0][0][0].size() < static_cast<size_t>(S())) << name << " never evicted";
+    EXPECT_GT(rowless.rows_folded, 0) << name << ": nothing was merged through the decoder's merges";
     EXPECT_THROW(run(*policy, TurnMode::Rowless, steps, false, false, {}, /*offer_merges=*/false), std::logic_error)
         << name << ": merged without the decoder's merges";
   }

@@ -183,8 +183,8 @@ struct DeviceKvCache::Impl {
   DeviceArray<int64_t> merge_rows;                   // nearest_kept_keys' [kept][evicted] arena rows
   DeviceArray<int32_t> merge_ranges;                 // ... each evicted entry's [begin][end] kept range
   DeviceArray<int32_t> norm_rows;                    // value_norms' rows
-  DeviceArray<double> kept_norms;                    // ... its kept keys' norms (value_norms' answer)
-  DeviceArray<KeptKeyMatch> matches;                 // ... and its answer
+  DeviceArray<double> merge_norms;                   // ... its kept keys' norms; value_norms' answer
+  DeviceArray<KeptKeyMatch> matches;                 // nearest_kept_keys' answer
   DeviceArray<RowFold> folds;                        // fold_rows' plan
   DeviceArray<RowFoldTerm> terms;
   DeviceArray<float> rope_cos, rope_sin;             // reassign_positions' copy of the host RoPE table
@@ -378,13 +378,13 @@ std::vector<std::vector<KeptKeyMatch>> DeviceKvCache::nearest_kept_keys(int laye
   std::vector<int32_t> ranges(p.kept_begin);
   ranges.insert(ranges.end(), p.kept_end.begin(), p.kept_end.end());
   impl_->merge_ranges.upload(ranges);
-  impl_->kept_norms.resize(p.kept_rows.size());
+  impl_->merge_norms.resize(p.kept_rows.size());
   impl_->matches.resize(out.size());
   args.kept_rows = impl_->merge_rows.data();
   args.evicted_rows = impl_->merge_rows.data() + p.kept_rows.size();
   args.kept_begin = impl_->merge_ranges.data();
   args.kept_end = impl_->merge_ranges.data() + out.size();
-  args.kept_norms = impl_->kept_norms.data();
+  args.kept_norms = impl_->merge_norms.data();
   args.matches = impl_->matches.data();
   kept_norm_kernel<<<static_cast<unsigned>((p.kept_rows.size() + kAppendThreads - 1) / kAppendThreads),
                      kAppendThreads>>>(args);
@@ -401,12 +401,12 @@ std::vector<double> DeviceKvCache::value_norms(int layer, int head, std::span<co
   std::vector<double> out(rows.size());
   if (rows.empty()) return out;
   impl_->norm_rows.upload(std::vector<int32_t>(rows.begin(), rows.end()));
-  impl_->kept_norms.resize(rows.size());
+  impl_->merge_norms.resize(rows.size());
   args.rows = impl_->norm_rows.data();
-  args.norms = impl_->kept_norms.data();
+  args.norms = impl_->merge_norms.data();
   value_norm_kernel<<<static_cast<unsigned>((rows.size() + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args);
   check_launch("device KV value norm kernel");
-  impl_->kept_norms.download(out.data(), out.size());  // synchronises with the kernel (legacy stream)
+  impl_->merge_norms.download(out.data(), out.size());  // synchronises with the kernel (legacy stream)
   return out;
 }
 

@@ -82,12 +82,11 @@ class DeviceKvCache {
   // leaves its entry as it was (the host KVCache reserves the table before it re-assigns).
   void reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope);
 
-  // The row merges of row_merges.h over one head (device_kv_merges.h's element bodies: one kernel
-  // for the kept keys' norms, one block per evicted entry of every listed head: one download per
-  // layer; one thread per listed row for the value
-  // norms; one thread per folded element).
-  // nearest_kept_keys synchronises (its answer comes to the host); fold_rows does not. std::
-  // invalid_argument as plan_nearest_kept_keys / plan_fold_rows.
+  // The row merges of row_merges.h (device_kv_merges.h's element bodies). nearest_kept_keys: every
+  // listed head of the layer at once, one kernel for the kept keys' norms and one block per evicted
+  // entry, one download. value_norms: one thread per listed row of one head, one download.
+  // fold_rows: one thread per folded element of one head, no synchronisation. std::invalid_argument
+  // as plan_nearest_kept_keys / plan_value_norms / plan_fold_rows.
   std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) const;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const;  // synchronises
   void fold_rows(int layer, int head, const RowFolds& folds);
