@@ -1,7 +1,10 @@
 // GPU micro-benchmark of the device-resident KV cache (core/decode/cuda/device_kv_cache.h) on a
 // Llama-8B geometry (32 layers, 8 KV heads, head_dim 128, f16): prefill append, one-token decode
 // appends, compaction to half (in place, and score-ordered through scratch), D2O's merge of one
-// decode step on the device (nearest kept key and fold per head), snapshot and restore bandwidth. Prints "skipped: <why>" and exits 0 without the CUDA toolkit or a usable device.
+// decode step on the device (nearest kept key and fold per head), H2O's accumulated attention in one
+// decode step on the device (add the step's column sums, keep all but one entry per head) against
+// the download of those sums it replaced, snapshot and restore bandwidth. Prints "skipped: <why>"
+// and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
 #include <algorithm>
@@ -19,6 +22,7 @@
 
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/engine/accumulated_attention_store.h"
 #endif
 
 namespace kvevict {
@@ -100,6 +104,37 @@ int run(int prompt, int restores) {
   });
   std::printf("d2o merge step  %d kept x %d heads x %d layers: %.3f ms per token\n", len - 1, g.n_heads, g.n_layers,
               1e3 * merge);
+  // H2O's A_acc in one decode step (core/engine/accumulated_attention_store.h): per layer the step's
+  // column sums ([32 query heads][len], as the decoder leaves them) added on the device, then every
+  // head keeps all but its oldest entry (fused into the next step's add); against the download of
+  // the same sums that the host accumulation needed every layer of every step.
+  {
+    const int group = 4, acc_steps = 16;
+    const std::vector<float> sums_host(size_t(g.n_heads) * group * size_t(len), 1e-3f);
+    cuda::DeviceArray<float> sums;
+    sums.upload(sums_host);
+    auto store = make_accumulated_attention_store(SelectionDevice::Cuda);
+    store->reset(g.n_layers, g.n_heads, group);
+    std::vector<int64_t> lengths(size_t(g.n_heads), len);
+    for (int l = 0; l < g.n_layers; ++l) store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});
+    std::vector<int> all_but_first(size_t(len - 1));
+    for (int t = 1; t < len; ++t) all_but_first[size_t(t - 1)] = t;
+    const double accumulate = timed([&] {
+      for (int s = 0; s < acc_steps; ++s)
+        for (int l = 0; l < g.n_layers; ++l) {
+          for (int h = 0; h < g.n_heads; ++h) store->keep(l, h, all_but_first, len);
+          store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});  // one appended since
+        }
+    });
+    std::vector<float> down(sums_host.size());
+    const double download = timed([&] {
+      for (int s = 0; s < acc_steps; ++s)
+        for (int l = 0; l < g.n_layers; ++l) sums.download(down.data(), down.size());
+    });
+    std::printf("h2o accumulate  %d entries x %d query heads x %d layers: %.3f ms per token on the device; "
+                "the host path's download of the sums alone %.3f ms\n",
+                len, g.n_heads * group, g.n_layers, 1e3 * accumulate / acc_steps, 1e3 * download / acc_steps);
+  }
   cache.restore(snap);
   const double restore = timed([&] {
     for (int r = 0; r < restores; ++r) cache.restore(snap);

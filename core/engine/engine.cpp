@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/decode/row_norms.h"
+#include "core/engine/accumulated_attention_store.h"
 #include "core/engine/attention_signals.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/cache_row_reads.h"
@@ -96,6 +97,8 @@ struct EvictionEngine::State {
   // triggers score afresh, and a kept vector would go stale as the decoder appends entries.
   std::vector<std::vector<std::vector<float>>> scores;
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
+  // ... or held on the scoring device instead (accumulated_in_place; accumulated_attention_store.h).
+  std::unique_ptr<AccumulatedAttentionStore> accumulated_device;
   RecentQueries recent;                                  // the newest query rows of each layer
   SegmentQueries segments;                               // observe.segment's observation queries
   uint64_t sampling_seed = 0;  // seed of the random share for the current application (sampling_seed_for_step)
@@ -108,8 +111,13 @@ struct EvictionEngine::State {
   std::unique_ptr<LayerSelector> selector;
   // The program may score from the decoder's device window attention in place (scores_signals_in_place).
   const bool window_in_place;
+  // ... and A_acc from an accumulation on the device the program scores on (the selector's, not
+  // the host), the decoder's device column sums added there: no download of the sums, no upload of
+  // A_acc (accumulated_attention_store.h). Not for a policy that unfolds GQA (the decoder's sums are
+  // per KV head's entries, the unfolded cache's heads per query head).
+  const bool accumulated_in_place;
   // ... and decode steps from the decoder's device column sums (A_now) without a host copy of them:
-  // it reads A_now and nothing on the host reads the column sums (accumulated attention, a merge's
+  // it reads A_now and nothing on the host reads the column sums (a host accumulation, a merge's
   // decode attention).
   const bool current_in_place;
   // ... and K and V from the decoder's device copy of the layer's cached rows (LayerSignals::
@@ -222,9 +230,10 @@ struct EvictionEngine::State {
         Gs(plan.geometry.stored_group),
         selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
         window_in_place(scores_signals_in_place(p)),
+        accumulated_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::AccumulatedAttention) &&
+                             selector->device() != SelectionDevice::Host && !plan.geometry.unfold_gqa),
         current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
-                         !p.description().needs(TensorSignal::AccumulatedAttention) &&
-                         !MergeOnEvictState::needs_decode_attention(p.description().merge)),
+                         !host_reads_column_sums()),
         rows_in_place(scores_signals_in_place(p) && (p.description().needs(TensorSignal::Keys) ||
                                                      p.description().needs(TensorSignal::Values))),
         decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
@@ -244,6 +253,13 @@ struct EvictionEngine::State {
            !d.has_head_plan && d.select.stages.empty() &&
            !d.channels.enabled && !d.observe.same_index_head && !d.needs(TensorSignal::WindowQueryRows) &&
            !d.needs(TensorSignal::WindowQueryRowsPreRope) && !d.needs(TensorSignal::WindowOutputs);
+  }
+
+  // Whether something on the host reads a block's column sums: a host accumulation of A_acc or a
+  // merge's decode attention (merge_state.h). Else a decoder may keep them on its device.
+  bool host_reads_column_sums() const {
+    return (desc.needs(TensorSignal::AccumulatedAttention) && !accumulated_in_place) ||
+           MergeOnEvictState::needs_decode_attention(desc.merge);
   }
 
   CachedRowSignals cached_row_signals() const {
@@ -281,6 +297,10 @@ struct EvictionEngine::State {
     head_budget.assign(L, {});
     scores.assign(L, std::vector<std::vector<float>>(Hs));
     accumulated.assign(L, std::vector<std::vector<float>>());
+    if (accumulated_in_place) {
+      if (!accumulated_device) accumulated_device = make_accumulated_attention_store(selector->device());
+      accumulated_device->reset(L, Hs, Gs);
+    }
     recent.reset(L, static_cast<size_t>(Hq) * d);
     original.clear();
     window_in.reset_counts();
@@ -386,9 +406,29 @@ struct EvictionEngine::State {
     }
   }
 
-  // Adds the block's attention column sums to the stored accumulated attention of the layer.
+  // Entries of each stored head of `layer` in the cache now.
+  std::vector<int64_t> stored_lengths(const KVCache& cache, int layer) const {
+    std::vector<int64_t> lengths(static_cast<size_t>(Hs));
+    for (int h = 0; h < Hs; ++h) lengths[h] = cache.length(layer, h);
+    return lengths;
+  }
+
+  // Adds the block's attention column sums to the stored accumulated attention of the layer: on the
+  // device, from the decoder's device sums where it left them there, else from its host ones.
   void record_accumulated(const LayerSignals& s, const KVCache& cache) {
     if (!desc.needs(TensorSignal::AccumulatedAttention)) return;
+    if (accumulated_in_place) {
+      const std::vector<int64_t> lengths = stored_lengths(cache, s.layer);
+      if (!s.column_sums_on_device.empty()) {
+        accumulated_device->add(s.layer, lengths, s.column_sums_on_device);
+        ++report.accumulated_attention_device_adds;
+      } else if (s.accumulated_attention) {
+        accumulated_device->add(s.layer, lengths, *s.accumulated_attention);
+      } else {
+        throw std::logic_error("engine: the decoder did not record accumulated attention");
+      }
+      return;
+    }
     if (!s.accumulated_attention) throw std::logic_error("engine: the decoder did not record accumulated attention");
     auto& acc = accumulated[s.layer];
     acc.resize(Hq);
@@ -522,6 +562,11 @@ struct EvictionEngine::State {
                                    d, out.data());
           break;
         case TensorSignal::AccumulatedAttention:
+          if (accumulated_in_place) {  // [Gs][T] on the scoring device, in place
+            in.set_device_signal(info.id, accumulated_device->head(layer, stored_lengths(cache, layer), kv_head));
+            ++report.accumulated_attention_in_place;
+            continue;
+          }
           out.resize(static_cast<size_t>(Gs) * T);
           for (int g = 0; g < Gs; ++g)
             std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
@@ -807,6 +852,7 @@ struct EvictionEngine::State {
       v.swap(next);
     };
     permute(scores[layer][kv_head]);
+    if (accumulated_in_place) accumulated_device->keep(layer, kv_head, kept, static_cast<int64_t>(length));
     if (!accumulated[layer].empty())
       for (int g = 0; g < Gs; ++g) permute(accumulated[layer][kv_head * Gs + g]);
     merge_state.kept(layer, kv_head, Gs, kept, length);
@@ -1391,6 +1437,11 @@ ObservationRequest EvictionEngine::request() const {
     // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
     r.column_sums_on_device_only = state_->current_in_place;
   }
+  // Accumulated on the device: every block's sums are added where the decoder left them, unless
+  // something on the host reads them (then A_now is not in place either).
+  if (state_->accumulated_in_place && !state_->host_reads_column_sums() &&
+      (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
+    r.column_sums_on_device_only = true;
   // The prompt query statistics read every prompt query, and a window found from the tokens is
   // unknown until the prompt arrives: both see the whole block (a view, no copy).
   if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
@@ -1578,6 +1629,9 @@ std::vector<size_t> EvictionEngine::aligned_state_lengths(int layer, int stored_
   std::vector<size_t> lengths;
   if (layer < 0 || layer >= st.L || stored_head < 0 || stored_head >= st.Hs) return lengths;
   if (!st.scores[layer][stored_head].empty()) lengths.push_back(st.scores[layer][stored_head].size());
+  if (st.accumulated_device)
+    if (const int64_t n = st.accumulated_device->lengths(layer)[static_cast<size_t>(stored_head)]; n > 0)
+      lengths.push_back(static_cast<size_t>(n));
   if (!st.accumulated[layer].empty())
     for (int g = 0; g < st.Gs; ++g)
       if (const auto& a = st.accumulated[layer][stored_head * st.Gs + g]; !a.empty()) lengths.push_back(a.size());

@@ -121,6 +121,11 @@ struct EvictionReport {
   // (layer, stored head) scorings that read K or V where the decoder copied them out on its device
   // (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): no row came to the host.
   int64_t cache_rows_in_place = 0;
+  // A_acc held on the scoring device (accumulated_attention_store.h): (layer, stored head) signals
+  // handed to the program in place, and blocks whose device column sums were added there (none
+  // downloaded); 0 when the engine accumulates on the host.
+  int64_t accumulated_attention_in_place = 0;
+  int64_t accumulated_attention_device_adds = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

@@ -317,7 +317,50 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringReadsTheDecodersColumnSumsInPlace) {
   const test::InPlaceScoring device(*h2o, true);
   EvictionEngine engine(device, model_->config, {Budget::parse("40"), 3});
   decoder->forward(tokens_, &engine);
-  EXPECT_FALSE(engine.request().column_sums_on_device_only) << "H2O accumulates the column sums on the host";
+  EXPECT_FALSE(engine.request().column_sums_on_device_only)
+      << "selected on the host, H2O accumulates the column sums on the host";
+}
+
+// A_acc on the device: scored there (the stand-in device backend) and selected there (the twin
+// selector, so the accumulation is held by the twin store: accumulated_attention_store.h), H2O adds
+// every decode step's column sums where the decoder left them (handed as "device" memory only,
+// no host copy) and hands the kernels each head's A_acc in place, with the caches and logits of the
+// run that accumulates on the host. A planted (reversed) buffer changes them.
+TEST_F(DecodeCacheReadsTest, DeviceScoringAccumulatesTheDecodersColumnSumsInPlace) {
+  const int layers = model_->config.n_layers, heads = layers * model_->config.n_kv_heads, steps = 20;
+  const auto h2o = load_policy("h2o", {});
+  const test::InPlaceScoring device(*h2o, /*layers_on_device=*/true);
+  const auto run_with = [&](bool in_place, bool plant, EvictionReport* report, int64_t* handed) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EngineOptions options{Budget::parse("40"), 3};
+    if (in_place) options.selection = SelectionDevice::Twin;
+    EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device) : *h2o, model_->config, options);
+    if (in_place) {
+      EXPECT_TRUE(engine.request().column_sums_on_device_only);
+    }
+    PoisonDecodedRows flagged(engine, S(), /*flag=*/true, /*poison=*/false);
+    DeviceColumnSums columns(engine, plant);
+    ForwardObserver* observer = in_place ? static_cast<ForwardObserver*>(&columns) : &flagged;
+    DecodeRun r;
+    r.record(decoder->forward(tokens_, observer), decoder->cache());
+    r.decode_greedily(*decoder, observer, steps);
+    if (report) *report = engine.report();
+    if (handed) *handed = columns.handed;
+    return r;
+  };
+  EvictionReport report;
+  int64_t handed = 0;
+  const DecodeRun host = run_with(false, false, nullptr, nullptr);
+  const DecodeRun in_place = run_with(true, false, &report, &handed);
+  EXPECT_EQ(handed, int64_t{steps} * layers);
+  EXPECT_EQ(report.accumulated_attention_device_adds, int64_t{steps} * layers) << "every decode step's sums";
+  EXPECT_GE(report.accumulated_attention_in_place, int64_t{steps} * heads);
+  EXPECT_GE(device.scored_accumulated_in_place, int64_t{steps} * heads);
+  EXPECT_EQ(report.current_attention_downloads, 0);
+  EXPECT_GT(host.decode_evictions(), 0);
+  test::expect_same_calls(host, in_place, "h2o");
+  const DecodeRun planted = run_with(true, true, nullptr, nullptr);
+  EXPECT_NE(planted.layouts, in_place.layouts) << "the device column sums were not accumulated";
 }
 
 // Controls: a decode indicator over the cached keys reads cached rows: it says so, and poisoning the

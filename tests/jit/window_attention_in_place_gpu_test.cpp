@@ -126,6 +126,29 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
   }
 }
 
+// H2O's A_acc accumulated on the device (core/engine/accumulated_attention_store.h): every block's
+// column sums added where the decoder left them (no host copy), each head's A_acc handed to the
+// NVRTC kernel in place; the same kept entries in the same order as the interpreter accumulating
+// host copies of the same sums (one float add per block on both sides).
+TEST(WindowAttentionInPlaceGpu, CudaScoringAccumulatesTheColumnSumsOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 59);
+  std::vector<int> prompt(120), tokens(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 41 + 3) % 300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 19 + 7) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int layers = model->config.n_layers, heads = layers * model->config.n_kv_heads;
+  const auto on_device = jit::load_scored_policy("h2o", {}, {}, jit::ScoringBackend::CudaKernel, device);
+  const auto interpreted = load_policy("h2o", {});
+  const Outcome gpu = run(*model, *on_device, prompt, tokens);
+  const Outcome cpu = run(*model, *interpreted, prompt, tokens);
+  // At least one add per layer and call, every one from device sums (the decoder made no host copy).
+  EXPECT_GE(gpu.report.accumulated_attention_device_adds, int64_t(1 + tokens.size()) * layers);
+  EXPECT_GE(gpu.report.accumulated_attention_in_place, int64_t(tokens.size()) * heads);
+  EXPECT_EQ(cpu.report.accumulated_attention_in_place, 0);
+  EXPECT_EQ(gpu.positions, cpu.positions);
+}
+
 // K and V read in place (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): R-KV
 // (at the prompt and every 4th decode step: its last 8 queries' window attention, its keys'
 // redundancy) and KeyDiff (its prompt's keys) scored by the NVRTC kernels from the decoder's device
