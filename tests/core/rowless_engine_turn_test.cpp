@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,12 +182,16 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
     int64_t cache_rows_in_place = 0;  // EvictionReport::cache_rows_in_place
     int64_t rows_folded = 0;          // rows the decoder's merges folded
+    int64_t accumulated_in_place = 0;  // EvictionReport::accumulated_attention_in_place
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
-                 bool plant_wrong_rows = false, const std::vector<int>& block = {}, bool offer_merges = true) {
+                 bool plant_wrong_rows = false, const std::vector<int>& block = {}, bool offer_merges = true,
+                 std::optional<SelectionDevice> selection = std::nullopt) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-    EvictionEngine engine(policy, model_->config, {Budget::parse("40"), 3});
+    EngineOptions options{Budget::parse("40"), 3};
+    options.selection = selection;
+    EvictionEngine engine(policy, model_->config, options);
     RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
                           plant_wrong_window, plant_wrong_rows, offer_merges);
     Run r;
@@ -199,6 +204,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.seeded_layers = observer.seeded_layers();
     r.rows_folded = observer.rows_folded();
     r.cache_rows_in_place = engine.report().cache_rows_in_place;
+    r.accumulated_in_place = engine.report().accumulated_attention_in_place;
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
@@ -480,6 +486,40 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
   std::printf("built-ins whose K or V was read in place: %s\n", names.c_str());
   for (const char* n : {"blockpress", "keydiff", "qfilter", "rkv"})
     EXPECT_NE(std::find(rows_in_place.begin(), rows_in_place.end(), n), rows_in_place.end()) << n;
+}
+
+// Every built-in scored by the stand-in device backend and selected by the twin (the device
+// algorithm on the CPU): the same caches and logits as selected on the host, every declared call
+// on a position-only cache. The ones reading A_acc then hold it in the engine's device store
+// (accumulated_attention_store.h), added from the decoder's host sums here (the CPU decoder makes
+// no device copy); H2O among them.
+TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
+  std::vector<std::string> accumulated_on_device;
+  for (const std::string& file : builtin_policy_files()) {
+    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
+    if (!policy) continue;
+    const std::string name = std::filesystem::path(file).stem().string();
+    if (!policy->description().select.stages.empty() || policy->description().channels.enabled) continue;
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    Run host;
+    try {
+      host = run(device, TurnMode::Rowless, 12);
+    } catch (const UsageError&) {
+      continue;  // refused on this model and budget
+    }
+    Run twin;
+    ASSERT_NO_THROW(twin = run(device, TurnMode::Rowless, 12, false, false, {}, true, SelectionDevice::Twin)) << name;
+    EXPECT_FALSE(twin.forbidden) << name;
+    test::expect_same_calls(host, twin, name);
+    EXPECT_EQ(host.accumulated_in_place, 0) << name << ": selected on the host, A_acc stays on the host";
+    if (twin.accumulated_in_place > 0) accumulated_on_device.push_back(name);
+    EXPECT_EQ(twin.accumulated_in_place > 0, policy->description().needs(TensorSignal::AccumulatedAttention))
+        << name;
+  }
+  std::string names;
+  for (const std::string& n : accumulated_on_device) names += n + " ";
+  std::printf("built-ins whose A_acc was held on the device: %s\n", names.c_str());
+  EXPECT_NE(std::find(accumulated_on_device.begin(), accumulated_on_device.end(), "h2o"), accumulated_on_device.end());
 }
 
 // Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the
