@@ -43,10 +43,22 @@ KvScoreArgs DeviceSignalCopies::upload(const ScoreInputs& in) {
 }
 
 void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
+  const size_t outputs = prepare(in);
+  ensure_device_bytes(out_, outputs * sizeof(float));
+  launch_into(out_.address());
+  synchronize_device();
+  out_.download(out, outputs * sizeof(float));
+}
+
+void GpuScoreKernel::score_into(const ScoreInputs& in, uint64_t device_out) {
+  prepare(in);
+  launch_into(device_out);
+}
+
+size_t GpuScoreKernel::prepare(const ScoreInputs& in) {
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("GpuScoreKernel: invalid input shape");
   args_ = signals_.upload(in);
   const size_t outputs = size_t(kernel_output_extent(args_, output_));
-  ensure_device_bytes(out_, outputs * sizeof(float));
   args_.scratch = nullptr;
   if (matrices_.count > 0 && (in.head_dim < 1 || in.head_dim > dsl::kMaxMatrixDim))  // before allocating
     throw RuntimeError("inverse(): head_dim " + std::to_string(in.head_dim) +
@@ -57,13 +69,12 @@ void GpuScoreKernel::score(const ScoreInputs& in, float* out) {
     scratch_.zero();  // split stages' counters start at 0 (kernel_abi.h)
     args_.scratch = reinterpret_cast<float*>(scratch_.address());
   }
-  launch_again();
-  synchronize_device();
-  out_.download(out, outputs * sizeof(float));
+  return outputs;
 }
 
-void GpuScoreKernel::launch_again() {
-  uint64_t out_address = out_.address();
+void GpuScoreKernel::launch_again() { launch_into(out_.address()); }
+
+void GpuScoreKernel::launch_into(uint64_t out_address) {
   void* params[] = {&args_, &out_address};
   // Nothing to write, nothing to run. A channel entry runs on T = 0 too: its outputs exist (its
   // reductions over t are empty), as the interpreter's do.

@@ -43,12 +43,18 @@ class GpuScoreKernel {
   // the extent its axes give), scores, copies out[0..T) (a channel entry: out[0..head_dim)) back.
   void score(const ScoreInputs& in, float* out);
 
+  // score() into device memory: out[0..T) at `device_out` (an address on the current device), with
+  // no synchronisation and no download (the launch is ordered before later default-stream work).
+  void score_into(const ScoreInputs& in, uint64_t device_out);
+
   // Launch only (stages, then the tokens), on inputs already uploaded by the last score() call.
   void launch_again();
 
   static constexpr unsigned kBlock = 256;
 
  private:
+  size_t prepare(const ScoreInputs& in);  // uploads, sizes the scratch; returns the outputs
+  void launch_into(uint64_t out_address);
   CudaModule module_;
   void* function_ = nullptr;
   void* stage_function_ = nullptr;

@@ -87,6 +87,16 @@ void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) c
   kernel.score(in, out);
 }
 
+void JitPolicyProgram::score_on_device(const ScoreInputs& in, bool decoding, float* device_out) const {
+  if (host_) throw std::logic_error("policy '" + description().name + "': the host backend scores into host memory");
+  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
+  const bool use_decode = decoding && gpu_decode_ != nullptr;
+  check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
+  use_cuda_device(ordinal_);
+  GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
+  kernel.score_into(in, reinterpret_cast<uint64_t>(device_out));
+}
+
 // The same checks as the interpreter's channel_score (dsl/compiled_program.cpp), then the
 // kernel's channel entry on the backend the program was built for.
 void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {

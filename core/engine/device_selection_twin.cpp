@@ -100,6 +100,28 @@ void check_selection_input(const SelLayerInput& in) {
   }
 }
 
+SelLayerInput buffered_selection_input(const float* scores, const std::vector<std::span<const int32_t>>& positions,
+                                       std::vector<int32_t>& packed_positions) {
+  if (positions.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
+  SelLayerInput in;
+  in.n_heads = static_cast<int>(positions.size());
+  packed_positions.clear();
+  int64_t longest = 0;
+  for (int h = 0; h < in.n_heads; ++h) {
+    const std::span<const int32_t> p = positions[static_cast<size_t>(h)];
+    if (p.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) bad("head length overflows int32");
+    in.score_offset[h] = in.position_offset[h] = static_cast<int64_t>(packed_positions.size());
+    in.length[h] = static_cast<int32_t>(p.size());
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    packed_positions.insert(packed_positions.end(), p.begin(), p.end());
+  }
+  in.max_length = static_cast<int32_t>(longest);
+  in.scores = scores;
+  in.positions = packed_positions.data();
+  check_selection_input(in);
+  return in;
+}
+
 int64_t selection_workspace_bytes(const SelLayerInput& in) {
   return std::max(1, in.n_heads) * devsel::sel_head_bytes(in.max_length);
 }

@@ -42,6 +42,13 @@ int64_t selection_workspace_bytes(const devsel::SelLayerInput& in);
 // ([n_heads][score_stride]) at `scores`. max_length = the longest head.
 devsel::SelLayerInput selection_input(const DeviceKvLayerView& view, const float* scores, int64_t score_stride);
 
+// The input of a layer whose scores were written packed at `scores` (head h at
+// layer_score_offset, layer_selector.h: lengths from `positions`), its positions packed the same
+// way into `packed_positions` (host memory, pointed at: repoint for a device copy). UsageError as
+// check_selection_input.
+devsel::SelLayerInput buffered_selection_input(const float* scores, const std::vector<std::span<const int32_t>>& positions,
+                                               std::vector<int32_t>& packed_positions);
+
 // Host rows packed as [n_heads][max_length] (what the tests and the benchmark upload).
 struct PackedSelectionLayer {
   std::vector<float> scores;

@@ -116,6 +116,10 @@ struct EvictionEngine::State {
   // A_acc (accumulated_attention_store.h). Not for a policy that unfolds GQA (the decoder's sums are
   // per KV head's entries, the unfolded cache's heads per query head).
   const bool accumulated_in_place;
+  // ... and writes its decode scores into the selector's device buffer, which the selection reads in
+  // place (PolicyProgram::scores_to_device, LayerSelector::layer_score_buffer), in the steps whose
+  // rule is a plain per-head selection (decode_scores_in_selector).
+  const bool scores_to_selector;
   // ... and decode steps from the decoder's device column sums (A_now) without a host copy of them:
   // it reads A_now and nothing on the host reads the column sums (a host accumulation, a merge's
   // decode attention).
@@ -232,6 +236,7 @@ struct EvictionEngine::State {
         window_in_place(scores_signals_in_place(p)),
         accumulated_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::AccumulatedAttention) &&
                              selector->device() != SelectionDevice::Host && !plan.geometry.unfold_gqa),
+        scores_to_selector(p.scores_to_device() && selector->device() != SelectionDevice::Host),
         current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
                          !host_reads_column_sums()),
         rows_in_place(scores_signals_in_place(p) && (p.description().needs(TensorSignal::Keys) ||
@@ -683,6 +688,49 @@ struct EvictionEngine::State {
     if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
     policy.score(hs.in, decoding && plan.decode.own_score, out.data());
     return out;
+  }
+
+  // Whether a decode eviction's scores go straight into the selector's buffer: the program writes
+  // them there and nothing on the host reads them (a plain per-head top-k: no staged, layer-wide,
+  // layer-shared, chunked or threshold rule, no merge, no trace).
+  bool decode_scores_in_selector() const {
+    return scores_to_selector && plan.select.stages == 0 && plan.select.scope == SelectScope::KvHead &&
+           !chunked_selection(desc.select) && !plan.select.threshold && !options.trace_selection &&
+           !plan.stages.merge_on_evict && !plan.stages.merge_per_layer;
+  }
+
+  // A decode eviction of `layer` whose scores never come to the host: each head's decode indicator
+  // written into the selector's buffer by the program (on its device), then every head's selection
+  // from there (evict_layer's per-head branch otherwise).
+  void evict_layer_scored_in_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr, int step) {
+    const std::vector<int64_t> lengths = stored_lengths(cache, layer);
+    float* buffer = nullptr;
+    {
+      PhaseScope timed(*this, EnginePhase::Selection);
+      buffer = selector->layer_score_buffer(lengths);
+    }
+    for (int h = 0; h < Hs; ++h) {
+      const HeadSignals hs = signals_for(layer, h, cache, true);
+      if (hs.in.T != lengths[h])
+        throw std::logic_error("engine: head " + std::to_string(h) + " of layer " + std::to_string(layer) + " scored " +
+                               std::to_string(hs.in.T) + " entries of " + std::to_string(lengths[h]));
+      PhaseScope timed(*this, EnginePhase::Scoring);
+      if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
+      policy.score_on_device(hs.in, plan.decode.own_score, buffer + layer_score_offset(lengths, h));
+      ++report.scores_in_place;
+    }
+    sampling_seed = sampling_seed_for_step(options.seed, step);
+    PhaseScope timed(*this, EnginePhase::Selection);
+    const std::vector<int> budgets = head_budgets(cache, layer, budget, pr);
+    if (desc.has_head_plan) head_budget[layer] = budgets;
+    std::vector<std::span<const int32_t>> pos(Hs);
+    std::vector<HeadSelectionSpec> specs;
+    for (int h = 0; h < Hs; ++h) {
+      pos[h] = std::span<const int32_t>(positions(cache, layer, h), static_cast<size_t>(lengths[h]));
+      specs.push_back(spec_for(layer, h, budgets[h], pr));
+    }
+    ++report.layer_selections;
+    keep_layer(cache, layer, selector->select_heads_from_buffer(pos, specs), std::vector<std::span<const float>>(Hs));
   }
 
   // Prefill: scores of every head of the layer and the layer weight.
@@ -1397,10 +1445,14 @@ struct EvictionEngine::State {
     if (plan.decode.every <= 0 || step % plan.decode.every != 0) return;
     const int budget = decode_budget_if_over(cache, l);
     if (budget < 0) return;
-    std::vector<std::vector<float>> sc(Hs);
-    for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
-    sampling_seed = sampling_seed_for_step(options.seed, step);
-    evict_layer(cache, l, budget, sc, plan.decode.protect);  // PrefillDecodingPress: the second press's own set
+    if (!frozen && decode_scores_in_selector()) {
+      evict_layer_scored_in_selector(cache, l, budget, plan.decode.protect, step);
+    } else {
+      std::vector<std::vector<float>> sc(Hs);
+      for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
+      sampling_seed = sampling_seed_for_step(options.seed, step);
+      evict_layer(cache, l, budget, sc, plan.decode.protect);  // PrefillDecodingPress: the second press's own set
+    }
     PhaseScope timed(*this, EnginePhase::CacheEdit);
     merge_state.evicted(l);
     if (plan.stages.reassign_positions) OriginalPositions::reassign_layer(cache, l);

@@ -126,6 +126,10 @@ struct EvictionReport {
   // downloaded); 0 when the engine accumulates on the host.
   int64_t accumulated_attention_in_place = 0;
   int64_t accumulated_attention_device_adds = 0;
+  // (layer, stored head) decode scorings written into the selector's device buffer and selected
+  // from there (PolicyProgram::score_on_device, LayerSelector::layer_score_buffer): no download of
+  // the scores, no upload for the selection.
+  int64_t scores_in_place = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

@@ -1,6 +1,8 @@
 // The engine's layer selectors; see layer_selector.h.
 #include "core/engine/layer_selector.h"
 
+#include <algorithm>
+
 #include "core/engine/device_selection_twin.h"
 #include "core/util/error.h"
 
@@ -48,6 +50,23 @@ class TwinLayerSelector final : public LayerSelector {
     const PackedSelectionLayer packed = pack_selection_layer(scores, positions);
     return twin_select_layer_adaptive(packed.input, budget, protect_first, protect_recent, floor_alpha, score_order);
   }
+  float* layer_score_buffer(std::span<const int64_t> lengths) override {
+    int64_t total = 0;
+    for (const int64_t n : lengths) total += n;
+    buffer_.assign(static_cast<size_t>(std::max<int64_t>(1, total)), 0.0f);
+    return buffer_.data();
+  }
+  std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
+                                                         const std::vector<HeadSelectionSpec>& specs) override {
+    const devsel::SelLayerInput in = buffered_selection_input(buffer_.data(), positions, positions_);
+    std::vector<devsel::HeadParams> params;
+    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
+    return twin_select_heads(in, params);
+  }
+
+ private:
+  std::vector<float> buffer_;
+  std::vector<int32_t> positions_;
 };
 
 }  // namespace

@@ -10,11 +10,14 @@
 // order (the device path's exactness, device_selection_twin.h; its one caveat: NACL's Gumbel keys
 // use the device's log, which may differ from glibc's by an ulp).
 //
-// Today the engine's scores are computed on the host (or downloaded from the scoring kernel), so
-// the cuda selector uploads a layer's scores and positions and downloads the kept lists; when the
-// scores stay on the device, the upload goes and the kept lists feed the device cache's compaction.
+// Scores come as host spans (the interpreter's, or downloaded from a scoring kernel), which the
+// cuda selector uploads with the positions; or, for a decode eviction by a plain per-head top-k
+// scored by the CUDA backend, the kernels write them into the selector's own buffer
+// (layer_score_buffer) and only the positions go up. The kept lists come down either way (the
+// engine's bookkeeping and the device cache's compaction take them from the host).
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <span>
 #include <vector>
 
@@ -37,7 +40,29 @@ class LayerSelector {
                                                               const std::vector<int>& budget, int protect_first,
                                                               int protect_recent, double floor_alpha,
                                                               bool score_order) = 0;
+  // Scores made where the selection runs (PolicyProgram::score_on_device): the buffer, in this
+  // selector's memory, for one layer whose heads have `lengths` entries, head h's scores at
+  // layer_score_offset(lengths, h) floats from it. Null when the selector runs on the host (the
+  // scores then come as spans). Valid until the next call of either method below.
+  virtual float* layer_score_buffer(std::span<const int64_t> lengths) {
+    (void)lengths;
+    return nullptr;
+  }
+  // select_heads over the scores written into that buffer (for the same heads' lengths, which
+  // `positions` give) and `positions` (host memory).
+  virtual std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
+                                                                 const std::vector<HeadSelectionSpec>& specs) {
+    (void)positions, (void)specs;
+    throw std::logic_error("layer selector: no score buffer on the host");
+  }
 };
+
+// Head h's offset in a layer score buffer: the heads packed one after another.
+inline int64_t layer_score_offset(std::span<const int64_t> lengths, int h) {
+  int64_t offset = 0;
+  for (int i = 0; i < h; ++i) offset += lengths[static_cast<size_t>(i)];
+  return offset;
+}
 
 // The selector for `device`. cuda in a build without the CUDA toolkit throws RuntimeError (the
 // scoring backend refuses a CUDA device before that in such a build).

@@ -333,6 +333,16 @@ class PolicyProgram {
   // Added. Whether score() takes signals in device memory (ScoreInputs::device_signals): the CUDA
   // scoring backend, whose kernels then read them in place instead of uploading host copies.
   virtual bool scores_device_signals() const { return false; }
+  // Added. Whether score_on_device() writes the scores into device memory (the CUDA scoring
+  // backend), so that a selection on that device reads them where they are (LayerSelector::
+  // layer_score_buffer): no download of the scores, no upload for the selection.
+  virtual bool scores_to_device() const { return false; }
+  // score() with `device_out` (T floats) in memory of the program's device; asynchronous where the
+  // device is (ordered before later work on its default stream). Only when scores_to_device().
+  virtual void score_on_device(const ScoreInputs& in, bool decoding, float* device_out) const {
+    (void)in, (void)decoding, (void)device_out;
+    throw std::logic_error("policy " + description().name + ": this backend does not score into device memory");
+  }
   // Added. "" when the policy fits the model; else why not (e.g. a table of another shape). The
   // engine calls it once, before anything runs, and refuses the policy with the message.
   virtual std::string check_geometry(const ModelGeometry& model) const {

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,49 @@ class PoisonDecodedRows : public ForwardObserver {
   test::CacheRowPoison poisoner_;
 };
 
+// As the CUDA decoder hands a device-scoring engine its decode steps: in a one-token call the engine
+// declared, the rows are marked as placeholders and, when the request asks for the column sums on
+// the device only (ObservationRequest::column_sums_on_device_only), they are handed over as
+// "device" memory ([n_heads][max_len], this wrapper's host buffer) with no host copy. `plant`
+// reverses each row's entries (a wrong buffer of the right shape).
+class DeviceColumnSums : public ForwardObserver {
+ public:
+  DeviceColumnSums(EvictionEngine& engine, bool plant) : engine_(engine), plant_(plant) {}
+  ObservationRequest request() const override {
+    request_ = engine_.request();
+    return request_;
+  }
+  void after_layer(const LayerSignals& s, KVCache& cache) override {
+    LayerSignals with = s;
+    const bool declared = request_.cache_row_reads.next_token != CacheRowReads::Reads && s.n_tokens == 1 &&
+                          s.first_position > 0;
+    with.cache_rows_are_placeholders = declared;
+    if (declared && request_.column_sums_on_device_only && s.accumulated_attention) {
+      const std::vector<std::vector<float>>& rows = *s.accumulated_attention;
+      int64_t max_len = 0;
+      for (int h = 0; h < cache.n_kv_heads(); ++h) max_len = std::max<int64_t>(max_len, cache.length(s.layer, h));
+      buffer_.assign(rows.size() * static_cast<size_t>(max_len), 0.0f);
+      for (size_t h = 0; h < rows.size(); ++h) {
+        float* row = buffer_.data() + h * static_cast<size_t>(max_len);
+        std::copy(rows[h].begin(), rows[h].end(), row);
+        if (plant_) std::reverse(row, row + rows[h].size());
+      }
+      with.column_sums_on_device = {buffer_.data(), static_cast<int>(rows.size()), max_len};
+      with.accumulated_attention = nullptr;
+      ++handed;
+    }
+    engine_.after_layer(with, cache);
+  }
+  void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
+  int64_t handed = 0;  // layers handed the column sums as device memory only
+
+ private:
+  EvictionEngine& engine_;
+  const bool plant_;
+  mutable ObservationRequest request_;
+  std::vector<float> buffer_;
+};
+
 struct DecodeRun : test::CallTrace {
   int64_t poisoned_calls = 0;
   // Decode calls after which some head holds fewer entries than before plus the new one: the
@@ -96,6 +140,30 @@ struct DecodeRun : test::CallTrace {
 
 class DecodeCacheReadsTest : public test::StoriesPromptTest {
  protected:
+  // The prompt and `steps` greedy decode steps with the decode steps' column sums handed as "device"
+  // memory only (DeviceColumnSums, `plant`: reversed) when `in_place`, else with the engine's
+  // declared calls flagged as placeholder rows; `selection` for the engine.
+  struct ColumnSumsRun {
+    DecodeRun run;
+    EvictionReport report;
+    int64_t handed = 0;
+  };
+  static ColumnSumsRun run_with_column_sums(const PolicyProgram& p, bool in_place, bool plant, int steps,
+                                            std::optional<SelectionDevice> selection = std::nullopt) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EngineOptions options{Budget::parse("40"), 3};
+    options.selection = selection;
+    EvictionEngine engine(p, model_->config, options);
+    PoisonDecodedRows flagged(engine, S(), /*flag=*/true, /*poison=*/false);
+    DeviceColumnSums columns(engine, plant);
+    ForwardObserver* observer = in_place ? static_cast<ForwardObserver*>(&columns) : &flagged;
+    ColumnSumsRun r;
+    r.run.record(decoder->forward(tokens_, observer), decoder->cache());
+    r.run.decode_greedily(*decoder, observer, steps);
+    r.report = engine.report();
+    r.handed = columns.handed;
+    return r;
+  }
   enum class Mode { Plain, Flagged, FlaggedAndPoisoned, PoisonedOnly };
   static DecodeRun run(const PolicyProgram& policy, Mode mode, int steps = 40) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
@@ -233,49 +301,6 @@ TEST_F(DecodeCacheReadsTest, DecodersCurrentAttentionPartsFromTheHostsOnlyOnNear
   }
 }
 
-// As the CUDA decoder hands a device-scoring engine its decode steps: in a one-token call the engine
-// declared, the rows are marked as placeholders and, when the request asks for the column sums on
-// the device only (ObservationRequest::column_sums_on_device_only), they are handed over as
-// "device" memory ([n_heads][max_len], this wrapper's host buffer) with no host copy. `plant`
-// reverses each row's entries (a wrong buffer of the right shape).
-class DeviceColumnSums : public ForwardObserver {
- public:
-  DeviceColumnSums(EvictionEngine& engine, bool plant) : engine_(engine), plant_(plant) {}
-  ObservationRequest request() const override {
-    request_ = engine_.request();
-    return request_;
-  }
-  void after_layer(const LayerSignals& s, KVCache& cache) override {
-    LayerSignals with = s;
-    const bool declared = request_.cache_row_reads.next_token != CacheRowReads::Reads && s.n_tokens == 1 &&
-                          s.first_position > 0;
-    with.cache_rows_are_placeholders = declared;
-    if (declared && request_.column_sums_on_device_only && s.accumulated_attention) {
-      const std::vector<std::vector<float>>& rows = *s.accumulated_attention;
-      int64_t max_len = 0;
-      for (int h = 0; h < cache.n_kv_heads(); ++h) max_len = std::max<int64_t>(max_len, cache.length(s.layer, h));
-      buffer_.assign(rows.size() * static_cast<size_t>(max_len), 0.0f);
-      for (size_t h = 0; h < rows.size(); ++h) {
-        float* row = buffer_.data() + h * static_cast<size_t>(max_len);
-        std::copy(rows[h].begin(), rows[h].end(), row);
-        if (plant_) std::reverse(row, row + rows[h].size());
-      }
-      with.column_sums_on_device = {buffer_.data(), static_cast<int>(rows.size()), max_len};
-      with.accumulated_attention = nullptr;
-      ++handed;
-    }
-    engine_.after_layer(with, cache);
-  }
-  void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
-  int64_t handed = 0;  // layers handed the column sums as device memory only
-
- private:
-  EvictionEngine& engine_;
-  const bool plant_;
-  mutable ObservationRequest request_;
-  std::vector<float> buffer_;
-};
-
 // A_now in place: scored on the device (a stand-in device backend), CAKE's and TOVA's decode steps
 // read the decoder's device column sums where they are (ObservationRequest::column_sums_on_device_only:
 // no host copy, no download, no upload), with the caches and logits of the run that copies them on
@@ -285,31 +310,17 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringReadsTheDecodersColumnSumsInPlace) {
   for (const char* name : {"cake", "tova"}) {
     const auto policy = load_policy(name, {});
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
-    const auto run_with = [&](const PolicyProgram& p, bool in_place, bool plant, EvictionReport* report,
-                              int64_t* handed) {
-      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-      EvictionEngine engine(p, model_->config, {Budget::parse("40"), 3});
-      PoisonDecodedRows flagged(engine, S(), /*flag=*/true, /*poison=*/false);
-      DeviceColumnSums columns(engine, plant);
-      ForwardObserver* observer = in_place ? static_cast<ForwardObserver*>(&columns) : &flagged;
-      DecodeRun r;
-      r.record(decoder->forward(tokens_, observer), decoder->cache());
-      r.decode_greedily(*decoder, observer, steps);
-      if (report) *report = engine.report();
-      if (handed) *handed = columns.handed;
-      return r;
-    };
-    EvictionReport report;
-    int64_t handed = 0;
-    const DecodeRun host = run_with(*policy, false, false, nullptr, nullptr);
-    const DecodeRun in_place = run_with(device, true, false, &report, &handed);
-    EXPECT_EQ(handed, int64_t{steps} * model_->config.n_layers) << name;
+    const DecodeRun host = run_with_column_sums(*policy, false, false, steps).run;
+    const ColumnSumsRun device_run = run_with_column_sums(device, true, false, steps);
+    const DecodeRun& in_place = device_run.run;
+    const EvictionReport& report = device_run.report;
+    EXPECT_EQ(device_run.handed, int64_t{steps} * model_->config.n_layers) << name;
     EXPECT_GE(report.current_attention_in_place, int64_t{heads}) << name << ": the last step's heads";
     EXPECT_EQ(report.current_attention_downloads, 0) << name;
     EXPECT_GE(device.scored_current_in_place, int64_t{steps} * heads) << name;
     EXPECT_GT(host.decode_evictions(), 0) << name;
     test::expect_same_calls(host, in_place, name);
-    const DecodeRun planted = run_with(device, true, true, nullptr, nullptr);
+    const DecodeRun planted = run_with_column_sums(device, true, true, steps).run;
     EXPECT_NE(planted.layouts, in_place.layouts) << name << ": the device column sums were not read";
   }
   const auto h2o = load_policy("h2o", {});
@@ -330,37 +341,64 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringAccumulatesTheDecodersColumnSumsInPlac
   const int layers = model_->config.n_layers, heads = layers * model_->config.n_kv_heads, steps = 20;
   const auto h2o = load_policy("h2o", {});
   const test::InPlaceScoring device(*h2o, /*layers_on_device=*/true);
-  const auto run_with = [&](bool in_place, bool plant, EvictionReport* report, int64_t* handed) {
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-    EngineOptions options{Budget::parse("40"), 3};
-    if (in_place) options.selection = SelectionDevice::Twin;
-    EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device) : *h2o, model_->config, options);
-    if (in_place) {
-      EXPECT_TRUE(engine.request().column_sums_on_device_only);
-    }
-    PoisonDecodedRows flagged(engine, S(), /*flag=*/true, /*poison=*/false);
-    DeviceColumnSums columns(engine, plant);
-    ForwardObserver* observer = in_place ? static_cast<ForwardObserver*>(&columns) : &flagged;
-    DecodeRun r;
-    r.record(decoder->forward(tokens_, observer), decoder->cache());
-    r.decode_greedily(*decoder, observer, steps);
-    if (report) *report = engine.report();
-    if (handed) *handed = columns.handed;
-    return r;
-  };
-  EvictionReport report;
-  int64_t handed = 0;
-  const DecodeRun host = run_with(false, false, nullptr, nullptr);
-  const DecodeRun in_place = run_with(true, false, &report, &handed);
-  EXPECT_EQ(handed, int64_t{steps} * layers);
+  {
+    EvictionEngine probe(device, model_->config, {Budget::parse("40"), 3, false, SelectionDevice::Twin});
+    EXPECT_TRUE(probe.request().column_sums_on_device_only);
+  }
+  const DecodeRun host = run_with_column_sums(*h2o, false, false, steps).run;
+  const ColumnSumsRun device_run = run_with_column_sums(device, true, false, steps, SelectionDevice::Twin);
+  const DecodeRun& in_place = device_run.run;
+  const EvictionReport& report = device_run.report;
+  EXPECT_EQ(device_run.handed, int64_t{steps} * layers);
   EXPECT_EQ(report.accumulated_attention_device_adds, int64_t{steps} * layers) << "every decode step's sums";
   EXPECT_GE(report.accumulated_attention_in_place, int64_t{steps} * heads);
   EXPECT_GE(device.scored_accumulated_in_place, int64_t{steps} * heads);
   EXPECT_EQ(report.current_attention_downloads, 0);
+  EXPECT_GE(report.scores_in_place, int64_t{steps} * heads) << "scored into the twin selector's buffer";
   EXPECT_GT(host.decode_evictions(), 0);
   test::expect_same_calls(host, in_place, "h2o");
-  const DecodeRun planted = run_with(true, true, nullptr, nullptr);
+  const DecodeRun planted = run_with_column_sums(device, true, true, steps, SelectionDevice::Twin).run;
   EXPECT_NE(planted.layouts, in_place.layouts) << "the device column sums were not accumulated";
+}
+
+// Decode scores written where the selection reads them: scored on the device (the stand-in device
+// backend) and selected there (the twin selector), CAKE's and H2O's per-head decode evictions write
+// each head's scores into the selector's buffer (PolicyProgram::score_on_device,
+// LayerSelector::layer_score_buffer) and select from it, with the caches and logits of the run
+// scored and selected on the host. TOVA selects once per layer on the heads' mean (computed on the
+// host), so its scores still come back. Planted (negated) scores in the buffer change the caches.
+TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionReadsThem) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 12;
+  for (const char* name : {"cake", "h2o", "tova"}) {
+    const auto policy = load_policy(name, {});
+    test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    const auto run_with = [&](bool on_device, EvictionReport* report) {
+      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+      EngineOptions options{Budget::parse("40"), 3};
+      if (on_device) options.selection = SelectionDevice::Twin;
+      EvictionEngine engine(on_device ? static_cast<const PolicyProgram&>(device) : *policy, model_->config, options);
+      DecodeRun r;
+      r.record(decoder->forward(tokens_, &engine), decoder->cache());
+      r.decode_greedily(*decoder, &engine, steps);
+      if (report) *report = engine.report();
+      return r;
+    };
+    EvictionReport report;
+    const DecodeRun host = run_with(false, nullptr);
+    const DecodeRun in_buffer = run_with(true, &report);
+    EXPECT_GT(host.decode_evictions(), 0) << name;
+    test::expect_same_calls(host, in_buffer, name);
+    if (std::string(name) == "tova") {
+      EXPECT_EQ(report.scores_in_place, 0) << name << ": layer-shared, selected on the host's mean";
+      continue;
+    }
+    EXPECT_GE(report.scores_in_place, int64_t{steps} * heads) << name;
+    EXPECT_EQ(device.scored_to_device, report.scores_in_place) << name;
+    device.plant_device_scores = true;
+    const DecodeRun planted = run_with(true, nullptr);
+    device.plant_device_scores = false;
+    EXPECT_NE(planted.layouts, in_buffer.layouts) << name << ": the buffer's scores were not what was selected from";
+  }
 }
 
 // Controls: a decode indicator over the cached keys reads cached rows: it says so, and poisoning the

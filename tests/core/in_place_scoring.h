@@ -2,7 +2,8 @@
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU) in CPU tests: it takes device
 // signals (scores_device_signals), which in these runs are a test's host buffer marked as device
 // memory (the window attention and the cached rows of test::WindowAttentionInjector, the column
-// sums of a decode step), counts the calls that got them that way, and scores with the wrapped program.
+// sums of a decode step), counts the calls that got them that way, and scores with the wrapped
+// program; it scores into "device" memory too (scores_to_device: a twin selector's host buffer).
 #include <cstdint>
 
 #include "core/engine/policy_program.h"
@@ -39,6 +40,17 @@ class InPlaceScoring : public PolicyProgram {
   }
   HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
   bool scores_device_signals() const override { return true; }
+  // Scores "into device memory" (a twin selector's host buffer): counted, and with
+  // plant_device_scores negated (a wrong score of the right shape).
+  bool scores_to_device() const override { return true; }
+  void score_on_device(const ScoreInputs& in, bool decoding, float* device_out) const override {
+    ++scored_to_device;
+    score(in, decoding, device_out);
+    if (plant_device_scores)
+      for (int t = 0; t < in.T; ++t) device_out[t] = -device_out[t];
+  }
+  bool plant_device_scores = false;
+  mutable int64_t scored_to_device = 0;  // score_on_device calls
   mutable int64_t scored_in_place = 0;          // score calls that got A as device memory
   mutable int64_t scored_current_in_place = 0;  // ... A_now
   mutable int64_t scored_rows_in_place = 0;     // ... K or V (the decoder's cached rows)

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@
 #include "dsl/policy_loader.h"
 #include "gpu_test_skip.h"
 #include "stories_prompt_test.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/device_memory.h"
+#endif
 
 namespace kvevict {
 namespace {
@@ -51,6 +55,24 @@ RandomLayer random_layer(std::mt19937& rng, int heads, int max_length) {
   return layer;
 }
 
+// Per-head specs for a random layer: budgets below and above the lengths, protection, a random
+// share on every third trial, both kept orders.
+std::vector<HeadSelectionSpec> random_specs(std::mt19937& rng, int heads, int trial, uint64_t seed) {
+  std::vector<HeadSelectionSpec> specs(heads);
+  for (int h = 0; h < heads; ++h) {
+    specs[h].budget = std::uniform_int_distribution<int>(0, 320)(rng);
+    specs[h].protect_first = std::uniform_int_distribution<int>(0, 6)(rng);
+    specs[h].protect_recent = std::uniform_int_distribution<int>(0, 12)(rng);
+    specs[h].random_share = trial % 3 == 0 ? 0.25 : 0.0;
+    specs[h].temperature = 0.5;
+    specs[h].score_order = trial % 2 == 1;
+    specs[h].seed = seed + trial;
+    specs[h].layer = trial % 5;
+    specs[h].kv_head = h;
+  }
+  return specs;
+}
+
 TEST(LayerSelector, TwinGivesTheHostsListsOnRandomLayers) {
   std::mt19937 rng(7);
   const auto host = make_layer_selector(SelectionDevice::Host);
@@ -60,18 +82,7 @@ TEST(LayerSelector, TwinGivesTheHostsListsOnRandomLayers) {
   for (int trial = 0; trial < 60; ++trial) {
     const int heads = std::uniform_int_distribution<int>(1, 8)(rng);
     const RandomLayer layer = random_layer(rng, heads, 300);
-    std::vector<HeadSelectionSpec> specs(heads);
-    for (int h = 0; h < heads; ++h) {
-      specs[h].budget = std::uniform_int_distribution<int>(0, 320)(rng);
-      specs[h].protect_first = std::uniform_int_distribution<int>(0, 6)(rng);
-      specs[h].protect_recent = std::uniform_int_distribution<int>(0, 12)(rng);
-      specs[h].random_share = trial % 3 == 0 ? 0.25 : 0.0;
-      specs[h].temperature = 0.5;
-      specs[h].score_order = trial % 2 == 1;
-      specs[h].seed = 1234 + trial;
-      specs[h].layer = trial % 5;
-      specs[h].kv_head = h;
-    }
+    const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 1234);
     EXPECT_EQ(twin->select_heads(layer.sc(), layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
         << "trial " << trial;
     std::vector<int> budget(heads, std::uniform_int_distribution<int>(0, 200)(rng));
@@ -80,6 +91,52 @@ TEST(LayerSelector, TwinGivesTheHostsListsOnRandomLayers) {
               host->select_layer_adaptive(layer.sc(), layer.pos(), budget, 2, 4, alpha, trial % 2 == 1))
         << "trial " << trial << " (Ada-KV)";
   }
+}
+
+// Scores written into a selector's own buffer (layer_score_buffer, packed at layer_score_offset,
+// as a device scoring program writes them) select exactly what the same scores as spans select on
+// the host. `selector` is the twin here, the cuda selector in the GPU test (its buffer is device
+// memory: `write` copies the head's scores there).
+template <typename Write>
+void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto host = make_layer_selector(SelectionDevice::Host);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int heads = std::uniform_int_distribution<int>(1, 8)(rng);
+    const RandomLayer layer = random_layer(rng, heads, 300);
+    const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 99);
+    std::vector<int64_t> lengths;
+    for (int h = 0; h < heads; ++h) lengths.push_back(static_cast<int64_t>(layer.scores[h].size()));
+    float* buffer = selector.layer_score_buffer(lengths);
+    ASSERT_NE(buffer, nullptr);
+    for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), layer.scores[h]);
+    EXPECT_EQ(selector.select_heads_from_buffer(layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
+        << "trial " << trial;
+  }
+}
+
+TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
+  const auto twin = make_layer_selector(SelectionDevice::Twin);
+  expect_buffer_selects_as_spans(
+      *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); }, 11);
+  // The host selector has no buffer: its scores come as spans.
+  const auto host = make_layer_selector(SelectionDevice::Host);
+  EXPECT_EQ(host->layer_score_buffer(std::vector<int64_t>{3, 4}), nullptr);
+  EXPECT_THROW(host->select_heads_from_buffer({}, {}), std::logic_error);
+  EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 3), 8);
+}
+
+TEST(LayerSelectorGpu, CudaSelectsFromItsScoreBufferAsFromSpans) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto cuda = make_layer_selector(SelectionDevice::Cuda);
+  expect_buffer_selects_as_spans(
+      *cuda,
+      [](float* at, const std::vector<float>& s) {
+        if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+      },
+      13);
+#endif
 }
 
 // The cache as the selection left it: per (layer, head) its positions in cache order.

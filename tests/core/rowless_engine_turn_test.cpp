@@ -183,6 +183,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t cache_rows_in_place = 0;  // EvictionReport::cache_rows_in_place
     int64_t rows_folded = 0;          // rows the decoder's merges folded
     int64_t accumulated_in_place = 0;  // EvictionReport::accumulated_attention_in_place
+    int64_t scores_in_place = 0;       // EvictionReport::scores_in_place
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
@@ -205,6 +206,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.rows_folded = observer.rows_folded();
     r.cache_rows_in_place = engine.report().cache_rows_in_place;
     r.accumulated_in_place = engine.report().accumulated_attention_in_place;
+    r.scores_in_place = engine.report().scores_in_place;
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
@@ -492,9 +494,10 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
 // algorithm on the CPU): the same caches and logits as selected on the host, every declared call
 // on a position-only cache. The ones reading A_acc then hold it in the engine's device store
 // (accumulated_attention_store.h), added from the decoder's host sums here (the CPU decoder makes
-// no device copy); H2O among them.
+// no device copy); H2O among them. The ones whose decode evictions are a plain per-head top-k
+// write their decode scores into the selector's buffer (scores_in_place); CAKE and H2O among them.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
-  std::vector<std::string> accumulated_on_device;
+  std::vector<std::string> accumulated_on_device, scored_in_buffer;
   for (const std::string& file : builtin_policy_files()) {
     const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
     if (!policy) continue;
@@ -513,6 +516,8 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
     test::expect_same_calls(host, twin, name);
     EXPECT_EQ(host.accumulated_in_place, 0) << name << ": selected on the host, A_acc stays on the host";
     if (twin.accumulated_in_place > 0) accumulated_on_device.push_back(name);
+    if (twin.scores_in_place > 0) scored_in_buffer.push_back(name);
+    EXPECT_EQ(host.scores_in_place, 0) << name << ": selected on the host, the scores are host spans";
     EXPECT_EQ(twin.accumulated_in_place > 0, policy->description().needs(TensorSignal::AccumulatedAttention))
         << name;
   }
@@ -520,6 +525,11 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
   for (const std::string& n : accumulated_on_device) names += n + " ";
   std::printf("built-ins whose A_acc was held on the device: %s\n", names.c_str());
   EXPECT_NE(std::find(accumulated_on_device.begin(), accumulated_on_device.end(), "h2o"), accumulated_on_device.end());
+  names.clear();
+  for (const std::string& n : scored_in_buffer) names += n + " ";
+  std::printf("built-ins whose decode scores were selected from the selector's buffer: %s\n", names.c_str());
+  for (const char* n : {"cake", "h2o"})
+    EXPECT_NE(std::find(scored_in_buffer.begin(), scored_in_buffer.end(), n), scored_in_buffer.end()) << n;
 }
 
 // Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the

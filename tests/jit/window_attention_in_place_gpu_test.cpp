@@ -122,6 +122,13 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
       EXPECT_EQ(gpu.report.current_attention_downloads, 0) << name;
       EXPECT_EQ(cpu.report.current_attention_in_place, 0) << name;
     }
+    // CAKE's per-head decode evictions select from the scores the kernels left on the device; TOVA
+    // selects on the heads' mean, made on the host.
+    if (std::string(name) == "cake") {
+      EXPECT_GE(gpu.report.scores_in_place, heads) << name;
+    } else if (std::string(name) == "tova") {
+      EXPECT_EQ(gpu.report.scores_in_place, 0) << name;
+    }
     EXPECT_EQ(gpu.positions, cpu.positions) << name;
   }
 }
@@ -146,6 +153,9 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringAccumulatesTheColumnSumsOnTheDevice) 
   EXPECT_GE(gpu.report.accumulated_attention_device_adds, int64_t(1 + tokens.size()) * layers);
   EXPECT_GE(gpu.report.accumulated_attention_in_place, int64_t(tokens.size()) * heads);
   EXPECT_EQ(cpu.report.accumulated_attention_in_place, 0);
+  // The decode scores went straight into the CUDA selector's buffer (no download, no upload).
+  EXPECT_GE(gpu.report.scores_in_place, int64_t(tokens.size()) * heads);
+  EXPECT_EQ(cpu.report.scores_in_place, 0);
   EXPECT_EQ(gpu.positions, cpu.positions);
 }
 

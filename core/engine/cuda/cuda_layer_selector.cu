@@ -33,6 +33,25 @@ class CudaLayerSelector final : public LayerSelector {
     return download(in);
   }
 
+  float* layer_score_buffer(std::span<const int64_t> lengths) override {
+    int64_t total = 0;
+    for (const int64_t n : lengths) total += n;
+    scores_.resize(static_cast<size_t>(std::max<int64_t>(1, total)));
+    return scores_.data();
+  }
+  // The scores are already on the device (the scoring kernels wrote them, in stream order before
+  // the selection's kernels); only the positions go up, and the kept lists come down.
+  std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
+                                                         const std::vector<HeadSelectionSpec>& specs) override {
+    std::vector<devsel::HeadParams> params;
+    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
+    devsel::SelLayerInput in = buffered_selection_input(scores_.data(), positions, packed_positions_);
+    positions_.upload(packed_positions_);
+    in = repoint(in, scores_.data(), positions_.data());
+    selector_.select_heads(in, params, output(in));
+    return download(in);
+  }
+
  private:
   // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
   devsel::SelLayerInput upload(const std::vector<std::span<const float>>& scores,
@@ -66,6 +85,7 @@ class CudaLayerSelector final : public LayerSelector {
   DeviceSelector selector_;
   DeviceArray<float> scores_;
   DeviceArray<int32_t> positions_, kept_, counts_;
+  std::vector<int32_t> packed_positions_;
 };
 
 }  // namespace
