@@ -456,19 +456,25 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsKAndVInPlaceOnAPositionOnlyCache
   }
 }
 
+// The built-ins the stand-in device backend can score (no extra stage or channel program: it
+// forwards neither, and the engine reads nothing in place for such a policy), by name.
+std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> builtins_the_stand_in_scores() {
+  std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> out;
+  for (const std::string& file : builtin_policy_files()) {
+    std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
+    if (!policy || !policy->description().select.stages.empty() || policy->description().channels.enabled) continue;
+    out.emplace_back(std::filesystem::path(file).stem().string(), std::move(policy));
+  }
+  return out;
+}
+
 // Every built-in scored by the stand-in device backend (so K and V count as handed over where the
 // engine can read them in place): every call it then declares runs on a position-only cache and
 // keeps the caches and logits of the same run on the real rows. KeyDiff, QFilter and BlockPress
 // (their prompts) and R-KV (its prompt) are among those whose calls read rows on the host otherwise.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsOnAPositionOnlyCache) {
   std::vector<std::string> rows_in_place;
-  for (const std::string& file : builtin_policy_files()) {
-    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
-    if (!policy) continue;
-    const std::string name = std::filesystem::path(file).stem().string();
-    // Extra stage and channel programs: the stand-in forwards neither (and the engine reads nothing
-    // in place for such a policy).
-    if (!policy->description().select.stages.empty() || policy->description().channels.enabled) continue;
+  for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     Run reference;
     try {
@@ -498,11 +504,7 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
 // write their decode scores into the selector's buffer (scores_in_place); CAKE and H2O among them.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
   std::vector<std::string> accumulated_on_device, scored_in_buffer;
-  for (const std::string& file : builtin_policy_files()) {
-    const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file, test::short_prompt_settings(file));
-    if (!policy) continue;
-    const std::string name = std::filesystem::path(file).stem().string();
-    if (!policy->description().select.stages.empty() || policy->description().channels.enabled) continue;
+  for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     Run host;
     try {
