@@ -29,6 +29,7 @@
 #include "core/engine/query_signals.h"
 #include "core/engine/head_budgets.h"
 #include "core/engine/layer_selector.h"
+#include "core/engine/layer_shared_mean.h"
 #include "core/engine/mass_budget.h"
 #include "core/engine/model_selection.h"
 #include "core/engine/original_positions.h"
@@ -690,18 +691,28 @@ struct EvictionEngine::State {
     return out;
   }
 
+  // The length of every KV head of `layer`, which a layer-shared selection needs equal (std::logic_error).
+  int layer_shared_length(const KVCache& cache, int layer) const {
+    const int T = cache.length(layer, 0);
+    for (int h = 1; h < Hs; ++h)
+      if (cache.length(layer, h) != T)
+        throw std::logic_error("layer_shared selection: KV heads of layer " + std::to_string(layer) + " differ in length");
+    return T;
+  }
+
   // Whether a decode eviction's scores go straight into the selector's buffer: the program writes
-  // them there and nothing on the host reads them (a plain per-head top-k: no staged, layer-wide,
-  // layer-shared, chunked or threshold rule, no merge, no trace).
+  // them there and nothing on the host reads them (a per-head top-k or TOVA's layer-shared one: no
+  // staged, layer-wide, chunked or threshold rule, no merge, no trace).
   bool decode_scores_in_selector() const {
-    return scores_to_selector && plan.select.stages == 0 && plan.select.scope == SelectScope::KvHead &&
+    return scores_to_selector && plan.select.stages == 0 && plan.select.scope != SelectScope::Layer &&
            !chunked_selection(desc.select) && !plan.select.threshold && !options.trace_selection &&
            !plan.stages.merge_on_evict && !plan.stages.merge_per_layer;
   }
 
   // A decode eviction of `layer` whose scores never come to the host: each head's decode indicator
   // written into the selector's buffer by the program (on its device), then every head's selection
-  // from there (evict_layer's per-head branch otherwise).
+  // from there, or TOVA's one selection on their mean (evict_layer's per-head and layer-shared
+  // branches otherwise).
   void evict_layer_scored_in_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr, int step) {
     const std::vector<int64_t> lengths = stored_lengths(cache, layer);
     float* buffer = nullptr;
@@ -721,6 +732,14 @@ struct EvictionEngine::State {
     }
     sampling_seed = sampling_seed_for_step(options.seed, step);
     PhaseScope timed(*this, EnginePhase::Selection);
+    if (plan.select.scope == SelectScope::LayerShared) {  // one decision on the heads' mean (evict_layer)
+      const int T = layer_shared_length(cache, layer);
+      ++report.layer_selections;
+      const std::vector<int> kept = selector->select_layer_shared_from_buffer(
+          Hs, std::span<const int32_t>(positions(cache, layer, 0), static_cast<size_t>(T)), spec_for(layer, 0, budget, pr));
+      keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept), std::vector<std::span<const float>>(Hs));
+      return;
+    }
     const std::vector<int> budgets = head_budgets(cache, layer, budget, pr);
     if (desc.has_head_plan) head_budget[layer] = budgets;
     std::vector<std::span<const int32_t>> pos(Hs);
@@ -1006,13 +1025,10 @@ struct EvictionEngine::State {
     } else if (plan.select.scope == SelectScope::LayerShared) {
       // TOVA (spec §5.3): one decision per layer on the mean of the KV heads' scores. Every head
       // has kept the same positions in the same order so far, so one index list fits all.
-      const int T = cache.length(layer, 0);
-      std::vector<float> mean(T, 0.0f);
-      for (int h = 0; h < Hs; ++h) {
-        if (cache.length(layer, h) != T)
-          throw std::logic_error("layer_shared selection: KV heads of layer " + std::to_string(layer) + " differ in length");
-        for (int t = 0; t < T; ++t) mean[t] += head_scores[h][t] / static_cast<float>(Hs);
-      }
+      const int T = layer_shared_length(cache, layer);
+      std::vector<float> packed(static_cast<size_t>(Hs) * T), mean(T);
+      for (int h = 0; h < Hs; ++h) std::copy_n(head_scores[h].data(), T, packed.data() + static_cast<size_t>(h) * T);
+      for (int t = 0; t < T; ++t) mean[t] = layer_shared_mean_element(packed.data(), Hs, T, t);
       const auto kept = select_entries(std::span<const float>(mean.data(), T),
                                        std::span<const int32_t>(positions(cache, layer, 0), T), layer, 0, budget, pr);
       if (options.trace_selection)  // every head was selected on the mean (head 0 traced above)

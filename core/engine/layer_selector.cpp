@@ -2,8 +2,10 @@
 #include "core/engine/layer_selector.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/engine/device_selection_twin.h"
+#include "core/engine/layer_shared_mean.h"
 #include "core/util/error.h"
 
 #ifdef KVEVICT_HAVE_CUDA
@@ -63,9 +65,20 @@ class TwinLayerSelector final : public LayerSelector {
     for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
     return twin_select_heads(in, params);
   }
+  std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
+                                                   const HeadSelectionSpec& spec) override {
+    const int64_t T = static_cast<int64_t>(positions.size());
+    if (n_heads < 1 || static_cast<size_t>(n_heads * T) > buffer_.size())
+      throw std::logic_error("layer selector: " + std::to_string(n_heads) + " heads of " + std::to_string(T) +
+                             " entries do not fit the score buffer");
+    mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
+    for (int64_t t = 0; t < T; ++t) mean_[t] = layer_shared_mean_element(buffer_.data(), n_heads, T, t);
+    const devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, positions_);
+    return std::move(twin_select_heads(in, {device_head_params(spec)}).front());
+  }
 
  private:
-  std::vector<float> buffer_;
+  std::vector<float> buffer_, mean_;
   std::vector<int32_t> positions_;
 };
 

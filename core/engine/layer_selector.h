@@ -55,6 +55,14 @@ class LayerSelector {
     (void)positions, (void)specs;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
+  // TOVA's layer-shared selection over the scores written into that buffer (n_heads heads, each as
+  // long as `positions`, head 0's): select_head on their mean (layer_shared_mean.h) with `spec`;
+  // the one kept list, for every head.
+  virtual std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
+                                                           const HeadSelectionSpec& spec) {
+    (void)n_heads, (void)positions, (void)spec;
+    throw std::logic_error("layer selector: no score buffer on the host");
+  }
 };
 
 // Head h's offset in a layer score buffer: the heads packed one after another.

@@ -362,11 +362,11 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringAccumulatesTheDecodersColumnSumsInPlac
 }
 
 // Decode scores written where the selection reads them: scored on the device (the stand-in device
-// backend) and selected there (the twin selector), CAKE's and H2O's per-head decode evictions write
-// each head's scores into the selector's buffer (PolicyProgram::score_on_device,
-// LayerSelector::layer_score_buffer) and select from it, with the caches and logits of the run
-// scored and selected on the host. TOVA selects once per layer on the heads' mean (computed on the
-// host), so its scores still come back. Planted (negated) scores in the buffer change the caches.
+// backend) and selected there (the twin selector), CAKE's and H2O's per-head decode evictions and
+// TOVA's layer-shared one (on the heads' mean, made where the buffer is) write each head's scores
+// into the selector's buffer (PolicyProgram::score_on_device, LayerSelector::layer_score_buffer)
+// and select from it, with the caches and logits of the run scored and selected on the host.
+// Planted (negated) scores in the buffer change the caches.
 TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionReadsThem) {
   const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 12;
   for (const char* name : {"cake", "h2o", "tova"}) {
@@ -388,10 +388,6 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
     const DecodeRun in_buffer = run_with(true, &report);
     EXPECT_GT(host.decode_evictions(), 0) << name;
     test::expect_same_calls(host, in_buffer, name);
-    if (std::string(name) == "tova") {
-      EXPECT_EQ(report.scores_in_place, 0) << name << ": layer-shared, selected on the host's mean";
-      continue;
-    }
     EXPECT_GE(report.scores_in_place, int64_t{steps} * heads) << name;
     EXPECT_EQ(device.scored_to_device, report.scores_in_place) << name;
     device.plant_device_scores = true;

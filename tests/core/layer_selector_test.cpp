@@ -115,6 +115,33 @@ void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32
   }
 }
 
+// TOVA's layer-shared selection from the buffer: heads of one length, select_head on their mean
+// (the host's expression, layer_shared_mean.h), the host selector's list on the same mean.
+template <typename Write>
+void expect_layer_shared_buffer_selects_the_mean(LayerSelector& selector, Write write, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto host = make_layer_selector(SelectionDevice::Host);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int heads = std::uniform_int_distribution<int>(1, 8)(rng);
+    const int T = std::uniform_int_distribution<int>(0, 300)(rng);
+    std::vector<std::vector<float>> scores(heads, std::vector<float>(T));
+    for (auto& row : scores)
+      for (float& x : row) x = static_cast<float>(std::uniform_int_distribution<int>(0, 7)(rng)) * 0.3f;
+    std::vector<int32_t> positions(T);
+    for (int t = 0; t < T; ++t) positions[t] = 2 * t + 1;
+    const HeadSelectionSpec spec = random_specs(rng, 1, trial, 7).front();
+    const std::vector<int64_t> lengths(heads, T);
+    float* buffer = selector.layer_score_buffer(lengths);
+    for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), scores[h]);
+    std::vector<float> mean(T, 0.0f);  // the host engine's loop, written out
+    for (int h = 0; h < heads; ++h)
+      for (int t = 0; t < T; ++t) mean[t] += scores[h][t] / static_cast<float>(heads);
+    EXPECT_EQ(selector.select_layer_shared_from_buffer(heads, positions, spec),
+              host->select_heads({std::span<const float>(mean)}, {std::span<const int32_t>(positions)}, {spec}).front())
+        << "trial " << trial;
+  }
+}
+
 TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
   const auto twin = make_layer_selector(SelectionDevice::Twin);
   expect_buffer_selects_as_spans(
@@ -124,6 +151,16 @@ TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
   EXPECT_EQ(host->layer_score_buffer(std::vector<int64_t>{3, 4}), nullptr);
   EXPECT_THROW(host->select_heads_from_buffer({}, {}), std::logic_error);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 3), 8);
+}
+
+TEST(LayerSelector, TwinSelectsTheLayerSharedMeanFromItsScoreBuffer) {
+  const auto twin = make_layer_selector(SelectionDevice::Twin);
+  expect_layer_shared_buffer_selects_the_mean(
+      *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); }, 17);
+  // Heads longer than the buffer holds are refused, not read past its end.
+  twin->layer_score_buffer(std::vector<int64_t>{4, 4});
+  EXPECT_THROW(twin->select_layer_shared_from_buffer(3, std::vector<int32_t>{1, 2, 3, 4}, HeadSelectionSpec{}),
+               std::logic_error);
 }
 
 TEST(LayerSelectorGpu, CudaSelectsFromItsScoreBufferAsFromSpans) {
@@ -136,6 +173,12 @@ TEST(LayerSelectorGpu, CudaSelectsFromItsScoreBufferAsFromSpans) {
         if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
       },
       13);
+  expect_layer_shared_buffer_selects_the_mean(
+      *cuda,
+      [](float* at, const std::vector<float>& s) {
+        if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+      },
+      19);
 #endif
 }
 

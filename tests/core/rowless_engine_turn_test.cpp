@@ -501,7 +501,8 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
 // on a position-only cache. The ones reading A_acc then hold it in the engine's device store
 // (accumulated_attention_store.h), added from the decoder's host sums here (the CPU decoder makes
 // no device copy); H2O among them. The ones whose decode evictions are a plain per-head top-k
-// write their decode scores into the selector's buffer (scores_in_place); CAKE and H2O among them.
+// or TOVA's layer-shared one write their decode scores into the selector's buffer (scores_in_place);
+// CAKE, H2O and TOVA among them.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
   std::vector<std::string> accumulated_on_device, scored_in_buffer;
   for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
@@ -530,7 +531,7 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
   names.clear();
   for (const std::string& n : scored_in_buffer) names += n + " ";
   std::printf("built-ins whose decode scores were selected from the selector's buffer: %s\n", names.c_str());
-  for (const char* n : {"cake", "h2o"})
+  for (const char* n : {"cake", "h2o", "tova"})
     EXPECT_NE(std::find(scored_in_buffer.begin(), scored_in_buffer.end(), n), scored_in_buffer.end()) << n;
 }
 

@@ -26,7 +26,9 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA accumulated attention: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// A device allocation of at least `bytes` bytes, grown (contents not kept) when it held fewer.
+// A device allocation of at least `bytes` bytes, grown (contents not kept) when it held fewer, by a
+// quarter more than asked: a cache that grows by one entry per step (decoding below the budget)
+// then reallocates once every few thousand steps, not in every layer of every step.
 struct Buffer {
   void* data = nullptr;
   size_t bytes = 0;
@@ -42,11 +44,12 @@ struct Buffer {
   ~Buffer() { cudaFree(data); }
   void reserve(size_t need, const char* what) {
     if (need <= bytes) return;
-    cudaFree(data);
+    cudaFree(data);  // synchronises: no kernel still reads the old allocation
     data = nullptr;
     bytes = 0;
-    check(cudaMalloc(&data, need), what);
-    bytes = need;
+    const size_t grown = need + need / 4;
+    check(cudaMalloc(&data, grown), what);
+    bytes = grown;
   }
 };
 

@@ -2,13 +2,25 @@
 #include "core/engine/cuda/cuda_layer_selector.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/decode/cuda/device_memory.h"
 #include "core/engine/cuda/device_selection.h"
 #include "core/engine/device_selection_twin.h"
+#include "core/engine/layer_shared_mean.h"
+#include "core/decode/cuda/launch_status.h"
 
 namespace kvevict::cuda {
 namespace {
+
+constexpr int kMeanThreads = 256;
+
+// TOVA's layer-shared mean, one thread per entry (layer_shared_mean.h).
+__global__ void layer_shared_mean_kernel(const float* scores, int n_heads, int64_t T, float* out) {
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t < T) out[t] = layer_shared_mean_element(scores, n_heads, T, t);
+}
 
 class CudaLayerSelector final : public LayerSelector {
  public:
@@ -51,6 +63,26 @@ class CudaLayerSelector final : public LayerSelector {
     selector_.select_heads(in, params, output(in));
     return download(in);
   }
+  // The mean of the buffer's heads made on the device (one thread per entry), then select_heads
+  // over it as one head.
+  std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
+                                                   const HeadSelectionSpec& spec) override {
+    const int64_t T = static_cast<int64_t>(positions.size());
+    if (n_heads < 1 || static_cast<size_t>(n_heads * T) > scores_.size())
+      throw std::logic_error("layer selector: " + std::to_string(n_heads) + " heads of " + std::to_string(T) +
+                             " entries do not fit the score buffer");
+    mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
+    if (T > 0) {
+      const unsigned blocks = unsigned((T + kMeanThreads - 1) / kMeanThreads);
+      layer_shared_mean_kernel<<<blocks, kMeanThreads>>>(scores_.data(), n_heads, T, mean_.data());
+      check(launch_status(), "layer_shared_mean_kernel");
+    }
+    devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, packed_positions_);
+    positions_.upload(packed_positions_);
+    in = repoint(in, mean_.data(), positions_.data());
+    selector_.select_heads(in, {device_head_params(spec)}, output(in));
+    return std::move(download(in).front());
+  }
 
  private:
   // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
@@ -83,7 +115,7 @@ class CudaLayerSelector final : public LayerSelector {
   }
 
   DeviceSelector selector_;
-  DeviceArray<float> scores_;
+  DeviceArray<float> scores_, mean_;
   DeviceArray<int32_t> positions_, kept_, counts_;
   std::vector<int32_t> packed_positions_;
 };
