@@ -1,6 +1,9 @@
 // Per-layer latency of device-side selection (core/engine/cuda/device_selection.h): 8 stored heads
 // x {4K, 32K, 128K} entries, budget 3% (4 sinks and 64 recent entries inside it), plain top-k and
 // NACL's random share 0.25, positional kept order; GPU time by cudaEvent over repeated launches.
+// On the GPU also the engine's cuda LayerSelector per layer, wall time: from host spans (the scores
+// uploaded with the positions, the kept lists downloaded) and from its own score buffer (the scores
+// already there, as the generated kernels leave them: only the positions go up).
 // Without CUDA or a usable device it prints "skipped: <reason>" and exits 0.
 //   bench_device_topk [--cpu] [--json]
 // --cpu times the CPU twin against the CPU engine's select_head on the host instead (and checks
@@ -9,12 +12,15 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
 #include "jit/device.h"
 #include "core/engine/device_selection_twin.h"
+#include "core/engine/layer_selector.h"
 #include "jit/cuda_driver.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -66,7 +72,9 @@ Layer make_layer(int length, double share) {
 
 struct Row {
   int length;
-  double share, first_ms, second_ms;  // GPU: ms per layer (-1 unused); CPU: twin, select_head
+  // GPU: kernels, selector from host spans, selector from its buffer (ms per layer); CPU: twin,
+  // select_head (third -1).
+  double share, first_ms, second_ms, third_ms = -1;
 };
 
 void print(const std::vector<Row>& rows, bool json, bool cpu) {
@@ -77,6 +85,7 @@ void print(const std::vector<Row>& rows, bool json, bool cpu) {
       std::printf("%s{\"length\": %d, \"random_share\": %.2f, \"%s\": %.4f", i ? ", " : "", rows[i].length,
                   rows[i].share, a, rows[i].first_ms);
       if (cpu) std::printf(", \"select_head_ms\": %.4f", rows[i].second_ms);
+      else std::printf(", \"selector_spans_ms\": %.4f, \"selector_buffer_ms\": %.4f", rows[i].second_ms, rows[i].third_ms);
       std::printf("}");
     }
     std::printf("]}\n");
@@ -86,6 +95,7 @@ void print(const std::vector<Row>& rows, bool json, bool cpu) {
     std::printf("%d heads x %6d entries, budget 3%%, random_share %.2f: %s %.4f", kHeads, r.length, r.share, a,
                 r.first_ms);
     if (cpu) std::printf(", select_head %.4f ms", r.second_ms);
+    else std::printf(" ms; selector from host spans %.4f ms, from its buffer %.4f ms", r.second_ms, r.third_ms);
     std::printf("\n");
   }
 }
@@ -137,7 +147,31 @@ int run_gpu(bool json) {
       cuda::check(cudaEventSynchronize(stop), "cudaEventSynchronize");
       float ms = 0;
       cuda::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      rows.push_back({length, share, ms / iters, -1});
+      // The engine's selector: from host spans, then from its buffer holding the same scores.
+      const auto engine_selector = make_layer_selector(SelectionDevice::Cuda);
+      const std::vector<std::span<const float>> sc(l.scores.begin(), l.scores.end());
+      const std::vector<std::span<const int32_t>> pos(l.positions.begin(), l.positions.end());
+      engine_selector->select_heads(sc, pos, l.specs);  // warm-up
+      double t0 = bench::wall_seconds();
+      for (int i = 0; i < iters; ++i) engine_selector->select_heads(sc, pos, l.specs);
+      const double spans_ms = 1e3 * (bench::wall_seconds() - t0) / iters;
+      const std::vector<int64_t> lengths(kHeads, length);
+      float* buffer = engine_selector->layer_score_buffer(lengths);
+      for (int h = 0; h < kHeads; ++h)
+        cuda::check(cudaMemcpy(buffer + layer_score_offset(lengths, h), l.scores[h].data(), l.scores[h].size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    "upload");
+      if (engine_selector->select_heads_from_buffer(pos, l.specs) != engine_selector->select_heads(sc, pos, l.specs))
+        throw std::runtime_error("the selector's buffer and its host spans select differently");
+      for (int h = 0; h < kHeads; ++h)  // select_heads reused the buffer: write the scores again
+        cuda::check(cudaMemcpy(buffer + layer_score_offset(lengths, h), l.scores[h].data(), l.scores[h].size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    "upload");
+      cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      t0 = bench::wall_seconds();
+      for (int i = 0; i < iters; ++i) engine_selector->select_heads_from_buffer(pos, l.specs);
+      const double buffer_ms = 1e3 * (bench::wall_seconds() - t0) / iters;
+      rows.push_back({length, share, ms / iters, spans_ms, buffer_ms});
     }
   }
   cudaEventDestroy(start);
