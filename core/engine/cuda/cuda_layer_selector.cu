@@ -93,16 +93,21 @@ class CudaLayerSelector final : public LayerSelector {
     positions_.upload(packed.positions);
     return repoint(packed.input, scores_.data(), positions_.data());
   }
+  // The kept lists [n_heads][stride] and, after them, the per-head counts, in one allocation, so
+  // that one copy (one synchronisation) brings both back.
   devsel::SelOutput output(const devsel::SelLayerInput& in) {
-    kept_.resize(static_cast<size_t>(std::max(1, in.n_heads)) * std::max<int64_t>(1, in.max_length));
-    counts_.resize(std::max(1, in.n_heads));
-    return {kept_.data(), std::max<int64_t>(1, in.max_length), counts_.data()};
+    const int64_t stride = std::max<int64_t>(1, in.max_length);
+    const size_t lists = static_cast<size_t>(std::max(1, in.n_heads)) * stride;
+    kept_.resize(lists + static_cast<size_t>(std::max(1, in.n_heads)));
+    return {kept_.data(), stride, kept_.data() + lists};
   }
   std::vector<std::vector<int>> download(const devsel::SelLayerInput& in) {
     const int64_t stride = std::max<int64_t>(1, in.max_length);
-    std::vector<int32_t> counts(in.n_heads), rows(static_cast<size_t>(in.n_heads) * stride);
-    if (in.n_heads > 0) counts_.download(counts.data(), counts.size());  // synchronises with the kernels
-    if (!rows.empty()) kept_.download(rows.data(), rows.size());
+    const size_t lists = static_cast<size_t>(std::max(1, in.n_heads)) * stride;
+    std::vector<int32_t> all(lists + static_cast<size_t>(in.n_heads));
+    if (in.n_heads > 0) kept_.download(all.data(), all.size());  // synchronises with the kernels
+    const int32_t* counts = all.data() + lists;
+    const std::vector<int32_t>& rows = all;
     std::vector<std::vector<int>> kept(in.n_heads);
     for (int h = 0; h < in.n_heads; ++h) {
       if (counts[h] < 0 || counts[h] > in.length[h])
@@ -116,7 +121,7 @@ class CudaLayerSelector final : public LayerSelector {
 
   DeviceSelector selector_;
   DeviceArray<float> scores_, mean_;
-  DeviceArray<int32_t> positions_, kept_, counts_;
+  DeviceArray<int32_t> positions_, kept_;  // kept_: the lists, then the counts (output())
   std::vector<int32_t> packed_positions_;
 };
 
