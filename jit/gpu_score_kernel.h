@@ -1,8 +1,10 @@
 #pragma once
 // Runs a compiled scoring kernel (KVEVICT_SCORE_ENTRY convention, kernel_abi.h) on the GPU for one
-// (layer, KV head): uploads the inputs ScoreInputs points at, launches one thread per output
-// element (a token, or a key channel for a KVEVICT_CHANNEL_ENTRY: KernelOutput) and downloads them. Buffers are kept and grown across calls. The GPU tests and benchmarks use
-// it; the engine's CUDA path will keep its inputs on the device instead of copying them.
+// (layer, KV head): uploads the inputs ScoreInputs points at (a signal marked as device memory is
+// read in place), launches one thread per output element (a token, or a key channel for a
+// KVEVICT_CHANNEL_ENTRY: KernelOutput) and downloads them, or leaves them in device memory the
+// caller names (score_into: the engine's decode scores, written into the device selector's
+// buffer). Buffers are kept and grown across calls.
 #include <array>
 #include <memory>
 #include <string>

@@ -11,9 +11,9 @@
 // use the device's log, which may differ from glibc's by an ulp).
 //
 // Scores come as host spans (the interpreter's, or downloaded from a scoring kernel), which the
-// cuda selector uploads with the positions; or, for a decode eviction by a plain per-head top-k
-// scored by the CUDA backend, the kernels write them into the selector's own buffer
-// (layer_score_buffer) and only the positions go up. The kept lists come down either way (the
+// cuda selector uploads with the positions; or, for a decode eviction by a per-head top-k or
+// TOVA's layer-shared rule scored by the CUDA backend, the kernels write them into the selector's
+// own buffer (layer_score_buffer) and only the positions go up. The kept lists come down either way (the
 // engine's bookkeeping and the device cache's compaction take them from the host).
 #include <cstdint>
 #include <memory>
