@@ -2,6 +2,7 @@
 // accumulated_rebuild.h (here and in core/engine/).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -26,9 +27,12 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA accumulated attention: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// A device allocation of at least `bytes` bytes, grown (contents not kept) when it held fewer, by a
-// quarter more than asked: a cache that grows by one entry per step (decoding below the budget)
-// then reallocates once every few thousand steps, not in every layer of every step.
+// A device allocation of at least `bytes` bytes (contents not kept when it changes): grown by a
+// quarter more than asked when it held fewer, so a cache that grows by one entry per step
+// (decoding below the budget) reallocates once every few thousand steps, not in every layer of
+// every step; and given back when a layer needs under a quarter of it (after the prompt's
+// eviction to a few percent), so the layers' buffers, which pass through the one scratch buffer,
+// shrink within one pass over the layers.
 struct Buffer {
   void* data = nullptr;
   size_t bytes = 0;
@@ -43,11 +47,12 @@ struct Buffer {
   }
   ~Buffer() { cudaFree(data); }
   void reserve(size_t need, const char* what) {
-    if (need <= bytes) return;
+    constexpr size_t kKeepBelow = size_t{1} << 20;  // never shrink an allocation of 1 MiB or less
+    if (need <= bytes && (bytes <= kKeepBelow || need >= bytes / 4)) return;
     cudaFree(data);  // synchronises: no kernel still reads the old allocation
     data = nullptr;
     bytes = 0;
-    const size_t grown = need + need / 4;
+    const size_t grown = std::max<size_t>(need + need / 4, 256);
     check(cudaMalloc(&data, grown), what);
     bytes = grown;
   }
