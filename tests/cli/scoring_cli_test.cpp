@@ -52,6 +52,9 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   EXPECT_EQ(without_scoring(a["cache"]), without_scoring(b["cache"]));
   EXPECT_EQ(a["cache"]["selection"], "host");  // CPU scores: selected on the host (cuda scoring selects on the GPU)
   EXPECT_EQ(a["device"], "cpu");
+  // Nothing is read in place on the CPU: every count is there, and 0.
+  for (const char* key : {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores"})
+    EXPECT_EQ(a["cache"]["in_place"][key], 0) << key;
   EXPECT_EQ(generate("auto").out, interpreted.out);  // auto on the CPU is the interpreter
 }
 
@@ -71,6 +74,9 @@ TEST_F(ScoringCli, CudaGeneratesOnTheDeviceWithTheGeneratedKernels) {
   EXPECT_EQ(b["cache"]["selection"], "cuda");
   for (const char* key : {"bytes", "bytes_full", "entries", "tokens_min", "tokens_max", "applications"})
     EXPECT_EQ(a["cache"][key], b["cache"][key]) << key;
+  // H2O on the device: its accumulated attention held there and its decode scores selected there.
+  EXPECT_GT(b["cache"]["in_place"]["accumulated_attention"].get<int64_t>(), 0) << b["cache"];
+  EXPECT_GT(b["cache"]["in_place"]["scores"].get<int64_t>(), 0) << b["cache"];
   ASSERT_EQ(a["tokens"].size(), b["tokens"].size());
   size_t same = 0;
   while (same < a["tokens"].size() && a["tokens"][same] == b["tokens"][same]) ++same;
