@@ -71,10 +71,15 @@ void JitPolicyProgram::check_signals(const ScoreInputs& in, const SignalSet& sig
   }
 }
 
-void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) const {
+bool JitPolicyProgram::checked_decode_entry(const ScoreInputs& in, bool decoding) const {
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
   const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
   check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
+  return use_decode;
+}
+
+void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) const {
+  const bool use_decode = checked_decode_entry(in, decoding);
   if (host_) {
     refuse_device_signals_on_host(in);
     const HostEntry entry = use_decode ? host_decode_ : host_score_;
@@ -89,9 +94,7 @@ void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) c
 
 void JitPolicyProgram::score_on_device(const ScoreInputs& in, bool decoding, float* device_out) const {
   if (host_) throw std::logic_error("policy '" + description().name + "': the host backend scores into host memory");
-  if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
-  const bool use_decode = decoding && gpu_decode_ != nullptr;
-  check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
+  const bool use_decode = checked_decode_entry(in, decoding);
   use_cuda_device(ordinal_);
   GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
   kernel.score_into(in, reinterpret_cast<uint64_t>(device_out));

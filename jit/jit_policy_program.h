@@ -73,6 +73,8 @@ class JitPolicyProgram : public PolicyProgram {
   // Throws RuntimeError when `in` lacks a signal the kernel reads (a kernel would fault instead);
   // nothing is checked when the entry writes no output (`output`'s extent is 0).
   void check_signals(const ScoreInputs& in, const SignalSet& signals, KernelOutput output) const;
+  // score()'s and score_on_device()'s checks (RuntimeError); whether the decode entry scores `in`.
+  bool checked_decode_entry(const ScoreInputs& in, bool decoding) const;
   void refuse_device_signals_on_host(const ScoreInputs& in) const;  // std::logic_error when any is set
 
   std::unique_ptr<PolicyProgram> reference_;

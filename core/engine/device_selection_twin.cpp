@@ -86,6 +86,13 @@ HeadParams device_head_params(const HeadSelectionSpec& spec) {
   return hp;
 }
 
+std::vector<HeadParams> device_head_params(const std::vector<HeadSelectionSpec>& specs) {
+  std::vector<HeadParams> params;
+  params.reserve(specs.size());
+  for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
+  return params;
+}
+
 void check_selection_input(const SelLayerInput& in) {
   if (in.n_heads < 0 || in.n_heads > devsel::kSelMaxHeads)
     bad("n_heads must be in [0, " + std::to_string(devsel::kSelMaxHeads) + "], got " + std::to_string(in.n_heads));

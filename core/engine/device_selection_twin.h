@@ -31,6 +31,8 @@ namespace kvevict {
 // HeadParams for select_head's rule; throws UsageError on a negative budget or protection,
 // a random share outside [0, 1], or (with a random share) a temperature that is not finite > 0.
 devsel::HeadParams device_head_params(const HeadSelectionSpec& spec);
+// ... for each head of a layer, in order.
+std::vector<devsel::HeadParams> device_head_params(const std::vector<HeadSelectionSpec>& specs);
 
 // Validates a layer input (head count <= devsel::kSelMaxHeads, 0 <= length <= max_length,
 // n_heads * max_length < 2^31, non-null rows where a length is > 0); throws UsageError.

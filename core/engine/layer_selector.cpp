@@ -41,9 +41,7 @@ class TwinLayerSelector final : public LayerSelector {
                                              const std::vector<std::span<const int32_t>>& positions,
                                              const std::vector<HeadSelectionSpec>& specs) override {
     const PackedSelectionLayer packed = pack_selection_layer(scores, positions);
-    std::vector<devsel::HeadParams> params;
-    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
-    return twin_select_heads(packed.input, params);
+    return twin_select_heads(packed.input, device_head_params(specs));
   }
   std::vector<std::vector<int>> select_layer_adaptive(const std::vector<std::span<const float>>& scores,
                                                       const std::vector<std::span<const int32_t>>& positions,
@@ -53,24 +51,20 @@ class TwinLayerSelector final : public LayerSelector {
     return twin_select_layer_adaptive(packed.input, budget, protect_first, protect_recent, floor_alpha, score_order);
   }
   float* layer_score_buffer(std::span<const int64_t> lengths) override {
-    int64_t total = 0;
-    for (const int64_t n : lengths) total += n;
-    buffer_.assign(static_cast<size_t>(std::max<int64_t>(1, total)), 0.0f);
+    buffer_.assign(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))), 0.0f);
     return buffer_.data();
   }
   std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
     const devsel::SelLayerInput in = buffered_selection_input(buffer_.data(), positions, positions_);
-    std::vector<devsel::HeadParams> params;
-    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
-    return twin_select_heads(in, params);
+    check_score_buffer_holds(buffer_.size(), static_cast<int64_t>(positions_.size()));
+    return twin_select_heads(in, device_head_params(specs));
   }
   std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
                                                    const HeadSelectionSpec& spec) override {
     const int64_t T = static_cast<int64_t>(positions.size());
-    if (n_heads < 1 || static_cast<size_t>(n_heads * T) > buffer_.size())
-      throw std::logic_error("layer selector: " + std::to_string(n_heads) + " heads of " + std::to_string(T) +
-                             " entries do not fit the score buffer");
+    if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
+    check_score_buffer_holds(buffer_.size(), n_heads * T);
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     for (int64_t t = 0; t < T; ++t) mean_[t] = layer_shared_mean_element(buffer_.data(), n_heads, T, t);
     const devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, positions_);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -65,11 +66,20 @@ class LayerSelector {
   }
 };
 
-// Head h's offset in a layer score buffer: the heads packed one after another.
-inline int64_t layer_score_offset(std::span<const int64_t> lengths, int h) {
+// Head h's offset in a layer score buffer: the heads packed one after another (h = the head
+// count: the floats the buffer holds).
+inline int64_t layer_score_offset(std::span<const int64_t> lengths, size_t h) {
   int64_t offset = 0;
-  for (int i = 0; i < h; ++i) offset += lengths[static_cast<size_t>(i)];
+  for (size_t i = 0; i < h; ++i) offset += lengths[i];
   return offset;
+}
+
+// std::logic_error unless a score buffer of `held` floats holds the `needed` a selection reads from
+// it (a caller whose heads outgrew the buffer it asked for would read past its end).
+inline void check_score_buffer_holds(size_t held, int64_t needed) {
+  if (needed < 0 || static_cast<size_t>(needed) > held)
+    throw std::logic_error("layer selector: heads of " + std::to_string(needed) + " scores in a buffer of " +
+                           std::to_string(held));
 }
 
 // The selector for `device`. cuda in a build without the CUDA toolkit throws RuntimeError (the

@@ -151,6 +151,11 @@ TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
   EXPECT_EQ(host->layer_score_buffer(std::vector<int64_t>{3, 4}), nullptr);
   EXPECT_THROW(host->select_heads_from_buffer({}, {}), std::logic_error);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 3), 8);
+  EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 4), 10) << "the head count: the buffer's floats";
+  // Heads longer than the buffer that was asked for are refused, not read past its end.
+  twin->layer_score_buffer(std::vector<int64_t>{2, 2});
+  const std::vector<int32_t> five{1, 2, 3, 4, 5}, two{1, 2};
+  EXPECT_THROW(twin->select_heads_from_buffer({five, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
 }
 
 TEST(LayerSelector, TwinSelectsTheLayerSharedMeanFromItsScoreBuffer) {

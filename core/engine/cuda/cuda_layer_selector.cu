@@ -29,10 +29,8 @@ class CudaLayerSelector final : public LayerSelector {
   std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
                                              const std::vector<std::span<const int32_t>>& positions,
                                              const std::vector<HeadSelectionSpec>& specs) override {
-    std::vector<devsel::HeadParams> params;
-    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
     const devsel::SelLayerInput in = upload(scores, positions);
-    selector_.select_heads(in, params, output(in));
+    selector_.select_heads(in, device_head_params(specs), output(in));
     return download(in);
   }
 
@@ -46,21 +44,18 @@ class CudaLayerSelector final : public LayerSelector {
   }
 
   float* layer_score_buffer(std::span<const int64_t> lengths) override {
-    int64_t total = 0;
-    for (const int64_t n : lengths) total += n;
-    scores_.resize(static_cast<size_t>(std::max<int64_t>(1, total)));
+    scores_.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
     return scores_.data();
   }
   // The scores are already on the device (the scoring kernels wrote them, in stream order before
   // the selection's kernels); only the positions go up, and the kept lists come down.
   std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    std::vector<devsel::HeadParams> params;
-    for (const HeadSelectionSpec& spec : specs) params.push_back(device_head_params(spec));
     devsel::SelLayerInput in = buffered_selection_input(scores_.data(), positions, packed_positions_);
+    check_score_buffer_holds(scores_.size(), static_cast<int64_t>(packed_positions_.size()));
     positions_.upload(packed_positions_);
     in = repoint(in, scores_.data(), positions_.data());
-    selector_.select_heads(in, params, output(in));
+    selector_.select_heads(in, device_head_params(specs), output(in));
     return download(in);
   }
   // The mean of the buffer's heads made on the device (one thread per entry), then select_heads
@@ -68,9 +63,8 @@ class CudaLayerSelector final : public LayerSelector {
   std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
                                                    const HeadSelectionSpec& spec) override {
     const int64_t T = static_cast<int64_t>(positions.size());
-    if (n_heads < 1 || static_cast<size_t>(n_heads * T) > scores_.size())
-      throw std::logic_error("layer selector: " + std::to_string(n_heads) + " heads of " + std::to_string(T) +
-                             " entries do not fit the score buffer");
+    if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
+    check_score_buffer_holds(scores_.size(), n_heads * T);
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     if (T > 0) {
       const unsigned blocks = unsigned((T + kMeanThreads - 1) / kMeanThreads);
@@ -107,13 +101,12 @@ class CudaLayerSelector final : public LayerSelector {
     std::vector<int32_t> all(lists + static_cast<size_t>(in.n_heads));
     if (in.n_heads > 0) kept_.download(all.data(), all.size());  // synchronises with the kernels
     const int32_t* counts = all.data() + lists;
-    const std::vector<int32_t>& rows = all;
     std::vector<std::vector<int>> kept(in.n_heads);
     for (int h = 0; h < in.n_heads; ++h) {
       if (counts[h] < 0 || counts[h] > in.length[h])
         throw RuntimeError("device selection: head " + std::to_string(h) + " returned " + std::to_string(counts[h]) +
                            " kept entries of " + std::to_string(in.length[h]));
-      const auto* row = rows.data() + static_cast<size_t>(h) * stride;
+      const int32_t* row = all.data() + static_cast<size_t>(h) * stride;
       kept[h].assign(row, row + counts[h]);
     }
     return kept;
