@@ -3,11 +3,13 @@
 // appends, compaction to half (in place, and score-ordered through scratch), D2O's merge of one
 // decode step on the device (nearest kept key and fold per head), H2O's accumulated attention in one
 // decode step on the device (add the step's column sums, keep all but one entry per head) against
-// the download of those sums it replaced, snapshot and restore bandwidth. Prints "skipped: <why>"
+// the download of those sums it replaced, SpindleKV's codebook match of one decode step on the
+// device against the host path it replaced, snapshot and restore bandwidth. Prints "skipped: <why>"
 // and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -22,6 +24,7 @@
 
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/rope.h"
 #include "core/engine/accumulated_attention_store.h"
 #endif
 
@@ -134,6 +137,48 @@ int run(int prompt, int restores) {
     std::printf("h2o accumulate  %d entries x %d query heads x %d layers: %.3f ms per token on the device; "
                 "the host path's download of the sums alone %.3f ms\n",
                 len, g.n_heads * group, g.n_layers, 1e3 * accumulate / acc_steps, 1e3 * download / acc_steps);
+  }
+  // SpindleKV's decode step on codebook layers (core/decode/device_kv_codebook.h): per layer the
+  // token appended, then matched against its head's book of `codes` codes and overwritten with its
+  // reconstruction on the device; against the host path it replaced (the block's K and V
+  // downloaded, then each head's reconstructed row written back).
+  {
+    const int codes = 1024, cb_steps = 16;
+    cache.restore(snap);
+    std::vector<float> unit(size_t(codes) * g.head_dim);
+    for (float& x : unit) x = normal(rng) / std::sqrt(float(g.head_dim));
+    DeviceCodebookLoad load;
+    load.books.resize(size_t(g.n_heads));
+    for (DeviceCodebookLoad::Book& b : load.books) b.key_codes = b.value_codes = unit;
+    load.theta_key.assign(size_t(g.n_heads), 0.98);
+    load.theta_value.assign(size_t(g.n_heads), 0.95);
+    for (int l = 0; l < g.n_layers; ++l) cache.load_codebooks(l, load);
+    ModelConfig rope_config;
+    rope_config.head_dim = g.head_dim;
+    Rope rope(rope_config);
+    rope.reserve(len + cb_steps + 1);
+    const double matched = timed([&] {
+      for (int s = 0; s < cb_steps; ++s)
+        for (int l = 0; l < g.n_layers; ++l) {
+          const std::vector<int32_t> at(size_t(g.n_heads), len + s);
+          cache.append(l, 1, block.data(), block.data(), stride, at);
+          cache.codebook_append(l, 1, block.data(), block.data(), stride, len + s, rope.table());
+        }
+    });
+    std::vector<float> row(size_t(stride) * 2);
+    const std::vector<int32_t> position{len};
+    const double host_path = timed([&] {
+      for (int s = 0; s < cb_steps; ++s)
+        for (int l = 0; l < g.n_layers; ++l) {
+          block.download(row.data(), size_t(stride) * 2);
+          for (int h = 0; h < g.n_heads; ++h)
+            cache.write_rows(l, h, cache.layout().length(l, h) - 1, 1, row.data() + size_t(h) * g.head_dim,
+                             row.data() + size_t(h) * g.head_dim, position.data());
+        }
+    });
+    std::printf("spindlekv codebook  %d codes x %d heads x %d layers: %.3f ms per token on the device; "
+                "the host path's row download and re-upload alone %.3f ms\n",
+                codes, g.n_heads, g.n_layers, 1e3 * matched / cb_steps, 1e3 * host_path / cb_steps);
   }
   cache.restore(snap);
   const double restore = timed([&] {

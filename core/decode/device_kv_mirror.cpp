@@ -53,6 +53,7 @@ DeviceKvMirror::DeviceKvMirror(KVCache& cache, DeviceKvBackend& backend, MirrorA
   layer_pending_.assign(static_cast<size_t>(n_layers_), 0);
   host_lag_.assign(static_cast<size_t>(n_layers_), 0);
   placeholders_.assign(static_cast<size_t>(n_layers_) * n_heads_, {});
+  books_.resize(static_cast<size_t>(n_layers_));
   unfolded_ = cache_.unfolded();
   // The device cache starts empty: heads the host holds entries in are uploaded at the first flush.
   for (int l = 0; l < n_layers_ && !unfolded_; ++l)
@@ -89,6 +90,7 @@ void DeviceKvMirror::mark_all_for_resync() {
   std::fill(layer_pending_.begin(), layer_pending_.end(), 1);
   std::fill(host_lag_.begin(), host_lag_.end(), 0);  // every head is re-uploaded from the host
   for (std::vector<int>& rows : placeholders_) rows.clear();  // the host's rows are whole again (cleared or replaced)
+  mark_codebooks_for_reload();
 }
 
 void DeviceKvMirror::mark_synced() {
@@ -98,6 +100,7 @@ void DeviceKvMirror::mark_synced() {
   // A restored position-only head needs no list: every row of it is on the device only.
   for (std::vector<int>& rows : placeholders_) rows.clear();
   unfolded_ = cache_.unfolded();
+  mark_codebooks_for_reload();  // the restored host's codes, not the ones the device went on with
 }
 
 void DeviceKvMirror::refuse_placeholders(int layer, int head, const char* what) const {
@@ -138,7 +141,16 @@ bool DeviceKvMirror::host_head_holds_no_row(int layer, int head) const {
   return cache_.length(layer, head) == 0 || cache_.rows_held_elsewhere(layer, head);
 }
 
-bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_position) {
+bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_position, const float* keys,
+                                       const float* values, int64_t src_stride) {
+  if (keys && values && appends_ == MirrorAppends::Decoder && !unfolded_ && rows >= 0 && codebooks_current(layer)) {
+    cache_.reserve_rope_table(first_position + std::max(rows, 1) - 1);
+    backend_.codebook_append(layer, rows, keys, values, src_stride, first_position, cache_.rope_table());
+    host_lag_[static_cast<size_t>(layer)] += rows;
+    counts_.rows_deferred += static_cast<int64_t>(rows) * n_heads_;
+    counts_.codebook_rows_on_device += static_cast<int64_t>(rows) * n_heads_;
+    return true;
+  }
   if (host_takes_rows_now("defer_host_append", layer, rows)) return false;
   // Where no head of the layer holds a real row on the host, the rows become position-only
   // placeholders: nothing lags (lengths and positions stay exact) and the host holds no row.
@@ -275,6 +287,10 @@ void DeviceKvMirror::append_lagging_rows() {
   for (int l = 0; l < n_layers_; ++l) {
     const int lag = host_lag_[static_cast<size_t>(l)];
     if (lag == 0) continue;
+    if (all_heads_codebook(l)) {  // only a codebook append defers such a layer
+      append_lagging_codebook_entries(l, lag);
+      continue;
+    }
     std::vector<DeviceKvHeadContents> rows(static_cast<size_t>(n_heads_));
     for (int h = 0; h < n_heads_; ++h) {
       const int64_t host = cache_.length(l, h), device = backend_.layout().length(l, h);
@@ -339,7 +355,7 @@ bool DeviceKvMirror::has_placeholders(int layer) const {
 bool DeviceKvMirror::pending(int layer) const { return layer_pending_.at(static_cast<size_t>(layer)) != 0; }
 
 void DeviceKvMirror::on_append(int layer, int head, int32_t position, const float* key, const float* value) {
-  if (unfolded_) return;
+  if (unfolded_ || filling_) return;  // filling: the host takes the device's own entries
   refuse_while_lagging(layer, head, "a host append");
   HeadState& s = state(layer, head);
   if (s.resync) return;  // the whole head is read from the host anyway
@@ -380,6 +396,7 @@ void DeviceKvMirror::on_keep(int layer, int head, std::span<const int> indices) 
   refuse_while_lagging(layer, head, "a keep");
   if (state(layer, head).reassign) apply_pending(layer);  // a keep does not compose with a pending re-assignment
   layer_pending_[static_cast<size_t>(layer)] = 1;
+  if (cache_.is_codebook(layer, head)) books_[static_cast<size_t>(layer)].reload = true;  // codes renumbered
   follow_keep(placeholders_[static_cast<size_t>(layer) * n_heads_ + head], indices);
   HeadState& s = state(layer, head);
   if (s.resync) return;
@@ -427,6 +444,7 @@ void DeviceKvMirror::resync_head(int layer, int head) {
 void DeviceKvMirror::on_codebook(int layer, int head) {
   if (unfolded_) return;
   const int first = head == kAllHeads ? 0 : head, last = head == kAllHeads ? n_heads_ : head + 1;
+  books_[static_cast<size_t>(layer)].reload = true;
   for (int h = first; h < last; ++h) {
     refuse_while_lagging(layer, h, "a codebook");
     refuse_placeholders(layer, h, "a codebook");
@@ -526,6 +544,7 @@ void DeviceKvMirror::apply_pending(int layer) {
     if (s.resync || !s.dirty.empty()) resync_rows(layer, h, s);
     s = HeadState{};
   }
+  send_codebooks(layer);
   layer_pending_[static_cast<size_t>(layer)] = 0;
 }
 

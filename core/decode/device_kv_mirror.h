@@ -93,6 +93,14 @@ class DeviceKvBackend {
                                                                    std::span<const KeptKeySearch> searches) const = 0;
   virtual std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const = 0;
   virtual void fold_rows(int layer, int head, const RowFolds& folds) = 0;
+  // SpindleKV's codebooks on the device (device_kv_codebook.h, device_kv_codebook_books.h): the
+  // host's codes, a decoded block's last `rows` rows of every head matched and overwritten with
+  // their reconstructions (keys / values: the block as appended, in the backend's memory), and what
+  // the device added since, read back.
+  virtual void load_codebooks(int layer, const DeviceCodebookLoad& load) = 0;
+  virtual void codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
+                               int32_t first_position, const RopeTableView& rope) = 0;
+  virtual DeviceCodebookNews codebook_news(int layer) = 0;
 };
 
 template <class Cache>
@@ -123,6 +131,12 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
     return cache_.value_norms(layer, head, rows);
   }
   void fold_rows(int layer, int head, const RowFolds& folds) override { cache_.fold_rows(layer, head, folds); }
+  void load_codebooks(int layer, const DeviceCodebookLoad& load) override { cache_.load_codebooks(layer, load); }
+  void codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
+                       int32_t first_position, const RopeTableView& rope) override {
+    cache_.codebook_append(layer, rows, keys, values, src_stride, first_position, rope);
+  }
+  DeviceCodebookNews codebook_news(int layer) override { return cache_.codebook_news(layer); }
 
  private:
   Cache& cache_;
@@ -164,7 +178,14 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   // (a codebook head), or re-assigned positions (the next position is the host's length, so the
   // host may not lag) on a layer whose heads hold real rows; the caller then appends to the host as
   // usual.
-  bool defer_host_append(int layer, int rows, int32_t first_position);
+  // A layer whose heads are all codebook heads (SpindleKV) defers too when the decoder hands over
+  // the block as appended (`keys` / `values`: [rows][src_stride] f32 in the backend's memory) and
+  // the device holds the layer's books as the host holds them (after flush(layer)): the backend
+  // matches the rows against its books and stores their reconstructions (codebook_append), and
+  // the host catches up from the codes and entries the device logged (sync_host; no row crosses in
+  // the decode loop). Without the block such a layer is not deferred.
+  bool defer_host_append(int layer, int rows, int32_t first_position, const float* keys = nullptr,
+                         const float* values = nullptr, int64_t src_stride = 0);
   // Decoder mode: the decoder appended `rows` rows (positions first_position, first_position + 1,
   // ...) to every head of `layer` on the device (after flush(layer)); the host takes placeholder
   // rows with those positions. Returns false, appending nothing, where defer_host_append would, or
@@ -265,6 +286,14 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   void fill_head(int layer, int head, KvType type);
   void append_lagging_rows();
   void refuse_unmergeable(int layer, int head, const char* what) const;
+  // Codebooks (device_kv_mirror_codebooks.cpp): whether every head of the layer is a codebook head;
+  // the layer's books sent where the device's differ from the host's (part of a flush); whether a
+  // block may be matched on the device now; the host's catch-up from the device's news.
+  bool all_heads_codebook(int layer) const;
+  void send_codebooks(int layer);
+  bool codebooks_current(int layer) const;
+  void mark_codebooks_for_reload();
+  void append_lagging_codebook_entries(int layer, int lag);
 
   KVCache& cache_;
   DeviceKvBackend& backend_;
@@ -275,6 +304,14 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   std::vector<char> layer_pending_;  // [layer]
   std::vector<int> host_lag_;        // [layer]: rows every head of the layer has on the device only
   std::vector<std::vector<int>> placeholders_;  // [layer][head]: host rows holding placeholders, ascending
+  // Per layer, the codebooks the device holds: `loaded` as of the host's codes at the last send or
+  // catch-up, `key_codes` / `value_codes` of each book (a prefix of the host's while the host only
+  // appends codes); `reload` sends them all again (a keep drops and renumbers codes).
+  struct LayerBooks {
+    bool loaded = false, reload = false, shared = false;
+    std::vector<int32_t> key_codes, value_codes;  // [books]
+  };
+  std::vector<LayerBooks> books_;    // [layer]
   bool filling_ = false;             // sync_host is overwriting placeholders: its own writes are not news
   bool row_norms_ = false;           // hold_row_norms(true)
   Counts counts_;

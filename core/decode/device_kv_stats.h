@@ -17,6 +17,8 @@ struct DeviceKvCounts {
   int64_t device_reassigns = 0;  // layers whose position-only heads had their positions re-assigned on the device
   int64_t heads_released = 0;    // host heads that dropped their rows, the device holding them (release_host_rows)
   int64_t rows_folded = 0;       // rows written by row merges run on the device (fold_rows), summed over heads
+  int64_t codebook_rows_on_device = 0;  // deferred rows of codebook heads matched on the device, summed over heads
+  int64_t codes_uploaded = 0;           // codebook codes (keys and values) sent to the device
 };
 
 // Host wall time (seconds) spent in the mirror's sync_host and in its flushes that had work

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/decode/device_kv_codebook_books.h"
 #include "core/decode/device_kv_layout.h"
 #include "core/decode/device_kv_view.h"
 #include "core/decode/rope.h"
@@ -61,6 +62,15 @@ class DeviceKvTwin {
   std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) const;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const;
   void fold_rows(int layer, int head, const RowFolds& folds);
+  // SpindleKV's codebooks (device_kv_codebook.h, device_kv_codebook_books.h): load_codebooks takes
+  // the host's codes (std::invalid_argument as DeviceCodebookBooks::load); codebook_append runs the
+  // element bodies in order over the last `rows` rows of every head of `layer` (appended from the
+  // same keys and values just before), matching them against the books, overwriting them with
+  // their reconstructions and logging their entries; codebook_news reads back what it added.
+  void load_codebooks(int layer, const DeviceCodebookLoad& load);
+  void codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
+                       int32_t first_position, const RopeTableView& rope);
+  DeviceCodebookNews codebook_news(int layer);
   // The view of one layer over the host arenas, for the CPU twins of the kernels that read the
   // cache (window_attention_twin): valid until the layer is next appended to, grown, written,
   // compacted or restored.
@@ -80,12 +90,22 @@ class DeviceKvTwin {
   void restore(const Snapshot& snapshot);
 
  private:
+  struct Codebooks {
+    DeviceCodebookBooks books;
+    std::vector<float> key_codes, value_codes;  // [books][code capacity][head_dim]
+    std::vector<int32_t> key_count, value_count;
+    std::vector<CodebookEntry> log;  // [heads][log capacity]
+  };
+  Codebooks& codebooks(int layer);
+  void grow_codebooks(Codebooks& c, int64_t code_capacity, int64_t log_capacity);
+
   Arenas allocate(const DeviceKvLayerLayout& layout) const;
   void copy_rows(const Arenas& from, Arenas& to, const std::vector<DeviceKvCopy>& copies) const;
   void relocate(int layer, DeviceKvLayerLayout to);
 
   DeviceKvLayout layout_;
   std::vector<Arenas> arenas_;  // [layer]
+  std::vector<Codebooks> codebooks_;  // [layer], made at the first load
 };
 
 }  // namespace kvevict

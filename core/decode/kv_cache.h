@@ -52,6 +52,7 @@
 #include "core/decode/kv_rows.h"
 #include "core/decode/kv_type.h"
 #include "core/decode/rope.h"
+#include "core/decode/device_kv_codebook.h"
 #include "core/decode/row_norms.h"
 #include "core/model/model_config.h"
 
@@ -148,6 +149,19 @@ class KVCache {
   void set_layer_codebook(int layer, LayerCodebook codes, std::vector<CodebookHead> heads);
   // The layer's shared codes, or nullptr when its heads have none.
   const LayerCodebook* layer_codebook(int layer) const;
+  // A codebook head's catch-up from a device that appended its entries (DeviceKvMirror::sync_host,
+  // device_kv_codebook.h): extend_codebook_codes appends codes to the head's book (the layer's when
+  // its codes are shared: call it once per layer), then append_codebook_entries appends the entries
+  // with their positions, as append would have stored them. The listener hears on_append with null
+  // key and value per entry. Throws std::logic_error on a dense head, std::invalid_argument when the
+  // codes are not whole head_dim vectors, the spans differ in length, or an index names no code.
+  void extend_codebook_codes(int layer, int kv_head, std::span<const float> key_codes,
+                             std::span<const float> value_codes);
+  void append_codebook_entries(int layer, int kv_head, std::span<const int32_t> positions,
+                               std::span<const CodebookEntry> entries);
+  // Makes rope_table() cover positions [0, position]: for whoever rotates this cache's keys
+  // elsewhere (the device's codebook append).
+  void reserve_rope_table(int32_t position) { reserve_rope(position); }
 
   // Appends one entry of KV head `kv_head` to every stored head holding that KV head (one, or G
   // copies when unfolded). `key` is post-RoPE. On a codebook head it is matched against the codes.

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/device_kv_codebook.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/kv_cache_where.h"
 
@@ -26,25 +27,15 @@ void check_codes(const std::vector<float>& codes, const std::vector<int32_t>& in
                                   std::to_string(n_codes) + ")");
 }
 
-// x / |x| into unit (zero stays zero); returns |x|.
-float normalise(const float* x, int d, float* unit) {
-  double s = 0;
-  for (int i = 0; i < d; ++i) s += static_cast<double>(x[i]) * x[i];
-  const double m = std::sqrt(s);
-  for (int i = 0; i < d; ++i) unit[i] = m > 0 ? static_cast<float>(x[i] / m) : 0.0f;
-  return static_cast<float>(m);
-}
-
-// Code of highest cosine > theta (ties: lowest index), or a new code made of `unit`.
+// Code of highest cosine > theta (ties: lowest index), or a new code made of `unit`
+// (device_kv_codebook.h: the device's rule, element for element).
 int32_t match_or_add(std::vector<float>& codes, const float* unit, int d, double theta) {
   const int n = static_cast<int>(codes.size() / d);
-  int best = -1;
+  int32_t best = -1;
   float best_dot = 0.0f;
   for (int c = 0; c < n; ++c) {
-    const float* code = codes.data() + static_cast<size_t>(c) * d;
-    float dot = 0.0f;
-    for (int i = 0; i < d; ++i) dot += code[i] * unit[i];
-    if (dot > theta && (best < 0 || dot > best_dot)) {
+    const float dot = codebook_dot(codes.data() + static_cast<size_t>(c) * d, unit, d);
+    if (codebook_match_beats(dot, c, theta, best_dot, best)) {
       best = c;
       best_dot = dot;
     }
@@ -121,12 +112,20 @@ void KVCache::reconstruct_keys(int layer, int kv_head, int t0, int t1, float* ou
   }
   const CodebookHead& cb = *h.codebook;
   const std::vector<float>& codes = key_codes(layer, cb);
+  const RopeTableView rope = rope_.table();
   for (int t = t0; t < t1; ++t) {
     float* k = out + (t - t0) * d;
     const float* code = codes.data() + static_cast<size_t>(cb.key_index[t]) * d;
-    const float m = cb.key_norm[t];
-    for (size_t i = 0; i < d; ++i) k[i] = code[i] * m;
-    rope_.forward(k, h.positions[t]);
+    if (h.positions[t] < 0 || h.positions[t] >= rope.positions)  // the mutators reserve every position
+      throw std::logic_error("KVCache::reconstruct_keys: position " + std::to_string(h.positions[t]) + " of " +
+                             kv_cache_head_where(layer, kv_head) + " is outside the RoPE table");
+    for (int i = 0; i < rope.half; ++i) {
+      int a = 0, b = 0;
+      float x0 = 0, x1 = 0;
+      codebook_key_pair(code, cb.key_norm[t], rope, h.positions[t], i, &a, &b, &x0, &x1);
+      k[a] = x0;
+      k[b] = x1;
+    }
   }
 }
 
@@ -219,14 +218,61 @@ void KVCache::append_codebook_entry(int layer, int kv_head, int32_t position, co
   std::vector<float>& kc = cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
   std::vector<float>& vc = cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
   const int d = head_dim_;
-  std::vector<float> pre(key, key + d), unit(d);
+  std::vector<float> pre(d), unit(d);
   reserve_rope(position);
-  rope_.inverse(pre.data(), position);
-  cb.key_norm.push_back(normalise(pre.data(), d, unit.data()));
+  codebook_key_pre_rope(key, rope_.table(), position, pre.data());
+  cb.key_norm.push_back(codebook_unit(pre.data(), d, unit.data()));
   cb.key_index.push_back(match_or_add(kc, unit.data(), d, cb.theta_key));
-  cb.value_norm.push_back(normalise(value, d, unit.data()));
+  cb.value_norm.push_back(codebook_unit(value, d, unit.data()));
   cb.value_index.push_back(match_or_add(vc, unit.data(), d, cb.theta_value));
   h.positions.push_back(position);
+}
+
+void KVCache::extend_codebook_codes(int layer, int kv_head, std::span<const float> key_codes,
+                                    std::span<const float> value_codes) {
+  check_head("extend_codebook_codes", layer, kv_head);
+  Head& h = head(layer, kv_head);
+  const std::string what = "KVCache::extend_codebook_codes " + kv_cache_head_where(layer, kv_head);
+  if (!h.codebook) throw std::logic_error(what + ": a dense head");
+  const size_t d = static_cast<size_t>(head_dim_);
+  if (key_codes.size() % d != 0 || value_codes.size() % d != 0)
+    throw std::invalid_argument(what + ": codes are not whole head_dim vectors");
+  CodebookHead& cb = *h.codebook;
+  std::vector<float>& kc = cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
+  std::vector<float>& vc = cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
+  kc.insert(kc.end(), key_codes.begin(), key_codes.end());
+  vc.insert(vc.end(), value_codes.begin(), value_codes.end());
+}
+
+void KVCache::append_codebook_entries(int layer, int kv_head, std::span<const int32_t> positions,
+                                      std::span<const CodebookEntry> entries) {
+  check_head("append_codebook_entries", layer, kv_head);
+  Head& h = head(layer, kv_head);
+  const std::string what = "KVCache::append_codebook_entries " + kv_cache_head_where(layer, kv_head);
+  if (!h.codebook) throw std::logic_error(what + ": a dense head");
+  if (positions.size() != entries.size())
+    throw std::invalid_argument(what + ": " + std::to_string(positions.size()) + " positions for " +
+                                std::to_string(entries.size()) + " entries");
+  CodebookHead& cb = *h.codebook;
+  const int64_t n_key = static_cast<int64_t>(key_codes(layer, cb).size() / head_dim_);
+  const int64_t n_value = static_cast<int64_t>(value_codes(layer, cb).size() / head_dim_);
+  for (size_t i = 0; i < entries.size(); ++i) {  // all checked before anything changes
+    const CodebookEntry& e = entries[i];
+    if (e.key_index < 0 || e.key_index >= n_key || e.value_index < 0 || e.value_index >= n_value)
+      throw std::invalid_argument(what + ": entry " + std::to_string(i) + " names key code " +
+                                  std::to_string(e.key_index) + " of " + std::to_string(n_key) + " and value code " +
+                                  std::to_string(e.value_index) + " of " + std::to_string(n_value));
+    if (positions[i] < 0) throw std::invalid_argument(what + ": a negative position");
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    reserve_rope(positions[i]);
+    cb.key_index.push_back(entries[i].key_index);
+    cb.key_norm.push_back(entries[i].key_norm);
+    cb.value_index.push_back(entries[i].value_index);
+    cb.value_norm.push_back(entries[i].value_norm);
+    h.positions.push_back(positions[i]);
+    if (listener_.ptr) listener_.ptr->on_append(layer, kv_head, positions[i], nullptr, nullptr);
+  }
 }
 
 void KVCache::keep_codebook(int layer, int kv_head, std::span<const int> indices) {

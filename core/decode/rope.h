@@ -18,15 +18,27 @@ KVEVICT_HOST_DEVICE inline void rope_pair_elements(RopeStyle style, int i, int h
   *b = style == RopeStyle::AdjacentPairs ? 2 * i + 1 : i + half;
 }
 
-// One pair of a cached key moved from the angle (c0, s0) to the angle (c1, s1): rotated back, then
-// forward, in f32. Written with explicit fused multiply-adds, which no compiler splits or fuses
-// further, so the host (KVCache::reassign_positions through Rope::rerotate) and the device
-// (device_kv_reassign.h) give the same bits from the same table whatever their contraction rules.
-KVEVICT_HOST_DEVICE inline void rope_rerotate_pair(float* x0, float* x1, float c0, float s0, float c1, float s1) {
+// One pair rotated back by the angle (c, s) (RoPE^-1) and forward by it (RoPE), in f32. Written
+// with explicit fused multiply-adds, which no compiler splits or fuses further, so the host and a
+// kernel give the same bits from the same table whatever their contraction rules (the host builds
+// with -march=native, nvcc fuses by default).
+KVEVICT_HOST_DEVICE inline void rope_rotate_pair_back(float* x0, float* x1, float c, float s) {
   const float a = *x0, b = *x1;
-  const float y0 = fmaf(a, c0, b * s0), y1 = fmaf(b, c0, -(a * s0));  // back by (c0, s0)
-  *x0 = fmaf(y0, c1, -(y1 * s1));                                     // forward by (c1, s1)
-  *x1 = fmaf(y0, s1, y1 * c1);
+  *x0 = fmaf(a, c, b * s);
+  *x1 = fmaf(b, c, -(a * s));
+}
+KVEVICT_HOST_DEVICE inline void rope_rotate_pair_forward(float* x0, float* x1, float c, float s) {
+  const float a = *x0, b = *x1;
+  *x0 = fmaf(a, c, -(b * s));
+  *x1 = fmaf(a, s, b * c);
+}
+
+// One pair of a cached key moved from the angle (c0, s0) to the angle (c1, s1): rotated back, then
+// forward (the host: KVCache::reassign_positions through Rope::rerotate; the device:
+// device_kv_reassign.h).
+KVEVICT_HOST_DEVICE inline void rope_rerotate_pair(float* x0, float* x1, float c0, float s0, float c1, float s1) {
+  rope_rotate_pair_back(x0, x1, c0, s0);
+  rope_rotate_pair_forward(x0, x1, c1, s1);
 }
 
 // A Rope's table as plain data (for a kernel's parameters): cos and sin of pair i at position p at

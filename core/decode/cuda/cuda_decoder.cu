@@ -626,12 +626,13 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
   mirror_->flush(layer);
   const std::vector<int32_t> first(static_cast<size_t>(config_.n_kv_heads), rotary_first);
   device_kv_->append(layer, n, k_.data(), v_.data(), config_.kv_dim(), first);
-  if (!(defer_host_ && mirror_->defer_host_append(layer, n, rotary_first)) &&
+  // (A codebook layer's block is matched against the device's books from the projection's rows.)
+  if (!(defer_host_ && mirror_->defer_host_append(layer, n, rotary_first, k_.data(), v_.data(), config_.kv_dim())) &&
       !(placeholder_host_ && mirror_->append_placeholders(layer, n, rotary_first))) {
     Stopwatch timed(&own_seconds_.host_append);
     append_to_host(layer, n, rotary_first);
   }
-  mirror_->flush(layer);  // a codebook head's new rows are its reconstruction (no-op otherwise)
+  mirror_->flush(layer);  // a codebook head's rows the host took: their reconstruction (no-op otherwise)
   const DeviceKvLayout& layout = device_kv_->layout();
   return make_layer_view(layout.layer(layer), layout.geometry(), device_kv_->keys(layer), device_kv_->values(layer),
                          device_kv_->positions(layer));

@@ -10,6 +10,7 @@
 
 #include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/device_kv_cache.h"
+#include "core/decode/cuda/device_kv_codebook.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/device_kv_elements.h"
 #include "core/decode/device_kv_merges.h"
@@ -187,11 +188,36 @@ struct DeviceKvCache::Impl {
   DeviceArray<KeptKeyMatch> matches;                 // nearest_kept_keys' answer
   DeviceArray<RowFold> folds;                        // fold_rows' plan
   DeviceArray<RowFoldTerm> terms;
-  DeviceArray<float> rope_cos, rope_sin;             // reassign_positions' copy of the host RoPE table
+  DeviceArray<float> rope_cos, rope_sin;             // the device copy of the host RoPE table (device_rope)
   int rope_positions = 0;                            // positions of that copy
+  std::unique_ptr<DeviceKvCodebooks> codebook_state; // SpindleKV's codebooks, made at their first use
 
   int row_words() const { return layout.geometry().row_words(); }
   LayerArenas& layer(int l) { return *arenas[size_t(l)]; }
+  DeviceKvCodebooks& codebooks() {
+    if (!codebook_state)
+      codebook_state = std::make_unique<DeviceKvCodebooks>(layout.geometry().n_layers, layout.geometry().n_heads,
+                                                           layout.geometry().head_dim);
+    return *codebook_state;
+  }
+  // The host RoPE table on the device (reassign_positions, codebook_append): the host table only
+  // grows, so it is copied whole, rarely, when it has more positions than the copy. The view's
+  // positions are the copy's.
+  RopeTableView device_rope(const RopeTableView& rope) {
+    if (rope.positions > rope_positions) {
+      const size_t n = size_t(rope.positions) * size_t(rope.half);
+      rope_cos.resize(n);
+      rope_sin.resize(n);
+      rope_cos.upload(rope.cos, n);
+      rope_sin.upload(rope.sin, n);
+      rope_positions = rope.positions;
+    }
+    RopeTableView on_device = rope;
+    on_device.cos = rope_cos.data();
+    on_device.sin = rope_sin.data();
+    on_device.positions = rope_positions;
+    return on_device;
+  }
   void relocate(int l, DeviceKvLayerLayout to) {
     auto fresh = std::make_unique<LayerArenas>(to, row_words());
     copy_rows(layer(l), *fresh, plan_copy(layout.layer(l), to), row_words());
@@ -344,18 +370,7 @@ std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_
 }
 
 void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
-  if (rope.positions > impl_->rope_positions) {  // the host table only grows: copy it whole, rarely
-    const size_t n = size_t(rope.positions) * size_t(rope.half);
-    impl_->rope_cos.resize(n);
-    impl_->rope_sin.resize(n);
-    impl_->rope_cos.upload(rope.cos, n);
-    impl_->rope_sin.upload(rope.sin, n);
-    impl_->rope_positions = rope.positions;
-  }
-  RopeTableView on_device = rope;
-  on_device.cos = impl_->rope_cos.data();
-  on_device.sin = impl_->rope_sin.data();
-  on_device.positions = impl_->rope_positions;
+  const RopeTableView on_device = impl_->device_rope(rope);
   LayerArenas& a = impl_->layer(layer);
   const DeviceKvReassignArgs args = plan_reassign(impl_->layout, layer, heads, a.keys.data(), a.positions.data(), on_device);
   const size_t n = device_kv_reassign_elements(args);
@@ -422,6 +437,25 @@ void DeviceKvCache::fold_rows(int layer, int head, const RowFolds& folds) {
   fold_kernel<<<static_cast<unsigned>((n + kAppendThreads - 1) / kAppendThreads), kAppendThreads>>>(args, n);
   check_launch("device KV fold kernel");
 }
+
+void DeviceKvCache::load_codebooks(int layer, const DeviceCodebookLoad& load) { impl_->codebooks().load(layer, load); }
+
+// The twin's checks in the twin's order (device_kv_twin_codebook.cpp), then the room, then one launch.
+void DeviceKvCache::codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
+                                    int32_t first_position, const RopeTableView& rope) {
+  DeviceKvCodebooks& books = impl_->codebooks();
+  books.check_layer(layer);
+  impl_->layout.check_block(rows, src_stride);
+  books.reserve(layer, rows);
+  const std::vector<int64_t> dst_row = device_codebook_block_rows(impl_->layout.layer(layer), layer, rows);
+  RopeTableView on_device = impl_->device_rope(rope);
+  on_device.positions = rope.positions;  // the host table's coverage decides, as in the twin
+  LayerArenas& a = impl_->layer(layer);
+  books.append(layer, rows, keys, values, src_stride, first_position, dst_row.data(), on_device, a.keys.data(),
+               a.values.data(), impl_->layout.geometry().type);
+}
+
+DeviceCodebookNews DeviceKvCache::codebook_news(int layer) { return impl_->codebooks().news(layer); }
 
 DeviceKvSnapshot DeviceKvCache::snapshot() const {
   DeviceKvSnapshot s;

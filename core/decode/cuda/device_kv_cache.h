@@ -12,7 +12,8 @@
 // (device_kv_layout.h). This header needs no CUDA headers.
 //
 // Status: its GPU test (tests/core/device_kv_cache_gpu_test.cpp: against the host twin; skips
-// without a GPU) passed on an H200 on 2026-12-04, under compute-sanitizer memcheck too.
+// without a GPU) passed on an H200 on 2026-12-04, under compute-sanitizer memcheck too. The
+// codebooks (tests/core/device_kv_codebook_gpu_test.cpp, against the twin) have not run on a GPU.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -90,6 +91,17 @@ class DeviceKvCache {
   std::vector<std::vector<KeptKeyMatch>> nearest_kept_keys(int layer, std::span<const KeptKeySearch> searches) const;
   std::vector<double> value_norms(int layer, int head, std::span<const int> rows) const;  // synchronises
   void fold_rows(int layer, int head, const RowFolds& folds);
+
+  // SpindleKV's codebooks (device_kv_codebook.h's element bodies; DeviceKvTwin's contract):
+  // load_codebooks uploads the host's codes; codebook_append runs one block of threads per book
+  // over the last `rows` rows of every head of `layer` (keys / values: DEVICE pointers to the block
+  // as appended, [rows][src_stride] f32), matching, overwriting and logging them, with `rope` a
+  // HOST table (uploaded when it has grown); codebook_news downloads what the device added
+  // (synchronises). No codes or entries cross in an append.
+  void load_codebooks(int layer, const DeviceCodebookLoad& load);
+  void codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
+                       int32_t first_position, const RopeTableView& rope);
+  DeviceCodebookNews codebook_news(int layer);
 
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head

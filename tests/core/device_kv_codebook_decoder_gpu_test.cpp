@@ -1,0 +1,94 @@
+// SpindleKV's codebook heads in the CUDA decoder's decode loop - GPU only; skipped with the reason
+// when the build has no CUDA or no usable device. SpindleKV evicts only at the prompt, so its
+// decode steps run without an observer: the decoder hands each block to the device's books
+// (DeviceKvMirror's codebooks, device_kv_codebook.h) and no row comes to the host until it is
+// asked for. Against a decoder whose watcher keeps the host appended (the host matches every row
+// itself, KVCache::append): the same logits at every step, exactly (both attend the same stored
+// words), and once synced the same codebooks (codes, indices, norms, positions) and a device cache
+// equal to its host's reconstruction. The CPU proof with the twin: device_kv_mirror_codebook_test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/decode/make_decoder.h"
+#include "core/engine/engine.h"
+#include "core/model/synthetic_model.h"
+#include "device_kv_gpu_test_util.h"
+#include "device_kv_mirror_rig.h"
+#include "dsl/policy_loader.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/cuda_decoder.h"
+#include "core/decode/cuda/device_kv_cache.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+#if defined(KVEVICT_HAVE_CUDA)
+// The device cache against the host's stored words (a codebook head: its reconstruction rounded
+// to the KvType, device_kv_mirror_rig.h) and positions.
+::testing::AssertionResult device_equals_host_words(Decoder& decoder) {
+  const cuda::DeviceKvCache* dev = synced_device_kv_cache(decoder);
+  if (!dev) return ::testing::AssertionFailure() << "no device-resident cache";
+  const KVCache& cache = decoder.cache();
+  for (int l = 0; l < cache.n_layers(); ++l)
+    for (int h = 0; h < cache.n_kv_heads(); ++h) {
+      const DeviceKvHeadContents d = dev->read_head(l, h);
+      const std::string at = "layer " + std::to_string(l) + " head " + std::to_string(h);
+      if (d.positions.size() != static_cast<size_t>(cache.length(l, h)) ||
+          !std::equal(d.positions.begin(), d.positions.end(), cache.positions(l, h)))
+        return ::testing::AssertionFailure() << at << ": positions differ";
+      if (d.keys != host_words(cache, l, h, true) || d.values != host_words(cache, l, h, false))
+        return ::testing::AssertionFailure() << at << ": stored words differ";
+    }
+  return ::testing::AssertionSuccess();
+}
+#endif
+
+TEST(DeviceKvCodebookDecoderGpu, SpindleKVDecodeRowsAreMatchedOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct WatchOnly : ForwardObserver {  // asks for nothing, but its presence keeps the host appended
+    ObservationRequest request() const override { return {}; }
+    void after_layer(const LayerSignals&, KVCache&) override {}
+  } watch;
+  const auto model = make_random_model(test::gqa_test_config("device-codebook-test"), 41);
+  std::mt19937 rng(3);
+  std::vector<int> prompt(120);
+  for (int& t : prompt) t = static_cast<int>(rng() % 300);
+  for (const std::string scope : {"per_head", "per_layer_across_heads"})
+    for (KvType type : {KvType::F16, KvType::F32}) {
+      const std::string what = scope + ", " + kv_type_name(type);
+      const auto policy = load_policy("spindlekv", {{"codebook_scope", scope}});
+      auto deferred = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+      auto appended = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});
+      EvictionEngine e1(*policy, model->config, {Budget::parse("50%"), 0});
+      EvictionEngine e2(*policy, model->config, {Budget::parse("50%"), 0});
+      ASSERT_FALSE(e1.observes_decode()) << "spindlekv evicts at the prompt only";
+      std::vector<float> a = deferred->forward(prompt, &e1), b = appended->forward(prompt, &e2);
+      const int64_t read_before = deferred->device_kv_stats().counts.rows_read;
+      for (int s = 0; s < 12; ++s) {
+        ASSERT_EQ(a, b) << what << ", step " << s;
+        const int next = static_cast<int>(std::max_element(a.begin(), a.end()) - a.begin());
+        a = deferred->forward(std::vector<int>{next});
+        b = appended->forward(std::vector<int>{next}, &watch);
+      }
+      ASSERT_EQ(a, b) << what;
+      const DeviceKvCounts counts = deferred->device_kv_stats().counts;
+      EXPECT_EQ(counts.rows_read, read_before) << what << ": no row came to the host in the decode loop";
+      EXPECT_EQ(counts.codebook_rows_on_device, int64_t{12} * model->config.n_layers * model->config.n_kv_heads)
+          << what;
+      EXPECT_EQ(appended->device_kv_stats().counts.codebook_rows_on_device, 0) << what;
+      ASSERT_TRUE(device_equals_host_words(*deferred)) << what;  // cache(): the host catches up
+      ASSERT_TRUE(device_equals_host_words(*appended)) << what;
+      EXPECT_TRUE(same_codebooks(deferred->cache(), appended->cache())) << what;
+    }
+#endif
+}
+
+}  // namespace
+}  // namespace kvevict
