@@ -1,9 +1,56 @@
 #include "core/engine/codebook.h"
 
+#include <bit>
 #include <cmath>
+#include <queue>
 #include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "core/util/error.h"
 
 namespace kvevict {
+
+namespace {
+
+// Bytes of adjacency bits a codebook over n vectors may take (the graph is n x n bits).
+constexpr double kMaxAdjacencyBytes = 4.0 * (1ull << 30);
+
+uint64_t bit(int t) { return uint64_t{1} << (t % 64); }
+
+// The graph's rows: row a holds every b with cos(u_a, u_b) > theta, and a itself. The upper
+// triangle is filled in parallel, a row per task (each pair's cosine computed once, a < b, its
+// products summed in element order), then mirrored into the lower triangle.
+std::vector<uint64_t> adjacency(const std::vector<float>& unit, int n, int dim, size_t words, double theta) {
+  std::vector<uint64_t> adj(static_cast<size_t>(n) * words, 0);
+  const double work = 0.5 * n * static_cast<double>(n) * dim;
+#pragma omp parallel for schedule(dynamic, 16) if (work > (1 << 22))
+  for (int a = 0; a < n; ++a) {
+    uint64_t* row = adj.data() + static_cast<size_t>(a) * words;
+    row[a / 64] |= bit(a);
+    const float* ua = unit.data() + static_cast<size_t>(a) * dim;
+    for (int b = a + 1; b < n; ++b) {
+      const float* ub = unit.data() + static_cast<size_t>(b) * dim;
+      float dot = 0.0f;
+      for (int i = 0; i < dim; ++i) dot += ua[i] * ub[i];
+      if (dot > theta) row[b / 64] |= bit(b);
+    }
+  }
+  for (int a = 0; a < n; ++a) {
+    const uint64_t* row = adj.data() + static_cast<size_t>(a) * words;
+    for (size_t w = static_cast<size_t>(a) / 64; w < words; ++w) {
+      uint64_t bits = row[w];
+      if (w == static_cast<size_t>(a) / 64) bits &= ~((bit(a) << 1) - 1);  // only b > a
+      for (; bits; bits &= bits - 1) {
+        const int b = static_cast<int>(w * 64) + std::countr_zero(bits);
+        adj[static_cast<size_t>(b) * words + static_cast<size_t>(a) / 64] |= bit(a);
+      }
+    }
+  }
+  return adj;
+}
+
+}  // namespace
 
 void Codebook::reconstruct(float* out) const {
   for (int t = 0; t < n_vectors(); ++t) {
@@ -14,6 +61,14 @@ void Codebook::reconstruct(float* out) const {
 
 Codebook build_codebook(const float* vectors, int n, int dim, double theta) {
   if (n < 0 || dim <= 0) throw std::invalid_argument("build_codebook: bad shape");
+  const size_t words = (static_cast<size_t>(n) + 63) / 64;
+  const double bytes = static_cast<double>(n) * static_cast<double>(words) * sizeof(uint64_t);
+  if (bytes > kMaxAdjacencyBytes)
+    throw UsageError("SpindleKV's codebook over " + std::to_string(n) + " vectors needs " +
+                     std::to_string(bytes / (1ull << 30)) + " GiB for its similarity graph, over the limit of " +
+                     std::to_string(kMaxAdjacencyBytes / (1ull << 30)) +
+                     " GiB (codebook_scope per_layer_across_heads joins every head of a layer; per_head or a smaller "
+                     "budget needs less)");
   Codebook cb;
   cb.dim = dim;
   cb.index.assign(n, -1);
@@ -28,50 +83,46 @@ Codebook build_codebook(const float* vectors, int n, int dim, double theta) {
     if (m > 0)
       for (int i = 0; i < dim; ++i) unit[static_cast<size_t>(t) * dim + i] = static_cast<float>(x[i] / m);
   }
-  // Adjacency as a bit matrix; degree counts include the diagonal.
-  const size_t words = (static_cast<size_t>(n) + 63) / 64;
-  std::vector<uint64_t> adj(static_cast<size_t>(n) * words, 0);
-  std::vector<int> degree(n, 0);
-  for (int a = 0; a < n; ++a) {
-    adj[a * words + a / 64] |= uint64_t{1} << (a % 64);
-    degree[a] += 1;
-    const float* ua = unit.data() + static_cast<size_t>(a) * dim;
-    for (int b = a + 1; b < n; ++b) {
-      const float* ub = unit.data() + static_cast<size_t>(b) * dim;
-      float dot = 0.0f;
-      for (int i = 0; i < dim; ++i) dot += ua[i] * ub[i];
-      if (dot > theta) {
-        adj[a * words + b / 64] |= uint64_t{1} << (b % 64);
-        adj[b * words + a / 64] |= uint64_t{1} << (a % 64);
-        ++degree[a];
-        ++degree[b];
-      }
-    }
-  }
+  const std::vector<uint64_t> adj = adjacency(unit, n, dim, words, theta);
+  std::vector<int> degree(n, 0);  // the diagonal included
+  for (int a = 0; a < n; ++a)
+    for (size_t w = 0; w < words; ++w) degree[a] += std::popcount(adj[static_cast<size_t>(a) * words + w]);
+  // The remaining node of highest degree, ties to the lowest index: a max-heap of (degree, -index)
+  // whose entries go stale as degrees fall (each fall pushes the new one).
+  std::priority_queue<std::pair<int, int>> heap;
+  for (int t = 0; t < n; ++t) heap.push({degree[t], -t});
   std::vector<char> alive(n, 1);
+  std::vector<int> removed;
   int remaining = n;
   while (remaining > 0) {
-    int c = -1;
-    for (int t = 0; t < n; ++t)
-      if (alive[t] && (c < 0 || degree[t] > degree[c])) c = t;
+    while (!alive[-heap.top().second] || heap.top().first != degree[-heap.top().second]) heap.pop();
+    const int c = -heap.top().second;
+    heap.pop();
     const int32_t code = cb.n_codes();
     cb.codes.insert(cb.codes.end(), unit.begin() + static_cast<size_t>(c) * dim,
                     unit.begin() + static_cast<size_t>(c + 1) * dim);
-    std::vector<int> removed;
-    for (int t = 0; t < n; ++t) {
-      if (alive[t] && (adj[c * words + t / 64] >> (t % 64) & 1)) {
+    // c and its remaining neighbours refer to the new code and leave the graph.
+    removed.clear();
+    const uint64_t* row_c = adj.data() + static_cast<size_t>(c) * words;
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = row_c[w]; bits; bits &= bits - 1) {
+        const int t = static_cast<int>(w * 64) + std::countr_zero(bits);
+        if (!alive[t]) continue;
         removed.push_back(t);
         cb.index[t] = code;
       }
-    }
     for (int t : removed) alive[t] = 0;
     remaining -= static_cast<int>(removed.size());
-    // Remaining nodes lose the edges to removed ones.
-    for (int u = 0; u < n; ++u) {
-      if (!alive[u]) continue;
-      const uint64_t* row = adj.data() + static_cast<size_t>(u) * words;
-      for (int t : removed)
-        if (row[t / 64] >> (t % 64) & 1) --degree[u];
+    // Their remaining neighbours lose an edge each (the graph is symmetric: u's row holds t iff
+    // t's row holds u).
+    for (int t : removed) {
+      const uint64_t* row_t = adj.data() + static_cast<size_t>(t) * words;
+      for (size_t w = 0; w < words; ++w)
+        for (uint64_t bits = row_t[w]; bits; bits &= bits - 1) {
+          const int u = static_cast<int>(w * 64) + std::countr_zero(bits);
+          if (!alive[u]) continue;
+          heap.push({--degree[u], -u});
+        }
     }
   }
   return cb;

@@ -6,7 +6,9 @@
 //   remaining neighbour of c (c included) refers to it; remove them all from the graph.
 //   reconstruction x_t ~= codes[ref[t]] * m_t.
 // A zero vector has no direction: it is its own code's member only if nothing else is near; its
-// norm 0 reconstructs it exactly. Cost O(N^2 d) time and N^2 bits of memory (N = vectors).
+// norm 0 reconstructs it exactly. Cost O(N^2 d / 2) time, spread over OpenMP's threads (the graph's
+// rows), N^2 bits of memory (N = vectors; over 4 GiB is refused with a UsageError before anything
+// is allocated), and O(N^2 / 64 + edges log N) for the greedy rounds (a heap of degrees).
 // Storage = codes (float) + one int32 index and one float norm per vector.
 #include <cstddef>
 #include <cstdint>

@@ -3,8 +3,11 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/engine/codebook.h"
+#include "core/util/error.h"
 
 namespace kvevict {
 namespace {
@@ -67,6 +70,86 @@ TEST(Codebook, ZeroVectorsReconstructExactly) {
   EXPECT_EQ(r[0], 0);
   EXPECT_EQ(r[1], 0);
   EXPECT_NEAR(r[2], 1, 1e-6);
+}
+
+// Algorithm 1 written out as the spec states it (policies.md §4.2): the whole similarity matrix,
+// then per round a scan for the node of highest remaining degree (the first such) and every
+// remaining neighbour's degree recounted against the nodes removed. build_codebook's parallel
+// upper triangle, mirrored rows and heap must give exactly its codes, indices and norms.
+Codebook spec_codebook(const std::vector<float>& x, int n, int d, double theta) {
+  Codebook cb;
+  cb.dim = d;
+  cb.index.assign(n, -1);
+  cb.norm.assign(n, 0.0f);
+  std::vector<float> unit(static_cast<size_t>(n) * d, 0.0f);
+  for (int t = 0; t < n; ++t) {
+    double s = 0;
+    for (int i = 0; i < d; ++i) s += static_cast<double>(x[t * d + i]) * x[t * d + i];
+    const double m = std::sqrt(s);
+    cb.norm[t] = static_cast<float>(m);
+    if (m > 0)
+      for (int i = 0; i < d; ++i) unit[t * d + i] = static_cast<float>(x[t * d + i] / m);
+  }
+  std::vector<std::vector<char>> adj(n, std::vector<char>(n, 0));
+  for (int a = 0; a < n; ++a) {
+    adj[a][a] = 1;
+    for (int b = a + 1; b < n; ++b) {
+      float dot = 0.0f;
+      for (int i = 0; i < d; ++i) dot += unit[a * d + i] * unit[b * d + i];
+      adj[a][b] = adj[b][a] = dot > theta;
+    }
+  }
+  std::vector<char> alive(n, 1);
+  for (int left = n; left > 0;) {
+    int c = -1, best = -1;
+    for (int t = 0; t < n; ++t) {
+      if (!alive[t]) continue;
+      int degree = 0;
+      for (int u = 0; u < n; ++u) degree += alive[u] && adj[t][u];
+      if (degree > best) c = t, best = degree;
+    }
+    const int32_t code = cb.n_codes();
+    cb.codes.insert(cb.codes.end(), unit.begin() + c * d, unit.begin() + (c + 1) * d);
+    std::vector<int> removed;
+    for (int t = 0; t < n; ++t)
+      if (alive[t] && adj[c][t]) removed.push_back(t), cb.index[t] = code;
+    for (int t : removed) alive[t] = 0;
+    left -= static_cast<int>(removed.size());
+  }
+  return cb;
+}
+
+TEST(Codebook, TheParallelGraphAndTheHeapGiveTheSpecsGreedyCodebook) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (int round = 0; round < 12; ++round) {
+    const int n = 1 + static_cast<int>(rng() % (round < 6 ? 60 : 300)), d = 1 + static_cast<int>(rng() % 40);
+    const int directions = 1 + static_cast<int>(rng() % 12);
+    std::vector<float> base(static_cast<size_t>(directions) * d), x(static_cast<size_t>(n) * d);
+    for (float& v : base) v = normal(rng);
+    for (int t = 0; t < n; ++t)
+      for (int i = 0; i < d; ++i)  // near a direction, a zero vector now and then
+        x[t * d + i] = rng() % 17 == 0 ? 0.0f : base[(t % directions) * d + i] + 0.3f * normal(rng);
+    for (const double theta : {0.3, 0.8, 0.95}) {
+      const Codebook want = spec_codebook(x, n, d, theta), got = build_codebook(x.data(), n, d, theta);
+      ASSERT_EQ(got.index, want.index) << "n " << n << " d " << d << " theta " << theta;
+      ASSERT_EQ(got.codes, want.codes) << "n " << n << " d " << d << " theta " << theta;
+      ASSERT_EQ(got.norm, want.norm);
+    }
+  }
+}
+
+// The graph takes n^2 bits: a set of vectors whose graph would pass 4 GiB is refused before any
+// allocation, naming the limit.
+TEST(Codebook, RefusesASimilarityGraphOverItsMemoryLimit) {
+  const int n = 200000;  // 200000^2 bits = 4.66 GiB
+  const std::vector<float> x(static_cast<size_t>(n), 1.0f);
+  try {
+    build_codebook(x.data(), n, 1, 0.9);
+    FAIL() << "a 4.66 GiB graph was built";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("GiB"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// The cost of SpindleKV's codebook stage per set of vectors (core/engine/codebook.h): build_codebook
+// over N vectors of head_dim d, as the stage runs it for one (layer, stored head)'s kept keys or
+// values at the end of a prefill (N = the head's kept entries; with codebook_scope
+// per_layer_across_heads, the layer's entries over all its heads). The vectors lie near a few
+// hundred directions with noise, so the graph has both edges and isolated nodes, as keys do.
+//   bench_codebook_build [N = 4096] [d = 128] [theta = 0.95] [repeats = 3]
+// Prints the best of the repeats in ms, the codes made, and OpenMP's thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "bench_common.h"
+#include "core/engine/codebook.h"
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096;
+  const int d = argc > 2 ? std::atoi(argv[2]) : 128;
+  const double theta = argc > 3 ? std::atof(argv[3]) : 0.95;
+  const int repeats = argc > 4 ? std::atoi(argv[4]) : 3;
+  if (n < 1 || d < 1 || repeats < 1) {
+    std::fprintf(stderr, "usage: bench_codebook_build [N >= 1] [d >= 1] [theta] [repeats >= 1]\n");
+    return 2;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  const int directions = std::max(1, n / 16);
+  std::vector<float> base(static_cast<size_t>(directions) * d), x(static_cast<size_t>(n) * d);
+  for (float& v : base) v = normal(rng);
+  for (int t = 0; t < n; ++t) {
+    const float* b = base.data() + static_cast<size_t>(rng() % directions) * d;
+    for (int i = 0; i < d; ++i) x[static_cast<size_t>(t) * d + i] = b[i] + 0.15f * normal(rng);
+  }
+  double best = 1e30;
+  int codes = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = kvevict::bench::wall_seconds();
+    const kvevict::Codebook cb = kvevict::build_codebook(x.data(), n, d, theta);
+    best = std::min(best, kvevict::bench::wall_seconds() - t0);
+    codes = cb.n_codes();
+  }
+  std::printf("build_codebook N=%d d=%d theta=%.3f: %.2f ms (best of %d), %d codes, %d OpenMP threads\n", n, d, theta,
+              1e3 * best, repeats, codes, omp_get_max_threads());
+  return 0;
+}
