@@ -236,8 +236,8 @@ struct EvictionEngine::State {
         selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
         window_in_place(scores_signals_in_place(p)),
         accumulated_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::AccumulatedAttention) &&
-                             selector->device() != SelectionDevice::Host && !plan.geometry.unfold_gqa),
-        scores_to_selector(p.scores_to_device() && selector->device() != SelectionDevice::Host),
+                             selector_shares_program_memory(*selector, p) && !plan.geometry.unfold_gqa),
+        scores_to_selector(p.scores_to_device() && selector_shares_program_memory(*selector, p)),
         current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
                          !host_reads_column_sums()),
         rows_in_place(scores_signals_in_place(p) && (p.description().needs(TensorSignal::Keys) ||
@@ -245,6 +245,16 @@ struct EvictionEngine::State {
         decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
         prompt_row_reads(prompt_cache_row_reads(p.description(), cached_row_signals())) {
     rope = Rope(c);
+  }
+
+  // Whether the selector's buffers (and the accumulated-attention store made for its device) are
+  // memory the program reads and writes as its own: a device selector whose memory kind is the
+  // program's (the CUDA selector for the CUDA backend; the twin, host memory, for a program that is
+  // not the CUDA backend, as the tests' stand-in). A CUDA program with the twin selector would write
+  // host addresses from a kernel: its scores and A_acc then take the host paths.
+  static bool selector_shares_program_memory(const LayerSelector& selector, const PolicyProgram& p) {
+    return selector.device() != SelectionDevice::Host &&
+           (selector.device() == SelectionDevice::Cuda) == (p.selection_device() == SelectionDevice::Cuda);
   }
 
   // Whether the decoder's device window attention may go to the score program in place
@@ -775,6 +785,9 @@ struct EvictionEngine::State {
       // rethrown after the loop (refuse_placeholder_read, a decoder's signal of the wrong shape).
       std::exception_ptr failed;
       std::mutex failed_mutex;
+      // A_acc's pending rebuild (a device launch) runs here, on the thread whose device is current,
+      // not on a worker: the workers' head() calls then only read.
+      if (accumulated_in_place && Hs > 0) accumulated_device->head(layer, stored_lengths(cache, layer), 0);
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
       for (int h = 0; h < Hs; ++h) {
         try {

@@ -397,6 +397,43 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
   }
 }
 
+// A program that scores on a CUDA device (its memory is that device's) with the twin selector (host
+// memory): the twin's score buffer and its A_acc store are no memory the program may write or read,
+// so the decode scores come back to the host and A_acc is summed on the host, with the caches and
+// logits of the run scored and selected on the host.
+TEST_F(DecodeCacheReadsTest, ACudaProgramWithTheTwinSelectorWritesNothingIntoTheTwinsMemory) {
+  struct CudaStandIn : test::InPlaceScoring {
+    using InPlaceScoring::InPlaceScoring;
+    SelectionDevice selection_device() const override { return SelectionDevice::Cuda; }
+  };
+  const int steps = 8;
+  for (const char* name : {"h2o", "cake"}) {
+    const auto policy = load_policy(name, {});
+    const CudaStandIn device(*policy, /*layers_on_device=*/true);
+    const auto run_with = [&](const PolicyProgram& program, std::optional<SelectionDevice> selection,
+                              EvictionReport* report) {
+      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+      EngineOptions options{Budget::parse("40"), 3};
+      options.selection = selection;
+      EvictionEngine engine(program, model_->config, options);
+      EXPECT_FALSE(engine.request().column_sums_on_device_only) << name;
+      DecodeRun r;
+      r.record(decoder->forward(tokens_, &engine), decoder->cache());
+      r.decode_greedily(*decoder, &engine, steps);
+      if (report) *report = engine.report();
+      return r;
+    };
+    EvictionReport report;
+    const DecodeRun host = run_with(*policy, std::nullopt, nullptr);
+    const DecodeRun twin = run_with(device, SelectionDevice::Twin, &report);
+    EXPECT_GT(host.decode_evictions(), 0) << name;
+    test::expect_same_calls(host, twin, name);
+    EXPECT_EQ(report.scores_in_place, 0) << name;
+    EXPECT_EQ(report.accumulated_attention_in_place, 0) << name;
+    EXPECT_EQ(device.scored_to_device, 0) << name;
+  }
+}
+
 // Controls: a decode indicator over the cached keys reads cached rows: it says so, and poisoning the
 // rows (as if a decoder had left placeholders) changes what it keeps. TOVA's A_now is computed from
 // the cached keys unless the rows are marked as placeholders: poisoned but unmarked, it changes.
