@@ -192,12 +192,14 @@ std::function<int()> setup_generate(CLI::App& app) {
                {"scoring", mode_name(scoring)}};
       if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
       // Where the device path read its signals and scores without a host round trip ((layer, head)
-      // counts, docs/CUDA.md): all 0 on the CPU, and a GPU run that reports 0 copied them instead.
+      // counts, docs/CUDA.md; codebook_rows: decoded rows of codebook heads matched on the device,
+      // summed over heads): all 0 on the CPU, and a GPU run that reports 0 copied them instead.
       cache["in_place"] = {{"window_attention", r.window_attention_in_place},
                            {"current_attention", r.current_attention_in_place},
                            {"accumulated_attention", r.accumulated_attention_in_place},
                            {"cached_rows", r.cache_rows_in_place},
-                           {"scores", r.scores_in_place}};
+                           {"scores", r.scores_in_place},
+                           {"codebook_rows", decoder->device_kv_stats().counts.codebook_rows_on_device}};
     }
     if (o->json) {
       nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text},

@@ -53,7 +53,8 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   EXPECT_EQ(a["cache"]["selection"], "host");  // CPU scores: selected on the host (cuda scoring selects on the GPU)
   EXPECT_EQ(a["device"], "cpu");
   // Nothing is read in place on the CPU: every count is there, and 0.
-  for (const char* key : {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores"})
+  for (const char* key :
+       {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores", "codebook_rows"})
     EXPECT_EQ(a["cache"]["in_place"][key], 0) << key;
   EXPECT_EQ(generate("auto").out, interpreted.out);  // auto on the CPU is the interpreter
 }
@@ -81,6 +82,22 @@ TEST_F(ScoringCli, CudaGeneratesOnTheDeviceWithTheGeneratedKernels) {
   size_t same = 0;
   while (same < a["tokens"].size() && a["tokens"][same] == b["tokens"][same]) ++same;
   std::printf("generate --device cuda: the first %zu of %zu tokens equal the CPU's\n", same, a["tokens"].size());
+}
+
+// SpindleKV on the GPU (GPU only): its decode steps' rows are matched against the codebooks the
+// device holds (cache.in_place.codebook_rows; docs/CUDA.md "SpindleKV's codebook on the device"),
+// none on the CPU; the same entries as the CPU's run (its pyramid budgets do not depend on scores).
+TEST_F(ScoringCli, CudaSpindleKVMatchesItsDecodedRowsOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  const std::string command = "generate -m " + model_ + " --prompt-file " + prompt_ +
+                              " -n 12 --policy spindlekv --budget 50% --json --device ";
+  const CliRun cpu = run_kvevict(command + "cpu"), gpu = run_kvevict(command + "cuda");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  const auto a = nlohmann::json::parse(cpu.out), b = nlohmann::json::parse(gpu.out);
+  EXPECT_EQ(a["cache"]["in_place"]["codebook_rows"], 0);
+  EXPECT_GT(b["cache"]["in_place"]["codebook_rows"].get<int64_t>(), 0) << b["cache"];
+  EXPECT_EQ(a["cache"]["entries"], b["cache"]["entries"]);
 }
 
 TEST_F(ScoringCli, ABackendTheDeviceCannotRunIsAUsageError) {
