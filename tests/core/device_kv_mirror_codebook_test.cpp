@@ -169,6 +169,54 @@ TEST(DeviceKvMirrorCodebook, BlocksMatchedOnTheDeviceCatchUpToTheHostsOwnCodeboo
     }
 }
 
+// The eval's cycle and the decoder's restore: a snapshot of both sides after a catch-up, more
+// blocks matched on the device, then both sides restored (the decoder's way: the host cache
+// assigned, the device restored from its own snapshot, mark_synced) and the same blocks again.
+// The device must forget the codes it added after the snapshot (the books are sent again), so the
+// host ends as a reference restored from the same snapshot that appended every row itself.
+TEST(DeviceKvMirrorCodebook, ARestoreSendsTheRestoredBooksAgain) {
+  const ModelConfig c = two_layer_config();
+  const int kv_dim = c.n_kv_heads * c.head_dim;
+  for (const MergeScope scope : {MergeScope::PerHead, MergeScope::PerLayerAcrossHeads}) {
+    DecoderModeRig rig(c, KvType::F16);
+    CorrelatedRows rows(c, 3);
+    const auto [k0, v0] = rows.block(12, c.n_kv_heads, 0);
+    for (int l = 0; l < c.n_layers; ++l) {
+      rig.mirror.flush(l);
+      append_block(rig.twin, rig.reference, &rig.cache, l, 0, k0, v0);
+      rig.mirror.flush(l);
+    }
+    apply_codebook_stage(codebook_merge(scope), rig.cache);
+    apply_codebook_stage(codebook_merge(scope), rig.reference);
+    rig.mirror.flush_all();
+    const auto deferred_block = [&](int position, const std::vector<float>& k, const std::vector<float>& v) {
+      for (int l = 0; l < c.n_layers; ++l) {
+        rig.mirror.flush(l);
+        append_block(rig.twin, rig.reference, nullptr, l, position, k, v);
+        ASSERT_TRUE(rig.mirror.defer_host_append(l, 1, position, k.data(), v.data(), kv_dim));
+        rig.mirror.flush(l);
+      }
+    };
+    const KVCache saved_host = rig.cache, saved_reference = rig.reference;
+    const DeviceKvTwin::Snapshot saved_device = rig.twin.snapshot();
+    std::vector<std::pair<std::vector<float>, std::vector<float>>> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(rows.block(1, c.n_kv_heads, 12 + i));
+    for (int i = 0; i < 6; ++i) deferred_block(12 + i, blocks[i].first, blocks[i].second);
+    rig.mirror.sync_host();
+    ASSERT_TRUE(same_codebooks(rig.cache, rig.reference));
+    // Restore, then a different continuation from the same point.
+    rig.cache = saved_host;
+    rig.twin.restore(saved_device);
+    rig.mirror.mark_synced();
+    rig.reference = saved_reference;
+    for (int i = 5; i >= 0; --i) deferred_block(12 + (5 - i), blocks[i].first, blocks[i].second);
+    rig.mirror.sync_host();
+    rig.mirror.flush_all();
+    EXPECT_TRUE(same_codebooks(rig.cache, rig.reference)) << "after the restore";
+    EXPECT_TRUE(twin_equals_host(rig.twin, rig.cache)) << "after the restore";
+  }
+}
+
 // The device's books stay in step only where the host's do: a pending change (a keep renumbers
 // codes) or re-assigned positions make the next block go through the host; a flush sends the books
 // again and the next block is matched on the device.
