@@ -191,6 +191,14 @@ std::function<int()> setup_generate(CLI::App& app) {
                {"applications", r.applications}, {"selection", mode_name(r.selection)},
                {"scoring", mode_name(scoring)}};
       if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
+      // What the device holds, beside the policy's accounting above (null without a device cache):
+      // equal for a dense cache, larger where the device keeps more (codebook heads held dense).
+      if (const std::optional<DeviceKvBytes> on_device = decoder->device_kv_bytes())
+        cache["on_device"] = {{"bytes", on_device->in_use},
+                              {"bytes_reserved", on_device->reserved},
+                              {"bytes_codebooks", on_device->codebooks}};
+      else
+        cache["on_device"] = nullptr;
       // Where the device path read its signals and scores without a host round trip ((layer, head)
       // counts, docs/CUDA.md; codebook_rows: decoded rows of codebook heads matched on the device,
       // summed over heads): all 0 on the CPU, and a GPU run that reports 0 copied them instead.

@@ -5,6 +5,7 @@
 // act (CAKE's cascading evicts earlier layers while later ones are still to come).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -250,6 +251,11 @@ class Decoder {
   // What its device-resident KV cache cost so far (device_kv_stats.h): the CUDA decoder's mirror in
   // DeviceKvMode::Resident; all zero otherwise (the CPU decoder, the packed upload).
   virtual DeviceKvStats device_kv_stats() const { return {}; }
+  // What its device-resident KV cache occupies on the device now (pending work flushed first), as
+  // opposed to KVCache::bytes_in_use, the policy's accounting of the host cache: they agree for a
+  // dense cache, and differ where the device holds more (SpindleKV's codebook heads are held there
+  // as their dense reconstructions beside the books). nullopt without a device-resident cache.
+  virtual std::optional<DeviceKvBytes> device_kv_bytes() { return std::nullopt; }
 };
 
 std::unique_ptr<Decoder> make_cpu_decoder(const Model& model, const DecoderOptions& options = {});

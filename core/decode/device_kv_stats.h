@@ -3,6 +3,7 @@
 // device_kv_mirror.h), as the mirror counts it and as a decoder reports it
 // (Decoder::device_kv_stats): for tests of the mirror and for benchmarks that split a decode
 // step's time (bench_gpu_decode). Host code, no CUDA.
+#include <cstddef>
 #include <cstdint>
 
 namespace kvevict {
@@ -34,6 +35,14 @@ struct DeviceKvSeconds {
   // the downloads an observer asked for (window queries, column sums, layer inputs).
   double host_append = 0;
   double observation = 0;
+};
+
+// A device-resident cache's footprint (Decoder::device_kv_bytes): live entries (keys, values and
+// positions, DeviceKvLayout::bytes_in_use), the arenas as allocated, and the codebooks.
+struct DeviceKvBytes {
+  size_t in_use = 0;
+  size_t reserved = 0;
+  size_t codebooks = 0;
 };
 
 // Summed since the decoder was made; all zero for a decoder without a device-resident cache.

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -18,18 +19,41 @@ constexpr double kMaxAdjacencyBytes = 4.0 * (1ull << 30);
 
 uint64_t bit(int t) { return uint64_t{1} << (t % 64); }
 
+// kLanes cosines side by side in the graph's rows: a GCC/Clang vector of floats, whose lanes are
+// summed one by one exactly as a single float is (the compiler contracts x += a * b the same way
+// for both), so the graph is the one a pair at a time gives.
+constexpr int kLanes = 16;
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
 // The graph's rows: row a holds every b with cos(u_a, u_b) > theta, and a itself. The upper
 // triangle is filled in parallel, a row per task (each pair's cosine computed once, a < b, its
-// products summed in element order), then mirrored into the lower triangle.
+// products summed in element order, kLanes pairs side by side), then mirrored into the lower
+// triangle.
 std::vector<uint64_t> adjacency(const std::vector<float>& unit, int n, int dim, size_t words, double theta) {
   std::vector<uint64_t> adj(static_cast<size_t>(n) * words, 0);
+  std::vector<float> unit_t(unit.size());  // [dim][n]: kLanes vectors' element i side by side
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < dim; ++i) unit_t[static_cast<size_t>(i) * n + t] = unit[static_cast<size_t>(t) * dim + i];
   const double work = 0.5 * n * static_cast<double>(n) * dim;
 #pragma omp parallel for schedule(dynamic, 16) if (work > (1 << 22))
   for (int a = 0; a < n; ++a) {
     uint64_t* row = adj.data() + static_cast<size_t>(a) * words;
     row[a / 64] |= bit(a);
     const float* ua = unit.data() + static_cast<size_t>(a) * dim;
-    for (int b = a + 1; b < n; ++b) {
+    int b = a + 1;
+    // kLanes pairs at once: each its own sum, in element order (the same floats as one at a time),
+    // as independent chains the core overlaps instead of waiting on one.
+    for (; b + kLanes <= n; b += kLanes) {
+      Lanes dot = {};
+      for (int i = 0; i < dim; ++i) {
+        Lanes column;  // element i of vectors b, b + 1, ...
+        std::memcpy(&column, unit_t.data() + static_cast<size_t>(i) * n + b, sizeof column);
+        dot += ua[i] * column;
+      }
+      for (int j = 0; j < kLanes; ++j)
+        if (dot[j] > theta) row[(b + j) / 64] |= bit(b + j);
+    }
+    for (; b < n; ++b) {
       const float* ub = unit.data() + static_cast<size_t>(b) * dim;
       float dot = 0.0f;
       for (int i = 0; i < dim; ++i) dot += ua[i] * ub[i];

@@ -56,6 +56,7 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   for (const char* key :
        {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores", "codebook_rows"})
     EXPECT_EQ(a["cache"]["in_place"][key], 0) << key;
+  EXPECT_TRUE(a["cache"]["on_device"].is_null()) << "no device cache on the CPU";
   EXPECT_EQ(generate("auto").out, interpreted.out);  // auto on the CPU is the interpreter
 }
 
@@ -78,6 +79,9 @@ TEST_F(ScoringCli, CudaGeneratesOnTheDeviceWithTheGeneratedKernels) {
   // H2O on the device: its accumulated attention held there and its decode scores selected there.
   EXPECT_GT(b["cache"]["in_place"]["accumulated_attention"].get<int64_t>(), 0) << b["cache"];
   EXPECT_GT(b["cache"]["in_place"]["scores"].get<int64_t>(), 0) << b["cache"];
+  // A dense cache: the device holds exactly what the policy's accounting says, and no codebook.
+  EXPECT_EQ(b["cache"]["on_device"]["bytes"], b["cache"]["bytes"]) << b["cache"];
+  EXPECT_EQ(b["cache"]["on_device"]["bytes_codebooks"], 0) << b["cache"];
   ASSERT_EQ(a["tokens"].size(), b["tokens"].size());
   size_t same = 0;
   while (same < a["tokens"].size() && a["tokens"][same] == b["tokens"][same]) ++same;
@@ -98,6 +102,9 @@ TEST_F(ScoringCli, CudaSpindleKVMatchesItsDecodedRowsOnTheDevice) {
   EXPECT_EQ(a["cache"]["in_place"]["codebook_rows"], 0);
   EXPECT_GT(b["cache"]["in_place"]["codebook_rows"].get<int64_t>(), 0) << b["cache"];
   EXPECT_EQ(a["cache"]["entries"], b["cache"]["entries"]);
+  // The device holds the reconstructions dense (its bytes: every entry's row) beside its books.
+  EXPECT_GT(b["cache"]["on_device"]["bytes_codebooks"].get<int64_t>(), 0) << b["cache"];
+  EXPECT_GT(b["cache"]["on_device"]["bytes"].get<int64_t>(), 0) << b["cache"];
 }
 
 TEST_F(ScoringCli, ABackendTheDeviceCannotRunIsAUsageError) {

@@ -252,6 +252,11 @@ class CudaDecoder : public Decoder {
     stats.seconds.observation = own_seconds_.observation;
     return stats;
   }
+  std::optional<DeviceKvBytes> device_kv_bytes() override {
+    const cuda::DeviceKvCache* kv = synced_device_kv();
+    if (!kv) return std::nullopt;
+    return DeviceKvBytes{kv->layout().bytes_in_use(), kv->layout().bytes_reserved(), kv->codebook_bytes()};
+  }
   const cuda::DeviceKvCache* synced_device_kv() {
     if (!mirror_) return nullptr;
     refuse_unfolded();

@@ -457,6 +457,10 @@ void DeviceKvCache::codebook_append(int layer, int rows, const float* keys, cons
 
 DeviceCodebookNews DeviceKvCache::codebook_news(int layer) { return impl_->codebooks().news(layer); }
 
+size_t DeviceKvCache::codebook_bytes() const {
+  return impl_->codebook_state ? impl_->codebook_state->bytes_reserved() : 0;
+}
+
 DeviceKvSnapshot DeviceKvCache::snapshot() const {
   DeviceKvSnapshot s;
   s.data_ = std::make_unique<DeviceKvSnapshot::Data>();

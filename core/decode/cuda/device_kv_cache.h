@@ -102,6 +102,8 @@ class DeviceKvCache {
   void codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
                        int32_t first_position, const RopeTableView& rope);
   DeviceCodebookNews codebook_news(int layer);
+  // Device bytes the codebooks occupy (0 before the first load).
+  size_t codebook_bytes() const;
 
   DeviceKvSnapshot snapshot() const;
   // Back to the snapshot's lengths and contents (device-to-device; grows a layer only when a head

@@ -119,6 +119,14 @@ DeviceKvCodebooks::DeviceKvCodebooks(int n_layers, int n_heads, int head_dim) : 
   for (int l = 0; l < n_layers; ++l) layers_.push_back(std::make_unique<Layer>(n_heads, head_dim));
 }
 
+size_t DeviceKvCodebooks::bytes_reserved() const {
+  size_t total = 0;
+  for (const std::unique_ptr<Layer>& l : layers_)
+    total += (l->key_codes->size() + l->value_codes->size()) * sizeof(float) +
+             (l->key_count.size() + l->value_count.size()) * sizeof(int32_t) + l->log->size() * sizeof(CodebookEntry);
+  return total;
+}
+
 DeviceKvCodebooks::~DeviceKvCodebooks() = default;
 
 void DeviceKvCodebooks::check_layer(int layer) const {
