@@ -164,6 +164,20 @@ class DecodeCacheReadsTest : public test::StoriesPromptTest {
     r.handed = columns.handed;
     return r;
   }
+  // The prompt and `steps` greedy decode steps with the engine itself as observer, selecting on
+  // `selection` (std::nullopt: the program's own device); its report into `report` when given.
+  static DecodeRun run_selected(const PolicyProgram& p, std::optional<SelectionDevice> selection, int steps,
+                                EvictionReport* report = nullptr) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EngineOptions options{Budget::parse("40"), 3};
+    options.selection = selection;
+    EvictionEngine engine(p, model_->config, options);
+    DecodeRun r;
+    r.record(decoder->forward(tokens_, &engine), decoder->cache());
+    r.decode_greedily(*decoder, &engine, steps);
+    if (report) *report = engine.report();
+    return r;
+  }
   enum class Mode { Plain, Flagged, FlaggedAndPoisoned, PoisonedOnly };
   static DecodeRun run(const PolicyProgram& policy, Mode mode, int steps = 40) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
@@ -372,26 +386,15 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
   for (const char* name : {"cake", "h2o", "tova"}) {
     const auto policy = load_policy(name, {});
     test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
-    const auto run_with = [&](bool on_device, EvictionReport* report) {
-      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-      EngineOptions options{Budget::parse("40"), 3};
-      if (on_device) options.selection = SelectionDevice::Twin;
-      EvictionEngine engine(on_device ? static_cast<const PolicyProgram&>(device) : *policy, model_->config, options);
-      DecodeRun r;
-      r.record(decoder->forward(tokens_, &engine), decoder->cache());
-      r.decode_greedily(*decoder, &engine, steps);
-      if (report) *report = engine.report();
-      return r;
-    };
     EvictionReport report;
-    const DecodeRun host = run_with(false, nullptr);
-    const DecodeRun in_buffer = run_with(true, &report);
+    const DecodeRun host = run_selected(*policy, std::nullopt, steps);
+    const DecodeRun in_buffer = run_selected(device, SelectionDevice::Twin, steps, &report);
     EXPECT_GT(host.decode_evictions(), 0) << name;
     test::expect_same_calls(host, in_buffer, name);
     EXPECT_GE(report.scores_in_place, int64_t{steps} * heads) << name;
     EXPECT_EQ(device.scored_to_device, report.scores_in_place) << name;
     device.plant_device_scores = true;
-    const DecodeRun planted = run_with(true, nullptr);
+    const DecodeRun planted = run_selected(device, SelectionDevice::Twin, steps);
     device.plant_device_scores = false;
     EXPECT_NE(planted.layouts, in_buffer.layouts) << name << ": the buffer's scores were not what was selected from";
   }
@@ -410,22 +413,13 @@ TEST_F(DecodeCacheReadsTest, ACudaProgramWithTheTwinSelectorWritesNothingIntoThe
   for (const char* name : {"h2o", "cake"}) {
     const auto policy = load_policy(name, {});
     const CudaStandIn device(*policy, /*layers_on_device=*/true);
-    const auto run_with = [&](const PolicyProgram& program, std::optional<SelectionDevice> selection,
-                              EvictionReport* report) {
-      auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-      EngineOptions options{Budget::parse("40"), 3};
-      options.selection = selection;
-      EvictionEngine engine(program, model_->config, options);
-      EXPECT_FALSE(engine.request().column_sums_on_device_only) << name;
-      DecodeRun r;
-      r.record(decoder->forward(tokens_, &engine), decoder->cache());
-      r.decode_greedily(*decoder, &engine, steps);
-      if (report) *report = engine.report();
-      return r;
-    };
+    {
+      const EvictionEngine probe(device, model_->config, {Budget::parse("40"), 3, false, SelectionDevice::Twin});
+      EXPECT_FALSE(probe.request().column_sums_on_device_only) << name;
+    }
     EvictionReport report;
-    const DecodeRun host = run_with(*policy, std::nullopt, nullptr);
-    const DecodeRun twin = run_with(device, SelectionDevice::Twin, &report);
+    const DecodeRun host = run_selected(*policy, std::nullopt, steps);
+    const DecodeRun twin = run_selected(device, SelectionDevice::Twin, steps, &report);
     EXPECT_GT(host.decode_evictions(), 0) << name;
     test::expect_same_calls(host, twin, name);
     EXPECT_EQ(report.scores_in_place, 0) << name;

@@ -17,6 +17,7 @@
 #include "core/decode/make_decoder.h"
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
+#include "device_kv_decoder_gpu_check.h"
 #include "device_kv_gpu_test_util.h"
 #include "device_kv_mirror_rig.h"
 #include "dsl/policy_loader.h"
@@ -28,34 +29,11 @@
 namespace kvevict {
 namespace {
 
-#if defined(KVEVICT_HAVE_CUDA)
-// The device cache against the host's stored words (a codebook head: its reconstruction rounded
-// to the KvType, device_kv_mirror_rig.h) and positions.
-::testing::AssertionResult device_equals_host_words(Decoder& decoder) {
-  const cuda::DeviceKvCache* dev = synced_device_kv_cache(decoder);
-  if (!dev) return ::testing::AssertionFailure() << "no device-resident cache";
-  const KVCache& cache = decoder.cache();
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int h = 0; h < cache.n_kv_heads(); ++h) {
-      const DeviceKvHeadContents d = dev->read_head(l, h);
-      const std::string at = "layer " + std::to_string(l) + " head " + std::to_string(h);
-      if (d.positions.size() != static_cast<size_t>(cache.length(l, h)) ||
-          !std::equal(d.positions.begin(), d.positions.end(), cache.positions(l, h)))
-        return ::testing::AssertionFailure() << at << ": positions differ";
-      if (d.keys != host_words(cache, l, h, true) || d.values != host_words(cache, l, h, false))
-        return ::testing::AssertionFailure() << at << ": stored words differ";
-    }
-  return ::testing::AssertionSuccess();
-}
-#endif
 
 TEST(DeviceKvCodebookDecoderGpu, SpindleKVDecodeRowsAreMatchedOnTheDevice) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
-  struct WatchOnly : ForwardObserver {  // asks for nothing, but its presence keeps the host appended
-    ObservationRequest request() const override { return {}; }
-    void after_layer(const LayerSignals&, KVCache&) override {}
-  } watch;
+  WatchOnly watch;
   const auto model = make_random_model(test::gqa_test_config("device-codebook-test"), 41);
   std::mt19937 rng(3);
   std::vector<int> prompt(120);
@@ -83,8 +61,8 @@ TEST(DeviceKvCodebookDecoderGpu, SpindleKVDecodeRowsAreMatchedOnTheDevice) {
       EXPECT_EQ(counts.codebook_rows_on_device, int64_t{12} * model->config.n_layers * model->config.n_kv_heads)
           << what;
       EXPECT_EQ(appended->device_kv_stats().counts.codebook_rows_on_device, 0) << what;
-      ASSERT_TRUE(device_equals_host_words(*deferred)) << what;  // cache(): the host catches up
-      ASSERT_TRUE(device_equals_host_words(*appended)) << what;
+      ASSERT_TRUE(device_equals_host(*deferred)) << what;  // cache(): the host catches up
+      ASSERT_TRUE(device_equals_host(*appended)) << what;
       EXPECT_TRUE(same_codebooks(deferred->cache(), appended->cache())) << what;
     }
 #endif

@@ -26,6 +26,7 @@
 #include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
+#include "device_kv_decoder_gpu_check.h"
 #include "device_kv_gpu_test_util.h"
 #include "lockstep_eviction.h"
 #include "dsl/policy_loader.h"
@@ -84,33 +85,6 @@ TEST(DeviceKvDecoderGpu, ResidentH2ODecodeEvictionMatchesTheCpu) {
   compare_under_policy("h2o", "64", 16);
 }
 
-#if defined(KVEVICT_HAVE_CUDA)
-// Every head of the decoder's device cache against its host cache, as stored words and positions.
-::testing::AssertionResult device_equals_host(Decoder& decoder) {
-  const cuda::DeviceKvCache* dev = synced_device_kv_cache(decoder);
-  if (!dev) return ::testing::AssertionFailure() << "no device-resident cache";
-  const KVCache& cache = decoder.cache();
-  const size_t words = static_cast<size_t>(cache.head_dim()) * (cache.kv_type() == KvType::F32 ? 2 : 1);
-  for (int l = 0; l < cache.n_layers(); ++l)
-    for (int h = 0; h < cache.n_kv_heads(); ++h) {
-      const DeviceKvHeadContents d = dev->read_head(l, h);
-      const size_t len = static_cast<size_t>(cache.length(l, h));
-      const std::string at = "layer " + std::to_string(l) + " head " + std::to_string(h);
-      if (d.positions.size() != len) return ::testing::AssertionFailure() << at << ": lengths differ";
-      if (!std::equal(d.positions.begin(), d.positions.end(), cache.positions(l, h)))
-        return ::testing::AssertionFailure() << at << ": positions differ";
-      const auto* k = reinterpret_cast<const uint16_t*>(cache.kv_type() == KvType::F32
-                                                            ? static_cast<const void*>(cache.stored_keys(l, h).f32())
-                                                            : cache.stored_keys(l, h).bits16());
-      const auto* v = reinterpret_cast<const uint16_t*>(cache.kv_type() == KvType::F32
-                                                            ? static_cast<const void*>(cache.stored_values(l, h).f32())
-                                                            : cache.stored_values(l, h).bits16());
-      if (len && (std::memcmp(d.keys.data(), k, len * words * 2) || std::memcmp(d.values.data(), v, len * words * 2)))
-        return ::testing::AssertionFailure() << at << ": stored words differ";
-    }
-  return ::testing::AssertionSuccess();
-}
-#endif
 
 TEST(DeviceKvDecoderGpu, DeviceCacheEqualsTheHostCacheAfterEvictionAndRestore) {
   SKIP_WITHOUT_GPU();
@@ -146,10 +120,7 @@ TEST(DeviceKvDecoderGpu, DeviceCacheEqualsTheHostCacheAfterEvictionAndRestore) {
 TEST(DeviceKvDecoderGpu, DeferredHostAppendsGiveTheSameCacheAndLogits) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
-  struct WatchOnly : ForwardObserver {  // asks for nothing, but its presence keeps the host appended
-    ObservationRequest request() const override { return {}; }
-    void after_layer(const LayerSignals&, KVCache&) override {}
-  } watch;
+  WatchOnly watch;
   const auto model = make_random_model(gqa_config(), 31);
   for (KvType type : {KvType::F16, KvType::BF16, KvType::F32}) {
     auto deferred = make_decoder(*model, DecoderDevice::Cuda, {.kv_type = type});

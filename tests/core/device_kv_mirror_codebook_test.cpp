@@ -85,6 +85,17 @@ int64_t key_codes_held(const KVCache& cache) {
   return n;
 }
 
+// A prompt of `n` rows that the host takes (as a call with an observer gives it), on every layer of
+// the rig: the twin, the mirrored host cache and the reference.
+void prompt_taken_by_the_host(DecoderModeRig& rig, CorrelatedRows& rows, int n) {
+  const auto [k, v] = rows.block(n, rig.cache.n_kv_heads(), 0);
+  for (int l = 0; l < rig.cache.n_layers(); ++l) {
+    rig.mirror.flush(l);
+    append_block(rig.twin, rig.reference, &rig.cache, l, 0, k, v);
+    rig.mirror.flush(l);
+  }
+}
+
 PolicyMerge codebook_merge(MergeScope scope) {
   PolicyMerge m;
   m.enabled = true;
@@ -107,13 +118,7 @@ TEST(DeviceKvMirrorCodebook, BlocksMatchedOnTheDeviceCatchUpToTheHostsOwnCodeboo
       KVCache &cache = rig.cache, &reference = rig.reference;
       CorrelatedRows rows(c, 4);
       std::mt19937 rng(5);
-      // The prompt: the host takes it, then both caches get the same codebooks.
-      const auto [k0, v0] = rows.block(16, c.n_kv_heads, 0);
-      for (int l = 0; l < c.n_layers; ++l) {
-        rig.mirror.flush(l);
-        append_block(rig.twin, reference, &cache, l, 0, k0, v0);
-        rig.mirror.flush(l);
-      }
+      prompt_taken_by_the_host(rig, rows, 16);  // then both caches get the same codebooks
       apply_codebook_stage(codebook_merge(scope), cache);
       apply_codebook_stage(codebook_merge(scope), reference);
       rig.mirror.flush_all();
@@ -180,12 +185,7 @@ TEST(DeviceKvMirrorCodebook, ARestoreSendsTheRestoredBooksAgain) {
   for (const MergeScope scope : {MergeScope::PerHead, MergeScope::PerLayerAcrossHeads}) {
     DecoderModeRig rig(c, KvType::F16);
     CorrelatedRows rows(c, 3);
-    const auto [k0, v0] = rows.block(12, c.n_kv_heads, 0);
-    for (int l = 0; l < c.n_layers; ++l) {
-      rig.mirror.flush(l);
-      append_block(rig.twin, rig.reference, &rig.cache, l, 0, k0, v0);
-      rig.mirror.flush(l);
-    }
+    prompt_taken_by_the_host(rig, rows, 12);
     apply_codebook_stage(codebook_merge(scope), rig.cache);
     apply_codebook_stage(codebook_merge(scope), rig.reference);
     rig.mirror.flush_all();
@@ -225,12 +225,7 @@ TEST(DeviceKvMirrorCodebook, BlocksGoThroughTheHostWhileTheBooksAreNotCurrent) {
   const int kv_dim = c.n_kv_heads * c.head_dim;
   DecoderModeRig rig(c, KvType::F16);
   CorrelatedRows rows(c, 2);
-  const auto [k0, v0] = rows.block(6, c.n_kv_heads, 0);
-  for (int l = 0; l < c.n_layers; ++l) {
-    rig.mirror.flush(l);
-    append_block(rig.twin, rig.reference, &rig.cache, l, 0, k0, v0);
-    rig.mirror.flush(l);
-  }
+  prompt_taken_by_the_host(rig, rows, 6);
   apply_codebook_stage(codebook_merge(MergeScope::PerHead), rig.cache);
   rig.mirror.flush_all();
   const auto [k1, v1] = rows.block(1, c.n_kv_heads, 6);
