@@ -143,8 +143,8 @@ bool DeviceKvMirror::host_head_holds_no_row(int layer, int head) const {
 
 bool DeviceKvMirror::defer_host_append(int layer, int rows, int32_t first_position, const float* keys,
                                        const float* values, int64_t src_stride) {
-  if (keys && values && appends_ == MirrorAppends::Decoder && !unfolded_ && rows >= 0 && codebooks_current(layer)) {
-    cache_.reserve_rope_table(first_position + std::max(rows, 1) - 1);
+  if (keys && values && appends_ == MirrorAppends::Decoder && !unfolded_ && rows > 0 && codebooks_current(layer)) {
+    cache_.reserve_rope_table(first_position + rows - 1);
     backend_.codebook_append(layer, rows, keys, values, src_stride, first_position, cache_.rope_table());
     host_lag_[static_cast<size_t>(layer)] += rows;
     counts_.rows_deferred += static_cast<int64_t>(rows) * n_heads_;
