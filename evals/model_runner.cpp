@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
@@ -122,6 +123,12 @@ class ModelRunner : public SampleRunner {
     const KVCache& kept = decoder_->cache_layout();  // counts only: no row comes to the host
     outcome.kept_ratio = entries_full ? static_cast<double>(kept.total_entries()) / entries_full : 1.0;
     outcome.kv_bytes = static_cast<int64_t>(kept.bytes_in_use());
+    // What a device-resident cache holds beside that accounting (Decoder::device_kv_bytes): equal
+    // for a dense cache; SpindleKV's codebook heads are held dense there beside the books.
+    if (const std::optional<DeviceKvBytes> on_device = decoder_->device_kv_bytes()) {
+      outcome.extra["kv_bytes_on_device"] = on_device->in_use;
+      outcome.extra["codebook_bytes_on_device"] = on_device->codebooks;
+    }
     outcome.extra["evict_ms"] = evict_seconds * 1e3;
     outcome.extra["prompt_tokens"] = prompt_tokens_.size();
 

@@ -4,6 +4,8 @@
 // without a CUDA decoder is refused before anything runs.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <filesystem>
 #include <unistd.h>
@@ -71,6 +73,8 @@ TEST(ScoringBackendEval, HostKernelsAndTheInterpreterGiveTheSameResultsAndEachRu
     EXPECT_EQ(rows[1][i].prediction, rows[0][i].prediction) << rows[0][i].policy;
     EXPECT_EQ(rows[1][i].kept_ratio, rows[0][i].kept_ratio) << rows[0][i].policy;
     EXPECT_EQ(rows[1][i].kv_bytes, rows[0][i].kv_bytes) << rows[0][i].policy;
+    // No device cache on the CPU: no device bytes recorded.
+    EXPECT_FALSE(nlohmann::json::parse(rows[0][i].extra_json).contains("kv_bytes_on_device")) << rows[0][i].extra_json;
   }
   for (const AggregateRow& row : store.leaderboard()) EXPECT_TRUE(row.scoring == "interpreter" || row.scoring == "host");
 }
@@ -153,6 +157,10 @@ TEST(ScoringBackendEval, CudaEvalScoresOnTheDeviceAndKeepsTheCpusCacheSizes) {
     EXPECT_EQ(rows[1][i].sample_key, rows[0][i].sample_key);
     EXPECT_EQ(rows[1][i].kv_bytes, rows[0][i].kv_bytes) << rows[0][i].policy;
     EXPECT_EQ(rows[1][i].kept_ratio, rows[0][i].kept_ratio) << rows[0][i].policy;
+    // A dense cache: the device holds what the accounting says, right after the eviction.
+    const nlohmann::json extra = nlohmann::json::parse(rows[1][i].extra_json);
+    ASSERT_TRUE(extra.contains("kv_bytes_on_device")) << rows[1][i].extra_json;
+    EXPECT_EQ(extra["kv_bytes_on_device"].get<int64_t>(), rows[1][i].kv_bytes) << rows[0][i].policy;
     same_prediction += rows[1][i].prediction == rows[0][i].prediction;
   }
   std::printf("eval on cuda: %d of %zu predictions equal the CPU's\n", same_prediction, rows[0].size());
