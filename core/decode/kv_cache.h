@@ -278,6 +278,12 @@ class KVCache {
   const std::vector<float>& value_codes(int layer, const CodebookHead& cb) const {
     return cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
   }
+  std::vector<float>& key_codes(int layer, CodebookHead& cb) {
+    return cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
+  }
+  std::vector<float>& value_codes(int layer, CodebookHead& cb) {
+    return cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
+  }
   void append_one(int layer, int stored, int32_t position, const float* key, const float* value);
   void append_codebook_entry(int layer, int kv_head, int32_t position, const float* key, const float* value);
   void keep_codebook(int layer, int kv_head, std::span<const int> indices);

@@ -215,8 +215,8 @@ void KVCache::append_codebook_entry(int layer, int kv_head, int32_t position, co
   CodebookHead& cb = *h.codebook;
   // Shared codes: the first copy of an unfolded KV head may add a code; the other copies then
   // match it with cosine 1 (> theta), so identical copies cost no extra code.
-  std::vector<float>& kc = cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
-  std::vector<float>& vc = cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
+  std::vector<float>& kc = key_codes(layer, cb);
+  std::vector<float>& vc = value_codes(layer, cb);
   const int d = head_dim_;
   std::vector<float> pre(d), unit(d);
   reserve_rope(position);
@@ -238,8 +238,8 @@ void KVCache::extend_codebook_codes(int layer, int kv_head, std::span<const floa
   if (key_codes.size() % d != 0 || value_codes.size() % d != 0)
     throw std::invalid_argument(what + ": codes are not whole head_dim vectors");
   CodebookHead& cb = *h.codebook;
-  std::vector<float>& kc = cb.shared_codes ? layer_codes_[layer].key_codes : cb.key_codes;
-  std::vector<float>& vc = cb.shared_codes ? layer_codes_[layer].value_codes : cb.value_codes;
+  std::vector<float>& kc = this->key_codes(layer, cb);  // the parameters shadow the accessors
+  std::vector<float>& vc = this->value_codes(layer, cb);
   kc.insert(kc.end(), key_codes.begin(), key_codes.end());
   vc.insert(vc.end(), value_codes.begin(), value_codes.end());
 }
