@@ -24,8 +24,14 @@ std::function<int()> setup_leaderboard(CLI::App& app) {
   app.add_option("--format", args->format, "Output format")
       ->check(CLI::IsMember({"table", "md", "csv", "json"}))
       ->capture_default_str();
-  app.add_option("--metric", args->metric, "Cell value for table/md: score, kv_bytes, kept_ratio, ttft_ms, decode_tok_s")
-      ->check(CLI::IsMember({"score", "kv_bytes", "kept_ratio", "ttft_ms", "decode_tok_s"}))
+  const std::vector<std::string> metrics = kvevict::evals::metric_names();
+  std::string metric_help = "Cell value for table/md:";
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    metric_help += i ? ", " : " ";
+    metric_help += metrics[i];
+  }
+  app.add_option("--metric", args->metric, metric_help + " (device_kv_bytes: CUDA runs only, '-' elsewhere)")
+      ->check(CLI::IsMember(metrics))
       ->capture_default_str();
   app.add_option("--sort", args->sort, "Row order: mean (best mean over compressed budgets) or iso (smallest "
                                        "iso-quality budget first)")

@@ -92,6 +92,7 @@ nlohmann::json json_record(const LeaderboardGroup& group, const LeaderboardRow& 
           {"diff_full", diff},
           {"kv_bytes", a.kv_bytes},
           {"kv_bytes_full", a.kv_bytes_full},
+          {"device_kv_bytes", number_or_null(a.device_kv_bytes)},
           {"kept_ratio", a.kept_ratio},
           {"ttft_ms", a.ttft_ms},
           {"decode_tok_s", a.decode_tok_s},
@@ -157,7 +158,7 @@ std::string csv_record(const LeaderboardGroup& group, const LeaderboardRow& row,
   line += csv_number(compressed_mean(row, LeaderboardMetric::Score), "%.4f") + "," +
           (row.iso.position == IsoPosition::Undefined ? "" : csv_number(row.iso.kept_fraction, "%.6f")) + "," +
           iso_position_name(row.iso.position) + "," + csv_field(a.scoring) + "," + csv_field(a.prefill_attention) + "," +
-          csv_field(a.prefill) + "\n";
+          csv_field(a.prefill) + "," + csv_number(a.device_kv_bytes, "%.0f") + "\n";
   return line;
 }
 
@@ -268,7 +269,7 @@ std::string render_leaderboard(const std::vector<LeaderboardGroup>& groups, Lead
   if (format == LeaderboardFormat::Csv) {
     out << "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
            "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
-           "iso_kept_fraction,iso_position,scoring,prefill_attention,prefill\n";
+           "iso_kept_fraction,iso_position,scoring,prefill_attention,prefill,device_kv_bytes\n";
     for (const auto& group : groups) {
       for (const LeaderboardRow* row : sorted_rows(group, options)) {
         for (const auto& budget : group.budgets) {

@@ -3,47 +3,67 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <set>
 
 #include "evals/budget_text.h"
 
 namespace kvevict::evals {
 
+namespace {
+
+enum class MetricFormat { Percent, Ratio, Bytes, Rate };
+
+struct MetricInfo {
+  LeaderboardMetric metric;
+  const char* name;
+  double AggregateRow::*field;
+  bool lower_is_better;
+  MetricFormat format;
+};
+
+// Percent-like figures and rates print with one decimal, ratios with three, bytes with a prefix.
+constexpr MetricInfo kMetrics[] = {
+    {LeaderboardMetric::Score, "score", &AggregateRow::score, false, MetricFormat::Percent},
+    {LeaderboardMetric::KeptRatio, "kept_ratio", &AggregateRow::kept_ratio, true, MetricFormat::Ratio},
+    {LeaderboardMetric::KvBytes, "kv_bytes", &AggregateRow::kv_bytes, true, MetricFormat::Bytes},
+    {LeaderboardMetric::DeviceKvBytes, "device_kv_bytes", &AggregateRow::device_kv_bytes, true, MetricFormat::Bytes},
+    {LeaderboardMetric::TtftMs, "ttft_ms", &AggregateRow::ttft_ms, true, MetricFormat::Rate},
+    {LeaderboardMetric::DecodeTokS, "decode_tok_s", &AggregateRow::decode_tok_s, false, MetricFormat::Rate},
+};
+static_assert(std::size(kMetrics) == static_cast<size_t>(LeaderboardMetric::Count), "one row per metric");
+
+constexpr bool rows_in_enum_order() {
+  for (size_t i = 0; i < std::size(kMetrics); ++i)
+    if (static_cast<size_t>(kMetrics[i].metric) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "kMetrics is indexed by the enum");
+
+const MetricInfo& info(LeaderboardMetric metric) {
+  const size_t i = static_cast<size_t>(metric);
+  return kMetrics[i < std::size(kMetrics) ? i : 0];
+}
+
+}  // namespace
+
 std::optional<LeaderboardMetric> parse_leaderboard_metric(const std::string& name) {
-  if (name == "score") return LeaderboardMetric::Score;
-  if (name == "kept_ratio") return LeaderboardMetric::KeptRatio;
-  if (name == "kv_bytes") return LeaderboardMetric::KvBytes;
-  if (name == "ttft_ms") return LeaderboardMetric::TtftMs;
-  if (name == "decode_tok_s") return LeaderboardMetric::DecodeTokS;
+  for (const MetricInfo& m : kMetrics)
+    if (name == m.name) return m.metric;
   return std::nullopt;
 }
 
-const char* metric_name(LeaderboardMetric metric) {
-  switch (metric) {
-    case LeaderboardMetric::Score: return "score";
-    case LeaderboardMetric::KeptRatio: return "kept_ratio";
-    case LeaderboardMetric::KvBytes: return "kv_bytes";
-    case LeaderboardMetric::TtftMs: return "ttft_ms";
-    case LeaderboardMetric::DecodeTokS: return "decode_tok_s";
-  }
-  return "score";
+const char* metric_name(LeaderboardMetric metric) { return info(metric).name; }
+
+std::vector<std::string> metric_names() {
+  std::vector<std::string> names;
+  for (const MetricInfo& m : kMetrics) names.emplace_back(m.name);
+  return names;
 }
 
-double metric_value(const AggregateRow& row, LeaderboardMetric metric) {
-  switch (metric) {
-    case LeaderboardMetric::KeptRatio: return row.kept_ratio;
-    case LeaderboardMetric::KvBytes: return row.kv_bytes;
-    case LeaderboardMetric::TtftMs: return row.ttft_ms;
-    case LeaderboardMetric::DecodeTokS: return row.decode_tok_s;
-    case LeaderboardMetric::Score: break;
-  }
-  return row.score;
-}
+double metric_value(const AggregateRow& row, LeaderboardMetric metric) { return row.*info(metric).field; }
 
-bool lower_is_better(LeaderboardMetric metric) {
-  return metric == LeaderboardMetric::TtftMs || metric == LeaderboardMetric::KvBytes ||
-         metric == LeaderboardMetric::KeptRatio;
-}
+bool lower_is_better(LeaderboardMetric metric) { return info(metric).lower_is_better; }
 
 std::string format_bytes(double bytes) {
   if (std::isnan(bytes)) return "-";
@@ -64,9 +84,10 @@ std::string format_bytes(double bytes) {
 
 std::string format_metric(double value, LeaderboardMetric metric) {
   if (std::isnan(value)) return "-";
-  if (metric == LeaderboardMetric::KvBytes) return format_bytes(value);
+  const MetricFormat format = info(metric).format;
+  if (format == MetricFormat::Bytes) return format_bytes(value);
   char text[64];
-  std::snprintf(text, sizeof(text), metric == LeaderboardMetric::KeptRatio ? "%.3f" : "%.1f", value);
+  std::snprintf(text, sizeof(text), format == MetricFormat::Ratio ? "%.3f" : "%.1f", value);
   return text;
 }
 

@@ -27,6 +27,7 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
       cell.task = kPooledTask;
       cell.samples = 0;
       cell.score = cell.kept_ratio = cell.kv_bytes = cell.kv_bytes_full = cell.ttft_ms = cell.decode_tok_s = 0;
+      cell.device_kv_bytes = 0;
       pooled.push_back(cell);
     }
     AggregateRow& cell = pooled[it->second];
@@ -40,6 +41,7 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
     cell.kv_bytes_full += w * row.kv_bytes_full;
     cell.ttft_ms += w * row.ttft_ms;
     cell.decode_tok_s += w * row.decode_tok_s;
+    cell.device_kv_bytes += w * row.device_kv_bytes;  // NaN from the first task that did not measure it
     cell.samples += row.samples;
   }
   for (auto& cell : pooled) {
@@ -50,6 +52,7 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
     cell.kv_bytes_full /= n;
     cell.ttft_ms /= n;
     cell.decode_tok_s /= n;
+    cell.device_kv_bytes /= n;
   }
   return pooled;
 }

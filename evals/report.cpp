@@ -101,6 +101,14 @@ std::string metric_table(const LeaderboardGroup& group, LeaderboardMetric metric
   return html + "</table>\n";
 }
 
+// Whether some cell of the group has the figure (device bytes exist only for CUDA runs).
+bool measured_anywhere(const LeaderboardGroup& group, LeaderboardMetric metric) {
+  for (const auto& row : group.rows)
+    for (const auto& [budget, c] : row.cells)
+      if (!std::isnan(metric_value(c.aggregate, metric))) return true;
+  return false;
+}
+
 std::vector<CurveSeries> score_curves(const LeaderboardGroup& group) {
   std::vector<CurveSeries> series;
   for (const auto& row : group.rows) {
@@ -218,6 +226,9 @@ ReportFiles write_report(ResultsStore& store, const std::string& out_dir, double
               "excludes 0)</h3>\n" + html_grid(diff, "diff");
     }
     body += "<h3>KV cache after eviction</h3>\n" + metric_table(group, LeaderboardMetric::KvBytes);
+    if (measured_anywhere(group, LeaderboardMetric::DeviceKvBytes))
+      body += "<h3>KV cache on the device after eviction (entries and codebooks; - where not measured)</h3>\n" +
+              metric_table(group, LeaderboardMetric::DeviceKvBytes);
     body += "<h3>decode tokens/s</h3>\n" + metric_table(group, LeaderboardMetric::DecodeTokS);
 
     std::string curve = "score_" + stem + ".svg";

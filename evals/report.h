@@ -6,7 +6,8 @@
 //  - a policies table: per leaderboard name its file or name, the SHA-256 of its source text with
 //    its resolved parameters, and those parameters (evals/stored_content.h);
 //  - per (model, task): the leaderboard (score [95% interval], paired difference to full, mean over
-//    compressed budgets, iso-quality budget, n), KV-cache bytes in binary units and decode speed;
+//    compressed budgets, iso-quality budget, n), KV-cache bytes in binary units (and, where some
+//    cell measured it, what the device held: aggregates.device_kv_bytes) and decode speed;
 //  - per (model, task) one SVG of score against the measured kept fraction of the cache (log x
 //    axis, one line per policy, interval bands) and one of iso-quality bars;
 //  - depth x length heatmaps per (policy, budget), only where the grid has more than one cell and

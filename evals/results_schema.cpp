@@ -114,6 +114,15 @@ ALTER TABLE runs ADD COLUMN prefill_attention TEXT NOT NULL DEFAULT 'own';
     R"SQL(
 ALTER TABLE runs ADD COLUMN prefill TEXT NOT NULL DEFAULT 'shared';
 )SQL",
+    // 8: what the device held for the cache after the eviction (CUDA runs, which since version 7
+    // record it per result in extra_json): NULL where not measured; back-filled from the results.
+    R"SQL(
+ALTER TABLE aggregates ADD COLUMN device_kv_bytes REAL;
+UPDATE aggregates SET device_kv_bytes = (
+  SELECT )SQL" KVEVICT_AGGREGATE_DEVICE_KV_BYTES R"SQL( FROM results r
+  WHERE r.run_id = aggregates.run_id AND r.task = aggregates.task AND r.policy = aggregates.policy
+    AND r.budget = aggregates.budget);
+)SQL",
 };
 
 }  // namespace

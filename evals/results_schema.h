@@ -10,6 +10,21 @@
 //   results.policy_hash, results.prompt_hash, aggregates.policy_hash ('' in rows written before v4)
 #include <cstddef>
 
+// An aggregate's device_kv_bytes (version 8), an SQL expression over a group of `results` rows:
+// the mean over the samples of what the device held for the cache after the eviction (the
+// evaluator's extra_json kv_bytes_on_device, plus codebook_bytes_on_device where present), NULL
+// unless every sample of the group measured it (a CPU run never does). A row whose extra_json is
+// not valid JSON or holds no number there counts as not measured, never as 0. Written once here
+// for update_aggregates and version 8's back-fill; a macro so the migration's literal can hold it.
+#define KVEVICT_RESULT_DEVICE_KV_BYTES                                                              \
+  "(CASE WHEN json_valid(extra_json) AND "                                                          \
+  "json_type(extra_json, '$.kv_bytes_on_device') IN ('integer', 'real') "                           \
+  "THEN json_extract(extra_json, '$.kv_bytes_on_device') + "                                        \
+  "(CASE WHEN json_type(extra_json, '$.codebook_bytes_on_device') IN ('integer', 'real') "          \
+  "THEN json_extract(extra_json, '$.codebook_bytes_on_device') ELSE 0 END) END)"
+#define KVEVICT_AGGREGATE_DEVICE_KV_BYTES                                                           \
+  "(CASE WHEN COUNT(" KVEVICT_RESULT_DEVICE_KV_BYTES ") = COUNT(*) THEN AVG(" KVEVICT_RESULT_DEVICE_KV_BYTES ") END)"
+
 namespace kvevict::evals {
 
 // The migrations, oldest first; `count` receives how many there are (= the newest version).

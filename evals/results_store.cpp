@@ -346,9 +346,10 @@ void ResultsStore::update_aggregates(int64_t run_id) {
   clear.bind(1, run_id).run();
   Statement fill(db_, path_,
                  "INSERT INTO aggregates (run_id, task, policy, budget, samples, score, kept_ratio, kv_bytes, "
-                 "kv_bytes_full, ttft_ms, decode_tok_s, policy_hash) "
+                 "kv_bytes_full, ttft_ms, decode_tok_s, policy_hash, device_kv_bytes) "
                  "SELECT run_id, task, policy, budget, COUNT(*), AVG(score), AVG(kept_ratio), AVG(kv_bytes), "
-                 "AVG(kv_bytes_full), AVG(ttft_ms), AVG(decode_tok_s), MAX(policy_hash) FROM results "
+                 "AVG(kv_bytes_full), AVG(ttft_ms), AVG(decode_tok_s), MAX(policy_hash), "
+                 KVEVICT_AGGREGATE_DEVICE_KV_BYTES " FROM results "
                  "WHERE run_id = ?1 GROUP BY task, policy, budget");
   fill.bind(1, run_id).run();
   transaction.commit();

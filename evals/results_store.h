@@ -14,7 +14,8 @@
 //        prefill (shared | per_run: the resolved `prefill:` mode; 'shared' before version 7))
 //   results(id, run_id, task, sample_key, policy, budget, ..., policy_hash, prompt_hash ;
 //           UNIQUE(run_id, task, sample_key, policy, budget))
-//   aggregates(run_id, task, policy, budget, samples, score, ..., policy_hash ;
+//   aggregates(run_id, task, policy, budget, samples, score, ..., policy_hash, device_kv_bytes
+//              (NULL where some sample did not measure it: CPU runs, runs before version 8) ;
 //              PRIMARY KEY(run_id, task, policy, budget))
 //   policies(hash PRIMARY KEY, name, label, source, params_json)       content, evals/stored_content.h
 //   prompts(hash PRIMARY KEY, prefill, tail, continuation, sample_json)
@@ -22,6 +23,7 @@
 // the SHA-256 of what they hold (a merge copies them with INSERT OR IGNORE). Rows written before
 // schema version 4 have policy_hash = prompt_hash = ''.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -78,6 +80,10 @@ struct AggregateRow {
   std::string budget;
   int64_t samples = 0;
   double score = 0, kept_ratio = 0, kv_bytes = 0, kv_bytes_full = 0, ttft_ms = 0, decode_tok_s = 0;
+  // What the device held for the cache after the eviction (entries and SpindleKV's books: the
+  // results' extra_json kv_bytes_on_device + codebook_bytes_on_device), mean over the samples; NaN
+  // where some sample did not measure it (a CPU run, a run from before schema version 8).
+  double device_kv_bytes = std::numeric_limits<double>::quiet_NaN();
   std::string scoring;  // the run's scoring backend (RunRecord::scoring; '' before schema version 5)
   std::string prefill_attention = "own";  // the run's (RunRecord::prefill_attention)
   std::string prefill = "shared";         // the run's (RunRecord::prefill)
@@ -94,7 +100,7 @@ struct GridCell {
 
 class ResultsStore {
  public:
-  static constexpr int kSchemaVersion = 7;
+  static constexpr int kSchemaVersion = 8;
   enum class Access { ReadWrite, ReadOnly };
 
   // Opens or creates `path` and migrates it. Throws UsageError when the path cannot persist

@@ -11,10 +11,10 @@ namespace {
 // same name with another content is another row, the same content run again replaces its row.
 constexpr const char* kLatestAggregates = R"SQL(
 SELECT run_id, model, task, policy, policy_hash, budget, samples, score, kept_ratio, kv_bytes, kv_bytes_full,
-       ttft_ms, decode_tok_s, scoring, prefill_attention, prefill
+       ttft_ms, decode_tok_s, scoring, prefill_attention, prefill, device_kv_bytes
 FROM (
   SELECT a.*, r.model AS model, %SCORING% AS scoring, %PREFILL_ATTENTION% AS prefill_attention,
-         %PREFILL% AS prefill,
+         %PREFILL% AS prefill, %DEVICE_KV_BYTES% AS device_kv_bytes,
          ROW_NUMBER() OVER (PARTITION BY r.model, a.task, a.policy, a.policy_hash, a.budget
                             ORDER BY r.finished_at DESC, r.id DESC) AS newest
   FROM aggregates a JOIN runs r ON r.id = a.run_id
@@ -46,6 +46,7 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
   sql.replace(sql.find("%SCORING%"), 9, schema_version() >= 5 ? "r.scoring" : "''");
   sql.replace(sql.find("%PREFILL_ATTENTION%"), 19, schema_version() >= 6 ? "r.prefill_attention" : "'own'");
   sql.replace(sql.find("%PREFILL%"), 9, schema_version() >= 7 ? "r.prefill" : "'shared'");
+  sql.replace(sql.find("%DEVICE_KV_BYTES%"), 17, schema_version() >= 8 ? "a.device_kv_bytes" : "NULL");
   Statement query(db_, path_, sql.c_str());
   query.bind(1, task).bind(2, model).bind(3, run_id);
   std::vector<AggregateRow> rows;
@@ -69,6 +70,7 @@ std::vector<AggregateRow> ResultsStore::leaderboard(const std::string& task, con
     row.scoring = query.text(13);
     row.prefill_attention = query.text(14);
     row.prefill = query.text(15);
+    if (!query.is_null(16)) row.device_kv_bytes = query.real(16);
     rows.push_back(std::move(row));
   }
   return rows;

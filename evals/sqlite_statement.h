@@ -59,6 +59,7 @@ class Statement {
   const sqlite3_value* column(int index) const { return sqlite3_column_value(stmt_, index); }
   int64_t int64(int column) const { return sqlite3_column_int64(stmt_, column); }
   double real(int column) const { return sqlite3_column_double(stmt_, column); }
+  bool is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
   std::string text(int column) const {
     const unsigned char* value = sqlite3_column_text(stmt_, column);
     return value ? std::string(reinterpret_cast<const char*>(value), sqlite3_column_bytes(stmt_, column)) : std::string();

@@ -170,8 +170,8 @@ TEST(PrefillAttentionEval, EachRunRecordsItsPrefillAttentionWhereResultsAreShown
   for (const auto& record : nlohmann::json::parse(render_leaderboard(groups, LeaderboardFormat::Json)))
     EXPECT_EQ(record["prefill_attention"], "flashinfer") << record.dump();
   const std::string csv = render_leaderboard(groups, LeaderboardFormat::Csv);
-  EXPECT_NE(csv.find(",scoring,prefill_attention,prefill\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find(",flashinfer,shared\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",scoring,prefill_attention,prefill,device_kv_bytes\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",flashinfer,shared,"), std::string::npos) << csv;
   EXPECT_NE(render_leaderboard(groups, LeaderboardFormat::Table).find("; prefill attention flashinfer)"),
             std::string::npos);
   // The default's titles stay as they were before the key.

@@ -132,8 +132,8 @@ TEST(PrefillModeEval, EachRunRecordsItsResolvedModeWhereResultsAreShown) {
   for (const auto& record : nlohmann::json::parse(render_leaderboard(groups, LeaderboardFormat::Json)))
     EXPECT_EQ(record["prefill"], "per_run") << record.dump();
   const std::string csv = render_leaderboard(groups, LeaderboardFormat::Csv);
-  EXPECT_NE(csv.find(",scoring,prefill_attention,prefill\n"), std::string::npos) << csv;
-  EXPECT_NE(csv.find(",own,per_run\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",scoring,prefill_attention,prefill,device_kv_bytes\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",own,per_run,"), std::string::npos) << csv;
   EXPECT_NE(render_leaderboard(groups, LeaderboardFormat::Table).find("; prefill per_run)"), std::string::npos);
   // Shared runs' titles stay as they were before the key.
   const auto shared_groups = build_leaderboard(store.leaderboard("", "", shared_id), store_sample_scores(store));
@@ -199,8 +199,7 @@ TEST(PrefillModeSchema, AVersionSixDatabaseMigratesItsRunsAsShared) {
     EXPECT_EQ(store.leaderboard().at(0).prefill, "shared");
   }
   ResultsStore store(db.path);
-  EXPECT_EQ(store.schema_version(), 7);
-  EXPECT_EQ(ResultsStore::kSchemaVersion, 7);
+  EXPECT_EQ(store.schema_version(), ResultsStore::kSchemaVersion);
   EXPECT_EQ(store.run(1)->prefill, "shared");  // before version 7 every run evicted one shared prefill
   EXPECT_EQ(store.run(1)->prefill_attention, "own");
   EXPECT_EQ(store.leaderboard().at(0).prefill, "shared");

@@ -109,7 +109,7 @@ TEST_P(OldSchema, MigratesToTheCurrentVersionWithItsRows) {
   EXPECT_EQ(count(db.path, "policies"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4, 5, 6));
+INSTANTIATE_TEST_SUITE_P(Versions, OldSchema, ::testing::Values(1, 2, 3, 4, 5, 6, 7));
 
 // A read-only store (replay) is not migrated: a version-4 file still reads, its runs without a
 // recorded backend, and the file keeps its version.

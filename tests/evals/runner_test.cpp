@@ -190,7 +190,7 @@ TEST(Leaderboard, EveryFormat) {
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "model,task,policy,budget,score,samples,kv_bytes,kv_bytes_full,kept_ratio,ttft_ms,decode_tok_s,run_id,"
             "score_low,score_high,interval,diff_full,diff_full_low,diff_full_high,diff_full_n,policy_mean,"
-            "iso_kept_fraction,iso_position,scoring,prefill_attention,prefill");
+            "iso_kept_fraction,iso_position,scoring,prefill_attention,prefill,device_kv_bytes");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(rows.size() + 9 + 1));  // + pooled cells
 
   std::string md = render_leaderboard(rows, LeaderboardFormat::Markdown);

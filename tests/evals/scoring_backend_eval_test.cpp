@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <unistd.h>
@@ -76,7 +77,10 @@ TEST(ScoringBackendEval, HostKernelsAndTheInterpreterGiveTheSameResultsAndEachRu
     // No device cache on the CPU: no device bytes recorded.
     EXPECT_FALSE(nlohmann::json::parse(rows[0][i].extra_json).contains("kv_bytes_on_device")) << rows[0][i].extra_json;
   }
-  for (const AggregateRow& row : store.leaderboard()) EXPECT_TRUE(row.scoring == "interpreter" || row.scoring == "host");
+  for (const AggregateRow& row : store.leaderboard()) {
+    EXPECT_TRUE(row.scoring == "interpreter" || row.scoring == "host");
+    EXPECT_TRUE(std::isnan(row.device_kv_bytes)) << row.policy;  // nothing measured on the CPU
+  }
 }
 
 TEST(ScoringBackendEval, AResumedRunKeepsOneBackend) {
@@ -165,6 +169,11 @@ TEST(ScoringBackendEval, CudaEvalScoresOnTheDeviceAndKeepsTheCpusCacheSizes) {
   }
   std::printf("eval on cuda: %d of %zu predictions equal the CPU's\n", same_prediction, rows[0].size());
   bool cuda_row = false;
-  for (const AggregateRow& row : store.leaderboard()) cuda_row = cuda_row || row.scoring == "cuda";
+  for (const AggregateRow& row : store.leaderboard()) {
+    cuda_row = cuda_row || row.scoring == "cuda";
+    // The leaderboard's device bytes: the CUDA run's mean (a dense cache: its kv_bytes), none on the CPU.
+    if (row.scoring == "cuda") EXPECT_DOUBLE_EQ(row.device_kv_bytes, row.kv_bytes) << row.policy;
+    else EXPECT_TRUE(std::isnan(row.device_kv_bytes)) << row.policy;
+  }
   EXPECT_TRUE(cuda_row);
 }
