@@ -64,7 +64,7 @@ int64_t DeviceCodebookBooks::load(const DeviceCodebookLoad& load) {
   logged_ = 0;
   int64_t most = 0;
   for (int64_t n : bound_) most = std::max(most, n);
-  return std::max(code_capacity_, most);
+  return most;
 }
 
 int64_t DeviceCodebookBooks::codes_needed_for(int rows) const {
@@ -76,8 +76,20 @@ int64_t DeviceCodebookBooks::codes_needed_for(int rows) const {
 }
 
 void DeviceCodebookBooks::grown(int64_t code_capacity, int64_t log_capacity) {
-  code_capacity_ = std::max(code_capacity_, code_capacity);
-  log_capacity_ = std::max(log_capacity_, log_capacity);
+  int64_t most = 0;
+  for (int64_t n : bound_) most = std::max(most, n);
+  if (code_capacity < most || log_capacity < logged_)
+    throw std::logic_error("device codebook: storage laid for " + std::to_string(code_capacity) + " codes and " +
+                           std::to_string(log_capacity) + " log rows holds " + std::to_string(most) + " and " +
+                           std::to_string(logged_));
+  code_capacity_ = code_capacity;
+  log_capacity_ = log_capacity;
+}
+
+int64_t DeviceCodebookBooks::planned_capacity(int64_t current, int64_t needed) {
+  if (needed < 0 || current < 0) throw std::logic_error("device codebook: a negative capacity");
+  const int64_t room = needed + needed / 8 + kCapacitySlack;
+  return needed <= current && current <= 2 * room ? current : room;
 }
 
 DeviceCodebookAppendArgs DeviceCodebookBooks::append_args(int rows, const float* keys, const float* values,

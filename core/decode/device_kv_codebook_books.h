@@ -62,15 +62,25 @@ class DeviceCodebookBooks {
 
   // Checks a load against this layer (std::invalid_argument: a book count other than 0, 1 shared
   // or one per head; partial codes; thetas not one per head; a first index past the known count)
-  // and takes it: the known counts become the load's. Returns the code capacity the storage must
-  // have (at least the current one).
+  // and takes it: the known counts become the load's. Returns the codes the storage must hold per
+  // book (its capacity then follows planned_capacity).
   int64_t load(const DeviceCodebookLoad& load);
   // Room an append of `rows` rows needs: codes (the bound, see above) and log rows. std::logic_error
   // when the layer holds no book.
   int64_t codes_needed_for(int rows) const;
   int64_t log_needed_for(int rows) const { return logged_ + rows; }
-  // The storage grew to these capacities (at least the current ones).
+  // The storage is now laid at these capacities (planned_capacity of what it must hold).
   void grown(int64_t code_capacity, int64_t log_capacity);
+  // The capacity to lay for `needed` codes per book (or log rows per head) where `current` are laid,
+  // one policy for the device and its twin: `current` while it holds them and is at most twice the
+  // room below, else that room, needed + needed / 8 + kCapacitySlack. The slack lets a load's first
+  // decode steps append without a re-lay; growth stays geometric (a stream of appends re-lays
+  // O(log n) times); and a reload or a layout that needs far less gives the memory back. Doubling
+  // (the first policy) laid up to twice the books' need and never shrank: at 128K on an 8B
+  // geometry, where SpindleKV's thetas make nearly every kept row a code, that was tens of GiB of
+  // f32 codes. The storage is [books][capacity]: every book is laid as long as the longest.
+  static constexpr int64_t kCapacitySlack = 64;
+  static int64_t planned_capacity(int64_t current, int64_t needed);
   // The arguments for an append of `rows` rows whose heads' block row 0 lies at dst_row[h], over
   // the given storage; then the append is counted (logged rows, bounds).
   DeviceCodebookAppendArgs append_args(int rows, const float* keys, const float* values, int64_t src_stride,

@@ -19,19 +19,20 @@ DeviceKvTwin::Codebooks& DeviceKvTwin::codebooks(int layer) {
   return codebooks_[static_cast<size_t>(layer)];
 }
 
-// Re-lays the codes ([books][capacity][d]) and the log ([heads][capacity]) for larger capacities,
-// keeping what they hold.
+// Re-lays the codes ([books][capacity][d]) and the log ([heads][capacity]) at the capacities
+// planned for what they must hold (DeviceCodebookBooks::planned_capacity), keeping what they hold.
 void DeviceKvTwin::grow_codebooks(Codebooks& c, int64_t code_capacity, int64_t log_capacity) {
   const size_t d = static_cast<size_t>(layout_.geometry().head_dim), heads = static_cast<size_t>(layout_.geometry().n_heads);
   const size_t books = static_cast<size_t>(c.books.books());
   const int64_t old_codes = c.books.code_capacity(), old_log = c.books.log_capacity();
-  code_capacity = std::max(code_capacity, old_codes);
-  log_capacity = std::max(log_capacity, old_log);
+  code_capacity = DeviceCodebookBooks::planned_capacity(old_codes, code_capacity);
+  log_capacity = DeviceCodebookBooks::planned_capacity(old_log, log_capacity);
+  const int64_t keep_codes = std::min(old_codes, code_capacity), keep_log = std::min(old_log, log_capacity);
   if (code_capacity != old_codes || c.key_codes.size() != books * static_cast<size_t>(code_capacity) * d) {
     for (std::vector<float>* codes : {&c.key_codes, &c.value_codes}) {
       std::vector<float> fresh(books * static_cast<size_t>(code_capacity) * d, 0.0f);
       for (size_t b = 0; b < books && !codes->empty(); ++b)
-        std::copy_n(codes->begin() + static_cast<ptrdiff_t>(b * old_codes * d), static_cast<size_t>(old_codes) * d,
+        std::copy_n(codes->begin() + static_cast<ptrdiff_t>(b * old_codes * d), static_cast<size_t>(keep_codes) * d,
                     fresh.begin() + static_cast<ptrdiff_t>(b * code_capacity * d));
       *codes = std::move(fresh);
     }
@@ -39,7 +40,7 @@ void DeviceKvTwin::grow_codebooks(Codebooks& c, int64_t code_capacity, int64_t l
   if (log_capacity != old_log || c.log.size() != heads * static_cast<size_t>(log_capacity)) {
     std::vector<CodebookEntry> fresh(heads * static_cast<size_t>(log_capacity));
     for (size_t h = 0; h < heads && !c.log.empty(); ++h)
-      std::copy_n(c.log.begin() + static_cast<ptrdiff_t>(h * old_log), static_cast<size_t>(old_log),
+      std::copy_n(c.log.begin() + static_cast<ptrdiff_t>(h * old_log), static_cast<size_t>(keep_log),
                   fresh.begin() + static_cast<ptrdiff_t>(h * log_capacity));
     c.log = std::move(fresh);
   }

@@ -309,6 +309,39 @@ TEST(DeviceKvMirrorCodebook, TheBookkeepingRefusesWhatTheDeviceCannotHold) {
   EXPECT_THROW(books.news({9, 0}, {0, 0}, no_read, no_log), std::logic_error) << "more codes than planned";
   DeviceCodebookBooks empty(2, 4);
   EXPECT_THROW(empty.codes_needed_for(1), std::logic_error) << "a layer without books";
+  EXPECT_THROW(books.grown(1, 0), std::logic_error) << "storage laid for fewer codes than the books hold";
+}
+
+// The storage's capacity (the device's and the twin's): room for the need plus slack, so a load's
+// first decode steps re-lay nothing; geometric growth over a stream of one-row appends; given back
+// when the need falls under half. Doubling, the first policy, laid 2K codes for K after the first
+// decode step and kept them forever.
+TEST(DeviceKvMirrorCodebook, TheStorageIsPlannedWithSlackGrowsGeometricallyAndIsGivenBack) {
+  using B = DeviceCodebookBooks;
+  EXPECT_EQ(B::planned_capacity(0, 0), 0);  // nothing laid for nothing
+  const int64_t K = 65536;  // a book's codes after a 128K prompt's eviction
+  const int64_t loaded = B::planned_capacity(0, K);
+  EXPECT_EQ(loaded, K + K / 8 + B::kCapacitySlack);
+  // Decode steps of a shared book over 8 heads: 8 codes per step at most.
+  int64_t capacity = loaded, relays = 0, most = loaded;
+  for (int64_t need = K + 8; need <= 4 * K; need += 8) {
+    const int64_t next = B::planned_capacity(capacity, need);
+    ASSERT_GE(next, need);
+    if (next != capacity) {
+      ++relays;
+      EXPECT_GE(next, capacity + capacity / 9) << "growth is geometric";
+    }
+    capacity = next;
+    most = std::max(most, capacity);
+    EXPECT_LE(capacity, need + need / 8 + B::kCapacitySlack) << "never more than an eighth over the need";
+  }
+  EXPECT_EQ(B::planned_capacity(loaded, K + K / 8), loaded) << "the slack holds the first decode steps";
+  EXPECT_LE(relays, 14) << "O(log n) re-lays for 3K more codes";
+  EXPECT_LE(most, 4 * K + K / 2 + B::kCapacitySlack);
+  // A reload that needs far less (a new prompt, a keep that dropped codes): given back.
+  EXPECT_EQ(B::planned_capacity(capacity, K / 4), K / 4 + K / 32 + B::kCapacitySlack);
+  EXPECT_EQ(B::planned_capacity(capacity, 3 * K), capacity) << "not for a need above half: no churn";
+  EXPECT_THROW(B::planned_capacity(0, -1), std::logic_error);
 }
 
 }  // namespace

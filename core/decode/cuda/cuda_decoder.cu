@@ -222,12 +222,20 @@ class CudaDecoder : public Decoder {
                                     std::vector<float>* all_logits) override;
   // The host cache is brought up to date first: during calls without an observer it lags the
   // device (the rows appended then live on the device only; DeviceKvMirror::defer_host_append).
+  // On this decoder's device: its downloads are ordered after its launches by that device's legacy
+  // stream (another decoder may have made another device current).
   KVCache& cache() override {
-    if (mirror_) mirror_->sync_host();
+    if (mirror_) {
+      cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+      mirror_->sync_host();
+    }
     return cache_;
   }
   const KVCache& cache_layout() override {
-    if (mirror_) mirror_->sync_host_appends();  // lengths exact; placeholders and device-only rows stay
+    if (mirror_) {
+      cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+      mirror_->sync_host_appends();  // lengths exact; placeholders and device-only rows stay
+    }
     return cache_;
   }
   int position() const override { return position_; }

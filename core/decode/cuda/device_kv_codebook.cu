@@ -83,11 +83,6 @@ __global__ void __launch_bounds__(kCodebookThreads) codebook_append_kernel(const
 
 void check_launch(const char* what) { check(launch_status(), what); }
 
-// The capacity that holds `needed`: the current one, or at least double it (see the header).
-int64_t grown_capacity(int64_t current, int64_t needed) {
-  return needed <= current ? current : std::max(needed, 2 * current);
-}
-
 // A fresh [groups][capacity][width] array holding, per group, the first keep * width elements of
 // the group in `old` ([groups][old_capacity][width]); asynchronous device-to-device copies (the
 // old array's cudaFree waits for them).
@@ -145,10 +140,10 @@ DeviceKvCodebooks::Layer& DeviceKvCodebooks::layer(int l) {
 void DeviceKvCodebooks::grow(Layer& c, int64_t code_capacity, int64_t log_capacity) {
   const size_t d = static_cast<size_t>(head_dim_), books = static_cast<size_t>(c.books.books());
   const int64_t old_codes = c.books.code_capacity(), old_log = c.books.log_capacity();
-  code_capacity = grown_capacity(old_codes, code_capacity);
-  log_capacity = grown_capacity(old_log, log_capacity);
+  code_capacity = DeviceCodebookBooks::planned_capacity(old_codes, code_capacity);
+  log_capacity = DeviceCodebookBooks::planned_capacity(old_log, log_capacity);
   if (code_capacity != old_codes || books != c.laid_books) {
-    const size_t keep = books == c.laid_books ? static_cast<size_t>(old_codes) : 0;
+    const size_t keep = books == c.laid_books ? static_cast<size_t>(std::min(old_codes, code_capacity)) : 0;
     c.key_codes = relaid(*c.key_codes, books, static_cast<size_t>(old_codes), keep, static_cast<size_t>(code_capacity),
                          d, "device codebook growth (key codes)");
     c.value_codes = relaid(*c.value_codes, books, static_cast<size_t>(old_codes), keep,
@@ -156,8 +151,9 @@ void DeviceKvCodebooks::grow(Layer& c, int64_t code_capacity, int64_t log_capaci
     c.laid_books = books;
   }
   if (log_capacity != old_log)
-    c.log = relaid(*c.log, static_cast<size_t>(n_heads_), static_cast<size_t>(old_log), static_cast<size_t>(old_log),
-                   static_cast<size_t>(log_capacity), 1, "device codebook growth (log)");
+    c.log = relaid(*c.log, static_cast<size_t>(n_heads_), static_cast<size_t>(old_log),
+                   static_cast<size_t>(std::min(old_log, log_capacity)), static_cast<size_t>(log_capacity), 1,
+                   "device codebook growth (log)");
   c.books.grown(code_capacity, log_capacity);
 }
 

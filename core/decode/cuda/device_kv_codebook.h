@@ -7,10 +7,11 @@
 // bit for bit (core/decode/device_kv_twin_codebook.cpp): the same element bodies, each book's rows
 // in the twin's order.
 //
-// Storage grows geometrically (at least doubling) and keeps its contents (device-to-device copies
-// re-laying every book's codes and every head's log at the new capacity): the bound the host plans
-// with rises by the block's rows at every append until the next news, and a reallocation per
-// decoded token would synchronise the decode loop. Capacities never change a result.
+// Storage is laid at DeviceCodebookBooks::planned_capacity (an eighth plus 64 over the need,
+// re-laid geometrically, shrunk when the need falls under half) and keeps its contents on a re-lay
+// (device-to-device copies of every book's codes and every head's log at the new capacity): the
+// bound the host plans with rises by the block's rows at every append until the next news, and a
+// reallocation per decoded token would synchronise the decode loop. Capacities never change a result.
 // Codes past a book's count and log rows past the logged ones are left unset (never read).
 //
 // Streams and errors as DeviceKvCache: everything on the legacy default stream; a failing CUDA call
