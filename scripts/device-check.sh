@@ -17,13 +17,21 @@
 # benchmarks have the last 150 s (or more, when memcheck finishes early). --budget 540 (with the
 # device call's timeout_s 600) gives bench_gpu_decode two more minutes but leaves no rerun.
 #
+# In two calls (--stage tests, then --stage bench on the still-warm machine, whose build-device/ is
+# kept between calls): the first call's verdict comes back even if the machine is lost during the
+# benchmarks (the 2026-12-05 call lost everything that way). A cold second call builds again.
+#
 # Usage: scripts/device-check.sh [--debs DIR] [--jobs N] [--test-jobs N] [--quick] [--budget SECONDS]
+#                                [--stage all|tests|bench]
 #   --jobs: build jobs (default: the cores)
 #   --test-jobs: GPU test suites run at once (default: half the cores, at least 1)
 #   --quick: only the jit tests and bench_jit (when device time is short)
 #   --budget: wall seconds for the whole script (default 420); the benchmarks get what the build,
 #     the tests and memcheck leave (memcheck never runs into the last 150 s), and are cut (with a
 #     note) rather than overrun it
+#   --stage: all (default: steps 1-4 in one call); tests (1, 2, 3-3c and 4: the verdict, no
+#     benchmark, no time kept for them); bench (1, 2 (no-ops over a kept build), 3d and 4: the
+#     benchmarks and the CPU suite, the tests stage's verdict carried into the summary)
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 
@@ -33,6 +41,7 @@ cores="$(nproc 2>/dev/null || echo 4)"
 jobs="$cores"
 test_jobs=$(( cores / 2 ))
 quick=0
+stage=all
 budget=420  # seconds: with the machine's start this leaves 4+ minutes of a 15-minute lease for a rerun
 bench_reserve=150  # the last seconds of the budget, kept for the benchmarks: memcheck never eats into them
 memcheck_cap=100   # seconds per memcheck binary (the two run at once)
@@ -43,15 +52,27 @@ while (( $# )); do
     --test-jobs) test_jobs="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
     --budget) budget="$2"; shift 2 ;;
+    --stage) stage="$2"; shift 2 ;;
     *) echo "device-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 (( test_jobs < 1 )) && test_jobs=1
+case "$stage" in
+  all) ;;
+  tests) bench_reserve=0 ;;  # nothing runs after the verdict: memcheck may use the whole budget
+  bench) ;;
+  *) echo "device-check: --stage must be all, tests or bench, not '$stage'" >&2; exit 2 ;;
+esac
 
 # Logs go to device-check-out/; the device tool brings back at most 8 files from $OUT, so publish
 # (below) copies there only verdict.txt, summary.tsv, summary.json, the benchmarks' JSON and one
 # tarball of every log: after the verdict (a lease cut short still returns it) and at the end.
 out="$root/device-check-out"
+# The bench stage carries the tests stage's verdict (same machine, kept folder) into its summary.
+previous_verdict="not checked in this call (--stage bench: see the tests stage's verdict.txt)"
+if [[ "$stage" == bench && -f "$out/verdict.txt" ]]; then
+  previous_verdict="$(sed -n 's/^correctness verdict: //p' "$out/verdict.txt" | head -n1) (the tests stage's)"
+fi
 rm -rf "$out" && mkdir -p "$out"
 publish() {
   [[ -n "${OUT:-}" ]] || return 0
@@ -128,7 +149,11 @@ PY
 
 multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
 [[ -n "$multiarch" ]] || multiarch=x86_64-linux-gnu
-step "unpack packages" "$out/unpack.log" unpack_debs
+if [[ "$stage" == bench && -f "$prefix/.unpacked" ]]; then
+  record "unpack packages" note 0 "kept from the tests stage"
+else
+  step "unpack packages" "$out/unpack.log" unpack_debs && touch "$prefix/.unpacked"
+fi
 export PATH="$prefix/usr/bin:/usr/local/cuda/bin:$PATH"
 export LD_LIBRARY_PATH="$prefix/usr/lib/$multiarch:$prefix/usr/lib/$multiarch/openblas-pthread:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LIBRARY_PATH="$prefix/usr/lib/$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}"
@@ -178,6 +203,13 @@ fi
 kvevict="$build/kvevict"
 [[ -x "$kvevict" ]] && step "kvevict devices --device cuda" "$out/devices.log" "$kvevict" devices --device cuda
 export KVEVICT_CACHE_DIR="$build/kernel-cache"
+verdict="$previous_verdict"
+write_verdict() {  # WHAT: what the verdict covers
+  if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
+  echo "correctness verdict: $verdict (after $SECONDS s; $1)" | tee "$out/verdict.txt"
+  publish
+}
+if [[ "$stage" != bench ]]; then
 gpu_filter='*Gpu*:*Cuda*:*OnTheDevice*:*DeviceKv*'
 # Each launch synchronises (core/decode/cuda/launch_status.h), so a kernel fault is named after its
 # kernel; each test suite runs in its own process, so a fault (which breaks the CUDA context)
@@ -251,11 +283,6 @@ for i in "${!suite_names[@]}"; do
 done
 
 # ---- 3a. the verdict of the GPU tests, published before memcheck -----------------------------------
-write_verdict() {  # WHAT: what the verdict covers
-  if (( failures == 0 )); then verdict="PASS"; else verdict="FAIL ($failures failing steps)"; fi
-  echo "correctness verdict: $verdict (after $SECONDS s; $1)" | tee "$out/verdict.txt"
-  publish
-}
 write_verdict "the GPU tests; memcheck next"
 
 # ---- 3b. the GPU tests under compute-sanitizer (memcheck) ------------------------------------------
@@ -305,10 +332,12 @@ fi
 
 # ---- 3c. the verdict again, memcheck included, before any benchmark --------------------------------
 write_verdict "the GPU tests and memcheck"
+fi  # stage != bench
 unset KVEVICT_CUDA_SYNC_LAUNCHES  # the benchmarks time unsynchronised launches
 
 # ---- 3d. benchmarks, within what is left of the budget ---------------------------------------------
 left() { echo $(( budget - SECONDS )); }
+if [[ "$stage" != tests ]]; then
 # Every benchmark gets a slice, so that a short budget still measures each of the issue's figures
 # once: the agreement (5 s on the H200) and bench_jit (the JIT vs hand-written kernel) first, then
 # bench_gpu_decode with all but the last 60 s, which the three kernel micro-benchmarks share.
@@ -350,6 +379,7 @@ if (( ! quick && $(left) > 90 )); then
   step "ctest (the rest, -j $jobs)" "$out/ctest.log" \
     timeout $(( $(left) - 20 )) ctest --test-dir "$build" -j "$jobs" -E 'Gpu|Cuda|OnTheDevice|DeviceKv' --timeout 300
 fi
+fi  # stage != tests
 
 # ---- 4. summary ----------------------------------------------------------------------------------
 echo
