@@ -141,9 +141,11 @@ int run(int prompt, int restores) {
   // SpindleKV's decode step on codebook layers (core/decode/device_kv_codebook.h): per layer the
   // token appended, then matched against its head's book of `codes` codes and overwritten with its
   // reconstruction on the device; against the host path it replaced (the block's K and V
-  // downloaded, then each head's reconstructed row written back).
-  {
-    const int codes = 1024, cb_steps = 16;
+  // downloaded, then each head's reconstructed row written back). 64K codes is a 128K prompt kept at
+  // half (the split scan, device_kv_codebook_scan.h), on the first 4 layers (16 GiB of f32 books
+  // would be all 32), so both lines also give the time per layer.
+  const auto codebook_step = [&](int codes, int layers) {
+    const int cb_steps = 16;
     cache.restore(snap);
     std::vector<float> unit(size_t(codes) * g.head_dim);
     for (float& x : unit) x = normal(rng) / std::sqrt(float(g.head_dim));
@@ -152,14 +154,14 @@ int run(int prompt, int restores) {
     for (DeviceCodebookLoad::Book& b : load.books) b.key_codes = b.value_codes = unit;
     load.theta_key.assign(size_t(g.n_heads), 0.98);
     load.theta_value.assign(size_t(g.n_heads), 0.95);
-    for (int l = 0; l < g.n_layers; ++l) cache.load_codebooks(l, load);
+    for (int l = 0; l < layers; ++l) cache.load_codebooks(l, load);
     ModelConfig rope_config;
     rope_config.head_dim = g.head_dim;
     Rope rope(rope_config);
     rope.reserve(len + cb_steps + 1);
     const double matched = timed([&] {
       for (int s = 0; s < cb_steps; ++s)
-        for (int l = 0; l < g.n_layers; ++l) {
+        for (int l = 0; l < layers; ++l) {
           const std::vector<int32_t> at(size_t(g.n_heads), len + s);
           cache.append(l, 1, block.data(), block.data(), stride, at);
           cache.codebook_append(l, 1, block.data(), block.data(), stride, len + s, rope.table());
@@ -169,17 +171,21 @@ int run(int prompt, int restores) {
     const std::vector<int32_t> position{len};
     const double host_path = timed([&] {
       for (int s = 0; s < cb_steps; ++s)
-        for (int l = 0; l < g.n_layers; ++l) {
+        for (int l = 0; l < layers; ++l) {
           block.download(row.data(), size_t(stride) * 2);
           for (int h = 0; h < g.n_heads; ++h)
             cache.write_rows(l, h, cache.layout().length(l, h) - 1, 1, row.data() + size_t(h) * g.head_dim,
                              row.data() + size_t(h) * g.head_dim, position.data());
         }
     });
-    std::printf("spindlekv codebook  %d codes x %d heads x %d layers: %.3f ms per token on the device; "
-                "the host path's row download and re-upload alone %.3f ms\n",
-                codes, g.n_heads, g.n_layers, 1e3 * matched / cb_steps, 1e3 * host_path / cb_steps);
-  }
+    std::printf("spindlekv codebook  %d codes x %d heads x %d layers: %.3f ms per token on the device (%.3f ms a "
+                "layer); the host path's row download and re-upload alone %.3f ms\n",
+                codes, g.n_heads, layers, 1e3 * matched / cb_steps, 1e3 * matched / cb_steps / layers,
+                1e3 * host_path / cb_steps);
+    for (int l = 0; l < layers; ++l) cache.load_codebooks(l, DeviceCodebookLoad{});  // the books' memory back
+  };
+  codebook_step(1024, g.n_layers);
+  codebook_step(65536, std::min(4, g.n_layers));
   cache.restore(snap);
   const double restore = timed([&] {
     for (int r = 0; r < restores; ++r) cache.restore(snap);

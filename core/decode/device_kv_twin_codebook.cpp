@@ -1,10 +1,11 @@
-// The device KV cache twin's codebooks: device_kv_codebook.h's element bodies run in order on the
-// CPU (the kernel, core/decode/cuda/device_kv_codebook.cu, runs the same bodies; its code scan is
-// split over threads and reduced by codebook_match_beats, which gives this in-order answer).
+// The device KV cache twin's codebooks: device_kv_codebook.h's element bodies run on the CPU in the
+// three steps of device_kv_codebook_scan.h, as the kernels (core/decode/cuda/device_kv_codebook.cu)
+// run them; each step's loops in order where the kernels spread them over threads and blocks.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/device_kv_codebook_scan.h"
 #include "core/decode/device_kv_twin.h"
 
 namespace kvevict {
@@ -81,27 +82,44 @@ void DeviceKvTwin::codebook_append(int layer, int rows, const float* keys, const
       c.books.append_args(rows, keys, values, src_stride, first_position, dst_row.data(), rope, arenas.keys.data(),
                           arenas.values.data(), layout_.geometry().type, c.key_codes.data(), c.value_codes.data(),
                           c.key_count.data(), c.value_count.data(), c.log.data());
-  std::vector<float> scratch(static_cast<size_t>(a.head_dim)), unit(static_cast<size_t>(a.head_dim));
-  for (int book = 0; book < device_codebook_books(a); ++book)
+  // The split's scratch. The chunk length varies with the append (1 to 4 codes, by its first
+  // position) where the kernels use kCodebookChunkCodes: the CPU tests then cover several splits, and
+  // any split gives the in-order scan's codes (device_kv_codebook_scan.h).
+  const int queries = device_codebook_queries(a);
+  const size_t d = static_cast<size_t>(a.head_dim);
+  std::vector<float> pre(static_cast<size_t>(queries) * d), units(pre.size()), norms(static_cast<size_t>(queries));
+  DeviceCodebookScan s;
+  s.pre = pre.data();
+  s.units = units.data();
+  s.norms = norms.data();
+  s.chunk_codes = 1 + first_position % 4;
+  s.chunks = device_codebook_chunks(a.code_capacity, s.chunk_codes);
+  std::vector<CodebookMatch> chunk_best(static_cast<size_t>(queries) * s.chunks);
+  s.chunk_best = chunk_best.data();
+  for (int q = 0; q < queries; ++q) device_codebook_query_unit(a, s, q);  // step 1
+  for (int q = 0; q < queries; ++q) {                                     // step 2
+    const int book = device_codebook_book_of(a, device_codebook_query_head(a, q));
+    const int32_t count = *device_codebook_count(a, device_codebook_query_key(q), book);
+    for (int k = 0; k < s.chunks; ++k)
+      chunk_best[static_cast<size_t>(q) * s.chunks + k] = device_codebook_chunk_match(a, s, q, k, count, 0, 1);
+  }
+  for (int book = 0; book < device_codebook_books(a); ++book) {  // step 3
+    const int32_t launch_key = *device_codebook_count(a, true, book), launch_value = *device_codebook_count(a, false, book);
     for (int h = device_codebook_first_head(a, book); h < device_codebook_end_head(a, book); ++h)
       for (int r = 0; r < rows; ++r)
         for (const bool key : {true, false}) {
-          const float norm = device_codebook_row_unit(a, h, r, key, scratch.data(), unit.data());
-          const double theta = key ? a.theta_key[h] : a.theta_value[h];
-          const float* codes = device_codebook_codes(a, key, book);
-          int32_t best = -1;
-          float best_dot = 0.0f;
-          for (int32_t code = 0; code < *device_codebook_count(a, key, book); ++code) {
-            const float dot = codebook_dot(codes + static_cast<size_t>(code) * a.head_dim, unit.data(), a.head_dim);
-            if (codebook_match_beats(dot, code, theta, best_dot, best)) {
-              best = code;
-              best_dot = dot;
-            }
-          }
-          const int32_t index = device_codebook_commit(a, book, h, r, key, best, unit.data(), norm);
+          const int q = device_codebook_query(a, h, r, key);
+          const int32_t count = *device_codebook_count(a, key, book);
+          const CodebookMatch best = codebook_better(
+              device_codebook_chunks_best(a, s, q, 0, 1),
+              device_codebook_new_codes_match(a, s, q, key ? launch_key : launch_value, count, 0, 1),
+              device_codebook_theta(a, h, key));
+          const float norm = norms[static_cast<size_t>(q)];
+          const int32_t index = device_codebook_commit(a, book, h, r, key, best.code, units.data() + q * d, norm);
           for (int i = 0; i < device_codebook_row_elements(a, key); ++i)
             device_codebook_store_element(a, book, h, r, key, index, norm, i);
         }
+  }
 }
 
 DeviceCodebookNews DeviceKvTwin::codebook_news(int layer) {

@@ -440,7 +440,7 @@ void DeviceKvCache::fold_rows(int layer, int head, const RowFolds& folds) {
 
 void DeviceKvCache::load_codebooks(int layer, const DeviceCodebookLoad& load) { impl_->codebooks().load(layer, load); }
 
-// The twin's checks in the twin's order (device_kv_twin_codebook.cpp), then the room, then one launch.
+// The twin's checks in the twin's order (device_kv_twin_codebook.cpp), then the room, then the launches.
 void DeviceKvCache::codebook_append(int layer, int rows, const float* keys, const float* values, int64_t src_stride,
                                     int32_t first_position, const RopeTableView& rope) {
   DeviceKvCodebooks& books = impl_->codebooks();

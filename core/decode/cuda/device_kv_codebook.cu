@@ -1,6 +1,6 @@
-// The device KV cache's codebooks; contract in device_kv_codebook.h. The kernel is thin: the
-// element bodies live in core/decode/device_kv_codebook.h, shared with DeviceKvTwin, whose in-order
-// loop (device_kv_twin_codebook.cpp) this kernel reproduces bit for bit.
+// The device KV cache's codebooks; contract in device_kv_codebook.h. The kernels are thin: the
+// element bodies live in core/decode/device_kv_codebook.h and device_kv_codebook_scan.h, shared with
+// DeviceKvTwin, whose three steps (device_kv_twin_codebook.cpp) these kernels reproduce bit for bit.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/decode/cuda/device_kv_codebook.h"
+#include "core/decode/device_kv_codebook_scan.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/launch_status.h"
 
@@ -16,68 +17,103 @@ namespace kvevict::cuda {
 namespace {
 
 constexpr int kCodebookThreads = 256;
+// Codes per chunk of step 2: 4 per thread, so a 64K-code book is 64 blocks per query.
+constexpr int32_t kCodebookChunkCodes = 4 * kCodebookThreads;
 
 // Arguments travel by value (parameter space, at most 4 KiB on every architecture we build for).
 static_assert(sizeof(DeviceCodebookAppendArgs) <= 4096, "kernel parameters");
-// A row's scratch and unit vector (2 * head_dim f32) fit the dynamic shared memory a launch gets
-// without opting in (48 KiB), for every head_dim a geometry accepts (kDeviceKvMaxRowWords).
-static_assert(2 * kDeviceKvMaxRowWords * sizeof(float) <= 48 * 1024, "codebook shared memory");
+static_assert(sizeof(DeviceCodebookScan) <= 256, "kernel parameters");
 
-// One block per book. Its heads in order, each head's rows in order, the key then the value (the
-// twin's order: a code added by one row may be matched by the next, of this head or the next). Per
-// row: thread 0 makes the unit vector; every thread scans codes tid, tid + 256, ... below the count
-// and keeps its best by codebook_match_beats; a tree reduction by the same rule (order-independent:
-// the highest cosine above theta, then the lowest index) gives the in-order scan's answer; thread 0
-// commits it (perhaps appending a code, counting it, logging the entry); then every thread stores
-// its share of the reconstruction. The count and the codes are read from global memory after each
-// barrier: __syncthreads makes thread 0's writes of the previous row visible to the block.
-__global__ void __launch_bounds__(kCodebookThreads) codebook_append_kernel(const DeviceCodebookAppendArgs a) {
-  extern __shared__ float row_floats[];  // [scratch: head_dim][unit: head_dim]
-  __shared__ float best_dot[kCodebookThreads];
-  __shared__ int32_t best_code[kCodebookThreads];
-  __shared__ float row_norm;
+// The three steps of device_kv_codebook_scan.h, each a kernel on the legacy default stream (so each
+// sees the previous one's writes).
+
+// Step 1: one thread per query makes its unit vector (device_codebook_row_unit: one thread's work,
+// whose double sum runs in element order as on the host).
+constexpr int kUnitThreads = 128;
+__global__ void __launch_bounds__(kUnitThreads) codebook_units_kernel(const DeviceCodebookAppendArgs a,
+                                                                      const DeviceCodebookScan s) {
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * kUnitThreads + threadIdx.x;
+  if (q < device_codebook_queries(a)) device_codebook_query_unit(a, s, static_cast<int>(q));
+}
+
+// A block's best match: every thread's by the rule, reduced in shared memory by the same rule
+// (order-independent). Every thread of the block calls it; thread 0 gets the answer.
+__device__ CodebookMatch block_best(CodebookMatch mine, double theta, float* dots, int32_t* codes) {
+  const int tid = static_cast<int>(threadIdx.x);
+  dots[tid] = mine.dot;
+  codes[tid] = mine.code;
+  __syncthreads();
+  for (int half = kCodebookThreads / 2; half > 0; half /= 2) {
+    if (tid < half) {
+      const CodebookMatch other{dots[tid + half], codes[tid + half]};
+      const CodebookMatch best = codebook_better(CodebookMatch{dots[tid], codes[tid]}, other, theta);
+      dots[tid] = best.dot;
+      codes[tid] = best.code;
+    }
+    __syncthreads();
+  }
+  return CodebookMatch{dots[0], codes[0]};
+}
+
+// Step 2: one block per (query, chunk), flattened as q * chunks + k: its chunk of the codes its
+// book held when the append began (no kernel of the append has added any yet), 256 threads
+// striding over it.
+__global__ void __launch_bounds__(kCodebookThreads) codebook_chunks_kernel(const DeviceCodebookAppendArgs a,
+                                                                           const DeviceCodebookScan s) {
+  __shared__ float dots[kCodebookThreads];
+  __shared__ int32_t codes[kCodebookThreads];
+  const int64_t block = blockIdx.x;
+  const int q = static_cast<int>(block / s.chunks), k = static_cast<int>(block % s.chunks);
+  const int h = device_codebook_query_head(a, q);
+  const bool key = device_codebook_query_key(q);
+  const int32_t count = *device_codebook_count(a, key, device_codebook_book_of(a, h));
+  const CodebookMatch mine =
+      device_codebook_chunk_match(a, s, q, k, count, static_cast<int>(threadIdx.x), kCodebookThreads);
+  const CodebookMatch best = block_best(mine, device_codebook_theta(a, h, key), dots, codes);
+  if (threadIdx.x == 0) s.chunk_best[static_cast<size_t>(q) * s.chunks + k] = best;
+}
+
+// Step 3: one block per book, in the twin's order (its heads, each head's rows, the key then the
+// value: a code added by one row may be matched by the next, of this head or the next). Per query:
+// every thread folds its share of the chunks' matches and of the codes this append added so far;
+// the block's best by the same rule is the in-order scan's answer; thread 0 commits it (perhaps
+// appending a code, counting it, logging the entry); then every thread stores its share of the
+// reconstruction. The counts are read from global memory after each barrier: __syncthreads makes
+// thread 0's writes of the previous query visible to the block; the counts when the append began
+// are read before any commit.
+__global__ void __launch_bounds__(kCodebookThreads) codebook_commit_kernel(const DeviceCodebookAppendArgs a,
+                                                                           const DeviceCodebookScan s) {
+  __shared__ float dots[kCodebookThreads];
+  __shared__ int32_t codes[kCodebookThreads];
+  __shared__ int32_t launch_count[2];  // key, value
   __shared__ int32_t row_code;
-  float* const scratch = row_floats;
-  float* const unit = row_floats + a.head_dim;
   const int book = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    launch_count[0] = *device_codebook_count(a, true, book);
+    launch_count[1] = *device_codebook_count(a, false, book);
+  }
+  __syncthreads();
   for (int h = device_codebook_first_head(a, book); h < device_codebook_end_head(a, book); ++h)
     for (int r = 0; r < a.rows; ++r)
       for (int side = 0; side < 2; ++side) {
         const bool key = side == 0;
-        if (tid == 0) row_norm = device_codebook_row_unit(a, h, r, key, scratch, unit);
-        __syncthreads();
-        const double theta = key ? a.theta_key[h] : a.theta_value[h];
-        const float* codes = device_codebook_codes(a, key, book);
+        const int q = device_codebook_query(a, h, r, key);
+        const double theta = device_codebook_theta(a, h, key);
         const int32_t count = *device_codebook_count(a, key, book);
-        int32_t best = -1;  // none yet
-        float dot_best = 0.0f;
-        for (int32_t c = tid; c < count; c += kCodebookThreads) {
-          const float dot = codebook_dot(codes + static_cast<size_t>(c) * a.head_dim, unit, a.head_dim);
-          if (codebook_match_beats(dot, c, theta, dot_best, best)) {
-            best = c;
-            dot_best = dot;
-          }
-        }
-        best_dot[tid] = dot_best;
-        best_code[tid] = best;
-        __syncthreads();
-        for (int half = kCodebookThreads / 2; half > 0; half /= 2) {
-          if (tid < half) {
-            const int32_t other = best_code[tid + half];
-            if (other >= 0 && codebook_match_beats(best_dot[tid + half], other, theta, best_dot[tid], best_code[tid])) {
-              best_dot[tid] = best_dot[tid + half];
-              best_code[tid] = other;
-            }
-          }
-          __syncthreads();
-        }
-        if (tid == 0) row_code = device_codebook_commit(a, book, h, r, key, best_code[0], unit, row_norm);
+        const CodebookMatch mine =
+            codebook_better(device_codebook_chunks_best(a, s, q, tid, kCodebookThreads),
+                            device_codebook_new_codes_match(a, s, q, launch_count[side], count, tid, kCodebookThreads),
+                            theta);
+        const CodebookMatch best = block_best(mine, theta, dots, codes);
+        const float norm = s.norms[q];
+        if (tid == 0)
+          row_code = device_codebook_commit(a, book, h, r, key, best.code,
+                                            s.units + static_cast<size_t>(q) * a.head_dim, norm);
         __syncthreads();
         const int32_t index = row_code;
-        const float norm = row_norm;
         for (int i = tid; i < device_codebook_row_elements(a, key); i += kCodebookThreads)
           device_codebook_store_element(a, book, h, r, key, index, norm, i);
-        __syncthreads();  // the next row overwrites the shared row and may match the code just added
+        __syncthreads();  // the next query reads the count thread 0 may have raised, and row_code
       }
 }
 
@@ -110,7 +146,13 @@ struct DeviceKvCodebooks::Layer {
   std::unique_ptr<DeviceArray<CodebookEntry>> log = std::make_unique<DeviceArray<CodebookEntry>>();  // [heads][capacity]
 };
 
-DeviceKvCodebooks::DeviceKvCodebooks(int n_layers, int n_heads, int head_dim) : n_heads_(n_heads), head_dim_(head_dim) {
+struct DeviceKvCodebooks::ScanScratch {
+  DeviceArray<float> pre, units, norms;
+  DeviceArray<CodebookMatch> chunk_best;
+};
+
+DeviceKvCodebooks::DeviceKvCodebooks(int n_layers, int n_heads, int head_dim)
+    : n_heads_(n_heads), head_dim_(head_dim), scan_(std::make_unique<ScanScratch>()) {
   for (int l = 0; l < n_layers; ++l) layers_.push_back(std::make_unique<Layer>(n_heads, head_dim));
 }
 
@@ -119,7 +161,8 @@ size_t DeviceKvCodebooks::bytes_reserved() const {
   for (const std::unique_ptr<Layer>& l : layers_)
     total += (l->key_codes->size() + l->value_codes->size()) * sizeof(float) +
              (l->key_count.size() + l->value_count.size()) * sizeof(int32_t) + l->log->size() * sizeof(CodebookEntry);
-  return total;
+  return total + (scan_->pre.size() + scan_->units.size() + scan_->norms.size()) * sizeof(float) +
+         scan_->chunk_best.size() * sizeof(CodebookMatch);
 }
 
 DeviceKvCodebooks::~DeviceKvCodebooks() = default;
@@ -193,9 +236,31 @@ void DeviceKvCodebooks::append(int layer, int rows, const float* keys, const flo
       c.books.append_args(rows, keys, values, src_stride, first_position, dst_row, rope, key_arena, value_arena, type,
                           c.key_codes->data(), c.value_codes->data(), c.key_count.data(), c.value_count.data(),
                           c.log->data());
-  const size_t shared_bytes = 2 * static_cast<size_t>(head_dim_) * sizeof(float);
-  codebook_append_kernel<<<static_cast<unsigned>(device_codebook_books(args)), kCodebookThreads, shared_bytes>>>(args);
-  check_launch("device codebook append kernel");
+  const int queries = device_codebook_queries(args);
+  if (queries == 0) return;
+  const size_t d = static_cast<size_t>(head_dim_);
+  DeviceCodebookScan s;
+  s.chunk_codes = kCodebookChunkCodes;
+  s.chunks = std::max(1, device_codebook_chunks(args.code_capacity, s.chunk_codes));
+  scan_->pre.resize(static_cast<size_t>(queries) * d);
+  scan_->units.resize(static_cast<size_t>(queries) * d);
+  scan_->norms.resize(static_cast<size_t>(queries));
+  scan_->chunk_best.resize(static_cast<size_t>(queries) * static_cast<size_t>(s.chunks));
+  s.pre = scan_->pre.data();
+  s.units = scan_->units.data();
+  s.norms = scan_->norms.data();
+  s.chunk_best = scan_->chunk_best.data();
+  const unsigned unit_blocks = static_cast<unsigned>((queries + kUnitThreads - 1) / kUnitThreads);
+  codebook_units_kernel<<<unit_blocks, kUnitThreads>>>(args, s);
+  check_launch("device codebook units kernel");
+  const int64_t chunk_blocks = static_cast<int64_t>(queries) * s.chunks;
+  if (chunk_blocks > INT32_MAX)
+    throw std::invalid_argument("device codebook: an append of " + std::to_string(rows) + " rows over " +
+                                std::to_string(s.chunks) + " chunks needs more blocks than a launch holds");
+  codebook_chunks_kernel<<<static_cast<unsigned>(chunk_blocks), kCodebookThreads>>>(args, s);
+  check_launch("device codebook chunks kernel");
+  codebook_commit_kernel<<<static_cast<unsigned>(device_codebook_books(args)), kCodebookThreads>>>(args, s);
+  check_launch("device codebook commit kernel");
 }
 
 DeviceCodebookNews DeviceKvCodebooks::news(int layer) {

@@ -50,7 +50,7 @@ class DeviceKvCodebooks {
   // What the device added since the last load or news (DeviceCodebookBooks::news): the counts,
   // then the new codes and the logged entries, downloaded (synchronises).
   DeviceCodebookNews news(int layer);
-  // Device bytes the books occupy (codes, counts and logs, as allocated).
+  // Device bytes the books occupy (codes, counts and logs, as allocated, and the appends' scratch).
   size_t bytes_reserved() const;
 
  private:
@@ -60,6 +60,10 @@ class DeviceKvCodebooks {
 
   int n_heads_ = 0, head_dim_ = 0;
   std::vector<std::unique_ptr<Layer>> layers_;
+  // The append's split scratch (DeviceCodebookScan, device_kv_codebook_scan.h), shared by the
+  // layers (one append at a time on the stream), grown to the largest append.
+  struct ScanScratch;
+  std::unique_ptr<ScanScratch> scan_;
 };
 
 }  // namespace kvevict::cuda
