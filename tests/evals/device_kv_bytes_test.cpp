@@ -18,6 +18,7 @@
 #include "evals/report.h"
 #include "evals/results_store.h"
 #include "old_schema_db.h"
+#include "store_records.h"
 #include "temp_db.h"
 
 using namespace kvevict::evals;
@@ -26,30 +27,10 @@ namespace {
 
 using test::TempDb;
 
-RunRecord record(const std::string& hash, const std::string& device) {
-  RunRecord r;
-  r.name = "t";
-  r.config_hash = hash;
-  r.config_yaml = "x: 1\n";
-  r.kvevict_version = "0";
-  r.git_commit = "c";
-  r.model = "m.gguf";
-  r.model_hash = "mh";
-  r.device = device;
-  return r;
-}
-
 SampleResult result(const std::string& key, const std::string& policy, const std::string& budget,
                     const std::string& extra_json, const std::string& task = "needle") {
-  SampleResult r;
+  SampleResult r = test::sample_result(key, policy, budget, 50);
   r.task = task;
-  r.sample_key = key;
-  r.policy = policy;
-  r.budget = budget;
-  r.score = 50;
-  r.length = 100;
-  r.depth = 50;
-  r.kv_bytes = 1000;
   r.kv_bytes_full = 4000;
   r.extra_json = extra_json;
   return r;
@@ -57,7 +38,7 @@ SampleResult result(const std::string& key, const std::string& policy, const std
 
 int64_t finished_run(ResultsStore& store, const std::string& hash, const std::vector<SampleResult>& rows,
                      const std::string& device = "cuda:0") {
-  const int64_t id = store.create_run(record(hash, device));
+  const int64_t id = store.create_run(test::run_record(hash, "m.gguf", device));
   store.insert_results(id, rows);
   store.update_aggregates(id);
   store.finish_run(id, "finished");

@@ -15,6 +15,7 @@
 #include "core/util/error.h"
 #include "evals/results_store.h"
 #include "old_schema_db.h"
+#include "store_records.h"
 #include "temp_db.h"
 
 using namespace kvevict::evals;
@@ -32,18 +33,7 @@ void sql(const std::string& path, const std::string& text) {
   sqlite3_close(db);
 }
 
-RunRecord record(const std::string& hash) {
-  RunRecord r;
-  r.name = "t";
-  r.config_hash = hash;
-  r.config_yaml = "x: 1\n";
-  r.kvevict_version = "0";
-  r.git_commit = "c";
-  r.model = "m";
-  r.model_hash = "mh";
-  r.device = "cpu";
-  return r;
-}
+RunRecord record(const std::string& hash) { return test::run_record(hash, "m"); }
 
 // "pid:start time" as the store records a process (field 22 of /proc/<pid>/stat).
 std::string identity(pid_t pid) {

@@ -7,6 +7,7 @@
 
 #include "core/util/error.h"
 #include "evals/results_store.h"
+#include "store_records.h"
 #include "temp_db.h"
 
 using namespace kvevict::evals;
@@ -15,30 +16,10 @@ namespace {
 
 using test::TempDb;
 
-RunRecord record(const std::string& hash, const std::string& model = "m.gguf") {
-  RunRecord r;
-  r.name = "t";
-  r.config_hash = hash;
-  r.config_yaml = "x: 1\n";
-  r.kvevict_version = "0";
-  r.git_commit = "c";
-  r.model = model;
-  r.model_hash = "mh";
-  r.device = "cpu";
-  return r;
-}
+RunRecord record(const std::string& hash, const std::string& model = "m.gguf") { return test::run_record(hash, model); }
 
 SampleResult result(const std::string& key, const std::string& policy, const std::string& budget, double score) {
-  SampleResult r;
-  r.task = "needle";
-  r.sample_key = key;
-  r.policy = policy;
-  r.budget = budget;
-  r.score = score;
-  r.length = 100;
-  r.depth = 50;
-  r.kv_bytes = 1000;
-  return r;
+  return test::sample_result(key, policy, budget, score);
 }
 
 }  // namespace
