@@ -356,6 +356,63 @@ TEST_P(DeviceKvCodebookGpu, GrowsItsCodesAndLogKeepingThem) {
 #endif
 }
 
+// Books longer than the device's scan chunk (1024 codes, device_kv_codebook_scan.h): about 2600
+// codes per book, both scopes, with exact ties across chunks (codes 1100, 2100 and 2590 copies of
+// codes 7, 5 and 1500: the lower index wins); rows near codes anywhere in the book and fresh ones;
+// then a reload of the same layout with 1400 codes, which keeps the laid capacity (about 2990, the
+// need being over half of it: DeviceCodebookBooks::planned_capacity), so a whole chunk lies past
+// the count; further appends. The twin splits its scan into
+// chunks of 1 to 4 codes; every word, position, code and entry must still agree.
+TEST_P(DeviceKvCodebookGpu, BooksLongerThanAScanChunkMatchTheTwin) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (const bool shared : {false, true}) {
+    const int d = 64;
+    const DeviceKvGeometry g{1, 3, d, GetParam()};
+    const int64_t stride = int64_t(g.n_heads) * d;
+    const std::string config = shared ? "shared book" : "per-head books";
+    ModelConfig mc;
+    mc.head_dim = d;
+    Rope rope(mc);
+    rope.reserve(256);
+    Pair p(g, {.row_quantum = 4, .growth = 1.25});
+    std::mt19937 rng(shared ? 17u : 18u);
+    std::vector<Directions> dirs;
+    const auto long_load = [&](int codes) {
+      DeviceCodebookLoad load = random_load(g.n_heads, d, shared, codes, rng, dirs);
+      for (size_t b = 0; b < load.books.size(); ++b)
+        for (auto [to, from] : {std::pair{1100, 7}, std::pair{2100, 5}, std::pair{2590, 1500}}) {
+          if (to >= codes) continue;
+          for (std::vector<float>* flat : {&load.books[b].key_codes, &load.books[b].value_codes})
+            std::copy_n(flat->begin() + size_t(from) * d, d, flat->begin() + size_t(to) * d);
+          dirs[b].key[size_t(to)] = dirs[b].key[size_t(from)];
+          dirs[b].value[size_t(to)] = dirs[b].value[size_t(from)];
+        }
+      return load;
+    };
+    p.load(0, long_load(2600));
+    int32_t position = 0;
+    int old_codes = 0, new_codes = 0;
+    for (int round = 0; round < 24; ++round) {
+      const std::string where = config + ", round " + std::to_string(round);
+      if (round == 12) p.load(0, long_load(1400));  // the same layout, fewer codes
+      const int rows = 1 + static_cast<int>(rng() % 4);
+      const Block b = random_block(rows, g.n_heads, d, stride, position, rope, shared, dirs, rng);
+      p.append(0, rows, b, stride, position, rope.table());
+      position += rows;
+      expect_same_contents(p.device, p.twin, where);
+      if (HasFatalFailure()) return;
+      if (round % 4 == 3) {
+        count_matches(p.news(0, where), shared, old_codes, new_codes);
+        if (HasFatalFailure()) return;
+      }
+    }
+    EXPECT_GT(old_codes, 0) << config;
+    EXPECT_GT(new_codes, 0) << config;
+  }
+#endif
+}
+
 // What the twin refuses, the device refuses alike, and a refused append leaves nothing behind.
 TEST_P(DeviceKvCodebookGpu, RefusesWhatTheTwinRefuses) {
   SKIP_WITHOUT_GPU();

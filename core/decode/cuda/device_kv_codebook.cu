@@ -161,8 +161,7 @@ size_t DeviceKvCodebooks::bytes_reserved() const {
   for (const std::unique_ptr<Layer>& l : layers_)
     total += (l->key_codes->size() + l->value_codes->size()) * sizeof(float) +
              (l->key_count.size() + l->value_count.size()) * sizeof(int32_t) + l->log->size() * sizeof(CodebookEntry);
-  return total + (scan_->pre.size() + scan_->units.size() + scan_->norms.size()) * sizeof(float) +
-         scan_->chunk_best.size() * sizeof(CodebookMatch);
+  return total;  // the appends' scratch is workspace, not what the books hold
 }
 
 DeviceKvCodebooks::~DeviceKvCodebooks() = default;
@@ -232,6 +231,15 @@ void DeviceKvCodebooks::append(int layer, int rows, const float* keys, const flo
                                int32_t first_position, const int64_t* dst_row, const RopeTableView& rope,
                                void* key_arena, void* value_arena, KvType type) {
   Layer& c = this->layer(layer);
+  // The split's size is checked before append_args counts the append (its bookkeeping then stays
+  // the twin's): the capacity is the one reserve() laid for it.
+  DeviceCodebookScan s;
+  s.chunk_codes = kCodebookChunkCodes;
+  s.chunks = std::max(1, device_codebook_chunks(c.books.code_capacity(), s.chunk_codes));
+  const int64_t chunk_blocks = int64_t{n_heads_} * rows * 2 * s.chunks;
+  if (chunk_blocks > INT32_MAX)
+    throw std::invalid_argument("device codebook: an append of " + std::to_string(rows) + " rows over " +
+                                std::to_string(s.chunks) + " chunks needs more blocks than a launch holds");
   const DeviceCodebookAppendArgs args =
       c.books.append_args(rows, keys, values, src_stride, first_position, dst_row, rope, key_arena, value_arena, type,
                           c.key_codes->data(), c.value_codes->data(), c.key_count.data(), c.value_count.data(),
@@ -239,9 +247,6 @@ void DeviceKvCodebooks::append(int layer, int rows, const float* keys, const flo
   const int queries = device_codebook_queries(args);
   if (queries == 0) return;
   const size_t d = static_cast<size_t>(head_dim_);
-  DeviceCodebookScan s;
-  s.chunk_codes = kCodebookChunkCodes;
-  s.chunks = std::max(1, device_codebook_chunks(args.code_capacity, s.chunk_codes));
   scan_->pre.resize(static_cast<size_t>(queries) * d);
   scan_->units.resize(static_cast<size_t>(queries) * d);
   scan_->norms.resize(static_cast<size_t>(queries));
@@ -253,10 +258,6 @@ void DeviceKvCodebooks::append(int layer, int rows, const float* keys, const flo
   const unsigned unit_blocks = static_cast<unsigned>((queries + kUnitThreads - 1) / kUnitThreads);
   codebook_units_kernel<<<unit_blocks, kUnitThreads>>>(args, s);
   check_launch("device codebook units kernel");
-  const int64_t chunk_blocks = static_cast<int64_t>(queries) * s.chunks;
-  if (chunk_blocks > INT32_MAX)
-    throw std::invalid_argument("device codebook: an append of " + std::to_string(rows) + " rows over " +
-                                std::to_string(s.chunks) + " chunks needs more blocks than a launch holds");
   codebook_chunks_kernel<<<static_cast<unsigned>(chunk_blocks), kCodebookThreads>>>(args, s);
   check_launch("device codebook chunks kernel");
   codebook_commit_kernel<<<static_cast<unsigned>(device_codebook_books(args)), kCodebookThreads>>>(args, s);

@@ -50,7 +50,7 @@ class DeviceKvCodebooks {
   // What the device added since the last load or news (DeviceCodebookBooks::news): the counts,
   // then the new codes and the logged entries, downloaded (synchronises).
   DeviceCodebookNews news(int layer);
-  // Device bytes the books occupy (codes, counts and logs, as allocated, and the appends' scratch).
+  // Device bytes the books occupy (codes, counts and logs, as allocated; not the appends' scratch).
   size_t bytes_reserved() const;
 
  private:
