@@ -8,6 +8,11 @@
 #include <string>
 #include <utility>
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#include "core/engine/codebook_graph.h"
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -19,19 +24,47 @@ constexpr double kMaxAdjacencyBytes = 4.0 * (1ull << 30);
 
 uint64_t bit(int t) { return uint64_t{1} << (t % 64); }
 
-// kLanes cosines side by side in the graph's rows: a GCC/Clang vector of floats, whose lanes are
-// summed one by one exactly as a single float is (the compiler contracts x += a * b the same way
-// for both), so the graph is the one a pair at a time gives.
+// kLanes cosines side by side in the graph's rows, each its own explicit fma chain in element order
+// (codebook_graph.h: the chain codebook_dot makes, which a device's builder runs too): one vector
+// fma per element where the target has them (AVX-512, or AVX2 with FMA), else std::fma per lane
+// (the same bits, slower). The compiler is not left to contract `dot += a * b` as it chooses.
 constexpr int kLanes = 16;
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+// dot[j] = the fma chain of ua with column b + j of unit_t ([dim][n]), j < kLanes.
+void lane_dots(const float* ua, const float* unit_t, int n, int b, int dim, float* dot) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < dim; ++i)
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(ua[i]), _mm512_loadu_ps(unit_t + static_cast<size_t>(i) * n + b), acc);
+  _mm512_storeu_ps(dot, acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  for (int i = 0; i < dim; ++i) {
+    const float* column = unit_t + static_cast<size_t>(i) * n + b;
+    const __m256 x = _mm256_set1_ps(ua[i]);
+    lo = _mm256_fmadd_ps(x, _mm256_loadu_ps(column), lo);
+    hi = _mm256_fmadd_ps(x, _mm256_loadu_ps(column + 8), hi);
+  }
+  _mm256_storeu_ps(dot, lo);
+  _mm256_storeu_ps(dot + 8, hi);
+#else
+  for (int j = 0; j < kLanes; ++j) dot[j] = 0.0f;
+  for (int i = 0; i < dim; ++i) {
+    const float* column = unit_t + static_cast<size_t>(i) * n + b;
+    for (int j = 0; j < kLanes; ++j) dot[j] = std::fma(ua[i], column[j], dot[j]);
+  }
+#endif
+}
+
+}  // namespace
 
 // The graph's rows: row a holds every b with cos(u_a, u_b) > theta, and a itself. The upper
-// triangle is filled in parallel, a row per task (each pair's cosine computed once, a < b, its
-// products summed in element order, kLanes pairs side by side), then mirrored into the lower
-// triangle.
-std::vector<uint64_t> adjacency(const std::vector<float>& unit, int n, int dim, size_t words, double theta) {
+// triangle is filled in parallel, a row per task (each pair's cosine computed once, a < b, kLanes
+// pairs side by side), then mirrored into the lower triangle.
+std::vector<uint64_t> host_similarity_graph(const float* unit, int n, int dim, double theta) {
+  const size_t words = codebook_graph_words(n);
   std::vector<uint64_t> adj(static_cast<size_t>(n) * words, 0);
-  std::vector<float> unit_t(unit.size());  // [dim][n]: kLanes vectors' element i side by side
+  std::vector<float> unit_t(static_cast<size_t>(n) * dim);  // [dim][n]: kLanes vectors' element i side by side
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < dim; ++i) unit_t[static_cast<size_t>(i) * n + t] = unit[static_cast<size_t>(t) * dim + i];
   const double work = 0.5 * n * static_cast<double>(n) * dim;
@@ -39,26 +72,18 @@ std::vector<uint64_t> adjacency(const std::vector<float>& unit, int n, int dim, 
   for (int a = 0; a < n; ++a) {
     uint64_t* row = adj.data() + static_cast<size_t>(a) * words;
     row[a / 64] |= bit(a);
-    const float* ua = unit.data() + static_cast<size_t>(a) * dim;
+    const float* ua = unit + static_cast<size_t>(a) * dim;
     int b = a + 1;
-    // kLanes pairs at once: each its own sum, in element order (the same floats as one at a time),
-    // as independent chains the core overlaps instead of waiting on one.
+    // kLanes pairs at once: each its own chain, in element order, as independent chains the core
+    // overlaps instead of waiting on one.
     for (; b + kLanes <= n; b += kLanes) {
-      Lanes dot = {};
-      for (int i = 0; i < dim; ++i) {
-        Lanes column;  // element i of vectors b, b + 1, ...
-        std::memcpy(&column, unit_t.data() + static_cast<size_t>(i) * n + b, sizeof column);
-        dot += ua[i] * column;
-      }
+      float dot[kLanes];
+      lane_dots(ua, unit_t.data(), n, b, dim, dot);
       for (int j = 0; j < kLanes; ++j)
         if (dot[j] > theta) row[(b + j) / 64] |= bit(b + j);
     }
-    for (; b < n; ++b) {
-      const float* ub = unit.data() + static_cast<size_t>(b) * dim;
-      float dot = 0.0f;
-      for (int i = 0; i < dim; ++i) dot += ua[i] * ub[i];
-      if (dot > theta) row[b / 64] |= bit(b);
-    }
+    for (; b < n; ++b)
+      if (codebook_dot(unit + static_cast<size_t>(b) * dim, ua, dim) > theta) row[b / 64] |= bit(b);
   }
   for (int a = 0; a < n; ++a) {
     const uint64_t* row = adj.data() + static_cast<size_t>(a) * words;
@@ -74,8 +99,6 @@ std::vector<uint64_t> adjacency(const std::vector<float>& unit, int n, int dim, 
   return adj;
 }
 
-}  // namespace
-
 void Codebook::reconstruct(float* out) const {
   for (int t = 0; t < n_vectors(); ++t) {
     const float* c = codes.data() + static_cast<size_t>(index[t]) * dim;
@@ -83,7 +106,7 @@ void Codebook::reconstruct(float* out) const {
   }
 }
 
-Codebook build_codebook(const float* vectors, int n, int dim, double theta) {
+Codebook build_codebook(const float* vectors, int n, int dim, double theta, const SimilarityGraphBuilder* graph) {
   if (n < 0 || dim <= 0) throw std::invalid_argument("build_codebook: bad shape");
   const size_t words = (static_cast<size_t>(n) + 63) / 64;
   const double bytes = static_cast<double>(n) * static_cast<double>(words) * sizeof(uint64_t);
@@ -107,7 +130,11 @@ Codebook build_codebook(const float* vectors, int n, int dim, double theta) {
     if (m > 0)
       for (int i = 0; i < dim; ++i) unit[static_cast<size_t>(t) * dim + i] = static_cast<float>(x[i] / m);
   }
-  const std::vector<uint64_t> adj = adjacency(unit, n, dim, words, theta);
+  const std::vector<uint64_t> adj =
+      graph ? graph->build(unit.data(), n, dim, theta) : host_similarity_graph(unit.data(), n, dim, theta);
+  if (adj.size() != static_cast<size_t>(n) * words)
+    throw std::logic_error("build_codebook: a similarity graph of " + std::to_string(adj.size()) + " words for " +
+                           std::to_string(n) + " vectors");
   std::vector<int> degree(n, 0);  // the diagonal included
   for (int a = 0; a < n; ++a)
     for (size_t w = 0; w < words; ++w) degree[a] += std::popcount(adj[static_cast<size_t>(a) * words + w]);

@@ -1,7 +1,8 @@
 #pragma once
 // SpindleKV's codebook (arXiv 2507.06517 §3.4, spec policies.md §4.2) for one set of vectors
 // (pre-RoPE keys or values of one (layer, KV head)):
-//   m_t = |x_t|, u_t = x_t / m_t; Adj[a][b] = cos(u_a, u_b) > theta (diagonal true);
+//   m_t = |x_t|, u_t = x_t / m_t; Adj[a][b] = cos(u_a, u_b) > theta (diagonal true; the cosine an
+//   f32 fma chain in element order: codebook_graph.h);
 //   repeat: c = node of highest remaining degree (ties: lowest index); u_c becomes a code; every
 //   remaining neighbour of c (c included) refers to it; remove them all from the graph.
 //   reconstruction x_t ~= codes[ref[t]] * m_t.
@@ -31,7 +32,21 @@ struct Codebook {
   void reconstruct(float* out) const;
 };
 
-// vectors: [n][dim]. theta: cosine threshold (strictly greater merges).
-Codebook build_codebook(const float* vectors, int n, int dim, double theta);
+// Who builds the similarity graph (codebook_graph.h) of a codebook: the host (null, below), or the
+// device the engine selects on (LayerSelector::similarity_graph: the twin on the CPU, a CUDA
+// device). Every builder gives the host's bits. Returns n * codebook_graph_words(n) words.
+class SimilarityGraphBuilder {
+ public:
+  virtual ~SimilarityGraphBuilder() = default;
+  virtual std::vector<uint64_t> build(const float* unit, int n, int dim, double theta) const = 0;
+};
+
+// The host's graph over n unit vectors [n][dim] (OpenMP over rows, 16 cosines side by side).
+std::vector<uint64_t> host_similarity_graph(const float* unit, int n, int dim, double theta);
+
+// vectors: [n][dim]. theta: cosine threshold (strictly greater merges). `graph`: who builds the
+// similarity graph (null: the host); std::logic_error when it returns other than n rows.
+Codebook build_codebook(const float* vectors, int n, int dim, double theta,
+                        const SimilarityGraphBuilder* graph = nullptr);
 
 }  // namespace kvevict

@@ -46,7 +46,7 @@ Codebook slice(const Codebook& all, size_t from, size_t n) {
 
 }  // namespace
 
-CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cache) {
+CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cache, const SimilarityGraphBuilder* graph) {
   const int L = cache.n_layers(), H = cache.n_stored_heads(), d = cache.head_dim();
   int first = 0, last = L - 1;
   codebook_layer_range(merge, L, "(merge)", first, last);
@@ -59,8 +59,9 @@ CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cach
         const std::vector<float> pre = cache.keys_pre_rope(l, h);
         std::vector<float> scratch;
         const float* values = cache.values_or_reconstruct(l, h, scratch);
-        Codebook ck = build_codebook(pre.data(), T, d, merge.theta_key);
-        Codebook cv = build_codebook(values, T, d, merge.theta_value);
+        Codebook ck = build_codebook(pre.data(), T, d, merge.theta_key, graph);
+        Codebook cv = build_codebook(values, T, d, merge.theta_value, graph);
+        if (graph) r.graphs_by_builder += 2;
         r.key_codes += ck.n_codes();
         r.value_codes += cv.n_codes();
         r.tokens += T;
@@ -78,8 +79,9 @@ CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cach
       offset[h + 1] = offset[h] + cache.length(l, h);
     }
     const int N = static_cast<int>(offset[H]);
-    const Codebook ck = build_codebook(keys.data(), N, d, merge.theta_key);
-    const Codebook cv = build_codebook(values.data(), N, d, merge.theta_value);
+    const Codebook ck = build_codebook(keys.data(), N, d, merge.theta_key, graph);
+    const Codebook cv = build_codebook(values.data(), N, d, merge.theta_value, graph);
+    if (graph) r.graphs_by_builder += 2;
     r.key_codes += ck.n_codes();
     r.value_codes += cv.n_codes();
     r.tokens += N;

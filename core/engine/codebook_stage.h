@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/decode/kv_cache.h"
+#include "core/engine/codebook.h"
 #include "core/engine/policy_program.h"
 
 namespace kvevict {
@@ -21,10 +22,13 @@ struct CodebookStageResult {
   size_t bytes_before = 0, bytes_after = 0;  // cache.bytes_in_use() just before / after
   int64_t key_codes = 0, value_codes = 0;    // codes stored (shared codes counted once per layer)
   int64_t tokens = 0;                        // entries that became codebook-backed (over stored heads)
+  int64_t graphs_by_builder = 0;             // similarity graphs the given builder made (keys and values)
 };
 
-// Throws UsageError for a scope other than the two above.
-CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cache);
+// Throws UsageError for a scope other than the two above. `graph`: who builds the similarity graphs
+// (build_codebook; null: the host).
+CodebookStageResult apply_codebook_stage(const PolicyMerge& merge, KVCache& cache,
+                                         const SimilarityGraphBuilder* graph = nullptr);
 
 // The layers merge covers in a model of n_layers: [first, last], last_layer -1 or past the end
 // meaning the last layer. Throws UsageError (naming `policy`) when the range is empty.

@@ -1397,12 +1397,14 @@ struct EvictionEngine::State {
   // Makes heads codebook-backed (codebook_stage.h); the cache's own byte counts are the report's.
   void apply_codebook(KVCache& cache) {
     Stopwatch sw(&report.codebook_seconds);
-    const CodebookStageResult r = apply_codebook_stage(desc.merge, cache);
+    // The graphs where the selection runs (a CUDA device for the CUDA backend): LayerSelector::similarity_graph.
+    const CodebookStageResult r = apply_codebook_stage(desc.merge, cache, selector->similarity_graph());
     report.bytes_before_codebook = r.bytes_before;
     report.bytes_codebook = r.bytes_after;
     report.key_codes = r.key_codes;
     report.value_codes = r.value_codes;
     report.codebook_tokens = r.tokens;
+    report.codebook_graphs_by_selector = r.graphs_by_builder;
   }
 
   void fill_report(const KVCache& cache) {

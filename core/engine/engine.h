@@ -141,6 +141,9 @@ struct EvictionReport {
   size_t bytes_before_codebook = 0;
   size_t bytes_codebook = 0;
   int64_t key_codes = 0, value_codes = 0, codebook_tokens = 0;
+  // Similarity graphs built where the selection runs (LayerSelector::similarity_graph: the twin, a
+  // CUDA device), not by the host's own builder; 0 with the host selector.
+  int64_t codebook_graphs_by_selector = 0;
   double codebook_seconds = 0;
   // KVzip's context replay (observe.replay): the replay pass's wall time, outside `seconds` (it is a
   // decoder forward; 0 when no replay ran: a prompt within the budget is not replayed).

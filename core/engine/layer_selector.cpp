@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/engine/codebook.h"
+#include "core/engine/codebook_graph.h"
 #include "core/engine/device_selection_twin.h"
 #include "core/engine/layer_shared_mean.h"
 #include "core/util/error.h"
@@ -34,8 +36,23 @@ class HostLayerSelector final : public LayerSelector {
   }
 };
 
+// The device's similarity graph on the CPU: codebook_graph_word per (row, word), as the kernel's
+// threads run it (core/engine/cuda/codebook_graph.cu).
+class TwinSimilarityGraph final : public SimilarityGraphBuilder {
+ public:
+  std::vector<uint64_t> build(const float* unit, int n, int dim, double theta) const override {
+    const size_t words = codebook_graph_words(n);
+    std::vector<uint64_t> graph(static_cast<size_t>(n) * words);
+    for (int a = 0; a < n; ++a)
+      for (size_t w = 0; w < words; ++w)
+        graph[static_cast<size_t>(a) * words + w] = codebook_graph_word(unit, n, dim, theta, a, static_cast<int64_t>(w));
+    return graph;
+  }
+};
+
 class TwinLayerSelector final : public LayerSelector {
  public:
+  const SimilarityGraphBuilder* similarity_graph() const override { return &graph_; }
   SelectionDevice device() const override { return SelectionDevice::Twin; }
   std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
                                              const std::vector<std::span<const int32_t>>& positions,
@@ -74,6 +91,7 @@ class TwinLayerSelector final : public LayerSelector {
  private:
   std::vector<float> buffer_, mean_;
   std::vector<int32_t> positions_;
+  TwinSimilarityGraph graph_;
 };
 
 }  // namespace

@@ -27,6 +27,8 @@
 
 namespace kvevict {
 
+class SimilarityGraphBuilder;  // codebook.h
+
 class LayerSelector {
  public:
   virtual ~LayerSelector() = default;
@@ -64,6 +66,10 @@ class LayerSelector {
     (void)n_heads, (void)positions, (void)spec;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
+  // Who builds SpindleKV's similarity graphs where this selector runs (codebook.h): null on the host
+  // (build_codebook's own), the element body in order for the twin, a kernel on a CUDA device. The
+  // same bits each way (codebook_graph.h). Owned by the selector.
+  virtual const SimilarityGraphBuilder* similarity_graph() const { return nullptr; }
 };
 
 // Head h's offset in a layer score buffer: the heads packed one after another (h = the head

@@ -94,8 +94,8 @@ Codebook spec_codebook(const std::vector<float>& x, int n, int d, double theta) 
   for (int a = 0; a < n; ++a) {
     adj[a][a] = 1;
     for (int b = a + 1; b < n; ++b) {
-      float dot = 0.0f;
-      for (int i = 0; i < d; ++i) dot += unit[a * d + i] * unit[b * d + i];
+      float dot = 0.0f;  // an f32 fma chain in element order, as the library defines the cosine
+      for (int i = 0; i < d; ++i) dot = std::fma(unit[a * d + i], unit[b * d + i], dot);
       adj[a][b] = adj[b][a] = dot > theta;
     }
   }

@@ -184,6 +184,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t rows_folded = 0;          // rows the decoder's merges folded
     int64_t accumulated_in_place = 0;  // EvictionReport::accumulated_attention_in_place
     int64_t scores_in_place = 0;       // EvictionReport::scores_in_place
+    int64_t codebook_graphs = 0;       // EvictionReport::codebook_graphs_by_selector
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
@@ -207,6 +208,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.cache_rows_in_place = engine.report().cache_rows_in_place;
     r.accumulated_in_place = engine.report().accumulated_attention_in_place;
     r.scores_in_place = engine.report().scores_in_place;
+    r.codebook_graphs = engine.report().codebook_graphs_by_selector;
     return r;
   }
   // The engine alone (it computes every signal on the host from the rows).
@@ -502,9 +504,10 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
 // (accumulated_attention_store.h), added from the decoder's host sums here (the CPU decoder makes
 // no device copy); H2O among them. The ones whose decode evictions are a plain per-head top-k
 // or TOVA's layer-shared one write their decode scores into the selector's buffer (scores_in_place);
-// CAKE, H2O and TOVA among them.
+// CAKE, H2O and TOVA among them. SpindleKV's similarity graphs are the twin's (the device's element
+// body, codebook_graph.h), and its caches still the host's.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
-  std::vector<std::string> accumulated_on_device, scored_in_buffer;
+  std::vector<std::string> accumulated_on_device, scored_in_buffer, built_graphs;
   for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     Run host;
@@ -523,7 +526,13 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
     EXPECT_EQ(host.scores_in_place, 0) << name << ": selected on the host, the scores are host spans";
     EXPECT_EQ(twin.accumulated_in_place > 0, policy->description().needs(TensorSignal::AccumulatedAttention))
         << name;
+    EXPECT_EQ(host.codebook_graphs, 0) << name << ": selected on the host, the host builds the graphs";
+    EXPECT_EQ(twin.codebook_graphs > 0, policy->description().merge.enabled &&
+                                            policy->description().merge.method == MergeMethod::Codebook)
+        << name;
+    if (twin.codebook_graphs > 0) built_graphs.push_back(name);
   }
+  EXPECT_NE(std::find(built_graphs.begin(), built_graphs.end(), "spindlekv"), built_graphs.end());
   std::string names;
   for (const std::string& n : accumulated_on_device) names += n + " ";
   std::printf("built-ins whose A_acc was held on the device: %s\n", names.c_str());

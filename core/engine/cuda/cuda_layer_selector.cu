@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/decode/cuda/device_memory.h"
+#include "core/engine/cuda/codebook_graph.h"
 #include "core/engine/cuda/device_selection.h"
 #include "core/engine/device_selection_twin.h"
 #include "core/engine/layer_shared_mean.h"
@@ -25,6 +26,7 @@ __global__ void layer_shared_mean_kernel(const float* scores, int n_heads, int64
 class CudaLayerSelector final : public LayerSelector {
  public:
   SelectionDevice device() const override { return SelectionDevice::Cuda; }
+  const SimilarityGraphBuilder* similarity_graph() const override { return graph_.get(); }
 
   std::vector<std::vector<int>> select_heads(const std::vector<std::span<const float>>& scores,
                                              const std::vector<std::span<const int32_t>>& positions,
@@ -116,6 +118,7 @@ class CudaLayerSelector final : public LayerSelector {
   DeviceArray<float> scores_, mean_;
   DeviceArray<int32_t> positions_, kept_;  // kept_: the lists, then the counts (output())
   std::vector<int32_t> packed_positions_;
+  std::unique_ptr<SimilarityGraphBuilder> graph_ = make_cuda_similarity_graph();
 };
 
 }  // namespace
