@@ -161,6 +161,15 @@ Block random_block(int rows, int n_heads, int d, int64_t stride, int32_t first_p
   return out;
 }
 
+// The default RoPE of head_dim d with its table reserved for `positions` positions.
+Rope rope_table(int d, int positions) {
+  ModelConfig mc;
+  mc.head_dim = d;
+  Rope rope(mc);
+  rope.reserve(positions);
+  return rope;
+}
+
 // One cache and its twin, driven alike.
 struct Pair {
   cuda::DeviceKvCache device;
@@ -303,10 +312,7 @@ TEST_P(DeviceKvCodebookGpu, GrowsItsCodesAndLogKeepingThem) {
     const DeviceKvGeometry g{1, 3, d, GetParam()};
     const int64_t stride = int64_t(g.n_heads) * d;
     const std::string config = shared ? "shared book" : "per-head books";
-    ModelConfig mc;
-    mc.head_dim = d;
-    Rope rope(mc);
-    rope.reserve(512);
+    const Rope rope = rope_table(d, 512);
     Pair p(g, {.row_quantum = 4, .growth = 1.25});
     std::mt19937 rng(shared ? 5u : 6u);
     std::vector<Directions> dirs;
@@ -371,10 +377,7 @@ TEST_P(DeviceKvCodebookGpu, BooksLongerThanAScanChunkMatchTheTwin) {
     const DeviceKvGeometry g{1, 3, d, GetParam()};
     const int64_t stride = int64_t(g.n_heads) * d;
     const std::string config = shared ? "shared book" : "per-head books";
-    ModelConfig mc;
-    mc.head_dim = d;
-    Rope rope(mc);
-    rope.reserve(256);
+    const Rope rope = rope_table(d, 256);
     Pair p(g, {.row_quantum = 4, .growth = 1.25});
     std::mt19937 rng(shared ? 17u : 18u);
     std::vector<Directions> dirs;
