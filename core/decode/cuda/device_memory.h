@@ -24,7 +24,9 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
 
-  // Grows (never shrinks) the allocation; contents are not preserved when it grows.
+  // Grows (never shrinks) the allocation; contents are not preserved when it grows. A failed
+  // allocation leaves the array empty (so a later, smaller resize allocates instead of handing out
+  // a null pointer) and clears the runtime's error, so the next launch check reports its own.
   void resize(size_t count) {
     if (count <= capacity_) {
       size_ = count;
@@ -32,7 +34,13 @@ class DeviceArray {
     }
     cudaFree(data_);
     data_ = nullptr;
-    check(cudaMalloc(&data_, count * sizeof(T)), "cudaMalloc");
+    capacity_ = size_ = 0;
+    const cudaError_t e = cudaMalloc(&data_, count * sizeof(T));
+    if (e != cudaSuccess) {
+      data_ = nullptr;
+      cudaGetLastError();
+      check(e, "cudaMalloc");
+    }
     capacity_ = size_ = count;
   }
   void upload(const T* host, size_t count, size_t offset = 0) {
