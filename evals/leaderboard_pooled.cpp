@@ -26,8 +26,8 @@ std::vector<AggregateRow> pooled_rows(const std::vector<AggregateRow>& rows) {
       cell.run_id = 0;
       cell.task = kPooledTask;
       cell.samples = 0;
-      cell.score = cell.kept_ratio = cell.kv_bytes = cell.kv_bytes_full = cell.ttft_ms = cell.decode_tok_s = 0;
-      cell.device_kv_bytes = 0;
+      cell.score = cell.kept_ratio = cell.kv_bytes = cell.kv_bytes_full = cell.ttft_ms = cell.decode_tok_s =
+          cell.device_kv_bytes = 0;
       pooled.push_back(cell);
     }
     AggregateRow& cell = pooled[it->second];

@@ -62,22 +62,22 @@ int64_t DeviceCodebookBooks::load(const DeviceCodebookLoad& load) {
   theta_key_ = load.theta_key;
   theta_value_ = load.theta_value;
   logged_ = 0;
-  int64_t most = 0;
-  for (int64_t n : bound_) most = std::max(most, n);
-  return most;
+  return largest_bound();
 }
 
 int64_t DeviceCodebookBooks::codes_needed_for(int rows) const {
   if (bound_.empty()) throw std::logic_error("device codebook: an append to a layer that holds no book");
-  const int64_t per_book = static_cast<int64_t>(rows) * (shared_ ? n_heads_ : 1);
+  return largest_bound() + static_cast<int64_t>(rows) * (shared_ ? n_heads_ : 1);
+}
+
+int64_t DeviceCodebookBooks::largest_bound() const {
   int64_t most = 0;
-  for (int64_t n : bound_) most = std::max(most, n + per_book);
+  for (int64_t n : bound_) most = std::max(most, n);
   return most;
 }
 
 void DeviceCodebookBooks::grown(int64_t code_capacity, int64_t log_capacity) {
-  int64_t most = 0;
-  for (int64_t n : bound_) most = std::max(most, n);
+  const int64_t most = largest_bound();
   if (code_capacity < most || log_capacity < logged_)
     throw std::logic_error("device codebook: storage laid for " + std::to_string(code_capacity) + " codes and " +
                            std::to_string(log_capacity) + " log rows holds " + std::to_string(most) + " and " +

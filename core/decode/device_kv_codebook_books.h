@@ -99,6 +99,7 @@ class DeviceCodebookBooks {
                           const ReadCodes& read_codes, const ReadLog& read_log);
 
  private:
+  int64_t largest_bound() const;  // the most codes any book may hold now (0 without books)
   int n_heads_ = 0, head_dim_ = 0;
   bool shared_ = false;
   std::vector<int32_t> known_key_, known_value_;  // [books]

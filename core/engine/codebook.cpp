@@ -108,7 +108,7 @@ void Codebook::reconstruct(float* out) const {
 
 Codebook build_codebook(const float* vectors, int n, int dim, double theta, const SimilarityGraphBuilder* graph) {
   if (n < 0 || dim <= 0) throw std::invalid_argument("build_codebook: bad shape");
-  const size_t words = (static_cast<size_t>(n) + 63) / 64;
+  const size_t words = codebook_graph_words(n);
   const double bytes = static_cast<double>(n) * static_cast<double>(words) * sizeof(uint64_t);
   if (bytes > kMaxAdjacencyBytes)
     throw UsageError("SpindleKV's codebook over " + std::to_string(n) + " vectors needs " +
