@@ -26,7 +26,8 @@ std::function<int()> setup_compare(CLI::App& app) {
   app.add_option("--format", args->format, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   return [args] {
     using namespace kvevict::evals;
-    if (!std::filesystem::exists(args->db)) throw kvevict::UsageError(args->db + ": no such results database");
+    std::error_code unreadable;
+    if (!std::filesystem::exists(args->db, unreadable)) throw kvevict::UsageError(args->db + ": no such results database");
     if (args->a == args->b) throw kvevict::UsageError(args->a + ": compare needs two different policies");
     ResultsStore store(args->db);
     auto comparisons = compare_policies(store.leaderboard(args->task, args->model), store_sample_scores(store),

@@ -44,7 +44,8 @@ std::function<int()> setup_leaderboard(CLI::App& app) {
   return [args] {
     using namespace kvevict::evals;
     if (!(args->iso_threshold > 0)) throw kvevict::UsageError("--iso-threshold: must be above 0");
-    if (!std::filesystem::exists(args->db)) throw kvevict::UsageError(args->db + ": no such results database");
+    std::error_code unreadable;
+    if (!std::filesystem::exists(args->db, unreadable)) throw kvevict::UsageError(args->db + ": no such results database");
     ResultsStore store(args->db);
     LeaderboardFormat format = args->format == "md"    ? LeaderboardFormat::Markdown
                                : args->format == "csv" ? LeaderboardFormat::Csv

@@ -26,7 +26,8 @@ std::function<int()> setup_report(CLI::App& app) {
       ->capture_default_str();
   return [args] {
     if (!(args->iso_threshold > 0)) throw kvevict::UsageError("--iso-threshold: must be above 0");
-    if (!std::filesystem::exists(args->db)) throw kvevict::UsageError(args->db + ": no such results database");
+    std::error_code unreadable;
+    if (!std::filesystem::exists(args->db, unreadable)) throw kvevict::UsageError(args->db + ": no such results database");
     kvevict::evals::ResultsStore store(args->db);
     auto files = kvevict::evals::write_report(store, args->out, args->iso_threshold);
     std::cout << "wrote " << files.index << " and " << files.svgs.size() << " SVG plots\n";

@@ -47,7 +47,9 @@ std::string shell_quote(const std::string& text) {
 
 // Absolute path of `path`; refuses characters the scripts or SLURM's log names cannot carry.
 std::string script_path(const std::string& option, const std::string& path, const char* refused) {
-  const std::string absolute = fs::absolute(path).lexically_normal().string();
+  std::error_code no_working_folder;
+  const std::string absolute = fs::absolute(path, no_working_folder).lexically_normal().string();
+  if (no_working_folder) throw UsageError(option + " " + shell_quote(path) + ": " + no_working_folder.message());
   for (const char* c = refused; *c; ++c) {
     if (absolute.find(*c) != std::string::npos) {
       const std::string shown = *c == '\n' ? std::string("a newline") : std::string("'") + *c + "'";

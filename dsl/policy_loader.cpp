@@ -83,9 +83,9 @@ std::vector<PolicyListing> list_policies(const std::vector<std::string>& extra_d
   std::vector<PolicyListing> out;
   std::set<std::string> seen;
   std::set<std::string> builtin_dirs;
-  for (const auto& dir : builtin_policy_dirs()) builtin_dirs.insert(fs::weakly_canonical(dir).string());
+  std::error_code ec;
+  for (const auto& dir : builtin_policy_dirs()) builtin_dirs.insert(fs::weakly_canonical(dir, ec).string());
   for (const auto& dir : policy_search_path(extra_dirs)) {
-    std::error_code ec;
     const bool builtin = builtin_dirs.count(fs::weakly_canonical(dir, ec).string()) > 0;
     for (const auto& f : policy_files_in(dir)) {
       const std::string name = f.stem().string();

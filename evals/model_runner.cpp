@@ -57,8 +57,9 @@ class ModelRunner : public SampleRunner {
 
   std::string model_hash() override {
     if (model_hash_.empty()) {
-      model_hash_ = std::filesystem::is_regular_file(config_.model) ? sha256_file(config_.model)
-                                                                    : sha256_text(config_.model);
+      std::error_code unreadable;
+      model_hash_ = std::filesystem::is_regular_file(config_.model, unreadable) ? sha256_file(config_.model)
+                                                                                : sha256_text(config_.model);
     }
     return model_hash_;
   }

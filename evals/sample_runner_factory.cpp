@@ -30,7 +30,8 @@ void check_policy_choice(const std::string& model, const PolicyChoice& choice) {
   }
   // The fake model ignores policies; names only have to look like names.
   if (looks_like_path(choice.policy)) {
-    if (!std::filesystem::is_regular_file(choice.policy)) {
+    std::error_code unreadable;
+    if (!std::filesystem::is_regular_file(choice.policy, unreadable)) {
       throw UsageError("policy file '" + choice.policy + "' does not exist");
     }
     return;

@@ -192,14 +192,18 @@ std::unique_ptr<Task> make_longbench_task(MapReader& reader, const std::string& 
                               std::to_string(reader.errors().context_length()) + " tokens");
   }
   CommonTaskOptions common = read_common_options(reader, 20);
-  if (!path.empty() && !std::filesystem::is_directory(path)) {
+  // The non-throwing overload: a name too long or a folder that cannot be searched is an error at the
+  // config's line, never an exception out of the parser.
+  std::error_code unreadable;
+  const bool is_folder = !path.empty() && std::filesystem::is_directory(path, unreadable);
+  if (!path.empty() && !is_folder) {
     reader.errors().error(reader.raw("path"), reader.path_of("path"), "LongBench folder '" + path + "' does not exist");
   }
   for (const auto& dataset : datasets) {
     if (!find_format(dataset)) {
       reader.errors().error(reader.raw("datasets"), reader.path_of("datasets"),
                             "unsupported LongBench dataset '" + dataset + "' (English datasets only)");
-    } else if (std::filesystem::is_directory(path)) {
+    } else if (is_folder) {
       // The file rule (regular file, no blocking open) now, so a FIFO, a directory or an empty file
       // is reported at the config's line before any work starts.
       const std::string file = (std::filesystem::path(path) / (dataset + ".jsonl")).string();

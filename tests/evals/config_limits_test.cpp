@@ -12,6 +12,7 @@
 #include "core/util/error.h"
 #include "evals/config.h"
 #include "evals/config_reader.h"
+#include "evals/sample_runner.h"
 
 using namespace kvevict::evals;
 
@@ -205,4 +206,18 @@ TEST(ConfigLimits, LongBenchFilesThatCannotGiveSamplesAreRefusedUpFront) {
   std::filesystem::remove(dir.path / "musique.jsonl");
   message = error_of(config("musique"));
   EXPECT_NE(message.find(root + "/musique.jsonl: "), std::string::npos) << message;
+}
+
+// A path the operating system refuses to look at (a name longer than NAME_MAX, as a fuzzer found) is a
+// config error at its line, never a std::filesystem exception thrown through the parser.
+TEST(ConfigLimits, PathsTheSystemCannotStatAreConfigErrorsNotExceptions) {
+  const std::string too_long(5000, 'x');
+  std::string message = error_of(config_with("  longbench: {path: \"" + too_long + "\", datasets: [qasper]}\n"));
+  EXPECT_NE(message.find("cfg.yaml:3:"), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  LoadConfigOptions options;
+  options.check_policy = check_policy_choice;
+  message = error_of("model: \"fake:\"\ntasks: {passkey: {}}\npolicies: [" + too_long + "/p.yaml]\nbudgets: [full]\n",
+                     options);
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
 }
