@@ -156,12 +156,12 @@ int run_gpu(bool json) {
       for (int i = 0; i < iters; ++i) engine_selector->select_heads(sc, pos, l.specs);
       const double spans_ms = 1e3 * (bench::wall_seconds() - t0) / iters;
       const std::vector<int64_t> lengths(kHeads, length);
-      float* buffer = engine_selector->layer_score_buffer(lengths);
+      float* buffer = engine_selector->layer_score_buffer(0, lengths);
       for (int h = 0; h < kHeads; ++h)
         cuda::check(cudaMemcpy(buffer + layer_score_offset(lengths, h), l.scores[h].data(), l.scores[h].size() * sizeof(float),
                                cudaMemcpyHostToDevice),
                     "upload");
-      if (engine_selector->select_heads_from_buffer(pos, l.specs) != engine_selector->select_heads(sc, pos, l.specs))
+      if (engine_selector->select_heads_from_buffer(0, pos, l.specs) != engine_selector->select_heads(sc, pos, l.specs))
         throw std::runtime_error("the selector's buffer and its host spans select differently");
       for (int h = 0; h < kHeads; ++h)  // select_heads reused the buffer: write the scores again
         cuda::check(cudaMemcpy(buffer + layer_score_offset(lengths, h), l.scores[h].data(), l.scores[h].size() * sizeof(float),
@@ -169,7 +169,7 @@ int run_gpu(bool json) {
                     "upload");
       cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       t0 = bench::wall_seconds();
-      for (int i = 0; i < iters; ++i) engine_selector->select_heads_from_buffer(pos, l.specs);
+      for (int i = 0; i < iters; ++i) engine_selector->select_heads_from_buffer(0, pos, l.specs);
       const double buffer_ms = 1e3 * (bench::wall_seconds() - t0) / iters;
       rows.push_back({length, share, ms / iters, spans_ms, buffer_ms});
     }

@@ -207,6 +207,7 @@ std::function<int()> setup_generate(CLI::App& app) {
                            {"accumulated_attention", r.accumulated_attention_in_place},
                            {"cached_rows", r.cache_rows_in_place},
                            {"scores", r.scores_in_place},
+                           {"prefill_scores", r.prefill_scores_in_place},
                            {"codebook_rows", decoder->device_kv_stats().counts.codebook_rows_on_device}};
     }
     if (o->json) {

@@ -312,6 +312,7 @@ struct EvictionEngine::State {
     head_plans.assign(L, {});
     head_budget.assign(L, {});
     scores.assign(L, std::vector<std::vector<float>>(Hs));
+    selector->release_score_buffers();
     accumulated.assign(L, std::vector<std::vector<float>>());
     if (accumulated_in_place) {
       if (!accumulated_device) accumulated_device = make_accumulated_attention_store(selector->device());
@@ -718,35 +719,61 @@ struct EvictionEngine::State {
            !chunked_selection(desc.select) && !plan.select.threshold && !options.trace_selection &&
            !plan.stages.merge_on_evict && !plan.stages.merge_per_layer;
   }
+  // ... and a prompt's: the same rules, in a prompt that evicts (not skipped), layer by layer (no
+  // model-wide pool, no unfolded GQA), with no host reader of the prompt's scores (frozen scores kept
+  // for decoding, the mass allocation). They then wait in the selector's per-layer buffers for the
+  // layer's selections (one, or one per later layer when cascading) and are given back at the
+  // prompt's end.
+  bool prefill_scores_in_selector() const {
+    return decode_scores_in_selector() && plan.prefill.evicts && !skip_prefill() && !unfold &&
+           plan.select.scope != SelectScope::Model && !keeps_frozen_scores() &&
+           plan.select.layer_allocation != LayerAllocation::Mass;
+  }
 
   // A decode eviction of `layer` whose scores never come to the host: each head's decode indicator
-  // written into the selector's buffer by the program (on its device), then every head's selection
-  // from there, or TOVA's one selection on their mean (evict_layer's per-head and layer-shared
-  // branches otherwise).
+  // written into the layer's selector buffer by the program (on its device), then the selection
+  // from there (select_from_selector).
   void evict_layer_scored_in_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr, int step) {
     const std::vector<int64_t> lengths = stored_lengths(cache, layer);
-    float* buffer = nullptr;
-    {
-      PhaseScope timed(*this, EnginePhase::Selection);
-      buffer = selector->layer_score_buffer(lengths);
-    }
+    float* buffer = selector_buffer(layer, lengths);
     for (int h = 0; h < Hs; ++h) {
       const HeadSignals hs = signals_for(layer, h, cache, true);
-      if (hs.in.T != lengths[h])
-        throw std::logic_error("engine: head " + std::to_string(h) + " of layer " + std::to_string(layer) + " scored " +
-                               std::to_string(hs.in.T) + " entries of " + std::to_string(lengths[h]));
-      PhaseScope timed(*this, EnginePhase::Scoring);
-      if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
-      policy.score_on_device(hs.in, plan.decode.own_score, buffer + layer_score_offset(lengths, h));
+      score_into_selector(hs, lengths, h, buffer, plan.decode.own_score);
       ++report.scores_in_place;
     }
     sampling_seed = sampling_seed_for_step(options.seed, step);
+    select_from_selector(cache, layer, budget, pr);
+  }
+
+  // Layer `layer`'s selector buffer laid for heads of `lengths` entries (timed as Selection).
+  float* selector_buffer(int layer, const std::vector<int64_t>& lengths) {
+    PhaseScope timed(*this, EnginePhase::Selection);
+    return selector->layer_score_buffer(layer, lengths);
+  }
+
+  // Head h's scores written by the program into its place in a layer's selector buffer.
+  void score_into_selector(const HeadSignals& hs, const std::vector<int64_t>& lengths, int h, float* buffer,
+                           bool decoding) {
+    if (hs.in.T != lengths[h])
+      throw std::logic_error("engine: head " + std::to_string(h) + " scored " + std::to_string(hs.in.T) + " entries of " +
+                             std::to_string(lengths[h]));
+    PhaseScope timed(*this, EnginePhase::Scoring);
+    if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
+    policy.score_on_device(hs.in, decoding, buffer + layer_score_offset(lengths, static_cast<size_t>(h)));
+  }
+
+  // The selection of `layer` from the scores in its selector buffer: every head's (a per-head top-k)
+  // or TOVA's one selection on their mean (evict_layer's per-head and layer-shared branches, whose
+  // scores are host spans).
+  void select_from_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
+    const std::vector<int64_t> lengths = stored_lengths(cache, layer);
     PhaseScope timed(*this, EnginePhase::Selection);
     if (plan.select.scope == SelectScope::LayerShared) {  // one decision on the heads' mean (evict_layer)
       const int T = layer_shared_length(cache, layer);
       ++report.layer_selections;
       const std::vector<int> kept = selector->select_layer_shared_from_buffer(
-          Hs, std::span<const int32_t>(positions(cache, layer, 0), static_cast<size_t>(T)), spec_for(layer, 0, budget, pr));
+          layer, Hs, std::span<const int32_t>(positions(cache, layer, 0), static_cast<size_t>(T)),
+          spec_for(layer, 0, budget, pr));
       keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept), std::vector<std::span<const float>>(Hs));
       return;
     }
@@ -759,7 +786,20 @@ struct EvictionEngine::State {
       specs.push_back(spec_for(layer, h, budgets[h], pr));
     }
     ++report.layer_selections;
-    keep_layer(cache, layer, selector->select_heads_from_buffer(pos, specs), std::vector<std::span<const float>>(Hs));
+    keep_layer(cache, layer, selector->select_heads_from_buffer(layer, pos, specs),
+               std::vector<std::span<const float>>(Hs));
+  }
+
+  // A prompt layer's scores written into its selector buffer (prefill_scores_in_selector), where
+  // they wait for the layer's selections; none are held on the host.
+  void score_layer_into_selector(int layer, const std::vector<HeadSignals>& heads, const KVCache& cache) {
+    const std::vector<int64_t> lengths = stored_lengths(cache, layer);
+    float* buffer = selector_buffer(layer, lengths);
+    for (int h = 0; h < Hs; ++h) {
+      std::vector<float>().swap(scores[layer][h]);
+      score_into_selector(heads[h], lengths, h, buffer, false);
+      ++report.prefill_scores_in_place;
+    }
   }
 
   // Prefill: scores of every head of the layer and the layer weight.
@@ -800,7 +840,11 @@ struct EvictionEngine::State {
       }
       if (failed) std::rethrow_exception(failed);
     }
-    for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
+    if (prefill_scores_in_selector()) {
+      score_layer_into_selector(layer, heads, cache);
+    } else {
+      for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
+    }
     PhaseScope timed(*this, EnginePhase::Scoring);  // the head plans and the layer weight
     if (desc.has_head_plan) {
       head_plans[layer].clear();
@@ -886,6 +930,8 @@ struct EvictionEngine::State {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
     if (plan.stages.merge_per_layer) merge_state.merge_layer(desc.merge, cache, layer, kept, merge_rows(layer));
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
+    // The prompt's scores held in the selector follow the cache, for a later cascading stage.
+    if (in_prefill && prefill_scores_in_selector()) selector->keep_in_buffer(layer, kept);
   }
 
   // Where a merge of `layer` in this call runs (merge_on_evict's `rows`): the host cache, or, when
@@ -1277,7 +1323,13 @@ struct EvictionEngine::State {
     } else if (plan.select.scope == SelectScope::Model) {
       evict_model(cache);
     } else {
-      for (int k = 0; k <= l; ++k) evict_layer(cache, k, layer_budget[k], scores[k], plan.protect);
+      for (int k = 0; k <= l; ++k) {
+        if (prefill_scores_in_selector()) {
+          select_from_selector(cache, k, layer_budget[k], plan.protect);
+        } else {
+          evict_layer(cache, k, layer_budget[k], scores[k], plan.protect);
+        }
+      }
     }
     report.prefill_evicted = true;
     ++report.applications;
@@ -1378,6 +1430,7 @@ struct EvictionEngine::State {
       if (plan.stages.reassign_positions) original.start_and_reassign(cache);
     }
     fill_report(cache);
+    selector->release_score_buffers();  // the prompt's held scores (a decode eviction lays its own)
     if (keeps_frozen_scores()) return;  // frozen: they stay aligned with the cache
     for (auto& layer : scores)
       for (auto& head : layer) std::vector<float>().swap(head);
@@ -1712,6 +1765,9 @@ std::vector<size_t> EvictionEngine::aligned_state_lengths(int layer, int stored_
   std::vector<size_t> lengths;
   if (layer < 0 || layer >= st.L || stored_head < 0 || stored_head >= st.Hs) return lengths;
   if (!st.scores[layer][stored_head].empty()) lengths.push_back(st.scores[layer][stored_head].size());
+  if (st.in_prefill)  // a prompt's scores held in the selector (a decode eviction's buffer is scratch)
+    if (const std::vector<int64_t> held = st.selector->score_buffer_lengths(layer); !held.empty())
+      lengths.push_back(static_cast<size_t>(held.at(static_cast<size_t>(stored_head))));
   if (st.accumulated_device)
     if (const int64_t n = st.accumulated_device->lengths(layer)[static_cast<size_t>(stored_head)]; n > 0)
       lengths.push_back(static_cast<size_t>(n));

@@ -130,6 +130,9 @@ struct EvictionReport {
   // from there (PolicyProgram::score_on_device, LayerSelector::layer_score_buffer): no download of
   // the scores, no upload for the selection.
   int64_t scores_in_place = 0;
+  // The same for a prompt's scores (prefill_scores_in_selector): (layer, stored head) scorings written
+  // into the selector's per-layer buffers, which every selection of the layer read in place.
+  int64_t prefill_scores_in_place = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run
@@ -239,7 +242,8 @@ class EvictionEngine : public ForwardObserver {
   const EvictionPlan& plan() const;
 
   // Lengths of the per-entry state the engine holds for stored head (layer, stored_head): its
-  // prefill scores (only during prefill) and the accumulated-attention rows of the head's query
+  // prefill scores (only during prefill; on the host, or held in the selector's buffer:
+  // prefill_scores_in_place) and the accumulated-attention rows of the head's query
   // heads. After every forward call each equals the head's cache length (the engine indexes them
   // with cache indices); empty vectors are not listed. For tests of that invariant.
   std::vector<size_t> aligned_state_lengths(int layer, int stored_head) const;

@@ -11,10 +11,12 @@
 // use the device's log, which may differ from glibc's by an ulp).
 //
 // Scores come as host spans (the interpreter's, or downloaded from a scoring kernel), which the
-// cuda selector uploads with the positions; or, for a decode eviction by a per-head top-k or
-// TOVA's layer-shared rule scored by the CUDA backend, the kernels write them into the selector's
-// own buffer (layer_score_buffer) and only the positions go up. The kept lists come down either way (the
-// engine's bookkeeping and the device cache's compaction take them from the host).
+// cuda selector uploads with the positions; or, for a per-head top-k or TOVA's layer-shared rule
+// scored by the CUDA backend (a prompt's eviction, cascading or not, and a decode eviction), the
+// kernels write them into the selector's own per-layer buffers (layer_score_buffer) and only the
+// positions go up. The kept lists come down either way (the engine's bookkeeping and the device
+// cache's compaction take them from the host).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -43,29 +45,47 @@ class LayerSelector {
                                                               const std::vector<int>& budget, int protect_first,
                                                               int protect_recent, double floor_alpha,
                                                               bool score_order) = 0;
-  // Scores made where the selection runs (PolicyProgram::score_on_device): the buffer, in this
-  // selector's memory, for one layer whose heads have `lengths` entries, head h's scores at
+  // Scores made where the selection runs (PolicyProgram::score_on_device): layer `layer`'s buffer,
+  // in this selector's memory, laid for heads of `lengths` entries, head h's scores at
   // layer_score_offset(lengths, h) floats from it. Null when the selector runs on the host (the
-  // scores then come as spans). Valid until the next call of either method below.
-  virtual float* layer_score_buffer(std::span<const int64_t> lengths) {
-    (void)lengths;
+  // scores then come as spans). Each layer has its own buffer, which holds its scores until the
+  // layer's next call here, keep_in_buffer or release_score_buffers: a prompt's scores wait there
+  // for a later (cascading) selection, a decode eviction's are selected at once.
+  virtual float* layer_score_buffer(int layer, std::span<const int64_t> lengths) {
+    (void)layer, (void)lengths;
     return nullptr;
   }
-  // select_heads over the scores written into that buffer (for the same heads' lengths, which
-  // `positions` give) and `positions` (host memory).
-  virtual std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
+  // select_heads over the scores in layer `layer`'s buffer and `positions` (host memory), which
+  // must be exactly as long as the heads it was laid for (std::logic_error otherwise).
+  virtual std::vector<std::vector<int>> select_heads_from_buffer(int layer,
+                                                                 const std::vector<std::span<const int32_t>>& positions,
                                                                  const std::vector<HeadSelectionSpec>& specs) {
-    (void)positions, (void)specs;
+    (void)layer, (void)positions, (void)specs;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
-  // TOVA's layer-shared selection over the scores written into that buffer (n_heads heads, each as
-  // long as `positions`, head 0's): select_head on their mean (layer_shared_mean.h) with `spec`;
-  // the one kept list, for every head.
-  virtual std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
+  // TOVA's layer-shared selection over layer `layer`'s buffer (n_heads heads, each as long as
+  // `positions`, head 0's): select_head on their mean (layer_shared_mean.h) with `spec`; the one
+  // kept list, for every head.
+  virtual std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
                                                            const HeadSelectionSpec& spec) {
-    (void)n_heads, (void)positions, (void)spec;
+    (void)layer, (void)n_heads, (void)positions, (void)spec;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
+  // Each head h of layer `layer`'s buffer reduced to its entries kept[h], in that order (what
+  // KVCache::keep does to the head), so that the buffer stays aligned with the cache for a later
+  // selection (score_buffer_keep.h). std::logic_error for another head count or an index outside
+  // the head.
+  virtual void keep_in_buffer(int layer, const std::vector<std::vector<int>>& kept) {
+    (void)layer, (void)kept;
+    throw std::logic_error("layer selector: no score buffer on the host");
+  }
+  // The head lengths layer `layer`'s buffer is laid for; empty when it holds none.
+  virtual std::vector<int64_t> score_buffer_lengths(int layer) const {
+    (void)layer;
+    return {};
+  }
+  // Every layer's buffer given back (the end of a prompt).
+  virtual void release_score_buffers() {}
   // Who builds SpindleKV's similarity graphs where this selector runs (codebook.h): null on the host
   // (build_codebook's own), the element body in order for the twin, a kernel on a CUDA device. The
   // same bits each way (codebook_graph.h). Owned by the selector.
@@ -80,12 +100,25 @@ inline int64_t layer_score_offset(std::span<const int64_t> lengths, size_t h) {
   return offset;
 }
 
-// std::logic_error unless a score buffer of `held` floats holds the `needed` a selection reads from
-// it (a caller whose heads outgrew the buffer it asked for would read past its end).
-inline void check_score_buffer_holds(size_t held, int64_t needed) {
-  if (needed < 0 || static_cast<size_t>(needed) > held)
-    throw std::logic_error("layer selector: heads of " + std::to_string(needed) + " scores in a buffer of " +
-                           std::to_string(held));
+// std::logic_error unless a selection reads heads of exactly the lengths a score buffer was laid
+// for (`laid`): heads that outgrew it would read past its end, heads that shrank would read another
+// head's scores.
+inline void check_score_buffer_lengths(std::span<const int64_t> laid, std::span<const int64_t> reading) {
+  if (laid.size() == reading.size() && std::equal(laid.begin(), laid.end(), reading.begin())) return;
+  auto text = [](std::span<const int64_t> v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? " " : "") + std::to_string(v[i]);
+    return out + "]";
+  };
+  throw std::logic_error("layer selector: heads of " + text(reading) + " entries read from a score buffer laid for " +
+                         text(laid));
+}
+
+// The lengths of heads given by their positions (what check_score_buffer_lengths compares).
+inline std::vector<int64_t> head_lengths_of(const std::vector<std::span<const int32_t>>& positions) {
+  std::vector<int64_t> lengths;
+  for (const auto& p : positions) lengths.push_back(static_cast<int64_t>(p.size()));
+  return lengths;
 }
 
 // The selector for `device`. cuda in a build without the CUDA toolkit throws RuntimeError (the

@@ -54,7 +54,8 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   EXPECT_EQ(a["device"], "cpu");
   // Nothing is read in place on the CPU: every count is there, and 0.
   for (const char* key :
-       {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores", "codebook_rows"})
+       {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "scores", "prefill_scores",
+        "codebook_rows"})
     EXPECT_EQ(a["cache"]["in_place"][key], 0) << key;
   EXPECT_TRUE(a["cache"]["on_device"].is_null()) << "no device cache on the CPU";
   EXPECT_EQ(generate("auto").out, interpreted.out);  // auto on the CPU is the interpreter
@@ -79,6 +80,8 @@ TEST_F(ScoringCli, CudaGeneratesOnTheDeviceWithTheGeneratedKernels) {
   // H2O on the device: its accumulated attention held there and its decode scores selected there.
   EXPECT_GT(b["cache"]["in_place"]["accumulated_attention"].get<int64_t>(), 0) << b["cache"];
   EXPECT_GT(b["cache"]["in_place"]["scores"].get<int64_t>(), 0) << b["cache"];
+  // ... and its prompt's scores held there for the prompt's selection (a per-head top-k at 30%).
+  EXPECT_GT(b["cache"]["in_place"]["prefill_scores"].get<int64_t>(), 0) << b["cache"];
   // A dense cache: the device holds exactly what the policy's accounting says, and no codebook.
   EXPECT_EQ(b["cache"]["on_device"]["bytes"], b["cache"]["bytes"]) << b["cache"];
   EXPECT_EQ(b["cache"]["on_device"]["bytes_codebooks"], 0) << b["cache"];

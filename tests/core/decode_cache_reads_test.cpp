@@ -392,11 +392,51 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
     EXPECT_GT(host.decode_evictions(), 0) << name;
     test::expect_same_calls(host, in_buffer, name);
     EXPECT_GE(report.scores_in_place, int64_t{steps} * heads) << name;
-    EXPECT_EQ(device.scored_to_device, report.scores_in_place) << name;
+    EXPECT_EQ(report.prefill_scores_in_place, heads) << name << ": the prompt's scores were held there too";
+    EXPECT_EQ(device.scored_to_device, report.scores_in_place + report.prefill_scores_in_place) << name;
     device.plant_device_scores = true;
     const DecodeRun planted = run_selected(device, SelectionDevice::Twin, steps);
     device.plant_device_scores = false;
     EXPECT_NE(planted.layouts, in_buffer.layouts) << name << ": the buffer's scores were not what was selected from";
+  }
+}
+
+// A prompt's scores held where the selection reads them: scored on the device (the stand-in device
+// backend) and selected there (the twin selector), each layer's prompt scores are written into the
+// selector's buffer of that layer and wait there for the layer's selection: one at the last layer,
+// or (CAKE cascading) one at every later layer, the buffer following the cache through each keep
+// (LayerSelector::keep_in_buffer). The caches and logits after the prompt and 4 decoded tokens are
+// those of the run scored and selected on the host; planted (negated) scores change them. Ada-KV's
+// layer-wide ranking is no plain per-head rule: its prompt scores still come to the host.
+TEST_F(DecodeCacheReadsTest, DeviceScoringHoldsThePromptsScoresWhereTheSelectionReadsThem) {
+  const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 4;
+  struct Case {
+    const char* name;
+    std::map<std::string, std::string> params;
+    bool held;
+  };
+  for (const Case& c : {Case{"snapkv", {}, true}, Case{"pyramidkv", {}, true}, Case{"cake", {}, true},
+                        Case{"cake", {{"cascading", "true"}}, true}, Case{"tova", {}, true}, Case{"knorm", {}, true},
+                        Case{"adakv", {}, false}}) {
+    const std::string name = std::string(c.name) + (c.params.empty() ? "" : " cascading");
+    const auto policy = load_policy(c.name, c.params);
+    test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    EvictionReport report;
+    const DecodeRun host = run_selected(*policy, std::nullopt, steps);
+    const DecodeRun in_buffer = run_selected(device, SelectionDevice::Twin, steps, &report);
+    ASSERT_TRUE(report.prefill_evicted) << name;
+    test::expect_same_calls(host, in_buffer, name);
+    EXPECT_EQ(report.prefill_scores_in_place, c.held ? heads : 0) << name;
+    if (!c.held) continue;
+    const int stages = c.params.empty() ? 1 : model_->config.n_layers;
+    EXPECT_GE(report.layer_selections, stages == 1 ? model_->config.n_layers
+                                                   : model_->config.n_layers * (model_->config.n_layers + 1) / 2)
+        << name << ": every stage selected its layers from the held scores";
+    device.plant_device_scores = true;
+    const DecodeRun planted = run_selected(device, SelectionDevice::Twin, 0);
+    device.plant_device_scores = false;
+    const DecodeRun prompt_only = run_selected(device, SelectionDevice::Twin, 0);
+    EXPECT_NE(planted.layouts, prompt_only.layouts) << name << ": the held scores were not what was selected from";
   }
 }
 

@@ -107,10 +107,10 @@ void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32
     const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 99);
     std::vector<int64_t> lengths;
     for (int h = 0; h < heads; ++h) lengths.push_back(static_cast<int64_t>(layer.scores[h].size()));
-    float* buffer = selector.layer_score_buffer(lengths);
+    float* buffer = selector.layer_score_buffer(trial % 3, lengths);
     ASSERT_NE(buffer, nullptr);
     for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), layer.scores[h]);
-    EXPECT_EQ(selector.select_heads_from_buffer(layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
+    EXPECT_EQ(selector.select_heads_from_buffer(trial % 3, layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
         << "trial " << trial;
   }
 }
@@ -131,15 +131,78 @@ void expect_layer_shared_buffer_selects_the_mean(LayerSelector& selector, Write 
     for (int t = 0; t < T; ++t) positions[t] = 2 * t + 1;
     const HeadSelectionSpec spec = random_specs(rng, 1, trial, 7).front();
     const std::vector<int64_t> lengths(heads, T);
-    float* buffer = selector.layer_score_buffer(lengths);
+    float* buffer = selector.layer_score_buffer(1, lengths);
     for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), scores[h]);
     std::vector<float> mean(T, 0.0f);  // the host engine's loop, written out
     for (int h = 0; h < heads; ++h)
       for (int t = 0; t < T; ++t) mean[t] += scores[h][t] / static_cast<float>(heads);
-    EXPECT_EQ(selector.select_layer_shared_from_buffer(heads, positions, spec),
+    EXPECT_EQ(selector.select_layer_shared_from_buffer(1, heads, positions, spec),
               host->select_heads({std::span<const float>(mean)}, {std::span<const int32_t>(positions)}, {spec}).front())
         << "trial " << trial;
   }
+}
+
+// A prompt's scores held per layer (layer_score_buffer for several layers, then keep_in_buffer):
+// every layer's buffer keeps its own scores while others are laid, and a buffer reduced by kept
+// lists in any order selects what the host selects on the scores and positions reduced the same way
+// (what a cascading prompt does to a layer at each later layer). Bad lists are refused before any
+// read; released buffers are gone.
+template <typename Write>
+void expect_held_buffers_follow_keeps(LayerSelector& selector, Write write, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto host = make_layer_selector(SelectionDevice::Host);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int heads = std::uniform_int_distribution<int>(1, 8)(rng);
+    std::vector<RandomLayer> layers;
+    for (int l = 0; l < 3; ++l) {
+      layers.push_back(random_layer(rng, heads, 300));
+      std::vector<int64_t> lengths = head_lengths_of(layers[l].pos());
+      float* buffer = selector.layer_score_buffer(l, lengths);
+      for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), layers[l].scores[h]);
+    }
+    for (int stage = 0; stage < 3; ++stage) {
+      RandomLayer& layer = layers[1];
+      std::vector<std::vector<int>> kept(heads);
+      RandomLayer next;
+      for (int h = 0; h < heads; ++h) {
+        const int T = static_cast<int>(layer.scores[h].size());
+        for (int t = 0; t < T; ++t)
+          if (std::uniform_int_distribution<int>(0, 2)(rng) > 0) kept[h].push_back(t);
+        std::shuffle(kept[h].begin(), kept[h].end(), rng);
+        std::vector<float> sc;
+        std::vector<int32_t> pos;
+        for (int t : kept[h]) sc.push_back(layer.scores[h][t]), pos.push_back(layer.positions[h][t]);
+        next.scores.push_back(std::move(sc));
+        next.positions.push_back(std::move(pos));
+      }
+      selector.keep_in_buffer(1, kept);
+      layer = std::move(next);
+      EXPECT_EQ(selector.score_buffer_lengths(1), head_lengths_of(layer.pos())) << "trial " << trial;
+      const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 5);
+      EXPECT_EQ(selector.select_heads_from_buffer(1, layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
+          << "trial " << trial << " stage " << stage;
+    }
+    for (int l : {0, 2}) {
+      const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 6);
+      EXPECT_EQ(selector.select_heads_from_buffer(l, layers[l].pos(), specs),
+                host->select_heads(layers[l].sc(), layers[l].pos(), specs))
+          << "trial " << trial << ": layer " << l << " was not left alone";
+    }
+    std::vector<std::vector<int>> bad(heads);
+    bad[0].push_back(static_cast<int>(layers[0].scores[0].size()));  // one past the head's end
+    EXPECT_THROW(selector.keep_in_buffer(0, bad), std::logic_error);
+    EXPECT_THROW(selector.keep_in_buffer(0, std::vector<std::vector<int>>(heads + 1)), std::logic_error);
+    selector.release_score_buffers();
+    EXPECT_TRUE(selector.score_buffer_lengths(1).empty());
+    EXPECT_THROW(selector.select_heads_from_buffer(1, layers[1].pos(), random_specs(rng, heads, trial, 7)),
+                 std::logic_error);
+  }
+}
+
+TEST(LayerSelector, TwinHoldsEachLayersScoresThroughKeeps) {
+  const auto twin = make_layer_selector(SelectionDevice::Twin);
+  expect_held_buffers_follow_keeps(
+      *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); }, 23);
 }
 
 TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
@@ -148,14 +211,18 @@ TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
       *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); }, 11);
   // The host selector has no buffer: its scores come as spans.
   const auto host = make_layer_selector(SelectionDevice::Host);
-  EXPECT_EQ(host->layer_score_buffer(std::vector<int64_t>{3, 4}), nullptr);
-  EXPECT_THROW(host->select_heads_from_buffer({}, {}), std::logic_error);
+  EXPECT_EQ(host->layer_score_buffer(0, std::vector<int64_t>{3, 4}), nullptr);
+  EXPECT_THROW(host->select_heads_from_buffer(0, {}, {}), std::logic_error);
+  EXPECT_THROW(host->keep_in_buffer(0, {}), std::logic_error);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 3), 8);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 4), 10) << "the head count: the buffer's floats";
-  // Heads longer than the buffer that was asked for are refused, not read past its end.
-  twin->layer_score_buffer(std::vector<int64_t>{2, 2});
-  const std::vector<int32_t> five{1, 2, 3, 4, 5}, two{1, 2};
-  EXPECT_THROW(twin->select_heads_from_buffer({five, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
+  // Heads longer than the buffer that was asked for are refused, not read past its end; so are
+  // shorter ones (they would read another head's scores) and a layer with no buffer.
+  twin->layer_score_buffer(0, std::vector<int64_t>{2, 2});
+  const std::vector<int32_t> five{1, 2, 3, 4, 5}, two{1, 2}, one{1};
+  EXPECT_THROW(twin->select_heads_from_buffer(0, {five, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
+  EXPECT_THROW(twin->select_heads_from_buffer(0, {one, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
+  EXPECT_THROW(twin->select_heads_from_buffer(7, {two, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
 }
 
 TEST(LayerSelector, TwinSelectsTheLayerSharedMeanFromItsScoreBuffer) {
@@ -163,8 +230,8 @@ TEST(LayerSelector, TwinSelectsTheLayerSharedMeanFromItsScoreBuffer) {
   expect_layer_shared_buffer_selects_the_mean(
       *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); }, 17);
   // Heads longer than the buffer holds are refused, not read past its end.
-  twin->layer_score_buffer(std::vector<int64_t>{4, 4});
-  EXPECT_THROW(twin->select_layer_shared_from_buffer(3, std::vector<int32_t>{1, 2, 3, 4}, HeadSelectionSpec{}),
+  twin->layer_score_buffer(0, std::vector<int64_t>{4, 4});
+  EXPECT_THROW(twin->select_layer_shared_from_buffer(0, 3, std::vector<int32_t>{1, 2, 3, 4}, HeadSelectionSpec{}),
                std::logic_error);
 }
 
@@ -184,6 +251,12 @@ TEST(LayerSelectorGpu, CudaSelectsFromItsScoreBufferAsFromSpans) {
         if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
       },
       19);
+  expect_held_buffers_follow_keeps(
+      *cuda,
+      [](float* at, const std::vector<float>& s) {
+        if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+      },
+      29);
 #endif
 }
 

@@ -2,6 +2,7 @@
 #include "core/engine/cuda/cuda_layer_selector.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -10,17 +11,26 @@
 #include "core/engine/cuda/device_selection.h"
 #include "core/engine/device_selection_twin.h"
 #include "core/engine/layer_shared_mean.h"
+#include "core/engine/score_buffer_keep.h"
 #include "core/decode/cuda/launch_status.h"
 
 namespace kvevict::cuda {
 namespace {
 
 constexpr int kMeanThreads = 256;
+constexpr int kKeepThreads = 256;
 
 // TOVA's layer-shared mean, one thread per entry (layer_shared_mean.h).
 __global__ void layer_shared_mean_kernel(const float* scores, int n_heads, int64_t T, float* out) {
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (t < T) out[t] = layer_shared_mean_element(scores, n_heads, T, t);
+}
+
+// LayerSelector::keep_in_buffer: head blockIdx.y's kept entries, a thread each (score_buffer_keep.h).
+__global__ void score_keep_kernel(const float* from, const int32_t* kept, const ScoreKeepHead* heads, float* to) {
+  const ScoreKeepHead head = heads[blockIdx.y];
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < head.count) score_keep_element(from, kept, head, i, to);
 }
 
 class CudaLayerSelector final : public LayerSelector {
@@ -45,32 +55,36 @@ class CudaLayerSelector final : public LayerSelector {
     return download(in);
   }
 
-  float* layer_score_buffer(std::span<const int64_t> lengths) override {
-    scores_.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
-    return scores_.data();
+  float* layer_score_buffer(int layer, std::span<const int64_t> lengths) override {
+    Buffer& b = buffers_[layer];
+    b.lengths.assign(lengths.begin(), lengths.end());
+    b.scores.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
+    return b.scores.data();
   }
   // The scores are already on the device (the scoring kernels wrote them, in stream order before
   // the selection's kernels); only the positions go up, and the kept lists come down.
-  std::vector<std::vector<int>> select_heads_from_buffer(const std::vector<std::span<const int32_t>>& positions,
+  std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    devsel::SelLayerInput in = buffered_selection_input(scores_.data(), positions, packed_positions_);
-    check_score_buffer_holds(scores_.size(), static_cast<int64_t>(packed_positions_.size()));
+    Buffer& b = laid(layer);
+    check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
+    devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, packed_positions_);
     positions_.upload(packed_positions_);
-    in = repoint(in, scores_.data(), positions_.data());
+    in = repoint(in, b.scores.data(), positions_.data());
     selector_.select_heads(in, device_head_params(specs), output(in));
     return download(in);
   }
   // The mean of the buffer's heads made on the device (one thread per entry), then select_heads
   // over it as one head.
-  std::vector<int> select_layer_shared_from_buffer(int n_heads, std::span<const int32_t> positions,
+  std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
                                                    const HeadSelectionSpec& spec) override {
     const int64_t T = static_cast<int64_t>(positions.size());
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
-    check_score_buffer_holds(scores_.size(), n_heads * T);
+    Buffer& b = laid(layer);
+    check_score_buffer_lengths(b.lengths, std::vector<int64_t>(static_cast<size_t>(n_heads), T));
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     if (T > 0) {
       const unsigned blocks = unsigned((T + kMeanThreads - 1) / kMeanThreads);
-      layer_shared_mean_kernel<<<blocks, kMeanThreads>>>(scores_.data(), n_heads, T, mean_.data());
+      layer_shared_mean_kernel<<<blocks, kMeanThreads>>>(b.scores.data(), n_heads, T, mean_.data());
       check(launch_status(), "layer_shared_mean_kernel");
     }
     devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, packed_positions_);
@@ -79,6 +93,31 @@ class CudaLayerSelector final : public LayerSelector {
     selector_.select_heads(in, {device_head_params(spec)}, output(in));
     return std::move(download(in).front());
   }
+  // The plan and the kept indices go up (one copy each), a thread per kept entry gathers into the
+  // scratch, which is copied back on the device: nothing comes down, no synchronisation.
+  void keep_in_buffer(int layer, const std::vector<std::vector<int>>& kept) override {
+    Buffer& b = laid(layer);
+    const ScoreKeepPlan plan = plan_score_keep(b.lengths, kept);
+    if (plan.total > 0) {
+      keep_heads_.resize(plan.heads.size());
+      keep_heads_.upload(plan.heads.data(), plan.heads.size());
+      keep_indices_.upload(plan.kept);
+      kept_scores_.resize(static_cast<size_t>(plan.total));
+      const dim3 grid(unsigned((plan.longest + kKeepThreads - 1) / kKeepThreads), unsigned(plan.heads.size()));
+      score_keep_kernel<<<grid, kKeepThreads>>>(b.scores.data(), keep_indices_.data(), keep_heads_.data(),
+                                                kept_scores_.data());
+      check(launch_status(), "score_keep_kernel");
+      check(cudaMemcpyAsync(b.scores.data(), kept_scores_.data(), static_cast<size_t>(plan.total) * sizeof(float),
+                            cudaMemcpyDeviceToDevice),
+            "score buffer keep copy");
+    }
+    b.lengths = plan.lengths;
+  }
+  std::vector<int64_t> score_buffer_lengths(int layer) const override {
+    const auto it = buffers_.find(layer);
+    return it == buffers_.end() ? std::vector<int64_t>{} : it->second.lengths;
+  }
+  void release_score_buffers() override { buffers_.clear(); }
 
  private:
   // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
@@ -114,8 +153,22 @@ class CudaLayerSelector final : public LayerSelector {
     return kept;
   }
 
+  // A layer's score buffer (layer_score_buffer); node-based, so a DeviceArray never moves.
+  struct Buffer {
+    DeviceArray<float> scores;
+    std::vector<int64_t> lengths;
+  };
+  Buffer& laid(int layer) {
+    const auto it = buffers_.find(layer);
+    if (it == buffers_.end()) throw std::logic_error("layer selector: layer " + std::to_string(layer) + " has no score buffer");
+    return it->second;
+  }
+
   DeviceSelector selector_;
-  DeviceArray<float> scores_, mean_;
+  std::map<int, Buffer> buffers_;
+  DeviceArray<float> scores_, mean_, kept_scores_;
+  DeviceArray<ScoreKeepHead> keep_heads_;
+  DeviceArray<int32_t> keep_indices_;
   DeviceArray<int32_t> positions_, kept_;  // kept_: the lists, then the counts (output())
   std::vector<int32_t> packed_positions_;
   std::unique_ptr<SimilarityGraphBuilder> graph_ = make_cuda_similarity_graph();
