@@ -110,6 +110,9 @@ struct EvictionEngine::State {
   PrecomputedWindow window_in;
   // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
   std::unique_ptr<LayerSelector> selector;
+  // The current prompt stage's evictions are followed by another that selects the same layers again
+  // (cascading, before the last layer): the prompt's scores held in the selector must follow them.
+  bool held_scores_selected_again = false;
   // The program may score from the decoder's device window attention in place (scores_signals_in_place).
   const bool window_in_place;
   // ... and A_acc from an accumulation on the device the program scores on (the selector's, not
@@ -738,7 +741,7 @@ struct EvictionEngine::State {
     float* buffer = selector_buffer(layer, lengths);
     for (int h = 0; h < Hs; ++h) {
       const HeadSignals hs = signals_for(layer, h, cache, true);
-      score_into_selector(hs, lengths, h, buffer, plan.decode.own_score);
+      score_into_selector(layer, hs, lengths, h, buffer, plan.decode.own_score);
       ++report.scores_in_place;
     }
     sampling_seed = sampling_seed_for_step(options.seed, step);
@@ -751,12 +754,12 @@ struct EvictionEngine::State {
     return selector->layer_score_buffer(layer, lengths);
   }
 
-  // Head h's scores written by the program into its place in a layer's selector buffer.
-  void score_into_selector(const HeadSignals& hs, const std::vector<int64_t>& lengths, int h, float* buffer,
+  // Head h's scores written by the program into its place in layer `layer`'s selector buffer.
+  void score_into_selector(int layer, const HeadSignals& hs, const std::vector<int64_t>& lengths, int h, float* buffer,
                            bool decoding) {
     if (hs.in.T != lengths[h])
-      throw std::logic_error("engine: head " + std::to_string(h) + " scored " + std::to_string(hs.in.T) + " entries of " +
-                             std::to_string(lengths[h]));
+      throw std::logic_error("engine: head " + std::to_string(h) + " of layer " + std::to_string(layer) + " scored " +
+                             std::to_string(hs.in.T) + " entries of " + std::to_string(lengths[h]));
     PhaseScope timed(*this, EnginePhase::Scoring);
     if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
     policy.score_on_device(hs.in, decoding, buffer + layer_score_offset(lengths, static_cast<size_t>(h)));
@@ -797,7 +800,7 @@ struct EvictionEngine::State {
     float* buffer = selector_buffer(layer, lengths);
     for (int h = 0; h < Hs; ++h) {
       std::vector<float>().swap(scores[layer][h]);
-      score_into_selector(heads[h], lengths, h, buffer, false);
+      score_into_selector(layer, heads[h], lengths, h, buffer, false);
       ++report.prefill_scores_in_place;
     }
   }
@@ -930,8 +933,15 @@ struct EvictionEngine::State {
     PhaseScope timed(*this, EnginePhase::CacheEdit);
     if (plan.stages.merge_per_layer) merge_state.merge_layer(desc.merge, cache, layer, kept, merge_rows(layer));
     for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
-    // The prompt's scores held in the selector follow the cache, for a later cascading stage.
-    if (in_prefill && prefill_scores_in_selector()) selector->keep_in_buffer(layer, kept);
+    // The prompt's scores held in the selector follow the cache when a later cascading stage selects
+    // the layer again; after the layer's last selection of the prompt they are given back.
+    if (in_prefill && prefill_scores_in_selector()) {
+      if (held_scores_selected_again) {
+        selector->keep_in_buffer(layer, kept);
+      } else {
+        selector->release_score_buffer(layer);
+      }
+    }
   }
 
   // Where a merge of `layer` in this call runs (merge_on_evict's `rows`): the host cache, or, when
@@ -1318,6 +1328,7 @@ struct EvictionEngine::State {
       const auto budgets = layer_budgets(l, stage_total, cache);
       for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
     }
+    held_scores_selected_again = cascading && l < L - 1;
     if (unfold) {
       unfold_and_evict(cache);
     } else if (plan.select.scope == SelectScope::Model) {

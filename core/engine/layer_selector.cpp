@@ -2,12 +2,12 @@
 #include "core/engine/layer_selector.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
 
 #include "core/engine/codebook.h"
 #include "core/engine/codebook_graph.h"
 #include "core/engine/device_selection_twin.h"
+#include "core/engine/layer_score_buffers.h"
 #include "core/engine/layer_shared_mean.h"
 #include "core/engine/score_buffer_keep.h"
 #include "core/util/error.h"
@@ -70,14 +70,13 @@ class TwinLayerSelector final : public LayerSelector {
     return twin_select_layer_adaptive(packed.input, budget, protect_first, protect_recent, floor_alpha, score_order);
   }
   float* layer_score_buffer(int layer, std::span<const int64_t> lengths) override {
-    Buffer& b = buffers_[layer];
-    b.lengths.assign(lengths.begin(), lengths.end());
+    Buffers::Buffer& b = buffers_.lay(layer, lengths);
     b.scores.assign(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))), 0.0f);
     return b.scores.data();
   }
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    const Buffer& b = laid(layer);
+    const Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
     const devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, positions_);
     return twin_select_heads(in, device_head_params(specs));
@@ -86,7 +85,7 @@ class TwinLayerSelector final : public LayerSelector {
                                                    const HeadSelectionSpec& spec) override {
     const int64_t T = static_cast<int64_t>(positions.size());
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
-    const Buffer& b = laid(layer);
+    const Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, std::vector<int64_t>(static_cast<size_t>(n_heads), T));
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     for (int64_t t = 0; t < T; ++t) mean_[t] = layer_shared_mean_element(b.scores.data(), n_heads, T, t);
@@ -95,7 +94,7 @@ class TwinLayerSelector final : public LayerSelector {
   }
   // score_keep_element for every head's entries in order, as the kernel's threads run it.
   void keep_in_buffer(int layer, const std::vector<std::vector<int>>& kept) override {
-    Buffer& b = laid(layer);
+    Buffers::Buffer& b = buffers_.laid(layer);
     const ScoreKeepPlan plan = plan_score_keep(b.lengths, kept);
     std::vector<float> next(static_cast<size_t>(std::max<int64_t>(1, plan.total)), 0.0f);
     for (const ScoreKeepHead& head : plan.heads)
@@ -103,23 +102,13 @@ class TwinLayerSelector final : public LayerSelector {
     b.scores.swap(next);
     b.lengths = plan.lengths;
   }
-  std::vector<int64_t> score_buffer_lengths(int layer) const override {
-    const auto it = buffers_.find(layer);
-    return it == buffers_.end() ? std::vector<int64_t>{} : it->second.lengths;
-  }
-  void release_score_buffers() override { buffers_.clear(); }
+  std::vector<int64_t> score_buffer_lengths(int layer) const override { return buffers_.lengths(layer); }
+  void release_score_buffer(int layer) override { buffers_.release(layer); }
+  void release_score_buffers() override { buffers_.release_all(); }
 
  private:
-  struct Buffer {
-    std::vector<float> scores;
-    std::vector<int64_t> lengths;
-  };
-  Buffer& laid(int layer) {
-    const auto it = buffers_.find(layer);
-    if (it == buffers_.end()) throw std::logic_error("layer selector: layer " + std::to_string(layer) + " has no score buffer");
-    return it->second;
-  }
-  std::map<int, Buffer> buffers_;
+  using Buffers = LayerScoreBuffers<std::vector<float>>;
+  Buffers buffers_;
   std::vector<float> mean_;
   std::vector<int32_t> positions_;
   TwinSimilarityGraph graph_;

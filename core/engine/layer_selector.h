@@ -49,7 +49,7 @@ class LayerSelector {
   // in this selector's memory, laid for heads of `lengths` entries, head h's scores at
   // layer_score_offset(lengths, h) floats from it. Null when the selector runs on the host (the
   // scores then come as spans). Each layer has its own buffer, which holds its scores until the
-  // layer's next call here, keep_in_buffer or release_score_buffers: a prompt's scores wait there
+  // layer's next call here, keep_in_buffer or its release: a prompt's scores wait there
   // for a later (cascading) selection, a decode eviction's are selected at once.
   virtual float* layer_score_buffer(int layer, std::span<const int64_t> lengths) {
     (void)layer, (void)lengths;
@@ -84,7 +84,9 @@ class LayerSelector {
     (void)layer;
     return {};
   }
-  // Every layer's buffer given back (the end of a prompt).
+  // Layer `layer`'s buffer given back (its prompt scores selected for the last time), or every
+  // layer's (the end of a prompt).
+  virtual void release_score_buffer(int layer) { (void)layer; }
   virtual void release_score_buffers() {}
   // Who builds SpindleKV's similarity graphs where this selector runs (codebook.h): null on the host
   // (build_codebook's own), the element body in order for the twin, a kernel on a CUDA device. The

@@ -23,6 +23,8 @@
 #include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
 #include "core/util/error.h"
+#include "dsl/compiled_program.h"
+#include "dsl/policy_file.h"
 #include "dsl/policy_loader.h"
 #include "cache_row_reads_harness.h"
 #include "in_place_scoring.h"
@@ -428,15 +430,46 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringHoldsThePromptsScoresWhereTheSelection
     test::expect_same_calls(host, in_buffer, name);
     EXPECT_EQ(report.prefill_scores_in_place, c.held ? heads : 0) << name;
     if (!c.held) continue;
-    const int stages = c.params.empty() ? 1 : model_->config.n_layers;
-    EXPECT_GE(report.layer_selections, stages == 1 ? model_->config.n_layers
-                                                   : model_->config.n_layers * (model_->config.n_layers + 1) / 2)
-        << name << ": every stage selected its layers from the held scores";
+    // The prompt alone: every stage selected its layers from the held scores (layer 0 at each of the L
+    // stages of a cascading prompt, layer L - 1 once).
+    const int L = model_->config.n_layers;
+    EvictionReport prompt;
+    const DecodeRun prompt_only = run_selected(device, SelectionDevice::Twin, 0, &prompt);
+    EXPECT_EQ(prompt.layer_selections, c.params.empty() ? L : L * (L + 1) / 2) << name;
+    EXPECT_EQ(prompt.prefill_scores_in_place, heads) << name;
     device.plant_device_scores = true;
     const DecodeRun planted = run_selected(device, SelectionDevice::Twin, 0);
     device.plant_device_scores = false;
-    const DecodeRun prompt_only = run_selected(device, SelectionDevice::Twin, 0);
     EXPECT_NE(planted.layouts, prompt_only.layouts) << name << ": the held scores were not what was selected from";
+  }
+}
+
+// Controls: a prompt whose scores the host reads after the selection keeps them on the host, with
+// the host run's caches and logits: frozen scores (select.score_at: insertion, kept for the decode
+// steps), the mass allocation (each layer's budget from its prompt scores) and unfolded GQA (each
+// query head selected from its own scores). Held in the selector, each would read empty host scores.
+TEST_F(DecodeCacheReadsTest, PromptScoresThatTheHostReadsStayOnTheHost) {
+  const std::string head = "name: p\nabout: x\nobserve: {window: 8}\nprotect: {recent: 8}\n";
+  const std::string a_sum = "score: |\n  score[t] = mean(h: sum(q: A[h, q, t]))\n";
+  struct Case {
+    std::string name;
+    std::unique_ptr<PolicyProgram> policy;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"frozen", std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_text(
+                                 "frozen.yaml", head + "run: {prefill: true, decode_every: 1}\n"
+                                                       "select: {score_at: insertion}\n" + a_sum))});
+  cases.push_back({"mass", std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_text(
+                               "mass.yaml", head + "select: {layer_allocation: mass, mass: 0.9}\n" + a_sum))});
+  cases.push_back({"spindlekv unfold", load_policy("spindlekv", {{"gqa_mode", "unfold"}})});
+  for (const Case& c : cases) {
+    test::InPlaceScoring device(*c.policy, /*layers_on_device=*/true);
+    EvictionReport report;
+    const DecodeRun host = run_selected(*c.policy, std::nullopt, 4);
+    const DecodeRun twin = run_selected(device, SelectionDevice::Twin, 4, &report);
+    ASSERT_TRUE(report.prefill_evicted) << c.name;
+    test::expect_same_calls(host, twin, c.name);
+    EXPECT_EQ(report.prefill_scores_in_place, 0) << c.name;
   }
 }
 

@@ -188,6 +188,15 @@ void expect_held_buffers_follow_keeps(LayerSelector& selector, Write write, uint
                 host->select_heads(layers[l].sc(), layers[l].pos(), specs))
           << "trial " << trial << ": layer " << l << " was not left alone";
     }
+    // Every head keeping nothing (nothing to gather) leaves an empty layer that selects nothing.
+    selector.keep_in_buffer(2, std::vector<std::vector<int>>(heads));
+    EXPECT_EQ(selector.score_buffer_lengths(2), std::vector<int64_t>(heads, 0));
+    const std::vector<std::span<const int32_t>> none(heads);
+    EXPECT_EQ(selector.select_heads_from_buffer(2, none, random_specs(rng, heads, trial, 8)),
+              std::vector<std::vector<int>>(heads));
+    selector.release_score_buffer(2);
+    EXPECT_TRUE(selector.score_buffer_lengths(2).empty());
+    EXPECT_FALSE(selector.score_buffer_lengths(0).empty()) << "only layer 2's buffer was given back";
     std::vector<std::vector<int>> bad(heads);
     bad[0].push_back(static_cast<int>(layers[0].scores[0].size()));  // one past the head's end
     EXPECT_THROW(selector.keep_in_buffer(0, bad), std::logic_error);

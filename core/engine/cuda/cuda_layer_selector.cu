@@ -2,7 +2,6 @@
 #include "core/engine/cuda/cuda_layer_selector.h"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +9,7 @@
 #include "core/engine/cuda/codebook_graph.h"
 #include "core/engine/cuda/device_selection.h"
 #include "core/engine/device_selection_twin.h"
+#include "core/engine/layer_score_buffers.h"
 #include "core/engine/layer_shared_mean.h"
 #include "core/engine/score_buffer_keep.h"
 #include "core/decode/cuda/launch_status.h"
@@ -56,8 +56,7 @@ class CudaLayerSelector final : public LayerSelector {
   }
 
   float* layer_score_buffer(int layer, std::span<const int64_t> lengths) override {
-    Buffer& b = buffers_[layer];
-    b.lengths.assign(lengths.begin(), lengths.end());
+    Buffers::Buffer& b = buffers_.lay(layer, lengths);
     b.scores.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
     return b.scores.data();
   }
@@ -65,7 +64,7 @@ class CudaLayerSelector final : public LayerSelector {
   // the selection's kernels); only the positions go up, and the kept lists come down.
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    Buffer& b = laid(layer);
+    Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
     devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, packed_positions_);
     positions_.upload(packed_positions_);
@@ -79,7 +78,7 @@ class CudaLayerSelector final : public LayerSelector {
                                                    const HeadSelectionSpec& spec) override {
     const int64_t T = static_cast<int64_t>(positions.size());
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
-    Buffer& b = laid(layer);
+    Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, std::vector<int64_t>(static_cast<size_t>(n_heads), T));
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     if (T > 0) {
@@ -96,7 +95,7 @@ class CudaLayerSelector final : public LayerSelector {
   // The plan and the kept indices go up (one copy each), a thread per kept entry gathers into the
   // scratch, which is copied back on the device: nothing comes down, no synchronisation.
   void keep_in_buffer(int layer, const std::vector<std::vector<int>>& kept) override {
-    Buffer& b = laid(layer);
+    Buffers::Buffer& b = buffers_.laid(layer);
     const ScoreKeepPlan plan = plan_score_keep(b.lengths, kept);
     if (plan.total > 0) {
       keep_heads_.resize(plan.heads.size());
@@ -113,11 +112,9 @@ class CudaLayerSelector final : public LayerSelector {
     }
     b.lengths = plan.lengths;
   }
-  std::vector<int64_t> score_buffer_lengths(int layer) const override {
-    const auto it = buffers_.find(layer);
-    return it == buffers_.end() ? std::vector<int64_t>{} : it->second.lengths;
-  }
-  void release_score_buffers() override { buffers_.clear(); }
+  std::vector<int64_t> score_buffer_lengths(int layer) const override { return buffers_.lengths(layer); }
+  void release_score_buffer(int layer) override { buffers_.release(layer); }
+  void release_score_buffers() override { buffers_.release_all(); }
 
  private:
   // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
@@ -153,19 +150,10 @@ class CudaLayerSelector final : public LayerSelector {
     return kept;
   }
 
-  // A layer's score buffer (layer_score_buffer); node-based, so a DeviceArray never moves.
-  struct Buffer {
-    DeviceArray<float> scores;
-    std::vector<int64_t> lengths;
-  };
-  Buffer& laid(int layer) {
-    const auto it = buffers_.find(layer);
-    if (it == buffers_.end()) throw std::logic_error("layer selector: layer " + std::to_string(layer) + " has no score buffer");
-    return it->second;
-  }
+  using Buffers = LayerScoreBuffers<DeviceArray<float>>;
 
   DeviceSelector selector_;
-  std::map<int, Buffer> buffers_;
+  Buffers buffers_;  // the per-layer score buffers (layer_score_buffer)
   DeviceArray<float> scores_, mean_, kept_scores_;
   DeviceArray<ScoreKeepHead> keep_heads_;
   DeviceArray<int32_t> keep_indices_;
