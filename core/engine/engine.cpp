@@ -715,10 +715,10 @@ struct EvictionEngine::State {
   }
 
   // Whether a decode eviction's scores go straight into the selector's buffer: the program writes
-  // them there and nothing on the host reads them (a per-head top-k or TOVA's layer-shared one: no
-  // staged, layer-wide, chunked or threshold rule, no merge, no trace).
+  // them there and nothing on the host reads them (a per-head top-k, Ada-KV's layer-wide ranking or
+  // TOVA's layer-shared one: no staged, chunked or threshold rule, no merge, no trace).
   bool decode_scores_in_selector() const {
-    return scores_to_selector && plan.select.stages == 0 && plan.select.scope != SelectScope::Layer &&
+    return scores_to_selector && plan.select.stages == 0 &&
            !chunked_selection(desc.select) && !plan.select.threshold && !options.trace_selection &&
            !plan.stages.merge_on_evict && !plan.stages.merge_per_layer;
   }
@@ -765,12 +765,24 @@ struct EvictionEngine::State {
     policy.score_on_device(hs.in, decoding, buffer + layer_score_offset(lengths, static_cast<size_t>(h)));
   }
 
-  // The selection of `layer` from the scores in its selector buffer: every head's (a per-head top-k)
-  // or TOVA's one selection on their mean (evict_layer's per-head and layer-shared branches, whose
-  // scores are host spans).
+  // The selection of `layer` from the scores in its selector buffer: every head's (a per-head top-k),
+  // Ada-KV's joint ranking of the layer's heads, or TOVA's one selection on their mean (evict_layer's
+  // branches, whose scores are host spans).
   void select_from_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
     const std::vector<int64_t> lengths = stored_lengths(cache, layer);
     PhaseScope timed(*this, EnginePhase::Selection);
+    if (plan.select.scope == SelectScope::Layer) {
+      std::vector<std::span<const int32_t>> pos(Hs);
+      for (int h = 0; h < Hs; ++h)
+        pos[h] = std::span<const int32_t>(positions(cache, layer, h), static_cast<size_t>(lengths[h]));
+      ++report.layer_selections;
+      keep_layer(cache, layer,
+                 selector->select_layer_adaptive_from_buffer(layer, pos, std::vector<int>(Hs, budget), pr.first, pr.recent,
+                                                             plan.select.floor_alpha,
+                                                             plan.select.kept_order == KeptOrder::Score),
+                 std::vector<std::span<const float>>(Hs));
+      return;
+    }
     if (plan.select.scope == SelectScope::LayerShared) {  // one decision on the heads' mean (evict_layer)
       const int T = layer_shared_length(cache, layer);
       ++report.layer_selections;

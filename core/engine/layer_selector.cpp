@@ -76,10 +76,15 @@ class TwinLayerSelector final : public LayerSelector {
   }
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    const Buffers::Buffer& b = buffers_.laid(layer);
-    check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
-    const devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, positions_);
-    return twin_select_heads(in, device_head_params(specs));
+    return twin_select_heads(buffered_input(layer, positions), device_head_params(specs));
+  }
+  std::vector<std::vector<int>> select_layer_adaptive_from_buffer(int layer,
+                                                                  const std::vector<std::span<const int32_t>>& positions,
+                                                                  const std::vector<int>& budget, int protect_first,
+                                                                  int protect_recent, double floor_alpha,
+                                                                  bool score_order) override {
+    return twin_select_layer_adaptive(buffered_input(layer, positions), budget, protect_first, protect_recent,
+                                      floor_alpha, score_order);
   }
   std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
                                                    const HeadSelectionSpec& spec) override {
@@ -108,6 +113,12 @@ class TwinLayerSelector final : public LayerSelector {
 
  private:
   using Buffers = LayerScoreBuffers<std::vector<float>>;
+  // Layer `layer`'s buffer as a selection's input, its heads exactly as long as `positions`.
+  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions) {
+    const Buffers::Buffer& b = buffers_.laid(layer);
+    check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
+    return buffered_selection_input(b.scores.data(), positions, positions_);
+  }
   Buffers buffers_;
   std::vector<float> mean_;
   std::vector<int32_t> positions_;

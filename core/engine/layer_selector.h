@@ -11,8 +11,8 @@
 // use the device's log, which may differ from glibc's by an ulp).
 //
 // Scores come as host spans (the interpreter's, or downloaded from a scoring kernel), which the
-// cuda selector uploads with the positions; or, for a per-head top-k or TOVA's layer-shared rule
-// scored by the CUDA backend (a prompt's eviction, cascading or not, and a decode eviction), the
+// cuda selector uploads with the positions; or, for a per-head top-k, Ada-KV's layer-wide ranking or
+// TOVA's layer-shared rule scored by the CUDA backend (a prompt's eviction, cascading or not, and a decode eviction), the
 // kernels write them into the selector's own per-layer buffers (layer_score_buffer) and only the
 // positions go up. The kept lists come down either way (the engine's bookkeeping and the device
 // cache's compaction take them from the host).
@@ -61,6 +61,15 @@ class LayerSelector {
                                                                  const std::vector<std::span<const int32_t>>& positions,
                                                                  const std::vector<HeadSelectionSpec>& specs) {
     (void)layer, (void)positions, (void)specs;
+    throw std::logic_error("layer selector: no score buffer on the host");
+  }
+  // select_layer_adaptive (Ada-KV's joint ranking over the layer's heads) over the scores in layer
+  // `layer`'s buffer, with the same checks.
+  virtual std::vector<std::vector<int>> select_layer_adaptive_from_buffer(
+      int layer, const std::vector<std::span<const int32_t>>& positions, const std::vector<int>& budget,
+      int protect_first, int protect_recent, double floor_alpha, bool score_order) {
+    (void)layer, (void)positions, (void)budget, (void)protect_first, (void)protect_recent, (void)floor_alpha,
+        (void)score_order;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
   // TOVA's layer-shared selection over layer `layer`'s buffer (n_heads heads, each as long as

@@ -407,9 +407,9 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
 // backend) and selected there (the twin selector), each layer's prompt scores are written into the
 // selector's buffer of that layer and wait there for the layer's selection: one at the last layer,
 // or (CAKE cascading) one at every later layer, the buffer following the cache through each keep
-// (LayerSelector::keep_in_buffer). The caches and logits after the prompt and 4 decoded tokens are
-// those of the run scored and selected on the host; planted (negated) scores change them. Ada-KV's
-// layer-wide ranking is no plain per-head rule: its prompt scores still come to the host.
+// (LayerSelector::keep_in_buffer). Ada-KV's layer-wide ranking reads the layer's buffer as a whole.
+// The caches and logits after the prompt and 4 decoded tokens are those of the run scored and
+// selected on the host; planted (negated) scores change them.
 TEST_F(DecodeCacheReadsTest, DeviceScoringHoldsThePromptsScoresWhereTheSelectionReadsThem) {
   const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 4;
   struct Case {
@@ -419,7 +419,7 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringHoldsThePromptsScoresWhereTheSelection
   };
   for (const Case& c : {Case{"snapkv", {}, true}, Case{"pyramidkv", {}, true}, Case{"cake", {}, true},
                         Case{"cake", {{"cascading", "true"}}, true}, Case{"tova", {}, true}, Case{"knorm", {}, true},
-                        Case{"adakv", {}, false}}) {
+                        Case{"adakv", {}, true}}) {
     const std::string name = std::string(c.name) + (c.params.empty() ? "" : " cascading");
     const auto policy = load_policy(c.name, c.params);
     test::InPlaceScoring device(*policy, /*layers_on_device=*/true);

@@ -112,6 +112,11 @@ void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32
     for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(lengths, h), layer.scores[h]);
     EXPECT_EQ(selector.select_heads_from_buffer(trial % 3, layer.pos(), specs), host->select_heads(layer.sc(), layer.pos(), specs))
         << "trial " << trial;
+    const std::vector<int> budget(heads, std::uniform_int_distribution<int>(0, 200)(rng));
+    const double alpha = trial % 4 * 0.25;
+    EXPECT_EQ(selector.select_layer_adaptive_from_buffer(trial % 3, layer.pos(), budget, 2, 4, alpha, trial % 2 == 1),
+              host->select_layer_adaptive(layer.sc(), layer.pos(), budget, 2, 4, alpha, trial % 2 == 1))
+        << "trial " << trial << " (Ada-KV)";
   }
 }
 
@@ -223,6 +228,7 @@ TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
   EXPECT_EQ(host->layer_score_buffer(0, std::vector<int64_t>{3, 4}), nullptr);
   EXPECT_THROW(host->select_heads_from_buffer(0, {}, {}), std::logic_error);
   EXPECT_THROW(host->keep_in_buffer(0, {}), std::logic_error);
+  EXPECT_THROW(host->select_layer_adaptive_from_buffer(0, {}, {}, 0, 0, 0.0, false), std::logic_error);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 3), 8);
   EXPECT_EQ(layer_score_offset(std::vector<int64_t>{3, 0, 5, 2}, 4), 10) << "the head count: the buffer's floats";
   // Heads longer than the buffer that was asked for are refused, not read past its end; so are

@@ -90,6 +90,9 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
     EXPECT_GE(gpu.report.window_attention_in_place, heads) << name;
     EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
     EXPECT_EQ(cpu.report.window_attention_in_place, 0) << name;  // the interpreter is handed host copies
+    // The prompt's scores written where the selection reads them (per-head top-k, Ada-KV's ranking).
+    EXPECT_EQ(gpu.report.prefill_scores_in_place, heads) << name;
+    EXPECT_EQ(cpu.report.prefill_scores_in_place, 0) << name;
     EXPECT_GT(cpu.report.window_attention_downloads, 0) << name;
     // Same signals, the generated kernel against the interpreter (equal to the bit on the H200),
     // the same tie rule: the same kept entries in the same order.

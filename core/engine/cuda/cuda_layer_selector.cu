@@ -64,12 +64,17 @@ class CudaLayerSelector final : public LayerSelector {
   // the selection's kernels); only the positions go up, and the kept lists come down.
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
                                                          const std::vector<HeadSelectionSpec>& specs) override {
-    Buffers::Buffer& b = buffers_.laid(layer);
-    check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
-    devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, packed_positions_);
-    positions_.upload(packed_positions_);
-    in = repoint(in, b.scores.data(), positions_.data());
+    const devsel::SelLayerInput in = buffered_input(layer, positions);
     selector_.select_heads(in, device_head_params(specs), output(in));
+    return download(in);
+  }
+  std::vector<std::vector<int>> select_layer_adaptive_from_buffer(int layer,
+                                                                  const std::vector<std::span<const int32_t>>& positions,
+                                                                  const std::vector<int>& budget, int protect_first,
+                                                                  int protect_recent, double floor_alpha,
+                                                                  bool score_order) override {
+    const devsel::SelLayerInput in = buffered_input(layer, positions);
+    selector_.select_layer_adaptive(in, budget, protect_first, protect_recent, floor_alpha, score_order, output(in));
     return download(in);
   }
   // The mean of the buffer's heads made on the device (one thread per entry), then select_heads
@@ -117,6 +122,15 @@ class CudaLayerSelector final : public LayerSelector {
   void release_score_buffers() override { buffers_.release_all(); }
 
  private:
+  // Layer `layer`'s buffer as a selection's input on the device (its heads exactly as long as
+  // `positions`): only the positions go up.
+  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions) {
+    Buffers::Buffer& b = buffers_.laid(layer);
+    check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
+    const devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, packed_positions_);
+    positions_.upload(packed_positions_);
+    return repoint(in, b.scores.data(), positions_.data());
+  }
   // The layer packed [n_heads][max_length] (pack_selection_layer checks it) and copied to the device.
   devsel::SelLayerInput upload(const std::vector<std::span<const float>>& scores,
                                const std::vector<std::span<const int32_t>>& positions) {
