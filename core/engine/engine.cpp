@@ -725,8 +725,8 @@ struct EvictionEngine::State {
   // ... and a prompt's: the same rules, in a prompt that evicts (not skipped), layer by layer (no
   // model-wide pool, no unfolded GQA), with no host reader of the prompt's scores (frozen scores kept
   // for decoding, the mass allocation). They then wait in the selector's per-layer buffers for the
-  // layer's selections (one, or one per later layer when cascading) and are given back at the
-  // prompt's end.
+  // layer's selections (one, or one per later layer when cascading) and are given back after the
+  // layer's last one (keep_layer).
   bool prefill_scores_in_selector() const {
     return decode_scores_in_selector() && plan.prefill.evicts && !skip_prefill() && !unfold &&
            plan.select.scope != SelectScope::Model && !keeps_frozen_scores() &&
