@@ -80,6 +80,7 @@ class DeviceKvBackend {
   virtual void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
                           const float* values, const int32_t* positions) = 0;
   virtual DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const = 0;
+  virtual std::vector<int32_t> read_positions(int layer, int head, int64_t first_row, int64_t rows) const = 0;
   // The norms (row_norms.h) of rows [first_row[h], first_row[h] + rows[h]) of every head h of
   // `layer`, head after head: one read for the layer.
   virtual std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
@@ -115,6 +116,9 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   }
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const override {
     return cache_.read_rows(layer, head, first_row, rows);
+  }
+  std::vector<int32_t> read_positions(int layer, int head, int64_t first_row, int64_t rows) const override {
+    return cache_.read_positions(layer, head, first_row, rows);
   }
   std::vector<RowNorms> row_norms(int layer, std::span<const int64_t> first_row,
                                   std::span<const int64_t> rows) const override {

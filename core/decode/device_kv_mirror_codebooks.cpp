@@ -87,8 +87,9 @@ void DeviceKvMirror::send_codebooks(int layer) {
   b.value_codes = std::move(value_codes);
 }
 
-// The `lag` rows the device appended to every head of the layer through its books: positions from
-// the device's rows, codes and entries from its news, given to the host cache as its own appends
+// The `lag` rows the device appended to every head of the layer through its books: positions read
+// from the device (the rows' words stay there: the host rebuilds them from the codes), codes and
+// entries from its news, given to the host cache as its own appends
 // would have stored them.
 void DeviceKvMirror::append_lagging_codebook_entries(int layer, int lag) {
   LayerBooks& b = books_[static_cast<size_t>(layer)];
@@ -101,7 +102,7 @@ void DeviceKvMirror::append_lagging_codebook_entries(int layer, int lag) {
       throw std::logic_error("device KV mirror: layer " + std::to_string(layer) + " head " + std::to_string(h) +
                              " holds " + std::to_string(device) + " entries on the device, " + std::to_string(host) +
                              " on the host, lagging " + std::to_string(lag));
-    positions[static_cast<size_t>(h)] = backend_.read_rows(layer, h, host, lag).positions;
+    positions[static_cast<size_t>(h)] = backend_.read_positions(layer, h, host, lag);
   }
   const DeviceCodebookNews news = backend_.codebook_news(layer);
   const size_t books = b.key_codes.size();

@@ -14,7 +14,8 @@ struct DeviceKvCounts {
   int64_t head_resyncs = 0;  // whole non-empty heads re-uploaded
   int64_t rows_deferred = 0;  // rows appended to the device only (defer_host_append), summed over heads
   int64_t rows_placeholder = 0;  // rows the host took as placeholders (append_placeholders), summed over heads
-  int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads
+  int64_t rows_read = 0;      // rows read back to the host (sync_host), summed over heads; a codebook
+                              // head's: its position and its entry (code index, norm), not its words
   int64_t device_reassigns = 0;  // layers whose position-only heads had their positions re-assigned on the device
   int64_t heads_released = 0;    // host heads that dropped their rows, the device holding them (release_host_rows)
   int64_t rows_folded = 0;       // rows written by row merges run on the device (fold_rows), summed over heads

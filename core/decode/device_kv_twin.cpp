@@ -125,6 +125,15 @@ DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_
   return out;
 }
 
+std::vector<int32_t> DeviceKvTwin::read_positions(int layer, int head, int64_t first_row, int64_t rows) const {
+  const DeviceKvRegion& r = layout_.layer(layer).heads.at(static_cast<size_t>(head));
+  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
+    throw std::out_of_range("device KV read_positions: rows outside the head's length");
+  const Arenas& a = arenas_[static_cast<size_t>(layer)];
+  const size_t b = static_cast<size_t>(r.base_row + first_row), n = static_cast<size_t>(rows);
+  return std::vector<int32_t>(a.positions.begin() + b, a.positions.begin() + b + n);
+}
+
 std::vector<RowNorms> DeviceKvTwin::row_norms(int layer, std::span<const int64_t> first_row,
                                               std::span<const int64_t> rows) const {
   const Arenas& a = arenas_.at(static_cast<size_t>(layer));

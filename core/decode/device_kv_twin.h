@@ -48,6 +48,8 @@ class DeviceKvTwin {
   DeviceKvHeadContents read_head(int layer, int head) const;
   // Rows [first_row, first_row + rows) of one head (within its length; std::out_of_range otherwise).
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
+  // Only their positions (the same check).
+  std::vector<int32_t> read_positions(int layer, int head, int64_t first_row, int64_t rows) const;
   // The norms of rows [first_row[h], first_row[h] + rows[h]) of each head h, head after head: the
   // kernel's element body (device_kv_row_norms.h) over the host arenas. std::out_of_range outside
   // a head's length.

@@ -36,6 +36,9 @@ void expect_same(const cuda::DeviceKvCache& device, const DeviceKvTwin& twin, co
       ASSERT_EQ(device.layout().length(l, h), twin.layout().length(l, h)) << where;
       const DeviceKvHeadContents d = device.read_head(l, h), t = twin.read_head(l, h);
       ASSERT_EQ(d.positions, t.positions) << where << " layer " << l << " head " << h;
+      const int64_t len = twin.layout().length(l, h), first = len / 3;  // a range inside the head
+      ASSERT_EQ(device.read_positions(l, h, first, len - first), twin.read_positions(l, h, first, len - first))
+          << where << " read_positions, layer " << l << " head " << h;
       ASSERT_EQ(d.keys, t.keys) << where << " keys, layer " << l << " head " << h;
       ASSERT_EQ(d.values, t.values) << where << " values, layer " << l << " head " << h;
     }

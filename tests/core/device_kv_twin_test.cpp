@@ -161,6 +161,27 @@ TEST_P(DeviceKvTwinTypes, WriteRowsOverwritesAndExtendsLikeTheReference) {
   }
 }
 
+// read_positions: the positions read_rows gives for every range of every head, without the words;
+// a range past a head's end is refused.
+TEST_P(DeviceKvTwinTypes, ReadPositionsAreReadRowsPositions) {
+  const DeviceKvGeometry g{2, 3, 6, GetParam()};
+  DeviceKvTwin twin(g, DeviceKvGrowthPolicy{.row_quantum = 4, .growth = 1.25});
+  ReferenceCache ref(g);
+  for (const Op& op : random_ops(g, 40, 9u)) apply(twin, ref, op);
+  int64_t ranges = 0;
+  for (int l = 0; l < g.n_layers; ++l)
+    for (int h = 0; h < g.n_heads; ++h) {
+      const int64_t len = twin.layout().length(l, h);
+      for (int64_t first = 0; first <= len; first += 3)
+        for (int64_t rows = 0; first + rows <= len; rows += 5, ++ranges)
+          EXPECT_EQ(twin.read_positions(l, h, first, rows), twin.read_rows(l, h, first, rows).positions)
+              << "layer " << l << " head " << h << " rows " << first << "+" << rows;
+      EXPECT_THROW(twin.read_positions(l, h, len, 1), std::out_of_range);
+      EXPECT_THROW(twin.read_positions(l, h, -1, 1), std::out_of_range);
+    }
+  EXPECT_GT(ranges, 50) << "the random operations left the heads too short to test ranges";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, DeviceKvTwinTypes, ::testing::Values(KvType::F16, KvType::BF16, KvType::F32),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
 

@@ -350,6 +350,15 @@ DeviceKvHeadContents DeviceKvCache::read_rows(int layer, int head, int64_t first
   return out;
 }
 
+std::vector<int32_t> DeviceKvCache::read_positions(int layer, int head, int64_t first_row, int64_t rows) const {
+  const DeviceKvRegion& r = impl_->layout.layer(layer).heads.at(size_t(head));
+  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
+    throw std::out_of_range("device KV read_positions: rows outside the head's length");
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  if (rows > 0) impl_->arenas[size_t(layer)]->positions.download(out.data(), size_t(rows), size_t(r.base_row + first_row));
+  return out;
+}
+
 std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_t> first_row,
                                                std::span<const int64_t> rows) const {
   const LayerArenas& a = *impl_->arenas.at(size_t(layer));

@@ -73,6 +73,9 @@ class DeviceKvCache {
   // Rows [first_row, first_row + rows) of one head (synchronises; std::out_of_range outside its
   // length): the host cache's catch-up after deferred appends (device_kv_mirror.h, sync_host).
   DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const;
+  // Only their positions (the same check; one copy of 4 bytes a row): a codebook head's catch-up,
+  // whose codes and entries come from the device's codebook news.
+  std::vector<int32_t> read_positions(int layer, int head, int64_t first_row, int64_t rows) const;
   // The norms (row_norms.h: the host's bits) of rows [first_row[h], first_row[h] + rows[h]) of each
   // head h of `layer`, head after head: one kernel and one download for the layer (synchronises;
   // std::out_of_range outside a head's length). For a host cache holding positions only.
