@@ -12,6 +12,7 @@
 #include "evals/results_store.h"
 #include "evals/stats_compare.h"
 #include "old_schema_db.h"
+#include "store_records.h"
 #include "temp_db.h"
 
 using namespace kvevict::evals;
@@ -20,26 +21,11 @@ namespace {
 
 using test::TempDb;
 
-RunRecord record(const std::string& config_hash) {
-  RunRecord r;
-  r.name = "new";
-  r.config_hash = config_hash;
-  r.config_yaml = "name: new\n";
-  r.kvevict_version = "1";
-  r.git_commit = "c";
-  r.model = "m.gguf";
-  r.model_hash = "mh";
-  r.device = "cpu";
-  return r;
-}
+RunRecord record(const std::string& config_hash) { return test::run_record(config_hash); }
 
+// test::sample_result at budget 25% with the policy's content hash and a prompt hash per sample.
 SampleResult row(const std::string& key, const std::string& policy, const std::string& policy_hash, double score) {
-  SampleResult r;
-  r.task = "needle";
-  r.sample_key = key;
-  r.policy = policy;
-  r.budget = "25%";
-  r.score = score;
+  SampleResult r = test::sample_result(key, policy, "25%", score);
   r.policy_hash = policy_hash;
   r.prompt_hash = "p-" + key;
   return r;
