@@ -5,8 +5,9 @@
 // hundred directions with noise, so the graph has both edges and isolated nodes, as keys do.
 //   bench_codebook_build [N = 4096] [d = 128] [theta = 0.95] [repeats = 3]
 // Prints the best of the repeats in ms, the codes made, and OpenMP's thread count; then, on a CUDA
-// device, the same with the similarity graph built there (core/engine/cuda/codebook_graph.h: the
-// upload, the kernel and the bits' download, the greedy rounds on the host), or why not.
+// device, the same with the similarity graph built there by each of its two kernels
+// (core/engine/cuda/codebook_graph.h: the upload, the kernel and the bits' download, the greedy
+// rounds on the host), or why not.
 #include <omp.h>
 
 #include <algorithm>
@@ -68,11 +69,15 @@ int main(int argc, char** argv) {
     return 0;
   }
 #if defined(KVEVICT_HAVE_CUDA)
-  const auto device = kvevict::cuda::make_cuda_similarity_graph();
-  time_builds(x, n, d, theta, 1, device.get());  // warm-up: the context and the buffers
-  const auto [on_device, device_codes] = time_builds(x, n, d, theta, repeats, device.get());
-  std::printf("build_codebook N=%d d=%d theta=%.3f, graph on the device: %.2f ms (best of %d), %d codes%s\n", n, d,
-              theta, 1e3 * on_device, repeats, device_codes, device_codes == codes ? "" : " (DIFFERS from the host's)");
+  for (const auto& [kernel, name] : {std::pair{kvevict::cuda::GraphKernel::PerWord, "per-word kernel"},
+                                     std::pair{kvevict::cuda::GraphKernel::Tiled, "tiled kernel"}}) {
+    const auto device = kvevict::cuda::make_cuda_similarity_graph(kernel);
+    time_builds(x, n, d, theta, 1, device.get());  // warm-up: the context and the buffers
+    const auto [on_device, device_codes] = time_builds(x, n, d, theta, repeats, device.get());
+    std::printf("build_codebook N=%d d=%d theta=%.3f, graph on the device (%s): %.2f ms (best of %d), %d codes%s\n", n,
+                d, theta, name, 1e3 * on_device, repeats, device_codes,
+                device_codes == codes ? "" : " (DIFFERS from the host's)");
+  }
 #endif
   return 0;
 }

@@ -130,12 +130,17 @@ TEST(CodebookGraphGpu, TheDevicesGraphIsTheHosts) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
   std::mt19937 rng(41);
-  const auto device = cuda::make_cuda_similarity_graph();
-  for (const auto& [n, dim] : {std::pair{1, 8}, std::pair{65, 8}, std::pair{1000, 64}, std::pair{3000, 128}}) {
-    const std::vector<float> unit = unit_vectors(n, dim, rng);
-    const double theta = n > 5 ? codebook_dot(unit.data() + 3 * size_t(dim), unit.data() + 5 * size_t(dim), dim) : 0.9;
-    ASSERT_EQ(device->build(unit.data(), n, dim, theta), host_similarity_graph(unit.data(), n, dim, theta))
-        << "n " << n << " dim " << dim;
+  for (const cuda::GraphKernel kernel : {cuda::GraphKernel::PerWord, cuda::GraphKernel::Tiled}) {
+    const auto device = cuda::make_cuda_similarity_graph(kernel);
+    // sizes around the tile (64 rows, 32 elements at a time) and the word: partial tiles in both
+    // directions, a dimension that is not a multiple of the element chunk, one vector
+    for (const auto& [n, dim] : {std::pair{1, 8}, std::pair{65, 8}, std::pair{127, 33}, std::pair{1000, 64},
+                                 std::pair{3000, 128}}) {
+      const std::vector<float> unit = unit_vectors(n, dim, rng);
+      const double theta = n > 5 ? codebook_dot(unit.data() + 3 * size_t(dim), unit.data() + 5 * size_t(dim), dim) : 0.9;
+      ASSERT_EQ(device->build(unit.data(), n, dim, theta), host_similarity_graph(unit.data(), n, dim, theta))
+          << "kernel " << static_cast<int>(kernel) << " n " << n << " dim " << dim;
+    }
   }
 #endif
 }
