@@ -107,9 +107,10 @@ void CudaDriver::open() {
   bind(lib.handle, api.EventCreate, "cuEventCreate", missing);
   bind(lib.handle, api.EventRecord, "cuEventRecord", missing);
   bind(lib.handle, api.EventSynchronize, "cuEventSynchronize", missing);
+  const size_t missing_before = missing.size();
   bind(lib.handle, api.EventElapsedTime, "cuEventElapsedTime_v2", missing);
-  if (!api.EventElapsedTime) {  // older drivers only have the unversioned name
-    missing.clear();
+  if (!api.EventElapsedTime) {  // older drivers only have the unversioned name: forget only this miss
+    missing.resize(missing_before);
     bind(lib.handle, api.EventElapsedTime, "cuEventElapsedTime", missing);
   }
   bind(lib.handle, api.EventDestroy, "cuEventDestroy_v2", missing);

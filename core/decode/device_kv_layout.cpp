@@ -131,10 +131,15 @@ bool check_keep_list(const std::vector<int>& list, int64_t length, size_t head) 
   return ascending;
 }
 
-void plan_in_place(const std::vector<int>& list, int64_t base_row, int head, DeviceKvCompactionPlan& plan) {
+// The first entry of `list` not already in its row (list[j] == j before it).
+size_t first_displaced(const std::vector<int>& list) {
   size_t first = 0;
   while (first < list.size() && list[first] == static_cast<int>(first)) ++first;
-  if (first == list.size()) return;
+  return first;
+}
+
+void plan_in_place(const std::vector<int>& list, size_t first, int64_t base_row, int head,
+                   DeviceKvCompactionPlan& plan) {
   DeviceKvCompactHead h;
   h.base_row = base_row;
   h.list_offset = static_cast<int64_t>(plan.src_rows.size());
@@ -147,7 +152,8 @@ void plan_in_place(const std::vector<int>& list, int64_t base_row, int head, Dev
 
 }  // namespace
 
-DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep) {
+DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep,
+                                       int64_t max_in_place_moves) {
   if (keep.size() != layout.heads.size()) {
     throw std::invalid_argument("device KV compaction: " + std::to_string(keep.size()) + " keep lists for " +
                                 std::to_string(layout.heads.size()) + " heads");
@@ -159,12 +165,15 @@ DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const 
     const std::vector<int>& list = keep[h];
     const int64_t base = layout.heads[h].base_row;
     plan.new_lengths.push_back(static_cast<int64_t>(list.size()));
-    if (ascending[h]) {
-      plan_in_place(list, base, static_cast<int>(h), plan);
+    const size_t first = first_displaced(list);
+    if (first == list.size()) continue;  // every kept entry is already in its row
+    const int64_t moves = static_cast<int64_t>(list.size() - first);
+    if (ascending[h] && moves <= max_in_place_moves) {
+      plan_in_place(list, first, base, static_cast<int>(h), plan);
       continue;
     }
-    plan.gather_back.push_back({static_cast<int64_t>(plan.gather_src.size()), base, static_cast<int64_t>(list.size())});
-    for (int idx : list) plan.gather_src.push_back(base + idx);
+    plan.gather_back.push_back({static_cast<int64_t>(plan.gather_src.size()), base + static_cast<int64_t>(first), moves});
+    for (size_t j = first; j < list.size(); ++j) plan.gather_src.push_back(base + list[j]);
   }
   return plan;
 }

@@ -99,8 +99,16 @@ void plan_append(const DeviceKvLayerLayout& layout, int n, std::span<const int32
 //    never reads a row it already overwrote. Rows already in place (keep[h][j] == j) are not
 //    moved: the head's moves start at `first`, its first displaced entry; a head with nothing to
 //    move is not listed.
-//  - Any other order (score-ordered lists) is gathered out of place into scratch rows
-//    (gather_src, absolute arena rows) and copied back to the head's region (gather_back).
+//  - Any other order (score-ordered lists), and an ascending list with more than
+//    max_in_place_moves moves, is gathered out of place into scratch rows (gather_src, absolute
+//    arena rows) and copied back to the head's region (gather_back), from its first displaced
+//    entry on (the rows before it are already in place).
+// Why the cap: the in-place moves of a head run chunk after chunk in one block (each chunk loaded
+// whole before it is stored), so a long shift (one entry evicted from the middle of a long head:
+// every later row moves) is a long serial loop on one multiprocessor, while the gather spreads the
+// same rows over the whole device and the copy back is a device-to-device copy. 1024 moves are 64
+// chunks of fp16 rows at head_dim 128 (kDeviceKvCompactThreads); every list at or under the cap
+// keeps the in-place path, which needs no scratch.
 struct DeviceKvCompactionPlan {
   std::vector<DeviceKvCompactHead> heads;  // in-place heads with moves
   std::vector<int> listed;                 // their stored head indices
@@ -111,7 +119,9 @@ struct DeviceKvCompactionPlan {
 };
 // std::invalid_argument naming the head and the offending index when an index is out of range or
 // repeated, or there is not one list per head; nothing is planned then.
-DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep);
+inline constexpr int64_t kDeviceKvMaxInPlaceMoves = 1024;
+DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep,
+                                       int64_t max_in_place_moves = kDeviceKvMaxInPlaceMoves);
 
 // Live rows of `from` copied to the same heads of `to` (to[h].capacity >= from[h].length, else
 // std::logic_error): one range per head, adjacent ranges merged (same offset in both layouts).

@@ -150,6 +150,7 @@ std::vector<RowNorms> DeviceKvTwin::row_norms(int layer, std::span<const int64_t
 }
 
 void DeviceKvTwin::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
+  layout_.layer(layer);  // std::invalid_argument for a layer outside the cache, as the CUDA cache
   Arenas& a = arenas_.at(static_cast<size_t>(layer));
   const DeviceKvReassignArgs args = plan_reassign(layout_, layer, heads, a.keys.data(), a.positions.data(), rope);
   const size_t n = device_kv_reassign_elements(args);

@@ -164,6 +164,9 @@ KVEVICT_SEL_EXEC_CHECK
 template <class Exec, class Key>
 KVEVICT_HOST_DEVICE int32_t* radix_sort_ranked(Exec& ex, SelShared& sh, int32_t* a, int32_t* b, unsigned n,
                                                int n_digits, Key key, unsigned* counts) {
+  // Nothing to order (n is block-uniform: every thread leaves together). Without this an empty
+  // group (score order's sampled entries when there is no random share) paid every digit pass.
+  if (n <= 1) return a;
   int32_t* src = a;
   int32_t* dst = b;
   // The kSelBins * kSelThreads counters are scanned in kSelThreads equal segments, one per thread.

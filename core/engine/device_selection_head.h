@@ -98,6 +98,7 @@ template <class Exec, class Pred, class Key>
 KVEVICT_HOST_DEVICE unsigned append_sorted(Exec& ex, SelShared& sh, const HeadIo& io, unsigned offset, Pred pred,
                                            int n_digits, Key key) {
   const unsigned m = gather(ex, sh, io.length, pred, io.list_a);
+  if (m == 0) return offset;  // block-uniform (the scan's total)
   const int32_t* sorted = radix_sort_ranked(ex, sh, io.list_a, io.list_b, m, n_digits, key, io.counts);
   ex.phase([&](int t) {
     for (unsigned j = t; j < m; j += kSelThreads) io.kept[offset + j] = sorted[j];

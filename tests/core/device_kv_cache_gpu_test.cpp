@@ -292,9 +292,11 @@ TEST_P(DeviceKvCacheGpu, ReassignedPositionsMatchTheHostTwin) {
 TEST(DeviceKvCacheGpuCompaction, ShiftsInPlaceLikeTheTwin) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
-  for (int head_dim : {8, 1024}) {
+  // F32 rows are 2 words per element: head_dim 4 fills every thread of a chunk (256 rows), 1024 one
+  // row per chunk; 1000 rows keep both lists in place, 2000 rows make the shift by one longer than
+  // kDeviceKvMaxInPlaceMoves (gathered out of place from its first displaced entry).
+  for (const auto& [head_dim, rows] : {std::pair{4, 1000}, std::pair{1024, 1000}, std::pair{8, 2000}}) {
     const DeviceKvGeometry g{1, 2, head_dim, KvType::F32};
-    const int rows = 2000;
     std::vector<float> block(static_cast<size_t>(rows) * g.n_heads * head_dim);
     for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(i);
     cuda::DeviceKvCache device(g);
@@ -307,7 +309,7 @@ TEST(DeviceKvCacheGpuCompaction, ShiftsInPlaceLikeTheTwin) {
     for (int t = 0; t < rows; t += 3) keep[1].push_back(t);   // every third row
     device.compact(0, keep);
     twin.compact(0, keep);
-    expect_same(device, twin, "head_dim " + std::to_string(head_dim));
+    expect_same(device, twin, "head_dim " + std::to_string(head_dim) + ", rows " + std::to_string(rows));
     if (HasFatalFailure()) return;
   }
 #endif

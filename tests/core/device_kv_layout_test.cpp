@@ -130,6 +130,26 @@ TEST(DeviceKvLayout, OtherOrdersAreGatheredThroughScratch) {
   EXPECT_EQ(plan.gather_back[1].rows, 3);
 }
 
+TEST(DeviceKvLayout, LongShiftsAreGatheredFromTheirFirstDisplacedEntry) {
+  const DeviceKvLayerLayout l = layer_of({8, 8, 8, 8}, {6, 6, 6, 6});
+  // at most 2 moves in place: head 0 has 3 (gathered), head 1 has 2 (in place), head 2 none, head 3
+  // is in another order with a kept prefix (gathered from its first displaced entry too)
+  const DeviceKvCompactionPlan plan = plan_compaction(l, {{0, 1, 3, 4, 5}, {0, 1, 2, 4, 5}, {0, 1}, {0, 4, 2}}, 2);
+  EXPECT_EQ(plan.new_lengths, (std::vector<int64_t>{5, 5, 2, 3}));
+  EXPECT_EQ(plan.listed, (std::vector<int>{1}));
+  EXPECT_EQ(plan.src_rows, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(plan.gather_src, (std::vector<int64_t>{3, 4, 5, 24 + 4, 24 + 2}));
+  ASSERT_EQ(plan.gather_back.size(), 2u);
+  EXPECT_EQ(plan.gather_back[0].src_row, 0);
+  EXPECT_EQ(plan.gather_back[0].dst_row, 2);
+  EXPECT_EQ(plan.gather_back[0].rows, 3);
+  EXPECT_EQ(plan.gather_back[1].src_row, 3);
+  EXPECT_EQ(plan.gather_back[1].dst_row, 24 + 1);
+  EXPECT_EQ(plan.gather_back[1].rows, 2);
+  // the default cap keeps short shifts in place
+  EXPECT_EQ(plan_compaction(l, {{0, 1, 3, 4, 5}, {}, {}, {}}).listed, (std::vector<int>{0}));
+}
+
 TEST(DeviceKvLayout, BadKeepListsAreRefused) {
   const DeviceKvLayerLayout l = layer_of({8, 8}, {5, 5});
   EXPECT_THROW(plan_compaction(l, {{0, 1}}), std::invalid_argument);             // one list for two heads
@@ -201,8 +221,9 @@ struct Numbered {
 };
 
 TEST(DeviceKvCompaction, InPlaceNeverReadsAnOverwrittenRow) {
-  // head_dim 1024 f32: one row per chunk; 8: 256 rows per chunk; 100: 40 rows per chunk.
-  for (int head_dim : {1024, 8, 100}) {
+  // F32 rows are 2 words per element: head_dim 1024 is one row per chunk, 4 is 256 rows per chunk
+  // (every thread), 8 is 128 and 100 is 10. 700 rows: every list below stays in place.
+  for (int head_dim : {1024, 4, 8, 100}) {
     const int rows = 700;
     std::vector<std::vector<int>> cases;
     cases.push_back(std::vector<int>(rows - 1));
@@ -218,6 +239,24 @@ TEST(DeviceKvCompaction, InPlaceNeverReadsAnOverwrittenRow) {
       n.expect_rows(keep);
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+// A shift longer than kDeviceKvMaxInPlaceMoves goes through the gather (scratch rows, copied back
+// from the first displaced entry): the same rows as the in-place moves give.
+TEST(DeviceKvCompaction, LongShiftsThroughTheGatherKeepTheRows) {
+  const int rows = static_cast<int>(kDeviceKvMaxInPlaceMoves) + 300;
+  for (int evicted : {0, 7, rows / 2, rows - 1}) {
+    std::vector<int> keep;
+    for (int t = 0; t < rows; ++t)
+      if (t != evicted) keep.push_back(t);
+    Numbered n(8, rows);
+    const int64_t moves = static_cast<int64_t>(keep.size()) - evicted;  // every entry after the evicted one
+    ASSERT_EQ(!plan_compaction(n.twin.layout().layer(0), {keep}).gather_src.empty(), moves > kDeviceKvMaxInPlaceMoves)
+        << "evicted " << evicted;
+    n.twin.compact(0, {keep});
+    n.expect_rows(keep);
+    if (HasFatalFailure()) return;
   }
 }
 

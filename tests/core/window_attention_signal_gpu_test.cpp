@@ -48,6 +48,11 @@ class CheckingObserver : public ForwardObserver {
     ObservationRequest r = engine_.request();
     r.window = std::max(r.window, W_);
     r.window_attention = W_;
+    // The twin reference below reads the host cache's rows: every call must keep them there (SnapKV
+    // and CAKE declare no prompt row reads given the decoder's signals, which would leave the host
+    // placeholders; and W_ differs from the engine's window, so the engine computes A from rows).
+    r.cache_row_reads = CacheRowReadsByCall{};
+    r.host_rows_not_read_later = false;
     return r;
   }
   void after_layer(const LayerSignals& s, KVCache& cache) override {

@@ -77,6 +77,20 @@ TEST(DeviceResolution, CudaWithoutADriverIsARuntimeErrorAndBadValuesAreUsageErro
   EXPECT_THROW(resolve_device("cuda:x"), UsageError);
 }
 
+// A driver library that lacks one entry point is refused naming it, even when another entry point
+// was found under its older name (the fallback forgets only its own miss).
+TEST(CudaDriverBinding, AnOldDriverMissingAnEntryPointIsRefusedNamingIt) {
+  testing::ScopedEnv old_driver("KVEVICT_CUDA_DRIVER", KVEVICT_FAKE_OLD_CUDA_DRIVER);
+  try {
+    resolve_device("cuda");
+    FAIL() << "a driver without cuMemsetD8_v2 was accepted";
+  } catch (const RuntimeError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("missing cuMemsetD8_v2"), std::string::npos) << what;
+    EXPECT_EQ(what.find("cuEventElapsedTime"), std::string::npos) << what << ": the older name was there";
+  }
+}
+
 TEST(JitCli, DeviceCudaWithoutADriverExitsOneWithAClearMessage) {
   testing::TempDir scratch;
   const CliRun run = run_kvevict(kNoDriver, "devices --device cuda", scratch.path());

@@ -379,6 +379,7 @@ std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_
 }
 
 void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
+  impl_->layout.layer(layer);  // std::invalid_argument for a layer outside the cache, before any indexing
   const RopeTableView on_device = impl_->device_rope(rope);
   LayerArenas& a = impl_->layer(layer);
   const DeviceKvReassignArgs args = plan_reassign(impl_->layout, layer, heads, a.keys.data(), a.positions.data(), on_device);

@@ -57,7 +57,14 @@ class CudaLayerSelector final : public LayerSelector {
 
   float* layer_score_buffer(int layer, std::span<const int64_t> lengths) override {
     Buffers::Buffer& b = buffers_.lay(layer, lengths);
-    b.scores.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
+    try {
+      b.scores.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
+    } catch (...) {
+      // A failed cudaMalloc leaves the array empty: the layer must not claim the lengths over it, or
+      // a later selection from the buffer would launch on a null pointer.
+      buffers_.release(layer);
+      throw;
+    }
     return b.scores.data();
   }
   // The scores are already on the device (the scoring kernels wrote them, in stream order before

@@ -120,12 +120,12 @@ void DeviceSelector::select_layer_adaptive(const SelLayerInput& in, const std::v
   check_launch("protect_kernel");
   joint_kernel<<<1, devsel::kSelThreads>>>(in, ws, out);
   check_launch("joint_kernel");
+  // Every head's state in one strided copy (one synchronisation): they lie ws.head_bytes apart.
   std::vector<HeadState> states(static_cast<size_t>(in.n_heads));
-  for (int h = 0; h < in.n_heads; ++h) {
-    const HeadState* at = devsel::head_io(in, ws, out, h).state;  // pointer arithmetic only
-    check_call(cudaMemcpy(&states[static_cast<size_t>(h)], at, sizeof(HeadState), cudaMemcpyDeviceToHost),
-               "download head state");
-  }
+  const HeadState* first = devsel::head_io(in, ws, out, 0).state;  // pointer arithmetic only
+  check_call(cudaMemcpy2D(states.data(), sizeof(HeadState), first, static_cast<size_t>(ws.head_bytes),
+                          sizeof(HeadState), static_cast<size_t>(in.n_heads), cudaMemcpyDeviceToHost),
+             "download head states");
   const std::vector<int64_t> share = adaptive_shares(states, floor_alpha);
   for (int h = 0; h < in.n_heads; ++h) params[static_cast<size_t>(h)].ada_top = share[static_cast<size_t>(h)];
   impl_->upload(params);
