@@ -38,7 +38,7 @@ float GpuLayerWeightKernel::run(const LayerWeightInputs& in) {
     void* stage_params[] = {&first, &stage};
     LaunchShape shape;
     shape.block_x = kStageThreads;
-    shape.grid_x = unsigned(kv_stage_slots(first));  // one block per (g, h, q, c) slot
+    shape.grid_x = stage_grid_blocks(kv_stage_slots(first));  // a block per (g, h, q, c) slot, capped
     if (shape.grid_x > 0) launch_kernel(stage_function_, shape, stage_params);
   }
   void* params[] = {&first, &out_address};

@@ -85,7 +85,7 @@ void GpuScoreKernel::launch_into(uint64_t out_address) {
     void* stage_params[] = {&args_, &stage};
     LaunchShape stage_shape;
     stage_shape.block_x = kStageThreads;
-    stage_shape.grid_x = unsigned(kv_stage_slots(args_));  // one block per slot
+    stage_shape.grid_x = stage_grid_blocks(kv_stage_slots(args_));  // a block per slot, capped (kernel_abi.h)
     launch_kernel(stage_function_, stage_shape, stage_params);
   }
   LaunchShape shape;

@@ -73,20 +73,25 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
     const int i = int(blockIdx.x * blockDim.x + threadIdx.x);                    \
     if (i < args.extent) out[i] = element_fn(args, i);                           \
   }
-// Stages: one block per scratch slot; the block's threads split the tokens (lanes).
+// Stages: a block per scratch slot (looping when the slots outnumber the capped grid); the
+// block's threads split the tokens (lanes).
 #define KVEVICT_LANE ((int)threadIdx.x)
 #define KVEVICT_LANES ((int)blockDim.x)
 #define KVEVICT_SYNC() __syncthreads()
-// Slot (g, h, q, c) of a block: g only in a layer_weight kernel (args.layer_heads set), whose
-// stage runs on KV head g's arguments.
+// Slot k = (g, h, q, c): g only in a layer_weight kernel (args.layer_heads set), whose stage runs
+// on KV head g's arguments. Block b takes slots b, b + gridDim.x, ... (the grid is capped at
+// kStageMaxBlocks: a stage whose value lacks an axis leaves most slots idle, and they return at
+// once in this loop instead of costing a block each). The loop is block-uniform, and every early
+// return of a stage function comes before its first barrier, so every thread runs each slot.
 #define KVEVICT_STAGE_KERNEL(entry, stage_fn)                                      \
   extern "C" __global__ void entry##_stages(KvScoreArgs args, int stage) {       \
     if (blockDim.x != KVEVICT_STAGE_THREADS || blockDim.y != 1 || blockDim.z != 1) return; \
     const int wp = kv_stage_wp(args), cp = kv_stage_cp(args);                   \
-    if ((long)blockIdx.x >= kv_stage_slots(args)) return;                        \
-    const long per_head = kv_stage_head_slots(args);                             \
-    const int g = int((long)blockIdx.x / per_head), slot = int((long)blockIdx.x % per_head); \
-    stage_fn(kv_head_args(args, g), stage, slot / (wp * cp), (slot / cp) % wp, slot % cp); \
+    const long slots = kv_stage_slots(args), per_head = kv_stage_head_slots(args); \
+    for (long k = (long)blockIdx.x; k < slots; k += (long)gridDim.x) {           \
+      const int g = int(k / per_head), slot = int(k % per_head);                 \
+      stage_fn(kv_head_args(args, g), stage, slot / (wp * cp), (slot / cp) % wp, slot % cp); \
+    }                                                                            \
   }
 #define KVEVICT_STAGED_ENTRY_OVER(entry, element_fn, extent, stage_fn, n_stages, n_matrices, matrix_axes) \
   KVEVICT_ENTRY_OVER(entry, element_fn, extent)                                  \

@@ -21,7 +21,8 @@
 // so the scratch holds n_stages * group * Wp * Cp floats. Slots outside a value's shape return at
 // once (a stage whose value has no axis d uses the slots with c = 0 only).
 //   CUDA: extern "C" __global__ void NAME_stages(KvScoreArgs args, int stage)   launched once per
-//         stage in increasing order, grid = group * Wp * Cp blocks (one per slot) of exactly
+//         stage in increasing order, grid = stage_grid_blocks(slots) blocks (block b runs slots
+//         b, b + grid, ...; slots = group * Wp * Cp, times the KV heads in a layer kernel) of exactly
 //         kStageThreads threads, then NAME as above; args.scratch must point at the scratch.
 //   host: NAME alone runs every stage on its own scratch (args->scratch is ignored), then the
 //         token loop: the host ABI does not change.
@@ -180,8 +181,19 @@ inline long long kernel_output_extent(const KvScoreArgs& a, KernelOutput o) {
 
 // Threads per block of a stage kernel (a power of two; the prelude's block reductions assume it).
 inline constexpr unsigned kStageThreads = 256;
+// The most blocks a stage launch takes (KVEVICT_STAGE_KERNEL loops over the slots past it): a few
+// waves of resident blocks on the largest devices. Uncapped, CAKE's layer weight on 8 KV heads x
+// G = 4 x W = 32 x head_dim 128 launched 131,072 blocks per stage for 128 working ones.
+inline constexpr long kStageMaxBlocks = 4096;
+// The grid of a stage launch over `slots` slots.
+inline unsigned stage_grid_blocks(long slots) {
+  return unsigned(slots < 0 ? 0 : (slots < kStageMaxBlocks ? slots : kStageMaxBlocks));
+}
 // The most blocks a split stage's reduction is spread over (see "Split stages" above).
 inline constexpr int kMaxStageParts = KVEVICT_MAX_STAGE_PARTS;
+// A split stage's parts are slots 0 .. P - 1 (P <= kMaxStageParts): each in a block of its own, so
+// no block reaches kv_parts_combine twice in one launch (its shared flag is not re-armed by a barrier).
+static_assert(kMaxStageParts <= kStageMaxBlocks, "a split stage's parts each need a block");
 
 // Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
 // launch on a GPU replace them with device addresses. `scratch` is null.
