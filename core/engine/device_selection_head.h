@@ -99,7 +99,14 @@ KVEVICT_HOST_DEVICE unsigned append_sorted(Exec& ex, SelShared& sh, const HeadIo
                                            int n_digits, Key key) {
   const unsigned m = gather(ex, sh, io.length, pred, io.list_a);
   if (m == 0) return offset;  // block-uniform (the scan's total)
-  const int32_t* sorted = radix_sort_ranked(ex, sh, io.list_a, io.list_b, m, n_digits, key, io.counts);
+  // Already in rank order (the usual case for a positional kept list: a cache kept in position
+  // order gathers its entries oldest first)? The stable sort would leave the list as it is, so one
+  // pass over adjacent pairs replaces its digit passes.
+  const unsigned out_of_order = count_if(ex, sh, int64_t{m} - 1, [&](int64_t j) {
+    return key_greater(key(io.list_a[j + 1]), key(io.list_a[j]));
+  });
+  const int32_t* sorted =
+      out_of_order == 0 ? io.list_a : radix_sort_ranked(ex, sh, io.list_a, io.list_b, m, n_digits, key, io.counts);
   ex.phase([&](int t) {
     for (unsigned j = t; j < m; j += kSelThreads) io.kept[offset + j] = sorted[j];
   });
