@@ -267,20 +267,27 @@ KVEVICT_HOST_DEVICE void stage_joint(Exec& ex, SelShared& sh, const SelLayerInpu
                                      const SelOutput& out) {
   int64_t k = 0;
   for (int h = 0; h < in.n_heads; ++h) k += head_io(in, ws, out, h).state->ada_free;
-  const int64_t L = in.max_length;
+  // Entry i is entry i % L of head i / L. check_selection_input keeps n_heads * L below 2^31, so
+  // the division is a 32-bit one: a 64-bit division is a long emulated sequence on a GPU, and these
+  // run for every entry of every pass over the layer.
+  const uint32_t L = static_cast<uint32_t>(in.max_length);
   auto elig = [&](int64_t i) {
-    const HeadIo io = head_io(in, ws, out, static_cast<int>(i / L));
-    const int64_t j = i % L;
+    const uint32_t u = static_cast<uint32_t>(i);
+    const HeadIo io = head_io(in, ws, out, static_cast<int>(u / L));
+    const int64_t j = u % L;
     return j < io.length && io.flags[j] == kCandidate;
   };
   auto key = [&](int64_t i) {
-    const int h = static_cast<int>(i / L);
+    const uint32_t u = static_cast<uint32_t>(i);
+    const int h = static_cast<int>(u / L);
     const HeadIo io = head_io(in, ws, out, h);
-    const int64_t j = i % L;
+    const int64_t j = u % L;
     return joint_key(io.scores[j], io.positions[j], h);
   };
-  auto count = [&](int64_t i) { sel_atomic_add(&head_io(in, ws, out, static_cast<int>(i / L)).state->ada_count, 1u); };
-  select_mark(ex, sh, in.n_heads * L, 9, k, elig, key, count);
+  auto count = [&](int64_t i) {
+    sel_atomic_add(&head_io(in, ws, out, static_cast<int>(static_cast<uint32_t>(i) / L)).state->ada_count, 1u);
+  };
+  select_mark(ex, sh, int64_t{in.n_heads} * L, 9, k, elig, key, count);
 }
 
 }  // namespace kvevict::devsel
