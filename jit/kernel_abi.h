@@ -47,7 +47,7 @@
 // head g takes head g's set (kv_head_args). Stage slots then cover (g, h, q, c):
 // k = ((g * group + h) * Wp + q) * Cp + c, kv_layer_heads(args) * group * Wp * Cp slots per stage.
 //   CUDA: extern "C" __global__ void NAME(KvScoreArgs args, float* out)   one thread writes out[0]
-//         NAME_stages as above, one block per (g, h, q, c) slot (args.layer_heads in device memory)
+//         NAME_stages as above, over the (g, h, q, c) slots (args.layer_heads in device memory)
 //   host: extern "C" void NAME(const KvScoreArgs* args, float* out)   copies the head sets (its own
 //         scratch), runs the stages, writes out[0]; n_kv_heads < 1 or no layer_heads: NaN.
 //
@@ -183,17 +183,22 @@ inline long long kernel_output_extent(const KvScoreArgs& a, KernelOutput o) {
 inline constexpr unsigned kStageThreads = 256;
 // The most blocks a stage launch takes (KVEVICT_STAGE_KERNEL loops over the slots past it): a few
 // waves of resident blocks on the largest devices. Uncapped, CAKE's layer weight on 8 KV heads x
-// G = 4 x W = 32 x head_dim 128 launched 131,072 blocks per stage for 128 working ones.
-inline constexpr long kStageMaxBlocks = 4096;
+// G = 4 x W = 32 x head_dim 128 launched 131,072 blocks per stage for 128 working ones. Prime, so
+// that the working slots of a value without an axis (multiples of head_dim, or of W x head_dim:
+// powers of two) fall on distinct blocks instead of piling onto the few a power-of-two cap gives.
+inline constexpr long kStageMaxBlocks = 4093;
 // The grid of a stage launch over `slots` slots.
 inline unsigned stage_grid_blocks(long slots) {
   return unsigned(slots < 0 ? 0 : (slots < kStageMaxBlocks ? slots : kStageMaxBlocks));
 }
 // The most blocks a split stage's reduction is spread over (see "Split stages" above).
 inline constexpr int kMaxStageParts = KVEVICT_MAX_STAGE_PARTS;
-// A split stage's parts are slots 0 .. P - 1 (P <= kMaxStageParts): each in a block of its own, so
-// no block reaches kv_parts_combine twice in one launch (its shared flag is not re-armed by a barrier).
-static_assert(kMaxStageParts <= kStageMaxBlocks, "a split stage's parts each need a block");
+// A split stage's parts of one cell are consecutive slots (P <= kMaxStageParts), so with the cap
+// above each runs in a block of its own, in parallel (the point of splitting). Parts of different
+// cells (a value with a g axis in a layer program) may share a block's loop: each call's
+// kv_block_combine barrier comes before kv_parts_combine re-arms its shared flag, and no part waits
+// for another (the last to arrive combines).
+static_assert(kMaxStageParts <= kStageMaxBlocks, "a split stage's parts run in parallel blocks");
 
 // Copies the scalars of `in`; the pointers are copied as they are (host pointers): callers that
 // launch on a GPU replace them with device addresses. `scratch` is null.

@@ -224,13 +224,17 @@ struct DeviceKvCache::Impl {
     arenas[size_t(l)] = std::move(fresh);  // cudaFree of the old arenas waits for the copies
     layout.set_layer(l, std::move(to));
   }
-  // Heads whose keep list is in another order: gathered into scratch rows, copied back.
-  void gather(int l, const DeviceKvCompactionPlan& plan) {
+  // The gather's scratch rows and source list, in place before any row of the layer moves: an
+  // allocation that fails then leaves the cache as it was.
+  void prepare_gather(const DeviceKvCompactionPlan& plan) {
     const size_t rows = plan.gather_src.size();
     if (!scratch) scratch = std::make_unique<LayerArenas>(rows, row_words());
     scratch->resize(rows, row_words());
     gather_src.resize(rows);
     gather_src.upload(plan.gather_src.data(), rows);
+  }
+  // Heads gathered out of place (prepare_gather first): into scratch rows, copied back.
+  void gather(int l, const DeviceKvCompactionPlan& plan) {
     DeviceKvGatherArgs g = layout.gather_args(plan, gather_src.data());
     LayerArenas& a = layer(l);
     g.key_arena = a.keys.data();
@@ -313,6 +317,7 @@ void DeviceKvCache::write_rows(int layer, int head, int64_t first_row, int64_t r
 
 void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep) {
   const DeviceKvCompactionPlan plan = plan_compaction(impl_->layout.layer(layer), keep);
+  if (!plan.gather_src.empty()) impl_->prepare_gather(plan);  // every allocation before the first move
   if (!plan.heads.empty()) {
     impl_->src_rows.resize(plan.src_rows.size());
     impl_->src_rows.upload(plan.src_rows.data(), plan.src_rows.size());

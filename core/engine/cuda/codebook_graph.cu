@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kGraphThreads) codebook_graph_tiled_kernel(con
   const int64_t a0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
   const int64_t b0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   if (threadIdx.x < kTileRows) bits[threadIdx.x] = 0;
+  __syncthreads();  // zeroed before any atomicOr, even when dim == 0 runs no element loop
 
   float dot[kPairsPerSide][kPairsPerSide];
   for (int i = 0; i < kPairsPerSide; ++i)
