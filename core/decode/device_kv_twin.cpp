@@ -10,6 +10,7 @@
 #include "core/decode/device_kv_merges.h"
 #include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
+#include "core/decode/device_kv_row_range.h"
 
 namespace kvevict {
 
@@ -112,9 +113,7 @@ DeviceKvHeadContents DeviceKvTwin::read_head(int layer, int head) const {
 }
 
 DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_row, int64_t rows) const {
-  const DeviceKvRegion& r = layout_.layer(layer).heads.at(static_cast<size_t>(head));
-  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
-    throw std::out_of_range("device KV read_rows: rows outside the head's length");
+  const DeviceKvRegion& r = device_kv_row_range(layout_, layer, head, first_row, rows, "read_rows");
   const size_t rw = static_cast<size_t>(layout_.geometry().row_words());
   const Arenas& a = arenas_[static_cast<size_t>(layer)];
   const size_t b = static_cast<size_t>(r.base_row + first_row), n = static_cast<size_t>(rows);
@@ -126,9 +125,7 @@ DeviceKvHeadContents DeviceKvTwin::read_rows(int layer, int head, int64_t first_
 }
 
 std::vector<int32_t> DeviceKvTwin::read_positions(int layer, int head, int64_t first_row, int64_t rows) const {
-  const DeviceKvRegion& r = layout_.layer(layer).heads.at(static_cast<size_t>(head));
-  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
-    throw std::out_of_range("device KV read_positions: rows outside the head's length");
+  const DeviceKvRegion& r = device_kv_row_range(layout_, layer, head, first_row, rows, "read_positions");
   const Arenas& a = arenas_[static_cast<size_t>(layer)];
   const size_t b = static_cast<size_t>(r.base_row + first_row), n = static_cast<size_t>(rows);
   return std::vector<int32_t>(a.positions.begin() + b, a.positions.begin() + b + n);

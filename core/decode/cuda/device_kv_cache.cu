@@ -16,6 +16,7 @@
 #include "core/decode/device_kv_merges.h"
 #include "core/decode/device_kv_reassign.h"
 #include "core/decode/device_kv_row_norms.h"
+#include "core/decode/device_kv_row_range.h"
 
 namespace kvevict::cuda {
 
@@ -338,9 +339,7 @@ DeviceKvHeadContents DeviceKvCache::read_head(int layer, int head) const {
 }
 
 DeviceKvHeadContents DeviceKvCache::read_rows(int layer, int head, int64_t first_row, int64_t rows) const {
-  const DeviceKvRegion& r = impl_->layout.layer(layer).heads.at(size_t(head));
-  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
-    throw std::out_of_range("device KV read_rows: rows outside the head's length");
+  const DeviceKvRegion& r = device_kv_row_range(impl_->layout, layer, head, first_row, rows, "read_rows");
   const size_t rw = size_t(impl_->row_words()), b = size_t(r.base_row + first_row), n = size_t(rows);
   const LayerArenas& a = *impl_->arenas[size_t(layer)];
   DeviceKvHeadContents out;
@@ -356,9 +355,7 @@ DeviceKvHeadContents DeviceKvCache::read_rows(int layer, int head, int64_t first
 }
 
 std::vector<int32_t> DeviceKvCache::read_positions(int layer, int head, int64_t first_row, int64_t rows) const {
-  const DeviceKvRegion& r = impl_->layout.layer(layer).heads.at(size_t(head));
-  if (first_row < 0 || rows < 0 || first_row + rows > r.length)
-    throw std::out_of_range("device KV read_positions: rows outside the head's length");
+  const DeviceKvRegion& r = device_kv_row_range(impl_->layout, layer, head, first_row, rows, "read_positions");
   std::vector<int32_t> out(static_cast<size_t>(rows));
   if (rows > 0) impl_->arenas[size_t(layer)]->positions.download(out.data(), size_t(rows), size_t(r.base_row + first_row));
   return out;
