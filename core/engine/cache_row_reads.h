@@ -20,7 +20,7 @@
 //     merge-on-evict methods, which the decoder runs where the rows are (merge_given_by_decoder,
 //     NoneGivenDecoderSignals).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
-// std::logic_error, any read of a row in a call whose rows are placeholders (engine.cpp), so a
+// std::logic_error, any read of a row in a call whose rows are placeholders (engine_signals.cpp), so a
 // wrong declaration fails loudly instead of scoring zeros.
 #include "core/decode/decoder.h"
 #include "core/engine/policy_program.h"

@@ -16,8 +16,8 @@
 //
 // What a NEW SIGNAL costs (the ggml rule: one table entry, not edits in seventeen files):
 //   1. a row here (and the count below, which a static_assert checks);
-//   2. its producer in the engine (core/engine/engine.cpp, EvictionEngine::State::signals_for,
-//      by its SignalSource); a new source also needs the decoder to record it.
+//   2. its producer in the engine (core/engine/engine_signals.cpp, EvictionEngine::State::
+//      gather_tensor_signal, by its SignalSource); a new source also needs the decoder to record it.
 // The DSL's name lookup, the checker's shapes, the interpreter's loads, the policy's
 // "needs" flags, the JIT's loads, argument checks and GPU uploads all read this table.
 //

@@ -1,0 +1,119 @@
+// What the engine asks of the decoder for its next call (EvictionEngine::request, engine_state.h):
+// the query window, the window attention and which cached rows each kind of call reads.
+#include "core/engine/engine_state.h"
+
+namespace kvevict {
+
+bool EvictionEngine::State::decoder_window_attention() const {
+  return plan.window > 0 && !desc.observe.same_index_head;
+}
+
+int EvictionEngine::State::requested_window_attention() const {
+  if (!decoder_window_attention()) return 0;
+  if (!prefill_done || in_prefill) return window_known_before_prompt(desc) ? plan.window : 0;
+  const bool decode_reads = plan.decode.every > 0 && plan.decode.uses_window_attention;
+  return decode_reads ? plan.window : 0;
+}
+
+CacheRowReadsByCall EvictionEngine::State::cache_row_reads_by_call() const {
+  CacheRowReadsByCall by;
+  const bool blocks_pending = in_prefill && block_prompt > 0 && prefill_seen < block_prompt;
+  by.prompt_start = prompt_call_row_reads();
+  if (blocks_pending) {
+    by.next_token = by.next_block = prompt_call_row_reads();
+  } else if (prefill_done && !in_prefill) {
+    by.next_token = decode_call_row_reads();
+    by.next_block = block_call_row_reads();
+  }
+  return by;
+}
+
+bool EvictionEngine::State::next_call_triggers() const {
+  const int next = decode_step + 1;
+  return plan.decode.every > 0 && next % plan.decode.every == 0;
+}
+
+CacheRowReads EvictionEngine::State::block_call_row_reads() const {
+  return !next_call_triggers() && !host_works_on_every_append() ? CacheRowReads::None : CacheRowReads::Reads;
+}
+
+CacheRowReads EvictionEngine::State::decode_call_row_reads() const {
+  if (!next_call_triggers() && !host_works_on_every_append()) return CacheRowReads::None;
+  if (decode_row_reads != CacheRowReads::NoneGivenDecoderSignals) return decode_row_reads;
+  const bool reads_window = desc.run.decode_uses_window_attention;
+  return !reads_window || requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
+}
+
+bool EvictionEngine::State::host_works_on_every_append() const {
+  return keeps_frozen_scores() || unfold || desc.channels.enabled ||
+         (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook);
+}
+
+bool EvictionEngine::State::host_rows_not_read_later() const {
+  if (host_works_on_every_append() || reads_replay(desc)) return false;
+  if (block_prompt > 0) {
+    const int remaining = in_prefill ? block_prompt - prefill_seen : block_prompt;
+    if (remaining > plan.prefill.block) return false;
+  }
+  return plan.decode.every <= 0 || decode_row_reads == CacheRowReads::None;
+}
+
+CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
+  if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
+  return desc.window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
+}
+
+ObservationRequest EvictionEngine::request() const {
+  ObservationRequest r;
+  r.window = state_->query_window();
+  // A window that depends on the prompt length is unknown until the prompt arrives: ask for every
+  // query of the block (the decoder hands out a view of its query buffer, no copy); the engine
+  // keeps only the rows it needs once window_for(prompt_len) is known.
+  if (state_->desc.depends_on_prompt_len && !state_->prefill_done) r.window = state_->config.context_length;
+  // A segment-local observation needs the last queries of every segment: every query of the prompt
+  // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
+  if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
+  r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
+                            MergeOnEvictState::needs_decode_attention(state_->desc.merge);
+  // A policy that reads no cached row lets a device cache keep the call's rows to itself
+  // (cache_row_reads.h). While decoding, A_now then comes from the decoder's column sums
+  // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
+  r.cache_row_reads = state_->cache_row_reads_by_call();
+  if (r.cache_row_reads.next_token != CacheRowReads::Reads && state_->prefill_done &&
+      state_->desc.needs(TensorSignal::CurrentAttention)) {
+    r.accumulated_attention = true;
+    // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
+    r.column_sums_on_device_only = state_->current_in_place;
+  }
+  // Accumulated on the device: every block's sums are added where the decoder left them, unless
+  // something on the host reads them (then A_now is not in place either).
+  if (state_->accumulated_in_place && !state_->host_reads_column_sums() &&
+      (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
+    r.column_sums_on_device_only = true;
+  // The prompt query statistics read every prompt query, and a window found from the tokens is
+  // unknown until the prompt arrives: both see the whole block (a view, no copy).
+  if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
+    r.window = state_->config.context_length;
+  r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
+  r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
+  r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
+  r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
+  r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
+  r.window_attention = state_->requested_window_attention();
+  r.window_attention_causal = state_->desc.observe.causal;
+  // While decoding, the rows the engine holds itself: a decoder first asked for the window
+  // attention now (NACL's window, found from the prompt's length) starts from them.
+  if (r.window_attention > 0 && state_->prefill_done && !state_->in_prefill)
+    for (int l = 0; l < state_->L; ++l)
+      r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
+  r.host_rows_not_read_later = state_->host_rows_not_read_later();
+  // Scored on the device: K and V are read where the decoder copies them out, in the calls this
+  // engine declared NoneGivenDecoderSignals (the others have the rows on the host, or read none).
+  r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
+  r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
+  // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
+  r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
+  return r;
+}
+
+}  // namespace kvevict

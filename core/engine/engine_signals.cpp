@@ -1,0 +1,408 @@
+// The signals a head's scoring reads (EvictionEngine::State, engine_state.h): gathered per head
+// from the decoder's hand-over, the engine's records and the cache.
+#include "core/engine/engine_state.h"
+
+namespace kvevict {
+namespace {
+
+// rows [T][d] (the cache's layout) -> out [d][T] (the signal layout: t innermost, signals.h).
+void transpose_rows(const float* rows, int T, int d, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(T) * d);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < d; ++c) out[static_cast<size_t>(c) * T + t] = rows[static_cast<size_t>(t) * d + c];
+}
+
+}  // namespace
+
+bool EvictionEngine::State::host_reads_column_sums() const {
+  return (desc.needs(TensorSignal::AccumulatedAttention) && !accumulated_in_place) ||
+         MergeOnEvictState::needs_decode_attention(desc.merge);
+}
+
+const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, int src, int T) const {
+  const float* base = id == TensorSignal::Keys ? decoder_rows.keys : decoder_rows.values;
+  if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
+      decoder_rows.length[static_cast<size_t>(src)] != T)
+    return nullptr;
+  return base + decoder_rows.offset[static_cast<size_t>(src)];
+}
+
+void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
+  records.record(s);
+  output_grams = s.output_grams;
+  output_projection = s.output_projection;
+  if (!query_stats.active() || !in_prefill) return;
+  if (s.window != s.n_tokens)
+    throw std::logic_error("engine: Q_mean needs every query of the prompt; the decoder handed " +
+                           std::to_string(s.window) + " of " + std::to_string(s.n_tokens));
+  query_stats.record(s.layer, s.window_queries.data(), s.n_tokens, s.first_position, rope);
+}
+
+void EvictionEngine::State::query_statistic(TensorSignal id, int layer, int kv_head, std::vector<float>& out) const {
+  std::vector<double> R;
+  if (desc.observe.query_rotation == QueryRotation::FutureMean)
+    R = average_rope_rotation(config, plan.prompt_len, desc.observe.rope_future);
+  std::vector<float> mean(static_cast<size_t>(Gs) * d);
+  const bool cov = id == TensorSignal::QueryCovariance;
+  if (cov) out.resize(static_cast<size_t>(Gs) * d * d);
+  query_stats.head_statistics(layer, kv_head, Gs, R.empty() ? nullptr : R.data(), mean.data(),
+                              cov ? out.data() : nullptr);
+  if (!cov) out.swap(mean);
+}
+
+void EvictionEngine::State::record_queries(const LayerSignals& s) {
+  recent.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window, query_window());
+}
+
+EvictionEngine::State::WindowRows EvictionEngine::State::window_rows(int layer) const {
+  const int rows = recent.rows(layer);
+  if (plan.window <= 0 || rows == 0) return {};
+  const int W = std::min(plan.window, rows), skip = rows - W;
+  return {recent.data(layer) + static_cast<size_t>(skip) * Hq * d, W, recent.first_position(layer) + skip};
+}
+
+void EvictionEngine::State::offer_window_attention(const LayerSignals& s, const KVCache& cache) {
+  if (!decoder_window_attention() || original.active()) return;
+  const WindowRows r = window_rows(s.layer);
+  window_in.offer(s, r.W, r.first, G, desc.observe.causal, cache);
+}
+
+void EvictionEngine::State::copy_decoder_current_attention(int kv_head, int T, float* out) {
+  if (!decoder_current_attention) {
+    const ColumnSumsSignal& c = decoder_current_device;
+    if (T > c.row_stride || (kv_head + 1) * Gs > c.n_heads)
+      throw std::logic_error("engine: the decoder's device column sums do not cover head " + std::to_string(kv_head) +
+                             " of " + std::to_string(T) + " entries");
+    if (current_host.empty()) {
+      download_column_sums(c, current_host);
+      ++report.current_attention_downloads;
+    }
+    for (int g = 0; g < Gs; ++g)
+      std::copy_n(current_host.data() + static_cast<size_t>(kv_head * Gs + g) * c.row_stride, T,
+                  out + static_cast<size_t>(g) * T);
+    return;
+  }
+  for (int g = 0; g < Gs; ++g) {
+    const std::vector<float>& row = decoder_current_attention->at(static_cast<size_t>(kv_head * Gs + g));
+    if (static_cast<int>(row.size()) != T)  // the decoder's row covers the head as it attended it
+      throw std::logic_error("engine: the decoder's current attention has " + std::to_string(row.size()) +
+                             " entries for a head of " + std::to_string(T));
+    std::copy_n(row.data(), T, out + static_cast<size_t>(g) * T);
+  }
+}
+
+std::vector<int64_t> EvictionEngine::State::stored_lengths(const KVCache& cache, int layer) const {
+  std::vector<int64_t> lengths(static_cast<size_t>(Hs));
+  for (int h = 0; h < Hs; ++h) lengths[h] = cache.length(layer, h);
+  return lengths;
+}
+
+void EvictionEngine::State::record_accumulated(const LayerSignals& s, const KVCache& cache) {
+  if (!desc.needs(TensorSignal::AccumulatedAttention)) return;
+  if (accumulated_in_place) {
+    const std::vector<int64_t> lengths = stored_lengths(cache, s.layer);
+    if (!s.column_sums_on_device.empty()) {
+      accumulated_device->add(s.layer, lengths, s.column_sums_on_device);
+      ++report.accumulated_attention_device_adds;
+    } else if (s.accumulated_attention) {
+      accumulated_device->add(s.layer, lengths, *s.accumulated_attention);
+    } else {
+      throw std::logic_error("engine: the decoder did not record accumulated attention");
+    }
+    return;
+  }
+  if (!s.accumulated_attention) throw std::logic_error("engine: the decoder did not record accumulated attention");
+  auto& acc = accumulated[s.layer];
+  acc.resize(Hq);
+  for (int h = 0; h < Hq; ++h) {
+    const std::vector<float>& add = (*s.accumulated_attention)[h];
+    const int T = cache.length(s.layer, cache.stored_head_of_query(h));
+    acc[h].resize(T, 0.0f);
+    for (int t = 0; t < T && t < static_cast<int>(add.size()); ++t) acc[h][t] += add[t];
+  }
+}
+
+EvictionEngine::State::HeadSignals EvictionEngine::State::signals_for(int layer, int kv_head, const KVCache& cache,
+                                                                      bool decoding) {
+  PhaseScope timed(*this, EnginePhase::Signals);
+  return gather_signals(layer, kv_head, cache, decoding);
+}
+
+void EvictionEngine::State::refuse_placeholder_read(int layer, const std::string& what) const {
+  if (!placeholder_rows) return;
+  throw std::logic_error("engine: policy " + desc.name + " needs " + what + " of layer " + std::to_string(layer) +
+                         " on the host, but the decoder left this call's rows on the device (placeholder rows): "
+                         "the policy declared that it reads no cached row here (cache_row_reads.h)");
+}
+
+const SignalSet& EvictionEngine::State::phase_reads(bool decoding) const {
+  if (decoding) return desc.decode_reads_known ? desc.decode_reads : desc.reads;
+  return prompt_signals(desc);
+}
+
+// The head's cached keys and values for one gather_signals, read from the cache on first use (the
+// keys once); a read in a call whose host rows are placeholders is refused (refuse_placeholder_read).
+struct EvictionEngine::State::HeadRows {
+  const State& st;
+  const KVCache& cache;
+  const int layer, src;  // src: the cache head holding the stored head's entries (cache_head)
+  HeadSignals& hs;
+  const float* cached_keys = nullptr;
+
+  const float* keys(const char* why) {
+    if (!cached_keys) {
+      st.refuse_placeholder_read(layer, std::string("the cached keys (") + why + ")");
+      cached_keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
+    }
+    return cached_keys;
+  }
+  const float* values(const char* why) {
+    st.refuse_placeholder_read(layer, std::string("the cached values (") + why + ")");
+    return cache.values_or_reconstruct(layer, src, hs.value_scratch);
+  }
+};
+
+EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int layer, int kv_head, const KVCache& cache,
+                                                                         bool decoding, float* window_out) {
+  HeadSignals hs;
+  const int src = cache_head(kv_head, cache);
+  ScoreInputs& in = hs.in;
+  in.layer = layer;
+  in.kv_head = kv_head;
+  in.n_layers = L;
+  in.n_kv_heads = Hs;
+  in.group = Gs;
+  in.head_dim = d;
+  in.n_embd = config.dim;
+  in.T = cache.length(layer, src);
+  in.prompt_len = plan.prompt_len;
+  in.decode_step = decoding ? decode_step + 1 : 0;
+  in.seed = options.seed;
+  in.position = positions(cache, layer, src);
+  HeadRows cached{*this, cache, layer, src, hs};
+  gather_window_attention(cached, decoding, window_out, hs);
+  // Every other signal the policy reads, by its row in the signal table.
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    if (!makes_signal(info.id, decoding)) continue;
+    std::vector<float>& out = hs.buffer[signal_index(info.id)];
+    if (gather_tensor_signal(info.id, cached, hs, out)) in.set_signal(info.id, out.data());
+  }
+  return hs;
+}
+
+void EvictionEngine::State::gather_window_attention(HeadRows& cached, bool decoding, float* window_out,
+                                                    HeadSignals& hs) {
+  const int layer = cached.layer, src = cached.src, kv_head = hs.in.kv_head, T = hs.in.T;
+  const KVCache& cache = cached.cache;
+  ScoreInputs& in = hs.in;
+  // Made whenever there is a window (Q and O read it too), but with placeholder rows only for
+  // programs of this phase that read it.
+  const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention) &&
+                           (!placeholder_rows || phase_reads(decoding)[signal_index(TensorSignal::WindowAttention)]);
+  if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
+    const int W = wr.W, first = wr.first;
+    std::vector<float>& own = hs.buffer[signal_index(TensorSignal::WindowAttention)];
+    // The decoder's, in place on the device for a program that reads it there (no download, no
+    // upload: scores_signals_in_place), where its rows are exactly the head's: at a prefill, and
+    // at a decode step over the rolling window when the layer's heads are equally long.
+    const float* device_rows = window_in_place && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
+    if (device_rows) {
+      in.W = W;
+      in.set_device_signal(TensorSignal::WindowAttention, device_rows);
+    } else if (!desc.observe.same_index_head) {
+      if (!window_out) {  // no layer-shared buffer: the head's own
+        own.resize(static_cast<size_t>(Gs) * W * T);
+        window_out = own.data();
+      }
+      // The decoder's, copied out when it is exactly this (precomputed_window.h); else the host's.
+      if (!window_in.copy(layer, src, kv_head * Gs, Gs, W, first, T, window_out))
+        compute_window_attention(wr.rows, W, Hq, first, kv_head, Gs, cached.keys("the window attention"), in.position,
+                                 T, d, window_out, desc.observe.causal);
+    } else {  // never with unfold_gqa (rejected), so kv_head is a KV head and the cache is its own
+      in.group = observe_same_index_head(desc.observe.causal, WindowQueries{wr.rows, W, Hq, first}, cache, layer,
+                                         kv_head, G, cached.keys("the same-index head's attention"), own);
+      window_out = own.data();
+    }
+    if (!device_rows) {
+      in.W = W;
+      in.set_signal(TensorSignal::WindowAttention, window_out);
+    }
+  }
+}
+
+bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs,
+                                                 std::vector<float>& out) {
+  const int layer = cached.layer, src = cached.src, kv_head = hs.in.kv_head, T = hs.in.T;
+  const KVCache& cache = cached.cache;
+  ScoreInputs& in = hs.in;
+  const int rows = recent.rows(layer);
+  const float* q = recent.data(layer);
+  switch (id) {
+    case TensorSignal::WindowAttention:  // produced above (it may share a layer buffer)
+    case TensorSignal::Position:         // in.position
+      return false;
+    case TensorSignal::CurrentAttention:
+      if (rows == 0) return false;
+      // In place on the device when the head's rows are exactly [G][T] there (a layer whose
+      // heads are equally long: CAKE's, TOVA's): no download, no upload.
+      if (current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
+        in.set_device_signal(id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
+        ++report.current_attention_in_place;
+        return false;
+      }
+      out.resize(static_cast<size_t>(Gs) * T);
+      if (decoder_current_attention || !decoder_current_device.empty()) {
+        copy_decoder_current_attention(kv_head, T, out.data());
+        break;
+      }
+      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
+                               recent.first_position(layer) + rows - 1, kv_head, Gs, cached.keys("A_now"), in.position,
+                               T, d, out.data());
+      break;
+    case TensorSignal::AccumulatedAttention:
+      if (accumulated_in_place) {  // [Gs][T] on the scoring device, in place
+        in.set_device_signal(id, accumulated_device->head(layer, stored_lengths(cache, layer), kv_head));
+        ++report.accumulated_attention_in_place;
+        return false;
+      }
+      out.resize(static_cast<size_t>(Gs) * T);
+      for (int g = 0; g < Gs; ++g)
+        std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
+      break;
+    case TensorSignal::KeyNorm:
+    case TensorSignal::ValueNorm: {
+      out.resize(T);
+      const bool key = id == TensorSignal::KeyNorm;
+      // A head whose rows are on a device holds their norms (KVCache::held_row_norms, the same
+      // bits as from the rows: row_norms.h); any other head computes them from its rows.
+      if (cache.rows_held_elsewhere(layer, src)) {
+        const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
+        for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
+      } else if (T > 0) {
+        compute_row_norms(key ? cached.keys("key_norm") : cached.values("value_norm"), T, d, out.data());
+      }
+      break;
+    }
+    case TensorSignal::Keys:
+    case TensorSignal::Values:
+      // In place on the decoder's device (no row on the host, no upload), else the host's rows.
+      if (const float* device = decoder_rows_of(id, layer, src, T)) {
+        in.set_device_signal(id, device);
+        return false;
+      }
+      if (id == TensorSignal::Keys)
+        transpose_rows(cached.keys("K"), T, d, out);
+      else
+        transpose_rows(cached.values("V"), T, d, out);
+      break;
+    case TensorSignal::KeysPreRope:
+      refuse_placeholder_read(layer, "the cached keys (K_pre)");
+      transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
+      break;
+    case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
+      out.resize(static_cast<size_t>(Gs) * T);
+      segments.attention(layer, kv_head, Gs, Hq, cached.keys("A_seg"), in.position, T, d, desc.observe.causal,
+                         desc.observe.scaled, out.data());
+      break;
+    case TensorSignal::WindowQueryRows:
+    case TensorSignal::WindowQueryRowsPreRope:
+    case TensorSignal::WindowOutputs:
+      if (!window_rows_signal(id, layer, kv_head, cache, cached.keys("Q, Q_pre or O"), in, hs, out)) return false;
+      break;
+    case TensorSignal::QueryMean:
+    case TensorSignal::QueryCovariance:
+      query_statistic(id, layer, kv_head, out);
+      break;
+    case TensorSignal::RopeFuture: {  // [d][d]: R x = mean of rope(x, p), p = prompt_len ..
+      const std::vector<double> R = average_rope_rotation(config, plan.prompt_len, desc.observe.rope_future);
+      out.assign(R.begin(), R.end());
+      break;
+    }
+    case TensorSignal::Token:
+      out.resize(T);
+      records.tokens(in.position, T, out.data());
+      break;
+    case TensorSignal::HiddenNorm:
+      out.resize(T);
+      records.hidden_norms(layer, in.position, T, out.data());
+      break;
+    case TensorSignal::HiddenState:
+      out.resize(static_cast<size_t>(config.dim) * T);
+      records.hidden_states(layer, in.position, T, out.data());
+      break;
+    case TensorSignal::OutputNorm:
+      if (output_grams.size() != static_cast<size_t>(Hq) * d * d)
+        throw UsageError("policy " + desc.name +
+                         " reads out_norm, but the decoder did not hand over the layer's "
+                         "output projection");
+      out.resize(static_cast<size_t>(Gs) * T);
+      output_norms(output_grams.data(), kv_head, Gs, d, cached.values("out_norm"), T, out.data());
+      break;
+    case TensorSignal::ReplayAttention:  // [Gs][T] by original position (the replay's cache index)
+      if (!replay) throw std::logic_error("engine: A_replay read outside the completion of a replay prefill");
+      out.resize(static_cast<size_t>(Gs) * T);
+      for (int g = 0; g < Gs; ++g)
+        for (int t = 0; t < T; ++t) {
+          const int p = in.position[t];
+          out[static_cast<size_t>(g) * T + t] =
+              p >= 0 && p < replay->length ? replay->at(layer, kv_head * Gs + g, p) : 0.0f;
+        }
+      break;
+    case TensorSignal::OutputNormL1:
+      if (output_projection.empty() || output_projection.size() % (static_cast<size_t>(Hq) * d) != 0)
+        throw UsageError("policy " + desc.name +
+                         " reads out_norm_l1, but the decoder did not hand over the layer's "
+                         "output projection");
+      out.resize(static_cast<size_t>(Gs) * T);
+      output_norms_l1(output_projection.data(),
+                      static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)), kv_head, Gs, d,
+                      cached.values("out_norm_l1"), T, out.data());
+      break;
+  }
+  return true;
+}
+
+bool EvictionEngine::State::window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache,
+                                               const float* keys, ScoreInputs& in, HeadSignals& hs,
+                                               std::vector<float>& out) const {
+  const WindowRows wr = window_rows(layer);
+  if (wr.W == 0) return false;
+  const int W = wr.W;
+  const WindowQueries q{wr.rows, W, Hq, wr.first};
+  const float* values = id == TensorSignal::WindowOutputs
+                            ? cache.values_or_reconstruct(layer, cache_head(kv_head, cache), hs.value_scratch)
+                            : nullptr;
+  in.W = W;
+  window_query_signal(id, q, kv_head, Gs, rope, in.signal(TensorSignal::WindowAttention), keys, values, in.position,
+                      in.T, d, desc.observe.causal, out);
+  return true;
+}
+
+std::vector<float> EvictionEngine::State::score(const HeadSignals& hs, bool decoding) {
+  PhaseScope timed(*this, EnginePhase::Scoring);
+  std::vector<float> out(hs.in.T, 0.0f);
+  if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
+  policy.score(hs.in, decoding && plan.decode.own_score, out.data());
+  return out;
+}
+
+void EvictionEngine::State::record_layer_signals(const LayerSignals& s, const KVCache& cache, bool decoding) {
+  PhaseScope timed(*this, EnginePhase::Signals);
+  record_queries(s);
+  offer_window_attention(s, cache);
+  record_query_and_model_signals(s);
+  if (!decoding && desc.observe.segment > 0)
+    segments.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
+  record_accumulated(s, cache);
+  if (decoding) merge_state.record_decode(s, cache);
+}
+
+void EvictionEngine::State::hold_output_projection(const LayerSignals& s) {
+  PhaseScope timed(*this, EnginePhase::Signals);
+  held_grams.resize(L);
+  held_projection.resize(L);
+  held_grams[s.layer].assign(s.output_grams.begin(), s.output_grams.end());
+  held_projection[s.layer].assign(s.output_projection.begin(), s.output_projection.end());
+}
+
+}  // namespace kvevict

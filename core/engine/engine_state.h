@@ -1,0 +1,568 @@
+#pragma once
+// The eviction engine's state (EvictionEngine::State, the private half of engine.h), shared by the
+// files that implement it, one concern each:
+//   engine.cpp            the public calls (after_layer, after_forward, apply_after_prefill, ...),
+//                         the state's construction and reset;
+//   engine_signals.cpp    the signals a head's scoring reads (gather_signals) and what is recorded
+//                         for them;
+//   engine_row_reads.cpp  what the engine asks of the decoder for its next call (request()): the
+//                         query window, the window attention, the cached rows each call reads;
+//   engine_selection.cpp  a layer's budgets and selections, and the cache edits that apply them;
+//   engine_prefill.cpp    the prompt: its scores, cascading, the end of the prefill (replay,
+//                         channels, codebook, report);
+//   engine_decode.cpp     decode steps: the trigger, the budget, the eviction.
+// Not a public header: only core/engine/engine*.cpp include it.
+#include "core/engine/engine.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "core/decode/row_norms.h"
+#include "core/engine/accumulated_attention_store.h"
+#include "core/engine/attention_signals.h"
+#include "core/engine/budget_allocator.h"
+#include "core/engine/cache_row_reads.h"
+#include "core/engine/channel_selection.h"
+#include "core/engine/chunk_selection.h"
+#include "core/engine/codebook_stage.h"
+#include "core/engine/eviction_plan.h"
+#include "core/engine/merge_on_evict.h"
+#include "core/engine/merge_state.h"
+#include "core/engine/model_signals.h"
+#include "core/engine/query_signals.h"
+#include "core/engine/head_budgets.h"
+#include "core/engine/layer_selector.h"
+#include "core/engine/layer_shared_mean.h"
+#include "core/engine/mass_budget.h"
+#include "core/engine/model_selection.h"
+#include "core/engine/original_positions.h"
+#include "core/engine/precomputed_window.h"
+#include "core/engine/query_checks.h"
+#include "core/engine/recent_queries.h"
+#include "core/engine/replay_checks.h"
+#include "core/engine/replay_prompt.h"
+#include "core/engine/segment_observation.h"
+#include "core/engine/selection.h"
+#include "core/engine/staged_selection.h"
+#include "core/engine/threshold_selection.h"
+#include "core/engine/window_observation.h"
+#include "core/util/error.h"
+#include "core/util/stopwatch.h"
+
+namespace kvevict {
+namespace engine_detail {
+
+// Buffers behind one ScoreInputs, one per tensor signal (core/engine/signals.h).
+struct HeadSignals {
+  std::array<std::vector<float>, kNumTensorSignals> buffer;
+  std::vector<float> key_scratch, value_scratch;  // a codebook head's keys/values, reconstructed
+  ScoreInputs in;
+};
+
+}  // namespace engine_detail
+
+struct EvictionEngine::State {
+  using HeadSignals = engine_detail::HeadSignals;
+
+  const PolicyProgram& policy;
+  const PolicyDescription& desc;
+  ModelConfig config;
+  EngineOptions options;
+  // What is fixed for the current prompt (eviction_plan.h): window, protected sets, budgets when
+  // static, skip verdict, selection spec, triggers. Built once per prompt (before the first one:
+  // plan_before_prompt); everything below it is the run's mutable state.
+  EvictionPlan plan;
+  // Abbreviations of plan.geometry (fixed for the engine's life): the model's layers, KV heads,
+  // query heads, group size and head dimension; the heads the policy selects for: KV heads (Gs = G
+  // query heads each), or query heads when it unfolds GQA (Hs = Hq, Gs = 1; the cache is unfolded at
+  // the end of prefill).
+  const int L, Hkv, Hq, G, d;
+  const bool unfold;
+  const int Hs, Gs;
+
+  EvictionReport report;
+  bool in_prefill = false, prefill_done = false;
+  int decode_step = 0;
+  int appended = 0;      // tokens appended after the prompt (a decode forward may carry several: a question block)
+  int block_prompt = 0;  // the prompt's length during a prefill in blocks (begin_block_prefill), else 0
+  int prefill_seen = 0;  // prompt tokens in the cache so far (the end of the latest block)
+  std::vector<int> layer_budget;     // per-head budget of each layer in force (the plan's when static)
+  std::vector<double> layer_weight;  // P_l when the policy has one
+  // Head-level budgets (head_budgets.h), when the policy has head_mode / head_weight programs:
+  // [layer][stored head] plans from prefill, and the budgets of the layer's last eviction.
+  std::vector<std::vector<HeadPlan>> head_plans;
+  std::vector<std::vector<int>> head_budget;
+  // [layer][stored head][cache entry] prefill scores, released at the end of prefill: decode
+  // triggers score afresh, and a kept vector would go stale as the decoder appends entries.
+  std::vector<std::vector<std::vector<float>>> scores;
+  std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
+  // ... or held on the scoring device instead (accumulated_in_place; accumulated_attention_store.h).
+  std::unique_ptr<AccumulatedAttentionStore> accumulated_device;
+  RecentQueries recent;           // the newest query rows of each layer
+  SegmentQueries segments;        // observe.segment's observation queries
+  uint64_t sampling_seed = 0;     // seed of the random share for the current application (sampling_seed_for_step)
+  OriginalPositions original;     // active once the policy re-assigned the cache's positions
+  MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
+  // The decoder's window attention of the current layer, when it offered the engine's own
+  // (precomputed_window.h); held during one after_layer.
+  PrecomputedWindow window_in;
+  // Where token selections run (layer_selector.h): EngineOptions::selection, else the program's.
+  std::unique_ptr<LayerSelector> selector;
+  // The current prompt stage's evictions are followed by another that selects the same layers again
+  // (cascading, before the last layer): the prompt's scores held in the selector must follow them.
+  bool held_scores_selected_again = false;
+  // The program may score from the decoder's device window attention in place (scores_signals_in_place).
+  const bool window_in_place;
+  // ... and A_acc from an accumulation on the device the program scores on (the selector's, not
+  // the host), the decoder's device column sums added there: no download of the sums, no upload of
+  // A_acc (accumulated_attention_store.h). Not for a policy that unfolds GQA (the decoder's sums are
+  // per KV head's entries, the unfolded cache's heads per query head).
+  const bool accumulated_in_place;
+  // ... and writes its decode scores into the selector's device buffer, which the selection reads in
+  // place (PolicyProgram::scores_to_device, LayerSelector::layer_score_buffer), in the steps whose
+  // rule is a plain per-head selection (decode_scores_in_selector).
+  const bool scores_to_selector;
+  // ... and decode steps from the decoder's device column sums (A_now) without a host copy of them:
+  // it reads A_now and nothing on the host reads the column sums (a host accumulation, a merge's
+  // decode attention).
+  const bool current_in_place;
+  // ... and K and V from the decoder's device copy of the layer's cached rows (LayerSignals::
+  // cache_rows), so a call whose programs read only those, A and row-free signals leaves its rows on
+  // the device (cache_row_reads.h, CachedRowSignals::GivenOnDevice).
+  const bool rows_in_place;
+  // The decoder's device copy of the current after_layer call's cached rows, when rows_in_place.
+  CacheRowsSignal decoder_rows;
+  int decoder_rows_layer = -1;
+  // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
+  // fixed by the policy; request() narrows the prompt's per call.
+  const CacheRowReads decode_row_reads, prompt_row_reads;
+  // The host cache's rows of the current after_layer call are placeholders (LayerSignals::
+  // cache_rows_are_placeholders), and some layer's were during this prompt (for finish_prefill, in
+  // after_forward): every read of a cached key or value is then refused (refuse_placeholder_read).
+  bool placeholder_rows = false, prompt_had_placeholders = false;
+  // Where the current after_layer call's merges run when its host rows are placeholders: the
+  // decoder's device cache (LayerSignals::cached_row_merges); null otherwise.
+  CachedRowMerges* decoder_merges = nullptr;
+  // During decode_layer of a call whose host rows are placeholders: the decoder's column sums of
+  // the one-token block, A_now's source (copy_decoder_current_attention). Null otherwise.
+  const std::vector<std::vector<float>>* decoder_current_attention = nullptr;
+  // ... or their device copy only (ObservationRequest::column_sums_on_device_only), and its download.
+  ColumnSumsSignal decoder_current_device;
+  std::vector<float> current_host;
+  // Query and model signals (query_signals.h, model_signals.h): the model's RoPE (Q_pre, the
+  // statistics' rotation), the prompt query statistics, token / hidden-norm records by position,
+  // and the current layer's output-projection Grams (out_norm; the decoder's, valid during after_layer).
+  Rope rope;
+  QueryStatistics query_stats;
+  PositionRecords records;
+  std::span<const float> output_grams;
+  std::span<const float> output_projection;  // W_o per query head (out_norm_l1), valid during after_layer
+  // KVzip (A_replay; replay_checks.h): the prompt's forward records but scores nothing; the
+  // scores wait for the replay (finish_replay / apply_after_prefill). Meanwhile each layer's output
+  // projection is held here, since the decoder's spans end with its after_layer.
+  bool replay_pending = false;
+  const ReplayScores* replay = nullptr;  // what A_replay reads while the waiting prefill completes
+  std::vector<std::vector<float>> held_grams, held_projection;
+  std::vector<float> replay_logits;  // the prompt's logits, copied before the replay's forwards
+
+  // Phase accounting (EnginePhase): the slots of the current engine call (report.prefill_phases or
+  // decode_phases; null outside a call) and the innermost phase running.
+  EnginePhaseSeconds* phases = nullptr;
+  std::optional<EnginePhase> phase;
+  double& slot(EnginePhase p) {
+    if (!phases) throw std::logic_error("engine: a phase timed outside an engine call");
+    return (*phases)[p];
+  }
+
+  // Times phase `p` until its end, pausing the enclosing phase (Stopwatch's `paused`), so nested
+  // phases never count an interval twice (the same phase nested in itself counts it once). Only on
+  // the calling thread, never inside an OpenMP loop: the slots are plain doubles.
+  class PhaseScope {
+   public:
+    PhaseScope(State& st, EnginePhase p)
+        : st_(st), outer_(st.phase), watch_(&st.slot(p), outer_ ? &st.slot(*outer_) : nullptr) {
+      st.phase = p;
+    }
+    ~PhaseScope() { st_.phase = outer_; }
+    PhaseScope(const PhaseScope&) = delete;
+    PhaseScope& operator=(const PhaseScope&) = delete;
+
+   private:
+    State& st_;
+    std::optional<EnginePhase> outer_;
+    Stopwatch watch_;
+  };
+
+  // One entry into the engine (after_layer, after_forward, apply_after_prefill, finish_replay): its
+  // time goes to report.seconds and, phase by phase, to the prefill or the decode phases; what no
+  // PhaseScope inside covers is Other. The seconds' watch starts first and ends last, so the
+  // phases of a call sum to at most its seconds.
+  class EngineCall {
+   public:
+    EngineCall(State& st, bool decoding)
+        : st_(st), seconds_(&st.report.seconds), other_(enter(st, decoding), EnginePhase::Other) {}
+    ~EngineCall() { st_.phases = nullptr; }  // other_ has taken its slot's address already
+    EngineCall(const EngineCall&) = delete;
+    EngineCall& operator=(const EngineCall&) = delete;
+
+   private:
+    static State& enter(State& st, bool decoding) {
+      st.phases = decoding ? &st.report.decode_phases : &st.report.prefill_phases;
+      return st;
+    }
+    State& st_;
+    Stopwatch seconds_;
+    PhaseScope other_;
+  };
+
+  // Original positions of a head's entries (the cache's own unless they were re-assigned).
+  const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
+    return original.active() ? original.of(layer, kv_head) : cache.positions(layer, kv_head);
+  }
+
+  State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o);
+
+  // Whether the selector's buffers (and the accumulated-attention store made for its device) are
+  // memory the program reads and writes as its own: a device selector whose memory kind is the
+  // program's (the CUDA selector for the CUDA backend; the twin, host memory, for a program that is
+  // not the CUDA backend, as the tests' stand-in). A CUDA program with the twin selector would write
+  // host addresses from a kernel: its scores and A_acc then take the host paths.
+  static bool selector_shares_program_memory(const LayerSelector& selector, const PolicyProgram& p);
+
+  // Whether the decoder's device window attention may go to the score program in place
+  // (PrecomputedWindow::in_place), and the decoder's device column sums (A_now): the program takes
+  // device signals (the CUDA scoring backend) and nothing on the host reads them: a layer weight
+  // only when the program computes it on the device too (CAKE's generated layer kernel), no head
+  // plan, extra stage programs or channel program, no signal the engine derives from A, not NACL's
+  // own map.
+  static bool scores_signals_in_place(const PolicyProgram& p);
+
+  // Whether something on the host reads a block's column sums: a host accumulation of A_acc or a
+  // merge's decode attention (merge_state.h). Else a decoder may keep them on its device.
+  bool host_reads_column_sums() const;
+
+  CachedRowSignals cached_row_signals() const {
+    return rows_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
+  }
+
+  // K or V of stored head `src` of `layer` (T entries) in the decoder's device copy, when it made
+  // one for this call and the head is exactly that long; null otherwise (the host's rows then).
+  const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
+
+  // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
+  // is still folded (during prefill), s itself otherwise.
+  int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
+
+  int query_window() const { return plan.query_window; }
+
+  void reset();
+
+  // What the query and model signals need from a block (query_signals.h, model_signals.h).
+  void record_query_and_model_signals(const LayerSignals& s);
+
+  // Q_mean ([Gs][d]) or Q_cov ([Gs][d][d]) of one head, rotated as observe.query_rotation says.
+  void query_statistic(TensorSignal id, int layer, int kv_head, std::vector<float>& out) const;
+
+  // Appends the block's window queries to the rolling buffer of the layer (keeps the newest rows).
+  void record_queries(const LayerSignals& s);
+
+  // The query rows a layer's window attention is computed from now: the newest min(window, rows)
+  // recorded queries ([W][Hq][d] at `rows`), the first at position `first`; W = 0 when none.
+  struct WindowRows {
+    const float* rows = nullptr;
+    int W = 0, first = 0;
+  };
+  WindowRows window_rows(int layer) const;
+
+  // Whether the policy's window attention is one a decoder may compute for it
+  // (ObservationRequest::window_attention): scaled, the G query heads of each KV head, causal or
+  // not (window_attention_causal: NACL's official proxy is not); not NACL's same_index_head map.
+  bool decoder_window_attention() const;
+
+  // ObservationRequest::window_attention: the policy's window when a decoder may compute its A,
+  // while a prompt is pending if the window is known before the prompt (not from the prompt's
+  // length or tokens), and while decoding if the decode trigger reads A (the window is the
+  // prompt's then); 0 otherwise.
+  int requested_window_attention() const;
+
+  // Holds the decoder's window attention of the block's layer when it is the engine's own (after
+  // record_queries: the window rows are the layer's newest). Not over re-assigned positions: the
+  // engine's causal mask reads the original ones.
+  void offer_window_attention(const LayerSignals& s, const KVCache& cache);
+
+  // A_now of KV head kv_head's query heads from the decoder's one-token column sums ([Gs][T]): the
+  // host cache holds placeholder rows, so it is not computed from the cached keys. The host copy
+  // when the decoder made one, else its device copy, downloaded once per layer (the decoder's
+  // thread: decode steps score their heads one after another).
+  void copy_decoder_current_attention(int kv_head, int T, float* out);
+
+  // Entries of each stored head of `layer` in the cache now.
+  std::vector<int64_t> stored_lengths(const KVCache& cache, int layer) const;
+
+  // Adds the block's attention column sums to the stored accumulated attention of the layer: on the
+  // device, from the decoder's device sums where it left them there, else from its host ones.
+  void record_accumulated(const LayerSignals& s, const KVCache& cache);
+
+  // The signals of one head, timed as Signals: for the calling thread (score_layer_at_prefill's
+  // parallel loop calls gather_signals and times the loop).
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding);
+
+  // Refuses a read of `what` (cached keys or values) of layer `layer` in a call whose host rows are
+  // placeholders: the policy declared it reads no cached row (cache_row_reads.h), so the read is a
+  // bug of that declaration, which must fail loudly rather than score placeholder zeros.
+  void refuse_placeholder_read(int layer, const std::string& what) const;
+
+  // The signals the programs of this phase read (the decode indicator's while decoding, the
+  // prompt-time programs' otherwise). With placeholder rows only those are made: another signal
+  // of the policy (CAKE's A_now at the prompt) would read rows for nobody.
+  const SignalSet& phase_reads(bool decoding) const;
+  bool makes_signal(TensorSignal id, bool decoding) const {
+    return desc.needs(id) && (!placeholder_rows || phase_reads(decoding)[signal_index(id)]);
+  }
+
+  // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
+  // instead of the head's own vector. Untimed: safe on worker threads. The head's keys and values
+  // are read only by the signals that need them (refuse_placeholder_read).
+  HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr);
+  // The head's cached keys and values, read on first use (engine_signals.cpp).
+  struct HeadRows;
+  // gather_signals' window attention A: the decoder's in place on its device, or copied out of it,
+  // or computed here; into window_out when given, else the head's own buffer. Nothing without a
+  // window, or while decoding when the decode step reads no A.
+  void gather_window_attention(HeadRows& cached, bool decoding, float* window_out, HeadSignals& hs);
+  // gather_signals' tensor signal `id` (not A, not the positions) into `out`; false when it is not
+  // there to set (handed over in place on a device, or no window rows to make it from).
+  bool gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
+
+  // Q, Q_pre or O of one head from the newest min(window, rows) window queries (query_signals.h);
+  // false when there are no window rows (the signal then stays null, as A does).
+  bool window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache, const float* keys,
+                          ScoreInputs& in, HeadSignals& hs, std::vector<float>& out) const;
+
+  std::vector<float> score(const HeadSignals& hs, bool decoding);
+
+  // The length of every KV head of `layer`, which a layer-shared selection needs equal (std::logic_error).
+  int layer_shared_length(const KVCache& cache, int layer) const;
+
+  // Whether a decode eviction's scores go straight into the selector's buffer: the program writes
+  // them there and nothing on the host reads them (a per-head top-k, Ada-KV's layer-wide ranking or
+  // TOVA's layer-shared one: no staged, chunked or threshold rule, no merge, no trace).
+  bool decode_scores_in_selector() const;
+  // ... and a prompt's: the same rules, in a prompt that evicts (not skipped), layer by layer (no
+  // model-wide pool, no unfolded GQA), with no host reader of the prompt's scores (frozen scores kept
+  // for decoding, the mass allocation). They then wait in the selector's per-layer buffers for the
+  // layer's selections (one, or one per later layer when cascading) and are given back after the
+  // layer's last one (keep_layer).
+  bool prefill_scores_in_selector() const;
+
+  // A decode eviction of `layer` whose scores never come to the host: each head's decode indicator
+  // written into the layer's selector buffer by the program (on its device), then the selection
+  // from there (select_from_selector).
+  void evict_layer_scored_in_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr, int step);
+
+  // Layer `layer`'s selector buffer laid for heads of `lengths` entries (timed as Selection).
+  float* selector_buffer(int layer, const std::vector<int64_t>& lengths);
+
+  // Head h's scores written by the program into its place in layer `layer`'s selector buffer.
+  void score_into_selector(int layer, const HeadSignals& hs, const std::vector<int64_t>& lengths, int h, float* buffer,
+                           bool decoding);
+
+  // The selection of `layer` from the scores in its selector buffer: every head's (a per-head top-k),
+  // Ada-KV's joint ranking of the layer's heads, or TOVA's one selection on their mean (evict_layer's
+  // branches, whose scores are host spans).
+  void select_from_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr);
+
+  // A prompt layer's scores written into its selector buffer (prefill_scores_in_selector), where
+  // they wait for the layer's selections; none are held on the host.
+  void score_layer_into_selector(int layer, const std::vector<HeadSignals>& heads, const KVCache& cache);
+
+  // Prefill: scores of every head of the layer and the layer weight.
+  void score_layer_at_prefill(int layer, const KVCache& cache);
+
+  // Budgets of layers 0..last: `stage_total` split by weight, floors = protected, caps = what each holds.
+  std::vector<int64_t> split(int last, int64_t stage_total, const KVCache& cache) const;
+
+  // Budgets of layers 0..last: the weighted split of `stage_total`, or with layer_allocation
+  // tokens each layer's own layer_weight in tokens, at least its protected count and at most
+  // --budget's per-head budget and what the layer holds.
+  std::vector<int64_t> layer_budgets(int last, int64_t stage_total, const KVCache& cache) const;
+
+  // layer_allocation mass (mass_budget.h): the protected count plus the mean over the layer's heads
+  // of the fewest candidates whose prefill scores reach select.mass, rounded up.
+  double mass_layer_budget(int layer, const KVCache& cache) const;
+
+  // Whether every stored head of every layer holds the whole prompt: the cache the plan's static
+  // budgets were split for (not a block of a prefill in blocks, not a layer already cut).
+  bool holds_whole_prompt(const KVCache& cache) const;
+
+  // score_at insertion with decode triggers: the prefill scores stay after prefill, kept aligned with
+  // the cache, and each decoded entry is scored at its own step (without triggers nothing reads them).
+  bool keeps_frozen_scores() const { return plan.select.frozen_scores; }
+
+  // Whether each head's kept count is an output of the selection (recorded as its budget).
+  bool kept_count_is_output() const { return plan.select.kept_count_is_output; }
+
+  // Every eviction of a layer (prefill and decode) ends here (unfold_gqa's excepted, which the
+  // engine checks keep away from merge-on-evict): a layer-level merge (d2o) sees every head's kept
+  // set first, then each head is kept. `scores[h]`: what head h's selection ranked.
+  void keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
+                  const std::vector<std::span<const float>>& scores);
+
+  // Where a merge of `layer` in this call runs (merge_on_evict's `rows`): the host cache, or, when
+  // the call's host rows are placeholders, the decoder's device cache, which must have offered its
+  // row merges (the declaration said so: cache_row_reads.h); refused otherwise.
+  CachedRowMerges* merge_rows(int layer) const;
+
+  // One head's eviction: a per-head merge (cam picks its merge candidates by `scores`), then the
+  // compaction and the aligned state.
+  void keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept, std::span<const float> scores);
+
+  // Keeps the stored prefill scores and accumulated attention of stored head `kv_head` aligned
+  // with its cache entries after they were reduced from `length` entries to `kept` (indices below
+  // `length`). A held vector of another length is a bug of the engine: refused before any index.
+  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept, size_t length);
+
+  // EngineOptions::trace_selection: the latest scores and positions a head was selected from.
+  struct SelectionTrace {
+    std::vector<float> scores;
+    std::vector<int32_t> positions;
+    bool layer_wide = false;
+  };
+  mutable std::vector<std::vector<SelectionTrace>> traces;  // [layer][head], filled on demand
+  void trace_selection(int layer, int head, std::span<const float> sc, std::span<const int32_t> pos,
+                       bool layer_wide = false) const;
+  void copy_trace(int layer, int head, HeadReport& r) const;
+
+  HeadSelectionSpec spec_for(int layer, int kv_head, int budget, const ProtectedSet& pr) const;
+
+  // Kept entries of heads `head[i]` of `layer` (or of a layer_shared layer, on the mean scores):
+  // the chunk rule select asks for (chunk_selection.h, on the host), or the token rule with the
+  // threshold's budget, all heads in one call of the layer selector (host, twin or device).
+  std::vector<std::vector<int>> select_layer_entries(const std::vector<std::span<const float>>& sc,
+                                                     const std::vector<std::span<const int32_t>>& pos, int layer,
+                                                     const std::vector<int>& head, const std::vector<int>& budget,
+                                                     const ProtectedSet& pr);
+  std::vector<int> select_entries(std::span<const float> sc, std::span<const int32_t> pos, int layer, int head,
+                                  int budget, const ProtectedSet& pr);
+
+  // Per-head budgets of `layer` for a layer budget (uniform unless the policy plans heads).
+  std::vector<int> head_budgets(const KVCache& cache, int layer, int budget, const ProtectedSet& pr) const;
+
+  // Shrinks every head of `layer` to `budget` using the given scores (aligned with cache order),
+  // never evicting the protected set `pr` (the prefill's, or the decoding phase's).
+  void evict_layer(KVCache& cache, int layer, int budget, const std::vector<std::vector<float>>& head_scores,
+                   const ProtectedSet& pr);
+
+  // select.stages (staged_selection.h): every stage scores each head's current entries with its own
+  // program (signals recomputed on the shrunk cache) and keeps its share; kv_head scope (checked).
+  void evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr);
+
+  // select.scope model (model_selection.h): one pool over every layer's and head's prefill scores.
+  void evict_model(KVCache& cache);
+
+  // score_at insertion: the newest `added` entries of every head of `layer` get their score now,
+  // appended to the frozen scores (aligned with the cache: appends go to the end).
+  void score_new_entries(int layer, const KVCache& cache, int added);
+
+  // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
+  // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
+  // (several tokens then: block_call_row_reads). A fresh engine takes a later call as a prompt over
+  // rows it never saw: Reads.
+  CacheRowReadsByCall cache_row_reads_by_call() const;
+
+  // Whether the next call after the prompt triggers the decode eviction (one step, whatever its tokens).
+  bool next_call_triggers() const;
+
+  // A several-token call after the prompt (the eval sweep's question block, teacher forcing): None
+  // when it does not trigger the decode eviction and the host does not work on every appended row
+  // (it records by position and column sums, and scores nothing: SnapKV, and R-KV or CAM between
+  // their triggers); else Reads (the decode indicator's A_now must be the block's last query's
+  // row, which its column sums are not).
+  CacheRowReads block_call_row_reads() const;
+
+  // A decode step's declaration. A step that does not trigger the decode eviction (decode_every
+  // > 1: R-KV every 128 steps, CAM every 512) scores nothing, so it reads no row whatever the
+  // indicator reads (None): its rows come to the host once, at the next trigger step. Unless the
+  // scores are frozen at insertion (scored every step) or the host works on every appended row (a
+  // codebook's approximation, key channels). NoneGivenDecoderSignals over the rolling window's A
+  // only while the decoder is asked for the window attention (the decode trigger reads A).
+  CacheRowReads decode_call_row_reads() const;
+
+  // The host works on every appended row: scores frozen at insertion, a codebook's approximation,
+  // key channels, an unfolded cache.
+  bool host_works_on_every_append() const;
+
+  // ObservationRequest::host_rows_not_read_later: no decode step reads a row on the host (no decode
+  // eviction, or one over row-free signals: None), so a device cache may drop the host's copy of
+  // its rows after this call (a later call that reads rows, a question block, brings them back).
+  // Not while a prefill in blocks has blocks to come after this call, nor for a context replay or
+  // a host that works on every append (their calls read the rows again).
+  bool host_rows_not_read_later() const;
+
+  // The prompt's declaration: NoneGivenDecoderSignals holds for a policy with a window only when
+  // the decoder is asked for the window attention (it then covers the newest min(W, position)
+  // queries, a later block's previous ones included, or does not serve it: the decoder's
+  // serves_window_attention). K and V on the device are asked for whenever rows_in_place (request()).
+  CacheRowReads prompt_call_row_reads() const;
+
+  // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.
+  bool skip_prefill() const { return plan.prefill.skip; }
+
+  void prefill_layer(const LayerSignals& s, KVCache& cache, bool allow_cascading);
+
+  // What a layer of a forward call hands over that the engine keeps (queries, the decoder's window
+  // attention, query and model signals, segments at prefill, accumulated attention, the merge
+  // state's decode attention), timed as Signals.
+  void record_layer_signals(const LayerSignals& s, const KVCache& cache, bool decoding);
+
+  // A layer's scores and the eviction they lead to (at its own layer when cascading, else at the last).
+  void evaluate_layer(int l, KVCache& cache, bool allow_cascading);
+
+  // gqa unfold, one-shot: each query head keeps its own top-k of its KV head's entries (scores
+  // were computed per query head), then the cache becomes one stored head per query head.
+  void unfold_and_evict(KVCache& cache);
+
+  void hold_output_projection(const LayerSignals& s);
+
+  // Whether the waiting prefill needs the replay's scores (a prompt within the budget evicts nothing).
+  bool awaits_replay() const { return replay_pending && !skip_prefill(); }
+
+  // Scores and evicts every layer of the waiting prefill with A_replay from `r` (null: nothing to
+  // evict, awaits_replay() false), then ends the prefill; `r` stays readable through finish_prefill.
+  void complete_replay(const ReplayScores* r, KVCache& cache);
+
+  // Whether the forward call that just ended completed the prompt (a prefill in blocks ends with
+  // the block that reaches block_prompt tokens).
+  bool prompt_complete() const { return block_prompt == 0 || prefill_seen >= block_prompt; }
+
+  void finish_prefill(KVCache& cache);
+
+  // Key-channel pruning (channel_selection.h): each head's channel_score on its signals as the
+  // token selection left them (kvpress ComposedPress runs ThinK on SnapKV's output), once.
+  void prune_key_channels(KVCache& cache);
+
+  // Makes heads codebook-backed (codebook_stage.h); the cache's own byte counts are the report's.
+  void apply_codebook(KVCache& cache);
+
+  void fill_report(const KVCache& cache);
+
+  // Layer l's per-head budget now: the prefill's, or run.decode_budget's value with decode_step =
+  // the tokens appended since the prompt, so prompt_len + decode_step = tokens seen (layers split
+  // as at prefill: a weighted split is scaled by decode_budget / budget).
+  int decode_budget(int l) const;
+
+  // Layer l's decode budget when its decode trigger evicts now (a threshold always evicts, below
+  // the budget too: --budget full turns it off, select_entries; else some head holds more than its
+  // budget + slack), -1 when it does not. Timed as Selection.
+  int decode_budget_if_over(const KVCache& cache, int l);
+
+  void decode_layer(const LayerSignals& s, KVCache& cache);
+};
+
+}  // namespace kvevict
