@@ -12,7 +12,9 @@
 //     decode_phases), the device mirror's host time and the rest of the step; and the prefill's
 //     engine time by phase (engine_prefill_phases_s).
 // Defaults: synthetic:llama3.1-8b (random weights of Llama-3.1-8B's geometry, 128K context),
-// contexts 4096, 32768 and 131072 (less the decode tokens, which must fit in the model's context),
+// contexts 32768, 131072 and 4096 in that order (less the decode tokens, which must fit in the
+// model's context): 32K first to measure what 128K is estimated from, 128K (the headline
+// rows) before 4K (measured on the H200 already),
 // policies full, cake and snapkv at 3% of the prompt, 16 decode tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
 //
 // One decoder for the whole process: it is made once after the model is loaded (for an 8B model
@@ -22,14 +24,16 @@
 // released; the CUDA decoder's device mirror empties, or re-uploads, its device cache at the next
 // flush). A run that would not fit --time-limit (counted from the start of the process) is skipped
 // and listed, so a device check always ends in time: its estimate is the per-run cost alone (the
-// model load and the decoder are paid once, before any run), the largest of the runs at the same
-// context so far or else the last measured context's, scaled quadratically for a prefill and
-// linearly for a synthetic fill. Without a CUDA build or device it prints why and exits 0
-// (nothing measured).
+// model load and the decoder are paid once, before any run): the same policy's cost at the
+// nearest measured context, scaled by the context ratio (RunCosts), and the first run of a sweep
+// needs 30 s left. The JSON is rewritten after every run. Without a CUDA build or device it prints
+// why and exits 0 (nothing measured).
 //
 // Device memory (cudaMemGetInfo's total - free: everything on the device, 0 on the CPU). The shared
-// decoder keeps what it allocated: its device KV arenas and activation buffers grow and are never
-// released between runs, so a run's absolute figures include what any earlier run reserved.
+// decoder keeps its activation buffers (they grow with the longest block and are never released),
+// so a run's absolute figures include what earlier runs reserved there; its device KV arenas give
+// their room back when an eviction or the reset empties most of a layer (DeviceKvLayout::
+// layout_to_release), so the cache's share follows what the policy keeps.
 //   "device_bytes_loaded" (JSON, once): right after the decoder was made: the weights, the
 //     decoder's first buffers and the CUDA context;
 //   per run, "device_bytes_at_start": after the reset, before the run (the figures below minus
@@ -40,7 +44,7 @@
 //     assigned cache), "device_bytes_after_decode".
 // Printed: dev_MiB is the prefill's peak (prefill) or the figure after the upload (synthetic);
 // +dev_MiB is dev_MiB minus device_bytes_at_start (0 where earlier runs had reserved enough).
-//   bench_gpu_decode [--model M] [--contexts 4096,32768] [--policies full,cake] [--budget 3%]
+//   bench_gpu_decode [--model M] [--contexts 32768,4096] [--policies full,cake] [--budget 3%]
 //                    [--decode-tokens N] [--time-limit SECONDS] [--json FILE] [--device cuda|cpu]
 //                    [--cache synthetic,prefill] [--kv-path resident|packed] [--prefill-attention own|flashinfer]
 // --prefill-attention: the CUDA decoder's prefill kernel (docs/CUDA.md "FlashInfer prefill"); by
@@ -67,6 +71,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -102,7 +107,7 @@ struct Options {
   DeviceKvMode kv_path = DeviceKvMode::Resident;  // --kv-path packed: the old per-call upload
   // --prefill-attention own|flashinfer; unset (auto): FlashInfer's when the build has it.
   std::optional<PrefillAttention> prefill_attention;
-  std::vector<int> contexts = {4096, 32768, 131072};
+  std::vector<int> contexts = {32768, 131072, 4096};  // the order they run in (the header comment)
   std::vector<std::string> policies = {"full", "cake", "snapkv"};
   int decode_tokens = 16;
   double time_limit = 420;
@@ -210,6 +215,53 @@ struct Bench {
   const Options& o;
   jit::DeviceChoice device;
   Decoder& decoder;
+  // How a prefill's cost grows with the context (RunCosts): about r^1.5 with FlashInfer's
+  // tensor-core attention (the GEMMs grow linearly, the attention quadratically, and at 32K-128K on
+  // the 8B geometry they are of the same order), r^2 with the own f32 kernel (attention dominates).
+  double prefill_exponent;
+};
+
+// An unestimated run (the first of a sweep) starts only with at least this much time left.
+constexpr double kMinUnestimatedSeconds = 30;
+
+// What the runs of one sweep cost, for the estimate of the next: a run's estimate is the same
+// policy's cost at the measured context nearest to it (by ratio), scaled by the context ratio
+// (linearly for a synthetic fill, by Bench::prefill_exponent for a prefill); without one, the
+// largest cost of any policy at that nearest context, scaled the same way; without any run, none.
+// Per policy because a policy's run is not the full cache's: a 3% synthetic fill at 128K costs a
+// few seconds where the full one costs tens (the first device runs estimated every policy at the
+// largest cost of its context, and skipped the 3% rows whenever full's did not leave that much).
+class RunCosts {
+ public:
+  explicit RunCosts(double exponent) : exponent_(exponent) {}
+  void add(int context, const std::string& policy, double seconds) { costs_.push_back({context, policy, seconds}); }
+  std::optional<double> estimate(int context, const std::string& policy) const {
+    const Cost* nearest = nullptr;
+    double nearest_distance = 0;
+    for (const bool same_policy : {true, false}) {
+      for (const Cost& c : costs_) {
+        if (same_policy && c.policy != policy) continue;
+        const double distance = std::abs(std::log(static_cast<double>(context) / c.context));
+        if (!nearest || distance < nearest_distance ||
+            (distance == nearest_distance && c.context == nearest->context && c.seconds > nearest->seconds)) {
+          nearest = &c;
+          nearest_distance = distance;
+        }
+      }
+      if (nearest) break;
+    }
+    if (!nearest) return std::nullopt;
+    return nearest->seconds * std::pow(static_cast<double>(context) / nearest->context, exponent_);
+  }
+
+ private:
+  struct Cost {
+    int context;
+    std::string policy;
+    double seconds;
+  };
+  double exponent_;
+  std::vector<Cost> costs_;
 };
 
 // Back to an empty cache at position 0 before a run. reset() empties the cache and position (the
@@ -468,11 +520,12 @@ void print_row(const nlohmann::json& r) {
 }
 
 // One pass over contexts x policies with one way of filling the cache, on the shared decoder. A run
-// whose estimated cost does not fit the time left is skipped and listed; a failing run is recorded
-// and the next goes on. The estimate is per run (the decoder is made before any sweep): the largest
-// cost measured at this context so far, or else the last measured context's largest, scaled by the
-// context ratio (quadratically for a prefill, linearly for a synthetic fill); 0 for the first run.
-void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, nlohmann::json& skipped) {
+// whose estimated cost (RunCosts: per run, the decoder is made before any sweep) does not fit the
+// time left is skipped and listed, and an unestimated one needs kMinUnestimatedSeconds; a failing
+// run is recorded and the next goes on. `save` is called after every run or skip (the JSON is
+// rewritten then, so a process stopped by its time limit keeps what it measured).
+void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, nlohmann::json& skipped,
+           const std::function<void()>& save) {
   const Options& o = b.o;
   const char* fill_name = fill == CacheFill::Synthetic ? "synthetic" : "prefill";
   std::printf("-- cache: %s\n", fill_name);
@@ -481,8 +534,7 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
               fill == CacheFill::Synthetic ? "fill_s" : "ttft_s", "policy%", "dec_ms_p50", "dec_ms_p90", "cache_MiB",
               "dev_MiB", "+dev_MiB");
   std::fflush(stdout);
-  double measured_cost = 0;  // the largest run cost at measured_context
-  int measured_context = 0;  // the last context with a measured run
+  RunCosts costs(fill == CacheFill::Prefill ? b.prefill_exponent : 1.0);
   for (int context : o.contexts) {
     // A context at the model's limit (128K) is cut by the decode steps, which must fit after it.
     if (context <= b.model.config.context_length && context + o.decode_tokens > b.model.config.context_length)
@@ -491,22 +543,22 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
       skipped.push_back({{"context", context}, {"cache", fill_name}, {"why", "beyond the model's context"}});
       std::printf("%8d %-10s skipped: beyond the model's context (%d)\n", context, "*", b.model.config.context_length);
       std::fflush(stdout);
+      save();
       continue;
     }
-    double full_ms = 0, cost_here = 0;
+    double full_ms = 0;
     for (const std::string& policy : o.policies) {
-      double estimate = cost_here;
-      if (estimate == 0 && measured_context > 0) {
-        const double scale = static_cast<double>(context) / measured_context;
-        estimate = measured_cost * (fill == CacheFill::Prefill ? scale * scale : scale);
-      }
+      const std::optional<double> estimated = costs.estimate(context, policy);
+      const double estimate = estimated.value_or(kMinUnestimatedSeconds);
       const double left = o.time_limit - (now() - start);
       if (estimate > left) {
         skipped.push_back({{"context", context}, {"policy", policy}, {"cache", fill_name},
                            {"why", "estimated " + std::to_string(static_cast<int>(estimate)) + " s, " +
                                        std::to_string(static_cast<int>(left)) + " s left"}});
-        std::printf("%8d %-10s skipped: estimated %.0f s, %.0f s left\n", context, policy.c_str(), estimate, left);
+        std::printf("%8d %-10s skipped: %s %.0f s, %.0f s left\n", context, policy.c_str(),
+                    estimated ? "estimated" : "unestimated, needs", estimate, left);
         std::fflush(stdout);
+        save();
         continue;
       }
       nlohmann::json r;
@@ -518,6 +570,7 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
                            {"why", std::string("failed: ") + e.what()}});
         std::printf("%8d %-10s FAILED: %s\n", context, policy.c_str(), e.what());
         std::fflush(stdout);
+        save();
         continue;
       }
       const double cost = now() - t0;
@@ -526,12 +579,9 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
       if (full_ms > 0 && policy != "full") r["decode_speedup_vs_full"] = full_ms / r["decode_ms_median"].get<double>();
       print_row(r);
       std::fflush(stdout);
-      cost_here = std::max(cost_here, cost);
+      costs.add(context, policy, cost);
       runs.push_back(r);
-    }
-    if (cost_here > 0) {
-      measured_cost = cost_here;
-      measured_context = context;
+      save();
     }
   }
 }
@@ -582,17 +632,12 @@ int main(int argc, char** argv) try {
   std::printf("decoder made in %.1f s (once, reused by every run), device memory in use %.1f MiB, host peak RSS %.0f MiB\n",
               decoder_seconds, static_cast<double>(mem_loaded) / (1 << 20), rss_after_decoder);
   std::fflush(stdout);
-  const Bench bench{*model, o, device, *decoder};
+  const Bench bench{*model, o, device, *decoder, prefill_attention == PrefillAttention::FlashInfer ? 1.5 : 2.0};
   nlohmann::json runs = nlohmann::json::array(), skipped = nlohmann::json::array();
-  for (CacheFill fill : o.fills) sweep(bench, fill, start, runs, skipped);
-  for (const auto& r : runs)
-    if (r.contains("decode_speedup_vs_full"))
-      std::printf("speed-up %s at %d (%s cache): %.2fx per decoded token over the full cache\n",
-                  r["policy"].get<std::string>().c_str(), r["context"].get<int>(),
-                  r["cache"].get<std::string>().c_str(), r["decode_speedup_vs_full"].get<double>());
-  std::printf("total %.1f s (model load %.1f s, decoder %.1f s)\n", now() - start, load_seconds, decoder_seconds);
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
+  // The JSON, rewritten after every run (a temporary file renamed over it: a reader never sees half
+  // of one), so a process stopped at its time limit leaves every run it finished.
+  const auto save = [&] {
+    if (o.json.empty()) return;
     nlohmann::json doc{{"model", o.model},
                        {"device", device.describe()},
                        {"model_load_s", load_seconds},
@@ -606,9 +651,25 @@ int main(int argc, char** argv) try {
                        {"host_peak_rss_mib_after_decoder", rss_after_decoder},
                        {"host_peak_rss_mib_at_end", bench::peak_rss_mib()}};
     if (!size_error) doc["model_file_bytes"] = file_bytes;
-    out << doc.dump(2) << "\n";
-    if (!out) throw RuntimeError("bench_gpu_decode: cannot write " + o.json);
-  }
+    const std::string partial = o.json + ".partial";
+    {
+      std::ofstream out(partial);
+      out << doc.dump(2) << "\n";
+      if (!out) throw RuntimeError("bench_gpu_decode: cannot write " + partial);
+    }
+    std::error_code renamed;
+    std::filesystem::rename(partial, o.json, renamed);
+    if (renamed) throw RuntimeError("bench_gpu_decode: cannot rename " + partial + " to " + o.json + ": " + renamed.message());
+  };
+  save();
+  for (CacheFill fill : o.fills) sweep(bench, fill, start, runs, skipped, save);
+  for (const auto& r : runs)
+    if (r.contains("decode_speedup_vs_full"))
+      std::printf("speed-up %s at %d (%s cache): %.2fx per decoded token over the full cache\n",
+                  r["policy"].get<std::string>().c_str(), r["context"].get<int>(),
+                  r["cache"].get<std::string>().c_str(), r["decode_speedup_vs_full"].get<double>());
+  std::printf("total %.1f s (model load %.1f s, decoder %.1f s)\n", now() - start, load_seconds, decoder_seconds);
+  save();
   return 0;
 } catch (const UsageError& e) {
   std::fprintf(stderr, "bench_gpu_decode: %s\n", e.what());

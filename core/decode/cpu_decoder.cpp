@@ -77,11 +77,10 @@ class CpuDecoder : public Decoder {
   std::vector<std::vector<float>> column_sums_;
   std::vector<int> rotary_first_;  // [n_kv_heads] RoPE position of the block's first token
   // Observation on request (ObservationRequest): the block's tokens, the layer inputs' norms, and
-  // each layer's output-projection Grams (computed once per layer, layer_observation.h).
+  // the output projection's Grams and slices (layer_observation.h).
   std::span<const int> tokens_;
   std::vector<float> hidden_norms_, hidden_states_;
-  std::vector<std::vector<float>> output_grams_;
-  std::vector<float> output_projection_;  // the current layer's W_o slices (out_norm_l1), rebuilt per layer
+  OutputProjectionSignals output_projection_;
 };
 
 const std::vector<float>& CpuDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -217,15 +216,8 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
     signals.tokens = tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
     if (request.hidden_states) signals.hidden_states = hidden_states_;
-    if (request.output_grams) {
-      output_grams_.resize(config_.n_layers);
-      if (output_grams_[layer].empty()) output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);
-      signals.output_grams = output_grams_[layer];
-    }
-    if (request.output_projection) {
-      output_projection_slices(wo, config_.n_heads, hd, output_projection_);
-      signals.output_projection = output_projection_;
-    }
+    if (OutputProjectionSignals::requested(request))
+      output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, hd, signals);
     observer->after_layer(signals, cache_);
   }
 }

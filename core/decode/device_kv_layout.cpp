@@ -225,6 +225,22 @@ std::optional<DeviceKvLayerLayout> DeviceKvLayout::layout_for_append(int layer, 
   return reserved_layout(current, needed, geometry_, policy_);
 }
 
+std::optional<DeviceKvLayerLayout> DeviceKvLayout::layout_to_release(int layer) const {
+  const DeviceKvLayerLayout& current = this->layer(layer);
+  std::vector<int64_t> capacities, lengths;
+  int64_t need = 0;
+  for (const DeviceKvRegion& r : current.heads) {
+    const double slack = std::ceil(policy_.growth * static_cast<double>(r.length));
+    capacities.push_back(rounded_capacity(std::min(policy_.max_rows_per_head,
+                                                   std::max(r.length, static_cast<int64_t>(std::min(slack, 9.0e18)))),
+                                          policy_));
+    lengths.push_back(r.length);
+    need += capacities.back();
+  }
+  if (current.capacity_rows() <= kDeviceKvReleaseFactor * need) return std::nullopt;
+  return packed_layout(capacities, lengths);
+}
+
 std::optional<DeviceKvLayerLayout> DeviceKvLayout::layout_for_lengths(int layer, std::span<const int64_t> lengths) const {
   return reserved_layout(this->layer(layer), lengths, geometry_, policy_);
 }

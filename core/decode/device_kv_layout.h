@@ -12,7 +12,8 @@
 // times its old capacity, so appends of one token at a time relocate O(log n) times. A layout
 // beyond `max_rows_per_head` rows for a head or `max_arena_bytes` for one arena is refused with
 // std::length_error naming the sizes: the cache never asks the allocator for an absurd size.
-// Growing relocates the whole layer (new arenas, every head copied with plan_copy).
+// Growing relocates the whole layer (new arenas, every head copied with plan_copy), and so does
+// giving room back after a compaction left the layer mostly empty (layout_to_release).
 //
 // Plans. plan_append says where a block's n rows land per head; plan_compaction turns keep lists
 // into in-place moves (ascending lists) or a gather through scratch rows (any other order); plan_copy turns two layouts into row-range copies (relocation, snapshot,
@@ -120,6 +121,9 @@ struct DeviceKvCompactionPlan {
 // std::invalid_argument naming the head and the offending index when an index is out of range or
 // repeated, or there is not one list per head; nothing is planned then.
 inline constexpr int64_t kDeviceKvMaxInPlaceMoves = 1024;
+// DeviceKvLayout::layout_to_release: a layer's arenas are laid smaller when they hold more than this
+// many times the rows its heads need.
+inline constexpr int64_t kDeviceKvReleaseFactor = 2;
 DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const std::vector<std::vector<int>>& keep,
                                        int64_t max_in_place_moves = kDeviceKvMaxInPlaceMoves);
 
@@ -143,6 +147,15 @@ class DeviceKvLayout {
   std::optional<DeviceKvLayerLayout> layout_for_append(int layer, int n) const;
   // The layer's layout with room for lengths[h] rows per head (for a restore), or nullopt.
   std::optional<DeviceKvLayerLayout> layout_for_lengths(int layer, std::span<const int64_t> lengths) const;
+  // The layer's layout with its room given back, after a compaction left it mostly empty: when
+  // its arenas hold more than kDeviceKvReleaseFactor times the rows its heads need with the growth
+  // slack (rounded_capacity(ceil(growth x length)) each), every head gets exactly that; else
+  // nullopt. Why: arenas only grew, so a layer whose 128K prompt was evicted to a few percent kept
+  // the whole prompt's arenas, and the device held the full cache's memory whatever the policy
+  // kept (CAKE's cascading bound on the prefill's peak never reached the device). The factor keeps
+  // decode-time evictions (a few rows a step) from relocating the layer again and again: after a
+  // release a head grows by the growth factor before a compaction could release it again.
+  std::optional<DeviceKvLayerLayout> layout_to_release(int layer) const;
   // Adopts `layout` for `layer` (after its arenas were relocated to it).
   void set_layer(int layer, DeviceKvLayerLayout layout);
   // Refuses (std::invalid_argument) a block of n < 1 tokens or a source stride shorter than a

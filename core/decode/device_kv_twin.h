@@ -38,7 +38,8 @@ class DeviceKvTwin {
   void append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
               std::span<const int32_t> first_positions);
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place,
-  // others through scratch rows.
+  // others through scratch rows; then a layer left mostly empty is relocated to smaller arenas
+  // (DeviceKvLayout::layout_to_release), as the device does.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
   // Overwrites rows [first_row, first_row + rows) of `head` from f32 rows ([rows][head_dim]) and
   // positions, converted as append converts; the head's length becomes max(length, first_row +

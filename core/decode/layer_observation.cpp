@@ -37,6 +37,20 @@ std::vector<float> output_projection_grams(const TypedMatrix& wo, int n_heads, i
   return std::vector<float>(acc.begin(), acc.end());
 }
 
+void OutputProjectionSignals::hand_over(const ObservationRequest& request, const TypedMatrix& wo, int layer,
+                                        int n_layers, int n_heads, int head_dim, LayerSignals& signals) {
+  if (request.output_grams) {
+    grams_.resize(static_cast<size_t>(n_layers));
+    std::vector<float>& grams = grams_.at(static_cast<size_t>(layer));
+    if (grams.empty()) grams = output_projection_grams(wo, n_heads, head_dim);
+    signals.output_grams = grams;
+  }
+  if (request.output_projection) {
+    output_projection_slices(wo, n_heads, head_dim, slices_);
+    signals.output_projection = slices_;
+  }
+}
+
 void output_projection_slices(const TypedMatrix& wo, int n_heads, int head_dim, std::vector<float>& out) {
   if (wo.empty() || wo.cols != n_heads * head_dim)
     throw std::invalid_argument("output_projection_slices: W_o must have n_heads * head_dim columns");

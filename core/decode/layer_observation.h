@@ -4,6 +4,7 @@
 // One implementation for every decoder backend: both are computed on the host from host data.
 #include <vector>
 
+#include "core/decode/decoder.h"
 #include "core/model/weights.h"
 
 namespace kvevict {
@@ -23,5 +24,21 @@ std::vector<float> output_projection_grams(const TypedMatrix& wo, int n_heads, i
 // h*head_dim .. h*head_dim + head_dim - 1 of W_o, so ||W_o,h v||_1 can be computed for a value v.
 // Size dim * n_heads * head_dim floats (W_o itself); `out` is resized.
 void output_projection_slices(const TypedMatrix& wo, int n_heads, int head_dim, std::vector<float>& out);
+
+// The W_o signals an observer asked for (ObservationRequest::output_grams, output_projection), as
+// every decoder hands them over: layer `layer`'s Grams (made at its first request, then kept) and
+// its slices (remade into one buffer per call), from `wo`, the layer's W_o on the host, set in
+// `signals` (valid while this object and the call last).
+class OutputProjectionSignals {
+ public:
+  // Whether `request` asks for either (then the caller makes `wo` for hand_over).
+  static bool requested(const ObservationRequest& request) { return request.output_grams || request.output_projection; }
+  void hand_over(const ObservationRequest& request, const TypedMatrix& wo, int layer, int n_layers, int n_heads,
+                 int head_dim, LayerSignals& signals);
+
+ private:
+  std::vector<std::vector<float>> grams_;  // [layer]
+  std::vector<float> slices_;              // the current call's layer
+};
 
 }  // namespace kvevict

@@ -159,6 +159,51 @@ TEST(CudaDecoder, ObserverSignalsMatchTheCpu) {
   }
 }
 
+// Every per-layer signal an observer may ask for besides the attention ones, asked of both
+// decoders: each must be handed over (a policy reading one fails at its first eviction when it is
+// not: out_norm_l1 was missing on the GPU, found by review 2026-12-06), W_o's Grams and slices the
+// same bits (both from the host copy of W_o), the hidden states within the fp16 bound.
+class LayerInputRecorder : public ForwardObserver {
+ public:
+  ObservationRequest request() const override {
+    ObservationRequest r;
+    r.hidden_norms = r.hidden_states = r.output_grams = r.output_projection = true;
+    return r;
+  }
+  void after_layer(const LayerSignals& s, KVCache&) override {
+    hidden_norms.emplace_back(s.hidden_norms.begin(), s.hidden_norms.end());
+    hidden_states.emplace_back(s.hidden_states.begin(), s.hidden_states.end());
+    grams.emplace_back(s.output_grams.begin(), s.output_grams.end());
+    projection.emplace_back(s.output_projection.begin(), s.output_projection.end());
+  }
+  std::vector<std::vector<float>> hidden_norms, hidden_states, grams, projection;
+};
+
+TEST(CudaDecoder, HandsOverEveryRequestedLayerInputLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig c = gqa_config();
+  const auto model = make_random_model(c, 12);
+  const auto prompt = random_prompts(300, 2, 6)[1];
+  LayerInputRecorder cpu_seen, gpu_seen;
+  make_decoder(*model, DecoderDevice::Cpu, {.threads = 1})->forward(prompt, &cpu_seen);
+  make_decoder(*model, DecoderDevice::Cuda)->forward(prompt, &gpu_seen);
+  ASSERT_EQ(gpu_seen.projection.size(), static_cast<size_t>(c.n_layers));
+  const int hd = c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    ASSERT_EQ(gpu_seen.projection[l].size(), static_cast<size_t>(c.n_heads) * c.dim * hd) << "layer " << l;
+    EXPECT_EQ(gpu_seen.projection[l], cpu_seen.projection[l]) << "layer " << l;
+    ASSERT_EQ(gpu_seen.grams[l].size(), static_cast<size_t>(c.n_heads) * hd * hd) << "layer " << l;
+    EXPECT_EQ(gpu_seen.grams[l], cpu_seen.grams[l]) << "layer " << l;
+    ASSERT_EQ(gpu_seen.hidden_norms[l].size(), prompt.size()) << "layer " << l;
+    EXPECT_LE(max_abs_diff(cpu_seen.hidden_norms[l], gpu_seen.hidden_norms[l]), logit_bound(cpu_seen.hidden_norms[l]))
+        << "layer " << l;
+    ASSERT_EQ(gpu_seen.hidden_states[l].size(), prompt.size() * static_cast<size_t>(c.dim)) << "layer " << l;
+    EXPECT_LE(max_abs_diff(cpu_seen.hidden_states[l], gpu_seen.hidden_states[l]),
+              logit_bound(cpu_seen.hidden_states[l]))
+        << "layer " << l;
+  }
+}
+
 // CAKE with cascading (earlier layers re-evicted at every layer) on the prompt, then decode steps:
 // the same caches until they part, and then only on near ties (lockstep_eviction.h).
 TEST(CudaDecoder, EvictionDecisionsMatchTheCpu) {

@@ -2,6 +2,7 @@
 // (device_kv_elements.h run by the host twin): host-only, no GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 
@@ -196,6 +197,56 @@ TEST(DeviceKvLayout, BytesCountLiveAndReservedEntries) {
   EXPECT_EQ(twin.layout().bytes_in_use(), 2 * 5 * g.entry_bytes());
   EXPECT_EQ(twin.layout().bytes_reserved(), 2 * 16 * g.entry_bytes());
   EXPECT_EQ(twin.layout().packed().bytes_reserved(), twin.layout().bytes_in_use());
+}
+
+// A compaction that leaves a layer mostly empty gives its room back (layout_to_release): new arenas
+// of growth x the live rows per head, the rows intact; one that leaves it mostly full, or a small
+// eviction after a release (decode-time), relocates nothing; a clear gives every row back.
+TEST(DeviceKvLayout, ACompactionThatLeavesALayerMostlyEmptyGivesItsRoomBack) {
+  const DeviceKvGeometry g{1, 2, 4, KvType::F32};
+  DeviceKvTwin twin(g, DeviceKvGrowthPolicy{.row_quantum = 16, .growth = 1.5});
+  const int rows = 1000;
+  std::vector<float> block(static_cast<size_t>(rows) * 2 * 4);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(i);  // exact in F32: rows are checked
+  twin.append(0, rows, block.data(), block.data(), 2 * 4, std::vector<int32_t>{0, 5000});
+  const auto capacity = [&](int h) { return twin.layout().layer(0).heads[static_cast<size_t>(h)].capacity; };
+  ASSERT_EQ(capacity(0), 1008);
+  EXPECT_FALSE(twin.layout().layout_to_release(0).has_value());
+  const auto keep_every = [&](int step, int count) {
+    std::vector<std::vector<int>> keep(2);
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < count; ++j) keep[static_cast<size_t>(h)].push_back(j * step + h);
+    return keep;
+  };
+  twin.compact(0, keep_every(1, 600));  // 600 of 1000: 1.5 x 600 -> 912 per head, 2016 <= 2 x 1824
+  EXPECT_EQ(capacity(0), 1008);
+  std::vector<std::vector<int>> keep = keep_every(15, 40);  // 40 rows per head, one in score order
+  std::swap(keep[1][0], keep[1][39]);
+  const std::vector<DeviceKvHeadContents> before{twin.read_head(0, 0), twin.read_head(0, 1)};
+  twin.compact(0, keep);
+  EXPECT_EQ(capacity(0), 64);  // 1.5 x 40 -> 60 -> 64
+  EXPECT_EQ(capacity(1), 64);
+  EXPECT_EQ(twin.layout().bytes_reserved(), 2 * 64 * g.entry_bytes());
+  for (int h = 0; h < 2; ++h) {
+    const DeviceKvHeadContents now = twin.read_head(0, h);
+    ASSERT_EQ(now.positions.size(), 40u);
+    const size_t rw = static_cast<size_t>(g.row_words());
+    for (size_t j = 0; j < 40; ++j) {
+      const size_t from = static_cast<size_t>(keep[static_cast<size_t>(h)][j]);
+      EXPECT_EQ(now.positions[j], before[static_cast<size_t>(h)].positions[from]) << "head " << h << " row " << j;
+      EXPECT_TRUE(std::equal(now.keys.begin() + j * rw, now.keys.begin() + (j + 1) * rw,
+                             before[static_cast<size_t>(h)].keys.begin() + from * rw))
+          << "head " << h << " row " << j;
+    }
+  }
+  twin.append(0, 30, block.data(), block.data(), 2 * 4, std::vector<int32_t>{9000, 9000});  // 70 > 64: grows to 96
+  EXPECT_EQ(capacity(0), 96);
+  twin.compact(0, keep_every(1, 60));  // a decode-time eviction: 1.5 x 60 = 90 -> 96, 192 <= 2 x 192
+  EXPECT_EQ(capacity(0), 96);
+  EXPECT_FALSE(twin.layout().layout_to_release(0).has_value());
+  twin.compact(0, {{}, {}});  // a clear
+  EXPECT_EQ(twin.layout().bytes_reserved(), 0u);
+  EXPECT_EQ(twin.layout().length(0, 1), 0);
 }
 
 // ---- In-place compaction reads each source before any chunk overwrites it. Rows carry their own

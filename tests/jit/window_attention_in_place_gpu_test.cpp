@@ -5,6 +5,8 @@
 // The CPU proof of the engine's side: WindowAttentionEngineTest.DeviceScoringReadsTheDecodersBufferInPlace.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -101,9 +103,12 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodersBufferInPlace) {
 }
 
 // While decoding: CAKE's and TOVA's A_now read in place from the decoder's device column sums
-// (ObservationRequest::column_sums_on_device_only: no host copy, no download), MorphKV's rolling
-// window attention read in place from the decoder's buffer; the same kept entries in the same order
-// as the interpreter scoring host copies of the same signals.
+// (ObservationRequest::column_sums_on_device_only: no host copy, no download), Scissorhands' and
+// MorphKV's rolling window attention read in place from the decoder's buffer; the same kept entries
+// in the same order as the interpreter scoring host copies of the same signals. MorphKV's score
+// goes through logf and expf, whose GPU results may differ from the host's in the last bits (the
+// codegen tests allow 5e-5), so a near tie at a head's budget may flip there: its kept entries are
+// compared as sets that may differ by a few (a wrong A read in place changes most of them).
 TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(in_place_config(), 47);
@@ -112,12 +117,13 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 17 + 11) % 300);
   const jit::DeviceChoice device = jit::resolve_device("cuda");
   const int heads = model->config.n_layers * model->config.n_kv_heads;
-  for (const char* name : {"cake", "tova", "morphkv"}) {
+  for (const char* name : {"cake", "tova", "scissorhands", "morphkv"}) {
+    const bool rolling_window = std::string(name) == "scissorhands" || std::string(name) == "morphkv";
     const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
     const auto interpreted = load_policy(name, {});
     const Outcome gpu = run(*model, *on_device, prompt, tokens);
     const Outcome cpu = run(*model, *interpreted, prompt, tokens);
-    if (std::string(name) == "morphkv") {
+    if (rolling_window) {
       EXPECT_GE(gpu.report.window_attention_in_place, heads) << name << ": the last step's heads";
       EXPECT_EQ(gpu.report.window_attention_downloads, 0) << name;
     } else {
@@ -127,10 +133,27 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
     }
     // CAKE's per-head and TOVA's layer-shared decode evictions select from the scores the kernels
     // left on the device (TOVA's mean made there too).
-    if (std::string(name) != "morphkv") {
+    if (!rolling_window) {
       EXPECT_GE(gpu.report.scores_in_place, heads) << name;
     }
-    EXPECT_EQ(gpu.positions, cpu.positions) << name;
+    if (std::string(name) != "morphkv") {
+      EXPECT_EQ(gpu.positions, cpu.positions) << name;
+      continue;
+    }
+    ASSERT_EQ(gpu.positions.size(), cpu.positions.size());
+    size_t kept = 0, differing = 0;
+    for (size_t l = 0; l < cpu.positions.size(); ++l)
+      for (size_t h = 0; h < cpu.positions[l].size(); ++h) {
+        std::vector<int32_t> a = cpu.positions[l][h], b = gpu.positions[l][h];
+        ASSERT_EQ(a.size(), b.size()) << name << " layer " << l << " head " << h;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        std::vector<int32_t> only;
+        std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only));
+        kept += a.size();
+        differing += only.size();
+      }
+    EXPECT_LE(differing * 50, kept) << name << ": " << differing << " of " << kept << " kept entries differ";
   }
 }
 

@@ -351,7 +351,7 @@ class CudaDecoder : public Decoder {
   // Observation on request, computed on the host as the CPU decoder does (layer_observation.h).
   std::span<const int> host_tokens_;
   std::vector<float> host_x_, hidden_norms_, hidden_states_;
-  std::vector<std::vector<float>> output_grams_;
+  OutputProjectionSignals output_projection_;
 };
 
 void CudaDecoder::upload_rope_table(int first, int n) {
@@ -790,16 +790,14 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     signals.tokens = host_tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
     if (request.hidden_states) signals.hidden_states = hidden_states_;
-    if (request.output_grams) {  // from the host copy of W_o, as the CPU decoder (f32 Grams)
-      output_grams_.resize(config_.n_layers);
-      if (output_grams_[layer].empty()) {
-        static const NativeLayer none;
-        const auto& natives = model_.weights.native_layers;
-        const TypedMatrix wo = Weights::matrix(model_.weights.layers[layer].wo,
-                                               natives.empty() ? none.wo : natives[layer].wo, dim, q_dim);
-        output_grams_[layer] = output_projection_grams(wo, config_.n_heads, hd);
-      }
-      signals.output_grams = output_grams_[layer];
+    // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
+    // makes them (f32).
+    if (OutputProjectionSignals::requested(request)) {
+      static const NativeLayer none;
+      const auto& natives = model_.weights.native_layers;
+      const TypedMatrix wo =
+          Weights::matrix(model_.weights.layers[layer].wo, natives.empty() ? none.wo : natives[layer].wo, dim, q_dim);
+      output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, hd, signals);
     }
     observer->after_layer(signals, cache_);
     // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's

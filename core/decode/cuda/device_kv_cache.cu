@@ -332,6 +332,8 @@ void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep
   }
   if (!plan.gather_src.empty()) impl_->gather(layer, plan);
   impl_->layout.commit_compaction(layer, plan);
+  // A layer left mostly empty gives its room back (DeviceKvLayout::layout_to_release), as the twin.
+  if (auto smaller = impl_->layout.layout_to_release(layer)) impl_->relocate(layer, std::move(*smaller));
 }
 
 DeviceKvHeadContents DeviceKvCache::read_head(int layer, int head) const {

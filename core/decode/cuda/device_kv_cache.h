@@ -60,7 +60,9 @@ class DeviceKvCache {
   void append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                         std::span<const int32_t> first_positions);
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place
-  // (no second buffer), others gathered through scratch rows and copied back.
+  // (no second buffer), others gathered through scratch rows and copied back; then a layer left
+  // mostly empty gives its room back: new, smaller arenas, the live rows copied, the old freed
+  // (DeviceKvLayout::layout_to_release).
   void compact(int layer, const std::vector<std::vector<int>>& keep);
   // Overwrites rows [first_row, first_row + rows) of `head` from HOST f32 rows ([rows][head_dim])
   // and positions (uploaded first), converted as append converts; the head's length becomes

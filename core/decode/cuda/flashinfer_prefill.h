@@ -25,7 +25,7 @@ namespace kvevict::cuda {
 bool flashinfer_prefill_built();
 
 // Whether the built kernels take a cache of this element type and head size: F16 or BF16, head_dim
-// 64 or 128 (the instantiations in flashinfer/flashinfer_prefill.cu). Always false when not built.
+// 64 or 128 (the instantiations in flashinfer/flashinfer_kernels.cu). Always false when not built.
 bool flashinfer_prefill_supports(KvType type, int head_dim);
 
 // Whether a call of n queries over `view` can use it: supported type and head size, n >= 1, and
