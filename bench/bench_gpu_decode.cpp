@@ -17,6 +17,8 @@
 // rows) before 4K (measured on the H200 already),
 // policies full, cake and snapkv at 3% of the prompt, 16 decode tokens, scoring auto (the NVRTC-compiled kernels on a CUDA device).
 //
+// Every policy is loaded once before the runs (its kernels compiled into the kernel cache: the
+// "policies loaded" line, "policies_s"), so no run's cost holds a compile.
 // One decoder for the whole process: it is made once after the model is loaded (for an 8B model
 // the weights' fp16 conversion and upload take tens of seconds: the `decoder made in` line and
 // "decoder_s" in the JSON) and every run of both sweeps reuses it, reset first to an empty cache at
@@ -272,6 +274,7 @@ void reset_decoder(Decoder& decoder) {
   decoder.reset();
   decoder.cache() = KVCache(decoder.model().config, decoder.cache().kv_type());
   decoder.set_position(0);
+  (void)decoder.device_kv_bytes();  // flushes: the device cache is empty (its arenas given back) now
 }
 
 // EnginePhaseSeconds as {"signals": ..., "scoring": ..., ...} (mode_name keys), each phase's
@@ -330,6 +333,7 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
   const std::vector<float>* logits = &prefill_prompt(decoder, prompt, engine.get(), engine.get());
   const double ttft = now() - t0;
   const size_t mem_peak = prefill_peak.stop();
+  (void)decoder.device_kv_bytes();  // flushes: the prompt's last keeps are on the device (and their room given back)
   const size_t mem_prefill = device_bytes_in_use(b.device);
   const size_t cache_bytes = decoder.cache_layout().bytes_in_use();
   // What the host holds of the cache (position-only heads: 4 bytes per entry) and the rows that
@@ -553,7 +557,8 @@ void sweep(const Bench& b, CacheFill fill, double start, nlohmann::json& runs, n
       const double left = o.time_limit - (now() - start);
       if (estimate > left) {
         skipped.push_back({{"context", context}, {"policy", policy}, {"cache", fill_name},
-                           {"why", "estimated " + std::to_string(static_cast<int>(estimate)) + " s, " +
+                           {"why", std::string(estimated ? "estimated " : "unestimated, needs ") +
+                                       std::to_string(static_cast<int>(estimate)) + " s, " +
                                        std::to_string(static_cast<int>(left)) + " s left"}});
         std::printf("%8d %-10s skipped: %s %.0f s, %.0f s left\n", context, policy.c_str(),
                     estimated ? "estimated" : "unestimated, needs", estimate, left);
@@ -633,15 +638,28 @@ int main(int argc, char** argv) try {
               decoder_seconds, static_cast<double>(mem_loaded) / (1 << 20), rss_after_decoder);
   std::fflush(stdout);
   const Bench bench{*model, o, device, *decoder, prefill_attention == PrefillAttention::FlashInfer ? 1.5 : 2.0};
+  // Each policy loaded once before any run, its kernels compiled by NVRTC into the kernel cache, so
+  // a run's cost (which RunCosts scales to the next context) holds no compile: a later load is a
+  // cache hit.
+  const double policies_start = now();
+  for (const std::string& policy : o.policies)
+    if (policy != "full")
+      (void)jit::load_scored_policy(policy, {}, {}, jit::resolve_scoring("auto", device, "--scoring"), device);
+  const double policies_seconds = now() - policies_start;
+  std::printf("policies loaded (their kernels compiled) in %.1f s\n", policies_seconds);
+  std::fflush(stdout);
   nlohmann::json runs = nlohmann::json::array(), skipped = nlohmann::json::array();
   // The JSON, rewritten after every run (a temporary file renamed over it: a reader never sees half
-  // of one), so a process stopped at its time limit leaves every run it finished.
+  // of one), so a process stopped at its time limit leaves every run it finished. A failed write
+  // is reported and the runs go on; the exit status says it (1).
+  bool save_failed = false;
   const auto save = [&] {
     if (o.json.empty()) return;
     nlohmann::json doc{{"model", o.model},
                        {"device", device.describe()},
                        {"model_load_s", load_seconds},
                        {"decoder_s", decoder_seconds},
+                       {"policies_s", policies_seconds},
                        {"prefill_attention", mode_name(prefill_attention)},
                        {"device_bytes_loaded", mem_loaded},
                        {"runs", runs},
@@ -652,14 +670,16 @@ int main(int argc, char** argv) try {
                        {"host_peak_rss_mib_at_end", bench::peak_rss_mib()}};
     if (!size_error) doc["model_file_bytes"] = file_bytes;
     const std::string partial = o.json + ".partial";
-    {
-      std::ofstream out(partial);
-      out << doc.dump(2) << "\n";
-      if (!out) throw RuntimeError("bench_gpu_decode: cannot write " + partial);
-    }
+    std::ofstream out(partial);
+    out << doc.dump(2) << "\n";
+    out.close();
     std::error_code renamed;
-    std::filesystem::rename(partial, o.json, renamed);
-    if (renamed) throw RuntimeError("bench_gpu_decode: cannot rename " + partial + " to " + o.json + ": " + renamed.message());
+    if (out) std::filesystem::rename(partial, o.json, renamed);
+    if (!out || renamed) {
+      std::fprintf(stderr, "bench_gpu_decode: cannot write %s%s%s\n", o.json.c_str(), renamed ? ": " : "",
+                   renamed ? renamed.message().c_str() : "");
+      save_failed = true;
+    }
   };
   save();
   for (CacheFill fill : o.fills) sweep(bench, fill, start, runs, skipped, save);
@@ -670,7 +690,7 @@ int main(int argc, char** argv) try {
                   r["cache"].get<std::string>().c_str(), r["decode_speedup_vs_full"].get<double>());
   std::printf("total %.1f s (model load %.1f s, decoder %.1f s)\n", now() - start, load_seconds, decoder_seconds);
   save();
-  return 0;
+  return save_failed ? 1 : 0;
 } catch (const UsageError& e) {
   std::fprintf(stderr, "bench_gpu_decode: %s\n", e.what());
   return 2;

@@ -13,7 +13,8 @@
 // beyond `max_rows_per_head` rows for a head or `max_arena_bytes` for one arena is refused with
 // std::length_error naming the sizes: the cache never asks the allocator for an absurd size.
 // Growing relocates the whole layer (new arenas, every head copied with plan_copy), and so does
-// giving room back after a compaction left the layer mostly empty (layout_to_release).
+// giving room back after a compaction left the layer mostly empty (layout_to_release, which the
+// caches' release_room applies).
 //
 // Plans. plan_append says where a block's n rows land per head; plan_compaction turns keep lists
 // into in-place moves (ascending lists) or a gather through scratch rows (any other order); plan_copy turns two layouts into row-range copies (relocation, snapshot,
@@ -153,8 +154,10 @@ class DeviceKvLayout {
   // nullopt. Why: arenas only grew, so a layer whose 128K prompt was evicted to a few percent kept
   // the whole prompt's arenas, and the device held the full cache's memory whatever the policy
   // kept (CAKE's cascading bound on the prefill's peak never reached the device). The factor keeps
-  // decode-time evictions (a few rows a step) from relocating the layer again and again: after a
-  // release a head grows by the growth factor before a compaction could release it again.
+  // decode-time evictions from relocating the layer at every step: one that evicts a few rows a
+  // step never releases after the first release; one that lets a head grow by more than its budget
+  // between evictions (decode_every N, a block per step) releases once per eviction and grows back
+  // in one to three steps, each an O(budget) copy.
   std::optional<DeviceKvLayerLayout> layout_to_release(int layer) const;
   // Adopts `layout` for `layer` (after its arenas were relocated to it).
   void set_layer(int layer, DeviceKvLayerLayout layout);

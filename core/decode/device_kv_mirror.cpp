@@ -545,6 +545,9 @@ void DeviceKvMirror::apply_pending(int layer) {
     s = HeadState{};
   }
   send_codebooks(layer);
+  // After the resyncs: a head emptied for a re-upload is written back first, so the room it needs
+  // is not given back and taken again row run by row run.
+  backend_.release_room(layer);
   layer_pending_[static_cast<size_t>(layer)] = 0;
 }
 

@@ -50,7 +50,8 @@
 //    only or not made (a layer holding real rows takes the real rows), since norms computed from
 //    zero rows would be wrong.
 // After flush(layer) every head of the layer holds on the device exactly what the host holds:
-// the same words of the KvType and the same positions.
+// the same words of the KvType and the same positions; a flush that had work ends with the
+// backend's release_room(layer) (a layer left mostly empty gives its arenas' room back).
 //
 // Unfolded caches (one stored head per query head) are not mirrored: after unfold() events are
 // ignored and flush throws std::logic_error until clear() or a replacement by a folded cache.
@@ -77,6 +78,9 @@ class DeviceKvBackend {
   virtual ~DeviceKvBackend() = default;
   virtual const DeviceKvLayout& layout() const = 0;
   virtual void compact(int layer, const std::vector<std::vector<int>>& keep) = 0;
+  // Gives the layer's room back when it is mostly empty (DeviceKvLayout::layout_to_release); keeps
+  // the arenas where the smaller ones cannot be allocated (optional work: never an error).
+  virtual void release_room(int layer) = 0;
   virtual void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys,
                           const float* values, const int32_t* positions) = 0;
   virtual DeviceKvHeadContents read_rows(int layer, int head, int64_t first_row, int64_t rows) const = 0;
@@ -110,6 +114,7 @@ class DeviceKvBackendFor final : public DeviceKvBackend {
   explicit DeviceKvBackendFor(Cache& cache) : cache_(cache) {}
   const DeviceKvLayout& layout() const override { return cache_.layout(); }
   void compact(int layer, const std::vector<std::vector<int>>& keep) override { cache_.compact(layer, keep); }
+  void release_room(int layer) override { cache_.release_room(layer); }
   void write_rows(int layer, int head, int64_t first_row, int64_t rows, const float* keys, const float* values,
                   const int32_t* positions) override {
     cache_.write_rows(layer, head, first_row, rows, keys, values, positions);

@@ -106,6 +106,9 @@ void DeviceKvTwin::compact(int layer, const std::vector<std::vector<int>>& keep)
     copy_rows(scratch, a, plan.gather_back);
   }
   layout_.commit_compaction(layer, plan);
+}
+
+void DeviceKvTwin::release_room(int layer) {
   if (auto smaller = layout_.layout_to_release(layer)) relocate(layer, std::move(*smaller));
 }
 

@@ -38,9 +38,11 @@ class DeviceKvTwin {
   void append(int layer, int n, const float* keys, const float* values, int64_t src_stride,
               std::span<const int32_t> first_positions);
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place,
-  // others through scratch rows; then a layer left mostly empty is relocated to smaller arenas
-  // (DeviceKvLayout::layout_to_release), as the device does.
+  // others through scratch rows.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
+  // A layer left mostly empty is relocated to smaller arenas (DeviceKvLayout::layout_to_release),
+  // as the device does; nothing otherwise.
+  void release_room(int layer);
   // Overwrites rows [first_row, first_row + rows) of `head` from f32 rows ([rows][head_dim]) and
   // positions, converted as append converts; the head's length becomes max(length, first_row +
   // rows) (DeviceKvLayout::write_args' contract). Grows the layer first when the head lacks room.

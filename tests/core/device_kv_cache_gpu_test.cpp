@@ -54,6 +54,8 @@ void apply(cuda::DeviceKvCache& device, DeviceKvTwin& twin, const device_kv_test
   } else {
     device.compact(op.layer, op.keep);
     twin.compact(op.layer, op.keep);
+    device.release_room(op.layer);
+    twin.release_room(op.layer);
   }
 }
 
@@ -153,8 +155,8 @@ TEST_P(DeviceKvCacheGpu, RowNormsMatchTheHostTwinBitForBit) {
 #endif
 }
 
-// A compaction that leaves a layer mostly empty relocates it to smaller arenas on the device as in
-// the twin (DeviceKvLayout::layout_to_release): the same capacities and rows, and the device's free
+// After a compaction that leaves a layer mostly empty, release_room relocates it to smaller arenas
+// on the device as in the twin (DeviceKvLayout::layout_to_release): the same capacities and rows, and the device's free
 // memory grows by about what the layer gave back.
 TEST_P(DeviceKvCacheGpu, ALayerLeftMostlyEmptyGivesItsRoomBackLikeTheTwin) {
   SKIP_WITHOUT_GPU();
@@ -181,6 +183,8 @@ TEST_P(DeviceKvCacheGpu, ALayerLeftMostlyEmptyGivesItsRoomBackLikeTheTwin) {
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
   device.compact(0, keep);
   twin.compact(0, keep);
+  device.release_room(0);
+  twin.release_room(0);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   EXPECT_LT(twin.layout().layer(0).capacity_rows(), 2 * 1024);  // 1.5 x 300 -> 512 per head

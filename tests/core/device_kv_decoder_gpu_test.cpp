@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -487,6 +488,51 @@ TEST(DeviceKvDecoderGpu, HostRowsAreReleasedAfterAPromptTheHostRead) {
                            });
   if (HasFatalFailure()) return;
   EXPECT_GT(run.rowless->device_kv_stats().counts.rows_placeholder, 0);
+#endif
+}
+
+// A prompt's evictions reach the device while the prompt runs: the CUDA decoder flushes the
+// observer's keeps after each layer's observation, so CAKE's cascading stages shrink the layers
+// before the next one appends (compactions counted by the time layer 1 is observed), and the
+// arenas give their room back (DeviceKvLayout::layout_to_release): after the prompt the device
+// holds far less than the full cache's arenas.
+TEST(DeviceKvDecoderGpu, APromptsEvictionsShrinkTheDeviceCacheWhileThePromptRuns) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  struct Watch : ForwardObserver {
+    EvictionEngine* engine = nullptr;
+    Decoder* decoder = nullptr;
+    std::vector<int64_t> compactions_before;  // [layer]: the decoder's count when the layer is observed
+    ObservationRequest request() const override { return engine->request(); }
+    void after_layer(const LayerSignals& s, KVCache& cache) override {
+      compactions_before.push_back(decoder->device_kv_stats().counts.compactions);  // no flush
+      engine->after_layer(s, cache);
+    }
+    void after_forward(int n, KVCache& cache) override { engine->after_forward(n, cache); }
+  };
+  const auto model = make_random_model(gqa_config(), 71);
+  const auto cake = load_policy("cake", {{"cascading", "true"}});
+  const std::vector<int> prompt = random_prompt(400, 31);
+  auto full = make_decoder(*model, DecoderDevice::Cuda, {});
+  full->forward(prompt);
+  const std::optional<DeviceKvBytes> full_bytes = full->device_kv_bytes();
+  auto decoder = make_decoder(*model, DecoderDevice::Cuda, {});
+  EvictionEngine engine(*cake, model->config, EngineOptions{Budget::parse("10%"), 0});
+  Watch watch;
+  watch.engine = &engine;
+  watch.decoder = decoder.get();
+  decoder->forward(prompt, &watch);
+  ASSERT_EQ(watch.compactions_before.size(), static_cast<size_t>(model->config.n_layers));
+  EXPECT_EQ(watch.compactions_before[0], 0);
+  EXPECT_GT(watch.compactions_before[1], 0) << "layer 0's cascading keep was not on the device when layer 1 ran";
+  const std::optional<DeviceKvBytes> kept_bytes = decoder->device_kv_bytes();
+  ASSERT_TRUE(full_bytes && kept_bytes);
+  EXPECT_LT(kept_bytes->reserved, full_bytes->reserved / 2)
+      << "reserved " << kept_bytes->reserved << " of the full cache's " << full_bytes->reserved;
+  decoder->reset();
+  const std::optional<DeviceKvBytes> after_reset = decoder->device_kv_bytes();
+  ASSERT_TRUE(after_reset);
+  EXPECT_EQ(after_reset->reserved, 0u);
 #endif
 }
 

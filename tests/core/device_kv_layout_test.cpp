@@ -199,9 +199,10 @@ TEST(DeviceKvLayout, BytesCountLiveAndReservedEntries) {
   EXPECT_EQ(twin.layout().packed().bytes_reserved(), twin.layout().bytes_in_use());
 }
 
-// A compaction that leaves a layer mostly empty gives its room back (layout_to_release): new arenas
-// of growth x the live rows per head, the rows intact; one that leaves it mostly full, or a small
-// eviction after a release (decode-time), relocates nothing; a clear gives every row back.
+// A compaction that leaves a layer mostly empty lets release_room give its room back
+// (layout_to_release): new arenas of growth x the live rows per head, the rows intact; after one
+// that leaves it mostly full, or a small eviction after a release (decode-time), it relocates
+// nothing; after a clear it gives every row back. A compaction alone never relocates.
 TEST(DeviceKvLayout, ACompactionThatLeavesALayerMostlyEmptyGivesItsRoomBack) {
   const DeviceKvGeometry g{1, 2, 4, KvType::F32};
   DeviceKvTwin twin(g, DeviceKvGrowthPolicy{.row_quantum = 16, .growth = 1.5});
@@ -219,11 +220,14 @@ TEST(DeviceKvLayout, ACompactionThatLeavesALayerMostlyEmptyGivesItsRoomBack) {
     return keep;
   };
   twin.compact(0, keep_every(1, 600));  // 600 of 1000: 1.5 x 600 -> 912 per head, 2016 <= 2 x 1824
+  twin.release_room(0);
   EXPECT_EQ(capacity(0), 1008);
   std::vector<std::vector<int>> keep = keep_every(15, 40);  // 40 rows per head, one in score order
   std::swap(keep[1][0], keep[1][39]);
   const std::vector<DeviceKvHeadContents> before{twin.read_head(0, 0), twin.read_head(0, 1)};
   twin.compact(0, keep);
+  EXPECT_EQ(capacity(0), 1008);  // the compaction alone keeps the arenas
+  twin.release_room(0);
   EXPECT_EQ(capacity(0), 64);  // 1.5 x 40 -> 60 -> 64
   EXPECT_EQ(capacity(1), 64);
   EXPECT_EQ(twin.layout().bytes_reserved(), 2 * 64 * g.entry_bytes());
@@ -242,9 +246,11 @@ TEST(DeviceKvLayout, ACompactionThatLeavesALayerMostlyEmptyGivesItsRoomBack) {
   twin.append(0, 30, block.data(), block.data(), 2 * 4, std::vector<int32_t>{9000, 9000});  // 70 > 64: grows to 96
   EXPECT_EQ(capacity(0), 96);
   twin.compact(0, keep_every(1, 60));  // a decode-time eviction: 1.5 x 60 = 90 -> 96, 192 <= 2 x 192
+  twin.release_room(0);
   EXPECT_EQ(capacity(0), 96);
   EXPECT_FALSE(twin.layout().layout_to_release(0).has_value());
   twin.compact(0, {{}, {}});  // a clear
+  twin.release_room(0);
   EXPECT_EQ(twin.layout().bytes_reserved(), 0u);
   EXPECT_EQ(twin.layout().length(0, 1), 0);
 }

@@ -245,7 +245,9 @@ class CudaDecoder : public Decoder {
     query_ring_.forget();  // the queries held may not be this sequence's
   }
   void reset() override {
-    cache_.clear();  // the mirror empties the device cache at its next flush
+    cache_.clear();
+    // The device cache empties now (its arenas given back) rather than at the next flush.
+    if (mirror_) mirror_->flush_all();
     position_ = 0;
     query_ring_.forget();
   }
@@ -803,6 +805,13 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
     // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
     // device): the next layer's kernels and cuBLAS calls must run on this decoder's again.
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    // Its keeps (of this layer or any earlier one: CAKE's cascading stages) reach the device now
+    // rather than at the next call's store_block: a prompt's evictions then shrink the device
+    // arenas while the prompt runs (DeviceKvLayout::layout_to_release), so the device holds what
+    // the policy keeps, a full layer only while it is being scored. A flush with nothing pending
+    // returns at once.
+    if (mirror_ && !cache_.unfolded())
+      for (int l = 0; l <= layer; ++l) mirror_->flush(l);
   }
 }
 

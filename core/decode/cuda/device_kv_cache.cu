@@ -332,8 +332,17 @@ void DeviceKvCache::compact(int layer, const std::vector<std::vector<int>>& keep
   }
   if (!plan.gather_src.empty()) impl_->gather(layer, plan);
   impl_->layout.commit_compaction(layer, plan);
-  // A layer left mostly empty gives its room back (DeviceKvLayout::layout_to_release), as the twin.
-  if (auto smaller = impl_->layout.layout_to_release(layer)) impl_->relocate(layer, std::move(*smaller));
+}
+
+void DeviceKvCache::release_room(int layer) {
+  auto smaller = impl_->layout.layout_to_release(layer);
+  if (!smaller) return;
+  try {
+    impl_->relocate(layer, std::move(*smaller));
+  } catch (const RuntimeError&) {
+    // The smaller arenas could not be allocated (relocate allocates before it changes anything):
+    // the layer keeps its arenas; giving room back is optional work.
+  }
 }
 
 DeviceKvHeadContents DeviceKvCache::read_head(int layer, int head) const {

@@ -60,10 +60,13 @@ class DeviceKvCache {
   void append_from_host(int layer, int n, const float* keys, const float* values, int64_t src_stride,
                         std::span<const int32_t> first_positions);
   // Keeps keep[h] in head h, in that order (plan_compaction's contract): ascending lists in place
-  // (no second buffer), others gathered through scratch rows and copied back; then a layer left
-  // mostly empty gives its room back: new, smaller arenas, the live rows copied, the old freed
-  // (DeviceKvLayout::layout_to_release).
+  // (no second buffer), others gathered through scratch rows and copied back.
   void compact(int layer, const std::vector<std::vector<int>>& keep);
+  // A layer left mostly empty gives its room back (DeviceKvLayout::layout_to_release): new, smaller
+  // arenas, the live rows copied, the old freed. Where the smaller arenas cannot be allocated the
+  // layer keeps its arenas (optional work, never an error). The mirror calls it after each flush's
+  // work on the layer.
+  void release_room(int layer);
   // Overwrites rows [first_row, first_row + rows) of `head` from HOST f32 rows ([rows][head_dim])
   // and positions (uploaded first), converted as append converts; the head's length becomes
   // max(length, first_row + rows) (DeviceKvLayout::write_args). For the device mirror's resync of
