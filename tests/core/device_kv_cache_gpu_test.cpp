@@ -162,8 +162,6 @@ TEST_P(DeviceKvCacheGpu, ALayerLeftMostlyEmptyGivesItsRoomBackLikeTheTwin) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
   const DeviceKvGeometry g{2, 2, 64, GetParam()};
-  cuda::DeviceKvCache device(g);
-  DeviceKvTwin twin(g);
   const int rows = 20000;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -171,27 +169,38 @@ TEST_P(DeviceKvCacheGpu, ALayerLeftMostlyEmptyGivesItsRoomBackLikeTheTwin) {
   for (float& x : keys) x = u(rng);
   for (float& x : values) x = u(rng);
   const std::vector<int32_t> first{0, 0};
-  for (int l = 0; l < 2; ++l) {
-    device.append_from_host(l, rows, keys.data(), values.data(), 2 * 64, first);
-    twin.append(l, rows, keys.data(), values.data(), 2 * 64, first);
-  }
   std::vector<std::vector<int>> keep(2);
   for (int j = 0; j < 300; ++j) keep[0].push_back(j * 61);
   for (int j = 299; j >= 0; --j) keep[1].push_back(j * 53 + 7);  // score order: through the gather
-  size_t free_before = 0, free_after = 0, total = 0;
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  device.compact(0, keep);
-  twin.compact(0, keep);
-  device.release_room(0);
-  twin.release_room(0);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-  EXPECT_LT(twin.layout().layer(0).capacity_rows(), 2 * 1024);  // 1.5 x 300 -> 512 per head
-  expect_same(device, twin, "after the release");
-  // 2 x 20032 rows of 2 x 64 elements given back, less the new arenas and the allocator's rounding.
-  const double released = double(2 * 20032 - twin.layout().layer(0).capacity_rows()) * double(g.entry_bytes());
-  EXPECT_GT(double(free_after) - double(free_before), 0.5 * released);
+  // cudaMemGetInfo sees the whole device, where the device check runs other test processes at the
+  // same time: the free-memory check passes if one of three tries sees the room come back.
+  bool freed = false;
+  for (int attempt = 0; attempt < 3 && !freed; ++attempt) {
+    cuda::DeviceKvCache device(g);
+    DeviceKvTwin twin(g);
+    for (int l = 0; l < 2; ++l) {
+      device.append_from_host(l, rows, keys.data(), values.data(), 2 * 64, first);
+      twin.append(l, rows, keys.data(), values.data(), 2 * 64, first);
+    }
+    const size_t reserved_before = device.layout().bytes_reserved();
+    size_t free_before = 0, free_after = 0, total = 0;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    device.compact(0, keep);
+    twin.compact(0, keep);
+    EXPECT_EQ(device.layout().bytes_reserved(), reserved_before) << "a compaction alone keeps the arenas";
+    device.release_room(0);
+    twin.release_room(0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    EXPECT_LT(twin.layout().layer(0).capacity_rows(), 2 * 1024);  // 1.5 x 300 -> 512 per head
+    expect_same(device, twin, "after the release");
+    // 2 x 20032 rows given back, less the new arenas; the allocator rounds, so half of it at least.
+    const size_t released = size_t(2 * 20032 - twin.layout().layer(0).capacity_rows()) * g.entry_bytes();
+    EXPECT_EQ(reserved_before - device.layout().bytes_reserved(), released);
+    freed = double(free_after) - double(free_before) > 0.5 * double(released);
+  }
+  EXPECT_TRUE(freed) << "the device's free memory did not grow by half of what the layer gave back, in 3 tries";
 #endif
 }
 
