@@ -62,6 +62,17 @@ int64_t rounded_capacity(int64_t rows, const DeviceKvGrowthPolicy& policy) {
   return std::min(rounded, std::max(rows, policy.max_rows_per_head));
 }
 
+namespace {
+
+// ceil(growth x rows), clipped to the per-head limit: the room a head of `rows` rows is given when
+// it grows (from its capacity) or when its layer gives room back (from its length).
+int64_t geometric_step(int64_t rows, const DeviceKvGrowthPolicy& policy) {
+  const double grown = std::ceil(policy.growth * static_cast<double>(rows));
+  return std::min(policy.max_rows_per_head, static_cast<int64_t>(std::min(grown, 9.0e18)));
+}
+
+}  // namespace
+
 std::optional<DeviceKvLayerLayout> reserved_layout(const DeviceKvLayerLayout& current, std::span<const int64_t> needed,
                                                    const DeviceKvGeometry& geometry, const DeviceKvGrowthPolicy& policy) {
   if (needed.size() != current.heads.size()) throw std::invalid_argument("reserved_layout: one need per head");
@@ -72,10 +83,8 @@ std::optional<DeviceKvLayerLayout> reserved_layout(const DeviceKvLayerLayout& cu
     int64_t cap = r.capacity;
     if (needed[h] > cap) {
       grows = true;
-      const double grown = std::ceil(policy.growth * static_cast<double>(cap));
-      const int64_t want = std::max<int64_t>(needed[h], static_cast<int64_t>(std::min(grown, 9.0e18)));
       // A geometric step past the limit is clipped to it; only the need itself may be refused.
-      cap = rounded_capacity(std::max(needed[h], std::min(want, policy.max_rows_per_head)), policy);
+      cap = rounded_capacity(std::max(needed[h], geometric_step(cap, policy)), policy);
     }
     capacities.push_back(cap);
     lengths.push_back(r.length);
@@ -230,10 +239,7 @@ std::optional<DeviceKvLayerLayout> DeviceKvLayout::layout_to_release(int layer) 
   std::vector<int64_t> capacities, lengths;
   int64_t need = 0;
   for (const DeviceKvRegion& r : current.heads) {
-    const double slack = std::ceil(policy_.growth * static_cast<double>(r.length));
-    capacities.push_back(rounded_capacity(std::min(policy_.max_rows_per_head,
-                                                   std::max(r.length, static_cast<int64_t>(std::min(slack, 9.0e18)))),
-                                          policy_));
+    capacities.push_back(rounded_capacity(std::max(r.length, geometric_step(r.length, policy_)), policy_));
     lengths.push_back(r.length);
     need += capacities.back();
   }

@@ -257,6 +257,44 @@ TEST(DeviceKvMirror, DecoderModeRandomOperations) {
   }
 }
 
+// A flush whose keeps leave a layer mostly empty gives the layer's room back on the device
+// (DeviceKvBackend::release_room at the end of the flush's work), the other layer keeps its room;
+// a clear gives everything back; a replacement with a full cache is written back at the rows'
+// capacity and not given back again (the release comes after the resync), the twin equal to the
+// host throughout.
+TEST(DeviceKvMirror, AFlushThatEmptiesALayerGivesItsRoomBack) {
+  const ModelConfig c = two_layer_config();
+  DecoderModeRig rig(c, KvType::F16);
+  std::mt19937 rng(5);
+  const int rows = 600, kv_dim = c.n_kv_heads * c.head_dim;
+  const auto [k, v] = random_block(rng, rows, kv_dim);
+  for (int l = 0; l < c.n_layers; ++l) {
+    rig.mirror.flush(l);
+    append_block(rig.twin, rig.reference, &rig.cache, l, 0, k, v);
+    rig.mirror.flush(l);
+  }
+  const KVCache full = rig.cache;
+  const int64_t full_rows = rig.twin.layout().layer(1).capacity_rows();
+  for (int h = 0; h < c.n_kv_heads; ++h) {
+    std::vector<int> keep;
+    for (int j = 0; j < 30; ++j) keep.push_back(j * 20 + h);
+    rig.cache.keep(0, h, keep);
+  }
+  rig.mirror.flush_all();
+  ASSERT_TRUE(twin_equals_host(rig.twin, rig.cache));
+  EXPECT_EQ(rig.twin.layout().layer(0).capacity_rows(), c.n_kv_heads * 64);  // 1.5 x 30 -> 45 -> 64 per head
+  EXPECT_EQ(rig.twin.layout().layer(1).capacity_rows(), full_rows);
+  rig.cache.clear();
+  rig.mirror.flush_all();
+  EXPECT_EQ(rig.twin.layout().bytes_reserved(), 0u);
+  rig.cache = full;
+  rig.mirror.flush_all();
+  ASSERT_TRUE(twin_equals_host(rig.twin, rig.cache));
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      EXPECT_EQ(rig.twin.layout().layer(l).heads[static_cast<size_t>(h)].capacity, 640) << "layer " << l;
+}
+
 // One layer, one KV head of head_dim 4: the smallest cache the contract tests need.
 ModelConfig one_head_config() {
   ModelConfig c;

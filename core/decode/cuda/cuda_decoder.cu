@@ -247,7 +247,7 @@ class CudaDecoder : public Decoder {
   void reset() override {
     cache_.clear();
     // The device cache empties now (its arenas given back) rather than at the next flush.
-    if (mirror_) mirror_->flush_all();
+    (void)synced_device_kv();
     position_ = 0;
     query_ring_.forget();
   }
