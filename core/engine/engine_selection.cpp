@@ -15,7 +15,7 @@ int EvictionEngine::State::layer_shared_length(const KVCache& cache, int layer) 
 
 bool EvictionEngine::State::decode_scores_in_selector() const {
   return scores_to_selector && plan.select.stages == 0 && !chunked_selection(desc.select) && !plan.select.threshold &&
-         !options.trace_selection && !plan.stages.merge_on_evict && !plan.stages.merge_per_layer;
+         !options.trace_selection && !merge_reads_selection_scores(desc.merge);
 }
 
 bool EvictionEngine::State::prefill_scores_in_selector() const {

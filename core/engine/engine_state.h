@@ -352,7 +352,8 @@ struct EvictionEngine::State {
 
   // Whether a decode eviction's scores go straight into the selector's buffer: the program writes
   // them there and nothing on the host reads them (a per-head top-k, Ada-KV's layer-wide ranking or
-  // TOVA's layer-shared one: no staged, chunked or threshold rule, no merge, no trace).
+  // TOVA's layer-shared one: no staged, chunked or threshold rule, no merge that reads the scores
+  // (merge_reads_selection_scores: CaM), no trace).
   bool decode_scores_in_selector() const;
   // ... and a prompt's: the same rules, in a prompt that evicts (not skipped), layer by layer (no
   // model-wide pool, no unfolded GQA), with no host reader of the prompt's scores (frozen scores kept

@@ -63,6 +63,13 @@ struct MergeContext {
   std::span<const int32_t> positions;  // Cam: the entries' original positions (the draw's key)
 };
 
+// Whether `merge`'s method reads MergeContext::scores (only Cam ranks its candidates by them). A
+// merge that does not may run on kept lists selected where the scores were made, with no host copy
+// of them (the engine's decode_scores_in_selector); Cam refuses empty scores (merge_cam.h).
+inline bool merge_reads_selection_scores(const PolicyMerge& merge) {
+  return merge.enabled && merge.method == MergeMethod::Cam;
+}
+
 // `merge.method` must be Nearest, Pivot, Weighted or Cam (std::logic_error otherwise: D2o is a
 // layer-level rule, merge_on_evict_layer below; Cam runs
 // merge_cam, merge_cam.h, on `context`); kept as for KVCache::keep (each index in range, no

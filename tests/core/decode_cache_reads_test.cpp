@@ -378,14 +378,15 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringAccumulatesTheDecodersColumnSumsInPlac
 }
 
 // Decode scores written where the selection reads them: scored on the device (the stand-in device
-// backend) and selected there (the twin selector), CAKE's and H2O's per-head decode evictions and
-// TOVA's layer-shared one (on the heads' mean, made where the buffer is) write each head's scores
+// backend) and selected there (the twin selector), CAKE's and H2O's per-head decode evictions,
+// TOVA's layer-shared one (on the heads' mean, made where the buffer is) and D2O's (whose merge
+// reads the kept lists, not the scores: merge_reads_selection_scores) write each head's scores
 // into the selector's buffer (PolicyProgram::score_on_device, LayerSelector::layer_score_buffer)
 // and select from it, with the caches and logits of the run scored and selected on the host.
 // Planted (negated) scores in the buffer change the caches.
 TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionReadsThem) {
   const int heads = model_->config.n_layers * model_->config.n_kv_heads, steps = 12;
-  for (const char* name : {"cake", "h2o", "tova"}) {
+  for (const char* name : {"cake", "h2o", "tova", "d2o"}) {
     const auto policy = load_policy(name, {});
     test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     EvictionReport report;
@@ -401,6 +402,23 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringWritesDecodeScoresWhereTheSelectionRea
     device.plant_device_scores = false;
     EXPECT_NE(planted.layouts, in_buffer.layouts) << name << ": the buffer's scores were not what was selected from";
   }
+}
+
+// Control: CaM ranks its merge candidates by the scores the selection ranked (MergeContext::scores,
+// merge_reads_selection_scores), so its decode scores come to the host even when they are made on
+// the device and selected there, with the host run's caches and logits. Held in the selector, the
+// merge would find no scores (merge_cam refuses them).
+TEST_F(DecodeCacheReadsTest, AMergeThatReadsTheScoresKeepsThemOnTheHost) {
+  const int steps = 12;
+  const auto cam = load_policy("cam", {{"compression_interval", "4"}});
+  test::InPlaceScoring device(*cam, /*layers_on_device=*/true);
+  EvictionReport report;
+  const DecodeRun host = run_selected(*cam, std::nullopt, steps);
+  const DecodeRun twin = run_selected(device, SelectionDevice::Twin, steps, &report);
+  EXPECT_GT(host.decode_evictions(), 0);
+  test::expect_same_calls(host, twin, "cam");
+  EXPECT_EQ(report.scores_in_place, 0);
+  EXPECT_EQ(report.prefill_scores_in_place, 0);
 }
 
 // A prompt's scores held where the selection reads them: scored on the device (the stand-in device
@@ -419,7 +437,8 @@ TEST_F(DecodeCacheReadsTest, DeviceScoringHoldsThePromptsScoresWhereTheSelection
   };
   for (const Case& c : {Case{"snapkv", {}, true}, Case{"pyramidkv", {}, true}, Case{"cake", {}, true},
                         Case{"cake", {{"cascading", "true"}}, true}, Case{"tova", {}, true}, Case{"knorm", {}, true},
-                        Case{"adakv", {}, true}}) {
+                        Case{"adakv", {}, true}, Case{"kvmerger", {}, true}, Case{"look_m", {}, true},
+                        Case{"merging_press", {}, true}}) {
     const std::string name = std::string(c.name) + (c.params.empty() ? "" : " cascading");
     const auto policy = load_policy(c.name, c.params);
     test::InPlaceScoring device(*policy, /*layers_on_device=*/true);

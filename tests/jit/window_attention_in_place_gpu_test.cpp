@@ -160,7 +160,9 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheDecodeStepsSignalsInPlace) {
 // H2O's A_acc accumulated on the device (core/engine/accumulated_attention_store.h): every block's
 // column sums added where the decoder left them (no host copy), each head's A_acc handed to the
 // NVRTC kernel in place; the same kept entries in the same order as the interpreter accumulating
-// host copies of the same sums (one float add per block on both sides).
+// host copies of the same sums (one float add per block on both sides). D2O scores the same way
+// and merges every evicted entry on the device cache; its merge reads the kept lists only
+// (merge_reads_selection_scores), so its decode scores stay in the selector's buffer too.
 TEST(WindowAttentionInPlaceGpu, CudaScoringAccumulatesTheColumnSumsOnTheDevice) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(in_place_config(), 59);
@@ -169,18 +171,20 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringAccumulatesTheColumnSumsOnTheDevice) 
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 19 + 7) % 300);
   const jit::DeviceChoice device = jit::resolve_device("cuda");
   const int layers = model->config.n_layers, heads = layers * model->config.n_kv_heads;
-  const auto on_device = jit::load_scored_policy("h2o", {}, {}, jit::ScoringBackend::CudaKernel, device);
-  const auto interpreted = load_policy("h2o", {});
-  const Outcome gpu = run(*model, *on_device, prompt, tokens);
-  const Outcome cpu = run(*model, *interpreted, prompt, tokens);
-  // At least one add per layer and call, every one from device sums (the decoder made no host copy).
-  EXPECT_GE(gpu.report.accumulated_attention_device_adds, int64_t(1 + tokens.size()) * layers);
-  EXPECT_GE(gpu.report.accumulated_attention_in_place, int64_t(tokens.size()) * heads);
-  EXPECT_EQ(cpu.report.accumulated_attention_in_place, 0);
-  // The decode scores went straight into the CUDA selector's buffer (no download, no upload).
-  EXPECT_GE(gpu.report.scores_in_place, int64_t(tokens.size()) * heads);
-  EXPECT_EQ(cpu.report.scores_in_place, 0);
-  EXPECT_EQ(gpu.positions, cpu.positions);
+  for (const char* name : {"h2o", "d2o"}) {
+    const auto on_device = jit::load_scored_policy(name, {}, {}, jit::ScoringBackend::CudaKernel, device);
+    const auto interpreted = load_policy(name, {});
+    const Outcome gpu = run(*model, *on_device, prompt, tokens);
+    const Outcome cpu = run(*model, *interpreted, prompt, tokens);
+    // At least one add per layer and call, every one from device sums (the decoder made no host copy).
+    EXPECT_GE(gpu.report.accumulated_attention_device_adds, int64_t(1 + tokens.size()) * layers) << name;
+    EXPECT_GE(gpu.report.accumulated_attention_in_place, int64_t(tokens.size()) * heads) << name;
+    EXPECT_EQ(cpu.report.accumulated_attention_in_place, 0) << name;
+    // The decode scores went straight into the CUDA selector's buffer (no download, no upload).
+    EXPECT_GE(gpu.report.scores_in_place, int64_t(tokens.size()) * heads) << name;
+    EXPECT_EQ(cpu.report.scores_in_place, 0) << name;
+    EXPECT_EQ(gpu.positions, cpu.positions) << name;
+  }
 }
 
 // K and V read in place (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): R-KV
