@@ -1,6 +1,6 @@
 #pragma once
 // The enumerated modes of a policy file and their spellings. A mode is parsed once, where the
-// policy file is read (dsl/policy_file.cpp, which lists kModeNames<...> as the allowed values),
+// policy file is read (dsl/policy_file_compiler.h, whose choice() lists kModeNames<...> as the allowed values),
 // and is an enum everywhere after: the engine never compares strings.
 #include <array>
 #include <cstdint>
