@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_run.h"
+#include "core/decode/make_decoder.h"
 
 #include "../core/test_models.h"
 
@@ -32,6 +33,21 @@ TEST_F(PrefillAttentionCli, FlashInferIsTheCudaDecodersAndUnknownNamesAreRefused
   const CliRun bad = run_kvevict("generate -m " + model_ + " -p hi -n 1 --device cpu --prefill-attention flash");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("prefill-attention"), std::string::npos) << bad.err;
+}
+
+// `kvevict version` says which of the build's optional parts it holds, as the build really has them
+// (a bug report then says whether a slow GPU prefill lacked FlashInfer).
+TEST(VersionCli, NamesTheOptionalPartsThisBuildHas) {
+  const CliRun v = run_kvevict("version");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const bool cuda = kvevict::cuda_decoder_built();
+  EXPECT_NE(v.out.find(cuda ? "CUDA support: built" : "CUDA support: not built"), std::string::npos) << v.out;
+  if (cuda) {
+    const char* want = kvevict::flashinfer_prefill_built() ? "FlashInfer prefill: built" : "FlashInfer prefill: not built";
+    EXPECT_NE(v.out.find(want), std::string::npos) << v.out;
+  } else {
+    EXPECT_EQ(v.out.find("FlashInfer"), std::string::npos) << v.out;
+  }
 }
 
 }  // namespace
