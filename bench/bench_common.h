@@ -8,6 +8,8 @@
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/util/error.h"
@@ -39,6 +41,23 @@ inline double peak_rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// The bytes of a model's weight files: a file's size, or for a Hugging Face folder the sum of its
+// *.safetensors shards; nullopt for anything else (a synthetic spec).
+inline std::optional<uint64_t> weight_file_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return fs::file_size(path, ec);
+  if (!fs::is_directory(path, ec)) return std::nullopt;
+  uint64_t total = 0;
+  bool any = false;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") {
+      total += entry.file_size(ec);
+      any = true;
+    }
+  return any ? std::optional<uint64_t>(total) : std::nullopt;
 }
 
 // `text` as a whole number / a finite number, or UsageError naming the option (exit 2).

@@ -1,7 +1,10 @@
 #include "core/model/dequant.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <exception>
+#include <vector>
 
 #include "core/model/ggml_types.h"
 #include "core/util/error.h"
@@ -177,6 +180,65 @@ void dequantize(uint32_t type, const uint8_t* src, uint64_t n_elements, float* d
   for (int64_t i = 0; i < static_cast<int64_t>(blocks); ++i) {
     block_fn(src + static_cast<size_t>(i) * t->block_bytes, dst + static_cast<size_t>(i) * t->block_elements);
   }
+}
+
+namespace {
+
+// The first column of one row whose 16-bit value has every bit of `exponent` set, or -1. The scan
+// has no early exit, so it vectorises; the column is found only in a row that has one.
+int64_t first_all_ones_exponent(const uint8_t* row, uint64_t cols, uint16_t exponent) {
+  unsigned any = 0;  // an integer OR (a bool's does not vectorise with GCC 12)
+  for (uint64_t i = 0; i < cols; ++i) {
+    uint16_t w;
+    std::memcpy(&w, row + 2 * i, 2);
+    any |= static_cast<unsigned>((w & exponent) == exponent);
+  }
+  if (any == 0) return -1;
+  for (uint64_t i = 0; i < cols; ++i) {
+    uint16_t w;
+    std::memcpy(&w, row + 2 * i, 2);
+    if ((w & exponent) == exponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t first_non_finite(uint32_t type, const uint8_t* data, uint64_t rows, uint64_t cols, size_t row_bytes,
+                         const std::string& file, const std::string& tensor) {
+  const bool f16 = type == static_cast<uint32_t>(GgmlType::F16), bf16 = type == static_cast<uint32_t>(GgmlType::BF16);
+  const uint16_t exponent = f16 ? 0x7c00 : 0x7f80;
+  int64_t first = -1;
+  std::exception_ptr failure;
+#pragma omp parallel
+  {
+    std::vector<float> values(f16 || bf16 ? 0 : cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
+      const uint8_t* row = data + static_cast<size_t>(r) * row_bytes;
+      int64_t column = -1;
+      if (f16 || bf16) {
+        column = first_all_ones_exponent(row, cols, exponent);
+      } else {
+        try {
+          dequantize(type, row, cols, values.data(), file, tensor);
+        } catch (...) {
+#pragma omp critical(first_non_finite_failure)
+          if (!failure) failure = std::current_exception();
+          continue;
+        }
+        for (uint64_t i = 0; i < cols && column < 0; ++i)
+          if (!std::isfinite(values[i])) column = static_cast<int64_t>(i);
+      }
+      if (column >= 0) {
+        const int64_t at = r * static_cast<int64_t>(cols) + column;
+#pragma omp critical(first_non_finite_index)
+        if (first < 0 || at < first) first = at;
+      }
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return first;
 }
 
 }  // namespace kvevict

@@ -25,4 +25,13 @@ void q4_k_scale_min(int j, const uint8_t* scales, int& scale, int& min);
 void dequantize(uint32_t type, const uint8_t* src, uint64_t n_elements, float* dst, const std::string& file,
                 const std::string& tensor);
 
+// The index (row * cols + column) of the first non-finite value of a matrix kept in its file format
+// (`rows` rows of `cols` values of `type`, `row_bytes` apart from `data`), or -1 when every value
+// is finite: what the loaders check before they keep such a matrix (NaN or infinite weights only
+// ever give garbage logits). F16 and BF16 are read as bit patterns (every exponent bit set: an
+// infinity or a NaN), without dequantising; other types are dequantised a row at a time (dequantize's
+// errors). Rows are checked in parallel (OpenMP); the answer does not depend on the thread count.
+int64_t first_non_finite(uint32_t type, const uint8_t* data, uint64_t rows, uint64_t cols, size_t row_bytes,
+                         const std::string& file, const std::string& tensor);
+
 }  // namespace kvevict

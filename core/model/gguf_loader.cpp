@@ -142,14 +142,9 @@ class TensorLoader {
     native.cols = static_cast<int>(cols);
     native.row_bytes = ggml_tensor_bytes(t.type, cols, f_.path(), name);
     native.data = f_.tensor_data(t);
-    // The same finiteness check as the f32 path, one row at a time (no f32 copy).
-    std::vector<float> row(cols);
-    for (uint64_t r = 0; r < rows; ++r) {
-      dequantize(t.type, native.row(static_cast<int>(r)), cols, row.data(), f_.path(), name);
-      for (float v : row) {
-        if (!std::isfinite(v)) f_.fail("tensor " + name + " holds a non-finite value");
-      }
-    }
+    // The same finiteness check as the f32 path, without an f32 copy.
+    if (first_non_finite(t.type, native.data, rows, cols, native.row_bytes, f_.path(), name) >= 0)
+      f_.fail("tensor " + name + " holds a non-finite value");
   }
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
   bool native() const { return storage_ == WeightStorage::Native; }

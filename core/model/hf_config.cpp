@@ -1,6 +1,7 @@
 #include "core/model/hf_config.h"
 
 #include <filesystem>
+#include <map>
 
 #include "core/util/error.h"
 #include "core/util/quote.h"
@@ -113,6 +114,40 @@ ModelConfig parse_hf_config(const std::string& config_path) {
 
   c.validate(config_path);
   return c;
+}
+
+std::string hf_config_text(const ModelConfig& c, int bos_id, int eos_id, const std::string& torch_dtype) {
+  static const std::map<std::string, std::string> classes = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  const auto cls = classes.find(c.architecture);
+  if (cls == classes.end()) throw UsageError("no Hugging Face class for architecture '" + c.architecture + "'");
+  nlohmann::json j = {{"architectures", {cls->second}},
+                      {"model_type", c.architecture},
+                      {"_name_or_path", c.name},
+                      {"hidden_size", c.dim},
+                      {"intermediate_size", c.hidden_dim},
+                      {"num_hidden_layers", c.n_layers},
+                      {"num_attention_heads", c.n_heads},
+                      {"num_key_value_heads", c.n_kv_heads},
+                      {"vocab_size", c.vocab_size},
+                      {"max_position_embeddings", c.context_length},
+                      {"rope_theta", c.rope_theta},
+                      {"rms_norm_eps", c.norm_eps},
+                      {"hidden_act", "silu"},
+                      {"tie_word_embeddings", c.tied_embeddings},
+                      {"torch_dtype", torch_dtype},
+                      {"bos_token_id", bos_id},
+                      {"eos_token_id", eos_id}};
+  if (c.head_dim * c.n_heads != c.dim) j["head_dim"] = c.head_dim;
+  if (c.rope_scaling.type != "none") {
+    j["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+    if (c.rope_scaling.type == "llama3") {
+      j["rope_scaling"]["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      j["rope_scaling"]["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      j["rope_scaling"]["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
+    }
+  }
+  return j.dump(2);
 }
 
 }  // namespace kvevict

@@ -24,15 +24,8 @@ class TensorLoader {
       return;
     }
     native = {type, static_cast<int>(rows), static_cast<int>(cols), static_cast<size_t>(cols) * 2, t.data};
-    std::vector<float> row(cols);
-    for (uint64_t r = 0; r < rows; ++r) {
-      dequantize(type, native.row(static_cast<int>(r)), cols, row.data(), t.file, name);
-      for (uint64_t i = 0; i < cols; ++i) {
-        if (!std::isfinite(row[i])) {
-          throw ModelError(t.file, "tensor '" + name + "' has a non-finite value at element " + std::to_string(r * cols + i));
-        }
-      }
-    }
+    if (const int64_t at = first_non_finite(type, t.data, rows, cols, native.row_bytes, t.file, name); at >= 0)
+      throw ModelError(t.file, "tensor '" + name + "' has a non-finite value at element " + std::to_string(at));
     info_.tensor_types[t.dtype] += 1;
     info_.n_params += static_cast<int64_t>(rows * cols);
   }

@@ -66,52 +66,78 @@ ModelConfig synthetic_config(const std::string& name) {
   return c;
 }
 
+std::vector<SyntheticTensor> synthetic_tensors(const ModelConfig& c) {
+  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), H = c.hidden_dim, V = c.vocab_size;
+  std::vector<SyntheticTensor> out;
+  uint64_t id = 0;
+  // Random tensors take the next stream id in this order; norm weights (scale 0) take none.
+  auto add = [&](std::string name, int layer, std::vector<float> Weights::*model_member,
+                 std::vector<float> LayerWeights::*layer_member, std::vector<int64_t> shape, float scale) {
+    out.push_back({std::move(name), layer, model_member, layer_member, std::move(shape), scale, scale > 0 ? id++ : 0});
+  };
+  // Logits = embedding · x with |x| ~ sqrt(D) after the final norm: 3/sqrt(D) keeps them O(few units).
+  const float embedding_scale = 3.0f / std::sqrt(float(D));
+  const float fan_in_dim = 1.0f / std::sqrt(float(D));
+  // Residual branches are damped so the stream does not grow with depth.
+  const float branch = 1.0f / std::sqrt(2.0f * c.n_layers);
+  add("model.embed_tokens.weight", -1, &Weights::token_embedding, nullptr, {V, D}, embedding_scale);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", l, nullptr, &LayerWeights::attn_norm, {D}, 0.0f);
+    add(p + "post_attention_layernorm.weight", l, nullptr, &LayerWeights::ffn_norm, {D}, 0.0f);
+    add(p + "self_attn.q_proj.weight", l, nullptr, &LayerWeights::wq, {Q, D}, fan_in_dim);
+    add(p + "self_attn.k_proj.weight", l, nullptr, &LayerWeights::wk, {KV, D}, fan_in_dim);
+    add(p + "self_attn.v_proj.weight", l, nullptr, &LayerWeights::wv, {KV, D}, fan_in_dim);
+    add(p + "self_attn.o_proj.weight", l, nullptr, &LayerWeights::wo, {D, Q}, branch / std::sqrt(float(Q)));
+    add(p + "mlp.gate_proj.weight", l, nullptr, &LayerWeights::w_gate, {H, D}, fan_in_dim);
+    add(p + "mlp.up_proj.weight", l, nullptr, &LayerWeights::w_up, {H, D}, fan_in_dim);
+    add(p + "mlp.down_proj.weight", l, nullptr, &LayerWeights::w_down, {D, H}, branch / std::sqrt(float(H)));
+    if (c.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", l, nullptr, &LayerWeights::bq, {Q}, 0.1f);
+      add(p + "self_attn.k_proj.bias", l, nullptr, &LayerWeights::bk, {KV}, 0.1f);
+      add(p + "self_attn.v_proj.bias", l, nullptr, &LayerWeights::bv, {KV}, 0.1f);
+    }
+  }
+  add("model.norm.weight", -1, &Weights::final_norm, nullptr, {D}, 0.0f);
+  if (!c.tied_embeddings) add("lm_head.weight", -1, &Weights::output, nullptr, {V, D}, embedding_scale);
+  return out;
+}
+
+size_t SyntheticTensor::count() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+std::vector<float> synthetic_values(const SyntheticTensor& t, uint64_t seed) {
+  if (t.scale <= 0) return std::vector<float>(t.count(), 1.0f);
+  return random_tensor(t.count(), t.scale, seed, t.id);
+}
+
 std::unique_ptr<Model> make_random_model(const ModelConfig& config, uint64_t seed) {
   config.validate(config.name.empty() ? "synthetic model" : config.name);
   auto model = std::make_unique<Model>();
   model->config = config;
   const ModelConfig& c = model->config;
-  const size_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), H = c.hidden_dim, V = c.vocab_size;
   Weights& w = model->weights;
-  uint64_t id = 0;
-  // Logits = embedding · x with |x| ~ sqrt(D) after the final norm: 3/sqrt(D) keeps them O(few units).
-  const float embedding_scale = 3.0f / std::sqrt(float(D));
-  w.token_embedding = random_tensor(V * D, embedding_scale, seed, id++);
   w.layers.resize(c.n_layers);
-  for (LayerWeights& l : w.layers) {
-    l.attn_norm.assign(D, 1.0f);
-    l.ffn_norm.assign(D, 1.0f);
-    l.wq = random_tensor(Q * D, 1.0f / std::sqrt(float(D)), seed, id++);
-    l.wk = random_tensor(KV * D, 1.0f / std::sqrt(float(D)), seed, id++);
-    l.wv = random_tensor(KV * D, 1.0f / std::sqrt(float(D)), seed, id++);
-    // Residual branches are damped so the stream does not grow with depth.
-    const float branch = 1.0f / std::sqrt(2.0f * c.n_layers);
-    l.wo = random_tensor(D * Q, branch / std::sqrt(float(Q)), seed, id++);
-    l.w_gate = random_tensor(H * D, 1.0f / std::sqrt(float(D)), seed, id++);
-    l.w_up = random_tensor(H * D, 1.0f / std::sqrt(float(D)), seed, id++);
-    l.w_down = random_tensor(D * H, branch / std::sqrt(float(H)), seed, id++);
-    if (c.qkv_bias) {
-      l.bq = random_tensor(Q, 0.1f, seed, id++);
-      l.bk = random_tensor(KV, 0.1f, seed, id++);
-      l.bv = random_tensor(KV, 0.1f, seed, id++);
-    }
+  const std::vector<SyntheticTensor> tensors = synthetic_tensors(c);
+  int64_t params = 0;
+  for (const SyntheticTensor& t : tensors) {
+    std::vector<float>& into = t.layer < 0 ? w.*t.model_member : w.layers[static_cast<size_t>(t.layer)].*t.layer_member;
+    into = synthetic_values(t, seed);
+    params += static_cast<int64_t>(t.count());
   }
-  w.final_norm.assign(D, 1.0f);
-  if (!c.tied_embeddings) w.output = random_tensor(V * D, embedding_scale, seed, id++);
   model->tokenizer = make_byte_tokenizer(c.vocab_size);
   ModelInfo& info = model->info;
   info.format = "synthetic";
   info.path = c.name;
-  int64_t tensors = 1 + 9 * static_cast<int64_t>(c.n_layers) + 1 + (c.tied_embeddings ? 0 : 1) + (c.qkv_bias ? 3 * c.n_layers : 0);
-  info.tensor_types["F32"] = tensors;
-  int64_t params = static_cast<int64_t>(V * D) * (c.tied_embeddings ? 1 : 2) + static_cast<int64_t>(D);
-  params += static_cast<int64_t>(c.n_layers) * static_cast<int64_t>(2 * D + Q * D + 2 * KV * D + D * Q + 3 * H * D +
-                                                                    (c.qkv_bias ? Q + 2 * KV : 0));
+  info.tensor_types["F32"] = static_cast<int64_t>(tensors.size());
   info.n_params = params;
   return model;
 }
 
-std::unique_ptr<Model> make_synthetic_model(const std::string& spec) {
+SyntheticSpec parse_synthetic_spec(const std::string& spec) {
   const std::string prefix = "synthetic:";
   if (spec.rfind(prefix, 0) != 0) throw UsageError("not a synthetic model spec: '" + spec + "'");
   std::string name = spec.substr(prefix.size());
@@ -127,8 +153,12 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& spec) {
     }
     if (used == 0 || used != seed_text.size()) throw UsageError("bad seed '" + seed_text + "' in '" + spec + "'");
   }
-  ModelConfig config = synthetic_config(name);
-  return make_random_model(config, seed);
+  return {synthetic_config(name), seed};
+}
+
+std::unique_ptr<Model> make_synthetic_model(const std::string& spec) {
+  const SyntheticSpec parsed = parse_synthetic_spec(spec);
+  return make_random_model(parsed.config, parsed.seed);
 }
 
 }  // namespace kvevict

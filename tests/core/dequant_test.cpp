@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/util/error.h"
 
 namespace kvevict {
@@ -187,6 +189,54 @@ TEST(Dequant, UnsupportedAndUnknownTypesNameTensorAndType) {
     EXPECT_NE(msg.find("odd"), std::string::npos) << msg;
     EXPECT_NE(msg.find("99"), std::string::npos) << msg;
   }
+}
+
+// first_non_finite: the first infinity or NaN of a matrix kept in its file format, by row-major
+// index, for F16 and BF16 read as bit patterns and Q8_0 through dequantize; padding between rows
+// (row_bytes past the values, filled with infinity patterns here) is never read; the answer is the
+// same for 1 and 3 threads.
+TEST(Dequant, FirstNonFiniteFindsTheFirstInfinityOrNaNInRowOrder) {
+  const int default_threads = omp_get_max_threads();
+  const uint64_t rows = 37, cols = 45;
+  for (const bool bf16 : {false, true}) {
+    const uint32_t type = bf16 ? 30 : 1;
+    const uint16_t inf = bf16 ? 0x7F80 : 0x7C00, nan = bf16 ? 0x7FC1 : 0x7E01, max = bf16 ? 0x7F7F : 0x7BFF;
+    const size_t row_bytes = 2 * cols + 6;
+    std::vector<uint8_t> m(rows * row_bytes);
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols; ++c) {
+        // Finite patterns of every kind: zeros of both signs, subnormals, the largest finite.
+        const uint16_t finite[] = {0x0000, 0x8000, 0x0001, 0x83FF, max, static_cast<uint16_t>(max | 0x8000), 0x3C00};
+        put_u16(m, r * row_bytes + 2 * c, finite[(r * 7 + c) % 7]);
+      }
+      for (size_t p = 2 * cols; p < row_bytes; p += 2) put_u16(m, r * row_bytes + p, inf);  // padding: never read
+    }
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_EQ(first_non_finite(type, m.data(), rows, cols, row_bytes, "f", "t"), -1) << bf16 << " " << threads;
+    }
+    put_u16(m, 20 * row_bytes + 2 * 44, inf);
+    put_u16(m, 31 * row_bytes + 2 * 3, static_cast<uint16_t>(nan | 0x8000));
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_EQ(first_non_finite(type, m.data(), rows, cols, row_bytes, "f", "t"), int64_t(20 * cols + 44));
+    }
+    put_u16(m, 5 * row_bytes, nan);
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_EQ(first_non_finite(type, m.data(), rows, cols, row_bytes, "f", "t"), int64_t(5 * cols));
+    }
+  }
+  // Q8_0 (type 8; blocks of an F16 scale and 32 int8): a NaN scale makes its block non-finite.
+  const uint64_t qcols = 64;
+  const size_t qrow = 2 * 34;
+  std::vector<uint8_t> q(3 * qrow, 1);
+  for (uint64_t r = 0; r < 3; ++r)
+    for (int b = 0; b < 2; ++b) put_u16(q, r * qrow + 34 * b, 0x3C00);
+  EXPECT_EQ(first_non_finite(8, q.data(), 3, qcols, qrow, "f", "t"), -1);
+  put_u16(q, 2 * qrow + 34, 0x7E00);  // row 2, second block
+  EXPECT_EQ(first_non_finite(8, q.data(), 3, qcols, qrow, "f", "t"), int64_t(2 * qcols + 32));
+  omp_set_num_threads(default_threads);
 }
 
 }  // namespace

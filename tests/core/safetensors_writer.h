@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/model/hf_config.h"
 #include "core/model/model_config.h"
 #include "core/model/weights.h"
 
@@ -170,35 +171,12 @@ inline std::vector<StTensor> hf_tensors(const ModelConfig& c, const Weights& w, 
   return t;
 }
 
-// config.json for `c` (architecture llama | mistral | qwen2).
+// config.json for `c` (architecture llama | mistral | qwen2): the production writer's text
+// (hf_config.h), with the tiny tokenizer's BOS/EOS ids below and no _name_or_path, so the folder's
+// name names the model as for a downloaded checkpoint.
 inline nlohmann::json hf_config_json(const ModelConfig& c) {
-  static const std::map<std::string, std::string> classes = {
-      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
-  nlohmann::json j = {{"architectures", {classes.at(c.architecture)}},
-                      {"model_type", c.architecture},
-                      {"hidden_size", c.dim},
-                      {"intermediate_size", c.hidden_dim},
-                      {"num_hidden_layers", c.n_layers},
-                      {"num_attention_heads", c.n_heads},
-                      {"num_key_value_heads", c.n_kv_heads},
-                      {"vocab_size", c.vocab_size},
-                      {"max_position_embeddings", c.context_length},
-                      {"rope_theta", c.rope_theta},
-                      {"rms_norm_eps", c.norm_eps},
-                      {"hidden_act", "silu"},
-                      {"tie_word_embeddings", c.tied_embeddings},
-                      {"torch_dtype", "float32"},
-                      {"bos_token_id", 260},  // ids of the tiny tokenizer below
-                      {"eos_token_id", 261}};
-  if (c.head_dim * c.n_heads != c.dim) j["head_dim"] = c.head_dim;
-  if (c.rope_scaling.type != "none") {
-    j["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
-    if (c.rope_scaling.type == "llama3") {
-      j["rope_scaling"]["low_freq_factor"] = c.rope_scaling.low_freq_factor;
-      j["rope_scaling"]["high_freq_factor"] = c.rope_scaling.high_freq_factor;
-      j["rope_scaling"]["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
-    }
-  }
+  nlohmann::json j = nlohmann::json::parse(hf_config_text(c, 260, 261, "float32"));
+  j.erase("_name_or_path");
   return j;
 }
 
