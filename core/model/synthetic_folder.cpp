@@ -84,11 +84,13 @@ uint64_t write_synthetic_hf_folder(const ModelConfig& config, uint64_t seed, con
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw RuntimeError("could not create " + dir + ": " + ec.message());
+  // An older shard goes first: a write that fails below must not leave it beside the new config.
+  const fs::path shard = folder / "model.safetensors", partial = folder / "model.safetensors.partial";
+  fs::remove(shard, ec);
   write_text(folder / "config.json", hf_config_text(config, kBosId, kEosId, bf16 ? "bfloat16" : "float16"));
   write_text(folder / "tokenizer.json", byte_tokenizer_json());
 
   const std::vector<SyntheticTensor> tensors = synthetic_tensors(config);
-  const fs::path shard = folder / "model.safetensors", partial = folder / "model.safetensors.partial";
   std::ofstream out(partial, std::ios::binary | std::ios::trunc);
   const std::string header = shard_header(tensors, bf16 ? "BF16" : "F16");
   out.write(header.data(), static_cast<std::streamsize>(header.size()));

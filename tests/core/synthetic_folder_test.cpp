@@ -138,5 +138,20 @@ TEST(SyntheticFolder, AConfigItCannotWriteIsRefused) {
   EXPECT_THROW(write_synthetic_hf_folder(c, 1, fresh("synthetic-bad-geometry").string()), Error);
 }
 
+// A write that fails (here: the partial shard's path is taken by a folder) throws naming the file
+// and leaves no shard, not even the one an earlier write left, beside the new config.json.
+TEST(SyntheticFolder, AFailedWriteLeavesNoShard) {
+  const fs::path dir = fresh("synthetic-failed-write");
+  fs::create_directories(dir / "model.safetensors.partial" / "taken");
+  std::ofstream(dir / "model.safetensors") << "an older shard";
+  try {
+    write_synthetic_hf_folder(synthetic_config("tiny"), 1, dir.string());
+    ADD_FAILURE() << "the write did not fail";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors.partial"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
+}
+
 }  // namespace
 }  // namespace kvevict
