@@ -47,9 +47,12 @@ wheel() {
   mkdir -p "$wheels"
   if ! ls "$wheels"/"$1"-"$2"-*.whl > /dev/null 2>&1; then
     echo "fetch-flashinfer: downloading ${1//_/-}==$2" >&2
-    python3 -m pip download --quiet --no-deps --only-binary :all: "${1//_/-}==$2" -d "$wheels" >&2
+    # Few retries and a short timeout: without network the build goes on without FlashInfer soon.
+    python3 -m pip download --quiet --retries 1 --timeout 15 --no-deps --only-binary :all: \
+      "${1//_/-}==$2" -d "$wheels" >&2 || return 1
   fi
-  file="$(ls "$wheels"/"$1"-"$2"-*.whl | head -n 1)"
+  file="$(ls "$wheels"/"$1"-"$2"-*.whl 2>/dev/null | head -n 1)"
+  [[ -n "$file" ]] || return 1
   echo "$file"
 }
 
@@ -57,8 +60,11 @@ if [[ ! -f "$home/include/flashinfer/attention/prefill.cuh" || ! -f "$home/cccl/
   mkdir -p "$dir"
   tmp="$(mktemp -d "$dir/extract.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
-  extract "$(wheel flashinfer_python "$version")" "flashinfer/data/include/" "$tmp/include"
-  extract "$(wheel nvidia_cuda_cccl "$cccl_version")" "nvidia/cu13/include/cccl/" "$tmp/cccl"
+  # (A failed download inside $(...) would not stop the script: each path is checked first.)
+  flashinfer_wheel="$(wheel flashinfer_python "$version")" || { echo "fetch-flashinfer: flashinfer-python==$version not downloaded" >&2; exit 1; }
+  cccl_wheel="$(wheel nvidia_cuda_cccl "$cccl_version")" || { echo "fetch-flashinfer: nvidia-cuda-cccl==$cccl_version not downloaded" >&2; exit 1; }
+  extract "$flashinfer_wheel" "flashinfer/data/include/" "$tmp/include"
+  extract "$cccl_wheel" "nvidia/cu13/include/cccl/" "$tmp/cccl"
   grep -q "fast_mod_div" -r "$tmp/cccl/cuda" || { echo "fetch-flashinfer: the CCCL wheel lacks cuda::fast_mod_div" >&2; exit 1; }
   mkdir -p "$home"
   rm -rf "$home/include" "$home/cccl"

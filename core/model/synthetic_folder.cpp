@@ -77,6 +77,10 @@ std::string shard_header(const std::vector<SyntheticTensor>& tensors, const char
 uint64_t write_synthetic_hf_folder(const ModelConfig& config, uint64_t seed, const std::string& dir,
                                    SyntheticFolderType type) {
   config.validate(config.name.empty() ? "synthetic model" : config.name);
+  // config.json says qkv biases only by the architecture (Qwen2 has them, Llama and Mistral not).
+  if (config.qkv_bias != (config.architecture == "qwen2"))
+    throw UsageError("a synthetic model folder of architecture " + config.architecture +
+                     (config.qkv_bias ? " cannot hold q/k/v biases" : " needs q/k/v biases"));
   if (config.vocab_size <= kEosId)
     throw UsageError("a synthetic model folder needs vocab_size > " + std::to_string(kEosId) + " (its tokenizer's ids)");
   const bool bf16 = type == SyntheticFolderType::BF16;
