@@ -23,9 +23,11 @@ enum class SyntheticFolderType { F16, BF16 };
 
 // Writes the folder `dir` (created when missing; an existing model.safetensors, config.json or
 // tokenizer.json in it is replaced, the shard removed first). The shard is written as
-// model.safetensors.partial and renamed when complete, so a cut or failed write leaves no shard. Returns the shard's size in bytes.
-// Throws RuntimeError naming the file when a write fails, UsageError for a config it cannot write
-// (validated as make_random_model does; an architecture without a Hugging Face class).
+// model.safetensors.partial and renamed when complete, so a cut or failed write leaves no shard.
+// Returns the shard's size in bytes. Throws RuntimeError naming the file when a write fails,
+// UsageError for a config it cannot write (validated as make_random_model does; an architecture
+// without a Hugging Face class; q/k/v biases other than Qwen2's; a vocabulary without room for
+// the tokenizer's BOS and EOS).
 uint64_t write_synthetic_hf_folder(const ModelConfig& config, uint64_t seed, const std::string& dir,
                                    SyntheticFolderType type = SyntheticFolderType::F16);
 
