@@ -86,8 +86,9 @@ struct ObservationRequest {
   // With window_attention: the observer's own newest queries, one entry per layer (or none), valid
   // until the call's first after_layer. A decoder that holds too few queries for the window
   // attention asked (none were asked for before: NACL's window, found from the prompt's length, is
-  // first asked for while decoding) may start its rows from these when they end where the call
-  // begins, instead of serving none until it has held W calls' queries.
+  // first asked for while decoding when its prompt was not announced, EvictionEngine::
+  // announce_prompt) may start its rows from these when they end where the call begins, instead
+  // of serving none until it has held W calls' queries.
   std::vector<ObserverQueryRows> observer_queries{};  // {}: designated initializers may omit it
   // false: that window attention not causal, every cached entry visible to every window row (NACL's
   // official proxy scoring); LayerSignals::window_attention.causal says which was computed.

@@ -9,6 +9,7 @@ const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> 
                                          ForwardObserver* observer) {
   const int block = engine ? engine->prefill_block() : 0;
   const int n = static_cast<int>(tokens.size());
+  if (engine) engine->announce_prompt(tokens);
   if (block <= 0 || n <= block) {
     const std::vector<float>& logits = decoder.forward(tokens, observer);
     // KVzip: the engine scores once the replay has run on the full cache (engine.h, finish_replay).

@@ -15,7 +15,9 @@
 namespace kvevict {
 
 // Prefills `tokens` (the whole prompt, into an empty cache) into `decoder`. `engine` (may be null:
-// no policy) decides the block size from its policy; `observer` is what the decoder calls (the
+// no policy) is told the prompt first (EvictionEngine::announce_prompt: its window is then known
+// before the first call, also one found from the prompt's length or tokens) and decides the block
+// size from its policy; `observer` is what the decoder calls (the
 // engine itself, a wrapper around it, or a recorder). Returns the logits of the prompt's last token (the
 // decoder's buffer, or the engine's copy of it after a replay).
 const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> tokens, EvictionEngine* engine,

@@ -87,7 +87,7 @@ bool prompt_signal_reads_cache_rows(TensorSignal s) {
 
 const SignalSet& prompt_signals(const PolicyDescription& d) { return d.prompt_reads_known ? d.prompt_reads : d.reads; }
 
-CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows) {
+CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows, PromptAnnouncement announced) {
   const SignalSet& reads = prompt_signals(d);
   bool given_rows = false;
   for (const TensorSignalInfo& info : kTensorSignalTable) {
@@ -102,8 +102,9 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
   if (feature_reads_cache_rows(d) || reads_query_statistics(d) || reads_replay(d) || d.observe.segment > 0)
     return CacheRowReads::Reads;
   // A window the decoder cannot know before the call (the engine then asks it for no window
-  // attention, and computes A on the host). Causal or not, the decoder computes it.
-  if (!window_known_before_prompt(d)) return CacheRowReads::Reads;
+  // attention, and computes A on the host), unless the prompt was announced. Causal or not, the
+  // decoder computes it.
+  if (!window_known_before_prompt(d) && announced == PromptAnnouncement::None) return CacheRowReads::Reads;
   return d.window > 0 || given_rows || merge_given_by_decoder(d.merge) ? CacheRowReads::NoneGivenDecoderSignals
                                                                        : CacheRowReads::None;
 }

@@ -57,6 +57,14 @@ bool signal_source_reads_cache_rows(SignalSource source);
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d,
                                      CachedRowSignals rows = CachedRowSignals::ReadOnHost);
 
+// Whether the engine learns a prompt before the prompt's first forward call
+// (EvictionEngine::announce_prompt, which prefill_prompt calls): then a window found from the
+// prompt's length or tokens is known in time for the decoder to compute its attention.
+enum class PromptAnnouncement : uint8_t {
+  None,
+  BeforeTheCall,
+};
+
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
 // attention A (when the decoder hands it over: the caller's NoneGivenDecoderSignals), the column
 // sums, positions, token ids, hidden states and row norms; true for everything else, A_now included (at the
@@ -74,7 +82,8 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     selection stages,
 //     NACL's same-index head, segment-local attention,
 //     query statistics, a context replay, a window found from the tokens or from the prompt's
-//     length (unknown before the call, so the decoder cannot compute its attention);
+//     length unless the prompt is announced (else unknown before the call, so the decoder cannot
+//     compute its attention; the engine, which announces, narrows this per call);
 //   else NoneGivenDecoderSignals when the policy has an observation window (the engine then
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
 //     over), or with GivenOnDevice reads K or V (the decoder hands over its device copy of them);
@@ -82,11 +91,13 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).
 CacheRowReads prompt_cache_row_reads(const PolicyDescription& d,
-                                     CachedRowSignals rows = CachedRowSignals::ReadOnHost);
+                                     CachedRowSignals rows = CachedRowSignals::ReadOnHost,
+                                     PromptAnnouncement announced = PromptAnnouncement::None);
 
 // Whether the observation window is known before the prompt arrives: not found from the tokens
-// (observe.window_after_token) nor from the prompt's length. Only then can a decoder be asked
-// for the window attention of a prompt call (ObservationRequest::window_attention).
+// (observe.window_after_token) nor from the prompt's length. Otherwise a decoder can be asked for
+// the window attention of a prompt call (ObservationRequest::window_attention) only when the
+// prompt was announced (PromptAnnouncement::BeforeTheCall).
 bool window_known_before_prompt(const PolicyDescription& d);
 
 // Whether the policy's merge runs where the rows are: every merge-on-evict method (Nearest, Pivot,

@@ -63,6 +63,21 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   }
 }
 
+void EvictionEngine::State::take_announced_plan(const LayerSignals& s, int prompt_len) {
+  EvictionPlan next = std::move(*announced);
+  announced.reset();
+  // The announcement must be this prompt's. In one call its tokens are all here: the plan made from
+  // them must be the announced one (a token-found window included). The first of several blocks
+  // carries only its own tokens: the announced plan, made from all of them, is the one to follow.
+  if (next.prompt_len != prompt_len)
+    throw std::logic_error("engine: a prompt of " + std::to_string(next.prompt_len) +
+                           " tokens was announced, the decoder started one of " + std::to_string(prompt_len));
+  if (s.n_tokens == prompt_len &&
+      make_eviction_plan(policy, plan.geometry, options.budget, prompt_len, s.tokens) != next)
+    throw std::logic_error("engine: the prompt announced is not the one the decoder started");
+  plan = std::move(next);
+}
+
 bool EvictionEngine::State::holds_whole_prompt(const KVCache& cache) const {
   for (int k = 0; k < L; ++k)
     for (int h = 0; h < cache.n_stored_heads(); ++h)
@@ -79,7 +94,12 @@ void EvictionEngine::State::prefill_layer(const LayerSignals& s, KVCache& cache,
     const int prompt_len = block_prompt > 0 ? block_prompt : s.first_position + s.n_tokens;
     if (desc.observe.window_after_token >= 0 && static_cast<int>(s.tokens.size()) != s.n_tokens)
       throw std::logic_error("engine: the decoder did not hand over the prompt's tokens");
-    plan = make_eviction_plan(policy, plan.geometry, options.budget, prompt_len, s.tokens);
+    plan_announced = announced.has_value();
+    if (announced) {
+      take_announced_plan(s, prompt_len);
+    } else {
+      plan = make_eviction_plan(policy, plan.geometry, options.budget, prompt_len, s.tokens);
+    }
     if (desc.observe.segment > 0)
       segments.reset(L, desc.observe.segment, plan.window, prompt_len, static_cast<size_t>(Hq) * d);
     report.prompt_len = prompt_len;

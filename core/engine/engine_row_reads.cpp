@@ -5,12 +5,17 @@
 namespace kvevict {
 
 bool EvictionEngine::State::decoder_window_attention() const {
-  return plan.window > 0 && !desc.observe.same_index_head;
+  return next_prompt_plan().window > 0 && !desc.observe.same_index_head;
+}
+
+bool EvictionEngine::State::prompt_window_known() const {
+  if (announced || window_known_before_prompt(desc)) return true;
+  return in_prefill && (plan_announced || desc.observe.window_after_token < 0);
 }
 
 int EvictionEngine::State::requested_window_attention() const {
   if (!decoder_window_attention()) return 0;
-  if (!prefill_done || in_prefill) return window_known_before_prompt(desc) ? plan.window : 0;
+  if (announced || !prefill_done || in_prefill) return prompt_window_known() ? next_prompt_plan().window : 0;
   const bool decode_reads = plan.decode.every > 0 && plan.decode.uses_window_attention;
   return decode_reads ? plan.window : 0;
 }
@@ -60,16 +65,29 @@ bool EvictionEngine::State::host_rows_not_read_later() const {
 
 CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
   if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
-  return desc.window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
+  // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
+  // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
+  if (!prompt_window_known()) return CacheRowReads::Reads;
+  const int window = announced ? announced->window : desc.window;
+  return window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
+}
+
+void EvictionEngine::announce_prompt(std::span<const int> tokens) {
+  State& st = *state_;
+  if (tokens.empty()) throw std::invalid_argument("announce_prompt: the prompt must have tokens");
+  st.announced = make_eviction_plan(st.policy, st.plan.geometry, st.options.budget, static_cast<int>(tokens.size()),
+                                    tokens);
 }
 
 ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
-  r.window = state_->query_window();
-  // A window that depends on the prompt length is unknown until the prompt arrives: ask for every
-  // query of the block (the decoder hands out a view of its query buffer, no copy); the engine
-  // keeps only the rows it needs once window_for(prompt_len) is known.
-  if (state_->desc.depends_on_prompt_len && !state_->prefill_done) r.window = state_->config.context_length;
+  r.window = state_->next_prompt_plan().query_window;
+  // A window that depends on the prompt length is unknown until the prompt arrives, unless it was
+  // announced: ask for every query of the block (the decoder hands out a view of its query buffer,
+  // no copy; a device decoder downloads them); the engine keeps only the rows it needs once
+  // window_for(prompt_len) is known.
+  if (state_->desc.depends_on_prompt_len && !state_->prefill_done && !state_->announced)
+    r.window = state_->config.context_length;
   // A segment-local observation needs the last queries of every segment: every query of the prompt
   // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;

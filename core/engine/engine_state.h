@@ -91,6 +91,13 @@ struct EvictionEngine::State {
   int decode_step = 0;
   int appended = 0;      // tokens appended after the prompt (a decode forward may carry several: a question block)
   int block_prompt = 0;  // the prompt's length during a prefill in blocks (begin_block_prefill), else 0
+  // The next prompt's plan, made when the caller announced the prompt before its first call
+  // (EvictionEngine::announce_prompt, which prefill_prompt calls): its window is then known before
+  // that call even when found from the prompt's length or tokens (NACL's proxy share, FINCH's
+  // delimiter), so a decoder can be asked for its attention. Becomes `plan` when the prompt starts.
+  std::optional<EvictionPlan> announced;
+  // The running prompt's plan came from an announcement: its window was known before every call.
+  bool plan_announced = false;
   int prefill_seen = 0;  // prompt tokens in the cache so far (the end of the latest block)
   std::vector<int> layer_budget;     // per-head budget of each layer in force (the plan's when static)
   std::vector<double> layer_weight;  // P_l when the policy has one
@@ -140,7 +147,8 @@ struct EvictionEngine::State {
   CacheRowsSignal decoder_rows;
   int decoder_rows_layer = -1;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
-  // fixed by the policy; request() narrows the prompt's per call.
+  // fixed by the policy, the prompt's as if announced; request() narrows the prompt's per call
+  // (prompt_call_row_reads).
   const CacheRowReads decode_row_reads, prompt_row_reads;
   // The host cache's rows of the current after_layer call are placeholders (LayerSignals::
   // cache_rows_are_placeholders), and some layer's were during this prompt (for finish_prefill, in
@@ -260,6 +268,13 @@ struct EvictionEngine::State {
   int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
 
   int query_window() const { return plan.query_window; }
+  // The plan of the next call's prompt as far as it is known before that call: the announced one,
+  // else the current plan (whose window is the policy's own when it is known before the prompt).
+  const EvictionPlan& next_prompt_plan() const { return announced ? *announced : plan; }
+  // Whether the window of a prompt call is known before the call: announced, fixed by the policy,
+  // or resolved when a prefill in blocks started (the prompt's length; not a window found from the
+  // tokens of the first block alone unless announced).
+  bool prompt_window_known() const;
 
   void reset();
 
@@ -286,9 +301,9 @@ struct EvictionEngine::State {
   bool decoder_window_attention() const;
 
   // ObservationRequest::window_attention: the policy's window when a decoder may compute its A,
-  // while a prompt is pending if the window is known before the prompt (not from the prompt's
-  // length or tokens), and while decoding if the decode trigger reads A (the window is the
-  // prompt's then); 0 otherwise.
+  // while a prompt is pending if its window is known before the call (prompt_window_known: an
+  // announced prompt, also one that follows decode steps), and while decoding if the decode trigger
+  // reads A (the window is the prompt's then); 0 otherwise.
   int requested_window_attention() const;
 
   // Holds the decoder's window attention of the block's layer when it is the engine's own (after
@@ -516,6 +531,9 @@ struct EvictionEngine::State {
   bool skip_prefill() const { return plan.prefill.skip; }
 
   void prefill_layer(const LayerSignals& s, KVCache& cache, bool allow_cascading);
+  // The announced plan becomes the prompt's, checked against the call that starts it
+  // (std::logic_error when it was another prompt's).
+  void take_announced_plan(const LayerSignals& s, int prompt_len);
 
   // What a layer of a forward call hands over that the engine keeps (queries, the decoder's window
   // attention, query and model signals, segments at prefill, accumulated attention, the merge

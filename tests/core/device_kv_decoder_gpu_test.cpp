@@ -265,7 +265,9 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
 
 // Placeholder host rows at the PROMPT (cache_row_reads.h): SnapKV, CAKE (cascading too), TOVA read
 // only the window attention there, which the decoder computes on the device and hands over
-// (NoneGivenDecoderSignals); H2O reads the column sums (None); a window policy prefilled in blocks
+// (NoneGivenDecoderSignals); so does NACL, whose window (found from the prompt's length) and
+// non-causal proxy attention the decoder learns before the call because prefill_prompt announces
+// the prompt; H2O reads the column sums (None); a window policy prefilled in blocks
 // declares it for every block of at least its window. Against a run whose observer says it reads
 // rows at the prompt (the decode steps declare the same in both), the logits of every call and the
 // host-visible caches (after sync) are identical, the prompt downloads no row (no host_append
@@ -291,7 +293,8 @@ TEST(DeviceKvDecoderGpu, PromptPlaceholderHostRowsGiveTheSameCacheAndLogits) {
                            "score: |\n  score[t] = if(t < T - W, sum(h, q: A[h, q, t]), 0)\n";
   const auto model = make_random_model(gqa_config(), 43);
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
-      {"snapkv", {}}, {"cake", {}}, {"cake", {{"cascading", "true"}}}, {"tova", {}}, {"h2o", {}}, {blocks, {}}};
+      {"snapkv", {}}, {"cake", {}}, {"cake", {{"cascading", "true"}}}, {"tova", {}}, {"h2o", {}}, {blocks, {}},
+      {"nacl", {{"budget_split", "explicit"}, {"explicit_sinks", "4"}, {"explicit_proxy", "0.1"}}}};
   for (const auto& [name, params] : policies) {
     const auto policy = load_policy(name, params);
     auto placeholder = make_decoder(*model, DecoderDevice::Cuda, {});

@@ -21,14 +21,17 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/decode/make_decoder.h"
+#include "core/decode/sampler.h"
 #include "core/engine/block_prefill.h"
 #include "core/engine/cache_row_reads.h"
 #include "core/engine/engine.h"
+#include "core/engine/eviction_plan.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
 #include "cache_row_reads_harness.h"
@@ -197,7 +200,24 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {})->description()), CacheRowReads::None);
   EXPECT_EQ(prompt_cache_row_reads(load_policy("streamingllm", {{"position_mode", "true_positions"}})->description()),
             CacheRowReads::None);
+  // A window found from the prompt's length (NACL's proxy share) or its tokens (FINCH's delimiter)
+  // is unknown before the call unless the prompt is announced (prefill_prompt does): then the
+  // decoder computes its A too. Nothing else changes with the announcement.
   EXPECT_EQ(prompt_cache_row_reads(load_policy("nacl", {})->description()), CacheRowReads::Reads);
+  std::vector<std::string> announced_changes;
+  for (const std::string& file : builtin_policy_files()) {
+    const auto policy = test::load_or_null(file);
+    if (!policy) continue;
+    const PolicyDescription& d = policy->description();
+    const CacheRowReads announced =
+        prompt_cache_row_reads(d, CachedRowSignals::ReadOnHost, PromptAnnouncement::BeforeTheCall);
+    if (announced == prompt_cache_row_reads(d)) continue;
+    EXPECT_EQ(announced, CacheRowReads::NoneGivenDecoderSignals) << file;
+    EXPECT_FALSE(window_known_before_prompt(d)) << file;
+    announced_changes.push_back(std::filesystem::path(file).stem().string());
+  }
+  std::sort(announced_changes.begin(), announced_changes.end());
+  EXPECT_EQ(announced_changes, (std::vector<std::string>{"finch", "nacl"}));
 }
 
 // Every built-in that declares it keeps the caches and logits with its rows poisoned, the prompt
@@ -229,7 +249,10 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
   std::string checked;
   for (const std::string& file : builtin_policy_files()) {
     const auto policy = test::load_or_null(file, test::short_prompt_settings(file));
-    if (!policy || prompt_cache_row_reads(policy->description()) == CacheRowReads::Reads) continue;
+    // run_policy prefills through prefill_prompt, which announces the prompt.
+    if (!policy || prompt_cache_row_reads(policy->description(), CachedRowSignals::ReadOnHost,
+                                          PromptAnnouncement::BeforeTheCall) == CacheRowReads::Reads)
+      continue;
     // Norms come with the positions where the rows are on a device, and poisoned rows would poison
     // them: those, and re-assigned positions, run on a position-only cache instead
     // (rowless_engine_turn_test.cpp).
@@ -251,6 +274,7 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
   EXPECT_NE(checked.find("snapkv"), std::string::npos);
   EXPECT_NE(checked.find("cake"), std::string::npos);
   EXPECT_NE(checked.find("h2o"), std::string::npos);
+  EXPECT_NE(checked.find("nacl"), std::string::npos) << "its window, from the prompt's length, was announced";
 }
 
 // CAKE's cascading prefill (every layer re-splits the budget and evicts the layers before it) and
@@ -368,6 +392,61 @@ TEST_F(PromptCacheReadsTest, TheRequestNarrowsThePromptDeclarationPerCall) {
   EXPECT_EQ(decoding.window_attention, 0) << "snapkv does not score while decoding";
   EXPECT_EQ(decoding.cache_row_reads.next_token, CacheRowReads::None) << "so its decode steps read no row";
   EXPECT_EQ(decoding.cache_row_reads.next_block, CacheRowReads::None) << "nor its question blocks";
+}
+
+// A prompt announced before its first call (EvictionEngine::announce_prompt; prefill_prompt does
+// it): NACL's window, found from the prompt's length, is then asked of the decoder and the prompt
+// declared NoneGivenDecoderSignals, with only the window's query rows asked for (not the whole
+// block); unannounced, it reads rows. A prompt that follows decode steps without a new engine is a
+// prompt again once announced (SnapKV's window, while its decode steps ask for none). The call
+// that starts the prompt must be the announced one.
+TEST_F(PromptCacheReadsTest, AnnouncedPromptsAreKnownBeforeTheirFirstCall) {
+  const auto nacl = load_policy("nacl", {{"budget_split", "explicit"}, {"explicit_sinks", "4"},
+                                         {"explicit_proxy", "0.1"}});
+  const int n = 90;
+  ASSERT_GE(S(), n);
+  const std::span<const int> prompt(tokens_.data(), static_cast<size_t>(n));
+  {
+    EvictionEngine engine(*nacl, model_->config, {Budget::parse("40"), 3});
+    const ObservationRequest before = engine.request();
+    EXPECT_EQ(before.window_attention, 0) << "the window depends on a prompt not yet known";
+    EXPECT_EQ(before.cache_row_reads.prompt_start, CacheRowReads::Reads);
+    EXPECT_EQ(before.window, model_->config.context_length) << "every query of the block, the window unknown";
+    engine.announce_prompt(prompt);
+    const int W = make_eviction_plan(*nacl, model_->config, Budget::parse("40"), n).window;
+    ASSERT_EQ(W, 9);  // floor(0.1 * 90)
+    const ObservationRequest announced = engine.request();
+    EXPECT_EQ(announced.window_attention, W);
+    EXPECT_FALSE(announced.window_attention_causal) << "NACL's official proxy";
+    EXPECT_EQ(announced.cache_row_reads.prompt_start, CacheRowReads::NoneGivenDecoderSignals);
+    EXPECT_EQ(announced.window, W);
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    decoder->forward(prompt, &engine);
+    EXPECT_EQ(engine.plan().window, W);
+    EXPECT_EQ(engine.plan().prompt_len, n);
+  }
+  {
+    const auto snapkv = load_policy("snapkv", {{"window", "16"}});
+    EvictionEngine engine(*snapkv, model_->config, {Budget::parse("40"), 3});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    const std::vector<float> logits = prefill_prompt(*decoder, prompt, &engine, &engine);
+    decoder->forward(std::vector<int>{argmax(logits)}, &engine);
+    const ObservationRequest decoding = engine.request();
+    EXPECT_EQ(decoding.window_attention, 0) << "snapkv scores no decode step";
+    EXPECT_EQ(decoding.cache_row_reads.prompt_start, CacheRowReads::Reads) << "a prompt nobody announced";
+    engine.announce_prompt(prompt.subspan(0, 60));
+    const ObservationRequest next = engine.request();
+    EXPECT_EQ(next.window_attention, 16);
+    EXPECT_EQ(next.cache_row_reads.prompt_start, CacheRowReads::NoneGivenDecoderSignals);
+    decoder->reset();
+    prefill_prompt(*decoder, prompt.subspan(0, 60), &engine, &engine);
+    EXPECT_EQ(engine.plan().prompt_len, 60);
+    EXPECT_EQ(decoder->cache().length(0, 0), 40);
+    // Control: the call that starts the prompt is not the announced one.
+    engine.announce_prompt(prompt.subspan(0, 60));
+    decoder->reset();
+    EXPECT_THROW(decoder->forward(prompt.subspan(0, 50), &engine), std::logic_error);
+  }
 }
 
 // ObservationRequest::host_rows_not_read_later: set for a policy none of whose decode steps reads a

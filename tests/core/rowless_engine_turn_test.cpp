@@ -177,6 +177,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
  protected:
   struct Run : test::CallTrace {
     int rowless_turns = 0;
+    int prompt_rowless_turns = 0;  // of rowless_turns, the prompt's (its layers and after_forward)
     bool forbidden = false;
     int64_t window_beyond_block = 0;
     int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
@@ -187,9 +188,11 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t codebook_graphs = 0;       // EvictionReport::codebook_graphs_by_selector
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
+  // `announce`: the prompt goes through prefill_prompt, which announces it to the engine; false:
+  // one forward call the engine learns of only when it arrives (a policy without prefill blocks).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
                  bool plant_wrong_rows = false, const std::vector<int>& block = {}, bool offer_merges = true,
-                 std::optional<SelectionDevice> selection = std::nullopt) {
+                 std::optional<SelectionDevice> selection = std::nullopt, bool announce = true) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EngineOptions options{Budget::parse("40"), 3};
     options.selection = selection;
@@ -197,7 +200,9 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
                           plant_wrong_window, plant_wrong_rows, offer_merges);
     Run r;
-    r.record(prefill_prompt(*decoder, tokens_, &engine, &observer), decoder->cache());
+    r.record(announce ? prefill_prompt(*decoder, tokens_, &engine, &observer) : decoder->forward(tokens_, &observer),
+             decoder->cache());
+    r.prompt_rowless_turns = observer.rowless_turns;
     if (!block.empty()) r.record(decoder->forward(block, &observer), decoder->cache());
     r.decode_greedily(*decoder, &observer, steps);
     r.rowless_turns = observer.rowless_turns;
@@ -221,10 +226,11 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
   }
 };
 
-// Whether some call of `d`'s run may be declared: its prompt, or its decode steps when it evicts
-// or records while decoding.
+// Whether some call of `d`'s run may be declared: its prompt (announced by prefill_prompt), or its
+// decode steps when it evicts or records while decoding.
 bool declares_some_call(const PolicyDescription& d) {
-  return prompt_cache_row_reads(d) != CacheRowReads::Reads ||
+  return prompt_cache_row_reads(d, CachedRowSignals::ReadOnHost, PromptAnnouncement::BeforeTheCall) !=
+             CacheRowReads::Reads ||
          (d.run.decode_every > 0 && decode_cache_row_reads(d) != CacheRowReads::Reads);
 }
 
@@ -269,10 +275,13 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
   const auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   // StreamingLLM re-assigns positions (its default): the copy re-numbers, the real cache re-rotates.
   for (const char* n : {"cake", "h2o", "tova", "snapkv", "streamingllm"}) EXPECT_TRUE(has(checked, n)) << n;
+  // Windows found from the prompt's length (NACL's proxy share) or tokens (FINCH's delimiter),
+  // known before the call because prefill_prompt announces the prompt.
+  for (const char* n : {"nacl", "finch"}) EXPECT_TRUE(has(checked, n)) << n;
   // Key norms at the prompt (knorm), and kvpress's decoding presses over key norms while decoding.
   for (const char* n : {"knorm", "decoding", "compression_ratio_decoding"}) EXPECT_TRUE(has(with_norms, n)) << n;
   // Row readers at the prompt that never evict while decoding: every decode step is declared.
-  for (const char* n : {"keydiff", "expected_attention", "nacl"}) EXPECT_TRUE(has(by_step, n)) << n;
+  for (const char* n : {"keydiff", "expected_attention"}) EXPECT_TRUE(has(by_step, n)) << n;
 }
 
 // CAKE, H2O and TOVA evict while decoding: every decode step (and after_forward) ran on the
@@ -289,12 +298,16 @@ TEST_F(RowlessEngineTurnTest, DecodeStepsOfCakeH2oAndTovaRunOnAPositionOnlyCache
 
 // MorphKV, Scissorhands, CAKE's paper indicator and NACL evicting while decoding (the paper's
 // Algorithm 1; its official proxy is not causal) score decode steps by the window attention of the
-// last W queries, generated ones included (NoneGivenDecoderSignals); NACL's held queries start
-// from the engine's at its first decode step. Handed it as the CUDA
+// last W queries, generated ones included (NoneGivenDecoderSignals). Handed it as the CUDA
 // decoder computes it, from the queries it holds (more rows than the one-token call has), every
 // decode step runs on a position-only cache, with evictions, and keeps the caches and logits of
 // the same run with its rows on the host (reference_run). Control: a planted buffer (each
 // row reversed) changes the caches, so the engine did read the one handed over.
+// NACL's window comes from the prompt's length: announced (prefill_prompt), its prompt runs on the
+// position-only cache too and the decoder holds the window's queries from then on; a prompt the
+// engine learns of only when it arrives reads its rows, and at the first decode step the decoder
+// starts its held queries from the engine's own (ObservationRequest::observer_queries), with the
+// same caches.
 TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCache) {
   const int L = model_->config.n_layers;
   const std::map<std::string, std::string> nacl{{"decode_interval", "1"},
@@ -308,17 +321,23 @@ TEST_F(RowlessEngineTurnTest, RollingWindowDecodeIndicatorsRunOnAPositionOnlyCac
            {"nacl", nacl}}) {
     const auto policy = load_policy(name, params);
     ASSERT_EQ(decode_cache_row_reads(policy->description()), CacheRowReads::NoneGivenDecoderSignals) << name;
-    // NACL's window comes from the prompt's length, so nobody asks for the window attention at the
-    // prompt: at the first decode step the decoder starts its held queries from the engine's own
-    // (ObservationRequest::observer_queries), so that step reads no row either.
     const int steps = 30;
     const Run plain = reference_run(*policy, steps);
     const Run rowless = run(*policy, TurnMode::Rowless, steps);
-    EXPECT_GE(rowless.rowless_turns, steps * (L + 1)) << name << ": a decode step read rows";
+    EXPECT_GE(rowless.rowless_turns - rowless.prompt_rowless_turns, steps * (L + 1)) << name << ": a decode step read rows";
     EXPECT_GE(rowless.window_beyond_block, steps * L) << name << ": the rolling window was not handed over";
-    EXPECT_EQ(rowless.seeded_layers, name == "nacl" ? L : 0) << name << ": the held queries started over";
+    EXPECT_EQ(rowless.seeded_layers, 0) << name << ": the held queries started over";
     EXPECT_FALSE(rowless.forbidden) << name;
     test::expect_same_calls(plain, rowless, name);
+    if (name == std::string("nacl")) {
+      EXPECT_EQ(rowless.prompt_rowless_turns, L + 1) << "nacl's announced prompt read rows";
+      const Run unannounced = run(*policy, TurnMode::Rowless, steps, false, false, {}, true, std::nullopt,
+                                  /*announce=*/false);
+      EXPECT_EQ(unannounced.prompt_rowless_turns, 0) << "a window found from a prompt not announced is unknown";
+      EXPECT_EQ(unannounced.seeded_layers, L) << "the held queries did not start from the engine's";
+      EXPECT_GE(unannounced.rowless_turns, steps * (L + 1));
+      test::expect_same_calls(plain, unannounced, "nacl, not announced");
+    }
     EXPECT_LT(rowless.layouts.back()[0][0].size(), rowless.layouts.size() + S()) << name << " never evicted";
     const Run planted = run(*policy, TurnMode::Rowless, steps, /*plant_wrong_window=*/true);
     ASSERT_EQ(planted.layouts.size(), rowless.layouts.size());
