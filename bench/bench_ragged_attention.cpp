@@ -5,7 +5,10 @@
 //   over a packed f32 copy (what the decoder runs today);
 //   prefill (n = entries) at 4K / 32K: the tiled kernel's latency and FLOP rate, and column sums;
 //   in a build with FlashInfer (-DKVEVICT_FLASHINFER_DIR), FlashInfer's prefill over the same
-//   layer at 4K / 32K / 128K (core/decode/cuda/flashinfer_prefill.h) against it.
+//   layer at 4K / 32K / 128K (core/decode/cuda/flashinfer_prefill.h) against it;
+//   the window attention signal (core/decode/cuda/window_attention.h; SnapKV's and CAKE's W = 32
+//   window rows of every query head over the layer) at 4K / 32K / 128K: the planner's split along
+//   the cache against one chunk per row, and the largest difference between the two.
 // Without the CUDA toolkit or a usable device it prints "skipped: <reason>" and exits 0.
 // --cpu runs the same cases through the CPU twin at small sizes (checking the benchmark's own
 // setup, planning and reporting) and checks the split plan against a one-chunk plan.
@@ -25,6 +28,7 @@
 #include "jit/device.h"
 #include "core/decode/kv_type.h"
 #include "core/decode/ragged_attention_twin.h"
+#include "core/decode/window_attention_twin.h"
 #include "jit/cuda_driver.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -33,12 +37,21 @@
 #include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/ragged_attention.h"
+#include "core/decode/cuda/window_attention.h"
 #endif
 
 namespace kvevict {
 namespace {
 
 constexpr int kKvHeads = 8, kGroup = 4, kHeadDim = 128;
+constexpr int kWindow = 32;  // SnapKV's and CAKE's observation window
+
+// A window attention plan with every row in one chunk (the kernel before the split).
+WindowPlanOptions one_chunk_window() {
+  WindowPlanOptions o;
+  o.chunk = int64_t(1) << 40;
+  return o;
+}
 
 struct Options {
   bool cpu = false, json = false;
@@ -153,7 +166,36 @@ int run_cpu(const Options& o, nlohmann::json& rows) {
                    {"gflop_per_s", prefill_flops(n) / seconds / 1e9}};
   print(o, r);
   rows.push_back(r);
-  if (!o.json) std::printf("self-check: split vs one chunk and column sums, worst deviation %.3g\n", worst);
+  {  // The window attention split along the cache (forced: the planner splits only long heads).
+    const auto wl = ragged_lengths(2048);
+    const auto wk = random_words(total_rows(wl), 7);
+    DeviceKvLayerView wv = layer_view(wl, wk.data(), wk.data());
+    std::vector<int32_t> positions(size_t(total_rows(wl)));
+    for (int h = 0; h < kKvHeads; ++h)
+      for (int64_t t = 0; t < wl[size_t(h)]; ++t) positions[size_t(wv.base_row[h] + t)] = int32_t(t);
+    wv.positions = positions.data();
+    const auto wq = random_queries(kWindow, 8);
+    WindowPlanOptions split;
+    split.query_position0 = int(wl.back()) - kWindow;
+    split.chunk = 512;
+    WindowPlanOptions whole = one_chunk_window();
+    whole.query_position0 = split.query_position0;
+    const WindowAttentionPlan sp = plan_window_attention(wv, kWindow, kGroup, split);
+    const double w0 = bench::wall_seconds();
+    const std::vector<float> a = window_attention_twin(wv, sp, wq.data());
+    const double wseconds = bench::wall_seconds() - w0;
+    const std::vector<float> b = window_attention_twin(wv, plan_window_attention(wv, kWindow, kGroup, whole), wq.data());
+    double diff = 0;
+    for (size_t e = 0; e < a.size(); ++e) diff = std::max(diff, double(std::abs(a[e] - b[e])));
+    worst = std::max(worst, diff);
+    nlohmann::json wr{{"backend", "cpu-twin"}, {"kind", "window_attention"}, {"context", 2048}, {"W", kWindow},
+                      {"chunks", sp.chunks}, {"us", 1e6 * wseconds}, {"max_abs_diff_vs_one_chunk", diff}};
+    print(o, wr);
+    rows.push_back(wr);
+  }
+  if (!o.json)
+    std::printf("self-check: split vs one chunk (attention, window attention) and column sums, worst deviation %.3g\n",
+                worst);
   return worst < 1e-4 ? 0 : 1;
 }
 
@@ -311,6 +353,41 @@ void prefill_case(const Options& o, nlohmann::json& rows, const std::vector<uint
   rows.push_back(r);
 }
 
+// The window attention of one layer (W = 32 rows of every query head, causal, the window at the
+// end of the longest head) over uneven heads of mean `context`: the planner's plan (split along
+// the cache when the heads are long) against one chunk per row.
+void window_case(const Options& o, nlohmann::json& rows, const void* arena, int64_t context) {
+  const auto lengths = ragged_lengths(context);
+  DeviceKvLayerView view = layer_view(lengths, arena, arena);
+  std::vector<int32_t> positions(size_t(total_rows(lengths)));
+  for (int h = 0; h < kKvHeads; ++h)
+    for (int64_t t = 0; t < lengths[size_t(h)]; ++t) positions[size_t(view.base_row[h] + t)] = int32_t(t);
+  cuda::DeviceArray<int32_t> device_positions;
+  device_positions.upload(positions);
+  view.positions = device_positions.data();
+  cuda::DeviceArray<float> q;
+  q.upload(random_queries(kWindow, 9));
+  WindowPlanOptions planned;
+  planned.query_position0 = int(*std::max_element(lengths.begin(), lengths.end())) - kWindow;
+  WindowPlanOptions whole = one_chunk_window();
+  whole.query_position0 = planned.query_position0;
+  const WindowAttentionPlan split = plan_window_attention(view, kWindow, kGroup, planned);
+  const WindowAttentionPlan one = plan_window_attention(view, kWindow, kGroup, whole);
+  cuda::DeviceArray<float> a(split.out_floats), b(one.out_floats), partials(std::max<size_t>(split.partial_floats, 1));
+  const int iters = context > 32768 ? std::min(o.iters, 5) : o.iters;
+  const double split_us = device_us(iters, [&] {
+    cuda::window_attention(view, split, q.data(), a.data(), a.size(), partials.data(), partials.size());
+  });
+  const double one_us = device_us(iters, [&] { cuda::window_attention(view, one, q.data(), b.data(), b.size()); });
+  nlohmann::json r{{"backend", "cuda"}, {"kind", "window_attention"}, {"context", context}, {"W", kWindow},
+                   {"chunks", split.chunks}, {"blocks", int64_t(split.row_tiles) * split.chunks * split.n_kv},
+                   {"us", split_us}, {"one_chunk_us", one_us}, {"speedup_vs_one_chunk", one_us / split_us}};
+  // The outputs are n_heads * W * longest floats (1 GiB each at 128K): compared at 4K only.
+  if (context <= 4096) r["max_abs_diff_vs_one_chunk"] = max_difference(a, b);
+  print(o, r);
+  rows.push_back(r);
+}
+
 int run_gpu(const Options& o, nlohmann::json& rows) {
   // One F16 arena for the largest case; every case's heads are packed from row 0 of it.
   const std::vector<uint16_t> words = random_words(total_rows(ragged_lengths(131072)), 1);
@@ -318,6 +395,7 @@ int run_gpu(const Options& o, nlohmann::json& rows) {
   arena.upload(words);
   for (int64_t context : {4096, 32768, 131072})
     for (double fraction : {1.0, 0.03}) decode_case(o, rows, words, arena.data(), context, fraction);
+  for (int64_t context : {4096, 32768, 131072}) window_case(o, rows, arena.data(), context);
   for (int64_t n : {4096, 32768, 131072}) prefill_case(o, rows, words, arena.data(), n);
   return 0;
 }

@@ -17,16 +17,27 @@
 // [n_kv][group][W][max_len] f32, element ((kv * group + g) * W + w) * max_len + t; max_len (the
 // plan's row stride) covers the longest head; entries at or past a head's length are written 0.
 // Per KV head this is compute_window_attention's [G][W][T] with row stride max_len. Memory is the
-// output only, O(n_heads * W * max_len): there is never an S x S matrix nor a workspace.
+// output, O(n_heads * W * max_len), and a split's two floats per row and chunk: there is never an
+// S x S matrix.
 //
 // Work decomposition. The rows of stored head kv are its (g, w) pairs numbered r = g * W + w (the
 // output's own order, so a block writes consecutive output rows). A block of kWindowThreads takes
-// rows_per_block consecutive rows of one head: grid = (row_tiles, n_kv), row tiles on x (the axis
-// without a 65535 limit). Thread t serves row t / threads_per_row and, within each key tile, the
-// entries j = t % threads_per_row + k * threads_per_row.
+// rows_per_block consecutive rows of one head and one chunk of its entries: grid = (row_tiles *
+// chunks, n_kv), x = row_tile * chunks + chunk (the axis without a 65535 limit). Chunk c covers
+// the entries [c * chunk, min((c + 1) * chunk, max_len)) (chunk a multiple of tile_keys, so key
+// tiles never straddle two chunks). Thread t serves row t / threads_per_row and, within each key
+// tile, the entries j = t % threads_per_row + k * threads_per_row.
+//
+// One chunk (chunks == 1, the whole row): one kernel, the phases below. Several (split along the
+// cache, flash-decoding style, when the row tiles of a long head alone would leave most of the GPU
+// idle: a prefill's window at 32K-128K): two kernels. The first runs pass 1 over its chunk, then
+// the first thread of each row combines the row's thread partials and stores the chunk's (m, l)
+// in `partials` ([n_kv][group * W][chunks][2], window_store_chunk_partial); the second
+// (window_normalise_chunk) has every thread combine its row's chunk partials the same way and
+// normalise its share of the block's chunk in place.
 //
 // A block's phases (barrier after each):
-//   pass 1, per key tile of tile_keys entries: load the tile into shared memory as f32
+//   pass 1, per key tile of tile_keys entries of its chunk: load the tile into shared memory as f32
 //     (ragged_load_tile: row stride head_dim + 1, so the row's threads, each on its own key, read
 //     conflict-free; the tile serves all rows of the block, i.e. up to rows_per_block of the head's
 //     group * W rows) | each thread scores its entries, writes the raw logit (-inf when masked)
@@ -52,6 +63,9 @@ inline constexpr int kWindowSharedBytes = 48 * 1024;   // dynamic shared memory 
 
 struct WindowAttentionPlan {
   int W = 0, n_kv = 0, group = 1, n_heads = 0, head_dim = 0;
+  int64_t chunk = 0;        // entries per chunk, a multiple of tile_keys (>= max_len when one chunk)
+  int chunks = 1;           // chunks per row: ceil(max_len / chunk), 1 when not split
+  size_t partial_floats = 0;  // the split's (m, l) per row and chunk: n_kv * group * W * chunks * 2
   int query_position0 = 0;  // the position of window row 0
   bool causal = true;
   float scale = 1.0f;
@@ -69,6 +83,7 @@ struct WindowAttentionArgs {
   WindowAttentionPlan plan;
   const float* queries = nullptr;  // [W][n_heads][head_dim]
   float* out = nullptr;            // [n_kv][group][W][max_len]
+  float* partials = nullptr;       // plan.partial_floats floats when chunks > 1
 };
 
 // What a thread keeps across key tiles (registers on the GPU): the online max and sum of its
@@ -77,10 +92,12 @@ struct WindowThreadState {
   float m = -INFINITY, l = 0.0f;
 };
 
-// A block's place: stored head kv (length, first arena row) and its rows [row0, row0 + rows).
+// A block's place: stored head kv (length, first arena row), its rows [row0, row0 + rows) and its
+// chunk of entries [k0, k1) (k1 <= max_len; [0, max_len) when not split).
 struct WindowBlock {
-  int kv = 0, row0 = 0, rows = 0;
+  int kv = 0, row0 = 0, rows = 0, chunk = 0;
   int64_t len = 0, base_row = 0;
+  int64_t k0 = 0, k1 = 0;
 };
 
 // Shared memory of a block: q [R][head_dim], k [tile_keys][head_dim + 1], partials [threads][2].
@@ -95,10 +112,15 @@ KVEVICT_HOST_DEVICE inline WindowShared window_shared(const WindowAttentionPlan&
   return {base, k, k + p.tile_keys * (p.head_dim + 1)};
 }
 
-KVEVICT_HOST_DEVICE inline WindowBlock window_block(const WindowAttentionArgs& a, int row_tile, int kv) {
+// Block x (= row_tile * chunks + chunk) of stored head kv.
+KVEVICT_HOST_DEVICE inline WindowBlock window_block(const WindowAttentionArgs& a, int x, int kv) {
   const WindowAttentionPlan& p = a.plan;
   WindowBlock b;
   b.kv = kv;
+  const int row_tile = x / p.chunks;
+  b.chunk = x % p.chunks;
+  b.k0 = static_cast<int64_t>(b.chunk) * p.chunk;
+  b.k1 = b.k0 + p.chunk < p.max_len ? b.k0 + p.chunk : p.max_len;
   b.row0 = row_tile * p.rows_per_block;
   const int left = p.group * p.W - b.row0;
   b.rows = left < p.rows_per_block ? left : p.rows_per_block;
@@ -168,31 +190,75 @@ KVEVICT_HOST_DEVICE inline void window_publish(WindowShared s, int t, const Wind
   s.partial[2 * t + 1] = st.l;
 }
 
-// Pass 2: thread t combines its row's partials (every thread of the row the same way, so no
-// further barrier) and normalises its share of the row in place, entries [0, max_len): exp(logit -
-// m) / l where visible, 0 where masked, past the head's length, or in a row that sees nothing.
+// Combines n online (max, sum) partials stored `stride` floats apart into one: the max of the
+// maxima, and each sum rescaled to it (a partial that saw nothing, m = -inf, adds nothing).
+KVEVICT_HOST_DEVICE inline WindowThreadState window_combine(const float* part, int n, int stride) {
+  WindowThreadState c;
+  for (int k = 0; k < n; ++k) c.m = part[k * stride] > c.m ? part[k * stride] : c.m;
+  for (int k = 0; k < n; ++k)
+    if (part[k * stride] != -INFINITY) c.l += part[k * stride + 1] * expf(part[k * stride] - c.m);
+  return c;
+}
+
+// Rewrites the logits of row r's share [b.k0 + sub, b.k1) (every threads_per_row-th entry) in
+// place: exp(logit - m) / l where visible, 0 where masked, past the head's length, or in a row
+// that sees nothing.
+KVEVICT_HOST_DEVICE inline void window_write_probabilities(const WindowAttentionArgs& a, const WindowBlock& b, int r,
+                                                           int sub, WindowThreadState row) {
+  const WindowAttentionPlan& p = a.plan;
+  const float inv = row.l > 0.0f ? 1.0f / row.l : 0.0f;
+  float* out = a.out + window_out_row(p, b.kv, b.row0 + r);
+  for (int64_t e = b.k0 + sub; e < b.k1; e += p.threads_per_row) {
+    float y = 0.0f;
+    if (e < b.len && row.m != -INFINITY) {
+      const float x = out[e];
+      y = x == -INFINITY ? 0.0f : expf(x - row.m) * inv;
+    }
+    out[e] = y;
+  }
+}
+
+// Pass 2 of one chunk: thread t combines its row's partials (every thread of the row the same way,
+// so no further barrier) and normalises its share of the row in place.
 KVEVICT_HOST_DEVICE inline void window_normalise(const WindowAttentionArgs& a, const WindowBlock& b, WindowShared s,
                                                  int t) {
   const WindowAttentionPlan& p = a.plan;
   const int r = t / p.threads_per_row, sub = t % p.threads_per_row;
   if (r >= b.rows) return;
-  const float* part = s.partial + 2 * r * p.threads_per_row;
-  float m = -INFINITY;
-  for (int k = 0; k < p.threads_per_row; ++k) m = part[2 * k] > m ? part[2 * k] : m;
-  float l = 0.0f;
-  for (int k = 0; k < p.threads_per_row; ++k)
-    if (part[2 * k] != -INFINITY) l += part[2 * k + 1] * expf(part[2 * k] - m);
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  float* out = a.out + window_out_row(p, b.kv, b.row0 + r);
-  for (int64_t e = sub; e < p.max_len; e += p.threads_per_row) {
-    float y = 0.0f;
-    if (e < b.len && m != -INFINITY) {
-      const float x = out[e];
-      y = x == -INFINITY ? 0.0f : expf(x - m) * inv;
-    }
-    out[e] = y;
-  }
+  window_write_probabilities(a, b, r, sub, window_combine(s.partial + 2 * r * p.threads_per_row, p.threads_per_row, 2));
 }
+
+// Offset of the (m, l) of row `row` of stored head kv for chunk c in the partials.
+KVEVICT_HOST_DEVICE inline size_t window_partial_at(const WindowAttentionPlan& p, int kv, int row, int c) {
+  return ((static_cast<size_t>(kv) * p.group * p.W + static_cast<size_t>(row)) * p.chunks + c) * 2;
+}
+
+// Split, first kernel's end (after window_publish and a barrier): the first thread of each row
+// combines the row's thread partials and stores them as the block's chunk's (m, l).
+KVEVICT_HOST_DEVICE inline void window_store_chunk_partial(const WindowAttentionArgs& a, const WindowBlock& b,
+                                                           WindowShared s, int t) {
+  const WindowAttentionPlan& p = a.plan;
+  const int r = t / p.threads_per_row;
+  if (r >= b.rows || t % p.threads_per_row != 0) return;
+  const WindowThreadState c = window_combine(s.partial + 2 * r * p.threads_per_row, p.threads_per_row, 2);
+  float* at = a.partials + window_partial_at(p, b.kv, b.row0 + r, b.chunk);
+  at[0] = c.m;
+  at[1] = c.l;
+}
+
+// Split, second kernel: thread t combines its row's chunk partials (every thread the same way) and
+// normalises its share of the block's chunk in place.
+KVEVICT_HOST_DEVICE inline void window_normalise_chunk(const WindowAttentionArgs& a, const WindowBlock& b, int t) {
+  const WindowAttentionPlan& p = a.plan;
+  const int r = t / p.threads_per_row, sub = t % p.threads_per_row;
+  if (r >= b.rows) return;
+  const WindowThreadState row = window_combine(a.partials + window_partial_at(p, b.kv, b.row0 + r, 0), p.chunks, 2);
+  window_write_probabilities(a, b, r, sub, row);
+}
+
+// The key tiles of a block's pass 1: from its chunk's first entry to the end of its chunk or its
+// head, whichever comes first.
+KVEVICT_HOST_DEVICE inline int64_t window_keys_end(const WindowBlock& b) { return b.k1 < b.len ? b.k1 : b.len; }
 
 // The first stored head longer than the plan's row stride, or -1 (the twin and the launcher
 // refuse such a view: a plan holds only while the lengths it was made for do not outgrow it).

@@ -37,6 +37,22 @@ bool fits(int rows, int tile_keys, int head_dim) {
   return window_shared_floats(rows, tile_keys, head_dim) * int(sizeof(float)) <= kWindowSharedBytes;
 }
 
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Entries per chunk: the whole row unless the row tiles x stored heads fall short of the target
+// and the row is long enough to give each extra block at least min_chunk entries.
+int64_t chunk_for(const WindowAttentionPlan& p, const WindowPlanOptions& o) {
+  const int64_t row = round_up(std::max<int64_t>(p.max_len, 1), p.tile_keys);
+  if (o.chunk > 0) return std::min(round_up(o.chunk, p.tile_keys), row);
+  const int64_t blocks = int64_t(p.row_tiles) * p.n_kv;
+  const int64_t want = std::max<int64_t>(1, (o.target_blocks + blocks - 1) / std::max<int64_t>(blocks, 1));
+  int64_t chunk = round_up((row + want - 1) / want, p.tile_keys);
+  chunk = std::max(chunk, round_up(std::max<int64_t>(1, o.min_chunk), p.tile_keys));
+  const int64_t cap = std::max(1, o.max_chunks);
+  if ((row + chunk - 1) / chunk > cap) chunk = round_up((row + cap - 1) / cap, p.tile_keys);
+  return std::min(chunk, row);
+}
+
 }  // namespace
 
 WindowAttentionPlan plan_window_attention(const DeviceKvLayerView& view, int W, int group,
@@ -64,6 +80,11 @@ WindowAttentionPlan plan_window_attention(const DeviceKvLayerView& view, int W, 
   p.shared_floats = window_shared_floats(r, p.tile_keys, p.head_dim);
   p.row_tiles = (rows + r - 1) / r;
   p.out_floats = size_t(p.n_kv) * size_t(group) * size_t(W) * size_t(p.max_len);
+  p.chunk = chunk_for(p, options);
+  p.chunks = static_cast<int>(std::max<int64_t>(1, (p.max_len + p.chunk - 1) / p.chunk));
+  if (int64_t(p.row_tiles) * p.chunks > INT_MAX)
+    refuse(std::to_string(p.row_tiles) + " row tiles of " + std::to_string(p.chunks) + " chunks are too many blocks");
+  p.partial_floats = p.chunks > 1 ? size_t(p.n_kv) * size_t(group) * size_t(W) * size_t(p.chunks) * 2 : 0;
   return p;
 }
 
@@ -78,24 +99,35 @@ void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& p
 
 namespace {
 
-// One block, phase by phase for every thread; the loop mirrors window_attention_kernel in
-// cuda/window_attention.cu (keep the two identical).
-void run_block(const WindowAttentionArgs& a, int row_tile, int kv, std::vector<float>& shared,
+// One block, phase by phase for every thread; the loops mirror window_attention_kernel and
+// window_chunk_kernel in cuda/window_attention.cu (keep them identical): pass 1 over the block's
+// chunk, then pass 2 (one chunk) or the chunk's stored partial (split).
+void run_block(const WindowAttentionArgs& a, int x, int kv, std::vector<float>& shared,
                std::vector<WindowThreadState>& st) {
   const WindowAttentionPlan& p = a.plan;
-  const WindowBlock b = window_block(a, row_tile, kv);
+  const WindowBlock b = window_block(a, x, kv);
   const WindowShared s = window_shared(p, shared.data());
   for (int t = 0; t < kWindowThreads; ++t) {
     st[t] = WindowThreadState{};
     window_load_queries(a, b, s, t);
   }
-  for (int64_t t0 = 0; t0 < b.len; t0 += p.tile_keys) {
+  for (int64_t t0 = b.k0; t0 < window_keys_end(b); t0 += p.tile_keys) {
     for (int t = 0; t < kWindowThreads; ++t)
       ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
     for (int t = 0; t < kWindowThreads; ++t) window_scores(a, b, s, t0, t, st[t]);
   }
   for (int t = 0; t < kWindowThreads; ++t) window_publish(s, t, st[t]);
-  for (int t = 0; t < kWindowThreads; ++t) window_normalise(a, b, s, t);
+  if (p.chunks > 1) {
+    for (int t = 0; t < kWindowThreads; ++t) window_store_chunk_partial(a, b, s, t);
+  } else {
+    for (int t = 0; t < kWindowThreads; ++t) window_normalise(a, b, s, t);
+  }
+}
+
+// The split's second kernel: one block, every thread.
+void run_normalise_block(const WindowAttentionArgs& a, int x, int kv) {
+  const WindowBlock b = window_block(a, x, kv);
+  for (int t = 0; t < kWindowThreads; ++t) window_normalise_chunk(a, b, t);
 }
 
 }  // namespace
@@ -110,10 +142,16 @@ std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const Wi
   a.plan = plan;
   a.queries = queries;
   a.out = out.data();
+  std::vector<float> partials(plan.partial_floats);
+  a.partials = partials.data();
   std::vector<float> shared(size_t(plan.shared_floats));
   std::vector<WindowThreadState> st(kWindowThreads);
+  const int blocks_x = plan.row_tiles * plan.chunks;
   for (int kv = 0; kv < plan.n_kv; ++kv)
-    for (int r = 0; r < plan.row_tiles; ++r) run_block(a, r, kv, shared, st);
+    for (int x = 0; x < blocks_x; ++x) run_block(a, x, kv, shared, st);
+  if (plan.chunks > 1)
+    for (int kv = 0; kv < plan.n_kv; ++kv)
+      for (int x = 0; x < blocks_x; ++x) run_normalise_block(a, x, kv);
   return out;
 }
 

@@ -28,6 +28,15 @@ struct WindowPlanOptions {
   // The output's row stride; 0: the longest head. A larger stride lets one plan (and one output
   // buffer) serve while heads grow up to it.
   int64_t max_len = 0;
+  // Splitting rows along the cache (window_attention_tiles.h): blocks the planner aims at (about
+  // 2 waves of 4 blocks on each of an H100/H200's 132 SMs, as the ragged attention's); chunks
+  // split a row only when row tiles x stored heads fall short of it, each of at least min_chunk
+  // entries, at most max_chunks per row.
+  int target_blocks = 1024;
+  int64_t min_chunk = 1024;
+  int max_chunks = 256;
+  // Entries per chunk when > 0 (rounded up to a multiple of the key tile): tests force splits.
+  int64_t chunk = 0;
 };
 
 // The plan for W window rows per query head (n_heads = view.n_heads * group).
@@ -39,7 +48,8 @@ WindowAttentionPlan plan_window_attention(const DeviceKvLayerView& view, int W, 
 void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& plan);
 
 // Runs the plan over host arenas (the view's pointers must be host memory); queries
-// [W][n_heads][head_dim]. Returns A as [n_kv][group][W][max_len] (window_attention_tiles.h).
+// [W][n_heads][head_dim]. Returns A as [n_kv][group][W][max_len] (window_attention_tiles.h); a
+// split plan's partials live in a buffer of its own for the call.
 std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const WindowAttentionPlan& plan,
                                          const float* queries);
 

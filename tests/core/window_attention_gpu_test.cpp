@@ -39,7 +39,8 @@ void check_case(const Case& c, uint32_t seed) {
 
   cuda::DeviceArray<uint16_t> keys, values;
   cuda::DeviceArray<int32_t> positions;
-  cuda::DeviceArray<float> queries, out(std::max<size_t>(plan.out_floats, 1));
+  cuda::DeviceArray<float> queries, out(std::max<size_t>(plan.out_floats, 1)),
+      partials(std::max<size_t>(plan.partial_floats, 1));
   keys.upload(P.layer.keys);
   values.upload(P.layer.values);
   positions.upload(P.positions);
@@ -51,7 +52,7 @@ void check_case(const Case& c, uint32_t seed) {
   // NaN in the output first: an element the kernel does not write shows up.
   const std::vector<float> poison(out.size(), NAN);
   out.upload(poison.data(), poison.size());
-  cuda::window_attention(view, plan, queries.data(), out.data(), out.size());
+  cuda::window_attention(view, plan, queries.data(), out.data(), out.size(), partials.data(), partials.size());
   std::vector<float> got(plan.out_floats);
   if (!got.empty()) out.download(got.data(), got.size());
   double worst = 0;
@@ -91,6 +92,13 @@ TEST(WindowAttentionGpu, LongHeadsAndAWideRowStride) {
   check_case(big, 42);
 }
 
+// Rows split along the cache: the two kernels against the twin's two passes (docs/CUDA.md,
+// "The window attention split along the cache"; not yet run on a GPU).
+TEST(WindowAttentionGpu, RowsSplitAlongTheCacheMatchTheTwin) {
+  SKIP_WITHOUT_GPU();
+  for (const window_test::SeededCase& s : window_test::split_cases()) check_case(s.c, s.seed);
+}
+
 // The launcher's argument checks run before any CUDA call, so they are tested without a device.
 TEST(WindowAttentionGpu, LauncherRefusesBadArguments) {
   DeviceKvLayerView v;
@@ -106,6 +114,16 @@ TEST(WindowAttentionGpu, LauncherRefusesBadArguments) {
   DeviceKvLayerView longer = v;
   longer.length[1] = 101;
   EXPECT_THROW(cuda::window_attention(longer, plan, nullptr, nullptr, plan.out_floats), UsageError);
+  // A split plan without its partials.
+  DeviceKvLayerView long_heads = v;
+  long_heads.length[0] = long_heads.length[1] = 5000;
+  WindowPlanOptions split;
+  split.chunk = 1024;
+  const WindowAttentionPlan s = plan_window_attention(long_heads, 8, 2, split);
+  ASSERT_GT(s.chunks, 1);
+  EXPECT_THROW(cuda::window_attention(long_heads, s, nullptr, nullptr, s.out_floats), UsageError);
+  EXPECT_THROW(cuda::window_attention(long_heads, s, nullptr, nullptr, s.out_floats, nullptr, s.partial_floats),
+               UsageError);
 }
 
 #else

@@ -27,6 +27,7 @@ struct Case {
   // in the middle of the positions' span.
   enum Where { kBlind, kSeesAll, kMiddle } where = kMiddle;
   int64_t max_len = 0;  // row stride (0: the longest head)
+  int64_t chunk = 0;    // entries per chunk of a split plan (0: the planner's choice)
 };
 
 inline std::string name(const Case& c) {
@@ -40,6 +41,8 @@ inline std::string name(const Case& c) {
   s += c.causal ? " causal" : " non-causal";
   s += c.scaled ? " scaled" : " unscaled";
   s += c.ascending ? " ascending" : " permuted";
+  if (c.max_len > 0) s += " max_len " + std::to_string(c.max_len);
+  if (c.chunk > 0) s += " chunk " + std::to_string(c.chunk);
   return s + " " + wheres[c.where];
 }
 
@@ -76,6 +79,7 @@ inline Problem make_problem(const Case& c, uint32_t seed) {
   P.options.causal = c.causal;
   P.options.scaled = c.scaled;
   P.options.max_len = c.max_len;
+  P.options.chunk = c.chunk;
   P.options.query_position0 = c.where == Case::kBlind     ? -c.W / 2
                               : c.where == Case::kSeesAll ? P.span - 1 - c.W / 2
                                                           : P.span / 2;
@@ -165,6 +169,43 @@ inline std::vector<SeededCase> long_head_cases() {
     c.where = Case::kMiddle;
     cases.push_back({c, 910u + ascending});
   }
+  return cases;
+}
+
+// Plans split along the cache (chunks of a few key tiles, forced): heads shorter than one chunk or
+// empty (their chunks see nothing), a head ending inside a chunk, a row stride past the longest
+// head, blind and full rows, causal and not; then the planner's own split of long heads with few
+// row tiles (W 8, group 1: one row tile per head).
+inline std::vector<SeededCase> split_cases() {
+  std::vector<SeededCase> cases;
+  uint32_t seed = 1300;
+  for (int64_t chunk : {64, 100, 256})
+    for (Case::Where where : {Case::kBlind, Case::kSeesAll, Case::kMiddle})
+      for (bool causal : {true, false}) {
+        Case c;
+        c.type = chunk == 100 ? KvType::BF16 : KvType::F16;
+        c.group = 4;
+        c.head_dim = 64;
+        c.W = 8;
+        c.lengths = {700, 0, 37, 513, 64};
+        c.where = where;
+        c.causal = causal;
+        c.ascending = where != Case::kMiddle;
+        c.max_len = chunk == 256 ? 900 : 0;
+        c.chunk = chunk;
+        cases.push_back({c, seed++});
+      }
+  Case planned;
+  planned.type = KvType::F16;
+  planned.group = 1;
+  planned.head_dim = 128;
+  planned.W = 8;
+  planned.lengths = {5000, 3000, 0, 1, 4500};
+  planned.where = Case::kSeesAll;
+  cases.push_back({planned, seed++});
+  planned.causal = false;
+  planned.ascending = false;
+  cases.push_back({planned, seed++});
   return cases;
 }
 

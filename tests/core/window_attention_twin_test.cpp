@@ -150,6 +150,72 @@ TEST(WindowAttentionTwin, LongHeadsAndAWideRowStride) {
   o.report("long heads");
 }
 
+// Rows split along the cache (window_attention_tiles.h: per-chunk partials, then a second pass
+// that combines them): the same tolerance against the engine; and against the same problem run
+// in one chunk, every probability within 1e-4 relative, zeros exactly where the one-chunk run has
+// them. The logits and the row max are the same bits; only the row sum l adds its positive f32
+// terms in another grouping: a thread of the one-chunk run sums at most 313 of a row's entries
+// here (5000 entries / 16 threads per row), so each l is within 313 u ~ 1.9e-5 relative of the
+// exact sum (u = 2^-24) and the two within ~4e-5. A lost or double-counted chunk moves every
+// probability of its row by that chunk's share of l (the engine comparison catches it too).
+
+TEST(WindowAttentionTwin, RowsSplitAlongTheCacheMatchTheEngineAndOneChunk) {
+  Observed o;
+  int split = 0;
+  for (const window_test::SeededCase& s : window_test::split_cases()) {
+    o.add(run_case(s.c, s.seed));
+    const window_test::TwinRun run = window_test::run_twin(s.c, s.seed);
+    EXPECT_GT(run.plan.chunks, 1) << name(s.c);
+    EXPECT_EQ(run.plan.chunk % run.plan.tile_keys, 0) << name(s.c);
+    EXPECT_EQ(run.plan.partial_floats, size_t(run.plan.n_kv) * s.c.group * s.c.W * run.plan.chunks * 2);
+    split += run.plan.chunks > 1;
+    Case whole = s.c;
+    whole.chunk = int64_t(1) << 40;  // one chunk covers every row
+    const window_test::TwinRun one = window_test::run_twin(whole, s.seed);
+    ASSERT_EQ(one.plan.chunks, 1);
+    ASSERT_EQ(one.out.size(), run.out.size());
+    for (size_t e = 0; e < one.out.size(); ++e) {
+      if (one.out[e] == 0.0f) {
+        ASSERT_EQ(run.out[e], 0.0f) << name(s.c) << " element " << e;
+        continue;
+      }
+      ASSERT_LE(std::abs(double(run.out[e]) - one.out[e]), 1e-4 * one.out[e]) << name(s.c) << " element " << e;
+    }
+  }
+  EXPECT_EQ(split, int(window_test::split_cases().size()));
+  o.report("split along the cache");
+}
+
+// The planner splits only what the row tiles leave idle: short heads or many row tiles give one
+// chunk; long heads with few row tiles give chunks of at least min_chunk entries (a multiple of the
+// key tile) and at most max_chunks per row; a forced chunk is rounded up to the tile.
+TEST(WindowAttentionTwin, PlansSplitLongHeadsWithFewRowTiles) {
+  DeviceKvLayerView v;
+  v.n_heads = 8;
+  v.head_dim = 128;
+  for (int h = 0; h < 8; ++h) v.length[h] = 1000;
+  EXPECT_EQ(plan_window_attention(v, 32, 4).chunks, 1) << "heads shorter than min_chunk";
+  EXPECT_EQ(plan_window_attention(v, 32, 4).partial_floats, 0u);
+  for (int h = 0; h < 8; ++h) v.length[h] = 131072;
+  const WindowAttentionPlan p = plan_window_attention(v, 32, 4);  // SnapKV's window at 128K: 64 blocks unsplit
+  EXPECT_EQ(int64_t(p.row_tiles) * p.n_kv, 64);
+  EXPECT_GE(int64_t(p.row_tiles) * p.chunks * p.n_kv, WindowPlanOptions{}.target_blocks);
+  EXPECT_GE(p.chunk, WindowPlanOptions{}.min_chunk);
+  EXPECT_EQ(p.chunk % p.tile_keys, 0);
+  EXPECT_EQ(p.chunks, (131072 + p.chunk - 1) / p.chunk);
+  WindowPlanOptions few;
+  few.max_chunks = 4;
+  EXPECT_EQ(plan_window_attention(v, 32, 4, few).chunks, 4);
+  WindowPlanOptions many_blocks;
+  many_blocks.target_blocks = 64;
+  EXPECT_EQ(plan_window_attention(v, 32, 4, many_blocks).chunks, 1) << "the row tiles fill the target";
+  WindowPlanOptions forced;
+  forced.chunk = 100;
+  const WindowAttentionPlan f = plan_window_attention(v, 32, 4, forced);
+  EXPECT_EQ(f.chunk, 128);
+  EXPECT_EQ(f.chunks, 1024);
+}
+
 // The rows before the first position see nothing (all zeros); rows past the last see every entry.
 TEST(WindowAttentionTwin, BlindRowsAreZeroAndFullRowsSeeEverything) {
   Case c;

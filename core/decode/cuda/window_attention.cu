@@ -17,8 +17,10 @@ namespace {
 // Arguments travel by value (parameter space, at most 4 KiB on every architecture we build for).
 static_assert(sizeof(WindowAttentionArgs) <= 4096, "kernel parameters");
 
-// Block (row tile, stored head): pass 1 streams the head's key tiles through shared memory and
-// leaves logits plus per-thread online statistics; pass 2 normalises the block's rows in place.
+// Block (row tile x chunk, stored head): pass 1 streams the chunk's key tiles through shared
+// memory and leaves logits plus per-thread online statistics; then pass 2 normalises the block's
+// rows in place (one chunk), or the block stores its chunk's (m, l) per row (split: the
+// normalisation is window_chunk_kernel's, once every chunk's partial is stored).
 __global__ void __launch_bounds__(kWindowThreads) window_attention_kernel(const WindowAttentionArgs a) {
   extern __shared__ float shared[];
   const WindowAttentionPlan& p = a.plan;
@@ -27,7 +29,7 @@ __global__ void __launch_bounds__(kWindowThreads) window_attention_kernel(const 
   const int t = threadIdx.x;
   WindowThreadState st;
   window_load_queries(a, b, s, t);
-  for (int64_t t0 = 0; t0 < b.len; t0 += p.tile_keys) {
+  for (int64_t t0 = b.k0; t0 < window_keys_end(b); t0 += p.tile_keys) {
     ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
     __syncthreads();  // the key tile (and, the first time, the queries) are in
     window_scores(a, b, s, t0, t, st);
@@ -35,27 +37,47 @@ __global__ void __launch_bounds__(kWindowThreads) window_attention_kernel(const 
   }
   window_publish(s, t, st);
   __syncthreads();  // partials, and the logits each thread wrote to global memory, are visible
-  window_normalise(a, b, s, t);
+  if (p.chunks > 1) {
+    window_store_chunk_partial(a, b, s, t);
+  } else {
+    window_normalise(a, b, s, t);
+  }
+}
+
+// Split plans, after window_attention_kernel (same stream): each block normalises its chunk of
+// its rows from every chunk's stored (m, l).
+__global__ void __launch_bounds__(kWindowThreads) window_chunk_kernel(const WindowAttentionArgs a) {
+  const WindowBlock b = window_block(a, blockIdx.x, blockIdx.y);
+  window_normalise_chunk(a, b, threadIdx.x);
 }
 
 }  // namespace
 
 void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& plan, const float* queries, float* out,
-                      size_t out_floats) {
+                      size_t out_floats, float* partials, size_t partial_floats) {
   check_plan_fits(view, plan);
   if (out_floats < plan.out_floats)
     throw UsageError("window attention: the plan writes " + std::to_string(plan.out_floats) +
                      " floats of output, got " + std::to_string(out_floats));
+  if (partial_floats < plan.partial_floats || (plan.partial_floats > 0 && !partials))
+    throw UsageError("window attention: the plan splits its rows into " + std::to_string(plan.chunks) +
+                     " chunks and needs " + std::to_string(plan.partial_floats) + " floats of partials, got " +
+                     std::to_string(partials ? partial_floats : 0));
   if (plan.out_floats == 0) return;  // an empty grid is not a valid launch
   WindowAttentionArgs a;
   a.kv = view;
   a.plan = plan;
   a.queries = queries;
   a.out = out;
-  const dim3 grid(unsigned(plan.row_tiles), unsigned(plan.n_kv));
+  a.partials = partials;
+  const dim3 grid(unsigned(plan.row_tiles) * unsigned(plan.chunks), unsigned(plan.n_kv));
   window_attention_kernel<<<grid, kWindowThreads, size_t(plan.shared_floats) * sizeof(float)>>>(a);
-  const cudaError_t e = launch_status();
+  cudaError_t e = launch_status();
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window_attention_kernel: ") + cudaGetErrorString(e));
+  if (plan.chunks <= 1) return;
+  window_chunk_kernel<<<grid, kWindowThreads>>>(a);
+  e = launch_status();
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window_chunk_kernel: ") + cudaGetErrorString(e));
 }
 
 WindowAttentionBuffer::~WindowAttentionBuffer() { cudaFree(data_); }
@@ -72,15 +94,17 @@ WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view,
     return {};  // a view the kernel does not take: the observer computes its own
   }
   if (plan.out_floats == 0) return {};
-  if (plan.out_floats > capacity_) {
+  // One allocation: the output, then a split plan's partials.
+  const size_t need = plan.out_floats + plan.partial_floats;
+  if (need > capacity_) {
     cudaFree(data_);
     data_ = nullptr;
     capacity_ = 0;
-    const cudaError_t e = cudaMalloc(&data_, plan.out_floats * sizeof(float));
+    const cudaError_t e = cudaMalloc(&data_, need * sizeof(float));
     if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
-    capacity_ = plan.out_floats;
+    capacity_ = need;
   }
-  window_attention(view, plan, queries, data_, capacity_);
+  window_attention(view, plan, queries, data_, plan.out_floats, data_ + plan.out_floats, capacity_ - plan.out_floats);
   return describe_window_attention(plan, data_, /*on_device=*/true);
 }
 

@@ -18,10 +18,12 @@ namespace kvevict::cuda {
 
 // queries [W][n_heads][head_dim] f32 (device); out [n_kv][group][W][plan.max_len] f32 (device),
 // out_floats its size (checked against plan.out_floats). Every element of the output is written
-// (zeros past each head's length). Launches nothing when the output is empty (W == 0 or every
-// head empty with row stride 0).
+// (zeros past each head's length). A plan split along the cache (plan.chunks > 1) launches two
+// kernels and needs plan.partial_floats floats of device scratch in `partials` (checked; may be
+// null otherwise). Launches nothing when the output is empty (W == 0 or every head empty with
+// row stride 0).
 void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& plan, const float* queries, float* out,
-                      size_t out_floats);
+                      size_t out_floats, float* partials = nullptr, size_t partial_floats = 0);
 
 // The CUDA decoder's window attention for its observer (ObservationRequest::window_attention): one
 // device output buffer, grown as needed (never shrunk, freed on destruction), reused layer after
