@@ -129,6 +129,10 @@ KVEVICT_HOST_DEVICE inline WindowBlock window_block(const WindowAttentionArgs& a
   return b;
 }
 
+// The key tiles of a block's pass 1: from its chunk's first entry to the end of its chunk or its
+// head, whichever comes first.
+KVEVICT_HOST_DEVICE inline int64_t window_keys_end(const WindowBlock& b) { return b.k1 < b.len ? b.k1 : b.len; }
+
 // Offset of row r (= g * W + w) of stored head kv in the output.
 KVEVICT_HOST_DEVICE inline size_t window_out_row(const WindowAttentionPlan& p, int kv, int r) {
   return (static_cast<size_t>(kv) * p.group * p.W + static_cast<size_t>(r)) * static_cast<size_t>(p.max_len);
@@ -166,9 +170,10 @@ KVEVICT_HOST_DEVICE inline void window_scores(const WindowAttentionArgs& a, cons
   if (r >= b.rows) return;
   const int row = b.row0 + r, w = row % p.W;
   float* out = a.out + window_out_row(p, b.kv, row);
+  const int64_t end = window_keys_end(b);
   for (int j = t % p.threads_per_row; j < p.tile_keys; j += p.threads_per_row) {
     const int64_t entry = t0 + j;
-    if (entry >= b.len) break;
+    if (entry >= end) break;
     float x = -INFINITY;
     if (window_visible(a, b, entry, w)) {
       x = ragged_dot(s.q + r * p.head_dim, s.k + j * (p.head_dim + 1), p.head_dim) * p.scale;
@@ -256,9 +261,6 @@ KVEVICT_HOST_DEVICE inline void window_normalise_chunk(const WindowAttentionArgs
   window_write_probabilities(a, b, r, sub, row);
 }
 
-// The key tiles of a block's pass 1: from its chunk's first entry to the end of its chunk or its
-// head, whichever comes first.
-KVEVICT_HOST_DEVICE inline int64_t window_keys_end(const WindowBlock& b) { return b.k1 < b.len ? b.k1 : b.len; }
 
 // The first stored head longer than the plan's row stride, or -1 (the twin and the launcher
 // refuse such a view: a plan holds only while the lengths it was made for do not outgrow it).

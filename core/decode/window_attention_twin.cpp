@@ -92,6 +92,11 @@ void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& p
   if (view.n_heads != plan.n_kv || view.head_dim != plan.head_dim)
     refuse("the plan was made for another layer shape (" + std::to_string(plan.n_kv) + " heads of " +
            std::to_string(plan.head_dim) + ")");
+  const int64_t chunks = plan.chunk > 0 ? (plan.max_len + plan.chunk - 1) / plan.chunk : 0;
+  if (plan.tile_keys <= 0 || plan.chunk <= 0 || plan.chunk % plan.tile_keys != 0 ||
+      plan.chunks != std::max<int64_t>(1, chunks))
+    refuse("the plan's chunks (" + std::to_string(plan.chunks) + " of " + std::to_string(plan.chunk) +
+           " entries) do not cover its rows of " + std::to_string(plan.max_len) + " in key tiles");
   if (const int h = window_uncovered_head(plan, view); h >= 0)
     refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
            " entries; the plan's row stride is " + std::to_string(plan.max_len));
@@ -113,7 +118,8 @@ void run_block(const WindowAttentionArgs& a, int x, int kv, std::vector<float>& 
   }
   for (int64_t t0 = b.k0; t0 < window_keys_end(b); t0 += p.tile_keys) {
     for (int t = 0; t < kWindowThreads; ++t)
-      ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
+      ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, window_keys_end(b), p.tile_keys, s.k, t,
+                     kWindowThreads);
     for (int t = 0; t < kWindowThreads; ++t) window_scores(a, b, s, t0, t, st[t]);
   }
   for (int t = 0; t < kWindowThreads; ++t) window_publish(s, t, st[t]);

@@ -10,6 +10,14 @@ const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> 
   const int block = engine ? engine->prefill_block() : 0;
   const int n = static_cast<int>(tokens.size());
   if (engine) engine->announce_prompt(tokens);
+  // A decoder that throws before the prompt's first layer reached the engine leaves the
+  // announcement unconsumed: it is withdrawn, so no later call takes it for its own.
+  struct Withdraw {
+    EvictionEngine* engine;
+    ~Withdraw() {
+      if (engine) engine->withdraw_announcement();
+    }
+  } withdraw{engine};
   if (block <= 0 || n <= block) {
     const std::vector<float>& logits = decoder.forward(tokens, observer);
     // KVzip: the engine scores once the replay has run on the full cache (engine.h, finish_replay).

@@ -88,6 +88,12 @@ EvictionEngine::~EvictionEngine() = default;
 
 void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   const bool new_prompt = signals.layer == 0 && (!state_->prefill_done || signals.first_position == 0);
+  // An announced prompt must be what the next call starts (announce_prompt's contract).
+  if (signals.layer == 0 && state_->announced && (!new_prompt || signals.first_position != 0)) {
+    withdraw_announcement();
+    throw std::logic_error("engine: a prompt was announced, but the decoder's next call continues at position " +
+                           std::to_string(signals.first_position));
+  }
   const bool prefill = new_prompt || state_->in_prefill;
   State::EngineCall timed(*state_, /*decoding=*/!prefill);
   if (state_->replay_pending && signals.first_position > 0)

@@ -216,10 +216,12 @@ class EvictionEngine : public ForwardObserver {
   // Announces the prompt the next forward call starts (at position 0; prefill_prompt calls it):
   // the engine makes its plan now, so request() can already ask the decoder for the window
   // attention of a window found from the prompt's length or tokens (NACL, FINCH) and for only the
-  // query rows it needs, and a prompt that follows decode steps is known as one. The call that
-  // starts the prompt must bring these tokens (std::logic_error otherwise). UsageError when the
+  // query rows it needs, and a prompt that follows decode steps is known as one. The next call
+  // must start the prompt and bring these tokens (std::logic_error otherwise). UsageError when the
   // policy refuses this prompt (the plan's checks), before any forward call.
   void announce_prompt(std::span<const int> tokens);
+  // Forgets an announcement whose prompt did not start (prefill_prompt, when the decoder threw).
+  void withdraw_announcement();
   // Announces a prefill in blocks (core/engine/block_prefill.h): the next forward calls, from
   // position 0 up to `prompt_len` tokens, are one prompt; the policy is applied after each of them.
   void begin_block_prefill(int prompt_len);

@@ -66,14 +66,14 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
 void EvictionEngine::State::take_announced_plan(const LayerSignals& s, int prompt_len) {
   EvictionPlan next = std::move(*announced);
   announced.reset();
-  // The announcement must be this prompt's. In one call its tokens are all here: the plan made from
-  // them must be the announced one (a token-found window included). The first of several blocks
-  // carries only its own tokens: the announced plan, made from all of them, is the one to follow.
+  std::vector<int> tokens;
+  tokens.swap(announced_tokens);
+  // The announcement must be this prompt's: its length, and its first tokens those of the call (all
+  // of them in one call; a first block's own in blocks, the announced plan made from all of them).
   if (next.prompt_len != prompt_len)
     throw std::logic_error("engine: a prompt of " + std::to_string(next.prompt_len) +
                            " tokens was announced, the decoder started one of " + std::to_string(prompt_len));
-  if (s.n_tokens == prompt_len &&
-      make_eviction_plan(policy, plan.geometry, options.budget, prompt_len, s.tokens) != next)
+  if (s.tokens.size() > tokens.size() || !std::equal(s.tokens.begin(), s.tokens.end(), tokens.begin()))
     throw std::logic_error("engine: the prompt announced is not the one the decoder started");
   plan = std::move(next);
 }
@@ -204,6 +204,7 @@ void EvictionEngine::State::complete_replay(const ReplayScores* r, KVCache& cach
 void EvictionEngine::State::finish_prefill(KVCache& cache) {
   in_prefill = false;
   block_prompt = 0;
+  plan_announced = false;
   prefill_done = true;
   if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
     PhaseScope timed(*this, EnginePhase::Selection);

@@ -10,7 +10,7 @@ bool EvictionEngine::State::decoder_window_attention() const {
 
 bool EvictionEngine::State::prompt_window_known() const {
   if (announced || window_known_before_prompt(desc)) return true;
-  return in_prefill && (plan_announced || desc.observe.window_after_token < 0);
+  return blocks_pending() && (plan_announced || desc.observe.window_after_token < 0);
 }
 
 int EvictionEngine::State::requested_window_attention() const {
@@ -22,9 +22,8 @@ int EvictionEngine::State::requested_window_attention() const {
 
 CacheRowReadsByCall EvictionEngine::State::cache_row_reads_by_call() const {
   CacheRowReadsByCall by;
-  const bool blocks_pending = in_prefill && block_prompt > 0 && prefill_seen < block_prompt;
   by.prompt_start = prompt_call_row_reads();
-  if (blocks_pending) {
+  if (blocks_pending()) {
     by.next_token = by.next_block = prompt_call_row_reads();
   } else if (prefill_done && !in_prefill) {
     by.next_token = decode_call_row_reads();
@@ -68,15 +67,22 @@ CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
   // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
   // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
   if (!prompt_window_known()) return CacheRowReads::Reads;
-  const int window = announced ? announced->window : desc.window;
+  const int window = announced || blocks_pending() ? next_prompt_plan().window : desc.window;
   return window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
 }
 
 void EvictionEngine::announce_prompt(std::span<const int> tokens) {
   State& st = *state_;
   if (tokens.empty()) throw std::invalid_argument("announce_prompt: the prompt must have tokens");
+  st.announced.reset();  // a refused prompt leaves no announcement behind
+  st.announced_tokens.assign(tokens.begin(), tokens.end());
   st.announced = make_eviction_plan(st.policy, st.plan.geometry, st.options.budget, static_cast<int>(tokens.size()),
                                     tokens);
+}
+
+void EvictionEngine::withdraw_announcement() {
+  state_->announced.reset();
+  state_->announced_tokens.clear();
 }
 
 ObservationRequest EvictionEngine::request() const {
@@ -86,8 +92,10 @@ ObservationRequest EvictionEngine::request() const {
   // announced: ask for every query of the block (the decoder hands out a view of its query buffer,
   // no copy; a device decoder downloads them); the engine keeps only the rows it needs once
   // window_for(prompt_len) is known.
-  if (state_->desc.depends_on_prompt_len && !state_->prefill_done && !state_->announced)
-    r.window = state_->config.context_length;
+  // A prompt comes next: announced, or the engine's first. (A prompt after decode steps that
+  // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads.)
+  const bool prompt_next = state_->announced || !state_->prefill_done;
+  if (state_->desc.depends_on_prompt_len && prompt_next && !state_->announced) r.window = state_->config.context_length;
   // A segment-local observation needs the last queries of every segment: every query of the prompt
   // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
@@ -97,7 +105,7 @@ ObservationRequest EvictionEngine::request() const {
   // (cache_row_reads.h). While decoding, A_now then comes from the decoder's column sums
   // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
   r.cache_row_reads = state_->cache_row_reads_by_call();
-  if (r.cache_row_reads.next_token != CacheRowReads::Reads && state_->prefill_done &&
+  if (r.cache_row_reads.next_token != CacheRowReads::Reads && !prompt_next &&
       state_->desc.needs(TensorSignal::CurrentAttention)) {
     r.accumulated_attention = true;
     // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
@@ -109,8 +117,9 @@ ObservationRequest EvictionEngine::request() const {
       (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
     r.column_sums_on_device_only = true;
   // The prompt query statistics read every prompt query, and a window found from the tokens is
-  // unknown until the prompt arrives: both see the whole block (a view, no copy).
-  if ((reads_query_statistics(state_->desc) || state_->desc.observe.window_after_token >= 0) && !state_->prefill_done)
+  // unknown until the prompt arrives (unless announced): both see the whole block (a view, no copy).
+  if (prompt_next && (reads_query_statistics(state_->desc) ||
+                      (state_->desc.observe.window_after_token >= 0 && !state_->announced)))
     r.window = state_->config.context_length;
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
@@ -121,7 +130,7 @@ ObservationRequest EvictionEngine::request() const {
   r.window_attention_causal = state_->desc.observe.causal;
   // While decoding, the rows the engine holds itself: a decoder first asked for the window
   // attention now (NACL's window, found from the prompt's length) starts from them.
-  if (r.window_attention > 0 && state_->prefill_done && !state_->in_prefill)
+  if (r.window_attention > 0 && !prompt_next && !state_->in_prefill)
     for (int l = 0; l < state_->L; ++l)
       r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
   r.host_rows_not_read_later = state_->host_rows_not_read_later();

@@ -96,6 +96,7 @@ struct EvictionEngine::State {
   // that call even when found from the prompt's length or tokens (NACL's proxy share, FINCH's
   // delimiter), so a decoder can be asked for its attention. Becomes `plan` when the prompt starts.
   std::optional<EvictionPlan> announced;
+  std::vector<int> announced_tokens;  // its tokens, which the call that starts it must bring
   // The running prompt's plan came from an announcement: its window was known before every call.
   bool plan_announced = false;
   int prefill_seen = 0;  // prompt tokens in the cache so far (the end of the latest block)
@@ -272,9 +273,11 @@ struct EvictionEngine::State {
   // else the current plan (whose window is the policy's own when it is known before the prompt).
   const EvictionPlan& next_prompt_plan() const { return announced ? *announced : plan; }
   // Whether the window of a prompt call is known before the call: announced, fixed by the policy,
-  // or resolved when a prefill in blocks started (the prompt's length; not a window found from the
-  // tokens of the first block alone unless announced).
+  // or resolved when a prefill in blocks started whose next block is still to come (the prompt's
+  // length; not a window found from the tokens of the first block alone unless announced).
   bool prompt_window_known() const;
+  // A prefill in blocks has blocks still to come: the next call continues it.
+  bool blocks_pending() const { return in_prefill && block_prompt > 0 && prefill_seen < block_prompt; }
 
   void reset();
 

@@ -442,10 +442,44 @@ TEST_F(PromptCacheReadsTest, AnnouncedPromptsAreKnownBeforeTheirFirstCall) {
     prefill_prompt(*decoder, prompt.subspan(0, 60), &engine, &engine);
     EXPECT_EQ(engine.plan().prompt_len, 60);
     EXPECT_EQ(decoder->cache().length(0, 0), 40);
-    // Control: the call that starts the prompt is not the announced one.
+    // Controls: the call that starts the prompt is not the announced one (another length, other
+    // tokens), or it continues the cache instead of starting a prompt; each refusal withdraws the
+    // announcement (the request no longer carries it).
     engine.announce_prompt(prompt.subspan(0, 60));
     decoder->reset();
     EXPECT_THROW(decoder->forward(prompt.subspan(0, 50), &engine), std::logic_error);
+    engine.announce_prompt(prompt.subspan(0, 60));
+    decoder->reset();
+    EXPECT_THROW(decoder->forward(prompt.subspan(1, 60), &engine), std::logic_error);
+    decoder->reset();
+    prefill_prompt(*decoder, prompt.subspan(0, 60), &engine, &engine);
+    engine.announce_prompt(prompt.subspan(0, 60));
+    EXPECT_THROW(decoder->forward(std::vector<int>{1}, &engine), std::logic_error);
+    EXPECT_EQ(engine.request().cache_row_reads.prompt_start, CacheRowReads::Reads) << "the announcement stayed";
+  }
+  {
+    // A decoder that throws before the prompt reached the engine (a token outside the vocabulary):
+    // prefill_prompt withdraws the announcement, so NACL's next request is an unannounced one's.
+    EvictionEngine engine(*nacl, model_->config, {Budget::parse("40"), 3});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    std::vector<int> bad(prompt.begin(), prompt.end());
+    bad[5] = model_->config.vocab_size + 7;
+    EXPECT_ANY_THROW(prefill_prompt(*decoder, bad, &engine, &engine));
+    EXPECT_EQ(engine.request().window_attention, 0);
+    EXPECT_EQ(engine.request().cache_row_reads.prompt_start, CacheRowReads::Reads);
+  }
+  {
+    // FINCH's window, found after its delimiter token: announced, only its rows are asked for.
+    const auto finch = load_policy("finch", {{"delimiter", std::to_string(prompt[70])}});
+    EvictionEngine engine(*finch, model_->config, {Budget::parse("40"), 3});
+    EXPECT_EQ(engine.request().window, model_->config.context_length) << "unannounced: every query of the block";
+    engine.announce_prompt(prompt);
+    const ObservationRequest announced = engine.request();
+    const int W = make_eviction_plan(*finch, model_->config, Budget::parse("40"), n, prompt).window;
+    ASSERT_GT(W, 0);
+    EXPECT_EQ(announced.window, W);
+    EXPECT_EQ(announced.window_attention, W);
+    EXPECT_EQ(announced.cache_row_reads.prompt_start, CacheRowReads::NoneGivenDecoderSignals);
   }
 }
 

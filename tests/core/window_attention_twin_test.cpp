@@ -351,6 +351,13 @@ TEST(WindowAttentionTwin, PlanningRefusesBadInput) {
   DeviceKvLayerView other = v;
   other.head_dim = 128;
   expect_refusal([&] { (void)window_attention_twin(other, p, nullptr); }, "another layer shape");
+  // A plan whose chunks do not cover its rows (a hand-made one: no chunk; a chunk count off by one).
+  WindowAttentionPlan no_chunk = p;
+  no_chunk.chunk = 0;
+  expect_refusal([&] { (void)window_attention_twin(v, no_chunk, nullptr); }, "do not cover");
+  WindowAttentionPlan miscounted = p;
+  miscounted.chunks = 2;
+  expect_refusal([&] { (void)window_attention_twin(v, miscounted, nullptr); }, "do not cover");
 }
 
 }  // namespace

@@ -464,6 +464,13 @@ bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int
   // put the block's rotary positions elsewhere).
   if (request.window_attention <= 0 || !mirror_ || config_.head_dim > kWindowMaxHeadDim) return false;
   if (!query_ring_.covers_after(request.window_attention, position_, n, query_capacity_)) return false;
+  // The output, n_heads x W x the longest head (at most position + n entries after the call), must
+  // fit the device: NACL's proxy window is a share of the prompt (1%: 22 GB at 128K on the 8B
+  // geometry; its paper splits 18-20%: 25 GB at 32K). Otherwise the rows come to the host, where
+  // the engine attends its window queries itself, instead of a failed allocation mid-call.
+  if (!window_attention_.can_hold(size_t(config_.n_heads) * size_t(request.window_attention) *
+                                  size_t(position_ + n)))
+    return false;
   for (int layer = 0; layer < config_.n_layers; ++layer)
     for (int h = 0; h < config_.n_kv_heads; ++h)
       if (cache_.next_position(layer, h, position_) != position_) return false;

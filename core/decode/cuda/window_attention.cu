@@ -30,7 +30,8 @@ __global__ void __launch_bounds__(kWindowThreads) window_attention_kernel(const 
   WindowThreadState st;
   window_load_queries(a, b, s, t);
   for (int64_t t0 = b.k0; t0 < window_keys_end(b); t0 += p.tile_keys) {
-    ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, b.len, p.tile_keys, s.k, t, kWindowThreads);
+    ragged_load_tile(a.kv.keys, a.kv.type, b.base_row, p.head_dim, t0, window_keys_end(b), p.tile_keys, s.k, t,
+                     kWindowThreads);
     __syncthreads();  // the key tile (and, the first time, the queries) are in
     window_scores(a, b, s, t0, t, st);
     __syncthreads();  // every reader of the tile is done before the next overwrites it
@@ -106,6 +107,17 @@ WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view,
   }
   window_attention(view, plan, queries, data_, plan.out_floats, data_ + plan.out_floats, capacity_ - plan.out_floats);
   return describe_window_attention(plan, data_, /*on_device=*/true);
+}
+
+bool WindowAttentionBuffer::can_hold(size_t floats) const {
+  // The partials take two floats per row and chunk, at most 256 chunks (window_attention_twin.h):
+  // bounded by the output's own size for rows of 512 entries or more, so twice the output covers both.
+  const size_t need = 2 * floats;
+  if (need <= capacity_) return true;
+  size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
+  return (need - capacity_) * sizeof(float) <= free / 2;
 }
 
 void download_floats(const float* device, size_t floats, float* host) {

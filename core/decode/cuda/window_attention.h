@@ -41,6 +41,11 @@ class WindowAttentionBuffer {
   WindowAttentionBuffer& operator=(const WindowAttentionBuffer&) = delete;
   WindowAttentionSignal fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
                              int query_position0, bool causal = true);
+  // Whether an output of `floats` floats (and a split's partials) fits: the buffer holds it, or
+  // what it must grow by is at most half the device's free memory. A caller that must not fail
+  // mid-call (a decoder leaving its rows on the device) asks before the call. RuntimeError when
+  // the device cannot say.
+  bool can_hold(size_t floats) const;
 
  private:
   float* data_ = nullptr;
