@@ -95,15 +95,23 @@ WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view,
     return {};  // a view the kernel does not take: the observer computes its own
   }
   if (plan.out_floats == 0) return {};
-  // One allocation: the output, then a split plan's partials.
+  // One allocation: the output, then a split plan's partials. It grows by a quarter more than the
+  // need, so a rolling window over heads that grow one entry per decode step does not reallocate
+  // (cudaFree synchronises the device) at every step; the exact need when that much is not free.
   const size_t need = plan.out_floats + plan.partial_floats;
   if (need > capacity_) {
     cudaFree(data_);
     data_ = nullptr;
     capacity_ = 0;
-    const cudaError_t e = cudaMalloc(&data_, need * sizeof(float));
+    size_t size = need + need / 4;
+    cudaError_t e = cudaMalloc(&data_, size * sizeof(float));
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the failed allocation's error before trying the exact need
+      size = need;
+      e = cudaMalloc(&data_, size * sizeof(float));
+    }
     if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
-    capacity_ = need;
+    capacity_ = size;
   }
   window_attention(view, plan, queries, data_, plan.out_floats, data_ + plan.out_floats, capacity_ - plan.out_floats);
   return describe_window_attention(plan, data_, /*on_device=*/true);

@@ -26,8 +26,8 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
                       size_t out_floats, float* partials = nullptr, size_t partial_floats = 0);
 
 // The CUDA decoder's window attention for its observer (ObservationRequest::window_attention): one
-// device output buffer, grown as needed (never shrunk, freed on destruction), reused layer after
-// layer. fill plans over `view` (causal, scaled, row stride = the longest head), launches, and
+// device output buffer, grown as needed by a quarter more (never shrunk, freed on destruction),
+// reused layer after layer. fill plans over `view` (causal, scaled, row stride = the longest head), launches, and
 // returns the signal describing the buffer (device memory, [n_kv][group][W][max_len], causal or
 // not: every entry visible); an empty
 // signal when the planner refuses the view (head_dim past 256, too many heads, ...: the observer
