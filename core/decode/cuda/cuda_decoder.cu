@@ -728,7 +728,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
                              flashinfer_staging_.size());
   } else {
     const RaggedAttentionPlan plan = plan_ragged_attention(view, n, config_.group_size());
-    if (plan.split()) attention_workspace_.resize(plan.workspace_floats);
+    if (plan.split()) attention_workspace_.grow(plan.workspace_floats);
     cuda::ragged_attention(view, plan, q_.data(), att_.data(), want_columns ? row_max_.data() : nullptr,
                            want_columns ? row_sum_.data() : nullptr,
                            plan.split() ? attention_workspace_.data() : nullptr,
@@ -737,7 +737,7 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   if (want_columns) {
     int max_len = 0;
     for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
-    column_d_.resize(static_cast<size_t>(config_.n_heads) * max_len);
+    column_d_.grow(static_cast<size_t>(config_.n_heads) * max_len);
     const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
     cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
     device_columns = {column_d_.data(), config_.n_heads, max_len};

@@ -27,22 +27,11 @@ class DeviceArray {
   // Grows (never shrinks) the allocation; contents are not preserved when it grows. A failed
   // allocation leaves the array empty (so a later, smaller resize allocates instead of handing out
   // a null pointer) and clears the runtime's error, so the next launch check reports its own.
-  void resize(size_t count) {
-    if (count <= capacity_) {
-      size_ = count;
-      return;
-    }
-    cudaFree(data_);
-    data_ = nullptr;
-    capacity_ = size_ = 0;
-    const cudaError_t e = cudaMalloc(&data_, count * sizeof(T));
-    if (e != cudaSuccess) {
-      data_ = nullptr;
-      cudaGetLastError();
-      check(e, "cudaMalloc");
-    }
-    capacity_ = size_ = count;
-  }
+  void resize(size_t count) { resize_with_room(count, count); }
+  // resize for scratch that grows a little at a time (a decode step's column sums, the split
+  // attention's partials): when it must grow, room for a quarter more, so that heads growing one
+  // entry per step do not reallocate (cudaFree synchronises the device) at every step.
+  void grow(size_t count) { resize_with_room(count, count + count / 4); }
   void upload(const T* host, size_t count, size_t offset = 0) {
     check(cudaMemcpy(data_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice), "upload");
   }
@@ -58,6 +47,23 @@ class DeviceArray {
   size_t size() const { return size_; }
 
  private:
+  void resize_with_room(size_t count, size_t room) {
+    if (count <= capacity_) {
+      size_ = count;
+      return;
+    }
+    cudaFree(data_);
+    data_ = nullptr;
+    capacity_ = size_ = 0;
+    const cudaError_t e = cudaMalloc(&data_, room * sizeof(T));
+    if (e != cudaSuccess) {
+      data_ = nullptr;
+      cudaGetLastError();
+      check(e, "cudaMalloc");
+    }
+    capacity_ = room;
+    size_ = count;
+  }
   T* data_ = nullptr;
   size_t size_ = 0, capacity_ = 0;
 };
