@@ -58,7 +58,7 @@ class CudaLayerSelector final : public LayerSelector {
   float* layer_score_buffer(int layer, std::span<const int64_t> lengths) override {
     Buffers::Buffer& b = buffers_.lay(layer, lengths);
     try {
-      b.scores.resize(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
+      b.scores.grow(static_cast<size_t>(std::max<int64_t>(1, layer_score_offset(lengths, lengths.size()))));
     } catch (...) {
       // A failed cudaMalloc leaves the array empty: the layer must not claim the lengths over it, or
       // a later selection from the buffer would launch on a null pointer.
@@ -92,7 +92,7 @@ class CudaLayerSelector final : public LayerSelector {
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
     Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, std::vector<int64_t>(static_cast<size_t>(n_heads), T));
-    mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
+    mean_.grow(static_cast<size_t>(std::max<int64_t>(1, T)));
     if (T > 0) {
       const unsigned blocks = unsigned((T + kMeanThreads - 1) / kMeanThreads);
       layer_shared_mean_kernel<<<blocks, kMeanThreads>>>(b.scores.data(), n_heads, T, mean_.data());
@@ -113,7 +113,7 @@ class CudaLayerSelector final : public LayerSelector {
       keep_heads_.resize(plan.heads.size());
       keep_heads_.upload(plan.heads.data(), plan.heads.size());
       keep_indices_.upload(plan.kept);
-      kept_scores_.resize(static_cast<size_t>(plan.total));
+      kept_scores_.grow(static_cast<size_t>(plan.total));
       const dim3 grid(unsigned((plan.longest + kKeepThreads - 1) / kKeepThreads), unsigned(plan.heads.size()));
       score_keep_kernel<<<grid, kKeepThreads>>>(b.scores.data(), keep_indices_.data(), keep_heads_.data(),
                                                 kept_scores_.data());
@@ -151,7 +151,7 @@ class CudaLayerSelector final : public LayerSelector {
   devsel::SelOutput output(const devsel::SelLayerInput& in) {
     const int64_t stride = std::max<int64_t>(1, in.max_length);
     const size_t lists = static_cast<size_t>(std::max(1, in.n_heads)) * stride;
-    kept_.resize(lists + static_cast<size_t>(std::max(1, in.n_heads)));
+    kept_.grow(lists + static_cast<size_t>(std::max(1, in.n_heads)));
     return {kept_.data(), stride, kept_.data() + lists};
   }
   std::vector<std::vector<int>> download(const devsel::SelLayerInput& in) {
