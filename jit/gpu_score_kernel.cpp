@@ -19,7 +19,9 @@ GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string
 }
 
 void ensure_device_bytes(DeviceBuffer& buffer, size_t bytes) {
-  if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes);
+  // A quarter's room when it grows: a head scored at every decode step may hold one entry more
+  // each time, and freeing device memory synchronises the device.
+  if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes + bytes / 4);
 }
 
 KvScoreArgs DeviceSignalCopies::upload(const ScoreInputs& in) {

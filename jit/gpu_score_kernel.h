@@ -29,7 +29,7 @@ class DeviceSignalCopies {
   DeviceBuffer position_;
 };
 
-// Grows `buffer` (contents lost) to hold at least `bytes`.
+// Grows `buffer` (contents lost) to hold at least `bytes`, with a quarter more room when it grows.
 void ensure_device_bytes(DeviceBuffer& buffer, size_t bytes);
 
 class GpuScoreKernel {
