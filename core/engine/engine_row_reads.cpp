@@ -74,10 +74,10 @@ CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
 void EvictionEngine::announce_prompt(std::span<const int> tokens) {
   State& st = *state_;
   if (tokens.empty()) throw std::invalid_argument("announce_prompt: the prompt must have tokens");
-  st.announced.reset();  // a refused prompt leaves no announcement behind
-  st.announced_tokens.assign(tokens.begin(), tokens.end());
+  withdraw_announcement();  // a refused prompt leaves no announcement behind
   st.announced = make_eviction_plan(st.policy, st.plan.geometry, st.options.budget, static_cast<int>(tokens.size()),
                                     tokens);
+  st.announced_tokens.assign(tokens.begin(), tokens.end());
 }
 
 void EvictionEngine::withdraw_announcement() {
@@ -88,14 +88,15 @@ void EvictionEngine::withdraw_announcement() {
 ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
   r.window = state_->next_prompt_plan().query_window;
+  // A prompt comes next: announced, or the engine's first. (A prompt after decode steps that
+  // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads.)
+  const bool prompt_next = state_->announced || !state_->prefill_done;
   // A window that depends on the prompt length is unknown until the prompt arrives, unless it was
   // announced: ask for every query of the block (the decoder hands out a view of its query buffer,
   // no copy; a device decoder downloads them); the engine keeps only the rows it needs once
   // window_for(prompt_len) is known.
-  // A prompt comes next: announced, or the engine's first. (A prompt after decode steps that
-  // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads.)
-  const bool prompt_next = state_->announced || !state_->prefill_done;
-  if (state_->desc.depends_on_prompt_len && prompt_next && !state_->announced) r.window = state_->config.context_length;
+  if (state_->desc.depends_on_prompt_len && !state_->prefill_done && !state_->announced)
+    r.window = state_->config.context_length;
   // A segment-local observation needs the last queries of every segment: every query of the prompt
   // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
   if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;

@@ -29,8 +29,9 @@ class DeviceArray {
   // a null pointer) and clears the runtime's error, so the next launch check reports its own.
   void resize(size_t count) { resize_with_room(count, count); }
   // resize for scratch that grows a little at a time (a decode step's column sums, the split
-  // attention's partials): when it must grow, room for a quarter more, so that heads growing one
-  // entry per step do not reallocate (cudaFree synchronises the device) at every step.
+  // attention's partials, the window attention): when it must grow, room for a quarter more (the
+  // exact count when that much is not free), so that heads growing one entry per step do not
+  // reallocate (cudaFree synchronises the device) at every step.
   void grow(size_t count) { resize_with_room(count, count + count / 4); }
   void upload(const T* host, size_t count, size_t offset = 0) {
     check(cudaMemcpy(data_ + offset, host, count * sizeof(T), cudaMemcpyHostToDevice), "upload");
@@ -45,6 +46,7 @@ class DeviceArray {
   T* data() { return data_; }
   const T* data() const { return data_; }
   size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
 
  private:
   void resize_with_room(size_t count, size_t room) {
@@ -55,7 +57,12 @@ class DeviceArray {
     cudaFree(data_);
     data_ = nullptr;
     capacity_ = size_ = 0;
-    const cudaError_t e = cudaMalloc(&data_, room * sizeof(T));
+    cudaError_t e = cudaMalloc(&data_, room * sizeof(T));
+    if (e != cudaSuccess && room > count) {
+      cudaGetLastError();  // clear the failed allocation's error before trying the count alone
+      room = count;
+      e = cudaMalloc(&data_, room * sizeof(T));
+    }
     if (e != cudaSuccess) {
       data_ = nullptr;
       cudaGetLastError();

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/launch_status.h"
 #include "core/decode/cuda/window_attention.h"
 #include "core/decode/window_attention_twin.h"
@@ -81,7 +82,9 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window_chunk_kernel: ") + cudaGetErrorString(e));
 }
 
-WindowAttentionBuffer::~WindowAttentionBuffer() { cudaFree(data_); }
+WindowAttentionBuffer::WindowAttentionBuffer() : data_(std::make_unique<DeviceArray<float>>()) {}
+
+WindowAttentionBuffer::~WindowAttentionBuffer() = default;
 
 WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view, int group, const float* queries, int W,
                                                   int query_position0, bool causal) {
@@ -95,37 +98,22 @@ WindowAttentionSignal WindowAttentionBuffer::fill(const DeviceKvLayerView& view,
     return {};  // a view the kernel does not take: the observer computes its own
   }
   if (plan.out_floats == 0) return {};
-  // One allocation: the output, then a split plan's partials. It grows by a quarter more than the
-  // need, so a rolling window over heads that grow one entry per decode step does not reallocate
-  // (cudaFree synchronises the device) at every step; the exact need when that much is not free.
-  const size_t need = plan.out_floats + plan.partial_floats;
-  if (need > capacity_) {
-    cudaFree(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-    size_t size = need + need / 4;
-    cudaError_t e = cudaMalloc(&data_, size * sizeof(float));
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();  // clear the failed allocation's error before trying the exact need
-      size = need;
-      e = cudaMalloc(&data_, size * sizeof(float));
-    }
-    if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
-    capacity_ = size;
-  }
-  window_attention(view, plan, queries, data_, plan.out_floats, data_ + plan.out_floats, capacity_ - plan.out_floats);
-  return describe_window_attention(plan, data_, /*on_device=*/true);
+  // One allocation: the output, then a split plan's partials, grown with room (DeviceArray::grow).
+  data_->grow(plan.out_floats + plan.partial_floats);
+  float* out = data_->data();
+  window_attention(view, plan, queries, out, plan.out_floats, out + plan.out_floats, plan.partial_floats);
+  return describe_window_attention(plan, out, /*on_device=*/true);
 }
 
 bool WindowAttentionBuffer::can_hold(size_t floats) const {
-  // The partials take two floats per row and chunk, at most 256 chunks (window_attention_twin.h):
-  // bounded by the output's own size for rows of 512 entries or more, so twice the output covers both.
-  const size_t need = 2 * floats;
-  if (need <= capacity_) return true;
+  // A split plan's partials are under 1% of its output (chunks of at least 1024 entries, two
+  // floats each per row), so the output with grow's quarter of room covers both.
+  const size_t need = floats + floats / 4;
+  if (need <= data_->capacity()) return true;
   size_t free = 0, total = 0;
   const cudaError_t e = cudaMemGetInfo(&free, &total);
   if (e != cudaSuccess) throw RuntimeError(std::string("CUDA window attention buffer: ") + cudaGetErrorString(e));
-  return (need - capacity_) * sizeof(float) <= free / 2;
+  return (need - data_->capacity()) * sizeof(float) <= free / 2;
 }
 
 void download_floats(const float* device, size_t floats, float* host) {

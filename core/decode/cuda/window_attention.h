@@ -10,6 +10,7 @@
 // too-small output is refused (UsageError); a failed launch throws RuntimeError naming the kernel.
 // The launcher mirrors its CPU twin, which the GPU test compares it with.
 #include <cstddef>
+#include <memory>
 
 #include "core/decode/window_attention_signal.h"
 #include "core/decode/window_attention_tiles.h"
@@ -33,9 +34,12 @@ void window_attention(const DeviceKvLayerView& view, const WindowAttentionPlan& 
 // signal when the planner refuses the view (head_dim past 256, too many heads, ...: the observer
 // then computes its own) or there is nothing to write. queries: the W window rows, [W][n_heads]
 // [head_dim] f32 on the device.
+template <typename T>
+class DeviceArray;  // device_memory.h (CUDA headers)
+
 class WindowAttentionBuffer {
  public:
-  WindowAttentionBuffer() = default;
+  WindowAttentionBuffer();
   ~WindowAttentionBuffer();
   WindowAttentionBuffer(const WindowAttentionBuffer&) = delete;
   WindowAttentionBuffer& operator=(const WindowAttentionBuffer&) = delete;
@@ -48,8 +52,7 @@ class WindowAttentionBuffer {
   bool can_hold(size_t floats) const;
 
  private:
-  float* data_ = nullptr;
-  size_t capacity_ = 0;  // floats
+  std::unique_ptr<DeviceArray<float>> data_;  // the output, then a split plan's partials
 };
 
 // Synchronous copy of `floats` floats from device memory (the legacy default stream, so after every
