@@ -113,6 +113,66 @@ Generation generate(Decoder& decoder, const GenerateOptions& o, std::vector<int>
   return g;
 }
 
+// The cache a policy left after a generation (generate --json's "cache"; its summary line).
+nlohmann::json cache_summary(Decoder& decoder, const EvictionEngine& engine, jit::ScoringBackend scoring, int n_layers) {
+  const KVCache& c = decoder.cache_layout();
+  int lo = c.length(0, 0), hi = lo;
+  int64_t entries = 0;
+  for (int l = 0; l < n_layers; ++l)
+    for (int h = 0; h < c.n_stored_heads(); ++h) {  // query heads when the policy unfolded GQA
+      lo = std::min(lo, c.length(l, h));
+      hi = std::max(hi, c.length(l, h));
+      entries += c.length(l, h);
+    }
+  const EvictionReport& r = engine.report();
+  nlohmann::json cache = {{"policy", r.policy},         {"budget", r.budget},          {"bytes", c.bytes_in_use()},
+                          {"bytes_full", c.bytes_for_uniform_length(decoder.position())},
+                          {"tokens_min", lo},           {"tokens_max", hi},            {"entries", entries},
+                          {"applications", r.applications}, {"selection", mode_name(r.selection)},
+                          {"scoring", mode_name(scoring)}};
+  if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
+  // What the device holds, beside the policy's accounting above (null without a device cache):
+  // equal for a dense cache, larger where the device keeps more (codebook heads held dense).
+  if (const std::optional<DeviceKvBytes> on_device = decoder.device_kv_bytes())
+    cache["on_device"] = {{"bytes", on_device->in_use},
+                          {"bytes_reserved", on_device->reserved},
+                          {"bytes_codebooks", on_device->codebooks}};
+  else
+    cache["on_device"] = nullptr;
+  // Where the device path read its signals and scores without a host round trip ((layer, head)
+  // counts, docs/CUDA.md; codebook_rows: decoded rows of codebook heads matched on the device,
+  // summed over heads): all 0 on the CPU, and a GPU run that reports 0 copied them instead.
+  cache["in_place"] = {{"window_attention", r.window_attention_in_place},
+                       {"current_attention", r.current_attention_in_place},
+                       {"accumulated_attention", r.accumulated_attention_in_place},
+                       {"cached_rows", r.cache_rows_in_place},
+                       {"scores", r.scores_in_place},
+                       {"prefill_scores", r.prefill_scores_in_place},
+                       {"codebook_rows", decoder.device_kv_stats().counts.codebook_rows_on_device}};
+  return cache;
+}
+
+// The generation as JSON on stdout, or (the text was streamed) its summary on stderr; `cache` is
+// cache_summary's, null without a policy.
+void print_generation(const Generation& g, const jit::DeviceChoice& device, const nlohmann::json& cache, bool json) {
+  if (json) {
+    nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text},
+                        {"device", device.describe()}};
+    if (!cache.is_null()) j["cache"] = cache;
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return;
+  }
+  std::cout << "\n";
+  std::cerr << "prompt: " << g.prompt_tokens.size() << " tokens in " << g.prefill_seconds << " s; generated "
+            << g.tokens.size() << " tokens in " << g.decode_seconds << " s\n";
+  if (cache.is_null()) return;
+  std::cerr << "cache (" << cache["policy"].get<std::string>() << ", budget " << cache["budget"].get<std::string>()
+            << "): " << cache["bytes"] << " bytes (full cache " << cache["bytes_full"] << "), " << cache["tokens_min"]
+            << ".." << cache["tokens_max"] << " tokens per (layer, KV head), " << cache["applications"]
+            << " evictions, scored by " << cache["scoring"].get<std::string>() << ", selected on "
+            << cache["selection"].get<std::string>() << "\n";
+}
+
 std::function<int()> setup_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   app.add_option("-m,--model", o->model, "Model: llama2.c .bin, GGUF file, Hugging Face folder or synthetic:NAME")
@@ -173,60 +233,8 @@ std::function<int()> setup_generate(CLI::App& app) {
     auto stream = [&](const std::string& piece) { std::cout << piece << std::flush; };
     const Generation g =
         generate(*decoder, *o, std::move(prompt), o->json ? nullptr : std::function(stream), engine.get());
-    nlohmann::json cache;
-    if (engine) {
-      const KVCache& c = decoder->cache_layout();
-      int lo = c.length(0, 0), hi = lo;
-      int64_t entries = 0;
-      for (int l = 0; l < model->config.n_layers; ++l)
-        for (int h = 0; h < c.n_stored_heads(); ++h) {  // query heads when the policy unfolded GQA
-          lo = std::min(lo, c.length(l, h));
-          hi = std::max(hi, c.length(l, h));
-          entries += c.length(l, h);
-        }
-      const EvictionReport& r = engine->report();
-      cache = {{"policy", r.policy},         {"budget", r.budget},          {"bytes", c.bytes_in_use()},
-               {"bytes_full", c.bytes_for_uniform_length(decoder->position())},
-               {"tokens_min", lo},           {"tokens_max", hi},            {"entries", entries},
-               {"applications", r.applications}, {"selection", mode_name(r.selection)},
-               {"scoring", mode_name(scoring)}};
-      if (r.bytes_codebook > 0) cache["bytes_codebook"] = r.bytes_codebook;
-      // What the device holds, beside the policy's accounting above (null without a device cache):
-      // equal for a dense cache, larger where the device keeps more (codebook heads held dense).
-      if (const std::optional<DeviceKvBytes> on_device = decoder->device_kv_bytes())
-        cache["on_device"] = {{"bytes", on_device->in_use},
-                              {"bytes_reserved", on_device->reserved},
-                              {"bytes_codebooks", on_device->codebooks}};
-      else
-        cache["on_device"] = nullptr;
-      // Where the device path read its signals and scores without a host round trip ((layer, head)
-      // counts, docs/CUDA.md; codebook_rows: decoded rows of codebook heads matched on the device,
-      // summed over heads): all 0 on the CPU, and a GPU run that reports 0 copied them instead.
-      cache["in_place"] = {{"window_attention", r.window_attention_in_place},
-                           {"current_attention", r.current_attention_in_place},
-                           {"accumulated_attention", r.accumulated_attention_in_place},
-                           {"cached_rows", r.cache_rows_in_place},
-                           {"scores", r.scores_in_place},
-                           {"prefill_scores", r.prefill_scores_in_place},
-                           {"codebook_rows", decoder->device_kv_stats().counts.codebook_rows_on_device}};
-    }
-    if (o->json) {
-      nlohmann::json j = {{"prompt_tokens", g.prompt_tokens}, {"tokens", g.tokens}, {"text", g.text},
-                          {"device", device.describe()}};
-      if (engine) j["cache"] = cache;
-      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    } else {
-      std::cout << "\n";
-      std::cerr << "prompt: " << g.prompt_tokens.size() << " tokens in " << g.prefill_seconds << " s; generated "
-                << g.tokens.size() << " tokens in " << g.decode_seconds << " s\n";
-      if (engine) {
-        std::cerr << "cache (" << cache["policy"].get<std::string>() << ", budget " << cache["budget"].get<std::string>()
-                  << "): " << cache["bytes"] << " bytes (full cache " << cache["bytes_full"] << "), "
-                  << cache["tokens_min"] << ".." << cache["tokens_max"] << " tokens per (layer, KV head), "
-                  << cache["applications"] << " evictions, scored by " << cache["scoring"].get<std::string>()
-                  << ", selected on " << cache["selection"].get<std::string>() << "\n";
-      }
-    }
+    const nlohmann::json cache = engine ? cache_summary(*decoder, *engine, scoring, model->config.n_layers) : nlohmann::json(nullptr);
+    print_generation(g, device, cache, o->json);
     return 0;
   };
 }

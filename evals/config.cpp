@@ -259,6 +259,65 @@ void read_precision(MapReader& top, EvalConfig& config) {
   top.set_resolved("precision", reader.resolved());
 }
 
+// The tasks mapping: each task's type found and its options checked (errors recorded); returns their
+// resolved options by name.
+YAML::Node read_tasks(ConfigErrors& errors, const YAML::Node& root, const YAML::Node& tasks, EvalConfig& config) {
+  YAML::Node resolved_tasks(YAML::NodeType::Map);
+  if (!tasks.IsDefined() || tasks.IsNull()) {
+    errors.error(root, "tasks", "missing required key (a mapping of task names to options)");
+  } else if (!tasks.IsMap() || tasks.size() == 0) {
+    errors.error(tasks, "tasks", "expected a non-empty mapping of task names to their options");
+  } else {
+    for (auto it = tasks.begin(); it != tasks.end(); ++it) {
+      TaskConfig task;
+      task.name = it->first.Scalar();
+      task.where = "tasks." + task.name;
+      MapReader reader(errors, it->second, task.where);
+      task.type = reader.has("type") ? reader.get_string("type", task.name) : task.name;
+      const TaskType* type = find_task_type(task.type);
+      if (!type) {
+        std::string known;
+        for (const auto& t : task_types()) known += (known.empty() ? "" : ", ") + t.name;
+        errors.error(reader.has("type") ? reader.raw("type") : it->first, task.where,
+                     "unknown task type '" + task.type + "' (known: " + known + ")");
+        continue;
+      }
+      type->make(reader, task.name);  // validates the options, recording errors
+      reader.finish();
+      task.options = it->second;
+      YAML::Node resolved = reader.resolved();
+      resolved["type"] = task.type;
+      resolved_tasks[task.name] = resolved;
+      config.tasks.push_back(task);
+    }
+  }
+  return resolved_tasks;
+}
+
+// The resolved config as YAML (what the run hashes and records): the top-level keys as resolved,
+// the tasks', the policies with their parameters and labels, the budgets.
+std::string resolved_config_yaml(YAML::Node resolved, const YAML::Node& resolved_tasks, const EvalConfig& config) {
+  resolved["tasks"] = resolved_tasks;
+  YAML::Node policies(YAML::NodeType::Sequence);
+  for (const auto& choice : config.policies) {
+    YAML::Node entry(YAML::NodeType::Map);
+    entry["policy"] = choice.policy;
+    entry["label"] = choice.label;
+    YAML::Node params(YAML::NodeType::Map);
+    for (const auto& [k, v] : choice.params) params[k] = v;
+    entry["params"] = params;
+    policies.push_back(entry);
+  }
+  resolved["policies"] = policies;
+  YAML::Node budgets(YAML::NodeType::Sequence);
+  for (const auto& budget : config.budgets) budgets.push_back(budget.text);
+  budgets.SetStyle(YAML::EmitterStyle::Flow);
+  resolved["budgets"] = budgets;
+  YAML::Emitter emitter;
+  emitter << resolved;
+  return std::string(emitter.c_str()) + "\n";
+}
+
 }  // namespace
 
 EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& source, const LoadConfigOptions& options) {
@@ -312,62 +371,14 @@ EvalConfig parse_eval_config(const std::string& yaml_text, const std::string& so
   config.chat_template = top.get_choice("chat_template", "auto", {"auto", "none", "chatml"});
   config.limit = static_cast<int>(top.get_int("limit", 0, 0, 1000000000));
 
-  YAML::Node tasks = top.raw("tasks");
-  YAML::Node resolved_tasks(YAML::NodeType::Map);
-  if (!tasks.IsDefined() || tasks.IsNull()) {
-    errors.error(root, "tasks", "missing required key (a mapping of task names to options)");
-  } else if (!tasks.IsMap() || tasks.size() == 0) {
-    errors.error(tasks, "tasks", "expected a non-empty mapping of task names to their options");
-  } else {
-    for (auto it = tasks.begin(); it != tasks.end(); ++it) {
-      TaskConfig task;
-      task.name = it->first.Scalar();
-      task.where = "tasks." + task.name;
-      MapReader reader(errors, it->second, task.where);
-      task.type = reader.has("type") ? reader.get_string("type", task.name) : task.name;
-      const TaskType* type = find_task_type(task.type);
-      if (!type) {
-        std::string known;
-        for (const auto& t : task_types()) known += (known.empty() ? "" : ", ") + t.name;
-        errors.error(reader.has("type") ? reader.raw("type") : it->first, task.where,
-                     "unknown task type '" + task.type + "' (known: " + known + ")");
-        continue;
-      }
-      type->make(reader, task.name);  // validates the options, recording errors
-      reader.finish();
-      task.options = it->second;
-      YAML::Node resolved = reader.resolved();
-      resolved["type"] = task.type;
-      resolved_tasks[task.name] = resolved;
-      config.tasks.push_back(task);
-    }
-  }
+  const YAML::Node resolved_tasks = read_tasks(errors, root, top.raw("tasks"), config);
   read_policies(errors, top.raw("policies"), options, config);
   read_budgets(errors, top.raw("budgets"), config);
   read_precision(top, config);
   top.finish();
   errors.throw_if_any();
 
-  YAML::Node resolved = top.resolved();
-  resolved["tasks"] = resolved_tasks;
-  YAML::Node policies(YAML::NodeType::Sequence);
-  for (const auto& choice : config.policies) {
-    YAML::Node entry(YAML::NodeType::Map);
-    entry["policy"] = choice.policy;
-    entry["label"] = choice.label;
-    YAML::Node params(YAML::NodeType::Map);
-    for (const auto& [k, v] : choice.params) params[k] = v;
-    entry["params"] = params;
-    policies.push_back(entry);
-  }
-  resolved["policies"] = policies;
-  YAML::Node budgets(YAML::NodeType::Sequence);
-  for (const auto& budget : config.budgets) budgets.push_back(budget.text);
-  budgets.SetStyle(YAML::EmitterStyle::Flow);
-  resolved["budgets"] = budgets;
-  YAML::Emitter emitter;
-  emitter << resolved;
-  config.resolved_yaml = std::string(emitter.c_str()) + "\n";
+  config.resolved_yaml = resolved_config_yaml(top.resolved(), resolved_tasks, config);
   config.hash = sha256_text(config.resolved_yaml);
   return config;
 }

@@ -11,11 +11,15 @@ const std::vector<float>& prefill_prompt(Decoder& decoder, std::span<const int> 
   const int n = static_cast<int>(tokens.size());
   if (engine) engine->announce_prompt(tokens);
   // A decoder that throws before the prompt's first layer reached the engine leaves the
-  // announcement unconsumed: it is withdrawn, so no later call takes it for its own.
+  // announcement unconsumed, one that throws between blocks a prefill in blocks unfinished: both are
+  // forgotten, so no later call takes them for its own (the last block's call ended the prefill
+  // already when the prompt completed).
   struct Withdraw {
     EvictionEngine* engine;
     ~Withdraw() {
-      if (engine) engine->withdraw_announcement();
+      if (!engine) return;
+      engine->withdraw_announcement();
+      engine->abandon_block_prefill();
     }
   } withdraw{engine};
   if (block <= 0 || n <= block) {

@@ -168,6 +168,8 @@ void EvictionEngine::begin_block_prefill(int prompt_len) {
   state_->block_prompt = prompt_len;  // the first block (position 0) starts the prompt as usual
 }
 
+void EvictionEngine::abandon_block_prefill() { state_->block_prompt = 0; }
+
 void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {
   State::EngineCall timed(*state_, /*decoding=*/false);
   State& st = *state_;

@@ -222,6 +222,10 @@ class EvictionEngine : public ForwardObserver {
   void announce_prompt(std::span<const int> tokens);
   // Forgets an announcement whose prompt did not start (prefill_prompt, when the decoder threw).
   void withdraw_announcement();
+  // Forgets a prefill in blocks that did not reach its last block (prefill_prompt, when the decoder
+  // threw between blocks), so that the next prompt is not taken for its continuation. A no-op once
+  // the prompt is complete.
+  void abandon_block_prefill();
   // Announces a prefill in blocks (core/engine/block_prefill.h): the next forward calls, from
   // position 0 up to `prompt_len` tokens, are one prompt; the policy is applied after each of them.
   void begin_block_prefill(int prompt_len);

@@ -135,6 +135,50 @@ TEST_F(BlockPrefill, EveryBlocksDecisionMatchesTheReferenceAndThePeakStaysWithin
   EXPECT_LE(near_ties * 20, decisions) << "more than 5% of the decisions differ from the reference";
 }
 
+// Hands every call to the engine, but throws at the first layer of the call that starts at
+// position `fail_at` (once), as a decoder that fails mid-prompt would.
+class FailingBlockObserver : public ForwardObserver {
+ public:
+  FailingBlockObserver(EvictionEngine& engine, int fail_at) : engine_(engine), fail_at_(fail_at) {}
+  ObservationRequest request() const override { return engine_.request(); }
+  void after_layer(const LayerSignals& s, KVCache& cache) override {
+    if (s.layer == 0 && s.first_position == fail_at_) {
+      fail_at_ = -1;
+      throw RuntimeError("planted failure in the block at " + std::to_string(s.first_position));
+    }
+    engine_.after_layer(s, cache);
+  }
+  void after_forward(int n, KVCache& cache) override { engine_.after_forward(n, cache); }
+
+ private:
+  EvictionEngine& engine_;
+  int fail_at_;
+};
+
+TEST_F(BlockPrefill, APrefillCutShortBetweenBlocksIsNotTakenForTheNextPromptsStart) {
+  // The engine knew the first prompt as one of S tokens in blocks of 16; the decoder failed at the
+  // second block. The next prompt, shorter and in one block, must be planned for its own length.
+  const ModelConfig& c = model_->config;
+  const auto policy = load_policy("blockpress", {{"block_size", "16"}});
+  const int S = static_cast<int>(tokens_.size());
+  ASSERT_GT(S, 32);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine engine(*policy, c, {Budget::parse("8"), 0});
+  FailingBlockObserver failing(engine, 16);
+  EXPECT_THROW(prefill_prompt(*decoder, tokens_, &engine, &failing), RuntimeError);
+  decoder->reset();
+  const std::span<const int> second = std::span<const int>(tokens_).first(12);
+  EXPECT_NO_THROW(prefill_prompt(*decoder, second, &engine, &engine));
+  EXPECT_EQ(engine.report().prompt_len, 12);
+  // The same cache as an engine that never saw the failed prompt.
+  auto fresh_decoder = make_cpu_decoder(*model_, {.threads = 1});
+  EvictionEngine fresh(*policy, c, {Budget::parse("8"), 0});
+  prefill_prompt(*fresh_decoder, second, &fresh, &fresh);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      EXPECT_EQ(test::held_positions(decoder->cache(), l, h), test::held_positions(fresh_decoder->cache(), l, h));
+}
+
 TEST_F(BlockPrefill, APromptWithinOneBlockIsOneForwardAndBadCombinationsAreRefused) {
   const ModelConfig& c = model_->config;
   const auto policy = load_policy("blockpress", {{"block_size", "100000"}});

@@ -285,9 +285,9 @@ class CudaDecoder : public Decoder {
   }
   void upload_rope_table(int first, int n);
   // Whether attention_layer hands the observer every signal it asked for in place of rows at every
-  // layer of the next call, of n tokens (NoneGivenDecoderSignals needs it): the window attention
-  // (serves_window_attention) and the cached rows on the device (the resident cache).
-  bool serves_asked_signals(const ObservationRequest& request, int n) const;
+  // layer of the call (NoneGivenDecoderSignals needs it): the window attention (as forward decided:
+  // window_attention_served_) and the cached rows on the device (the resident cache).
+  bool serves_asked_signals(const ObservationRequest& request) const;
   bool serves_window_attention(const ObservationRequest& request, int n) const;
   // The call's queries into the layer's device copy of the newest queries (query_update_).
   void hold_queries(int layer);
@@ -296,7 +296,17 @@ class CudaDecoder : public Decoder {
   void seed_queries(const ObservationRequest& request, int n);
   // The layer's newest min(W, held) queries on the device, the first at position *first.
   const float* held_queries(int layer, int W, int* first) const;
+  // One layer's attention half: project_block (norm, Q/K/V, RoPE; returns the block's rotary
+  // position), store_block, attend_block (attention, and the column sums when asked: returned where
+  // the kernel left them), the output projection, then observe_layer when there is an observer.
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
+  int project_block(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
+  ColumnSumsSignal attend_block(int layer, int n, const DeviceKvLayerView& view, const ObservationRequest& request);
+  // The layer's signals as asked (over the cache as the block's append left it), the observer's
+  // after_layer, and its keeps flushed to the device.
+  void observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                     const ColumnSumsSignal& device_columns, const ObservationRequest& request,
+                     ForwardObserver& observer);
   void feed_forward_layer(int layer, int n);
   void refuse_unfolded() const;
   // The block's post-RoPE K/V (k_, v_) into the cache(s) at rotary position `rotary_first`, and
@@ -339,6 +349,7 @@ class CudaDecoder : public Decoder {
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
   cuda::CacheRowsBuffer cache_rows_;                 // ObservationRequest::cache_keys_on_device (values), ditto
   bool hand_cache_rows_ = false;                     // this call hands them over (forward decides)
+  bool window_attention_served_ = false;             // this call fills window_attention_ (serves_window_attention)
   // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
   // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the
   // window attention of a call with fewer tokens than W (a decode step, a short later block) reads
@@ -397,8 +408,11 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   query_capacity_ = mirror_ ? request.window_attention : 0;
   if (query_capacity_ == 0) query_ring_.forget();
   seed_queries(request, n);  // too few held for a window first asked for now: the observer's own
+  // Decided once per call, before it (the rows' placement depends on it): attention_layer fills the
+  // window attention only then, never a buffer the decision declined for want of memory.
+  window_attention_served_ = serves_window_attention(request, n);
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
-  placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request, n));
+  placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request));
   // The cached rows go to the observer on the device only where they stay there and it said it
   // reads them only so (NoneGivenDecoderSignals); in any other call it reads the host's, or none.
   hand_cache_rows_ = placeholder_host_ && reads == CacheRowReads::NoneGivenDecoderSignals &&
@@ -447,14 +461,14 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   return logits_;
 }
 
-bool CudaDecoder::serves_asked_signals(const ObservationRequest& request, int n) const {
+bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const {
   // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
   // The row merges run on the device cache through the mirror (device_kv_mirror.h).
   const bool rows = request.cache_keys_on_device || request.cache_values_on_device || request.cached_row_merges;
   if (!rows && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
-  return request.window_attention <= 0 || serves_window_attention(request, n);
+  return request.window_attention <= 0 || window_attention_served_;
 }
 
 bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int n) const {
@@ -468,8 +482,14 @@ bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int
   // fit the device: NACL's proxy window is a share of the prompt (1%: 22 GB at 128K on the 8B
   // geometry; its paper splits 18-20%: 25 GB at 32K). Otherwise the rows come to the host, where
   // the engine attends its window queries itself, instead of a failed allocation mid-call.
-  if (!window_attention_.can_hold(size_t(config_.n_heads) * size_t(request.window_attention) *
-                                  size_t(position_ + n)))
+  // The longest head after the call: the device's lengths now (deferred appends included; pending
+  // keeps only shorten them) plus the block; not position + n, which after an eviction overstates
+  // it many times over (NACL's decode steps at 1% would have been declined for memory they never use).
+  int64_t longest = 0;
+  const DeviceKvLayout& layout = device_kv_->layout();
+  for (int layer = 0; layer < config_.n_layers; ++layer)
+    for (int h = 0; h < config_.n_kv_heads; ++h) longest = std::max(longest, layout.length(layer, h));
+  if (!window_attention_.can_hold(size_t(config_.n_heads) * size_t(request.window_attention) * size_t(longest + n)))
     return false;
   for (int layer = 0; layer < config_.n_layers; ++layer)
     for (int h = 0; h < config_.n_kv_heads; ++h)
@@ -662,6 +682,20 @@ DeviceKvLayerView CudaDecoder::store_block(int layer, int n, int rotary_first) {
 
 void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
   const DeviceLayer& w = layers_[layer];
+  const int dim = config_.dim, q_dim = config_.q_dim();
+  const size_t rows = static_cast<size_t>(n);
+  const int rotary_first = project_block(layer, n, request, observer);
+  const int first = position_;
+  const DeviceKvLayerView view = store_block(layer, n, rotary_first);
+  const ColumnSumsSignal device_columns = attend_block(layer, n, view, request);
+  cuda::to_half(att_.data(), rows * q_dim, half_in_.data());
+  gemm(half_in_.data(), n, q_dim, w.wo->data(), dim, proj_.data());
+  cuda::add_inplace(x_.data(), proj_.data(), rows * dim);
+  if (observer) observe_layer(layer, n, first, rotary_first, view, device_columns, request, *observer);
+}
+
+int CudaDecoder::project_block(int layer, int n, const ObservationRequest& request, ForwardObserver* observer) {
+  const DeviceLayer& w = layers_[layer];
   const int dim = config_.dim, hd = config_.head_dim;
   const int q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   const size_t rows = static_cast<size_t>(n);
@@ -708,10 +742,12 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
   cuda::rope(q_.data(), n, config_.n_heads, hd, cos_.data(), sin_.data(), adjacent);
   cuda::rope(k_.data(), n, config_.n_kv_heads, hd, cos_.data(), sin_.data(), adjacent);
   hold_queries(layer);
+  return rotary_first;
+}
 
-  const int first = position_;
-  const DeviceKvLayerView view = store_block(layer, n, rotary_first);
-
+ColumnSumsSignal CudaDecoder::attend_block(int layer, int n, const DeviceKvLayerView& view,
+                                           const ObservationRequest& request) {
+  const size_t rows = static_cast<size_t>(n);
   const bool want_columns = request.accumulated_attention;
   ColumnSumsSignal device_columns;  // the column sums where the kernel left them (want_columns)
   if (want_columns) {
@@ -734,92 +770,91 @@ void CudaDecoder::attention_layer(int layer, int n, const ObservationRequest& re
                            plan.split() ? attention_workspace_.data() : nullptr,
                            plan.split() ? plan.workspace_floats : 0);
   }
-  if (want_columns) {
-    int max_len = 0;
-    for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
-    column_d_.grow(static_cast<size_t>(config_.n_heads) * max_len);
-    const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
-    cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
-    device_columns = {column_d_.data(), config_.n_heads, max_len};
-    if (!request.column_sums_on_device_only) {  // the observer reads them on the host too
-      Stopwatch timed(&own_seconds_.observation);
-      host_columns_.resize(column_d_.size());
-      column_d_.download(host_columns_.data(), host_columns_.size());
-      column_sums_.resize(config_.n_heads);
-      for (int h = 0; h < config_.n_heads; ++h) {
-        const int len = cache_.length(layer, h / config_.group_size());
-        const float* row = host_columns_.data() + static_cast<size_t>(h) * max_len;
-        column_sums_[h].assign(row, row + len);
-      }
+  if (!want_columns) return device_columns;
+  int max_len = 0;
+  for (int h = 0; h < config_.n_kv_heads; ++h) max_len = std::max(max_len, cache_.length(layer, h));
+  column_d_.grow(static_cast<size_t>(config_.n_heads) * max_len);
+  const RaggedColumnPlan columns = plan_ragged_column_sums(view, n, config_.group_size(), max_len);
+  cuda::ragged_column_sums(view, columns, q_.data(), row_max_.data(), row_sum_.data(), column_d_.data());
+  device_columns = {column_d_.data(), config_.n_heads, max_len};
+  if (!request.column_sums_on_device_only) {  // the observer reads them on the host too
+    Stopwatch timed(&own_seconds_.observation);
+    host_columns_.resize(column_d_.size());
+    column_d_.download(host_columns_.data(), host_columns_.size());
+    column_sums_.resize(config_.n_heads);
+    for (int h = 0; h < config_.n_heads; ++h) {
+      const int len = cache_.length(layer, h / config_.group_size());
+      const float* row = host_columns_.data() + static_cast<size_t>(h) * max_len;
+      column_sums_[h].assign(row, row + len);
     }
   }
+  return device_columns;
+}
 
-  cuda::to_half(att_.data(), rows * q_dim, half_in_.data());
-  gemm(half_in_.data(), n, q_dim, w.wo->data(), dim, proj_.data());
-  cuda::add_inplace(x_.data(), proj_.data(), rows * dim);
-
-  if (observer) {
-    LayerSignals signals;
-    signals.layer = layer;
-    signals.first_position = first;
-    signals.n_tokens = n;
-    const int window = std::min(request.window, n);
-    if (window > 0) {
-      Stopwatch timed(&own_seconds_.observation);
-      signals.window = window;
-      window_queries_.resize(static_cast<size_t>(window) * q_dim);
-      q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
-      signals.window_queries = std::span<const float>(window_queries_);
-    }
-    if (want_columns && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
-    signals.column_sums_on_device = device_columns;
-    signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
-    // Merges of rows left on the device run there (the mirror applies the pending keeps first).
-    if (placeholder_host_ && request.cached_row_merges) signals.cached_row_merges = mirror_.get();
-    // The window attention on request, over the cache as the block's append left it, before the
-    // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
-    // (the device holds those; the observer's causal mask reads the original ones).
-    // The queries are the newest min(W, position) of the sequence: the block's, and before them
-    // the previous calls' (held on the device) when the block is shorter than W; none when the
-    // held ones do not reach back that far (serves_window_attention said so before the call).
-    if (request.window_attention > 0 && view.positions && rotary_first == first) {
-      const int wa = std::min(request.window_attention, first + n);
-      int query_first = first + n - wa;
-      const float* queries = wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim
-                                     : held_queries(layer, wa, &query_first);
-      if (queries)
-        signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
-                                                          request.window_attention_causal);
-    }
-    // The cached keys and values for device scoring (K, V), as the block's append left them.
-    if (hand_cache_rows_) {
-      Stopwatch timed(&own_seconds_.observation);
-      signals.cache_rows = cache_rows_.fill(view, request.cache_keys_on_device, request.cache_values_on_device);
-    }
-    signals.tokens = host_tokens_;
-    if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
-    if (request.hidden_states) signals.hidden_states = hidden_states_;
-    // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
-    // makes them (f32).
-    if (OutputProjectionSignals::requested(request)) {
-      static const NativeLayer none;
-      const auto& natives = model_.weights.native_layers;
-      const TypedMatrix wo =
-          Weights::matrix(model_.weights.layers[layer].wo, natives.empty() ? none.wo : natives[layer].wo, dim, q_dim);
-      output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, hd, signals);
-    }
-    observer->after_layer(signals, cache_);
-    // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
-    // device): the next layer's kernels and cuBLAS calls must run on this decoder's again.
-    cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    // Its keeps (of this layer or any earlier one: CAKE's cascading stages) reach the device now
-    // rather than at the next call's store_block: a prompt's evictions then shrink the device
-    // arenas while the prompt runs (DeviceKvLayout::layout_to_release), so the device holds what
-    // the policy keeps, a full layer only while it is being scored. A flush with nothing pending
-    // returns at once.
-    if (mirror_ && !cache_.unfolded())
-      for (int l = 0; l <= layer; ++l) mirror_->flush(l);
+void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                                const ColumnSumsSignal& device_columns, const ObservationRequest& request,
+                                ForwardObserver& observer) {
+  const int q_dim = config_.q_dim();
+  LayerSignals signals;
+  signals.layer = layer;
+  signals.first_position = first;
+  signals.n_tokens = n;
+  const int window = std::min(request.window, n);
+  if (window > 0) {
+    Stopwatch timed(&own_seconds_.observation);
+    signals.window = window;
+    window_queries_.resize(static_cast<size_t>(window) * q_dim);
+    q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
+    signals.window_queries = std::span<const float>(window_queries_);
   }
+  if (request.accumulated_attention && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
+  signals.column_sums_on_device = device_columns;
+  signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
+  // Merges of rows left on the device run there (the mirror applies the pending keeps first).
+  if (placeholder_host_ && request.cached_row_merges) signals.cached_row_merges = mirror_.get();
+  // The window attention on request, over the cache as the block's append left it, before the
+  // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
+  // (the device holds those; the observer's causal mask reads the original ones).
+  // The queries are the newest min(W, position) of the sequence: the block's, and before them
+  // the previous calls' (held on the device) when the block is shorter than W; none when the
+  // held ones do not reach back that far (serves_window_attention said so before the call).
+  if (window_attention_served_ && view.positions && rotary_first == first) {
+    const int wa = std::min(request.window_attention, first + n);
+    int query_first = first + n - wa;
+    const float* queries =
+        wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim : held_queries(layer, wa, &query_first);
+    if (queries)
+      signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
+                                                        request.window_attention_causal);
+  }
+  // The cached keys and values for device scoring (K, V), as the block's append left them.
+  if (hand_cache_rows_) {
+    Stopwatch timed(&own_seconds_.observation);
+    signals.cache_rows = cache_rows_.fill(view, request.cache_keys_on_device, request.cache_values_on_device);
+  }
+  signals.tokens = host_tokens_;
+  if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+  if (request.hidden_states) signals.hidden_states = hidden_states_;
+  // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
+  // makes them (f32).
+  if (OutputProjectionSignals::requested(request)) {
+    static const NativeLayer none;
+    const auto& natives = model_.weights.native_layers;
+    const TypedMatrix wo = Weights::matrix(model_.weights.layers[layer].wo, natives.empty() ? none.wo : natives[layer].wo,
+                                           config_.dim, q_dim);
+    output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, config_.head_dim, signals);
+  }
+  observer.after_layer(signals, cache_);
+  // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
+  // device): the next layer's kernels and cuBLAS calls must run on this decoder's again.
+  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  // Its keeps (of this layer or any earlier one: CAKE's cascading stages) reach the device now
+  // rather than at the next call's store_block: a prompt's evictions then shrink the device
+  // arenas while the prompt runs (DeviceKvLayout::layout_to_release), so the device holds what
+  // the policy keeps, a full layer only while it is being scored. A flush with nothing pending
+  // returns at once.
+  if (mirror_ && !cache_.unfolded())
+    for (int l = 0; l <= layer; ++l) mirror_->flush(l);
 }
 
 void CudaDecoder::feed_forward_layer(int layer, int n) {
