@@ -46,6 +46,10 @@ namespace {
 constexpr int kKvHeads = 8, kGroup = 4, kHeadDim = 128;
 constexpr int kWindow = 32;  // SnapKV's and CAKE's observation window
 
+// The larger deviation, NaN when either is (std::max would drop a NaN and report a broken kernel
+// as exact).
+double worse(double worst, double d) { return std::isnan(worst) || std::isnan(d) ? NAN : std::max(worst, d); }
+
 // A window attention plan with every row in one chunk (the kernel before the split).
 WindowPlanOptions one_chunk_window() {
   WindowPlanOptions o;
@@ -140,7 +144,7 @@ int run_cpu(const Options& o, nlohmann::json& rows) {
       const RaggedAttentionOutput split = ragged_attention_twin(view, plan, q.data());
       const double seconds = bench::wall_seconds() - t0;
       const RaggedAttentionOutput whole = ragged_attention_twin(view, plan_ragged_attention(view, 1, kGroup, one), q.data());
-      for (size_t e = 0; e < split.out.size(); ++e) worst = std::max(worst, double(std::abs(split.out[e] - whole.out[e])));
+      for (size_t e = 0; e < split.out.size(); ++e) worst = worse(worst, std::abs(split.out[e] - whole.out[e]));
       nlohmann::json r{{"backend", "cpu-twin"}, {"kind", "decode"}, {"context", context}, {"fraction", fraction},
                        {"chunk", plan.chunk}, {"chunks", plan.max_chunks}, {"us", 1e6 * seconds},
                        {"gb_per_s", kv_bytes(lengths) / seconds / 1e9}};
@@ -161,7 +165,7 @@ int run_cpu(const Options& o, nlohmann::json& rows) {
   const std::vector<float> cols = ragged_column_sums_twin(view, cp, q.data(), out.row_max.data(), out.row_sum.data());
   double column_total = 0;  // every query's probabilities sum to 1
   for (float c : cols) column_total += c;
-  worst = std::max(worst, std::abs(column_total / (double(n) * kKvHeads * kGroup) - 1.0));
+  worst = worse(worst, std::abs(column_total / (double(n) * kKvHeads * kGroup) - 1.0));
   nlohmann::json r{{"backend", "cpu-twin"}, {"kind", "prefill"}, {"context", n}, {"us", 1e6 * seconds},
                    {"gflop_per_s", prefill_flops(n) / seconds / 1e9}};
   print(o, r);
@@ -186,8 +190,8 @@ int run_cpu(const Options& o, nlohmann::json& rows) {
     const double wseconds = bench::wall_seconds() - w0;
     const std::vector<float> b = window_attention_twin(wv, plan_window_attention(wv, kWindow, kGroup, whole), wq.data());
     double diff = 0;
-    for (size_t e = 0; e < a.size(); ++e) diff = std::max(diff, double(std::abs(a[e] - b[e])));
-    worst = std::max(worst, diff);
+    for (size_t e = 0; e < a.size(); ++e) diff = worse(diff, std::abs(a[e] - b[e]));
+    worst = worse(worst, diff);
     nlohmann::json wr{{"backend", "cpu-twin"}, {"kind", "window_attention"}, {"context", 2048}, {"W", kWindow},
                       {"chunks", sp.chunks}, {"us", 1e6 * wseconds}, {"max_abs_diff_vs_one_chunk", diff}};
     print(o, wr);
@@ -247,9 +251,9 @@ float max_difference(const cuda::DeviceArray<float>& a, const cuda::DeviceArray<
   std::vector<float> x(a.size()), y(b.size());
   a.download(x.data(), x.size());
   b.download(y.data(), y.size());
-  float worst = 0;
-  for (size_t e = 0; e < x.size(); ++e) worst = std::max(worst, std::abs(x[e] - y[e]));
-  return worst;
+  double worst = 0;
+  for (size_t e = 0; e < x.size(); ++e) worst = worse(worst, std::abs(x[e] - y[e]));
+  return static_cast<float>(worst);
 }
 
 // One attention call's device buffers for n queries.

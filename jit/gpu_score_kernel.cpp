@@ -20,8 +20,16 @@ GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string
 
 void ensure_device_bytes(DeviceBuffer& buffer, size_t bytes) {
   // A quarter's room when it grows: a head scored at every decode step may hold one entry more
-  // each time, and freeing device memory synchronises the device.
-  if (buffer.size() < bytes || buffer.address() == 0) buffer = DeviceBuffer(bytes + bytes / 4);
+  // each time, and freeing device memory synchronises the device. The old buffer goes first (the
+  // peak is the new one alone), and where the room is not free the exact size is asked for (as
+  // DeviceArray::grow does).
+  if (buffer.size() >= bytes && buffer.address() != 0) return;
+  buffer = DeviceBuffer();
+  try {
+    buffer = DeviceBuffer(bytes + bytes / 4);
+  } catch (const RuntimeError&) {
+    buffer = DeviceBuffer(bytes);
+  }
 }
 
 KvScoreArgs DeviceSignalCopies::upload(const ScoreInputs& in) {

@@ -97,6 +97,19 @@ void check_plan_fits(const DeviceKvLayerView& view, const WindowAttentionPlan& p
       plan.chunks != std::max<int64_t>(1, chunks))
     refuse("the plan's chunks (" + std::to_string(plan.chunks) + " of " + std::to_string(plan.chunk) +
            " entries) do not cover its rows of " + std::to_string(plan.max_len) + " in key tiles");
+  // The fields derived from the shape, as plan_window_attention derives them: a plan edited after
+  // planning (another W, group or row count) would otherwise pass the launchers' buffer checks
+  // against sizes it no longer has.
+  const int rows = plan.group * plan.W, r = plan.rows_per_block;
+  const size_t rows_out = size_t(plan.n_kv) * size_t(plan.group) * size_t(plan.W);
+  const bool consistent =
+      plan.W >= 0 && plan.group >= 1 && plan.n_heads == plan.n_kv * plan.group && r >= 1 && r <= kWindowMaxRows &&
+      (r & (r - 1)) == 0 && plan.threads_per_row * r == kWindowThreads && plan.row_tiles == (rows + r - 1) / r &&
+      plan.shared_floats == window_shared_floats(r, plan.tile_keys, plan.head_dim) &&
+      plan.out_floats == rows_out * size_t(plan.max_len) &&
+      plan.partial_floats == (plan.chunks > 1 ? rows_out * size_t(plan.chunks) * 2 : 0) &&
+      int64_t(plan.row_tiles) * plan.chunks <= INT_MAX;
+  if (!consistent) refuse("the plan's derived sizes do not match its shape (a plan changed after planning)");
   if (const int h = window_uncovered_head(plan, view); h >= 0)
     refuse("stored head " + std::to_string(h) + " has " + std::to_string(view.length[h]) +
            " entries; the plan's row stride is " + std::to_string(plan.max_len));
@@ -141,7 +154,7 @@ void run_normalise_block(const WindowAttentionArgs& a, int x, int kv) {
 std::vector<float> window_attention_twin(const DeviceKvLayerView& view, const WindowAttentionPlan& plan,
                                          const float* queries) {
   check_plan_fits(view, plan);
-  std::vector<float> out(plan.out_floats);
+  std::vector<float> out(plan.out_floats, NAN);  // an element the blocks do not write shows up
   if (out.empty()) return out;
   WindowAttentionArgs a;
   a.kv = view;

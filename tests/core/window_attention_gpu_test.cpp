@@ -31,10 +31,13 @@ using window_test::Case;
 
 constexpr double kRel = 1e-5, kAbs = 1e-7;
 
-void check_case(const Case& c, uint32_t seed) {
+void check_case(const Case& c, uint32_t seed, bool split = false) {
   const window_test::TwinRun run = window_test::run_twin(c, seed);
   const window_test::Problem& P = run.P;
   const WindowAttentionPlan& plan = run.plan;
+  if (split) {
+    ASSERT_GT(plan.chunks, 1) << name(c) << ": not split along the cache";
+  }
   const std::vector<float>& twin = run.out;
 
   cuda::DeviceArray<uint16_t> keys, values;
@@ -49,9 +52,11 @@ void check_case(const Case& c, uint32_t seed) {
   view.keys = keys.data();
   view.values = values.data();
   view.positions = positions.data();
-  // NaN in the output first: an element the kernel does not write shows up.
-  const std::vector<float> poison(out.size(), NAN);
-  out.upload(poison.data(), poison.size());
+  // NaN in the output and the split's partials first: an element the kernels do not write (or a
+  // partial the first kernel does not store) shows up.
+  const std::vector<float> poison(std::max(out.size(), partials.size()), NAN);
+  out.upload(poison.data(), out.size());
+  partials.upload(poison.data(), partials.size());
   cuda::window_attention(view, plan, queries.data(), out.data(), out.size(), partials.data(), partials.size());
   std::vector<float> got(plan.out_floats);
   if (!got.empty()) out.download(got.data(), got.size());
@@ -96,7 +101,7 @@ TEST(WindowAttentionGpu, LongHeadsAndAWideRowStride) {
 // "The window attention split along the cache"; not yet run on a GPU).
 TEST(WindowAttentionGpu, RowsSplitAlongTheCacheMatchTheTwin) {
   SKIP_WITHOUT_GPU();
-  for (const window_test::SeededCase& s : window_test::split_cases()) check_case(s.c, s.seed);
+  for (const window_test::SeededCase& s : window_test::split_cases()) check_case(s.c, s.seed, /*split=*/true);
 }
 
 // The launcher's argument checks run before any CUDA call, so they are tested without a device.

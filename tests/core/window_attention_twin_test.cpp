@@ -24,6 +24,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -358,6 +359,24 @@ TEST(WindowAttentionTwin, PlanningRefusesBadInput) {
   WindowAttentionPlan miscounted = p;
   miscounted.chunks = 2;
   expect_refusal([&] { (void)window_attention_twin(v, miscounted, nullptr); }, "do not cover");
+  // A plan changed after planning: its derived sizes no longer match (each field alone).
+  std::vector<std::function<void(WindowAttentionPlan&)>> edits = {
+      [](WindowAttentionPlan& q) { q.W += 1; },
+      [](WindowAttentionPlan& q) { q.group = 1; },
+      [](WindowAttentionPlan& q) { q.out_floats -= 1; },
+      [](WindowAttentionPlan& q) { q.partial_floats = 2; },
+      [](WindowAttentionPlan& q) { q.rows_per_block *= 2; },
+      [](WindowAttentionPlan& q) { q.threads_per_row /= 2; },
+      [](WindowAttentionPlan& q) { q.row_tiles += 1; },
+      [](WindowAttentionPlan& q) { q.shared_floats -= 1; },
+      [](WindowAttentionPlan& q) { q.n_heads += 1; },
+  };
+  for (size_t i = 0; i < edits.size(); ++i) {
+    WindowAttentionPlan edited = p;
+    edits[i](edited);
+    SCOPED_TRACE("edit " + std::to_string(i));
+    expect_refusal([&] { (void)window_attention_twin(v, edited, nullptr); }, "derived sizes");
+  }
 }
 
 }  // namespace
