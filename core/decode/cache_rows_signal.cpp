@@ -32,6 +32,8 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
   CacheRowsSignal s;
   s.keys = a.keys_out;
   s.values = a.values_out;
+  s.key_norms = a.key_norms_out;
+  s.value_norms = a.value_norms_out;
   s.on_device = on_device;
   s.head_dim = a.head_dim;
   s.length.resize(static_cast<size_t>(a.ranges.n_heads));
@@ -43,21 +45,23 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
   return s;
 }
 
-CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, bool want_keys, bool want_values,
-                                std::vector<float>& keys, std::vector<float>& values) {
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out) {
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
-  const size_t n = cache_rows_floats(a);
-  keys.clear();
-  values.clear();
-  if (want_keys) {
-    keys.resize(n);
-    a.keys_out = keys.data();
-  }
-  if (want_values) {
-    values.resize(n);
-    a.values_out = values.data();
-  }
-  for (size_t x = 0; x < n; ++x) cache_rows_element(a, x);
+  const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
+  auto lay = [](std::vector<float>& v, bool want, size_t count) -> float* {
+    v.clear();
+    if (!want) return nullptr;
+    v.resize(count);
+    return v.data();
+  };
+  a.keys_out = lay(out.keys, wanted.keys, n);
+  a.values_out = lay(out.values, wanted.values, n);
+  a.key_norms_out = lay(out.key_norms, wanted.norms, entries);
+  a.value_norms_out = lay(out.value_norms, wanted.norms, entries);
+  if (wanted.keys || wanted.values)
+    for (size_t x = 0; x < n; ++x) cache_rows_element(a, x);
+  if (wanted.norms)
+    for (size_t e = 0; e < entries; ++e) cache_rows_norm_element(a, e);
   return describe_cache_rows(a, /*on_device=*/false);
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // A layer's cached keys and values as a decoder hands them to an observer that scores on the
-// decoder's device (ObservationRequest::cache_rows_on_device, LayerSignals::cache_rows): the score
-// programs' K and V signals ([head_dim][T] per head, t innermost: core/engine/policy_program.h),
-// read by the generated kernels where they are, so the call's rows never come to the host.
+// decoder's device (ObservationRequest::cache_keys_on_device, cache_values_on_device,
+// row_norms_on_device; LayerSignals::cache_rows): the score programs' K and V signals ([head_dim][T]
+// per head, t innermost: core/engine/policy_program.h) and their rows' norms (key_norm, value_norm:
+// [T] per head, row_norms.h's definition), read by the generated kernels where they are, so the
+// call's rows never come to the host, nor their norms.
 //
 // What it holds: for stored head h of the layer (cache order, the cache as the block's append left
 // it, before the observer changes it), element (i, t) of its key (value) rows as f32 at
@@ -14,27 +16,43 @@
 // layer's cache; the decoder reuses its buffer for the next layer. Memory: head_dim x the layer's
 // entries floats per side asked for (a prompt of 32K on an 8B geometry: 128 MiB for the keys).
 //
-// The element body below is the kernel's (core/decode/cuda/cache_rows.cu) and the CPU twin's
-// (cache_rows_twin), one thread per output float, written contiguously.
+// Norms: for stored head h, key_norms[norm_offset(h) + t] and value_norms[norm_offset(h) + t] are
+// the norms of entry t's stored key and value (the same bits as KVCache's and the device cache's
+// row norms: device_kv_row_norms.h). Asked for together (both or neither).
+//
+// The element bodies below are the kernels' (core/decode/cuda/cache_rows.cu) and the CPU twin's
+// (cache_rows_twin): one thread per output float of K and V, written contiguously; one per entry
+// for the norms.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "core/decode/device_kv_head_ranges.h"
+#include "core/decode/device_kv_row_norms.h"
 #include "core/decode/device_kv_view.h"
 
 namespace kvevict {
 
 struct CacheRowsSignal {
-  const float* keys = nullptr;    // null: the keys were not asked for (or the decoder made none)
-  const float* values = nullptr;  // null: the values were not asked for
-  bool on_device = false;         // memory of the decoder's CUDA device; host memory otherwise
+  const float* keys = nullptr;         // null: the keys were not asked for (or the decoder made none)
+  const float* values = nullptr;       // null: the values were not asked for
+  const float* key_norms = nullptr;    // null: the norms were not asked for
+  const float* value_norms = nullptr;  // null with key_norms
+  bool on_device = false;              // memory of the decoder's CUDA device; host memory otherwise
   int head_dim = 0;
   std::vector<int64_t> length;    // [stored head] entries
   std::vector<int64_t> offset;    // [stored head] floats from keys (values) to the head's block
 
-  bool empty() const { return keys == nullptr && values == nullptr; }
+  bool empty() const { return keys == nullptr && values == nullptr && key_norms == nullptr; }
   int n_heads() const { return static_cast<int>(length.size()); }
+  // Entries from key_norms (value_norms) to head h's norms.
+  int64_t norm_offset(int h) const { return offset[static_cast<size_t>(h)] / head_dim; }
+};
+
+// What a call asks for.
+struct CacheRowsWanted {
+  bool keys = false, values = false, norms = false;
+  bool any() const { return keys || values || norms; }
 };
 
 // One launch's arguments: every live row of every head of one layer (ranges in rows; the output
@@ -47,6 +65,8 @@ struct CacheRowsArgs {
   DeviceKvHeadRanges ranges;
   float* keys_out = nullptr;    // null: not written
   float* values_out = nullptr;  // null: not written
+  float* key_norms_out = nullptr;    // one per entry, heads packed (ranges.out_offset); null: not written
+  float* value_norms_out = nullptr;  // written with key_norms_out
 };
 
 // The arguments for the whole of each head of `view`'s layer, into the given outputs (device or
@@ -74,13 +94,30 @@ KVEVICT_HOST_DEVICE inline void cache_rows_element(const CacheRowsArgs& a, size_
   if (a.values_out) a.values_out[x] = device_kv_load(a.values, a.type, row, a.head_dim, i);
 }
 
+// Entries the norms' arguments cover: the layer's entries.
+KVEVICT_HOST_DEVICE inline size_t cache_rows_entries(const CacheRowsArgs& a) { return device_kv_range_rows(a.ranges); }
+
+// Entry e's key and value norms (its head's range, then its row), as the device cache's row norms
+// compute them.
+KVEVICT_HOST_DEVICE inline void cache_rows_norm_element(const CacheRowsArgs& a, size_t e) {
+  int64_t index = 0;
+  const int h = device_kv_range_head(a.ranges, e, &index);
+  const RowNorms n = device_kv_row_norms_at(a.keys, a.values, a.type, a.ranges.start_row[h] + index, a.head_dim);
+  a.key_norms_out[e] = n.key;
+  a.value_norms_out[e] = n.value;
+}
+
 // The observer's description of what `a` wrote (lengths and offsets from its ranges).
 CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device);
 
-// The CPU twin: the element body over a view of host arenas (DeviceKvTwin::layer_view) into
-// `keys` / `values` (resized; a side not asked for is cleared and left null in the signal),
-// described as host memory.
-CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, bool want_keys, bool want_values,
-                                std::vector<float>& keys, std::vector<float>& values);
+// The CPU twin's host buffers (a side not asked for is left empty).
+struct CacheRowsHost {
+  std::vector<float> keys, values, key_norms, value_norms;
+};
+
+// The CPU twin: the element bodies over a view of host arenas (DeviceKvTwin::layer_view) into
+// `out` (resized; what is not asked for is cleared and left null in the signal), described as host
+// memory.
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out);
 
 }  // namespace kvevict

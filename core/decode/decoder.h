@@ -106,6 +106,10 @@ struct ObservationRequest {
   // handle their absence.
   bool cache_keys_on_device = false;
   bool cache_values_on_device = false;
+  // The same for the norms of the layer's cached keys and values (key_norm, value_norm), handed
+  // over in the same calls as LayerSignals::cache_rows' norms, computed on the device: then nothing
+  // of them crosses the bus (row_norms, the host-held norms, is not asked for beside it).
+  bool row_norms_on_device = false;
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
@@ -121,6 +125,11 @@ struct ObservationRequest {
   // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).
   CacheRowReadsByCall cache_row_reads{};  // {}: designated initializers may omit it without a warning
 };
+
+// What of the cached rows a request asks for on the device (LayerSignals::cache_rows).
+inline CacheRowsWanted cache_rows_wanted(const ObservationRequest& r) {
+  return {r.cache_keys_on_device, r.cache_values_on_device, r.row_norms_on_device};
+}
 
 struct LayerSignals {
   int layer = 0;
@@ -159,8 +168,8 @@ struct LayerSignals {
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;
-  // The cached keys and values the decoder copied out in its device memory on request
-  // (cache_rows_signal.h: layout, lifetime). Empty when not requested or not made.
+  // The cached keys and values (and their norms) the decoder copied out in its device memory on
+  // request (cache_rows_signal.h: layout, lifetime). Empty when not requested or not made.
   CacheRowsSignal cache_rows;
   // Where the observer's row merges run when this call's host rows are placeholders and it asked
   // for them (ObservationRequest::cached_row_merges): the decoder's device cache, valid during the
@@ -170,7 +179,8 @@ struct LayerSignals {
   // observer's ObservationRequest::cache_row_reads for this call was not Reads): it must read no
   // cached key or value. In a one-token call it takes the newest query's attention (A_now) from
   // accumulated_attention (or column_sums_on_device), which is that row; its window attention, in
-  // any call, is window_attention, and its K and V are cache_rows (NoneGivenDecoderSignals).
+  // any call, is window_attention, and its K and V (and their norms) are cache_rows
+  // (NoneGivenDecoderSignals).
   bool cache_rows_are_placeholders = false;
 };
 

@@ -48,14 +48,23 @@ KVEVICT_HOST_DEVICE inline size_t device_kv_row_norm_elements(const DeviceKvRowN
   return device_kv_range_rows(a.ranges);
 }
 
-// Output row e: the key's and the value's norm from the stored words, converted as the host cache
-// converts them (device_kv_load).
+// Arena row `row`'s key and value norms from the stored words, converted as the host cache converts
+// them (device_kv_load). Also the body of the norms handed to device scoring (cache_rows_signal.h).
+KVEVICT_HOST_DEVICE inline RowNorms device_kv_row_norms_at(const void* keys, const void* values, KvType type,
+                                                          int64_t row, int head_dim) {
+  RowNorms n;
+  n.key = l2_row_norm([&](int i) { return device_kv_load(keys, type, row, head_dim, i); }, head_dim);
+  n.value = l2_row_norm([&](int i) { return device_kv_load(values, type, row, head_dim, i); }, head_dim);
+  return n;
+}
+
+// Output row e: its head's range, then its row.
 KVEVICT_HOST_DEVICE inline void device_kv_row_norm_element(const DeviceKvRowNormArgs& a, size_t e) {
   int64_t index = 0;
   const int h = device_kv_range_head(a.ranges, e, &index);
-  const int64_t row = a.ranges.start_row[h] + index;
-  a.key_norms[e] = l2_row_norm([&](int i) { return device_kv_load(a.keys, a.type, row, a.head_dim, i); }, a.head_dim);
-  a.value_norms[e] = l2_row_norm([&](int i) { return device_kv_load(a.values, a.type, row, a.head_dim, i); }, a.head_dim);
+  const RowNorms n = device_kv_row_norms_at(a.keys, a.values, a.type, a.ranges.start_row[h] + index, a.head_dim);
+  a.key_norms[e] = n.key;
+  a.value_norms[e] = n.value;
 }
 
 }  // namespace kvevict

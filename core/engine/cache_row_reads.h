@@ -15,8 +15,9 @@
 //     computes from the window queries and the cached keys unless the decoder hands it over
 //     (NoneGivenDecoderSignals); H2O and StreamingLLM read column sums or positions only (None;
 //     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror);
-//   * either: K and V themselves (R-KV's redundancy, KeyDiff) when the program scores on the
-//     decoder's device, which hands them over there (CachedRowSignals::GivenOnDevice); the
+//   * either: K and V themselves (R-KV's redundancy, KeyDiff) and their norms (key_norm,
+//     value_norm) when the program scores on the decoder's device, which hands them over there
+//     (CachedRowSignals::GivenOnDevice: NoneGivenDecoderSignals, the norms then not held on the host); the
 //     merge-on-evict methods, which the decoder runs where the rows are (merge_given_by_decoder,
 //     NoneGivenDecoderSignals).
 // The predicates are conservative: an unknown feature counts as reading. The engine refuses, with a
@@ -27,10 +28,12 @@
 
 namespace kvevict {
 
-// How K and V (the cached keys and values, TensorSignal::Keys / Values) reach the score programs:
-// copied out of the host cache's rows, or handed over in the decoder's device memory and read there
-// by a program that scores on that device (ObservationRequest::cache_keys_on_device, the engine's
-// choice when its program scores_device_signals and nothing on the host reads them).
+// How K and V (the cached keys and values, TensorSignal::Keys / Values) and their norms (KeyNorm,
+// ValueNorm) reach the score programs: copied out of the host cache's rows (the norms computed from
+// them, or held with the positions), or handed over in the decoder's device memory and read there
+// by a program that scores on that device (ObservationRequest::cache_keys_on_device,
+// row_norms_on_device: the engine's choice when its program scores_device_signals and nothing on
+// the host reads them).
 enum class CachedRowSignals : uint8_t {
   ReadOnHost,
   GivenOnDevice,
@@ -51,8 +54,8 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // re-rotates them; head plans run at the prompt only, on prompt_reads). Then
 // NoneGivenDecoderSignals when the decode indicator reads A, which a decoder computes from the
 // queries it holds, causal or not (MorphKV, Scissorhands, CAKE's paper indicator, NACL with
-// decode_interval > 0), else None. With GivenOnDevice, K and V count as given by the decoder too
-// (NoneGivenDecoderSignals when read: R-KV's redundancy). The engine narrows it per call: only while
+// decode_interval > 0), else None. With GivenOnDevice, K, V and their norms count as given by the
+// decoder too (NoneGivenDecoderSignals when read: R-KV's redundancy, the decoding presses' norms). The engine narrows it per call: only while
 // it asks the decoder for the window attention (EvictionEngine's decode trigger reads A).
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d,
                                      CachedRowSignals rows = CachedRowSignals::ReadOnHost);
@@ -86,7 +89,8 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     compute its attention; the engine, which announces, narrows this per call);
 //   else NoneGivenDecoderSignals when the policy has an observation window (the engine then
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
-//     over), or with GivenOnDevice reads K or V (the decoder hands over its device copy of them);
+//     over), or with GivenOnDevice reads K, V or their norms (the decoder hands over its device
+//     copy of them);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).

@@ -30,6 +30,8 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
                        !host_reads_column_sums()),
       rows_in_place(scores_signals_in_place(p) &&
                     (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values))),
+      norms_in_place(scores_signals_in_place(p) && !plan.select.frozen_scores &&
+                     (p.description().needs(TensorSignal::KeyNorm) || p.description().needs(TensorSignal::ValueNorm))),
       decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
       prompt_row_reads(
           prompt_cache_row_reads(p.description(), cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {
@@ -129,7 +131,7 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
       st.decoder_rows_layer = -1;
     }
   } device_rows{*state_};
-  if (state_->rows_in_place && signals.cache_rows.on_device) {
+  if ((state_->rows_in_place || state_->norms_in_place) && signals.cache_rows.on_device) {
     state_->decoder_rows = signals.cache_rows;
     state_->decoder_rows_layer = signals.layer;
   }

@@ -126,7 +126,10 @@ ObservationRequest EvictionEngine::request() const {
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
-  r.row_norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
+  // Norms held with the positions on the host, or (scored on the device) handed over in place.
+  const bool norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
+  r.row_norms = norms && !state_->norms_in_place;
+  r.row_norms_on_device = norms && state_->norms_in_place;
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
   // While decoding, the rows the engine holds itself: a decoder first asked for the window
@@ -135,8 +138,9 @@ ObservationRequest EvictionEngine::request() const {
     for (int l = 0; l < state_->L; ++l)
       r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
   r.host_rows_not_read_later = state_->host_rows_not_read_later();
-  // Scored on the device: K and V are read where the decoder copies them out, in the calls this
-  // engine declared NoneGivenDecoderSignals (the others have the rows on the host, or read none).
+  // Scored on the device: K and V (and the norms above) are read where the decoder copies them out,
+  // in the calls this engine declared NoneGivenDecoderSignals (the others have the rows on the host,
+  // or read none).
   r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
   r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).

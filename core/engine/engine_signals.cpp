@@ -27,6 +27,14 @@ const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, 
   return base + decoder_rows.offset[static_cast<size_t>(src)];
 }
 
+const float* EvictionEngine::State::decoder_norms_of(TensorSignal id, int layer, int src, int T) const {
+  const float* base = id == TensorSignal::KeyNorm ? decoder_rows.key_norms : decoder_rows.value_norms;
+  if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
+      decoder_rows.length[static_cast<size_t>(src)] != T)
+    return nullptr;
+  return base + decoder_rows.norm_offset(src);
+}
+
 void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
   records.record(s);
   output_grams = s.output_grams;
@@ -271,14 +279,21 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       break;
     case TensorSignal::KeyNorm:
     case TensorSignal::ValueNorm: {
+      // In place on the decoder's device (no norm on the host, no upload), else the host's.
+      if (const float* device = T > 0 ? decoder_norms_of(id, layer, src, T) : nullptr) {
+        in.set_device_signal(id, device);
+        ++report.row_norms_in_place;
+        return false;
+      }
       out.resize(T);
+      if (T == 0) break;
       const bool key = id == TensorSignal::KeyNorm;
       // A head whose rows are on a device holds their norms (KVCache::held_row_norms, the same
       // bits as from the rows: row_norms.h); any other head computes them from its rows.
       if (cache.rows_held_elsewhere(layer, src)) {
         const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
         for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
-      } else if (T > 0) {
+      } else {
         compute_row_norms(key ? cached.keys("key_norm") : cached.values("value_norm"), T, d, out.data());
       }
       break;

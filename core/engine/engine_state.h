@@ -144,7 +144,12 @@ struct EvictionEngine::State {
   // cache_rows), so a call whose programs read only those, A and row-free signals leaves its rows on
   // the device (cache_row_reads.h, CachedRowSignals::GivenOnDevice).
   const bool rows_in_place;
-  // The decoder's device copy of the current after_layer call's cached rows, when rows_in_place.
+  // ... and the norms of the cached keys and values (key_norm, value_norm) from the decoder's device
+  // (LayerSignals::cache_rows' norms) in the same calls: then the host holds no norm either (not for
+  // frozen scores, which score every appended entry at its own step through the host's held norms).
+  const bool norms_in_place;
+  // The decoder's device copy of the current after_layer call's cached rows (and norms), when
+  // rows_in_place or norms_in_place.
   CacheRowsSignal decoder_rows;
   int decoder_rows_layer = -1;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
@@ -257,12 +262,14 @@ struct EvictionEngine::State {
   bool host_reads_column_sums() const;
 
   CachedRowSignals cached_row_signals() const {
-    return rows_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
+    return rows_in_place || norms_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
   }
 
   // K or V of stored head `src` of `layer` (T entries) in the decoder's device copy, when it made
   // one for this call and the head is exactly that long; null otherwise (the host's rows then).
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
+  // The same for key_norm or value_norm ([T] of the head).
+  const float* decoder_norms_of(TensorSignal id, int layer, int src, int T) const;
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.

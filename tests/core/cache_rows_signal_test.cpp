@@ -1,9 +1,11 @@
-// The cached rows a decoder hands to device scoring (core/decode/cache_rows_signal.h): the kernel's
-// element body run by its CPU twin over a DeviceKvTwin, against an independent reference (the
+// The cached rows a decoder hands to device scoring (core/decode/cache_rows_signal.h): the kernels'
+// element bodies run by their CPU twin over a DeviceKvTwin, against an independent reference (the
 // rows each head holds after random appends and keeps, device_kv_test_ops.h, converted to f32 and
-// transposed here), for every KvType and ragged heads (empty ones included).
+// transposed here; their norms summed here in double, rounded once), for every KvType and ragged
+// heads (empty ones included).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -32,6 +34,18 @@ std::vector<float> transposed(const std::vector<std::vector<uint16_t>>& rows, Kv
   return out;
 }
 
+// The L2 norm of each of head h's rows of one side, from the reference's stored words: the squares
+// summed in double in element order, the root rounded once to float.
+std::vector<float> row_norms_of(const std::vector<std::vector<uint16_t>>& rows, KvType type) {
+  std::vector<float> out;
+  for (const auto& words : rows) {
+    double s = 0;
+    for (float x : device_kv_words_to_f32(type, words)) s += double(x) * double(x);
+    out.push_back(static_cast<float>(std::sqrt(s)));
+  }
+  return out;
+}
+
 class CacheRowsSignalTypes : public ::testing::TestWithParam<KvType> {};
 
 TEST_P(CacheRowsSignalTypes, TwinHandsEachHeadItsRowsTransposed) {
@@ -44,8 +58,8 @@ TEST_P(CacheRowsSignalTypes, TwinHandsEachHeadItsRowsTransposed) {
       apply(twin, ref, op);
       if (op.append) continue;
       const int l = op.layer;
-      std::vector<float> keys, values;
-      const CacheRowsSignal s = cache_rows_twin(twin.layer_view(l), true, true, keys, values);
+      CacheRowsHost host;
+      const CacheRowsSignal s = cache_rows_twin(twin.layer_view(l), {true, true, true}, host);
       ASSERT_EQ(s.n_heads(), g.n_heads);
       EXPECT_FALSE(s.on_device);
       EXPECT_EQ(s.head_dim, head_dim);
@@ -66,9 +80,18 @@ TEST_P(CacheRowsSignalTypes, TwinHandsEachHeadItsRowsTransposed) {
           ASSERT_EQ(std::memcmp(&v[x], s.values + offset + static_cast<int64_t>(x), sizeof(float)), 0)
               << "value x " << x << " layer " << l << " head " << h;
         }
+        ASSERT_EQ(s.norm_offset(h), offset / head_dim);
+        const std::vector<float> kn = row_norms_of(head.keys, g.type), vn = row_norms_of(head.values, g.type);
+        for (int64_t t = 0; t < T; ++t) {
+          ASSERT_EQ(std::memcmp(&kn[t], s.key_norms + s.norm_offset(h) + t, sizeof(float)), 0)
+              << "key norm " << t << " layer " << l << " head " << h;
+          ASSERT_EQ(std::memcmp(&vn[t], s.value_norms + s.norm_offset(h) + t, sizeof(float)), 0)
+              << "value norm " << t << " layer " << l << " head " << h;
+        }
         offset += head_dim * T;
       }
-      EXPECT_EQ(static_cast<int64_t>(keys.size()), offset);
+      EXPECT_EQ(static_cast<int64_t>(host.keys.size()), offset);
+      EXPECT_EQ(static_cast<int64_t>(host.key_norms.size()), offset / head_dim);
       ragged_layers += ragged;
     }
     EXPECT_GT(ragged_layers, 0) << "the operations never left a layer's heads of different lengths";
@@ -85,15 +108,25 @@ TEST(CacheRowsSignal, OneSideOnly) {
   std::vector<float> k(3 * 2 * 8), v(k.size());
   for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i), v[i] = -static_cast<float>(i);
   twin.append(0, 3, k.data(), v.data(), 2 * 8, std::vector<int32_t>{0, 0});
-  std::vector<float> keys, values{1.0f};
-  const CacheRowsSignal s = cache_rows_twin(twin.layer_view(0), true, false, keys, values);
+  CacheRowsHost host;
+  host.values = {1.0f};
+  host.key_norms = {1.0f};
+  const CacheRowsSignal s = cache_rows_twin(twin.layer_view(0), {.keys = true}, host);
   EXPECT_NE(s.keys, nullptr);
   EXPECT_EQ(s.values, nullptr);
-  EXPECT_TRUE(values.empty());
-  ASSERT_EQ(keys.size(), 2u * 8 * 3);
+  EXPECT_EQ(s.key_norms, nullptr);
+  EXPECT_TRUE(host.values.empty());
+  EXPECT_TRUE(host.key_norms.empty());
+  ASSERT_EQ(host.keys.size(), 2u * 8 * 3);
   // Head 1, dimension 2, entry 1: token 1's row at column 8 + 2.
-  EXPECT_EQ(keys[static_cast<size_t>(s.offset[1]) + 2 * 3 + 1], k[1 * 16 + 8 + 2]);
-  EXPECT_TRUE(cache_rows_twin(twin.layer_view(0), false, false, keys, values).empty());
+  EXPECT_EQ(host.keys[static_cast<size_t>(s.offset[1]) + 2 * 3 + 1], k[1 * 16 + 8 + 2]);
+  // The norms alone: no row written, the signal not empty.
+  const CacheRowsSignal n = cache_rows_twin(twin.layer_view(0), {.norms = true}, host);
+  EXPECT_FALSE(n.empty());
+  EXPECT_EQ(n.keys, nullptr);
+  EXPECT_TRUE(host.keys.empty());
+  ASSERT_EQ(host.key_norms.size(), 6u);
+  EXPECT_TRUE(cache_rows_twin(twin.layer_view(0), {}, host).empty());
 }
 
 // A view the plan cannot carry by value, or a nonsensical one, is refused.

@@ -268,12 +268,14 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsThatDeclareNoDecodeRowReads) {
   EXPECT_EQ(decode_cache_row_reads(load_policy("dms", {{"decoding", "true"}})->description()), CacheRowReads::None);
 }
 
-// Scored on the decoder's device, K and V count as handed over (CachedRowSignals::GivenOnDevice):
-// R-KV's decode triggers (its keys' redundancy, the rolling window's A) then read no row on the
-// host. No built-in's decode steps read rows then: the merges of CAM and D2O run where the rows are
+// Scored on the decoder's device, K, V and their norms count as handed over (CachedRowSignals::
+// GivenOnDevice): R-KV's decode triggers (its keys' redundancy, the rolling window's A) then read no
+// row on the host; kvpress's decoding presses, which read no row already (the norms held with the
+// positions on the host), take their norms from the decoder instead (NoneGivenDecoderSignals). No
+// built-in's decode steps read rows then: the merges of CAM and D2O run where the rows are
 // (merge_given_by_decoder) whoever scores.
 TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevice) {
-  std::vector<std::string> given_rows, still_reads;
+  std::vector<std::string> given_rows, given_norms, still_reads;
   for (const std::string& file : builtin_policy_files()) {
     const std::unique_ptr<PolicyProgram> policy = test::load_or_null(file);
     if (!policy) continue;
@@ -284,13 +286,20 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevi
     const CacheRowReads device = decode_cache_row_reads(d, CachedRowSignals::GivenOnDevice);
     if (device == CacheRowReads::Reads) still_reads.push_back(name);
     if (host == device) continue;
-    EXPECT_EQ(host, CacheRowReads::Reads) << name;
     EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
-    given_rows.push_back(name);
+    if (host == CacheRowReads::Reads) {
+      given_rows.push_back(name);
+    } else {
+      EXPECT_EQ(host, CacheRowReads::None) << name;
+      EXPECT_TRUE(d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) << name;
+      given_norms.push_back(name);
+    }
   }
   std::sort(given_rows.begin(), given_rows.end());
+  std::sort(given_norms.begin(), given_norms.end());
   std::sort(still_reads.begin(), still_reads.end());
   EXPECT_EQ(given_rows, std::vector<std::string>{"rkv"});
+  EXPECT_EQ(given_norms, (std::vector<std::string>{"compression_ratio_decoding", "decoding", "prefill_decoding"}));
   EXPECT_EQ(still_reads, std::vector<std::string>{});
 }
 

@@ -265,9 +265,9 @@ TEST_P(DeviceKvCacheGpu, RowMergesMatchTheHostTwinBitForBit) {
 #endif
 }
 
-// The cached rows handed to device scoring (cache_rows_signal.h; cuda::CacheRowsBuffer), the kernel
-// against its twin: the same bits, every head [d][T] and packed, after appends and keeps (ragged
-// heads), keys and values together and one side alone.
+// The cached rows and norms handed to device scoring (cache_rows_signal.h; cuda::CacheRowsBuffer),
+// the kernels against their twin: the same bits, every head [d][T] and packed, after appends and
+// keeps (ragged heads), everything together and the keys or the norms alone.
 TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
   SKIP_WITHOUT_GPU();
 #if defined(KVEVICT_HAVE_CUDA)
@@ -282,22 +282,36 @@ TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
       const int l = op.layer;
       const DeviceKvLayerView view = make_layer_view(device.layout().layer(l), g, device.keys(l), device.values(l),
                                                      device.positions(l));
-      std::vector<float> twin_keys, twin_values, keys, values;
-      const CacheRowsSignal t = cache_rows_twin(twin.layer_view(l), true, true, twin_keys, twin_values);
-      const bool both = op.append;  // keys and values after appends, the keys alone after keeps
-      const CacheRowsSignal d = buffer.fill(view, true, both);
+      std::vector<float> keys, values, key_norms, value_norms;
+      CacheRowsHost twin_rows;
+      const CacheRowsSignal t = cache_rows_twin(twin.layer_view(l), {true, true, true}, twin_rows);
+      // Keys, values and norms after appends; the keys alone, then the norms alone, after keeps.
+      const bool both = op.append;
+      const CacheRowsSignal d = buffer.fill(view, {.keys = true, .values = both, .norms = both});
       ASSERT_TRUE(d.on_device);
       ASSERT_EQ(d.length, t.length);
       ASSERT_EQ(d.offset, t.offset);
-      if (twin_keys.empty()) continue;
-      download_device_floats(d.keys, twin_keys.size(), keys, "test keys");
-      EXPECT_EQ(std::memcmp(keys.data(), twin_keys.data(), keys.size() * sizeof(float)), 0) << "layer " << l;
+      if (twin_rows.keys.empty()) continue;
+      download_device_floats(d.keys, twin_rows.keys.size(), keys, "test keys");
+      EXPECT_EQ(std::memcmp(keys.data(), twin_rows.keys.data(), keys.size() * sizeof(float)), 0) << "layer " << l;
       if (!both) {
         EXPECT_EQ(d.values, nullptr);
+        EXPECT_EQ(d.key_norms, nullptr);
+        const CacheRowsSignal n = buffer.fill(view, {.norms = true});
+        ASSERT_NE(n.key_norms, nullptr);
+        download_device_floats(n.key_norms, twin_rows.key_norms.size(), key_norms, "test key norms");
+        EXPECT_EQ(std::memcmp(key_norms.data(), twin_rows.key_norms.data(), key_norms.size() * sizeof(float)), 0)
+            << "layer " << l;
         continue;
       }
-      download_device_floats(d.values, twin_values.size(), values, "test values");
-      EXPECT_EQ(std::memcmp(values.data(), twin_values.data(), values.size() * sizeof(float)), 0) << "layer " << l;
+      download_device_floats(d.values, twin_rows.values.size(), values, "test values");
+      EXPECT_EQ(std::memcmp(values.data(), twin_rows.values.data(), values.size() * sizeof(float)), 0) << "layer " << l;
+      download_device_floats(d.key_norms, twin_rows.key_norms.size(), key_norms, "test key norms");
+      download_device_floats(d.value_norms, twin_rows.value_norms.size(), value_norms, "test value norms");
+      EXPECT_EQ(std::memcmp(key_norms.data(), twin_rows.key_norms.data(), key_norms.size() * sizeof(float)), 0)
+          << "layer " << l;
+      EXPECT_EQ(std::memcmp(value_norms.data(), twin_rows.value_norms.data(), value_norms.size() * sizeof(float)), 0)
+          << "layer " << l;
     }
   }
 #endif

@@ -220,13 +220,13 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   EXPECT_EQ(announced_changes, (std::vector<std::string>{"finch", "nacl"}));
 }
 
-// Every built-in that declares it keeps the caches and logits with its rows poisoned, the prompt
-// in one call.
-// Scored on the decoder's device, K and V count as handed over (CachedRowSignals::GivenOnDevice):
-// the built-ins whose prompt then reads no row on the host (their only row reads are K and V, with
-// the window attention and row-free signals), pinned; nothing else changes.
+// Scored on the decoder's device, K, V and their norms count as handed over (CachedRowSignals::
+// GivenOnDevice): the built-ins whose prompt then reads no row on the host (their only row reads are
+// K and V, with the window attention and row-free signals), pinned, and those whose prompt read no
+// row already and now takes its norms from the device (NoneGivenDecoderSignals instead of None);
+// nothing else changes.
 TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) {
-  std::vector<std::string> given_rows;
+  std::vector<std::string> given_rows, given_norms;
   for (const std::string& file : builtin_policy_files()) {
     const auto policy = test::load_or_null(file);
     if (!policy) continue;
@@ -235,14 +235,25 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
     const CacheRowReads device = prompt_cache_row_reads(d, CachedRowSignals::GivenOnDevice);
     const std::string name = std::filesystem::path(file).stem().string();
     if (host == device) continue;
-    EXPECT_EQ(host, CacheRowReads::Reads) << name;
     EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
-    EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values)) << name;
-    given_rows.push_back(name);
+    if (host == CacheRowReads::Reads) {  // K or V handed over
+      EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values)) << name;
+      given_rows.push_back(name);
+    } else {  // a prompt that read no row, its norms handed over instead of held on the host
+      EXPECT_EQ(host, CacheRowReads::None) << name;
+      EXPECT_TRUE(d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) << name;
+      given_norms.push_back(name);
+    }
   }
   std::sort(given_rows.begin(), given_rows.end());
+  std::sort(given_norms.begin(), given_norms.end());
   const std::vector<std::string> expect = {"blockpress", "keydiff", "qfilter", "rkv"};
   EXPECT_EQ(given_rows, expect);
+  std::string norms;
+  for (const std::string& n : given_norms) norms += n + " ";
+  std::printf("built-ins whose prompt takes its norms from the device: %s\n", norms.c_str());
+  for (const char* n : {"knorm", "cur", "compression_ratio_decoding"})
+    EXPECT_NE(std::find(given_norms.begin(), given_norms.end(), n), given_norms.end()) << n;
 }
 
 TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRows) {

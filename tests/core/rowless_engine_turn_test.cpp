@@ -116,9 +116,9 @@ class RowlessTurns final : public ForwardObserver {
     const LayerSignals with = injector_.inject(signals);
     const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
     // Served (as the CUDA decoder decides): something asked for, the window attention where it was
-    // asked for, the cached rows where they were. The row merges run on the decoder's real cache
+    // asked for, the cached rows (or their norms) where they were. The row merges run on the decoder's real cache
     // (the "device": it holds the rows), before the keeps made on the copy are replayed there.
-    const bool rows_asked = request_.cache_keys_on_device || request_.cache_values_on_device;
+    const bool rows_asked = cache_rows_wanted(request_).any();
     const bool merges_asked = request_.cached_row_merges;
     const bool served = (rows_asked || merges_asked || request_.window_attention > 0) &&
                         (request_.window_attention <= 0 || !with.window_attention.empty()) &&
@@ -182,6 +182,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t window_beyond_block = 0;
     int64_t seeded_layers = 0;  // layers whose held queries started from the engine's
     int64_t cache_rows_in_place = 0;  // EvictionReport::cache_rows_in_place
+    int64_t row_norms_in_place = 0;   // EvictionReport::row_norms_in_place
     int64_t rows_folded = 0;          // rows the decoder's merges folded
     int64_t accumulated_in_place = 0;  // EvictionReport::accumulated_attention_in_place
     int64_t scores_in_place = 0;       // EvictionReport::scores_in_place
@@ -211,6 +212,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.seeded_layers = observer.seeded_layers();
     r.rows_folded = observer.rows_folded();
     r.cache_rows_in_place = engine.report().cache_rows_in_place;
+    r.row_norms_in_place = engine.report().row_norms_in_place;
     r.accumulated_in_place = engine.report().accumulated_attention_in_place;
     r.scores_in_place = engine.report().scores_in_place;
     r.codebook_graphs = engine.report().codebook_graphs_by_selector;
@@ -473,6 +475,38 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsKAndVInPlaceOnAPositionOnlyCache
     const Run planted = run(device, TurnMode::Rowless, steps, /*plant_wrong_window=*/false, /*plant_wrong_rows=*/true);
     ASSERT_EQ(planted.layouts.size(), rowless.layouts.size()) << name;
     EXPECT_NE(planted.layouts, rowless.layouts) << name << " did not read the rows handed over";
+  }
+}
+
+// Scored on the decoder's device, key and value norms are read where the decoder computes them
+// (LayerSignals::cache_rows' norms), not held with the positions on the host: KNorm's prompt and
+// kvpress's DecodingPress (its decode triggers over key norms) declare NoneGivenDecoderSignals, run
+// every call on a position-only cache that holds NO norm (the host-held norms are not asked for),
+// and keep the caches and logits of the run with the rows on the host. Controls: planted norms
+// (each head's in reverse order) change the caches; the same runs with the norms held on the host
+// (the interpreter's path) read none in place.
+TEST_F(RowlessEngineTurnTest, DeviceScoringReadsRowNormsInPlaceWithNoNormOnTheHost) {
+  const int L = model_->config.n_layers, steps = 16;
+  std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> policies;
+  policies.emplace_back("knorm", load_policy("knorm", {}));
+  policies.emplace_back("decoding", load_policy("decoding", {{"compression_interval", "4"}}));
+  for (const auto& [name, policy] : policies) {
+    const PolicyDescription& d = policy->description();
+    EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::None) << name << ": its norms held with the positions";
+    EXPECT_EQ(prompt_cache_row_reads(d, CachedRowSignals::GivenOnDevice), CacheRowReads::NoneGivenDecoderSignals)
+        << name;
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/false);
+    const Run plain = reference_run(*policy, steps);
+    EXPECT_EQ(plain.row_norms_in_place, 0) << name;
+    const Run rowless = run(device, TurnMode::RowlessWithoutNorms, steps);
+    EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << name << ": a call read rows";
+    EXPECT_FALSE(rowless.forbidden) << name;
+    EXPECT_GE(device.scored_norms_in_place, L * model_->config.n_kv_heads) << name;
+    EXPECT_GE(rowless.row_norms_in_place, device.scored_norms_in_place) << name;
+    test::expect_same_calls(plain, rowless, name);
+    const Run planted = run(device, TurnMode::RowlessWithoutNorms, steps, false, /*plant_wrong_rows=*/true);
+    ASSERT_EQ(planted.layouts.size(), rowless.layouts.size()) << name;
+    EXPECT_NE(planted.layouts, rowless.layouts) << name << " did not read the norms handed over";
   }
 }
 

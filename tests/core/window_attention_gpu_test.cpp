@@ -131,6 +131,56 @@ TEST(WindowAttentionGpu, LauncherRefusesBadArguments) {
                UsageError);
 }
 
+// The scratch the decoder grows step by step (DeviceArray::grow): a quarter's room, reused while it
+// lasts; a request the device cannot hold leaves the array empty, the runtime's error cleared.
+TEST(DeviceArrayGpu, GrowKeepsAQuartersRoomAndReusesItUntilOutgrown) {
+  SKIP_WITHOUT_GPU();
+  cuda::DeviceArray<float> a;
+  a.grow(1000);
+  EXPECT_EQ(a.size(), 1000u);
+  EXPECT_EQ(a.capacity(), 1250u);
+  float* const first = a.data();
+  ASSERT_NE(first, nullptr);
+  a.grow(1250);  // within the room: the same allocation
+  EXPECT_EQ(a.data(), first);
+  EXPECT_EQ(a.size(), 1250u);
+  a.grow(10);  // never shrinks
+  EXPECT_EQ(a.data(), first);
+  EXPECT_EQ(a.capacity(), 1250u);
+  a.grow(1250);
+  std::vector<float> in(1250), out(1250);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = float(i) * 0.5f;
+  a.upload(in.data(), in.size());
+  a.download(out.data(), out.size());
+  EXPECT_EQ(in, out);
+  a.grow(1251);
+  EXPECT_EQ(a.capacity(), 1251u + 1251u / 4);
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_THROW(a.grow(2 * (total / sizeof(float))), RuntimeError);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.capacity(), 0u);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the failed allocation's error was left pending";
+  a.grow(16);
+  ASSERT_NE(a.data(), nullptr);
+  a.upload(in.data(), 16);
+  a.download(out.data(), 16);
+  EXPECT_TRUE(std::equal(in.begin(), in.begin() + 16, out.begin()));
+}
+
+// The window attention buffer's answer before a call (the decoder declines the window attention,
+// and the rows come to the host, rather than fail mid-call): a small output fits, one as large as
+// the device does not.
+TEST(WindowAttentionGpu, BufferAnswersFromTheDevicesFreeMemory) {
+  SKIP_WITHOUT_GPU();
+  cuda::WindowAttentionBuffer buffer;
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_TRUE(buffer.can_hold(1 << 20));
+  EXPECT_FALSE(buffer.can_hold(total / sizeof(float)));
+  EXPECT_FALSE(buffer.can_hold(free / sizeof(float)));  // more than half the free memory
+}
+
 #else
 
 TEST(WindowAttentionGpu, SweepMatchesTheTwin) { SKIP_WITHOUT_GPU(); }

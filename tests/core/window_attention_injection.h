@@ -128,9 +128,10 @@ class WindowAttentionInjector : public ForwardObserver {
   // Plant the wrong buffer only where it covers more queries than the call's own (the rolling
   // window of decode steps), so that what changes is the decode steps' reading.
   void plant_beyond_block_only() { plant_beyond_block_only_ = true; }
-  // Plant wrong cached rows (each head's entries in reverse order) where they are handed over.
+  // Plant wrong cached rows and norms (each head's entries in reverse order) where they are handed over.
   void plant_wrong_cache_rows() { plant_rows_ = true; }
-  int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K or V
+  int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K, V or norms
+  int64_t row_norms_injected() const { return norms_injected_; }   // layers handed norms
   int64_t seeded_layers() const { return seeded_; }  // layers whose held queries started from the observer's
 
  private:
@@ -139,23 +140,30 @@ class WindowAttentionInjector : public ForwardObserver {
   // engine declared NoneGivenDecoderSignals and whose window attention, when asked, was handed over
   // (the calls whose rows stay on the device); marked as device memory (the stand-in's).
   void inject_cache_rows(const DeviceKvLayerView& view, LayerSignals& with) {
-    const bool keys = request_.cache_keys_on_device, values = request_.cache_values_on_device;
+    const CacheRowsWanted wanted = cache_rows_wanted(request_);
     const CacheRowReads reads = request_.cache_row_reads.for_call(with.first_position, with.n_tokens);
-    if ((!keys && !values) || reads != CacheRowReads::NoneGivenDecoderSignals) return;
+    if (!wanted.any() || reads != CacheRowReads::NoneGivenDecoderSignals) return;
     if (request_.window_attention > 0 && with.window_attention.empty()) return;
-    with.cache_rows = cache_rows_twin(view, keys, values, rows_keys_, rows_values_);
+    with.cache_rows = cache_rows_twin(view, wanted, rows_);
     with.cache_rows.on_device = true;
     if (plant_rows_) {
-      for (std::vector<float>* side : {&rows_keys_, &rows_values_}) {
+      const CacheRowsSignal& c = with.cache_rows;
+      for (std::vector<float>* side : {&rows_.keys, &rows_.values}) {
         if (side->empty()) continue;
-        for (int h = 0; h < with.cache_rows.n_heads(); ++h)
-          for (int i = 0; i < with.cache_rows.head_dim; ++i) {
-            float* row = side->data() + with.cache_rows.offset[h] + static_cast<int64_t>(i) * with.cache_rows.length[h];
-            std::reverse(row, row + with.cache_rows.length[h]);
+        for (int h = 0; h < c.n_heads(); ++h)
+          for (int i = 0; i < c.head_dim; ++i) {
+            float* row = side->data() + c.offset[h] + static_cast<int64_t>(i) * c.length[h];
+            std::reverse(row, row + c.length[h]);
           }
+      }
+      for (std::vector<float>* norms : {&rows_.key_norms, &rows_.value_norms}) {
+        if (norms->empty()) continue;
+        for (int h = 0; h < c.n_heads(); ++h)
+          std::reverse(norms->data() + c.norm_offset(h), norms->data() + c.norm_offset(h) + c.length[h]);
       }
     }
     ++rows_injected_;
+    if (wanted.norms) ++norms_injected_;
   }
 
   // The block's window queries into the layer's newest queries held, as the CUDA decoder holds
@@ -210,8 +218,8 @@ class WindowAttentionInjector : public ForwardObserver {
   std::vector<float> buffer_;
   int64_t injected_ = 0;
   bool plant_rows_ = false;
-  std::vector<float> rows_keys_, rows_values_;  // the cached rows handed over, [head][d][T]
-  int64_t rows_injected_ = 0;
+  CacheRowsHost rows_;  // the cached rows and norms handed over, [head][d][T] and [head][T]
+  int64_t rows_injected_ = 0, norms_injected_ = 0;
   int64_t seeded_ = 0;
 };
 

@@ -214,5 +214,31 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheCachedRowsInPlace) {
   }
 }
 
+// Key and value norms read in place (LayerSignals::cache_rows' norms, ObservationRequest::
+// row_norms_on_device): KNorm's prompt and kvpress's DecodingPress (every 4th decode step, over key
+// norms) scored by the NVRTC kernels from the norms the decoder computes on its device, the host
+// cache holding placeholders and no norm, keep exactly the entries of the same kernels scoring norms
+// the engine computed from a host cache that took every row (one definition of a row's norm:
+// row_norms.h, the same bits on either side).
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheRowNormsInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 59);
+  std::vector<int> prompt(120), tokens(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 41 + 3) % 300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 17 + 9) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int heads = model->config.n_layers * model->config.n_kv_heads;
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"knorm", {}}, {"decoding", {{"compression_interval", "4"}}}}) {
+    const auto on_device = jit::load_scored_policy(name, params, {}, jit::ScoringBackend::CudaKernel, device);
+    const Outcome in_place = run(*model, *on_device, prompt, tokens);
+    const Outcome from_host = run(*model, *on_device, prompt, tokens, /*rows_on_host=*/true);
+    EXPECT_GE(in_place.report.row_norms_in_place, heads) << name;
+    EXPECT_EQ(from_host.report.row_norms_in_place, 0) << name;
+    EXPECT_GT(in_place.stats.counts.rows_placeholder, 0) << name;
+    EXPECT_EQ(in_place.positions, from_host.positions) << name;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -23,19 +23,43 @@ __global__ void cache_rows_kernel(const CacheRowsArgs args, size_t count) {
   if (x < count) cache_rows_element(args, x);
 }
 
-// `buffer` holds at least `floats` floats afterwards (reallocated when it held fewer; a failed
-// allocation leaves it empty, capacity 0).
+// One thread per entry: its key's and value's norms.
+__global__ void cache_row_norms_kernel(const CacheRowsArgs args, size_t count) {
+  const size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (e < count) cache_rows_norm_element(args, e);
+}
+
+// `buffer` holds at least `floats` floats afterwards (reallocated with a quarter's room, or the
+// exact count when that much is not free, when it held fewer: the decode steps' heads grow one
+// entry at a time; a failed allocation leaves it empty, capacity 0, the runtime's error cleared).
 void reserve(float*& buffer, size_t& capacity, size_t floats, const char* what) {
   if (floats <= capacity) return;
   cudaFree(buffer);
   buffer = nullptr;
   capacity = 0;
-  const cudaError_t e = cudaMalloc(&buffer, floats * sizeof(float));
+  size_t room = floats + floats / 4;
+  cudaError_t e = cudaMalloc(&buffer, room * sizeof(float));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    room = floats;
+    e = cudaMalloc(&buffer, room * sizeof(float));
+  }
   if (e != cudaSuccess) {
     buffer = nullptr;
+    cudaGetLastError();
     throw RuntimeError(std::string("CUDA cache rows buffer (") + what + "): " + cudaGetErrorString(e));
   }
-  capacity = floats;
+  capacity = room;
+}
+
+// Launches `kernel` over `count` threads (none for an empty grid, which is not a valid launch).
+template <typename Kernel>
+void launch(Kernel kernel, const CacheRowsArgs& a, size_t count, const char* name) {
+  if (count == 0) return;
+  const unsigned blocks = unsigned((count + kCacheRowsThreads - 1) / kCacheRowsThreads);
+  kernel<<<blocks, kCacheRowsThreads>>>(a, count);
+  const cudaError_t e = launch_status();
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA ") + name + ": " + cudaGetErrorString(e));
 }
 
 }  // namespace
@@ -43,22 +67,22 @@ void reserve(float*& buffer, size_t& capacity, size_t floats, const char* what) 
 CacheRowsBuffer::~CacheRowsBuffer() {
   cudaFree(keys_);
   cudaFree(values_);
+  cudaFree(norms_);
 }
 
-CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, bool keys, bool values) {
-  if (!keys && !values) return {};
+CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, CacheRowsWanted wanted) {
+  if (!wanted.any()) return {};
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
-  const size_t n = cache_rows_floats(a);
-  if (keys) reserve(keys_, keys_capacity_, n, "keys");
-  if (values) reserve(values_, values_capacity_, n, "values");
-  a.keys_out = keys ? keys_ : nullptr;
-  a.values_out = values ? values_ : nullptr;
-  if (n > 0) {  // an empty grid is not a valid launch
-    const unsigned blocks = unsigned((n + kCacheRowsThreads - 1) / kCacheRowsThreads);
-    cache_rows_kernel<<<blocks, kCacheRowsThreads>>>(a, n);
-    const cudaError_t e = launch_status();
-    if (e != cudaSuccess) throw RuntimeError(std::string("CUDA cache_rows_kernel: ") + cudaGetErrorString(e));
-  }
+  const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
+  if (wanted.keys) reserve(keys_, keys_capacity_, n, "keys");
+  if (wanted.values) reserve(values_, values_capacity_, n, "values");
+  if (wanted.norms) reserve(norms_, norms_capacity_, 2 * entries, "norms");
+  a.keys_out = wanted.keys ? keys_ : nullptr;
+  a.values_out = wanted.values ? values_ : nullptr;
+  a.key_norms_out = wanted.norms ? norms_ : nullptr;
+  a.value_norms_out = wanted.norms ? norms_ + entries : nullptr;
+  if (wanted.keys || wanted.values) launch(cache_rows_kernel, a, n, "cache_rows_kernel");
+  if (wanted.norms) launch(cache_row_norms_kernel, a, entries, "cache_row_norms_kernel");
   return describe_cache_rows(a, /*on_device=*/true);
 }
 

@@ -5,11 +5,12 @@
 // read K and V in place. No CUDA headers here: the launch goes to the legacy default stream
 // (ordered with the decoder's kernels), and nothing is synchronised.
 //
-// The CUDA decoder's buffer for its observer (ObservationRequest::cache_rows_on_device): one device
-// buffer per side asked for, grown as needed (never shrunk, freed on destruction), reused layer after layer.
-// fill launches the element body of cache_rows_signal.h once (one thread per output float) and
-// returns the signal describing the buffers (device memory). A failed launch or allocation throws
-// RuntimeError naming it.
+// The CUDA decoder's buffer for its observer (ObservationRequest::cache_keys_on_device,
+// cache_values_on_device, row_norms_on_device): one device buffer per side asked for and one for
+// the norms, grown with a quarter's room as needed (never shrunk, freed on destruction), reused layer
+// after layer. fill launches the element bodies of cache_rows_signal.h (one thread per output float
+// of K and V, one per entry for the norms) and returns the signal describing the buffers (device
+// memory). A failed launch or allocation throws RuntimeError naming it.
 #include "core/decode/cache_rows_signal.h"
 
 namespace kvevict::cuda {
@@ -20,13 +21,14 @@ class CacheRowsBuffer {
   ~CacheRowsBuffer();
   CacheRowsBuffer(const CacheRowsBuffer&) = delete;
   CacheRowsBuffer& operator=(const CacheRowsBuffer&) = delete;
-  // An empty signal when neither side is asked for.
-  CacheRowsSignal fill(const DeviceKvLayerView& view, bool keys, bool values);
+  // An empty signal when nothing is asked for.
+  CacheRowsSignal fill(const DeviceKvLayerView& view, CacheRowsWanted wanted);
 
  private:
   float* keys_ = nullptr;
   float* values_ = nullptr;
-  size_t keys_capacity_ = 0, values_capacity_ = 0;  // floats
+  float* norms_ = nullptr;  // [key norms of every entry][value norms of every entry]
+  size_t keys_capacity_ = 0, values_capacity_ = 0, norms_capacity_ = 0;  // floats
 };
 
 }  // namespace kvevict::cuda

@@ -416,7 +416,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // The cached rows go to the observer on the device only where they stay there and it said it
   // reads them only so (NoneGivenDecoderSignals); in any other call it reads the host's, or none.
   hand_cache_rows_ = placeholder_host_ && reads == CacheRowReads::NoneGivenDecoderSignals &&
-                     (request.cache_keys_on_device || request.cache_values_on_device);
+                     cache_rows_wanted(request).any();
   if (query_capacity_ > 0) query_update_ = query_ring_.append(position_, n, query_capacity_);
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
@@ -465,7 +465,7 @@ bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const 
   // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
   // The row merges run on the device cache through the mirror (device_kv_mirror.h).
-  const bool rows = request.cache_keys_on_device || request.cache_values_on_device || request.cached_row_merges;
+  const bool rows = cache_rows_wanted(request).any() || request.cached_row_merges;
   if (!rows && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
   return request.window_attention <= 0 || window_attention_served_;
@@ -827,10 +827,10 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
       signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
                                                         request.window_attention_causal);
   }
-  // The cached keys and values for device scoring (K, V), as the block's append left them.
+  // The cached keys and values for device scoring (K, V, their norms), as the block's append left them.
   if (hand_cache_rows_) {
     Stopwatch timed(&own_seconds_.observation);
-    signals.cache_rows = cache_rows_.fill(view, request.cache_keys_on_device, request.cache_values_on_device);
+    signals.cache_rows = cache_rows_.fill(view, cache_rows_wanted(request));
   }
   signals.tokens = host_tokens_;
   if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
