@@ -1,5 +1,7 @@
 // The signals a head's scoring reads (EvictionEngine::State, engine_state.h): gathered per head
 // from the decoder's hand-over, the engine's records and the cache.
+#include <atomic>
+
 #include "core/engine/engine_state.h"
 
 namespace kvevict {
@@ -11,6 +13,10 @@ void transpose_rows(const float* rows, int T, int d, std::vector<float>& out) {
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < d; ++c) out[static_cast<size_t>(c) * T + t] = rows[static_cast<size_t>(t) * d + c];
 }
+
+// One more of a report's counters, from gather_tensor_signal: the prompt gathers a layer's heads on
+// OpenMP threads (score_layer_at_prefill), so a plain ++ would race.
+void count_in_gather(int64_t& counter) { std::atomic_ref<int64_t>(counter).fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -255,7 +261,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       // heads are equally long: CAKE's, TOVA's): no download, no upload.
       if (current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
         in.set_device_signal(id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
-        ++report.current_attention_in_place;
+        count_in_gather(report.current_attention_in_place);
         return false;
       }
       out.resize(static_cast<size_t>(Gs) * T);
@@ -270,7 +276,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::AccumulatedAttention:
       if (accumulated_in_place) {  // [Gs][T] on the scoring device, in place
         in.set_device_signal(id, accumulated_device->head(layer, stored_lengths(cache, layer), kv_head));
-        ++report.accumulated_attention_in_place;
+        count_in_gather(report.accumulated_attention_in_place);
         return false;
       }
       out.resize(static_cast<size_t>(Gs) * T);
@@ -282,7 +288,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       // In place on the decoder's device (no norm on the host, no upload), else the host's.
       if (const float* device = T > 0 ? decoder_norms_of(id, layer, src, T) : nullptr) {
         in.set_device_signal(id, device);
-        ++report.row_norms_in_place;
+        count_in_gather(report.row_norms_in_place);
         return false;
       }
       out.resize(T);

@@ -122,13 +122,16 @@ bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int
   // fit the device: NACL's proxy window is a share of the prompt (1%: 22 GB at 128K on the 8B
   // geometry; its paper splits 18-20%: 25 GB at 32K). Otherwise the rows come to the host, where
   // the engine attends its window queries itself, instead of a failed allocation mid-call.
-  // The longest head after the call: the device's lengths now (deferred appends included; pending
-  // keeps only shorten them) plus the block; not position + n, which after an eviction overstates
-  // it many times over (NACL's decode steps at 1% would have been declined for memory they never use).
+  // The longest head after the call: the longer of the device's length now (deferred appends
+  // included; pending keeps only shorten it) and the host cache's (a host cache assigned anew reaches
+  // the device at the next flush), plus the block; not position + n, which after an eviction
+  // overstates it many times over (NACL's decode steps at 1% would have been declined for memory
+  // they never use).
   int64_t longest = 0;
   const DeviceKvLayout& layout = device_kv_->layout();
   for (int layer = 0; layer < config_.n_layers; ++layer)
-    for (int h = 0; h < config_.n_kv_heads; ++h) longest = std::max(longest, layout.length(layer, h));
+    for (int h = 0; h < config_.n_kv_heads; ++h)
+      longest = std::max({longest, layout.length(layer, h), int64_t{cache_.length(layer, h)}});
   if (!window_attention_.can_hold(size_t(config_.n_heads) * size_t(request.window_attention) * size_t(longest + n)))
     return false;
   for (int layer = 0; layer < config_.n_layers; ++layer)
@@ -247,8 +250,6 @@ void CudaDecoder::restore(const DecoderSnapshot& snapshot) {
   }
 }
 
-// Reference path: copies the layer's host cache (possibly compacted by eviction since the last
-// call) into one packed f32 device buffer: O(layer cache bytes) host->device per call.
 
 }  // namespace cuda_decoder_detail
 

@@ -5,6 +5,8 @@
 
 namespace kvevict::cuda_decoder_detail {
 
+// Reference path: copies the layer's host cache (possibly compacted by eviction since the last
+// call) into one packed f32 device buffer: O(layer cache bytes) host->device per call.
 DeviceKvLayerView CudaDecoder::pack_layer(int layer) {
   const int heads = config_.n_kv_heads, hd = config_.head_dim;
   if (heads > kDeviceKvMaxHeads)
