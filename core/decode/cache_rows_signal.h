@@ -100,11 +100,7 @@ KVEVICT_HOST_DEVICE inline size_t cache_rows_entries(const CacheRowsArgs& a) { r
 // Entry e's key and value norms (its head's range, then its row), as the device cache's row norms
 // compute them.
 KVEVICT_HOST_DEVICE inline void cache_rows_norm_element(const CacheRowsArgs& a, size_t e) {
-  int64_t index = 0;
-  const int h = device_kv_range_head(a.ranges, e, &index);
-  const RowNorms n = device_kv_row_norms_at(a.keys, a.values, a.type, a.ranges.start_row[h] + index, a.head_dim);
-  a.key_norms_out[e] = n.key;
-  a.value_norms_out[e] = n.value;
+  device_kv_range_row_norms(a.ranges, a.keys, a.values, a.type, a.head_dim, e, a.key_norms_out, a.value_norms_out);
 }
 
 // The observer's description of what `a` wrote (lengths and offsets from its ranges).

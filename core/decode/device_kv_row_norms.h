@@ -49,7 +49,7 @@ KVEVICT_HOST_DEVICE inline size_t device_kv_row_norm_elements(const DeviceKvRowN
 }
 
 // Arena row `row`'s key and value norms from the stored words, converted as the host cache converts
-// them (device_kv_load). Also the body of the norms handed to device scoring (cache_rows_signal.h).
+// them (device_kv_load).
 KVEVICT_HOST_DEVICE inline RowNorms device_kv_row_norms_at(const void* keys, const void* values, KvType type,
                                                           int64_t row, int head_dim) {
   RowNorms n;
@@ -58,13 +58,21 @@ KVEVICT_HOST_DEVICE inline RowNorms device_kv_row_norms_at(const void* keys, con
   return n;
 }
 
-// Output row e: its head's range, then its row.
-KVEVICT_HOST_DEVICE inline void device_kv_row_norm_element(const DeviceKvRowNormArgs& a, size_t e) {
+// Output row e of head ranges `r` (its head's range, then its row) into key_norms[e] and
+// value_norms[e]: the body of this file's kernel and of the norms handed to device scoring
+// (cache_rows_signal.h).
+KVEVICT_HOST_DEVICE inline void device_kv_range_row_norms(const DeviceKvHeadRanges& r, const void* keys,
+                                                          const void* values, KvType type, int head_dim, size_t e,
+                                                          float* key_norms, float* value_norms) {
   int64_t index = 0;
-  const int h = device_kv_range_head(a.ranges, e, &index);
-  const RowNorms n = device_kv_row_norms_at(a.keys, a.values, a.type, a.ranges.start_row[h] + index, a.head_dim);
-  a.key_norms[e] = n.key;
-  a.value_norms[e] = n.value;
+  const int h = device_kv_range_head(r, e, &index);
+  const RowNorms n = device_kv_row_norms_at(keys, values, type, r.start_row[h] + index, head_dim);
+  key_norms[e] = n.key;
+  value_norms[e] = n.value;
+}
+
+KVEVICT_HOST_DEVICE inline void device_kv_row_norm_element(const DeviceKvRowNormArgs& a, size_t e) {
+  device_kv_range_row_norms(a.ranges, a.keys, a.values, a.type, a.head_dim, e, a.key_norms, a.value_norms);
 }
 
 }  // namespace kvevict
