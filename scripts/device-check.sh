@@ -495,7 +495,7 @@ micro_reserve=85
 micro_bench() {
   local bench="$build/bench/$1" cap="$2"
   local args=("${@:3}")
-  [[ -x "$bench" ]] || return 0
+  [[ -x "$bench" ]] || { record "$1" note 0 "not built (see build.log)"; return 0; }
   (( $(left) > 15 )) || { record "$1" note 0 "not run: the time budget is spent"; return 0; }
   local limit=$(( $(left) - 5 ))
   (( limit > cap )) && limit=$cap
@@ -508,15 +508,17 @@ agreement_model=""
 for candidate in "$root"/.device-shared/models/smollm2-135m-first*.gguf; do
   [[ -f "$candidate" ]] && { agreement_model="$candidate"; break; }
 done
-if [[ -x "$build/bench/bench_gpu_agreement" && -n "$agreement_model" ]] && (( $(left) > 80 )); then
+if [[ ! -x "$build/bench/bench_gpu_agreement" ]]; then
+  record "bench_gpu_agreement" note 0 "not built (see build.log)"
+elif [[ -n "$agreement_model" ]] && (( $(left) > 80 )); then
   limit=$(( $(left) - 60 ))
   (( limit > 30 )) && limit=30
   cut_ok=1 step "bench_gpu_agreement ($(basename "$agreement_model"))" "$out/bench_gpu_agreement.log" \
     timeout -k 5 "$limit" "${linebuf[@]}" "$build/bench/bench_gpu_agreement" --model "$agreement_model" \
     --json "$json_dir/bench_gpu_agreement.json"
-elif [[ -x "$build/bench/bench_gpu_agreement" && -z "$agreement_model" ]]; then
+elif [[ -z "$agreement_model" ]]; then
   record "bench_gpu_agreement" note 0 "skipped: no model carried (.device-shared/models/smollm2-135m-first*.gguf)"
-elif [[ -x "$build/bench/bench_gpu_agreement" ]]; then
+else
   record "bench_gpu_agreement" note 0 "not run: $(left) s left, 80 needed"
 fi
 # bench_gpu_decode: 32K first (what 128K is estimated from), then 128K, then 4K; with FlashInfer's
@@ -568,6 +570,8 @@ if [[ -x "$build/bench/bench_gpu_decode" ]] && (( decode_limit >= 75 )); then
     --time-limit "$decode_limit" --contexts 32768,131072,4096 --cache "$decode_fills" --json "$json_dir/bench_gpu_decode.json"
 elif [[ -x "$build/bench/bench_gpu_decode" ]]; then
   record "bench_gpu_decode" note 0 "not run: ${decode_limit} s left for it, under 75"
+else
+  record "bench_gpu_decode" note 0 "not built (see build.log)"
 fi
 micro_bench bench_jit 25 --repeats 1
 micro_bench bench_ragged_attention 20
