@@ -79,7 +79,7 @@ int Checker::definition(const ::kvevict::dsl::Definition& d) {
       diag_.error(d.pos, opt_.context == ProgramContext::Score
                              ? "'score' must be declared per token: score[t] = ..."
                          : channel_ctx() ? "'channel_score' must be declared per key channel: channel_score[d] = ..."
-                                         : "'" + output_name() + "' must be a scalar: " + output_name() + " = ...");
+                                         : quoted(output_name()) + " must be a scalar: " + output_name() + " = ...");
       reported_output_ = true;
       ok = false;
     }

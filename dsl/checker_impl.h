@@ -2,12 +2,15 @@
 // The checker's class (check_program, check_setting: dsl/checker.h), shared by its three source
 // files: checker.cpp (programs, definitions, names), checker_reads.cpp (signal and table reads) and
 // checker_calls.cpp (operators, calls, reductions, sorts, window bounds). Nothing else includes it.
-#include "dsl/checker.h"
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
+#include <string_view>
+
 #include "dsl/builtin_names.h"
+#include "dsl/checker.h"
 #include "dsl/matrix_ops.h"
 #include "dsl/program_builder.h"
 #include "dsl/sort_ops.h"
@@ -40,6 +43,16 @@ struct Definition {
   int node = -1;
   Type type = Type::Error;
 };
+
+// 'name', built by appending (GCC 12 warns falsely, -Wrestrict, on "'" + std::string).
+inline std::string quoted(std::string_view name) {
+  std::string q;
+  q.reserve(name.size() + 2);
+  q += '\'';
+  q += name;
+  q += '\'';
+  return q;
+}
 
 inline std::string format_number(double v) {
   char buf[32];

@@ -141,7 +141,7 @@ Value Checker::table_read(const Expr& e, Scope& scope, int index) {
       return fail(idx.pos, "index " + std::to_string(i + 1) + " of table '" + e.text + "' must be " + expected + " (" + e.text +
                                " has axes [" + table_axes + "]), found '" + found + "'");
     };
-    if (!idx.shift.empty()) return wrong(tax == TableAxis::Index ? "a scalar name" : "'" + std::string(kTableAxisNames[want[i]]) + "'");
+    if (!idx.shift.empty()) return wrong(tax == TableAxis::Index ? "a scalar name" : quoted(kTableAxisNames[want[i]]));
     switch (tax) {
       case TableAxis::Index: {
         if (axis(idx.axis)) return wrong("a scalar name (a parameter or a scalar definition)");
