@@ -31,7 +31,7 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
       rows_in_place(scores_signals_in_place(p) &&
                     (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values))),
       norms_in_place(scores_signals_in_place(p) && !plan.select.frozen_scores &&
-                     (p.description().needs(TensorSignal::KeyNorm) || p.description().needs(TensorSignal::ValueNorm))),
+                     p.description().needs_row_norms()),
       decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
       prompt_row_reads(
           prompt_cache_row_reads(p.description(), cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {

@@ -127,7 +127,7 @@ ObservationRequest EvictionEngine::request() const {
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   // Norms held with the positions on the host, or (scored on the device) handed over in place.
-  const bool norms = state_->desc.needs(TensorSignal::KeyNorm) || state_->desc.needs(TensorSignal::ValueNorm);
+  const bool norms = state_->desc.needs_row_norms();
   r.row_norms = norms && !state_->norms_in_place;
   r.row_norms_on_device = norms && state_->norms_in_place;
   r.window_attention = state_->requested_window_attention();

@@ -26,19 +26,15 @@ bool EvictionEngine::State::host_reads_column_sums() const {
 }
 
 const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, int src, int T) const {
-  const float* base = id == TensorSignal::Keys ? decoder_rows.keys : decoder_rows.values;
+  const bool norms = id == TensorSignal::KeyNorm || id == TensorSignal::ValueNorm;
+  const float* base = id == TensorSignal::Keys      ? decoder_rows.keys
+                      : id == TensorSignal::Values  ? decoder_rows.values
+                      : id == TensorSignal::KeyNorm ? decoder_rows.key_norms
+                                                    : decoder_rows.value_norms;
   if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
       decoder_rows.length[static_cast<size_t>(src)] != T)
     return nullptr;
-  return base + decoder_rows.offset[static_cast<size_t>(src)];
-}
-
-const float* EvictionEngine::State::decoder_norms_of(TensorSignal id, int layer, int src, int T) const {
-  const float* base = id == TensorSignal::KeyNorm ? decoder_rows.key_norms : decoder_rows.value_norms;
-  if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
-      decoder_rows.length[static_cast<size_t>(src)] != T)
-    return nullptr;
-  return base + decoder_rows.norm_offset(src);
+  return base + (norms ? decoder_rows.norm_offset(src) : decoder_rows.offset[static_cast<size_t>(src)]);
 }
 
 void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
@@ -286,7 +282,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::KeyNorm:
     case TensorSignal::ValueNorm: {
       // In place on the decoder's device (no norm on the host, no upload), else the host's.
-      if (const float* device = T > 0 ? decoder_norms_of(id, layer, src, T) : nullptr) {
+      if (const float* device = T > 0 ? decoder_rows_of(id, layer, src, T) : nullptr) {
         in.set_device_signal(id, device);
         count_in_gather(report.row_norms_in_place);
         return false;

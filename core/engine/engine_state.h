@@ -265,11 +265,10 @@ struct EvictionEngine::State {
     return rows_in_place || norms_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
   }
 
-  // K or V of stored head `src` of `layer` (T entries) in the decoder's device copy, when it made
-  // one for this call and the head is exactly that long; null otherwise (the host's rows then).
+  // K or V ([d][T]), key_norm or value_norm ([T]) of stored head `src` of `layer` (T entries) in the
+  // decoder's device copy, when it made one for this call and the head is exactly that long; null
+  // otherwise (the host's rows, or its held norms, then).
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
-  // The same for key_norm or value_norm ([T] of the head).
-  const float* decoder_norms_of(TensorSignal id, int layer, int src, int T) const;
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.

@@ -212,6 +212,8 @@ struct PolicyDescription {
   // produces only those. Window attention is produced whenever window > 0.
   SignalSet reads{};
   bool needs(TensorSignal s) const { return reads[signal_index(s)]; }
+  // Reads the norms of cached keys or values (key_norm, value_norm).
+  bool needs_row_norms() const { return needs(TensorSignal::KeyNorm) || needs(TensorSignal::ValueNorm); }
   // Added. The signals the decode indicator reads (decode_score, or score without one), when the
   // description knows them (the DSL's compiler does); otherwise `reads` stands for them.
   SignalSet decode_reads{};

@@ -209,7 +209,7 @@ TEST_F(DecodeCacheReadsTest, PoliciesThatDeclareNoRowReadsIgnorePoisonedRows) {
     // Key and value norms come with the positions where the rows are on a device; poisoned rows
     // here would poison them. Those policies, and those re-assigning positions, run on a
     // position-only cache instead (rowless_engine_turn_test.cpp), where a read of a row throws.
-    if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
+    if (d.needs_row_norms()) continue;
     // Re-assigned positions re-number the rows under the poisoner (it finds them by position).
     if (d.run.reassign_positions) continue;
     DecodeRun flagged, poisoned;
@@ -291,7 +291,7 @@ TEST_F(DecodeCacheReadsTest, TheBuiltinsWhoseDecodeStepsReadOnlyKAndVFromTheDevi
       given_rows.push_back(name);
     } else {
       EXPECT_EQ(host, CacheRowReads::None) << name;
-      EXPECT_TRUE(d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) << name;
+      EXPECT_TRUE(d.needs_row_norms()) << name;
       given_norms.push_back(name);
     }
   }

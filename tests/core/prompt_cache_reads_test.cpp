@@ -241,7 +241,7 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
       given_rows.push_back(name);
     } else {  // a prompt that read no row, its norms handed over instead of held on the host
       EXPECT_EQ(host, CacheRowReads::None) << name;
-      EXPECT_TRUE(d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) << name;
+      EXPECT_TRUE(d.needs_row_norms()) << name;
       given_norms.push_back(name);
     }
   }
@@ -268,7 +268,7 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
     // them: those, and re-assigned positions, run on a position-only cache instead
     // (rowless_engine_turn_test.cpp).
     const PolicyDescription& d = policy->description();
-    if (d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm)) continue;
+    if (d.needs_row_norms()) continue;
     if (d.run.reassign_positions) continue;  // re-numbers the rows under the poisoner (it finds them by position)
     // Merges run on the decoder's rows, which the poisoner has poisoned in place: they run on a
     // position-only cache instead (RowlessEngineTurnTest.MergesRunWhereTheRowsAreOnAPositionOnlyCache).

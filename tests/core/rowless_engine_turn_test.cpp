@@ -77,10 +77,6 @@ class CountingRowMerges final : public CachedRowMerges {
   HostRowMerges host_;
 };
 
-bool reads_row_norms(const PolicyDescription& d) {
-  return d.needs(TensorSignal::KeyNorm) || d.needs(TensorSignal::ValueNorm);
-}
-
 // Between the decoder and the engine, as the CUDA decoder acts: hands over the window attention the
 // engine asks for (test::WindowAttentionInjector) and, in a call the engine declared it reads no
 // row for (by the call's kind; NoneGivenDecoderSignals only where the window attention was handed
@@ -198,7 +194,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     EngineOptions options{Budget::parse("40"), 3};
     options.selection = selection;
     EvictionEngine engine(policy, model_->config, options);
-    RowlessTurns observer(engine, decoder->cache(), model_->config, mode, reads_row_norms(policy.description()),
+    RowlessTurns observer(engine, decoder->cache(), model_->config, mode, policy.description().needs_row_norms(),
                           plant_wrong_window, plant_wrong_rows, offer_merges);
     Run r;
     r.record(announce ? prefill_prompt(*decoder, tokens_, &engine, &observer) : decoder->forward(tokens_, &observer),
@@ -262,7 +258,7 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
     if (declares_some_call(d)) {
       EXPECT_GT(rowless.rowless_turns, 0) << name << ": no call ran on a position-only cache";
       checked.push_back(name);
-      if (reads_row_norms(d)) with_norms.push_back(name);
+      if (d.needs_row_norms()) with_norms.push_back(name);
     } else if (rowless.rowless_turns > 0) {
       by_step.push_back(name);
     }
@@ -615,7 +611,7 @@ TEST_F(RowlessEngineTurnTest, ControlARowReaderThrowsOnAPositionOnlyCache) {
 // norm reader fail loudly, naming what is missing, instead of scoring something else.
 TEST_F(RowlessEngineTurnTest, ControlNormsNotHandedOverAreRefused) {
   const auto knorm = load_policy("knorm", {});
-  ASSERT_TRUE(reads_row_norms(knorm->description()));
+  ASSERT_TRUE(knorm->description().needs_row_norms());
   ASSERT_NE(prompt_cache_row_reads(knorm->description()), CacheRowReads::Reads);
   try {
     run(*knorm, TurnMode::RowlessWithoutNorms, 0);

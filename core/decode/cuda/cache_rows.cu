@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/decode/cuda/cache_rows.h"
+#include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/launch_status.h"
 #include "core/util/error.h"
 
@@ -29,29 +30,6 @@ __global__ void cache_row_norms_kernel(const CacheRowsArgs args, size_t count) {
   if (e < count) cache_rows_norm_element(args, e);
 }
 
-// `buffer` holds at least `floats` floats afterwards (reallocated with a quarter's room, or the
-// exact count when that much is not free, when it held fewer: the decode steps' heads grow one
-// entry at a time; a failed allocation leaves it empty, capacity 0, the runtime's error cleared).
-void reserve(float*& buffer, size_t& capacity, size_t floats, const char* what) {
-  if (floats <= capacity) return;
-  cudaFree(buffer);
-  buffer = nullptr;
-  capacity = 0;
-  size_t room = floats + floats / 4;
-  cudaError_t e = cudaMalloc(&buffer, room * sizeof(float));
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    room = floats;
-    e = cudaMalloc(&buffer, room * sizeof(float));
-  }
-  if (e != cudaSuccess) {
-    buffer = nullptr;
-    cudaGetLastError();
-    throw RuntimeError(std::string("CUDA cache rows buffer (") + what + "): " + cudaGetErrorString(e));
-  }
-  capacity = room;
-}
-
 // Launches `kernel` over `count` threads (none for an empty grid, which is not a valid launch).
 template <typename Kernel>
 void launch(Kernel kernel, const CacheRowsArgs& a, size_t count, const char* name) {
@@ -64,23 +42,25 @@ void launch(Kernel kernel, const CacheRowsArgs& a, size_t count, const char* nam
 
 }  // namespace
 
-CacheRowsBuffer::~CacheRowsBuffer() {
-  cudaFree(keys_);
-  cudaFree(values_);
-  cudaFree(norms_);
-}
+CacheRowsBuffer::CacheRowsBuffer()
+    : keys_(std::make_unique<DeviceArray<float>>()),
+      values_(std::make_unique<DeviceArray<float>>()),
+      norms_(std::make_unique<DeviceArray<float>>()) {}
+
+CacheRowsBuffer::~CacheRowsBuffer() = default;
 
 CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, CacheRowsWanted wanted) {
   if (!wanted.any()) return {};
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
   const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
-  if (wanted.keys) reserve(keys_, keys_capacity_, n, "keys");
-  if (wanted.values) reserve(values_, values_capacity_, n, "values");
-  if (wanted.norms) reserve(norms_, norms_capacity_, 2 * entries, "norms");
-  a.keys_out = wanted.keys ? keys_ : nullptr;
-  a.values_out = wanted.values ? values_ : nullptr;
-  a.key_norms_out = wanted.norms ? norms_ : nullptr;
-  a.value_norms_out = wanted.norms ? norms_ + entries : nullptr;
+  // A quarter's room as they grow: the decode steps' heads grow one entry at a time.
+  if (wanted.keys) keys_->grow(n);
+  if (wanted.values) values_->grow(n);
+  if (wanted.norms) norms_->grow(2 * entries);
+  a.keys_out = wanted.keys ? keys_->data() : nullptr;
+  a.values_out = wanted.values ? values_->data() : nullptr;
+  a.key_norms_out = wanted.norms ? norms_->data() : nullptr;
+  a.value_norms_out = wanted.norms ? norms_->data() + entries : nullptr;
   if (wanted.keys || wanted.values) launch(cache_rows_kernel, a, n, "cache_rows_kernel");
   if (wanted.norms) launch(cache_row_norms_kernel, a, entries, "cache_row_norms_kernel");
   return describe_cache_rows(a, /*on_device=*/true);

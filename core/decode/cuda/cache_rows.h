@@ -7,17 +7,22 @@
 //
 // The CUDA decoder's buffer for its observer (ObservationRequest::cache_keys_on_device,
 // cache_values_on_device, row_norms_on_device): one device buffer per side asked for and one for
-// the norms, grown with a quarter's room as needed (never shrunk, freed on destruction), reused layer
-// after layer. fill launches the element bodies of cache_rows_signal.h (one thread per output float
+// the norms, grown with a quarter's room as needed (DeviceArray::grow; never shrunk, freed on
+// destruction), reused layer after layer. fill launches the element bodies of cache_rows_signal.h (one thread per output float
 // of K and V, one per entry for the norms) and returns the signal describing the buffers (device
 // memory). A failed launch or allocation throws RuntimeError naming it.
+#include <memory>
+
 #include "core/decode/cache_rows_signal.h"
 
 namespace kvevict::cuda {
 
+template <typename T>
+class DeviceArray;  // device_memory.h (CUDA headers)
+
 class CacheRowsBuffer {
  public:
-  CacheRowsBuffer() = default;
+  CacheRowsBuffer();
   ~CacheRowsBuffer();
   CacheRowsBuffer(const CacheRowsBuffer&) = delete;
   CacheRowsBuffer& operator=(const CacheRowsBuffer&) = delete;
@@ -25,10 +30,8 @@ class CacheRowsBuffer {
   CacheRowsSignal fill(const DeviceKvLayerView& view, CacheRowsWanted wanted);
 
  private:
-  float* keys_ = nullptr;
-  float* values_ = nullptr;
-  float* norms_ = nullptr;  // [key norms of every entry][value norms of every entry]
-  size_t keys_capacity_ = 0, values_capacity_ = 0, norms_capacity_ = 0;  // floats
+  std::unique_ptr<DeviceArray<float>> keys_, values_;
+  std::unique_ptr<DeviceArray<float>> norms_;  // [key norms of every entry][value norms of every entry]
 };
 
 }  // namespace kvevict::cuda
