@@ -32,7 +32,9 @@ struct GeneratedKernel {
   std::string policy_file;                // the policy it came from
   std::string source;                     // complete CUDA C++ (prelude included)
   std::vector<std::string> entry_points;  // extern "C" kernels, e.g. {"kvevict_score"}
-  // Tensor signals each kernel reads (indexed by TensorSignal); the runner checks they are given.
+  // Tensor signals each kernel reads (indexed by TensorSignal; Position for `pos` and random()); the
+  // runner checks they are given and hands a kernel these alone (inputs_read_by, kernel_abi.h), so a
+  // hand-written kernel must list what it reads too.
   SignalSet score_signals{}, decode_signals{}, channel_signals{}, layer_signals{};
   // Stages of each kernel (reductions over t, normalise; kernel_abi.h): 0 = a plain per-token (or
   // per-channel) kernel; otherwise the GPU runner launches `<entry>_stages` this many times first.

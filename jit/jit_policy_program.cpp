@@ -80,16 +80,17 @@ bool JitPolicyProgram::checked_decode_entry(const ScoreInputs& in, bool decoding
 
 void JitPolicyProgram::score(const ScoreInputs& in, bool decoding, float* out) const {
   const bool use_decode = checked_decode_entry(in, decoding);
+  const ScoreInputs read = inputs_read_by(in, use_decode ? decode_signals_ : score_signals_);
   if (host_) {
     refuse_device_signals_on_host(in);
     const HostEntry entry = use_decode ? host_decode_ : host_score_;
-    const KvScoreArgs args = to_kernel_args(in);
+    const KvScoreArgs args = to_kernel_args(read);
     entry(&args, out);
     return;
   }
   use_cuda_device(ordinal_);
   GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
-  kernel.score(in, out);
+  kernel.score(read, out);
 }
 
 void JitPolicyProgram::score_on_device(const ScoreInputs& in, bool decoding, float* device_out) const {
@@ -97,7 +98,8 @@ void JitPolicyProgram::score_on_device(const ScoreInputs& in, bool decoding, flo
   const bool use_decode = checked_decode_entry(in, decoding);
   use_cuda_device(ordinal_);
   GpuScoreKernel& kernel = use_decode ? *gpu_decode_ : *gpu_score_;
-  kernel.score_into(in, reinterpret_cast<uint64_t>(device_out));
+  kernel.score_into(inputs_read_by(in, use_decode ? decode_signals_ : score_signals_),
+                    reinterpret_cast<uint64_t>(device_out));
 }
 
 // The same checks as the interpreter's channel_score (dsl/compiled_program.cpp), then the
@@ -107,14 +109,15 @@ void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
   if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
     throw RuntimeError("policy '" + description().name + "': invalid channel_score inputs");
   check_signals(in, channel_signals_, KernelOutput::Channel);
+  const ScoreInputs read = inputs_read_by(in, channel_signals_);
   if (host_) {
     refuse_device_signals_on_host(in);
-    const KvScoreArgs args = to_kernel_args(in);
+    const KvScoreArgs args = to_kernel_args(read);
     host_channel_(&args, out);
     return;
   }
   use_cuda_device(ordinal_);
-  gpu_channel_->score(in, out);
+  gpu_channel_->score(read, out);
 }
 
 double JitPolicyProgram::layer_weight(const LayerWeightInputs& in) const {
@@ -129,15 +132,17 @@ double JitPolicyProgram::layer_weight(const LayerWeightInputs& in) const {
     check_signals(h, layer_signals_, KernelOutput::Layer);
   }
   if (h0.T < 0 || h0.W < 0 || h0.group < 1) throw RuntimeError("policy '" + name + "': invalid layer_weight inputs");
+  LayerWeightInputs read = in;
+  for (ScoreInputs& h : read.heads) h = inputs_read_by(h, layer_signals_);
   float value = 0;
   if (host_) {
     for (const ScoreInputs& h : in.heads) refuse_device_signals_on_host(h);
-    std::vector<KvScoreArgs> args = layer_kernel_args(in);
+    std::vector<KvScoreArgs> args = layer_kernel_args(read);
     for (KvScoreArgs& a : args) a.layer_heads = args.data();
     host_layer_(args.data(), &value);
   } else {
     use_cuda_device(ordinal_);
-    value = gpu_layer_->run(in);
+    value = gpu_layer_->run(read);
   }
   return usable_layer_weight(value);
 }

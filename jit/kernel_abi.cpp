@@ -33,6 +33,18 @@ KvScoreArgs to_kernel_args(const ScoreInputs& in) {
   return args;
 }
 
+ScoreInputs inputs_read_by(const ScoreInputs& in, const SignalSet& reads) {
+  ScoreInputs out = in;
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    const size_t s = signal_index(info.id);
+    if (reads[s]) continue;
+    out.tensor[s] = nullptr;
+    out.device_signals &= ~(1u << s);
+  }
+  if (!reads[signal_index(TensorSignal::Position)]) out.position = nullptr;
+  return out;
+}
+
 std::vector<KvScoreArgs> layer_kernel_args(const LayerWeightInputs& in) {
   std::vector<KvScoreArgs> heads;
   if (in.heads.empty()) return heads;

@@ -204,6 +204,15 @@ static_assert(kMaxStageParts <= kStageMaxBlocks, "a split stage's parts run in p
 // launch on a GPU replace them with device addresses. `scratch` is null.
 KvScoreArgs to_kernel_args(const ScoreInputs& in);
 
+// `in` as a kernel of a program that reads `reads` is handed it: every signal the program does not
+// read null (its device mark cleared), and no positions unless it reads `pos` or random() (whose
+// key they are: dsl/program_builder.cpp marks Position for both). A runner uploads nothing it is
+// not handed, so a signal gathered for another program of the policy (CAKE's layer weight reads A
+// alone; every head's positions were uploaded for it) or positions nobody reads cost no copy.
+// The host backend takes the same inputs, so the comparisons with the interpreter prove `reads`
+// complete: a read it missed would load null, or take the slot index for a position.
+ScoreInputs inputs_read_by(const ScoreInputs& in, const SignalSet& reads);
+
 // The argument sets of a layer_weight kernel, one per KV head g of `in` (kernel_abi.h, "Layer
 // entries"): head g's signals and seed, kv_head = g, the layer's scalars (layer, n_layers,
 // prompt_len, n_kv_heads = the number of heads, budget) and head 0's others (T, W, group,

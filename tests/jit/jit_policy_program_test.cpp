@@ -43,6 +43,8 @@ GeneratedKernel hand_written_kernel() {
                   "KVEVICT_SCORE_ENTRY(kvevict_score, prefill_token)\n"
                   "KVEVICT_SCORE_ENTRY(kvevict_decode_score, decode_token)\n";
   kernel.entry_points = {kScoreEntry, kDecodeScoreEntry};
+  kernel.score_signals[signal_index(TensorSignal::WindowAttention)] = true;  // all it reads
+  kernel.decode_signals = kernel.score_signals;
   return kernel;
 }
 
@@ -100,6 +102,30 @@ TEST(JitPolicyProgram, MissingEntryPointIsAClearError) {
   GeneratedKernel kernel = hand_written_kernel();
   kernel.entry_points = {"something_else"};
   EXPECT_THROW(JitPolicyProgram::on_host(std::make_unique<HandWrittenCake>(), kernel, dir.path()), RuntimeError);
+}
+
+// A kernel is handed the signals its program reads and nothing else (kernel_abi.h, inputs_read_by):
+// the others' slots null and their device marks cleared, the positions only to a reader of `pos`
+// or random(); what it reads passes through untouched, in place or not.
+TEST(JitPolicyProgram, AKernelIsHandedOnlyTheSignalsItReads) {
+  testing::RandomScoreInputs random(2, 4, 9, 11);
+  ScoreInputs in = random.inputs;
+  in.set_device_signal(TensorSignal::CurrentAttention, random.other[signal_index(TensorSignal::CurrentAttention)].data());
+  in.set_device_signal(TensorSignal::KeyNorm, random.key_norm.data());
+  SignalSet reads{};
+  reads[signal_index(TensorSignal::WindowAttention)] = true;
+  reads[signal_index(TensorSignal::KeyNorm)] = true;
+  const ScoreInputs handed = inputs_read_by(in, reads);
+  for (const TensorSignalInfo& info : kTensorSignalTable) {
+    const size_t s = signal_index(info.id);
+    EXPECT_EQ(handed.tensor[s], reads[s] ? in.tensor[s] : nullptr) << signal_label(info.id);
+  }
+  EXPECT_EQ(handed.device_signals, 1u << signal_index(TensorSignal::KeyNorm)) << "only the read one's mark stays";
+  EXPECT_EQ(handed.position, nullptr) << "positions nobody reads are not handed over";
+  EXPECT_EQ(handed.T, in.T);
+  EXPECT_EQ(handed.seed, in.seed);
+  reads[signal_index(TensorSignal::Position)] = true;  // `pos` or random()
+  EXPECT_EQ(inputs_read_by(in, reads).position, in.position);
 }
 
 }  // namespace

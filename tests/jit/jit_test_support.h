@@ -53,7 +53,8 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-// Random softmax rows shaped like window attention [G][W][T], plus norms and positions, and a
+// Random softmax rows shaped like window attention [G][W][T], plus norms and positions (with gaps,
+// as after evictions, so a kernel that took the slot for a position shows), and a
 // random positive buffer for every other signal of the table (core/engine/signals.h), so a new
 // signal is exercised by every test that uses these inputs.
 struct RandomScoreInputs {
@@ -80,7 +81,7 @@ struct RandomScoreInputs {
     for (int t = 0; t < T; ++t) {
       key_norm.push_back(norm(rng));
       value_norm.push_back(norm(rng));
-      position.push_back(t);
+      position.push_back(t + t / 2 + 1);  // a cache that has evicted: positions unlike the slots
     }
     inputs.n_layers = 4;
     inputs.n_kv_heads = 2;
