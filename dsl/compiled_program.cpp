@@ -50,7 +50,7 @@ double head_scalar(const LoweredProgram& p, const ScoreInputs& in) {
 // The engine hands device memory only to scores_device_signals() programs; the interpreter reads
 // host memory, so such inputs are a bug of the caller, never read.
 void InterpretedPolicy::refuse_device_signals(const ScoreInputs& in) const {
-  if (in.device_signals != 0)
+  if (in.has_device_memory())
     throw std::logic_error("policy '" + c_.desc.name + "': the interpreter was handed signals in device memory");
 }
 

@@ -48,7 +48,10 @@ KvScoreArgs DeviceSignalCopies::upload(const ScoreInputs& in) {
     const size_t n = size_t(signal_elements(static_cast<TensorSignal>(s), in.group, in.W, in.head_dim, in.T, in.n_embd));
     args.tensor[s] = reinterpret_cast<const float*>(upload(tensor_[s], in.tensor[s], n * sizeof(float)));
   }
-  args.position = reinterpret_cast<const int*>(upload(position_, in.position, size_t(in.T > 0 ? in.T : 0) * sizeof(int32_t)));
+  // The decoder's device cache's own positions, read in place; else the host's uploaded.
+  args.position = in.device_position ? in.device_position
+                                     : reinterpret_cast<const int*>(upload(position_, in.position,
+                                                                           size_t(in.T > 0 ? in.T : 0) * sizeof(int32_t)));
   return args;
 }
 

@@ -20,8 +20,8 @@ namespace kvevict::jit {
 class DeviceSignalCopies {
  public:
   // `in`'s arguments (to_kernel_args) with every signal's address on the device: a signal marked in
-  // in.device_signals is read in place (the caller's layout, the extent its axes give), the others
-  // are uploaded here. The scratch is null.
+  // in.device_signals is read in place (the caller's layout, the extent its axes give), and the
+  // positions at in.device_position when set; the others are uploaded here. The scratch is null.
   KvScoreArgs upload(const ScoreInputs& in);
 
  private:

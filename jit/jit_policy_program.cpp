@@ -55,7 +55,7 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
 
 // The host backend reads host memory: device signals handed to it are a bug of the caller.
 void JitPolicyProgram::refuse_device_signals_on_host(const ScoreInputs& in) const {
-  if (in.device_signals != 0)
+  if (in.has_device_memory())
     throw std::logic_error("policy '" + description().name + "': device signals handed to the host backend");
 }
 

@@ -41,7 +41,7 @@ ScoreInputs inputs_read_by(const ScoreInputs& in, const SignalSet& reads) {
     out.tensor[s] = nullptr;
     out.device_signals &= ~(1u << s);
   }
-  if (!reads[signal_index(TensorSignal::Position)]) out.position = nullptr;
+  if (!reads[signal_index(TensorSignal::Position)]) out.position = out.device_position = nullptr;
   return out;
 }
 

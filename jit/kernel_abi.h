@@ -205,8 +205,8 @@ static_assert(kMaxStageParts <= kStageMaxBlocks, "a split stage's parts run in p
 KvScoreArgs to_kernel_args(const ScoreInputs& in);
 
 // `in` as a kernel of a program that reads `reads` is handed it: every signal the program does not
-// read null (its device mark cleared), and no positions unless it reads `pos` or random() (whose
-// key they are: dsl/program_builder.cpp marks Position for both). A runner uploads nothing it is
+// read null (its device mark cleared), and no positions (host or device) unless it reads `pos` or
+// random() (whose key they are: dsl/program_builder.cpp marks Position for both). A runner uploads nothing it is
 // not handed, so a signal gathered for another program of the policy (CAKE's layer weight reads A
 // alone; every head's positions were uploaded for it) or positions nobody reads cost no copy.
 // The host backend takes the same inputs, so the comparisons with the interpreter prove `reads`

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/decode/cache_rows_signal.h"
+#include "core/decode/cached_positions_signal.h"
 #include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
@@ -110,6 +111,11 @@ struct ObservationRequest {
   // over in the same calls as LayerSignals::cache_rows' norms, computed on the device: then nothing
   // of them crosses the bus (row_norms, the host-held norms, is not asked for beside it).
   bool row_norms_on_device = false;
+  // The observer reads the cached entries' positions on the decoder's device too (the `pos` signal
+  // and random()'s key of a program that scores there): a decoder whose cache lives on a device
+  // hands over its own (LayerSignals::cached_positions, a description of its arena: nothing is
+  // copied) in every call. An observer must handle their absence (it then reads the host cache's).
+  bool positions_on_device = false;
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
@@ -171,6 +177,9 @@ struct LayerSignals {
   // The cached keys and values (and their norms) the decoder copied out in its device memory on
   // request (cache_rows_signal.h: layout, lifetime). Empty when not requested or not made.
   CacheRowsSignal cache_rows;
+  // The cached entries' positions where the decoder's device cache holds them, on request
+  // (cached_positions_signal.h: layout, lifetime). Empty when not requested or held on no device.
+  CachedPositionsSignal cached_positions;
   // Where the observer's row merges run when this call's host rows are placeholders and it asked
   // for them (ObservationRequest::cached_row_merges): the decoder's device cache, valid during the
   // forward call. Null otherwise (the observer merges the host's rows, or must not merge).

@@ -32,6 +32,8 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
                     (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values))),
       norms_in_place(scores_signals_in_place(p) && !plan.select.frozen_scores &&
                      p.description().needs_row_norms()),
+      positions_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::Position) &&
+                         !plan.geometry.unfold_gqa),
       decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
       prompt_row_reads(
           prompt_cache_row_reads(p.description(), cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {
@@ -123,17 +125,19 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   } rows{state_->placeholder_rows, state_->decoder_merges};
   rows.placeholders = signals.cache_rows_are_placeholders;
   rows.merges = signals.cache_rows_are_placeholders ? signals.cached_row_merges : nullptr;
-  // The decoder's device copy of the cached rows, read in place by device scoring: this call only.
+  // The decoder's device copy of the cached rows and its positions, read in place by device
+  // scoring: this call only.
   struct DeviceRows {
     State& st;
-    ~DeviceRows() {
-      st.decoder_rows = {};
-      st.decoder_rows_layer = -1;
-    }
+    ~DeviceRows() { st.drop_decoder_layer(-1); }
   } device_rows{*state_};
   if ((state_->rows_in_place || state_->norms_in_place) && signals.cache_rows.on_device) {
     state_->decoder_rows = signals.cache_rows;
     state_->decoder_rows_layer = signals.layer;
+  }
+  if (state_->positions_in_place && signals.cached_positions.on_device) {
+    state_->decoder_positions = signals.cached_positions;
+    state_->decoder_positions_layer = signals.layer;
   }
   if (prefill)
     state_->prefill_layer(signals, cache, true);

@@ -124,6 +124,9 @@ struct EvictionReport {
   // (layer, head) scorings that read key_norm or value_norm (each counted once per signal) where the
   // decoder handed them over on its device (LayerSignals::cache_rows' norms): no norm came to the host.
   int64_t row_norms_in_place = 0;
+  // (layer, stored head) scorings handed the positions where the decoder's device cache holds them
+  // (LayerSignals::cached_positions): none uploaded for them.
+  int64_t positions_in_place = 0;
   // A_acc held on the scoring device (accumulated_attention_store.h): (layer, stored head) signals
   // handed to the program in place, and blocks whose device column sums were added there (none
   // downloaded); 0 when the engine accumulates on the host.

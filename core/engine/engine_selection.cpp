@@ -171,11 +171,8 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
                    merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,
                                        std::span<const int32_t>(positions(cache, layer, kv_head), length)),
                    merge_rows(layer));
-  window_in.drop_layer(layer);        // the decoder's window attention no longer matches the layer
-  if (layer == decoder_rows_layer) {  // nor its copy of the rows
-    decoder_rows = {};
-    decoder_rows_layer = -1;
-  }
+  window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
+  drop_decoder_layer(layer);    // nor its copy of the rows, nor its positions' description
   cache.keep(layer, kv_head, kept);
   permute_aligned(layer, kv_head, kept, length);
   original.kept(layer, kv_head, kept);

@@ -37,6 +37,25 @@ const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, 
   return base + (norms ? decoder_rows.norm_offset(src) : decoder_rows.offset[static_cast<size_t>(src)]);
 }
 
+const int32_t* EvictionEngine::State::decoder_positions_of(int layer, int src, int T) const {
+  const CachedPositionsSignal& p = decoder_positions;
+  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer || T <= 0 ||
+      src >= p.n_heads() || p.length[static_cast<size_t>(src)] != T)
+    return nullptr;
+  return p.data + p.start[static_cast<size_t>(src)];
+}
+
+void EvictionEngine::State::drop_decoder_layer(int layer) {
+  if (layer < 0 || layer == decoder_rows_layer) {
+    decoder_rows = {};
+    decoder_rows_layer = -1;
+  }
+  if (layer < 0 || layer == decoder_positions_layer) {
+    decoder_positions = {};
+    decoder_positions_layer = -1;
+  }
+}
+
 void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
   records.record(s);
   output_grams = s.output_grams;
@@ -189,6 +208,9 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
   in.decode_step = decoding ? decode_step + 1 : 0;
   in.seed = options.seed;
   in.position = positions(cache, layer, src);
+  // The same positions where the decoder's device cache holds them, for a device program to read.
+  in.device_position = decoder_positions_of(layer, src, in.T);
+  if (in.device_position) count_in_gather(report.positions_in_place);
   HeadRows cached{*this, cache, layer, src, hs};
   gather_window_attention(cached, decoding, window_out, hs);
   // Every other signal the policy reads, by its row in the signal table.

@@ -152,6 +152,14 @@ struct EvictionEngine::State {
   // rows_in_place or norms_in_place.
   CacheRowsSignal decoder_rows;
   int decoder_rows_layer = -1;
+  // ... and the positions (`pos`, random()'s key) from the decoder's device cache (LayerSignals::
+  // cached_positions), in every call, for a policy that reads them: no head's positions are uploaded
+  // for its scoring. Not for unfolded GQA (the device cache's heads are KV heads), nor while the
+  // cache's positions are re-assigned (the programs read the original ones: decoder_positions_of).
+  const bool positions_in_place;
+  // The current after_layer call's (when positions_in_place), until the layer's cache changes.
+  CachedPositionsSignal decoder_positions;
+  int decoder_positions_layer = -1;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
   // fixed by the policy, the prompt's as if announced; request() narrows the prompt's per call
   // (prompt_call_row_reads).
@@ -269,6 +277,13 @@ struct EvictionEngine::State {
   // decoder's device copy, when it made one for this call and the head is exactly that long; null
   // otherwise (the host's rows, or its held norms, then).
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
+  // The positions of stored head `src` of `layer` (T entries) in the decoder's device cache, when it
+  // handed them over in this call, the head is exactly that long and its positions are the original
+  // ones; null otherwise (the host's are uploaded then).
+  const int32_t* decoder_positions_of(int layer, int src, int T) const;
+  // Forgets the decoder's device copies of `layer`'s rows and positions (its cache changed), or of
+  // every layer's (-1: the call ended).
+  void drop_decoder_layer(int layer);
 
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.

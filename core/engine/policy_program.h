@@ -267,8 +267,14 @@ struct ScoreInputs {
   // layout above (the decoder's window attention read in place). Only ever set for a program whose
   // scores_device_signals() is true; every other backend refuses such inputs (std::logic_error).
   uint32_t device_signals = 0;
+  // The same positions as `position`, in that device's memory (the decoder's device cache's own:
+  // LayerSignals::cached_positions), for such a program to read in place; the host code reads
+  // `position`. Null: none there (a device program uploads `position`).
+  const int32_t* device_position = nullptr;
 
   const float* signal(TensorSignal s) const { return tensor[signal_index(s)]; }
+  // Whether anything above is device memory (what a host backend must refuse).
+  bool has_device_memory() const { return device_signals != 0 || device_position != nullptr; }
   void set_signal(TensorSignal s, const float* data) { tensor[signal_index(s)] = data; }
   void set_device_signal(TensorSignal s, const float* device_data) {
     tensor[signal_index(s)] = device_data;

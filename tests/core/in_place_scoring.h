@@ -1,8 +1,8 @@
 #pragma once
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU) in CPU tests: it takes device
 // signals (scores_device_signals), which in these runs are a test's host buffer marked as device
-// memory (the window attention and the cached rows of test::WindowAttentionInjector, the column
-// sums of a decode step), counts the calls that got them that way, and scores with the wrapped
+// memory (the window attention, the cached rows and their positions of test::WindowAttentionInjector,
+// the column sums of a decode step), counts the calls that got them that way, and scores with the wrapped
 // program; it scores into "device" memory too (scores_to_device: a twin selector's host buffer).
 #include <cstdint>
 
@@ -22,6 +22,11 @@ class InPlaceScoring : public PolicyProgram {
     if (in.on_device(TensorSignal::KeyNorm) || in.on_device(TensorSignal::ValueNorm)) ++scored_norms_in_place;
     if (in.on_device(TensorSignal::AccumulatedAttention)) ++scored_accumulated_in_place;
     host.device_signals = 0;  // the "device" memory is the test's host buffer
+    if (in.device_position) {  // the "device" cache's positions are scored, not the host's
+      ++scored_positions_in_place;
+      host.position = in.device_position;
+      host.device_position = nullptr;
+    }
     p_.score(host, decoding, out);
   }
   double layer_weight(const LayerWeightInputs& in) const override {
@@ -30,6 +35,8 @@ class InPlaceScoring : public PolicyProgram {
     for (ScoreInputs& h : host.heads) {
       if (h.on_device(TensorSignal::WindowAttention)) ++layer_heads_in_place;
       h.device_signals = 0;
+      if (h.device_position) h.position = h.device_position;
+      h.device_position = nullptr;
     }
     return p_.layer_weight(host);
   }
@@ -57,6 +64,7 @@ class InPlaceScoring : public PolicyProgram {
   mutable int64_t scored_rows_in_place = 0;     // ... K or V (the decoder's cached rows)
   mutable int64_t scored_norms_in_place = 0;    // ... key_norm or value_norm (the decoder's row norms)
   mutable int64_t scored_accumulated_in_place = 0;  // ... A_acc (held by the engine's device store)
+  mutable int64_t scored_positions_in_place = 0;    // ... the decoder's device cache's positions
   mutable int64_t layer_heads_in_place = 0;     // heads handed to layer_weight with A as device memory
 
  private:

@@ -91,7 +91,8 @@ enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms }
 class RowlessTurns final : public ForwardObserver {
  public:
   RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms,
-               bool plant_wrong_window = false, bool plant_wrong_rows = false, bool offer_merges = true)
+               bool plant_wrong_window = false, bool plant_wrong_rows = false, bool offer_merges = true,
+               bool plant_wrong_positions = false)
       : engine_(engine),
         injector_(engine, cache, config.group_size(), plant_wrong_window),
         merges_(cache),
@@ -103,6 +104,7 @@ class RowlessTurns final : public ForwardObserver {
               (mode == TurnMode::Reference && !norms)) {
     injector_.plant_beyond_block_only();  // (when planting) the decode steps' rolling window only
     if (plant_wrong_rows) injector_.plant_wrong_cache_rows();
+    if (plant_wrong_positions) injector_.plant_wrong_positions();
   }
   ObservationRequest request() const override {
     request_ = injector_.request();
@@ -183,19 +185,21 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t accumulated_in_place = 0;  // EvictionReport::accumulated_attention_in_place
     int64_t scores_in_place = 0;       // EvictionReport::scores_in_place
     int64_t codebook_graphs = 0;       // EvictionReport::codebook_graphs_by_selector
+    int64_t positions_in_place = 0;    // EvictionReport::positions_in_place
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   // `announce`: the prompt goes through prefill_prompt, which announces it to the engine; false:
   // one forward call the engine learns of only when it arrives (a policy without prefill blocks).
   static Run run(const PolicyProgram& policy, TurnMode mode, int steps = 30, bool plant_wrong_window = false,
                  bool plant_wrong_rows = false, const std::vector<int>& block = {}, bool offer_merges = true,
-                 std::optional<SelectionDevice> selection = std::nullopt, bool announce = true) {
+                 std::optional<SelectionDevice> selection = std::nullopt, bool announce = true,
+                 bool plant_wrong_positions = false) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EngineOptions options{Budget::parse("40"), 3};
     options.selection = selection;
     EvictionEngine engine(policy, model_->config, options);
     RowlessTurns observer(engine, decoder->cache(), model_->config, mode, policy.description().needs_row_norms(),
-                          plant_wrong_window, plant_wrong_rows, offer_merges);
+                          plant_wrong_window, plant_wrong_rows, offer_merges, plant_wrong_positions);
     Run r;
     r.record(announce ? prefill_prompt(*decoder, tokens_, &engine, &observer) : decoder->forward(tokens_, &observer),
              decoder->cache());
@@ -212,6 +216,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.accumulated_in_place = engine.report().accumulated_attention_in_place;
     r.scores_in_place = engine.report().scores_in_place;
     r.codebook_graphs = engine.report().codebook_graphs_by_selector;
+    r.positions_in_place = engine.report().positions_in_place;
     return r;
   }
   // The same run with the rows kept on the host: the same window attention handed over (the
@@ -503,6 +508,38 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsRowNormsInPlaceWithNoNormOnTheHo
     const Run planted = run(device, TurnMode::RowlessWithoutNorms, steps, false, /*plant_wrong_rows=*/true);
     ASSERT_EQ(planted.layouts.size(), rowless.layouts.size()) << name;
     EXPECT_NE(planted.layouts, rowless.layouts) << name << " did not read the norms handed over";
+  }
+}
+
+// Scored on the decoder's device, the positions (`pos`, random()'s key) are read where the
+// decoder's device cache holds them (LayerSignals::cached_positions), not uploaded from the host
+// per head: Random (its prompt), StreamingLLM keeping true positions (its prompt and decode
+// evictions) and DecodingPress with StreamingLLM's rule (its decode triggers) keep the caches and
+// logits of the run scored on the host's positions, and every scoring of theirs read them in place.
+// Controls: planted positions (each head's in reverse order) change the caches; the interpreter's
+// run reads none in place.
+TEST_F(RowlessEngineTurnTest, DeviceScoringReadsThePositionsInPlace) {
+  const int L = model_->config.n_layers, steps = 16;
+  std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> policies;
+  policies.emplace_back("random", load_policy("random", {}));
+  policies.emplace_back("streamingllm", load_policy("streamingllm", {{"position_mode", "true_positions"}}));
+  policies.emplace_back("decoding",
+                        load_policy("decoding", {{"inner", "streaming_llm"}, {"compression_interval", "4"}}));
+  for (const auto& [name, policy] : policies) {
+    ASSERT_TRUE(policy->description().needs(TensorSignal::Position)) << name;
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/false);
+    const Run plain = reference_run(*policy, steps);
+    EXPECT_EQ(plain.positions_in_place, 0) << name;
+    const Run in_place = run(device, TurnMode::Rowless, steps);
+    const int64_t scored = device.scored_positions_in_place;
+    EXPECT_GE(scored, L * model_->config.n_kv_heads) << name;
+    EXPECT_EQ(in_place.positions_in_place, scored) << name << ": every scoring was handed them";
+    EXPECT_FALSE(in_place.forbidden) << name;
+    test::expect_same_calls(plain, in_place, name);
+    const Run planted = run(device, TurnMode::Rowless, steps, false, false, {}, true, std::nullopt, true,
+                            /*plant_wrong_positions=*/true);
+    ASSERT_EQ(planted.layouts.size(), in_place.layouts.size()) << name;
+    EXPECT_NE(planted.layouts, in_place.layouts) << name << " did not read the positions handed over";
   }
 }
 

@@ -415,7 +415,8 @@ TEST_F(WindowAttentionEngineTest, DeviceLayerWeightsLetCakeReadTheBufferInPlace)
   EXPECT_GE(run({"cake"}, Mode::InPlaceLayers).layer_heads_in_place, heads);
 }
 
-// Only a program that takes device signals may be handed them: the interpreter refuses.
+// Only a program that takes device signals may be handed them (or device positions): the
+// interpreter refuses.
 TEST(WindowAttentionInPlace, TheInterpreterRefusesDeviceSignals) {
   const auto policy = load_policy("snapkv", {});
   EXPECT_FALSE(policy->scores_device_signals());
@@ -427,6 +428,9 @@ TEST(WindowAttentionInPlace, TheInterpreterRefusesDeviceSignals) {
   EXPECT_THROW(policy->score(in, false, out.data()), std::logic_error);
   in.device_signals = 0;
   EXPECT_NO_THROW(policy->score(in, false, out.data()));
+  const std::vector<int32_t> positions = {0, 1, 2};
+  in.device_position = positions.data();  // positions in device memory, the same refusal
+  EXPECT_THROW(policy->score(in, false, out.data()), std::logic_error);
 }
 
 TEST_F(WindowAttentionEngineTest, H2oAsksForNone) {

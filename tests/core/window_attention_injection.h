@@ -11,7 +11,8 @@
 //     the window attention asked for is causal or not as the request says; or marks its
 //     buffer as device memory (mark_on_device) for the in-place scoring proof. It also hands over
 //     the cached keys and values the engine asks for on the device (cache_rows_twin over the same
-//     twin, marked as device memory), where the CUDA decoder would, optionally planted wrong.
+//     twin, marked as device memory), where the CUDA decoder would, optionally planted wrong, and
+//     the positions it asks for there (a copy of the twin's, likewise).
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
 //   * twin_window_attention: the twin over one layer of a host cache, copied into a fresh twin
@@ -115,6 +116,7 @@ class WindowAttentionInjector : public ForwardObserver {
       }
     }
     inject_cache_rows(view, with);
+    inject_positions(view, with);
     return with;
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }
@@ -130,7 +132,10 @@ class WindowAttentionInjector : public ForwardObserver {
   void plant_beyond_block_only() { plant_beyond_block_only_ = true; }
   // Plant wrong cached rows and norms (each head's entries in reverse order) where they are handed over.
   void plant_wrong_cache_rows() { plant_rows_ = true; }
+  // Plant wrong positions (each head's in reverse order) where they are handed over.
+  void plant_wrong_positions() { plant_positions_ = true; }
   int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K, V or norms
+  int64_t positions_injected() const { return positions_injected_; }  // layers handed positions
   int64_t row_norms_injected() const { return norms_injected_; }   // layers handed norms
   int64_t seeded_layers() const { return seeded_; }  // layers whose held queries started from the observer's
 
@@ -164,6 +169,24 @@ class WindowAttentionInjector : public ForwardObserver {
     }
     ++rows_injected_;
     if (wanted.norms) ++norms_injected_;
+  }
+
+  // The positions the engine asked for on the device (ObservationRequest::positions_on_device), in
+  // every call, as the CUDA decoder describes its cache's arena: the twin's, copied out (so that a
+  // planted copy leaves the twin alone), marked as device memory (the stand-in's).
+  void inject_positions(const DeviceKvLayerView& view, LayerSignals& with) {
+    if (!request_.positions_on_device || !view.positions) return;
+    positions_.clear();
+    DeviceKvLayerView packed = view;
+    for (int h = 0; h < view.n_heads; ++h) {
+      packed.base_row[h] = static_cast<int64_t>(positions_.size());
+      const int32_t* head = view.positions + view.base_row[h];
+      positions_.insert(positions_.end(), head, head + view.length[h]);
+      if (plant_positions_) std::reverse(positions_.end() - view.length[h], positions_.end());
+    }
+    packed.positions = positions_.data();
+    with.cached_positions = describe_cached_positions(packed, /*on_device=*/true);
+    ++positions_injected_;
   }
 
   // The block's window queries into the layer's newest queries held, as the CUDA decoder holds
@@ -220,6 +243,9 @@ class WindowAttentionInjector : public ForwardObserver {
   bool plant_rows_ = false;
   CacheRowsHost rows_;  // the cached rows and norms handed over, [head][d][T] and [head][T]
   int64_t rows_injected_ = 0, norms_injected_ = 0;
+  bool plant_positions_ = false;
+  std::vector<int32_t> positions_;  // the positions handed over, head after head
+  int64_t positions_injected_ = 0;
   int64_t seeded_ = 0;
 };
 

@@ -240,5 +240,33 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheRowNormsInPlace) {
   }
 }
 
+// Positions read in place (LayerSignals::cached_positions, ObservationRequest::positions_on_device):
+// Random (its prompt's counter-based keys), StreamingLLM keeping true positions (prompt and decode
+// evictions) and DecodingPress with StreamingLLM's rule (every 4th decode step) scored by the NVRTC
+// kernels from the device cache's own positions keep exactly the entries the interpreter keeps from
+// the host's (integer keys and positions: no rounding on either side), and the interpreter's runs
+// read none in place.
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsThePositionsInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 61);
+  std::vector<int> prompt(120), tokens(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 37 + 5) % 300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 19 + 7) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int heads = model->config.n_layers * model->config.n_kv_heads;
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"random", {}},
+           {"streamingllm", {{"position_mode", "true_positions"}}},
+           {"decoding", {{"inner", "streaming_llm"}, {"compression_interval", "4"}}}}) {
+    const auto on_device = jit::load_scored_policy(name, params, {}, jit::ScoringBackend::CudaKernel, device);
+    const auto interpreted = load_policy(name, params);
+    const Outcome gpu = run(*model, *on_device, prompt, tokens);
+    const Outcome cpu = run(*model, *interpreted, prompt, tokens);
+    EXPECT_GE(gpu.report.positions_in_place, heads) << name;
+    EXPECT_EQ(cpu.report.positions_in_place, 0) << name;
+    EXPECT_EQ(gpu.positions, cpu.positions) << name;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

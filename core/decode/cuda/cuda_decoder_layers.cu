@@ -230,6 +230,9 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
     Stopwatch timed(&own_seconds_.observation);
     signals.cache_rows = cache_rows_.fill(view, cache_rows_wanted(request));
   }
+  // Their positions: the device cache's own arena, in every call that asks (the mirror keeps them
+  // equal to the host's), not over the packed upload (no positions on the device).
+  if (request.positions_on_device) signals.cached_positions = describe_cached_positions(view, true);
   signals.tokens = host_tokens_;
   if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
   if (request.hidden_states) signals.hidden_states = hidden_states_;
