@@ -1,9 +1,10 @@
 #pragma once
 // A layer's cached entries' original positions where a decoder's device cache holds them, handed to
-// an observer that scores on that device (ObservationRequest::positions_on_device,
-// LayerSignals::cached_positions): the `pos` signal, and random()'s key, of a generated kernel read
-// in place, so no head's positions are uploaded for its scoring. Nothing is copied: it describes the
-// cache's own position arena (device_kv_view.h).
+// an observer that scores or selects on that device (ObservationRequest::positions_on_device,
+// LayerSignals::cached_positions): the `pos` signal, and random()'s key, of a generated kernel, and
+// the positions a device selection ranks ties and protects by, read in place, so no head's positions
+// are uploaded for either. Nothing is copied: it describes the cache's own position arena
+// (device_kv_view.h).
 //
 // What it holds: for stored head h of the layer (cache order, the cache as the block's append left
 // it, before the observer changes it), entry t's position is data[start[h] + t], t < length[h]: the
@@ -40,6 +41,16 @@ inline CachedPositionsSignal describe_cached_positions(const DeviceKvLayerView& 
     s.length.push_back(view.length[h]);
   }
   return s;
+}
+
+// Head h's alone, as a one-head description (TOVA's layer-shared selection reads head 0's).
+inline CachedPositionsSignal cached_positions_of_head(const CachedPositionsSignal& s, int h) {
+  CachedPositionsSignal one;
+  one.data = s.data;
+  one.on_device = s.on_device;
+  one.start = {s.start.at(static_cast<size_t>(h))};
+  one.length = {s.length.at(static_cast<size_t>(h))};
+  return one;
 }
 
 }  // namespace kvevict

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "core/engine/budget_allocator.h"
@@ -125,6 +126,30 @@ SelLayerInput buffered_selection_input(const float* scores, const std::vector<st
   in.max_length = static_cast<int32_t>(longest);
   in.scores = scores;
   in.positions = packed_positions.data();
+  check_selection_input(in);
+  return in;
+}
+
+SelLayerInput held_selection_input(const float* scores, std::span<const int64_t> lengths,
+                                   const CachedPositionsSignal& held) {
+  if (held.empty() || held.length.size() != lengths.size() ||
+      !std::equal(lengths.begin(), lengths.end(), held.length.begin()))
+    throw std::logic_error("device selection: the positions held on the device do not describe the selected heads");
+  if (lengths.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
+  SelLayerInput in;
+  in.n_heads = static_cast<int>(lengths.size());
+  int64_t offset = 0, longest = 0;
+  for (int h = 0; h < in.n_heads; ++h) {
+    if (lengths[h] > std::numeric_limits<int32_t>::max()) bad("head length overflows int32");
+    in.score_offset[h] = offset;
+    in.position_offset[h] = held.start[static_cast<size_t>(h)];
+    in.length[h] = static_cast<int32_t>(lengths[h]);
+    offset += lengths[h];
+    longest = std::max(longest, lengths[h]);
+  }
+  in.max_length = static_cast<int32_t>(longest);
+  in.scores = scores;
+  in.positions = held.data;
   check_selection_input(in);
   return in;
 }

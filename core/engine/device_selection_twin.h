@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "core/decode/cached_positions_signal.h"
 #include "core/decode/device_kv_view.h"
 #include "core/engine/device_selection_head.h"
 #include "core/engine/selection.h"
@@ -50,6 +51,14 @@ devsel::SelLayerInput selection_input(const DeviceKvLayerView& view, const float
 // check_selection_input.
 devsel::SelLayerInput buffered_selection_input(const float* scores, const std::vector<std::span<const int32_t>>& positions,
                                                std::vector<int32_t>& packed_positions);
+
+// The same input with the positions read where `held` describes them (a decoder's device cache,
+// LayerSignals::cached_positions: the selector's memory), head h's at held.data + held.start[h],
+// instead of packed from host spans: nothing packed, nothing to upload. `lengths`: the heads'
+// lengths (the score buffer's layout). std::logic_error unless `held` describes exactly those heads
+// at those lengths; UsageError as check_selection_input.
+devsel::SelLayerInput held_selection_input(const float* scores, std::span<const int64_t> lengths,
+                                           const CachedPositionsSignal& held);
 
 // Host rows packed as [n_heads][max_length] (what the tests and the benchmark upload).
 struct PackedSelectionLayer {

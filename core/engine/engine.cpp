@@ -34,6 +34,7 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
                      p.description().needs_row_norms()),
       positions_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::Position) &&
                          !plan.geometry.unfold_gqa),
+      positions_to_selector(scores_to_selector && !plan.geometry.unfold_gqa),
       decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
       prompt_row_reads(
           prompt_cache_row_reads(p.description(), cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {
@@ -135,7 +136,7 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
     state_->decoder_rows = signals.cache_rows;
     state_->decoder_rows_layer = signals.layer;
   }
-  if (state_->positions_in_place && signals.cached_positions.on_device) {
+  if ((state_->positions_in_place || state_->positions_to_selector) && signals.cached_positions.on_device) {
     state_->decoder_positions = signals.cached_positions;
     state_->decoder_positions_layer = signals.layer;
   }

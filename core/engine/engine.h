@@ -127,6 +127,9 @@ struct EvictionReport {
   // (layer, stored head) scorings handed the positions where the decoder's device cache holds them
   // (LayerSignals::cached_positions): none uploaded for them.
   int64_t positions_in_place = 0;
+  // Layer selections from the selector's buffer that read the positions there too (the decoder's
+  // device cache's; LayerSelector::select_heads_from_buffer's `held`): none uploaded for them.
+  int64_t selection_positions_in_place = 0;
   // A_acc held on the scoring device (accumulated_attention_store.h): (layer, stored head) signals
   // handed to the program in place, and blocks whose device column sums were added there (none
   // downloaded); 0 when the engine accumulates on the host.

@@ -143,7 +143,7 @@ ObservationRequest EvictionEngine::request() const {
   // or read none).
   r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
   r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
-  r.positions_on_device = state_->positions_in_place;
+  r.positions_on_device = state_->positions_in_place || state_->positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
   return r;

@@ -55,6 +55,9 @@ void EvictionEngine::State::score_into_selector(int layer, const HeadSignals& hs
 void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
   const std::vector<int64_t> lengths = stored_lengths(cache, layer);
   PhaseScope timed(*this, EnginePhase::Selection);
+  // The positions where the decoder's device cache holds them, when it handed them over in this call.
+  const CachedPositionsSignal* held = positions_to_selector ? decoder_positions_for_selection(layer, lengths) : nullptr;
+  if (held) ++report.selection_positions_in_place;
   if (plan.select.scope == SelectScope::Layer) {
     std::vector<std::span<const int32_t>> pos(Hs);
     for (int h = 0; h < Hs; ++h)
@@ -63,7 +66,7 @@ void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int 
     keep_layer(cache, layer,
                selector->select_layer_adaptive_from_buffer(layer, pos, std::vector<int>(Hs, budget), pr.first,
                                                            pr.recent, plan.select.floor_alpha,
-                                                           plan.select.kept_order == KeptOrder::Score),
+                                                           plan.select.kept_order == KeptOrder::Score, held),
                std::vector<std::span<const float>>(Hs));
     return;
   }
@@ -72,7 +75,7 @@ void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int 
     ++report.layer_selections;
     const std::vector<int> kept = selector->select_layer_shared_from_buffer(
         layer, Hs, std::span<const int32_t>(positions(cache, layer, 0), static_cast<size_t>(T)),
-        spec_for(layer, 0, budget, pr));
+        spec_for(layer, 0, budget, pr), held);
     keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept), std::vector<std::span<const float>>(Hs));
     return;
   }
@@ -85,7 +88,7 @@ void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int 
     specs.push_back(spec_for(layer, h, budgets[h], pr));
   }
   ++report.layer_selections;
-  keep_layer(cache, layer, selector->select_heads_from_buffer(layer, pos, specs),
+  keep_layer(cache, layer, selector->select_heads_from_buffer(layer, pos, specs, held),
              std::vector<std::span<const float>>(Hs));
 }
 

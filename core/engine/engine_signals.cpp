@@ -45,6 +45,14 @@ const int32_t* EvictionEngine::State::decoder_positions_of(int layer, int src, i
   return p.data + p.start[static_cast<size_t>(src)];
 }
 
+const CachedPositionsSignal* EvictionEngine::State::decoder_positions_for_selection(
+    int layer, const std::vector<int64_t>& lengths) const {
+  const CachedPositionsSignal& p = decoder_positions;
+  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer || p.length != lengths)
+    return nullptr;
+  return &p;
+}
+
 void EvictionEngine::State::drop_decoder_layer(int layer) {
   if (layer < 0 || layer == decoder_rows_layer) {
     decoder_rows = {};
@@ -208,8 +216,10 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
   in.decode_step = decoding ? decode_step + 1 : 0;
   in.seed = options.seed;
   in.position = positions(cache, layer, src);
-  // The same positions where the decoder's device cache holds them, for a device program to read.
-  in.device_position = decoder_positions_of(layer, src, in.T);
+  // The same positions where the decoder's device cache holds them, for a device program of this
+  // phase that reads them (counted only then: the selection's own reading is counted apart).
+  if (positions_in_place && phase_reads(decoding)[signal_index(TensorSignal::Position)])
+    in.device_position = decoder_positions_of(layer, src, in.T);
   if (in.device_position) count_in_gather(report.positions_in_place);
   HeadRows cached{*this, cache, layer, src, hs};
   gather_window_attention(cached, decoding, window_out, hs);

@@ -157,6 +157,8 @@ struct EvictionEngine::State {
   // for its scoring. Not for unfolded GQA (the device cache's heads are KV heads), nor while the
   // cache's positions are re-assigned (the programs read the original ones: decoder_positions_of).
   const bool positions_in_place;
+  // ... and the selections from the selector's buffer (scores_to_selector) read them there too.
+  const bool positions_to_selector;
   // The current after_layer call's (when positions_in_place), until the layer's cache changes.
   CachedPositionsSignal decoder_positions;
   int decoder_positions_layer = -1;
@@ -279,8 +281,11 @@ struct EvictionEngine::State {
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
   // The positions of stored head `src` of `layer` (T entries) in the decoder's device cache, when it
   // handed them over in this call, the head is exactly that long and its positions are the original
-  // ones; null otherwise (the host's are uploaded then).
+  // ones; null otherwise (the host's are uploaded then, if a program reads them).
   const int32_t* decoder_positions_of(int layer, int src, int T) const;
+  // The same for every head of `layer` at once, for a selection from the selector's buffer: null
+  // unless all of them are exactly as long as `lengths`.
+  const CachedPositionsSignal* decoder_positions_for_selection(int layer, const std::vector<int64_t>& lengths) const;
   // Forgets the decoder's device copies of `layer`'s rows and positions (its cache changed), or of
   // every layer's (-1: the call ended).
   void drop_decoder_layer(int layer);

@@ -75,26 +75,31 @@ class TwinLayerSelector final : public LayerSelector {
     return b.scores.data();
   }
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
-                                                         const std::vector<HeadSelectionSpec>& specs) override {
-    return twin_select_heads(buffered_input(layer, positions), device_head_params(specs));
+                                                         const std::vector<HeadSelectionSpec>& specs,
+                                                         const CachedPositionsSignal* held) override {
+    return twin_select_heads(buffered_input(layer, positions, held), device_head_params(specs));
   }
   std::vector<std::vector<int>> select_layer_adaptive_from_buffer(int layer,
                                                                   const std::vector<std::span<const int32_t>>& positions,
                                                                   const std::vector<int>& budget, int protect_first,
                                                                   int protect_recent, double floor_alpha,
-                                                                  bool score_order) override {
-    return twin_select_layer_adaptive(buffered_input(layer, positions), budget, protect_first, protect_recent,
+                                                                  bool score_order,
+                                                                  const CachedPositionsSignal* held) override {
+    return twin_select_layer_adaptive(buffered_input(layer, positions, held), budget, protect_first, protect_recent,
                                       floor_alpha, score_order);
   }
   std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
-                                                   const HeadSelectionSpec& spec) override {
+                                                   const HeadSelectionSpec& spec,
+                                                   const CachedPositionsSignal* held) override {
     const int64_t T = static_cast<int64_t>(positions.size());
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
     const Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, std::vector<int64_t>(static_cast<size_t>(n_heads), T));
     mean_.resize(static_cast<size_t>(std::max<int64_t>(1, T)));
     for (int64_t t = 0; t < T; ++t) mean_[t] = layer_shared_mean_element(b.scores.data(), n_heads, T, t);
-    const devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, positions_);
+    const int64_t one[] = {T};
+    const devsel::SelLayerInput in = held ? held_selection_input(mean_.data(), one, cached_positions_of_head(*held, 0))
+                                          : buffered_selection_input(mean_.data(), {positions}, positions_);
     return std::move(twin_select_heads(in, {device_head_params(spec)}).front());
   }
   // score_keep_element for every head's entries in order, as the kernel's threads run it.
@@ -113,10 +118,13 @@ class TwinLayerSelector final : public LayerSelector {
 
  private:
   using Buffers = LayerScoreBuffers<std::vector<float>>;
-  // Layer `layer`'s buffer as a selection's input, its heads exactly as long as `positions`.
-  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions) {
+  // Layer `layer`'s buffer as a selection's input, its heads exactly as long as `positions`, the
+  // positions `held` describes read there (the twin's "device" is host memory) or `positions` packed.
+  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions,
+                                       const CachedPositionsSignal* held) {
     const Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
+    if (held) return held_selection_input(b.scores.data(), b.lengths, *held);
     return buffered_selection_input(b.scores.data(), positions, positions_);
   }
   Buffers buffers_;

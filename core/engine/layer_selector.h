@@ -14,7 +14,7 @@
 // cuda selector uploads with the positions; or, for a per-head top-k, Ada-KV's layer-wide ranking or
 // TOVA's layer-shared rule scored by the CUDA backend (a prompt's eviction, cascading or not, and a decode eviction), the
 // kernels write them into the selector's own per-layer buffers (layer_score_buffer) and only the
-// positions go up. The kept lists come down either way (the engine's bookkeeping and the device
+// positions go up, or none where the decoder's device cache holds them (`held`). The kept lists come down either way (the engine's bookkeeping and the device
 // cache's compaction take them from the host).
 #include <algorithm>
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "core/decode/cached_positions_signal.h"
 #include "core/engine/policy_modes.h"
 #include "core/engine/selection.h"
 
@@ -56,28 +57,34 @@ class LayerSelector {
     return nullptr;
   }
   // select_heads over the scores in layer `layer`'s buffer and `positions` (host memory), which
-  // must be exactly as long as the heads it was laid for (std::logic_error otherwise).
+  // must be exactly as long as the heads it was laid for (std::logic_error otherwise). `held`, when
+  // not null: the same positions in this selector's memory (the decoder's device cache's,
+  // LayerSignals::cached_positions), read there instead of uploading `positions`
+  // (held_selection_input; std::logic_error unless it describes exactly those heads).
   virtual std::vector<std::vector<int>> select_heads_from_buffer(int layer,
                                                                  const std::vector<std::span<const int32_t>>& positions,
-                                                                 const std::vector<HeadSelectionSpec>& specs) {
-    (void)layer, (void)positions, (void)specs;
+                                                                 const std::vector<HeadSelectionSpec>& specs,
+                                                                 const CachedPositionsSignal* held = nullptr) {
+    (void)layer, (void)positions, (void)specs, (void)held;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
   // select_layer_adaptive (Ada-KV's joint ranking over the layer's heads) over the scores in layer
-  // `layer`'s buffer, with the same checks.
+  // `layer`'s buffer, with the same checks and the same `held`.
   virtual std::vector<std::vector<int>> select_layer_adaptive_from_buffer(
       int layer, const std::vector<std::span<const int32_t>>& positions, const std::vector<int>& budget,
-      int protect_first, int protect_recent, double floor_alpha, bool score_order) {
+      int protect_first, int protect_recent, double floor_alpha, bool score_order,
+      const CachedPositionsSignal* held = nullptr) {
     (void)layer, (void)positions, (void)budget, (void)protect_first, (void)protect_recent, (void)floor_alpha,
-        (void)score_order;
+        (void)score_order, (void)held;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
   // TOVA's layer-shared selection over layer `layer`'s buffer (n_heads heads, each as long as
   // `positions`, head 0's): select_head on their mean (layer_shared_mean.h) with `spec`; the one
-  // kept list, for every head.
+  // kept list, for every head. `held`: as above, every head's (head 0's are read).
   virtual std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
-                                                           const HeadSelectionSpec& spec) {
-    (void)layer, (void)n_heads, (void)positions, (void)spec;
+                                                           const HeadSelectionSpec& spec,
+                                                           const CachedPositionsSignal* held = nullptr) {
+    (void)layer, (void)n_heads, (void)positions, (void)spec, (void)held;
     throw std::logic_error("layer selector: no score buffer on the host");
   }
   // Each head h of layer `layer`'s buffer reduced to its entries kept[h], in that order (what

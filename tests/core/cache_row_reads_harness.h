@@ -95,16 +95,38 @@ inline void expect_same_calls(const CallTrace& a, const CallTrace& b, const std:
   }
 }
 
-// The squared norms of the cached keys, summed from the keys themselves (rows, not the held norms),
-// as the indicator at the prompt and while decoding, evicting every step.
-inline std::unique_ptr<PolicyProgram> key_reading_policy() {
-  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_key_reading_control.yaml").string();
-  std::ofstream(file) << "name: key_reading_control\nabout: squared key norms from the cached keys\n"
-                         "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
-                         "score: |\n  score[t] = -sum(d: K[d, t] * K[d, t])\n";
+// The policy file `text` (written to a temporary file named after `name`, removed once loaded).
+inline std::unique_ptr<PolicyProgram> policy_from_text(const std::string& name, const std::string& text) {
+  const std::string file = (std::filesystem::temp_directory_path() / ("kvevict_" + name + ".yaml")).string();
+  std::ofstream(file) << text;
   auto policy = load_policy(file, {});
   std::filesystem::remove(file);
   return policy;
+}
+
+// The squared norms of the cached keys, summed from the keys themselves (rows, not the held norms),
+// as the indicator at the prompt and while decoding, evicting every step.
+inline std::unique_ptr<PolicyProgram> key_reading_policy() {
+  return policy_from_text("key_reading_control",
+                          "name: key_reading_control\nabout: squared key norms from the cached keys\n"
+                          "protect: {recent: 4}\nrun:\n  prefill: true\n  decode_every: 1\n"
+                          "score: |\n  score[t] = -sum(d: K[d, t] * K[d, t])\n");
+}
+
+// Random scores (keyed on each entry's original position) at the prompt and every `decode_every`
+// decode steps, the cache's positions re-assigned after each eviction when `reassign`: scores that
+// do not follow the cache order, so reading another head's positions, the slots, or the
+// re-assigned positions instead of the original ones keeps other entries.
+// Its text, for a test that loads it through another loader (a scoring backend's).
+inline std::string random_decoding_policy_text(int decode_every, bool reassign) {
+  return std::string("name: ") + (reassign ? "random_reassigned" : "random_decoding") +
+         "\nabout: random scores while decoding\nrun:\n  prefill: true\n  decode_every: " +
+         std::to_string(decode_every) + "\n  reassign_positions: " + (reassign ? "true" : "false") +
+         "\nscore: |\n  score[t] = random[t]\n";
+}
+inline std::unique_ptr<PolicyProgram> random_decoding_policy(int decode_every, bool reassign) {
+  return policy_from_text(reassign ? "random_reassigned" : "random_decoding",
+                          random_decoding_policy_text(decode_every, reassign));
 }
 
 // A cache of `cache`'s geometry whose heads hold `cache`'s positions and, with `with_norms`, the norms of

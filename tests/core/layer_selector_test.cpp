@@ -14,6 +14,8 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/decode/decoder.h"
@@ -118,6 +120,64 @@ void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32
               host->select_layer_adaptive(layer.sc(), layer.pos(), budget, 2, 4, alpha, trial % 2 == 1))
         << "trial " << trial << " (Ada-KV)";
   }
+}
+
+// The same selections reading the positions where a device cache holds them (the selections'
+// `held`: held_selection_input): each head's positions at its own start in one arena, with other
+// values between the heads, as a device cache lays its rows; `hold` puts the arena in the selector's
+// memory and says whether that is device memory. The host selector's lists on the same positions;
+// TOVA's layer-shared rule reads head 0's (the arena's second head here, so a start of 0 would show).
+// A description of other heads or lengths is refused.
+template <typename Write, typename Hold>
+void expect_buffer_selects_with_held_positions(LayerSelector& selector, Write write, Hold hold, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto host = make_layer_selector(SelectionDevice::Host);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int heads = std::uniform_int_distribution<int>(1, 8)(rng);
+    const RandomLayer layer = random_layer(rng, heads, 300);
+    std::vector<int32_t> arena;
+    CachedPositionsSignal held;
+    for (int h = 0; h < heads; ++h) {
+      arena.insert(arena.end(), static_cast<size_t>(std::uniform_int_distribution<int>(0, 5)(rng)), -7);
+      held.start.push_back(static_cast<int64_t>(arena.size()));
+      held.length.push_back(static_cast<int64_t>(layer.positions[h].size()));
+      arena.insert(arena.end(), layer.positions[h].begin(), layer.positions[h].end());
+    }
+    std::tie(held.data, held.on_device) = hold(arena);
+    const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 99);
+    float* buffer = selector.layer_score_buffer(0, held.length);
+    for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(held.length, h), layer.scores[h]);
+    EXPECT_EQ(selector.select_heads_from_buffer(0, layer.pos(), specs, &held),
+              host->select_heads(layer.sc(), layer.pos(), specs))
+        << "trial " << trial;
+    const std::vector<int> budget(heads, std::uniform_int_distribution<int>(0, 200)(rng));
+    EXPECT_EQ(selector.select_layer_adaptive_from_buffer(0, layer.pos(), budget, 2, 4, 0.5, trial % 2 == 1, &held),
+              host->select_layer_adaptive(layer.sc(), layer.pos(), budget, 2, 4, 0.5, trial % 2 == 1))
+        << "trial " << trial << " (Ada-KV)";
+    CachedPositionsSignal shorter = held;
+    shorter.length.back() += 1;
+    EXPECT_THROW(selector.select_heads_from_buffer(0, layer.pos(), specs, &shorter), std::logic_error);
+  }
+  // TOVA: two heads of one length; the description's head 0 is the arena's second run of positions.
+  const int T = 40;
+  std::vector<int32_t> positions(T), arena(3 + 2 * T, -7);
+  for (int t = 0; t < T; ++t) positions[t] = 3 * t + 2;
+  std::copy(positions.begin(), positions.end(), arena.begin() + 3 + T);
+  std::vector<std::vector<float>> scores(2, std::vector<float>(T));
+  for (auto& row : scores)
+    for (float& x : row) x = static_cast<float>(std::uniform_int_distribution<int>(0, 3)(rng)) * 0.5f;
+  CachedPositionsSignal held;
+  held.start = {3 + T, 3};
+  held.length = {T, T};
+  std::tie(held.data, held.on_device) = hold(arena);
+  const std::vector<int64_t> lengths(2, T);
+  float* buffer = selector.layer_score_buffer(1, lengths);
+  for (int h = 0; h < 2; ++h) write(buffer + layer_score_offset(lengths, h), scores[h]);
+  std::vector<float> mean(T);
+  for (int t = 0; t < T; ++t) mean[t] = scores[0][t] / 2.0f + scores[1][t] / 2.0f;
+  const HeadSelectionSpec spec = random_specs(rng, 1, 3, 7).front();
+  EXPECT_EQ(selector.select_layer_shared_from_buffer(1, 2, positions, spec, &held),
+            host->select_heads({std::span<const float>(mean)}, {std::span<const int32_t>(positions)}, {spec}).front());
 }
 
 // TOVA's layer-shared selection from the buffer: heads of one length, select_head on their mean
@@ -240,6 +300,18 @@ TEST(LayerSelector, TwinSelectsFromItsScoreBufferAsFromSpans) {
   EXPECT_THROW(twin->select_heads_from_buffer(7, {two, two}, std::vector<HeadSelectionSpec>(2)), std::logic_error);
 }
 
+TEST(LayerSelector, TwinSelectsWithThePositionsHeldWhereTheCacheIs) {
+  const auto twin = make_layer_selector(SelectionDevice::Twin);
+  std::vector<int32_t> kept_alive;  // the twin's "device" memory is the host's
+  expect_buffer_selects_with_held_positions(
+      *twin, [](float* at, const std::vector<float>& s) { std::copy(s.begin(), s.end(), at); },
+      [&kept_alive](const std::vector<int32_t>& arena) {
+        kept_alive = arena;
+        return std::pair<const int32_t*, bool>(kept_alive.data(), false);
+      },
+      31);
+}
+
 TEST(LayerSelector, TwinSelectsTheLayerSharedMeanFromItsScoreBuffer) {
   const auto twin = make_layer_selector(SelectionDevice::Twin);
   expect_layer_shared_buffer_selects_the_mean(
@@ -272,6 +344,25 @@ TEST(LayerSelectorGpu, CudaSelectsFromItsScoreBufferAsFromSpans) {
         if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
       },
       29);
+  cuda::DeviceArray<int32_t> arena_on_device;
+  expect_buffer_selects_with_held_positions(
+      *cuda,
+      [](float* at, const std::vector<float>& s) {
+        if (!s.empty()) cuda::check(cudaMemcpy(at, s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
+      },
+      [&arena_on_device](const std::vector<int32_t>& arena) {
+        arena_on_device.upload(arena);
+        return std::pair<const int32_t*, bool>(arena_on_device.data(), true);
+      },
+      37);
+  // Positions described as host memory are refused: a kernel would dereference a host address.
+  CachedPositionsSignal on_host;
+  const std::vector<int32_t> two{1, 2};
+  on_host.data = two.data();
+  on_host.start = {0};
+  on_host.length = {2};
+  cuda->layer_score_buffer(0, std::vector<int64_t>{2});
+  EXPECT_THROW(cuda->select_heads_from_buffer(0, {two}, std::vector<HeadSelectionSpec>(1), &on_host), std::logic_error);
 #endif
 }
 

@@ -186,6 +186,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t scores_in_place = 0;       // EvictionReport::scores_in_place
     int64_t codebook_graphs = 0;       // EvictionReport::codebook_graphs_by_selector
     int64_t positions_in_place = 0;    // EvictionReport::positions_in_place
+    int64_t selection_positions_in_place = 0;  // EvictionReport::selection_positions_in_place
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   // `announce`: the prompt goes through prefill_prompt, which announces it to the engine; false:
@@ -217,6 +218,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.scores_in_place = engine.report().scores_in_place;
     r.codebook_graphs = engine.report().codebook_graphs_by_selector;
     r.positions_in_place = engine.report().positions_in_place;
+    r.selection_positions_in_place = engine.report().selection_positions_in_place;
     return r;
   }
   // The same run with the rows kept on the host: the same window attention handed over (the
@@ -513,15 +515,17 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsRowNormsInPlaceWithNoNormOnTheHo
 
 // Scored on the decoder's device, the positions (`pos`, random()'s key) are read where the
 // decoder's device cache holds them (LayerSignals::cached_positions), not uploaded from the host
-// per head: Random (its prompt), StreamingLLM keeping true positions (its prompt and decode
-// evictions) and DecodingPress with StreamingLLM's rule (its decode triggers) keep the caches and
-// logits of the run scored on the host's positions, and every scoring of theirs read them in place.
-// Controls: planted positions (each head's in reverse order) change the caches; the interpreter's
-// run reads none in place.
+// per head: Random (its prompt), random scores every 4 decode steps (after evictions, every head's
+// positions its own, with gaps: another head's or the slots would keep other entries), StreamingLLM
+// keeping true positions (its prompt and decode evictions) and DecodingPress with StreamingLLM's
+// rule (its decode triggers) keep the caches and logits of the run scored on the host's positions,
+// and every scoring of theirs read them in place. Controls: planted positions (each head's in
+// reverse order) change the caches; the interpreter's run reads none in place.
 TEST_F(RowlessEngineTurnTest, DeviceScoringReadsThePositionsInPlace) {
   const int L = model_->config.n_layers, steps = 16;
   std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> policies;
   policies.emplace_back("random", load_policy("random", {}));
+  policies.emplace_back("random_decoding", test::random_decoding_policy(4, /*reassign=*/false));
   policies.emplace_back("streamingllm", load_policy("streamingllm", {{"position_mode", "true_positions"}}));
   policies.emplace_back("decoding",
                         load_policy("decoding", {{"inner", "streaming_llm"}, {"compression_interval", "4"}}));
@@ -541,6 +545,20 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsThePositionsInPlace) {
     ASSERT_EQ(planted.layouts.size(), in_place.layouts.size()) << name;
     EXPECT_NE(planted.layouts, in_place.layouts) << name << " did not read the positions handed over";
   }
+}
+
+// Positions re-assigned in the cache after each eviction (run.reassign_positions, StreamingLLM's
+// default) are not the ones a program reads (`pos` and random()'s key stay the original positions,
+// which only the engine holds): a policy scoring random keys at every decode step then reads the
+// device cache's positions at its prompt only, before its first eviction re-assigns them, and keeps
+// the interpreter's caches (with the device's re-assigned positions its random keys would differ).
+TEST_F(RowlessEngineTurnTest, DeviceScoringReadsNoReassignedPositions) {
+  const auto policy = test::random_decoding_policy(1, /*reassign=*/true);
+  const test::InPlaceScoring device(*policy, /*layers_on_device=*/false);
+  const Run plain = reference_run(*policy, 12);
+  const Run in_place = run(device, TurnMode::Rowless, 12);
+  EXPECT_EQ(in_place.positions_in_place, model_->config.n_layers * model_->config.n_kv_heads) << "the prompt's only";
+  test::expect_same_calls(plain, in_place, "random_reassigned");
 }
 
 // The built-ins the stand-in device backend can score (no extra stage or channel program: it
@@ -592,7 +610,7 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
 // CAKE, H2O and TOVA among them. SpindleKV's similarity graphs are the twin's (the device's element
 // body, codebook_graph.h), and its caches still the host's.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches) {
-  std::vector<std::string> accumulated_on_device, scored_in_buffer, built_graphs;
+  std::vector<std::string> accumulated_on_device, scored_in_buffer, built_graphs, positions_held;
   for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     Run host;
@@ -609,6 +627,8 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
     if (twin.accumulated_in_place > 0) accumulated_on_device.push_back(name);
     if (twin.scores_in_place > 0) scored_in_buffer.push_back(name);
     EXPECT_EQ(host.scores_in_place, 0) << name << ": selected on the host, the scores are host spans";
+    EXPECT_EQ(host.selection_positions_in_place, 0) << name << ": selected on the host, from host positions";
+    if (twin.selection_positions_in_place > 0) positions_held.push_back(name);
     EXPECT_EQ(twin.accumulated_in_place > 0, policy->description().needs(TensorSignal::AccumulatedAttention))
         << name;
     EXPECT_EQ(host.codebook_graphs, 0) << name << ": selected on the host, the host builds the graphs";
@@ -627,6 +647,48 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHo
   std::printf("built-ins whose decode scores were selected from the selector's buffer: %s\n", names.c_str());
   for (const char* n : {"cake", "h2o", "tova"})
     EXPECT_NE(std::find(scored_in_buffer.begin(), scored_in_buffer.end(), n), scored_in_buffer.end()) << n;
+  names.clear();
+  for (const std::string& n : positions_held) names += n + " ";
+  std::printf("built-ins whose selections read the positions the device cache holds: %s\n", names.c_str());
+  for (const char* n : {"adakv", "cake", "h2o", "snapkv", "tova"})
+    EXPECT_NE(std::find(positions_held.begin(), positions_held.end(), n), positions_held.end()) << n;
+}
+
+// The selections from the selector's buffer read the positions where the decoder's device cache
+// holds them (LayerSelector::select_heads_from_buffer's `held`; held_selection_input), for the
+// per-head top-k (SnapKV, CAKE, H2O), Ada-KV's layer-wide ranking and TOVA's layer-shared rule,
+// in the call that hands them over: every decode eviction's (CAKE, H2O, TOVA: each layer at each of
+// the 12 steps; DecodingPress every 4th), and of a prompt selected after its last layer (SnapKV's, Ada-KV's) that layer's
+// only. Planted positions (each head's in reverse order: the recent window, the sinks and the kept
+// order follow positions) change the caches, so the twin selector read the ones handed over (the
+// same runs keep the host selection's caches:
+// EveryBuiltinScoredAndSelectedOnTheDeviceKeepsTheHostSelectionsCaches).
+TEST_F(RowlessEngineTurnTest, DeviceSelectionReadsThePositionsInPlace) {
+  const int L = model_->config.n_layers;
+  struct Case {
+    const char* name;
+    std::map<std::string, std::string> params;
+    int selections;
+  };
+  for (const Case& c : std::vector<Case>{{"snapkv", {}, 1},
+                                         {"adakv", {}, 1},
+                                         {"cake", {}, 12 * L},
+                                         {"h2o", {}, 12 * L},
+                                         {"tova", {}, 12 * L},
+                                         {"decoding", {{"inner", "streaming_llm"}, {"compression_interval", "4"}}, 3 * L}}) {
+    const char* name = c.name;
+    const int selections = c.selections;
+    const auto policy = load_policy(name, c.params);
+    const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
+    const Run twin = run(device, TurnMode::Rowless, 12, false, false, {}, true, SelectionDevice::Twin);
+    EXPECT_GE(twin.selection_positions_in_place, selections) << name;
+    EXPECT_EQ(twin.positions_in_place > 0, policy->description().needs(TensorSignal::Position))
+        << name << ": its programs' own reads of the positions";
+    const Run planted = run(device, TurnMode::Rowless, 12, false, false, {}, true, SelectionDevice::Twin, true,
+                            /*plant_wrong_positions=*/true);
+    ASSERT_EQ(planted.layouts.size(), twin.layouts.size()) << name;
+    EXPECT_NE(planted.layouts, twin.layouts) << name << " did not select from the positions handed over";
+  }
 }
 
 // Control: an indicator over the cached keys, its decode reads hidden and its calls unmarked (so the

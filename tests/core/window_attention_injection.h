@@ -173,12 +173,15 @@ class WindowAttentionInjector : public ForwardObserver {
 
   // The positions the engine asked for on the device (ObservationRequest::positions_on_device), in
   // every call, as the CUDA decoder describes its cache's arena: the twin's, copied out (so that a
-  // planted copy leaves the twin alone), marked as device memory (the stand-in's).
+  // planted copy leaves the twin alone) with other values before each head (as in an arena, so a
+  // reader that took the packed offsets of the scores would read those), marked as device memory
+  // (the stand-in's).
   void inject_positions(const DeviceKvLayerView& view, LayerSignals& with) {
     if (!request_.positions_on_device || !view.positions) return;
     positions_.clear();
     DeviceKvLayerView packed = view;
     for (int h = 0; h < view.n_heads; ++h) {
+      positions_.insert(positions_.end(), 3, -1000);
       packed.base_row[h] = static_cast<int64_t>(positions_.size());
       const int32_t* head = view.positions + view.base_row[h];
       positions_.insert(positions_.end(), head, head + view.length[h]);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/cache_row_reads_harness.h"
 #include "../core/gpu_test_skip.h"
 #include "core/decode/make_decoder.h"
 #include "core/engine/engine.h"
@@ -241,11 +243,14 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheRowNormsInPlace) {
 }
 
 // Positions read in place (LayerSignals::cached_positions, ObservationRequest::positions_on_device):
-// Random (its prompt's counter-based keys), StreamingLLM keeping true positions (prompt and decode
-// evictions) and DecodingPress with StreamingLLM's rule (every 4th decode step) scored by the NVRTC
-// kernels from the device cache's own positions keep exactly the entries the interpreter keeps from
-// the host's (integer keys and positions: no rounding on either side), and the interpreter's runs
-// read none in place.
+// Random (its prompt's counter-based keys), random keys every 2nd decode step (after evictions:
+// every head's positions its own, with gaps, so the slots or another head's would keep other
+// entries), the same every step with the cache's positions re-assigned (read in place at the
+// prompt only: the keys are the original positions), StreamingLLM keeping true positions (prompt
+// and decode evictions) and DecodingPress with StreamingLLM's rule (every 4th decode step) scored by
+// the NVRTC kernels from the device cache's own positions keep exactly the entries the interpreter
+// keeps from the host's (integer keys and positions: no rounding on either side); the selections of
+// the per-head top-k read them there too; the interpreter's runs read none in place.
 TEST(WindowAttentionInPlaceGpu, CudaScoringReadsThePositionsInPlace) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(in_place_config(), 61);
@@ -254,16 +259,29 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsThePositionsInPlace) {
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 19 + 7) % 300);
   const jit::DeviceChoice device = jit::resolve_device("cuda");
   const int heads = model->config.n_layers * model->config.n_kv_heads;
+  const std::string dir = ::testing::TempDir();
+  for (const bool reassign : {false, true}) {
+    std::ofstream(dir + (reassign ? "/random_reassigned.yaml" : "/random_decoding.yaml"))
+        << test::random_decoding_policy_text(reassign ? 1 : 2, reassign);
+  }
   for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
            {"random", {}},
+           {dir + "/random_decoding.yaml", {}},
+           {dir + "/random_reassigned.yaml", {}},
            {"streamingllm", {{"position_mode", "true_positions"}}},
            {"decoding", {{"inner", "streaming_llm"}, {"compression_interval", "4"}}}}) {
     const auto on_device = jit::load_scored_policy(name, params, {}, jit::ScoringBackend::CudaKernel, device);
     const auto interpreted = load_policy(name, params);
     const Outcome gpu = run(*model, *on_device, prompt, tokens);
     const Outcome cpu = run(*model, *interpreted, prompt, tokens);
-    EXPECT_GE(gpu.report.positions_in_place, heads) << name;
+    if (name.ends_with("random_reassigned.yaml"))
+      EXPECT_EQ(gpu.report.positions_in_place, heads) << name << ": the prompt's only";
+    else
+      EXPECT_GE(gpu.report.positions_in_place, heads) << name;
+    if (!name.ends_with("random_reassigned.yaml"))
+      EXPECT_GT(gpu.report.selection_positions_in_place, 0) << name;
     EXPECT_EQ(cpu.report.positions_in_place, 0) << name;
+    EXPECT_EQ(cpu.report.selection_positions_in_place, 0) << name;
     EXPECT_EQ(gpu.positions, cpu.positions) << name;
   }
 }

@@ -68,10 +68,12 @@ class CudaLayerSelector final : public LayerSelector {
     return b.scores.data();
   }
   // The scores are already on the device (the scoring kernels wrote them, in stream order before
-  // the selection's kernels); only the positions go up, and the kept lists come down.
+  // the selection's kernels); only the positions go up (none when the decoder's device cache holds
+  // them: `held`), and the kept lists come down.
   std::vector<std::vector<int>> select_heads_from_buffer(int layer, const std::vector<std::span<const int32_t>>& positions,
-                                                         const std::vector<HeadSelectionSpec>& specs) override {
-    const devsel::SelLayerInput in = buffered_input(layer, positions);
+                                                         const std::vector<HeadSelectionSpec>& specs,
+                                                         const CachedPositionsSignal* held) override {
+    const devsel::SelLayerInput in = buffered_input(layer, positions, held);
     selector_.select_heads(in, device_head_params(specs), output(in));
     return download(in);
   }
@@ -79,15 +81,17 @@ class CudaLayerSelector final : public LayerSelector {
                                                                   const std::vector<std::span<const int32_t>>& positions,
                                                                   const std::vector<int>& budget, int protect_first,
                                                                   int protect_recent, double floor_alpha,
-                                                                  bool score_order) override {
-    const devsel::SelLayerInput in = buffered_input(layer, positions);
+                                                                  bool score_order,
+                                                                  const CachedPositionsSignal* held) override {
+    const devsel::SelLayerInput in = buffered_input(layer, positions, held);
     selector_.select_layer_adaptive(in, budget, protect_first, protect_recent, floor_alpha, score_order, output(in));
     return download(in);
   }
   // The mean of the buffer's heads made on the device (one thread per entry), then select_heads
   // over it as one head.
   std::vector<int> select_layer_shared_from_buffer(int layer, int n_heads, std::span<const int32_t> positions,
-                                                   const HeadSelectionSpec& spec) override {
+                                                   const HeadSelectionSpec& spec,
+                                                   const CachedPositionsSignal* held) override {
     const int64_t T = static_cast<int64_t>(positions.size());
     if (n_heads < 1) throw std::logic_error("layer selector: a layer-shared selection over no head");
     Buffers::Buffer& b = buffers_.laid(layer);
@@ -98,9 +102,15 @@ class CudaLayerSelector final : public LayerSelector {
       layer_shared_mean_kernel<<<blocks, kMeanThreads>>>(b.scores.data(), n_heads, T, mean_.data());
       check(launch_status(), "layer_shared_mean_kernel");
     }
-    devsel::SelLayerInput in = buffered_selection_input(mean_.data(), {positions}, packed_positions_);
-    positions_.upload(packed_positions_);
-    in = repoint(in, mean_.data(), positions_.data());
+    devsel::SelLayerInput in;
+    if (held) {
+      const int64_t one[] = {T};
+      in = held_selection_input(mean_.data(), one, cached_positions_of_head(on_device(*held), 0));
+    } else {
+      in = buffered_selection_input(mean_.data(), {positions}, packed_positions_);
+      positions_.upload(packed_positions_);
+      in = repoint(in, mean_.data(), positions_.data());
+    }
     selector_.select_heads(in, {device_head_params(spec)}, output(in));
     return std::move(download(in).front());
   }
@@ -129,11 +139,19 @@ class CudaLayerSelector final : public LayerSelector {
   void release_score_buffers() override { buffers_.release_all(); }
 
  private:
+  // A description of positions in device memory, or std::logic_error (a host address would be
+  // dereferenced by a kernel).
+  static const CachedPositionsSignal& on_device(const CachedPositionsSignal& held) {
+    if (!held.on_device) throw std::logic_error("cuda layer selector: positions held in host memory");
+    return held;
+  }
   // Layer `layer`'s buffer as a selection's input on the device (its heads exactly as long as
-  // `positions`): only the positions go up.
-  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions) {
+  // `positions`): only the positions go up, or none where the device cache holds them (`held`).
+  devsel::SelLayerInput buffered_input(int layer, const std::vector<std::span<const int32_t>>& positions,
+                                       const CachedPositionsSignal* held) {
     Buffers::Buffer& b = buffers_.laid(layer);
     check_score_buffer_lengths(b.lengths, head_lengths_of(positions));
+    if (held) return held_selection_input(b.scores.data(), b.lengths, on_device(*held));
     const devsel::SelLayerInput in = buffered_selection_input(b.scores.data(), positions, packed_positions_);
     positions_.upload(packed_positions_);
     return repoint(in, b.scores.data(), positions_.data());
