@@ -173,14 +173,20 @@ int run_gpu(bool json) {
       for (int i = 0; i < iters; ++i) engine_selector->select_heads_from_buffer(0, pos, l.specs);
       const double buffer_ms = 1e3 * (bench::wall_seconds() - t0) / iters;
       // The positions where a device cache holds them (LayerSignals::cached_positions): no packing,
-      // no upload per selection.
+      // no upload per selection. Laid as an arena, other values before each head, so that offsets
+      // taken from the scores' layout would select differently (the check below).
+      std::vector<int32_t> arena;
       CachedPositionsSignal held;
-      held.data = positions.data();
-      held.on_device = true;
       for (int h = 0; h < kHeads; ++h) {
-        held.start.push_back(l.packed.input.position_offset[h]);
-        held.length.push_back(l.packed.input.length[h]);
+        arena.insert(arena.end(), 5, -1);
+        held.start.push_back(static_cast<int64_t>(arena.size()));
+        held.length.push_back(static_cast<int64_t>(l.positions[h].size()));
+        arena.insert(arena.end(), l.positions[h].begin(), l.positions[h].end());
       }
+      cuda::DeviceArray<int32_t> arena_on_device;
+      arena_on_device.upload(arena);
+      held.data = arena_on_device.data();
+      held.on_device = true;
       if (engine_selector->select_heads_from_buffer(0, pos, l.specs, &held) != engine_selector->select_heads(sc, pos, l.specs))
         throw std::runtime_error("the selector's buffer with held positions and its host spans select differently");
       cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -112,7 +112,8 @@ struct ObservationRequest {
   // of them crosses the bus (row_norms, the host-held norms, is not asked for beside it).
   bool row_norms_on_device = false;
   // The observer reads the cached entries' positions on the decoder's device too (the `pos` signal
-  // and random()'s key of a program that scores there): a decoder whose cache lives on a device
+  // and random()'s key of a program that scores there, and a selection that runs there): a decoder
+  // whose cache lives on a device
   // hands over its own (LayerSignals::cached_positions, a description of its arena: nothing is
   // copied) in every call. An observer must handle their absence (it then reads the host cache's).
   bool positions_on_device = false;

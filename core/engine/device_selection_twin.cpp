@@ -132,8 +132,9 @@ SelLayerInput buffered_selection_input(const float* scores, const std::vector<st
 
 SelLayerInput held_selection_input(const float* scores, std::span<const int64_t> lengths,
                                    const CachedPositionsSignal& held) {
-  if (held.empty() || held.length.size() != lengths.size() ||
-      !std::equal(lengths.begin(), lengths.end(), held.length.begin()))
+  if (held.empty() || held.length.size() != lengths.size() || held.start.size() != lengths.size() ||
+      !std::equal(lengths.begin(), lengths.end(), held.length.begin()) ||
+      std::any_of(held.start.begin(), held.start.end(), [](int64_t start) { return start < 0; }))
     throw std::logic_error("device selection: the positions held on the device do not describe the selected heads");
   if (lengths.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
   SelLayerInput in;

@@ -159,7 +159,8 @@ struct EvictionEngine::State {
   const bool positions_in_place;
   // ... and the selections from the selector's buffer (scores_to_selector) read them there too.
   const bool positions_to_selector;
-  // The current after_layer call's (when positions_in_place), until the layer's cache changes.
+  // The current after_layer call's (when positions_in_place or positions_to_selector), until the
+  // layer's cache changes.
   CachedPositionsSignal decoder_positions;
   int decoder_positions_layer = -1;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):

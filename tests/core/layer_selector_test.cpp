@@ -125,9 +125,11 @@ void expect_buffer_selects_as_spans(LayerSelector& selector, Write write, uint32
 // The same selections reading the positions where a device cache holds them (the selections'
 // `held`: held_selection_input): each head's positions at its own start in one arena, with other
 // values between the heads, as a device cache lays its rows; `hold` puts the arena in the selector's
-// memory and says whether that is device memory. The host selector's lists on the same positions;
-// TOVA's layer-shared rule reads head 0's (the arena's second head here, so a start of 0 would show).
-// A description of other heads or lengths is refused.
+// memory and says whether that is device memory. The host spans handed beside it have the right
+// lengths and wrong values (every head's reversed), so only a selector that read the arena gives the
+// host selector's lists on the true positions; TOVA's layer-shared rule reads head 0's (the arena's
+// second head here, so a start of 0 would show). A description of other lengths, or of fewer
+// starts, is refused by each of the three.
 template <typename Write, typename Hold>
 void expect_buffer_selects_with_held_positions(LayerSelector& selector, Write write, Hold hold, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -144,19 +146,26 @@ void expect_buffer_selects_with_held_positions(LayerSelector& selector, Write wr
       arena.insert(arena.end(), layer.positions[h].begin(), layer.positions[h].end());
     }
     std::tie(held.data, held.on_device) = hold(arena);
+    RandomLayer reversed = layer;  // the spans handed beside `held`: right lengths, wrong positions
+    for (auto& p : reversed.positions) std::reverse(p.begin(), p.end());
     const std::vector<HeadSelectionSpec> specs = random_specs(rng, heads, trial, 99);
     float* buffer = selector.layer_score_buffer(0, held.length);
     for (int h = 0; h < heads; ++h) write(buffer + layer_score_offset(held.length, h), layer.scores[h]);
-    EXPECT_EQ(selector.select_heads_from_buffer(0, layer.pos(), specs, &held),
+    EXPECT_EQ(selector.select_heads_from_buffer(0, reversed.pos(), specs, &held),
               host->select_heads(layer.sc(), layer.pos(), specs))
         << "trial " << trial;
     const std::vector<int> budget(heads, std::uniform_int_distribution<int>(0, 200)(rng));
-    EXPECT_EQ(selector.select_layer_adaptive_from_buffer(0, layer.pos(), budget, 2, 4, 0.5, trial % 2 == 1, &held),
+    EXPECT_EQ(selector.select_layer_adaptive_from_buffer(0, reversed.pos(), budget, 2, 4, 0.5, trial % 2 == 1, &held),
               host->select_layer_adaptive(layer.sc(), layer.pos(), budget, 2, 4, 0.5, trial % 2 == 1))
         << "trial " << trial << " (Ada-KV)";
-    CachedPositionsSignal shorter = held;
+    CachedPositionsSignal shorter = held, fewer = held;
     shorter.length.back() += 1;
-    EXPECT_THROW(selector.select_heads_from_buffer(0, layer.pos(), specs, &shorter), std::logic_error);
+    fewer.start.pop_back();
+    for (const CachedPositionsSignal* bad : {&shorter, &fewer}) {
+      EXPECT_THROW(selector.select_heads_from_buffer(0, layer.pos(), specs, bad), std::logic_error);
+      EXPECT_THROW(selector.select_layer_adaptive_from_buffer(0, layer.pos(), budget, 2, 4, 0.5, false, bad),
+                   std::logic_error);
+    }
   }
   // TOVA: two heads of one length; the description's head 0 is the arena's second run of positions.
   const int T = 40;
@@ -176,8 +185,12 @@ void expect_buffer_selects_with_held_positions(LayerSelector& selector, Write wr
   std::vector<float> mean(T);
   for (int t = 0; t < T; ++t) mean[t] = scores[0][t] / 2.0f + scores[1][t] / 2.0f;
   const HeadSelectionSpec spec = random_specs(rng, 1, 3, 7).front();
-  EXPECT_EQ(selector.select_layer_shared_from_buffer(1, 2, positions, spec, &held),
+  std::vector<int32_t> reversed(positions.rbegin(), positions.rend());
+  EXPECT_EQ(selector.select_layer_shared_from_buffer(1, 2, reversed, spec, &held),
             host->select_heads({std::span<const float>(mean)}, {std::span<const int32_t>(positions)}, {spec}).front());
+  CachedPositionsSignal shorter = held;
+  shorter.length[0] += 1;
+  EXPECT_THROW(selector.select_layer_shared_from_buffer(1, 2, positions, spec, &shorter), std::logic_error);
 }
 
 // TOVA's layer-shared selection from the buffer: heads of one length, select_head on their mean
