@@ -57,25 +57,28 @@ void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int 
   PhaseScope timed(*this, EnginePhase::Selection);
   // The positions where the decoder's device cache holds them, when it handed them over in this call.
   const CachedPositionsSignal* held = positions_to_selector ? decoder_positions_for_selection(layer, lengths) : nullptr;
-  if (held) ++report.selection_positions_in_place;
+  auto counted = [&](auto kept) {  // a selection that read them, once it has
+    if (held) ++report.selection_positions_in_place;
+    return kept;
+  };
   if (plan.select.scope == SelectScope::Layer) {
     std::vector<std::span<const int32_t>> pos(Hs);
     for (int h = 0; h < Hs; ++h)
       pos[h] = std::span<const int32_t>(positions(cache, layer, h), static_cast<size_t>(lengths[h]));
     ++report.layer_selections;
     keep_layer(cache, layer,
-               selector->select_layer_adaptive_from_buffer(layer, pos, std::vector<int>(Hs, budget), pr.first,
-                                                           pr.recent, plan.select.floor_alpha,
-                                                           plan.select.kept_order == KeptOrder::Score, held),
+               counted(selector->select_layer_adaptive_from_buffer(layer, pos, std::vector<int>(Hs, budget), pr.first,
+                                                                   pr.recent, plan.select.floor_alpha,
+                                                                   plan.select.kept_order == KeptOrder::Score, held)),
                std::vector<std::span<const float>>(Hs));
     return;
   }
   if (plan.select.scope == SelectScope::LayerShared) {  // one decision on the heads' mean (evict_layer)
     const int T = layer_shared_length(cache, layer);
     ++report.layer_selections;
-    const std::vector<int> kept = selector->select_layer_shared_from_buffer(
+    const std::vector<int> kept = counted(selector->select_layer_shared_from_buffer(
         layer, Hs, std::span<const int32_t>(positions(cache, layer, 0), static_cast<size_t>(T)),
-        spec_for(layer, 0, budget, pr), held);
+        spec_for(layer, 0, budget, pr), held));
     keep_layer(cache, layer, std::vector<std::vector<int>>(Hs, kept), std::vector<std::span<const float>>(Hs));
     return;
   }
@@ -88,7 +91,7 @@ void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int 
     specs.push_back(spec_for(layer, h, budgets[h], pr));
   }
   ++report.layer_selections;
-  keep_layer(cache, layer, selector->select_heads_from_buffer(layer, pos, specs, held),
+  keep_layer(cache, layer, counted(selector->select_heads_from_buffer(layer, pos, specs, held)),
              std::vector<std::span<const float>>(Hs));
 }
 
