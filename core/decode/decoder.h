@@ -113,9 +113,9 @@ struct ObservationRequest {
   bool row_norms_on_device = false;
   // The observer reads the cached entries' positions on the decoder's device too (the `pos` signal
   // and random()'s key of a program that scores there, and a selection that runs there): a decoder
-  // whose cache lives on a device
-  // hands over its own (LayerSignals::cached_positions, a description of its arena: nothing is
-  // copied) in every call. An observer must handle their absence (it then reads the host cache's).
+  // whose cache lives on a device hands over its own (LayerSignals::cached_positions, a description
+  // of its arena: nothing is copied) in every call. An observer must handle their absence (it then
+  // reads the host cache's).
   bool positions_on_device = false;
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run

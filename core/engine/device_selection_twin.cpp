@@ -108,23 +108,35 @@ void check_selection_input(const SelLayerInput& in) {
   }
 }
 
-SelLayerInput buffered_selection_input(const float* scores, const std::vector<std::span<const int32_t>>& positions,
-                                       std::vector<int32_t>& packed_positions) {
-  if (positions.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
+// The layout both inputs of a layer's score buffer share: heads of `lengths` entries, their scores
+// packed one after another at `scores` (layer_score_offset); positions left to the caller.
+static SelLayerInput packed_scores_input(const float* scores, std::span<const int64_t> lengths) {
+  if (lengths.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
   SelLayerInput in;
-  in.n_heads = static_cast<int>(positions.size());
-  packed_positions.clear();
-  int64_t longest = 0;
+  in.n_heads = static_cast<int>(lengths.size());
+  int64_t offset = 0, longest = 0;
   for (int h = 0; h < in.n_heads; ++h) {
-    const std::span<const int32_t> p = positions[static_cast<size_t>(h)];
-    if (p.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) bad("head length overflows int32");
-    in.score_offset[h] = in.position_offset[h] = static_cast<int64_t>(packed_positions.size());
-    in.length[h] = static_cast<int32_t>(p.size());
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
-    packed_positions.insert(packed_positions.end(), p.begin(), p.end());
+    if (lengths[h] > std::numeric_limits<int32_t>::max()) bad("head length overflows int32");
+    in.score_offset[h] = offset;
+    in.length[h] = static_cast<int32_t>(lengths[h]);
+    offset += lengths[h];
+    longest = std::max(longest, lengths[h]);
   }
   in.max_length = static_cast<int32_t>(longest);
   in.scores = scores;
+  return in;
+}
+
+SelLayerInput buffered_selection_input(const float* scores, const std::vector<std::span<const int32_t>>& positions,
+                                       std::vector<int32_t>& packed_positions) {
+  std::vector<int64_t> lengths;
+  for (const std::span<const int32_t>& p : positions) lengths.push_back(static_cast<int64_t>(p.size()));
+  SelLayerInput in = packed_scores_input(scores, lengths);
+  packed_positions.clear();
+  for (int h = 0; h < in.n_heads; ++h) {  // packed as the scores are
+    in.position_offset[h] = in.score_offset[h];
+    packed_positions.insert(packed_positions.end(), positions[h].begin(), positions[h].end());
+  }
   in.positions = packed_positions.data();
   check_selection_input(in);
   return in;
@@ -136,20 +148,8 @@ SelLayerInput held_selection_input(const float* scores, std::span<const int64_t>
       !std::equal(lengths.begin(), lengths.end(), held.length.begin()) ||
       std::any_of(held.start.begin(), held.start.end(), [](int64_t start) { return start < 0; }))
     throw std::logic_error("device selection: the positions held on the device do not describe the selected heads");
-  if (lengths.size() > static_cast<size_t>(devsel::kSelMaxHeads)) bad("too many heads");
-  SelLayerInput in;
-  in.n_heads = static_cast<int>(lengths.size());
-  int64_t offset = 0, longest = 0;
-  for (int h = 0; h < in.n_heads; ++h) {
-    if (lengths[h] > std::numeric_limits<int32_t>::max()) bad("head length overflows int32");
-    in.score_offset[h] = offset;
-    in.position_offset[h] = held.start[static_cast<size_t>(h)];
-    in.length[h] = static_cast<int32_t>(lengths[h]);
-    offset += lengths[h];
-    longest = std::max(longest, lengths[h]);
-  }
-  in.max_length = static_cast<int32_t>(longest);
-  in.scores = scores;
+  SelLayerInput in = packed_scores_input(scores, lengths);
+  for (int h = 0; h < in.n_heads; ++h) in.position_offset[h] = held.start[static_cast<size_t>(h)];
   in.positions = held.data;
   check_selection_input(in);
   return in;

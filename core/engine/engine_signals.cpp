@@ -37,20 +37,22 @@ const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, 
   return base + (norms ? decoder_rows.norm_offset(src) : decoder_rows.offset[static_cast<size_t>(src)]);
 }
 
-const int32_t* EvictionEngine::State::decoder_positions_of(int layer, int src, int T) const {
+const CachedPositionsSignal* EvictionEngine::State::decoder_positions_for(int layer) const {
   const CachedPositionsSignal& p = decoder_positions;
-  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer || T <= 0 ||
-      src >= p.n_heads() || p.length[static_cast<size_t>(src)] != T)
-    return nullptr;
-  return p.data + p.start[static_cast<size_t>(src)];
+  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer) return nullptr;
+  return &p;
+}
+
+const int32_t* EvictionEngine::State::decoder_positions_of(int layer, int src, int T) const {
+  const CachedPositionsSignal* p = decoder_positions_for(layer);
+  if (!p || T <= 0 || src >= p->n_heads() || p->length[static_cast<size_t>(src)] != T) return nullptr;
+  return p->data + p->start[static_cast<size_t>(src)];
 }
 
 const CachedPositionsSignal* EvictionEngine::State::decoder_positions_for_selection(
     int layer, const std::vector<int64_t>& lengths) const {
-  const CachedPositionsSignal& p = decoder_positions;
-  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer || p.length != lengths)
-    return nullptr;
-  return &p;
+  const CachedPositionsSignal* p = decoder_positions_for(layer);
+  return p && p->length == lengths ? p : nullptr;
 }
 
 void EvictionEngine::State::drop_decoder_layer(int layer) {

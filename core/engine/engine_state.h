@@ -280,6 +280,9 @@ struct EvictionEngine::State {
   // decoder's device copy, when it made one for this call and the head is exactly that long; null
   // otherwise (the host's rows, or its held norms, then).
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
+  // The decoder's description of `layer`'s positions when it handed one over in this call, the layer
+  // is unchanged since, and its positions are the original ones (not re-assigned; not unfolded).
+  const CachedPositionsSignal* decoder_positions_for(int layer) const;
   // The positions of stored head `src` of `layer` (T entries) in the decoder's device cache, when it
   // handed them over in this call, the head is exactly that long and its positions are the original
   // ones; null otherwise (the host's are uploaded then, if a program reads them).

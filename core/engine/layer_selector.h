@@ -14,8 +14,9 @@
 // cuda selector uploads with the positions; or, for a per-head top-k, Ada-KV's layer-wide ranking or
 // TOVA's layer-shared rule scored by the CUDA backend (a prompt's eviction, cascading or not, and a decode eviction), the
 // kernels write them into the selector's own per-layer buffers (layer_score_buffer) and only the
-// positions go up, or none where the decoder's device cache holds them (`held`). The kept lists come down either way (the engine's bookkeeping and the device
-// cache's compaction take them from the host).
+// positions go up, or none where the decoder's device cache holds them (`held`). The kept lists
+// come down either way (the engine's bookkeeping and the device cache's compaction take them from
+// the host).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
