@@ -44,6 +44,10 @@ EmittedProgram ProgramEmitter::emit() {
       stages_.push_back(i);  // a split variance's first step: its mean (kernel_abi.h, "Split stages")
     stage_of_[i] = int(stages_.size()), stages_.push_back(i);
     if (p_.nodes[i].op != NodeOp::Inverse) continue;
+    // A layer entry's scratch holds no matrices (its slots are laid per layer, not per KV head):
+    // refused here as the checker refuses it in a policy file (dsl/matrix_ops.cpp), not written
+    // past the scratch by a program built some other way.
+    if (output_ == KernelOutput::Layer) fail(i, "inverse() in a layer_weight program");
     matrix_of_[i] = matrices_.count++;
     matrices_.axes |= ((p_.nodes[i].shape & dsl::kAxisH) ? 1 : 0) | ((p_.nodes[i].shape & dsl::kAxisQ) ? 2 : 0);
   }

@@ -100,7 +100,9 @@ void ProgramEmitter::emit_reduce(int i) {
     case Reducer::Sum:
     case Reducer::Mean:
     case Reducer::Var:
-      line("const int count = (int)" + reduced_count(i) + ";", here);
+      // 64 bits, as the interpreter counts: a reduction over (s, d, e) at T = 128K and head_dim 128
+      // has 2^31 elements, which an int would wrap (the host build) or saturate (the device).
+      line("const long long count = (long long)" + reduced_count(i) + ";", here);
       line("(void)count;", here);
       return with_row(i, [&](const std::string& x) {
         line("{", here);
@@ -144,7 +146,7 @@ void ProgramEmitter::emit_var_about(int i) {
   line("KVEVICT_FN float " + var_about(i) + "(" + kParams + ", float mean) {", here);
   w_.indent();
   line("(void)a; (void)h; (void)q; (void)c; (void)e; (void)mc; (void)s; (void)t;", here);
-  line("const int count = (int)" + reduced_count(i) + ";", here);
+  line("const long long count = (long long)" + reduced_count(i) + ";", here);
   with_row(i, [&](const std::string& x) {
     line("{", here);
     w_.indent();

@@ -14,6 +14,11 @@ ScoreKeepPlan plan_score_keep(std::span<const int64_t> laid, const std::vector<s
   ScoreKeepPlan plan;
   int64_t from = 0;
   for (size_t h = 0; h < kept.size(); ++h) {
+    // More entries than the head had (an index repeated) would lay a buffer longer than the one the
+    // device copies back into.
+    if (static_cast<int64_t>(kept[h].size()) > laid[h])
+      throw std::logic_error("score buffer keep: head " + std::to_string(h) + " keeps " +
+                             std::to_string(kept[h].size()) + " entries of " + std::to_string(laid[h]));
     for (int index : kept[h])
       if (index < 0 || index >= laid[h])
         throw std::logic_error("score buffer keep: head " + std::to_string(h) + " keeps entry " +

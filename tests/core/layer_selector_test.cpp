@@ -279,6 +279,9 @@ void expect_held_buffers_follow_keeps(LayerSelector& selector, Write write, uint
     bad[0].push_back(static_cast<int>(layers[0].scores[0].size()));  // one past the head's end
     EXPECT_THROW(selector.keep_in_buffer(0, bad), std::logic_error);
     EXPECT_THROW(selector.keep_in_buffer(0, std::vector<std::vector<int>>(heads + 1)), std::logic_error);
+    std::vector<std::vector<int>> longer(heads);  // an index repeated: more entries than the head had
+    longer[0].assign(layers[0].scores[0].size() + 1, 0);
+    EXPECT_THROW(selector.keep_in_buffer(0, longer), std::logic_error);
     selector.release_score_buffers();
     EXPECT_TRUE(selector.score_buffer_lengths(1).empty());
     EXPECT_THROW(selector.select_heads_from_buffer(1, layers[1].pos(), random_specs(rng, heads, trial, 7)),

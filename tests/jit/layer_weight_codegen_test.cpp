@@ -16,6 +16,8 @@
 #include "core/util/error.h"
 #include "dsl/compiled_program.h"
 #include "dsl/policy_file.h"
+#include "dsl/program_builder.h"
+#include "jit/cuda_codegen.h"
 #include "jit/codegen.h"
 #include "jit/host_module.h"
 #include "jit/jit_policy_program.h"
@@ -212,6 +214,23 @@ TEST(LayerWeightCodegen, ScoreProgramsNeverGetALayerEntry) {
   const GeneratedKernel snapkv = generate_policy_cuda("snapkv", {}, {});
   EXPECT_EQ(std::find(snapkv.entry_points.begin(), snapkv.entry_points.end(), kLayerWeightEntry), snapkv.entry_points.end());
   EXPECT_EQ(snapkv.layer_stages, 0);
+}
+
+// inverse() lays its matrices in a score kernel's per-head scratch; a layer entry's has none, so a
+// layer_weight program that reaches one (built without the checker, which refuses it in a file) is
+// a GenerateError, not a kernel that writes past its scratch.
+TEST(LayerWeightCodegen, InverseInALayerProgramIsRefused) {
+  dsl::ProgramBuilder score_builder(false);
+  dsl::LoweredProgram score = score_builder.finish(score_builder.load(TensorSignal::KeyNorm));
+  dsl::ProgramBuilder b(true);
+  const int inverse = b.inverse(b.load(TensorSignal::QueryCovariance));
+  dsl::LoweredProgram layer = b.finish(b.reduce(dsl::Reducer::Sum, b.node(inverse).shape, inverse));
+  try {
+    generate_score_kernels("x.cu", "x.yaml", score, nullptr, {}, {}, nullptr, {}, &layer);
+    FAIL() << "a layer_weight program with inverse() was generated";
+  } catch (const GenerateError& e) {
+    EXPECT_NE(std::string(e.what()).find("inverse() in a layer_weight program"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LayerWeightCodegenGpu, EveryBuiltInLayerWeightMatchesTheInterpreterOnTheDevice) {

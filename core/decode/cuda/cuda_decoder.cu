@@ -57,6 +57,16 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // reads them only so (NoneGivenDecoderSignals); in any other call it reads the host's, or none.
   hand_cache_rows_ = placeholder_host_ && reads == CacheRowReads::NoneGivenDecoderSignals &&
                      cache_rows_wanted(request).any();
+  // A call that throws before every layer has held its queries (hold_queries) leaves the ring
+  // claiming rows that some layers' copies lack: the ring then holds none, so no later call reads
+  // rows never copied (a later window is seeded from the observer's rows again, seed_queries).
+  struct ForgetHeldQueriesUnlessDone {
+    QueryWindowRing& ring;
+    bool done = false;
+    ~ForgetHeldQueriesUnlessDone() {
+      if (!done) ring.forget();
+    }
+  } held_queries_guard{query_ring_};
   if (query_capacity_ > 0) query_update_ = query_ring_.append(position_, n, query_capacity_);
   if (mirror_ && !defer_host_) {
     if (placeholder_host_) mirror_->sync_host_appends();  // rows deferred by earlier calls come first
@@ -77,6 +87,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
     attention_layer(layer, n, request, observer);
     feed_forward_layer(layer, n);
   }
+  held_queries_guard.done = true;
   position_ += n;
 
   const int rows = all_logits ? n : 1;
@@ -94,7 +105,12 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
     logits_.resize(vocab);
     logits_d_.download(logits_.data(), vocab);
   }
-  if (observer) observer->after_forward(n, cache_);
+  if (observer) {
+    observer->after_forward(n, cache_);
+    // It may have scored on another GPU (as after_layer may: observe_layer); the flushes below
+    // launch on this decoder's.
+    cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  }
   // The observer reads no row in the calls to come: the host's copy of the device's rows goes (only
   // after a call whose rows came to the host: a placeholder call brought none).
   if (mirror_ && observer && request.host_rows_not_read_later && !placeholder_host_) mirror_->release_host_rows();

@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/decode/cuda/cuda_decoder.h"
@@ -48,6 +50,20 @@ inline void check_blas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     throw RuntimeError(std::string("CUDA decoder: ") + what + ": cuBLAS status " + std::to_string(int(status)));
   }
+}
+
+// The decoder's cuBLAS handle, destroyed with it, and also when its constructor throws after
+// creating it (a model too large for the card, a malformed weight): the handle and its workspace
+// are not leaked.
+struct BlasDestroy {
+  void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
+};
+using BlasHandle = std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDestroy>;
+
+inline BlasHandle make_blas_handle() {
+  cublasHandle_t handle = nullptr;
+  check_blas(cublasCreate(&handle), "cublasCreate");
+  return BlasHandle(handle);
 }
 
 struct DeviceLayer {
@@ -92,7 +108,7 @@ class CudaDecoder : public Decoder {
         ordinal_(options.device_ordinal), kv_mode_(options.device_kv), prefill_attention_(options.prefill_attention) {
     if (prefill_attention_ == PrefillAttention::FlashInfer) refuse_flashinfer_unless_usable(options);
     cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    check_blas(cublasCreate(&blas_), "cublasCreate");
+    blas_ = make_blas_handle();
     if (kv_mode_ == DeviceKvMode::Resident) {
       device_kv_ = std::make_unique<cuda::DeviceKvCache>(device_kv_geometry(config_, options.kv_type));
       backend_ = std::make_unique<DeviceKvBackendFor<cuda::DeviceKvCache>>(*device_kv_);
@@ -138,8 +154,7 @@ class CudaDecoder : public Decoder {
                        std::string(kv_type_name(options.kv_type)) + " with head_dim " + std::to_string(config_.head_dim));
   }
   ~CudaDecoder() override {
-    cudaSetDevice(ordinal_);  // frees below run on this decoder's device; no throwing here
-    cublasDestroy(blas_);
+    cudaSetDevice(ordinal_);  // the members' frees (cuBLAS's too) run on this decoder's device; no throwing here
   }
 
   const std::vector<float>& forward(std::span<const int> tokens, ForwardObserver* observer,
@@ -203,7 +218,7 @@ class CudaDecoder : public Decoder {
   // y[n][out] = x[n][in] · W^T, W stored [out][in] row-major (= column-major [in][out], op T).
   void gemm(const __half* x, int n, int in, const __half* w, int out, float* y) {
     const float alpha = 1.0f, beta = 0.0f;
-    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16F, in, x, CUDA_R_16F, in,
+    check_blas(cublasGemmEx(blas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16F, in, x, CUDA_R_16F, in,
                             &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
   }
@@ -255,7 +270,7 @@ class CudaDecoder : public Decoder {
   DeviceKvSeconds own_seconds_;  // host_append and observation (device_kv_stats.h): this decoder's side
   int position_ = 0;
   int table_first_ = -1;  // position of row 0 of the uploaded RoPE table
-  cublasHandle_t blas_ = nullptr;
+  BlasHandle blas_;
   std::vector<std::unique_ptr<DeviceArray<__half>>> halves_;
   std::vector<std::unique_ptr<DeviceArray<float>>> floats_;
   DeviceArray<float>*embedding_ = nullptr, *final_norm_ = nullptr;

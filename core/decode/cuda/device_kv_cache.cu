@@ -339,9 +339,10 @@ void DeviceKvCache::release_room(int layer) {
   if (!smaller) return;
   try {
     impl_->relocate(layer, std::move(*smaller));
-  } catch (const RuntimeError&) {
+  } catch (const DeviceOutOfMemory&) {
     // The smaller arenas could not be allocated (relocate allocates before it changes anything):
-    // the layer keeps its arenas; giving room back is optional work.
+    // the layer keeps its arenas; giving room back is optional work. Any other failure (an earlier
+    // kernel's fault the runtime reports here) goes on to the caller.
   }
 }
 

@@ -184,27 +184,44 @@ void DeviceKvCodebooks::grow(Layer& c, int64_t code_capacity, int64_t log_capaci
   const int64_t old_codes = c.books.code_capacity(), old_log = c.books.log_capacity();
   code_capacity = DeviceCodebookBooks::planned_capacity(old_codes, code_capacity);
   log_capacity = DeviceCodebookBooks::planned_capacity(old_log, log_capacity);
+  // Every new array is made before any is swapped in, so an allocation that fails (out of device
+  // memory) leaves the layer as it was: arrays and recorded capacities agree.
+  std::unique_ptr<DeviceArray<float>> key_codes, value_codes;
+  std::unique_ptr<DeviceArray<CodebookEntry>> log;
   if (code_capacity != old_codes || books != c.laid_books) {
     const size_t keep = books == c.laid_books ? static_cast<size_t>(std::min(old_codes, code_capacity)) : 0;
-    c.key_codes = relaid(*c.key_codes, books, static_cast<size_t>(old_codes), keep, static_cast<size_t>(code_capacity),
-                         d, "device codebook growth (key codes)");
-    c.value_codes = relaid(*c.value_codes, books, static_cast<size_t>(old_codes), keep,
-                           static_cast<size_t>(code_capacity), d, "device codebook growth (value codes)");
-    c.laid_books = books;
+    key_codes = relaid(*c.key_codes, books, static_cast<size_t>(old_codes), keep, static_cast<size_t>(code_capacity), d,
+                       "device codebook growth (key codes)");
+    value_codes = relaid(*c.value_codes, books, static_cast<size_t>(old_codes), keep,
+                         static_cast<size_t>(code_capacity), d, "device codebook growth (value codes)");
   }
   if (log_capacity != old_log)
-    c.log = relaid(*c.log, static_cast<size_t>(n_heads_), static_cast<size_t>(old_log),
-                   static_cast<size_t>(std::min(old_log, log_capacity)), static_cast<size_t>(log_capacity), 1,
-                   "device codebook growth (log)");
-  c.books.grown(code_capacity, log_capacity);
+    log = relaid(*c.log, static_cast<size_t>(n_heads_), static_cast<size_t>(old_log),
+                 static_cast<size_t>(std::min(old_log, log_capacity)), static_cast<size_t>(log_capacity), 1,
+                 "device codebook growth (log)");
+  c.books.grown(code_capacity, log_capacity);  // checks only (a logic_error): before anything is swapped
+  if (key_codes) {
+    c.key_codes = std::move(key_codes);
+    c.value_codes = std::move(value_codes);
+    c.laid_books = books;
+  }
+  if (log) c.log = std::move(log);
 }
 
 void DeviceKvCodebooks::load(int layer, const DeviceCodebookLoad& load) {
   Layer& c = this->layer(layer);
   const bool same_books = static_cast<int>(load.books.size()) == c.books.books() && load.shared == c.books.shared();
+  const DeviceCodebookBooks before = c.books;
+  const size_t laid_before = c.laid_books;
   const int64_t capacity = c.books.load(load);
   if (!same_books) c.laid_books = 0;  // a fresh layout: no code held carries over
-  grow(c, capacity, c.books.log_capacity());
+  try {
+    grow(c, capacity, c.books.log_capacity());
+  } catch (...) {  // out of device memory: the layer stays as it was (grow swapped nothing in)
+    c.books = before;
+    c.laid_books = laid_before;
+    throw;
+  }
   const size_t books = load.books.size(), d = static_cast<size_t>(head_dim_);
   const size_t cap = static_cast<size_t>(c.books.code_capacity());
   std::vector<int32_t> key_count(books), value_count(books);

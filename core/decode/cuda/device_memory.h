@@ -11,8 +11,19 @@
 
 namespace kvevict::cuda {
 
+// A failed allocation, apart from every other failure: optional work (giving arenas back) may
+// catch this one and carry on, while a fault of an earlier kernel, which the runtime reports at
+// any later call, still reaches the caller.
+class DeviceOutOfMemory : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
 inline void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA decoder: ") + what + ": " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  const std::string message = std::string("CUDA decoder: ") + what + ": " + cudaGetErrorString(e);
+  if (e == cudaErrorMemoryAllocation) throw DeviceOutOfMemory(message);
+  throw RuntimeError(message);
 }
 
 template <typename T>

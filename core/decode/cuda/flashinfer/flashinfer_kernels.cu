@@ -48,10 +48,13 @@ std::string run_single_prefill(const SingleHeadPrefill& p) {
   if (!supports_head_dim(static_cast<int>(p.head_dim))) return "head_dim " + std::to_string(p.head_dim) + " is not built";
   try {
     const cudaError_t e = p.bf16 ? launch_for<__nv_bfloat16>(p) : launch_for<half>(p);
-    if (e != cudaSuccess) return cudaGetErrorString(e);
+    // Read (and so clear) the runtime's last error in every case: after a failed launch or
+    // attribute call it is still set, and the caller's next launch check would report it as its own.
     const cudaError_t launched = cudaGetLastError();
+    if (e != cudaSuccess) return cudaGetErrorString(e);
     if (launched != cudaSuccess) return cudaGetErrorString(launched);
   } catch (const std::exception& error) {  // FLASHINFER_ERROR throws
+    cudaGetLastError();
     return error.what();
   }
   return "";
