@@ -55,6 +55,7 @@ class JitPolicyProgram : public PolicyProgram {
   }
   // The GPU backend's scores are made on the device: select there too (layer_selector.h).
   bool scores_device_signals() const override { return host_ == nullptr; }  // the GPU backend
+  int cuda_device() const override { return ordinal_; }  // -1 for the host backend
   // The GPU backend's token scores go straight into a device buffer (a selector's, for the
   // selection on the device): no synchronisation, no download.
   bool scores_to_device() const override { return host_ == nullptr; }

@@ -192,6 +192,9 @@ struct LayerSignals {
   // any call, is window_attention, and its K and V (and their norms) are cache_rows
   // (NoneGivenDecoderSignals).
   bool cache_rows_are_placeholders = false;
+  // The CUDA device whose memory the signals above marked on_device are (the CUDA decoder's
+  // ordinal); -1 from a decoder that hands none. An observer that reads them there must run on it.
+  int cuda_device = -1;
 };
 
 class ForwardObserver {

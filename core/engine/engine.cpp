@@ -91,7 +91,23 @@ EvictionEngine::EvictionEngine(const PolicyProgram& policy, const ModelConfig& c
 
 EvictionEngine::~EvictionEngine() = default;
 
+namespace {
+
+// The decoder's device signals are memory of its GPU, and the program's kernels, its selector and
+// its accumulated attention run on the program's: they must be the same device (the CLI and eval
+// give both one --device; a library caller might not).
+void refuse_signals_of_another_device(const PolicyProgram& p, const LayerSignals& signals) {
+  const int scoring = p.cuda_device();
+  if (signals.cuda_device < 0 || scoring < 0 || scoring == signals.cuda_device) return;
+  throw UsageError("policy " + p.description().name + " scores on cuda:" + std::to_string(scoring) +
+                   ", but the decoder runs on cuda:" + std::to_string(signals.cuda_device) +
+                   ": score where the decoder runs (one device for both)");
+}
+
+}  // namespace
+
 void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
+  refuse_signals_of_another_device(state_->policy, signals);
   const bool new_prompt = signals.layer == 0 && (!state_->prefill_done || signals.first_position == 0);
   // An announced prompt must be what the next call starts (announce_prompt's contract).
   if (signals.layer == 0 && state_->announced && (!new_prompt || signals.first_position != 0)) {

@@ -341,6 +341,10 @@ class PolicyProgram {
   // Added. Whether score() takes signals in device memory (ScoreInputs::device_signals): the CUDA
   // scoring backend, whose kernels then read them in place instead of uploading host copies.
   virtual bool scores_device_signals() const { return false; }
+  // Added. The CUDA device whose memory those signals must be (the device the program's kernels
+  // run on); -1 for a program that runs on none. The engine refuses a decoder's device signals
+  // from another device (LayerSignals::cuda_device).
+  virtual int cuda_device() const { return -1; }
   // Added. Whether score_on_device() writes the scores into device memory (the CUDA scoring
   // backend), so that a selection on that device reads them where they are (LayerSelector::
   // layer_score_buffer): no download of the scores, no upload for the selection.

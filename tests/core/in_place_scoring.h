@@ -48,6 +48,9 @@ class InPlaceScoring : public PolicyProgram {
   }
   HeadPlan head_plan(const ScoreInputs& in) const override { return p_.head_plan(in); }
   bool scores_device_signals() const override { return true; }
+  // The device its "kernels" run on: the injector's signals say device 0 (another is refused).
+  int cuda_device() const override { return device; }
+  int device = 0;
   // Scores "into device memory" (a twin selector's host buffer): counted, and with
   // plant_device_scores negated (a wrong score of the right shape).
   bool scores_to_device() const override { return true; }

@@ -217,11 +217,14 @@ struct EngineRun {
 
 class WindowAttentionEngineTest : public test::StoriesPromptTest {
  protected:
-  static EngineRun run(const Case& c, Mode mode) {
+  // scoring_device: the CUDA device the stand-in device scoring says it runs on (the injector's
+  // signals are device 0's).
+  static EngineRun run(const Case& c, Mode mode, int scoring_device = 0) {
     const auto policy = load_policy(c.policy, c.params);
     const bool layers = mode == Mode::InPlaceLayers || mode == Mode::InPlaceLayersPlanted;
     const bool in_place = mode == Mode::InPlace || mode == Mode::InPlacePlanted || mode == Mode::InPlaceDecodePlanted || layers;
-    const test::InPlaceScoring device_scoring(*policy, layers);
+    test::InPlaceScoring device_scoring(*policy, layers);
+    device_scoring.device = scoring_device;
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(in_place ? static_cast<const PolicyProgram&>(device_scoring) : *policy, model_->config,
                           {Budget::parse(c.budget), 3});
@@ -395,6 +398,20 @@ TEST_F(WindowAttentionEngineTest, DeviceScoringReadsTheDecodersBufferInPlace) {
   if (!refused_download) {
     EXPECT_GT(cake.report.window_attention_downloads, 0);
   }
+}
+
+// The decoder's device signals are its GPU's memory: a policy whose kernels run on another GPU
+// would read addresses of the wrong device. Refused at the first layer, naming both devices.
+TEST_F(WindowAttentionEngineTest, DeviceSignalsFromAnotherGpuThanThePolicysAreRefused) {
+  try {
+    run({"snapkv"}, Mode::InPlace, /*scoring_device=*/1);
+    FAIL() << "device 0's signals were scored by a program on device 1";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("scores on cuda:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("the decoder runs on cuda:0"), std::string::npos) << what;
+  }
+  EXPECT_GT(run({"snapkv"}, Mode::InPlace, /*scoring_device=*/0).scored_in_place, 0) << "the same device is taken";
 }
 
 // "Not done" step 4 (docs/CUDA.md): when the program's layer weights take device signals too (the

@@ -117,6 +117,7 @@ class WindowAttentionInjector : public ForwardObserver {
     }
     inject_cache_rows(view, with);
     inject_positions(view, with);
+    with.cuda_device = 0;  // as the CUDA decoder on device 0 says of its signals
     return with;
   }
   void after_forward(int n_tokens, KVCache& cache) override { engine_.after_forward(n_tokens, cache); }

@@ -194,6 +194,7 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
                                 ForwardObserver& observer) {
   const int q_dim = config_.q_dim();
   LayerSignals signals;
+  signals.cuda_device = ordinal_;
   signals.layer = layer;
   signals.first_position = first;
   signals.n_tokens = n;
