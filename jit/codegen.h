@@ -41,6 +41,9 @@ struct GeneratedKernel {
   int score_stages = 0, decode_stages = 0, channel_stages = 0, layer_stages = 0;
   // The matrix stages among them (inverse(): the scratch grows by kernel_abi.h's matrix layout).
   MatrixScratch score_matrices, decode_matrices, channel_matrices;
+  // How each kernel's work grows with T (work_growth.h: one head costs about T^k operations);
+  // the runner refuses a call that would not finish. 1 for a hand-written per-token kernel.
+  int score_work_exponent = 1, decode_work_exponent = 1, channel_work_exponent = 1;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

@@ -15,6 +15,7 @@
 #include "dsl/sort_ops.h"
 #include "jit/cuda_expressions.h"
 #include "jit/kernel_abi.h"
+#include "jit/work_growth.h"
 
 namespace kvevict::jit {
 
@@ -388,6 +389,7 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
   kernel.score_stages = score_program.stage_count;
   kernel.score_matrices = score_program.matrices;
   kernel.score_signals = score.uses;
+  kernel.score_work_exponent = token_work_exponent(score);
   if (has_decode) {
     const EmittedProgram decode_program = emit_score_program(writer, *decode, "decode", policy_file, decode_at);
     entry(kDecodeScoreEntry, decode_program);
@@ -395,6 +397,7 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
     kernel.decode_stages = decode_program.stage_count;
     kernel.decode_matrices = decode_program.matrices;
     kernel.decode_signals = decode->uses;
+    kernel.decode_work_exponent = token_work_exponent(*decode);
   }
   if (layer && layer->output >= 0) {  // layer_weight: one value per layer from every KV head (KernelOutput::Layer)
     const EmittedProgram layer_program = emit_score_program(writer, *layer, "layer_weight", policy_file, layer_at, KernelOutput::Layer);
@@ -411,6 +414,7 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
     kernel.channel_stages = channel_program.stage_count;
     kernel.channel_matrices = channel_program.matrices;
     kernel.channel_signals = channel->uses;
+    kernel.channel_work_exponent = token_work_exponent(*channel, KernelOutput::Channel);
   }
   kernel.source = writer.text();
   return kernel;

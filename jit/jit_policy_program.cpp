@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/util/error.h"
+#include "jit/work_growth.h"
 
 namespace kvevict::jit {
 
@@ -20,6 +21,9 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   program->decode_signals_ = kernel.decode_signals;
   program->channel_signals_ = kernel.channel_signals;
   program->layer_signals_ = kernel.layer_signals;
+  program->score_work_ = kernel.score_work_exponent;
+  program->decode_work_ = kernel.decode_work_exponent;
+  program->channel_work_ = kernel.channel_work_exponent;
   program->ordinal_ = ordinal;
   use_cuda_device(ordinal);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
@@ -41,6 +45,9 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   program->decode_signals_ = kernel.decode_signals;
   program->channel_signals_ = kernel.channel_signals;
   program->layer_signals_ = kernel.layer_signals;
+  program->score_work_ = kernel.score_work_exponent;
+  program->decode_work_ = kernel.decode_work_exponent;
+  program->channel_work_ = kernel.channel_work_exponent;
   program->host_ = std::make_unique<HostModule>(kernel.source, work_dir, "policy");
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
   program->host_score_ = reinterpret_cast<HostEntry>(program->host_->symbol(kScoreEntry));
@@ -75,6 +82,7 @@ bool JitPolicyProgram::checked_decode_entry(const ScoreInputs& in, bool decoding
   if (in.T < 0 || in.W < 0 || in.group < 1) throw RuntimeError("policy '" + description().name + "': invalid score inputs");
   const bool use_decode = decoding && (host_ ? host_decode_ != nullptr : gpu_decode_ != nullptr);
   check_signals(in, use_decode ? decode_signals_ : score_signals_, KernelOutput::Token);
+  refuse_unfinishable_work(description().name, use_decode ? decode_work_ : score_work_, in.T, in.head_dim);
   return use_decode;
 }
 
@@ -109,6 +117,7 @@ void JitPolicyProgram::channel_score(const ScoreInputs& in, float* out) const {
   if (in.T < 0 || in.group < 1 || in.W < 0 || in.head_dim < 1)
     throw RuntimeError("policy '" + description().name + "': invalid channel_score inputs");
   check_signals(in, channel_signals_, KernelOutput::Channel);
+  refuse_unfinishable_work(description().name, channel_work_, in.T, in.head_dim);
   const ScoreInputs read = inputs_read_by(in, channel_signals_);
   if (host_) {
     refuse_device_signals_on_host(in);

@@ -80,6 +80,8 @@ class JitPolicyProgram : public PolicyProgram {
 
   std::unique_ptr<PolicyProgram> reference_;
   SignalSet score_signals_{}, decode_signals_{}, channel_signals_{}, layer_signals_{};
+  // How each kernel's work grows with T (work_growth.h): a call that would not finish is refused.
+  int score_work_ = 1, decode_work_ = 1, channel_work_ = 1;
   int ordinal_ = -1;
   // GPU backend (mutable: buffers are reused across calls; score() is const in the interface).
   mutable std::unique_ptr<GpuScoreKernel> gpu_score_, gpu_decode_, gpu_channel_;
