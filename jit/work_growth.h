@@ -11,6 +11,7 @@
 // output's thread); a channel kernel's are the head_dim channels; a stage runs once per slot (its
 // own loops over s and t, and the loops nested in its operand's thread).
 #include <cstdint>
+#include <string>
 
 #include "dsl/lowered.h"
 #include "jit/kernel_abi.h"
@@ -23,7 +24,7 @@ int token_work_exponent(const dsl::LoweredProgram& program, KernelOutput output 
 
 // The most operations one head's scoring may cost before it is refused: T^k x head_dim above
 // 2^44 (R-KV's k = 3 at head_dim 128 stops near 5K tokens; a k = 2 program reaches 128K).
-inline constexpr double kMostHeadWork = 17592186044416.0;  // 2^44
+inline constexpr double kMostHeadWork = static_cast<double>(int64_t{1} << 44);
 
 // Refuses (UsageError naming the policy, its exponent and T) scoring `T` tokens at `head_dim`
 // channels with a kernel of exponent `k` whose work passes kMostHeadWork. `what`: the policy.

@@ -32,7 +32,8 @@ struct ScoreKeepPlan {
 };
 
 // The plan for a buffer laid for heads of `laid` entries. std::logic_error when `kept` has another
-// head count, more entries than a head had, or an index outside its head (checked here, before any device reads it).
+// head count, more entries than a head had, or an index outside its head (checked here, before any
+// device reads it).
 ScoreKeepPlan plan_score_keep(std::span<const int64_t> laid, const std::vector<std::vector<int>>& kept);
 
 // New entry i (< head.count) of one head.
