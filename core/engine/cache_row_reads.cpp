@@ -16,6 +16,7 @@ bool signal_source_reads_cache_rows(SignalSource source) {
     case SignalSource::HiddenVectors:
     case SignalSource::PromptQueries:
     case SignalSource::RopeRotation:
+    case SignalSource::WindowQueryRows:  // the queries alone, as the decoder hands them (request().window)
     case SignalSource::RowNorms: return false;  // held with the positions where the rows are not (KVCache)
     case SignalSource::WindowQueries:   // the host attends the window queries over the cached keys
     case SignalSource::CachedKeys:
@@ -75,15 +76,13 @@ CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignal
 
 bool prompt_signal_reads_cache_rows(TensorSignal s) {
   switch (s) {
-    case TensorSignal::WindowAttention:  // given by the decoder (NoneGivenDecoderSignals)
-    case TensorSignal::AccumulatedAttention:
-    case TensorSignal::Position:
-    case TensorSignal::Token:
-    case TensorSignal::HiddenNorm:
-    case TensorSignal::HiddenState:
-    case TensorSignal::KeyNorm:    // held with the positions where the rows are not (KVCache::held_row_norms)
-    case TensorSignal::ValueNorm: return false;
-    default: return true;
+    case TensorSignal::WindowAttention: return false;  // given by the decoder (NoneGivenDecoderSignals)
+    // The newest query's row at the prompt is attended over the cached keys on the host: the
+    // decoder's column sums stand in for it only in one-token decode steps.
+    case TensorSignal::CurrentAttention: return true;
+    // The prompt query statistics read no cached row, but every query of the prompt: their own
+    // clause (prompt_cache_row_reads).
+    default: return signal_source_reads_cache_rows(signal_info(s).source);
   }
 }
 

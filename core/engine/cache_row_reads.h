@@ -43,7 +43,8 @@ enum class CachedRowSignals : uint8_t {
 // decoder computes (column sums, and the newest query's row, A_now, as above), positions, the
 // rows' norms (held with the positions where the rows are elsewhere), and what
 // the engine records by original position (tokens, hidden states, prompt query statistics, the
-// mean RoPE rotation).
+// mean RoPE rotation), and the window queries themselves (Q, Q_pre: the decoder hands the newest
+// request().window query rows in every call; O, their attention over the values, reads rows).
 bool signal_source_reads_cache_rows(SignalSource source);
 
 // Reads for a one-token decode step unless every signal the decode indicator reads (decode_reads,
@@ -68,11 +69,13 @@ enum class PromptAnnouncement : uint8_t {
   BeforeTheCall,
 };
 
-// Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: false for the window
-// attention A (when the decoder hands it over: the caller's NoneGivenDecoderSignals), the column
-// sums, positions, token ids, hidden states and row norms; true for everything else, A_now included (at the
-// prompt the engine computes it from the cached keys), and the prompt query statistics and the
-// window query rows Q, Q_pre, O (kept conservative).
+// Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: its source's answer
+// (signal_source_reads_cache_rows: no for column sums, positions, token ids, hidden states, row
+// norms, the mean RoPE rotation R_future and the window queries Q and Q_pre themselves; yes for K,
+// V, K_pre, O, A_seg, out_norm, A_replay), except the window attention A (no: the decoder hands it
+// over, the caller's NoneGivenDecoderSignals) and A_now (yes: at the prompt the engine attends the
+// newest query over the cached keys). The prompt query statistics read no row but every prompt
+// query: prompt_cache_row_reads counts them as Reads on their own.
 bool prompt_signal_reads_cache_rows(TensorSignal s);
 
 // The signals the prompt-time programs read: prompt_reads when the description knows them, else

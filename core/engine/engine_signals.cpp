@@ -358,7 +358,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::WindowQueryRows:
     case TensorSignal::WindowQueryRowsPreRope:
     case TensorSignal::WindowOutputs:
-      if (!window_rows_signal(id, layer, kv_head, cache, cached.keys("Q, Q_pre or O"), in, hs, out)) return false;
+      if (!window_rows_signal(id, layer, kv_head, cached, in, out)) return false;
       break;
     case TensorSignal::QueryMean:
     case TensorSignal::QueryCovariance:
@@ -413,19 +413,20 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
   return true;
 }
 
-bool EvictionEngine::State::window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache,
-                                               const float* keys, ScoreInputs& in, HeadSignals& hs,
-                                               std::vector<float>& out) const {
+bool EvictionEngine::State::window_rows_signal(TensorSignal id, int layer, int kv_head, HeadRows& cached,
+                                               ScoreInputs& in, std::vector<float>& out) const {
   const WindowRows wr = window_rows(layer);
   if (wr.W == 0) return false;
   const int W = wr.W;
   const WindowQueries q{wr.rows, W, Hq, wr.first};
-  const float* values = id == TensorSignal::WindowOutputs
-                            ? cache.values_or_reconstruct(layer, cache_head(kv_head, cache), hs.value_scratch)
-                            : nullptr;
+  // Q and Q_pre are the queries alone; O attends them over the cached values, with the window
+  // attention the head already has, or its own over the cached keys.
+  const float* A = in.signal(TensorSignal::WindowAttention);
+  const bool outputs = id == TensorSignal::WindowOutputs;
+  const float* keys = outputs && !A ? cached.keys("O") : nullptr;
+  const float* values = outputs ? cached.values("O") : nullptr;
   in.W = W;
-  window_query_signal(id, q, kv_head, Gs, rope, in.signal(TensorSignal::WindowAttention), keys, values, in.position,
-                      in.T, d, desc.observe.causal, out);
+  window_query_signal(id, q, kv_head, Gs, rope, A, keys, values, in.position, in.T, d, desc.observe.causal, out);
   return true;
 }
 

@@ -389,9 +389,10 @@ struct EvictionEngine::State {
   bool gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
 
   // Q, Q_pre or O of one head from the newest min(window, rows) window queries (query_signals.h);
-  // false when there are no window rows (the signal then stays null, as A does).
-  bool window_rows_signal(TensorSignal id, int layer, int kv_head, const KVCache& cache, const float* keys,
-                          ScoreInputs& in, HeadSignals& hs, std::vector<float>& out) const;
+  // false when there are no window rows (the signal then stays null, as A does). Only O reads the
+  // head's cached rows (its values, and its keys when the head has no A).
+  bool window_rows_signal(TensorSignal id, int layer, int kv_head, HeadRows& cached, ScoreInputs& in,
+                          std::vector<float>& out) const;
 
   std::vector<float> score(const HeadSignals& hs, bool decoding);
 

@@ -126,6 +126,7 @@ inline constexpr std::array<ScalarSignalInfo, kNumScalarSignals> kScalarSignalTa
 // What the engine records to produce a signal.
 enum class SignalSource : uint8_t {
   WindowQueries,  // the last W queries of the prompt (or decode), attended against the head's keys
+  WindowQueryRows,  // the last W queries themselves, as the decoder hands them (no cached key or value)
   LatestQuery,    // the newest query alone (decode-time indicators)
   ColumnSums,     // attention column sums over every query so far, kept aligned with the cache
   CachedKeys,     // computed from the head's keys in the cache
@@ -155,8 +156,8 @@ enum class SignalSource : uint8_t {
   X(KeysPreRope, "K_pre", kAxisD | kAxisT, SignalSource::CachedKeys, "keys before RoPE")                 \
   X(Values, "V", kAxisD | kAxisT, SignalSource::CachedValues, "values")                                 \
   X(SegmentAttention, "A_seg", kAxisH | kAxisT, SignalSource::SegmentQueries, "segment-local attention")      \
-  X(WindowQueryRows, "Q", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries, "window queries (post-RoPE)")  \
-  X(WindowQueryRowsPreRope, "Q_pre", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries,                    \
+  X(WindowQueryRows, "Q", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueryRows, "window queries (post-RoPE)")  \
+  X(WindowQueryRowsPreRope, "Q_pre", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueryRows,                  \
     "window queries before RoPE")                                                                             \
   X(WindowOutputs, "O", kAxisH | kAxisQ | kAxisD, SignalSource::WindowQueries, "window attention outputs")      \
   X(QueryMean, "Q_mean", kAxisH | kAxisD, SignalSource::PromptQueries, "mean prompt query")                    \
@@ -208,6 +209,11 @@ static_assert(0 KVEVICT_TENSOR_SIGNALS(KVEVICT_SIGNAL_COUNT) == KVEVICT_NUM_TENS
 constexpr const TensorSignalInfo& signal_info(TensorSignal s) { return kTensorSignalTable[static_cast<int>(s)]; }
 constexpr unsigned signal_axes(TensorSignal s) { return signal_info(s).axes; }
 constexpr int signal_index(TensorSignal s) { return static_cast<int>(s); }
+// Whether signals of `source` are made from the observation window's queries (a policy file that
+// reads one needs `observe: {window: ...}`).
+constexpr bool source_reads_window_queries(SignalSource source) {
+  return source == SignalSource::WindowQueries || source == SignalSource::WindowQueryRows;
+}
 
 // Elements of a signal's buffer for one head: the product of the extents of its axes
 // (h = group, q = W, d = head_dim, c = n_embd, t = T; g, if present, is not part of one head's

@@ -559,6 +559,8 @@ TEST(DecodeCacheReads, SourcesAndFeaturesThatReadRows) {
   EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::RowNorms)) << "held with the positions";
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::CachedKeys));
   EXPECT_TRUE(signal_source_reads_cache_rows(SignalSource::WindowQueries));
+  EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::WindowQueryRows)) << "the queries alone";
+  EXPECT_FALSE(signal_source_reads_cache_rows(SignalSource::RopeRotation));
   PolicyDescription d;  // hand-made: decode_reads unknown, decode window attention assumed
   EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::Reads);
   d.decode_reads_known = true;

@@ -247,7 +247,9 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
   }
   std::sort(given_rows.begin(), given_rows.end());
   std::sort(given_norms.begin(), given_norms.end());
-  const std::vector<std::string> expect = {"blockpress", "keydiff", "qfilter", "rkv"};
+  // ExpectedAttentionStats: K and the value norms, with the mean RoPE rotation R_future (the model's
+  // alone).
+  const std::vector<std::string> expect = {"blockpress", "expected_attention_stats", "keydiff", "qfilter", "rkv"};
   EXPECT_EQ(given_rows, expect);
   std::string norms;
   for (const std::string& n : given_norms) norms += n + " ";
@@ -531,8 +533,17 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::KeyNorm)) << "held with the positions";
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::ValueNorm));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::Keys));
-  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::WindowOutputs));
-  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::QueryMean));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::KeysPreRope));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::SegmentAttention));
+  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::WindowOutputs)) << "A times the cached values";
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRows)) << "the queries alone";
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRowsPreRope));
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::RopeFuture)) << "the model's RoPE alone";
+  // The query statistics read no row, but every prompt query: Reads by their own clause.
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::QueryMean));
+  PolicyDescription stats;
+  stats.reads[signal_index(TensorSignal::QueryMean)] = true;
+  EXPECT_EQ(prompt_cache_row_reads(stats), CacheRowReads::Reads);
   PolicyDescription d;  // hand-made: prompt reads unknown, so `reads` stands for them
   d.reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
   EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::None);

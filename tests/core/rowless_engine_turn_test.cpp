@@ -573,6 +573,40 @@ std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> builtins_the
   return out;
 }
 
+// The window queries themselves (Q, Q_pre) read no cached row: the decoder hands the newest
+// request().window query rows in every call. A policy weighting the window attention by its
+// queries' norms declares NoneGivenDecoderSignals at the prompt and while decoding (it was Reads:
+// Q counted as attended over the keys), runs every call on a position-only cache with the caches
+// and logits of the run on the real rows, and a planted window attention changes them. Control:
+// the same weights from the window's attention outputs O (A times the cached values) still read.
+TEST_F(RowlessEngineTurnTest, WindowQueryRowsReadNoRow) {
+  const int L = model_->config.n_layers, steps = 12;
+  const std::string head = "protect: {recent: 8}\nobserve: {window: 8}\nrun:\n  prefill: true\n  decode_every: 1\n";
+  const auto queries = test::policy_from_text(
+      "query_weighted", "name: query_weighted\nabout: window attention weighted by its queries\n" + head +
+                            "score: |\n  w[h, q] = sum(d: Q[h, q, d] * Q_pre[h, q, d])\n"
+                            "  score[t] = sum(h: sum(q: A[h, q, t] * w[h, q]))\n");
+  const PolicyDescription& d = queries->description();
+  ASSERT_TRUE(d.needs(TensorSignal::WindowQueryRows) && d.needs(TensorSignal::WindowQueryRowsPreRope));
+  EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals);
+  EXPECT_EQ(decode_cache_row_reads(d), CacheRowReads::NoneGivenDecoderSignals);
+  const Run plain = reference_run(*queries, steps);
+  const Run rowless = run(*queries, TurnMode::Rowless, steps);
+  EXPECT_EQ(rowless.rowless_turns, (steps + 1) * (L + 1)) << "a call read rows";
+  EXPECT_FALSE(rowless.forbidden);
+  test::expect_same_calls(plain, rowless, "query_weighted");
+  const Run planted = run(*queries, TurnMode::Rowless, steps, /*plant_wrong_window=*/true);
+  ASSERT_EQ(planted.layouts.size(), rowless.layouts.size());
+  EXPECT_NE(planted.layouts, rowless.layouts) << "the window attention handed over was not read";
+
+  const auto outputs = test::policy_from_text(
+      "output_weighted", "name: output_weighted\nabout: window attention weighted by its outputs\n" + head +
+                             "score: |\n  w[h, q] = sum(d: O[h, q, d] * O[h, q, d])\n"
+                             "  score[t] = sum(h: sum(q: A[h, q, t] * w[h, q]))\n");
+  EXPECT_EQ(prompt_cache_row_reads(outputs->description()), CacheRowReads::Reads);
+  EXPECT_EQ(decode_cache_row_reads(outputs->description()), CacheRowReads::Reads);
+}
+
 // Every built-in scored by the stand-in device backend (so K and V count as handed over where the
 // engine can read them in place): every call it then declares runs on a position-only cache and
 // keeps the caches and logits of the same run on the real rows. KeyDiff, QFilter and BlockPress
@@ -597,7 +631,7 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
   std::string names;
   for (const std::string& n : rows_in_place) names += n + " ";
   std::printf("built-ins whose K or V was read in place: %s\n", names.c_str());
-  for (const char* n : {"blockpress", "keydiff", "qfilter", "rkv"})
+  for (const char* n : {"blockpress", "expected_attention_stats", "keydiff", "qfilter", "rkv"})
     EXPECT_NE(std::find(rows_in_place.begin(), rows_in_place.end(), n), rows_in_place.end()) << n;
 }
 
