@@ -70,6 +70,7 @@ class CpuDecoder : public Decoder {
   const ModelConfig& config_;
   KVCache cache_;
   Rope rope_;
+  BlockQueryStatistics query_statistics_;  // the current layer's, when asked (LayerSignals::query_statistics)
   int position_ = 0;
   std::vector<float> logits_;
   // Activations of the current block, row-major [n][...].
@@ -213,6 +214,11 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
                                                       static_cast<size_t>(window) * q_dim);
     }
     if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
+    if (request.query_statistics.enabled) {
+      query_statistics_ = block_query_statistics(q_.data(), n, first, request.query_statistics, config_.n_heads, hd,
+                                                 rope_);
+      signals.query_statistics = &query_statistics_;
+    }
     signals.tokens = tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
     if (request.hidden_states) signals.hidden_states = hidden_states_;

@@ -16,6 +16,7 @@
 #include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
 #include "core/decode/kv_cache.h"
+#include "core/decode/query_statistics_block.h"
 #include "core/decode/row_merges.h"
 #include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
@@ -117,6 +118,11 @@ struct ObservationRequest {
   // of its arena: nothing is copied) in every call. An observer must handle their absence (it then
   // reads the host cache's).
   bool positions_on_device = false;
+  // The prompt query statistics (Q_mean, Q_cov) of the block's queries at positions >= from
+  // (query_statistics_block.h): every decoder hands them over when asked (LayerSignals::
+  // query_statistics), so the observer needs no query row of the prompt for them: the CPU decoder
+  // from its own rows (block_query_statistics), the CUDA decoder on its device.
+  QueryStatisticsRequest query_statistics{};
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
@@ -172,6 +178,9 @@ struct LayerSignals {
   // feature i), for ||W_o,h v||_1 (out_norm_l1, core/engine/model_signals.h). Valid during
   // after_layer only (the decoder reuses one buffer). Empty if not requested.
   std::span<const float> output_projection;
+  // The block's prompt query statistics on request (ObservationRequest::query_statistics), in host
+  // memory, valid during after_layer. Null when not requested.
+  const BlockQueryStatistics* query_statistics = nullptr;
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;

@@ -100,8 +100,9 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
     if (prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
   }
   // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
-  if (feature_reads_cache_rows(d) || reads_query_statistics(d) || reads_replay(d) || d.observe.segment > 0)
-    return CacheRowReads::Reads;
+  if (feature_reads_cache_rows(d) || reads_replay(d) || d.observe.segment > 0) return CacheRowReads::Reads;
+  // The prompt query statistics come from the decoder (ObservationRequest::query_statistics).
+  given_rows = given_rows || reads_query_statistics(d);
   // A window the decoder cannot know before the call (the engine then asks it for no window
   // attention, and computes A on the host), unless the prompt was announced. Causal or not, the
   // decoder computes it.

@@ -87,13 +87,14 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     codebooks (not merge-on-evict: merge_given_by_decoder), key channels, unfolded GQA, extra
 //     selection stages,
 //     NACL's same-index head, segment-local attention,
-//     query statistics, a context replay, a window found from the tokens or from the prompt's
+//     a context replay, a window found from the tokens or from the prompt's
 //     length unless the prompt is announced (else unknown before the call, so the decoder cannot
 //     compute its attention; the engine, which announces, narrows this per call);
 //   else NoneGivenDecoderSignals when the policy has an observation window (the engine then
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
-//     over), or with GivenOnDevice reads K, V or their norms (the decoder hands over its device
-//     copy of them);
+//     over), reads the prompt query statistics (the decoder makes them: ObservationRequest::
+//     query_statistics), or with GivenOnDevice reads K, V or their norms (the decoder hands over its
+//     device copy of them);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).

@@ -117,11 +117,13 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->accumulated_in_place && !state_->host_reads_column_sums() &&
       (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
     r.column_sums_on_device_only = true;
-  // The prompt query statistics read every prompt query, and a window found from the tokens is
-  // unknown until the prompt arrives (unless announced): both see the whole block (a view, no copy).
-  if (prompt_next && (reads_query_statistics(state_->desc) ||
-                      (state_->desc.observe.window_after_token >= 0 && !state_->announced)))
+  // A window found from the tokens is unknown until the prompt arrives (unless announced): the
+  // whole block is seen (a view, no copy).
+  if (prompt_next && state_->desc.observe.window_after_token >= 0 && !state_->announced)
     r.window = state_->config.context_length;
+  // The prompt query statistics: the decoder makes each block's from its own queries (no query row
+  // comes over for them).
+  if (prompt_next) r.query_statistics = state_->query_stats.request();
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);

@@ -71,9 +71,12 @@ void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s
   output_grams = s.output_grams;
   output_projection = s.output_projection;
   if (!query_stats.active() || !in_prefill) return;
+  if (s.query_statistics) return query_stats.merge(s.layer, *s.query_statistics);  // the decoder's (request())
+  // Else from every query of the block (a recorded prefill: apply_after_prefill).
   if (s.window != s.n_tokens)
-    throw std::logic_error("engine: Q_mean needs every query of the prompt; the decoder handed " +
-                           std::to_string(s.window) + " of " + std::to_string(s.n_tokens));
+    throw std::logic_error("engine: Q_mean needs the block's query statistics or every query of the prompt; the "
+                           "decoder handed no statistics and " +
+                           std::to_string(s.window) + " of " + std::to_string(s.n_tokens) + " queries");
   query_stats.record(s.layer, s.window_queries.data(), s.n_tokens, s.first_position, rope);
 }
 

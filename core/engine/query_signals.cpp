@@ -82,58 +82,22 @@ void QueryStatistics::reset(int n_layers, int n_heads, int head_dim, bool covari
   d_ = head_dim;
   covariance_ = covariance;
   from_ = std::max(0, from);
-  layers_.assign(n_layers, Layer{});
-  for (Layer& l : layers_) {
-    l.mean.assign(static_cast<size_t>(n_heads) * head_dim, 0.0);
-    if (covariance) l.m2.assign(static_cast<size_t>(n_heads) * head_dim * head_dim, 0.0);
-  }
+  layers_.assign(n_layers, empty_query_statistics({true, from_, covariance_}, n_heads, head_dim));
 }
 
 void QueryStatistics::record(int layer, const float* rows, int n, int first_position, const Rope& rope) {
-  const int skip = std::clamp(from_ - first_position, 0, std::max(n, 0));
-  const int m = n - skip;
-  if (m <= 0) return;
-  Layer& L = layers_[layer];
-  const size_t row = static_cast<size_t>(heads_) * d_;
-  std::vector<float> pre(static_cast<size_t>(m) * row);
-  std::memcpy(pre.data(), rows + skip * row, sizeof(float) * pre.size());
-  for (int i = 0; i < m; ++i)
-    for (int h = 0; h < heads_; ++h) rope.inverse(pre.data() + i * row + static_cast<size_t>(h) * d_, first_position + skip + i);
-  const double na = static_cast<double>(L.n), nb = m, n_ab = na + nb;
-  std::vector<double> mean_b(d_), centred(covariance_ ? static_cast<size_t>(m) * d_ : 0),
-      block_m2(covariance_ ? static_cast<size_t>(d_) * d_ : 0);
-  for (int h = 0; h < heads_; ++h) {
-    // The block's own mean and centred sum (two passes), then Chan's merge with what was held.
-    std::fill(mean_b.begin(), mean_b.end(), 0.0);
-    for (int i = 0; i < m; ++i)
-      for (int c = 0; c < d_; ++c) mean_b[c] += pre[i * row + static_cast<size_t>(h) * d_ + c];
-    for (double& x : mean_b) x /= nb;
-    double* mean = L.mean.data() + static_cast<size_t>(h) * d_;
-    if (covariance_) {
-      for (int i = 0; i < m; ++i)
-        for (int c = 0; c < d_; ++c)
-          centred[static_cast<size_t>(i) * d_ + c] = pre[i * row + static_cast<size_t>(h) * d_ + c] - mean_b[c];
-      // The block's centred sum centred^T centred (double BLAS), then the merge term.
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_, d_, m, 1.0, centred.data(), d_, centred.data(), d_, 0.0,
-                  block_m2.data(), d_);
-      double* m2 = L.m2.data() + static_cast<size_t>(h) * d_ * d_;
-      for (int a = 0; a < d_; ++a) {
-        const double delta_a = mean_b[a] - mean[a];
-        for (int b = 0; b < d_; ++b)
-          m2[static_cast<size_t>(a) * d_ + b] +=
-              block_m2[static_cast<size_t>(a) * d_ + b] + delta_a * (mean_b[b] - mean[b]) * na * nb / n_ab;
-      }
-    }
-    for (int c = 0; c < d_; ++c) mean[c] += (mean_b[c] - mean[c]) * nb / n_ab;
-  }
-  L.n += m;
+  merge(layer, block_query_statistics(rows, n, first_position, request(), heads_, d_, rope));
+}
+
+void QueryStatistics::merge(int layer, const BlockQueryStatistics& block) {
+  merge_query_statistics(layers_[layer], block);
 }
 
 void QueryStatistics::head_statistics(int layer, int kv_head, int group, const double* R, float* mean,
                                       float* cov) const {
-  const Layer& L = layers_[layer];
+  const BlockQueryStatistics& L = layers_[layer];
   const int d = d_;
-  const double inv_n = L.n > 0 ? 1.0 / static_cast<double>(L.n) : 0.0;
+  const double inv_n = L.count > 0 ? 1.0 / static_cast<double>(L.count) : 0.0;
   std::vector<double> c(static_cast<size_t>(d) * d), rc(c.size());
   for (int g = 0; g < group; ++g) {
     const int h = kv_head * group + g;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/decode/query_statistics_block.h"
 #include "core/decode/rope.h"
 #include "core/engine/signals.h"
 #include "core/engine/window_observation.h"
@@ -50,22 +51,22 @@ class QueryStatistics {
   // Forgets everything. covariance false: only the means are kept. Positions < from are skipped.
   void reset(int n_layers, int n_heads, int head_dim, bool covariance, int from);
   bool active() const { return !layers_.empty(); }
+  // What a decoder is asked for, per block (ObservationRequest::query_statistics).
+  QueryStatisticsRequest request() const { return {active(), from_, covariance_}; }
   // Adds the n query rows [n][n_heads][d] (post-RoPE, at positions first_position ..), rotating
-  // each back with `rope` first; rows before `from` are skipped.
+  // each back with `rope` first; rows before `from` are skipped (block_query_statistics).
   void record(int layer, const float* rows, int n, int first_position, const Rope& rope);
+  // Adds a block's statistics as a decoder made them (LayerSignals::query_statistics):
+  // std::invalid_argument when its settings or shape are not this accumulator's.
+  void merge(int layer, const BlockQueryStatistics& block);
   // Queries accumulated for `layer`.
-  int64_t count(int layer) const { return layers_[layer].n; }
+  int64_t count(int layer) const { return layers_[layer].count; }
   // mean: [group][d], cov (may be null): [group][d][d] of query heads kv_head * group .., rotated by
   // R ([d][d], null: none). Zeros while nothing was accumulated.
   void head_statistics(int layer, int kv_head, int group, const double* R, float* mean, float* cov) const;
 
  private:
-  struct Layer {
-    int64_t n = 0;
-    std::vector<double> mean;  // [n_heads][d]
-    std::vector<double> m2;    // [n_heads][d][d] sum of centred outer products (covariance only)
-  };
-  std::vector<Layer> layers_;
+  std::vector<BlockQueryStatistics> layers_;  // every prompt block merged so far, per layer
   int heads_ = 0, d_ = 0, from_ = 0;
   bool covariance_ = false;
 };

@@ -248,8 +248,10 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
   std::sort(given_rows.begin(), given_rows.end());
   std::sort(given_norms.begin(), given_norms.end());
   // ExpectedAttentionStats: K and the value norms, with the mean RoPE rotation R_future (the model's
-  // alone).
-  const std::vector<std::string> expect = {"blockpress", "expected_attention_stats", "keydiff", "qfilter", "rkv"};
+  // alone); ExpectedAttention, LU-KV and CAP: K (CAP also V) with the prompt query statistics, which
+  // the decoder makes (ObservationRequest::query_statistics).
+  const std::vector<std::string> expect = {"blockpress", "cap",     "expected_attention", "expected_attention_stats",
+                                           "keydiff",    "lukv",    "qfilter",            "rkv"};
   EXPECT_EQ(given_rows, expect);
   std::string norms;
   for (const std::string& n : given_norms) norms += n + " ";
@@ -539,11 +541,11 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRows)) << "the queries alone";
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRowsPreRope));
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::RopeFuture)) << "the model's RoPE alone";
-  // The query statistics read no row, but every prompt query: Reads by their own clause.
+  // The query statistics read no row: the decoder makes them from its queries.
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::QueryMean));
   PolicyDescription stats;
   stats.reads[signal_index(TensorSignal::QueryMean)] = true;
-  EXPECT_EQ(prompt_cache_row_reads(stats), CacheRowReads::Reads);
+  EXPECT_EQ(prompt_cache_row_reads(stats), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription d;  // hand-made: prompt reads unknown, so `reads` stands for them
   d.reads[signal_index(TensorSignal::AccumulatedAttention)] = true;
   EXPECT_EQ(prompt_cache_row_reads(d), CacheRowReads::None);

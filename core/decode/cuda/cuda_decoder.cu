@@ -120,9 +120,10 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
 bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const {
   // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
-  // The row merges run on the device cache through the mirror (device_kv_mirror.h).
+  // The row merges run on the device cache through the mirror (device_kv_mirror.h). The prompt
+  // query statistics are made in every call that asks (observe_layer).
   const bool rows = cache_rows_wanted(request).any() || request.cached_row_merges;
-  if (!rows && request.window_attention <= 0) return false;
+  if (!rows && !request.query_statistics.enabled && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
   return request.window_attention <= 0 || window_attention_served_;
 }

@@ -32,6 +32,7 @@
 #include "core/decode/ragged_attention_twin.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/cuda/query_statistics.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/layer_observation.h"
 #include "core/decode/quant_dot.h"
@@ -288,6 +289,11 @@ class CudaDecoder : public Decoder {
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
   cuda::CacheRowsBuffer cache_rows_;                 // ObservationRequest::cache_keys_on_device (values), ditto
   bool hand_cache_rows_ = false;                     // this call hands them over (forward decides)
+  // ObservationRequest::query_statistics: the current layer's block statistics, made on the device
+  // (or on the host from the block's queries where the positions were re-assigned).
+  cuda::QueryStatisticsBuffer query_statistics_buffer_;
+  BlockQueryStatistics query_statistics_;
+  std::vector<float> statistics_queries_;  // the block's queries on the host, for the re-assigned case only
   bool window_attention_served_ = false;             // this call fills window_attention_ (serves_window_attention)
   // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
   // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the

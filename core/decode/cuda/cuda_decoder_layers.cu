@@ -226,6 +226,23 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
       signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
                                                         request.window_attention_causal);
   }
+  // The prompt query statistics of the block's queries: made on the device from the block's RoPE
+  // table, so no query row comes over. The table is at the rotary positions; where they were
+  // re-assigned the statistics rotate back from the true ones (the CPU decoder's rule), on the host.
+  if (request.query_statistics.enabled) {
+    Stopwatch timed(&own_seconds_.observation);
+    if (rotary_first == first && table_first_ == first) {
+      query_statistics_ =
+          query_statistics_buffer_.compute(q_.data(), n, first, request.query_statistics, config_.n_heads,
+                                           config_.head_dim, config_.rope_style, cos_.data(), sin_.data(), blas_.get());
+    } else {
+      statistics_queries_.resize(static_cast<size_t>(n) * q_dim);
+      q_.download(statistics_queries_.data(), statistics_queries_.size());
+      query_statistics_ = block_query_statistics(statistics_queries_.data(), n, first, request.query_statistics,
+                                                 config_.n_heads, config_.head_dim, rope_);
+    }
+    signals.query_statistics = &query_statistics_;
+  }
   // The cached keys and values for device scoring (K, V, their norms), as the block's append left them.
   if (hand_cache_rows_) {
     Stopwatch timed(&own_seconds_.observation);
