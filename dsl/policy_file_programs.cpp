@@ -107,7 +107,8 @@ void FileCompiler::stage_score_programs(const YAML::Node& root) {
     if (!used) diag_.error(pos_of(it->first), "score program '" + name + "' is named by no stage of select.stages");
     out_.stage_scores.push_back(program_node(it->second, name.c_str(), ProgramContext::Score));
     for (const kvevict::TensorSignalInfo& info : kvevict::kTensorSignalTable)
-      if (kvevict::source_reads_window_queries(info.source) && out_.stage_scores.back().uses[kvevict::signal_index(info.id)] &&
+      if (kvevict::source_reads_window_queries(info.source) &&
+          out_.stage_scores.back().uses[kvevict::signal_index(info.id)] &&
           !root["observe"])
         diag_.error(pos_of(it->first), "'" + name + "' reads the " + std::string(info.description) + " " +
                                            std::string(info.dsl_name) + ", but the file has no 'observe: {window: ...}'");

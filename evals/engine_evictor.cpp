@@ -3,9 +3,11 @@
 // which holds KVzip's replay scores for each observe.replay setting, recorded once per sample).
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
+#include "core/engine/query_checks.h"
 #include "evals/policy_source.h"
 #include "evals/prefill_evictor.h"
 
@@ -29,6 +31,10 @@ class EngineEvictor : public PrefillEvictor {
       output_projection_ = output_projection_ || d.needs(TensorSignal::OutputNormL1);
       if (d.observe.replay.enabled && std::find(replays_.begin(), replays_.end(), d.observe.replay) == replays_.end())
         replays_.push_back(d.observe.replay);
+      if (reads_query_statistics(d)) {
+        statistics_from_.insert(d.observe.query_stats_from);
+        statistics_covariance_ = statistics_covariance_ || d.needs(TensorSignal::QueryCovariance);
+      }
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
     }
@@ -36,9 +42,15 @@ class EngineEvictor : public PrefillEvictor {
 
   ForwardObserver* start_recording(int prompt_len) override {
     engine_.reset();
+    // The prompt query statistics instead of every query, when the sweep's policies that read them
+    // all count from one position (else every query is recorded, as each needs its own sums).
+    QueryStatisticsRequest statistics;
+    if (statistics_from_.size() == 1) statistics = {true, *statistics_from_.begin(), statistics_covariance_};
     int window = 0;
-    for (const auto& [label, program] : programs_) window = std::max(window, recorded_window_for(*program, prompt_len));
+    for (const auto& [label, program] : programs_)
+      window = std::max(window, recorded_window_for(*program, prompt_len, statistics));
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
+    recorder_->request_query_statistics(statistics);
     recorder_->request_model_signals({.hidden_norms = hidden_norms_,
                                       .output_grams = output_grams_,
                                       .output_projection = output_projection_,
@@ -86,6 +98,8 @@ class EngineEvictor : public PrefillEvictor {
   bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, output_projection_ = false,
        hidden_states_ = false;
   std::vector<PolicyObserve::Replay> replays_;  // the distinct observe.replay settings (KVzip)
+  std::set<int> statistics_from_;               // the query_stats_from of the policies reading Q_mean / Q_cov
+  bool statistics_covariance_ = false;          // ... and whether one reads Q_cov
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

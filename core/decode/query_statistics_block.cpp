@@ -22,7 +22,8 @@ BlockQueryStatistics empty_query_statistics(const QueryStatisticsRequest& reques
 
 // One head's mean and centred sum of `m` pre-RoPE rows (`pre`, [m][row] at head offset h * d),
 // into out.mean / out.m2 at head h: the block's own mean (two passes), as the engine always did.
-static void head_moments(const float* pre, int m, size_t row, int h, int d, bool covariance, std::vector<double>& centred,
+static void head_moments(const float* pre, int m, size_t row, int h, int d, bool covariance,
+                         std::vector<double>& centred,
                          BlockQueryStatistics& out) {
   double* mean = out.mean.data() + static_cast<size_t>(h) * d;
   for (int i = 0; i < m; ++i)
@@ -124,7 +125,8 @@ BlockQueryStatistics query_statistics_twin(const float* rows, int n, int first_p
       centred.resize(static_cast<size_t>(m) * head_dim);
       for (int i = 0; i < m; ++i)
         for (int c = 0; c < head_dim; ++c)
-          centred[static_cast<size_t>(i) * head_dim + c] = pre[i * row + static_cast<size_t>(h) * head_dim + c] - mean[c];
+          centred[static_cast<size_t>(i) * head_dim + c] =
+              pre[i * row + static_cast<size_t>(h) * head_dim + c] - mean[c];
       double* m2 = chunk.m2.data() + static_cast<size_t>(h) * head_dim * head_dim;
       for (int a = 0; a < head_dim; ++a)
         for (int b = 0; b < head_dim; ++b) {

@@ -200,7 +200,9 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const int need_window = recorded_window_for(st.policy, S);
+  const QueryStatisticsRequest& statistics = recorded.query_statistics_request();
+  const bool statistics_served = query_statistics_serve(statistics, st.desc);
+  const int need_window = recorded_window_for(st.policy, S, statistics);
   if (st.desc.needs(TensorSignal::HiddenNorm) && !recorded.layers().empty() &&
       recorded.layers()[0].hidden_norms.empty())
     throw std::invalid_argument("apply_after_prefill: the policy needs hidden_norm; the recorder has none");
@@ -236,6 +238,18 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     s.output_grams = rec.output_grams;
     s.output_projection = rec.output_projection;
     s.hidden_states = rec.hidden_states;
+    // The recorded statistics, as this policy's accumulator keeps them (the means alone when it
+    // reads no Q_cov: they do not depend on the covariance's sums).
+    BlockQueryStatistics layer_statistics;
+    if (statistics_served) {
+      if (!rec.query_statistics) throw std::invalid_argument("apply_after_prefill: the recorder has no query statistics");
+      layer_statistics = *rec.query_statistics;
+      if (!st.desc.needs(TensorSignal::QueryCovariance)) {
+        layer_statistics.covariance = false;
+        layer_statistics.m2.clear();
+      }
+      s.query_statistics = &layer_statistics;
+    }
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
   if (!st.replay_pending) return st.finish_prefill(cache);
@@ -275,11 +289,17 @@ const EvictionReport& EvictionEngine::report() const { return state_->report; }
 
 const EvictionPlan& EvictionEngine::plan() const { return state_->plan; }
 
-int recorded_window_for(const PolicyProgram& policy, int prompt_len) {
+bool query_statistics_serve(const QueryStatisticsRequest& recorded, const PolicyDescription& d) {
+  return recorded.enabled && reads_query_statistics(d) && recorded.from == d.observe.query_stats_from &&
+         (recorded.covariance || !d.needs(TensorSignal::QueryCovariance));
+}
+
+int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics) {
   const PolicyDescription& d = policy.description();
-  // Every segment's last queries, the prompt query statistics and a window found from the tokens
-  // need every query of the prompt.
-  if (d.observe.segment > 0 || reads_query_statistics(d) || d.observe.window_after_token >= 0) return prompt_len;
+  // Every segment's last queries, the prompt query statistics (unless recorded as statistics that
+  // serve the policy) and a window found from the tokens need every query of the prompt.
+  if (d.observe.segment > 0 || d.observe.window_after_token >= 0) return prompt_len;
+  if (reads_query_statistics(d) && !query_statistics_serve(statistics, d)) return prompt_len;
   return std::max(policy.window_for(prompt_len), d.needs(TensorSignal::CurrentAttention) ? 1 : 0);
 }
 

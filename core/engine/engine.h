@@ -178,6 +178,10 @@ class PrefillRecorder : public ForwardObserver {
     bool hidden_norms = false, output_grams = false, output_projection = false, hidden_states = false;
   };
   void request_model_signals(const ModelSignals& wanted);
+  // The prompt query statistics from `from` (query_statistics_block.h), kept instead of every query
+  // for the sweep's policies that read Q_mean / Q_cov from that position (query_statistics_serve).
+  void request_query_statistics(const QueryStatisticsRequest& wanted);
+  const QueryStatisticsRequest& query_statistics_request() const { return request_.query_statistics; }
 
   struct Layer {
     int window = 0;
@@ -187,6 +191,7 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
     std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
     std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
+    std::optional<BlockQueryStatistics> query_statistics;   // the decoder's, when requested
   };
   // KVzip's replay scores (A_replay), computed once per recorded prefill for each observe.replay
   // setting the sweep's policies use: runs the replay pass on `decoder`, which must still hold
@@ -208,10 +213,15 @@ class PrefillRecorder : public ForwardObserver {
   int n_tokens_ = 0;
 };
 
+// Whether prompt query statistics recorded as `recorded` asks serve a policy described by `d`: it
+// reads Q_mean or Q_cov from the same position, and the covariance was kept if it reads Q_cov.
+bool query_statistics_serve(const QueryStatisticsRequest& recorded, const PolicyDescription& d);
+
 // The query rows a PrefillRecorder must hold for `policy` to be applied after a prefill of
-// `prompt_len` tokens (every row when it reads segments, query statistics or a token-found window).
-// A recorder for a policy that reads hidden_norm / out_norm also needs request_model_signals.
-int recorded_window_for(const PolicyProgram& policy, int prompt_len);
+// `prompt_len` tokens (every row when it reads segments, a token-found window, or query statistics
+// that the recorder's `statistics` do not serve). A recorder for a policy that reads hidden_norm /
+// out_norm also needs request_model_signals.
+int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics = {});
 
 class EvictionEngine : public ForwardObserver {
  public:

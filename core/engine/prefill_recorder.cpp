@@ -20,6 +20,10 @@ void PrefillRecorder::request_model_signals(const ModelSignals& wanted) {
   request_.output_projection = wanted.output_projection;
 }
 
+void PrefillRecorder::request_query_statistics(const QueryStatisticsRequest& wanted) {
+  request_.query_statistics = wanted;
+}
+
 void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   (void)cache;
   if (signals.layer == 0) {
@@ -39,6 +43,10 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   layer.output_grams.assign(signals.output_grams.begin(), signals.output_grams.end());
   layer.output_projection.assign(signals.output_projection.begin(), signals.output_projection.end());
   layer.hidden_states.assign(signals.hidden_states.begin(), signals.hidden_states.end());
+  if (request_.query_statistics.enabled && !signals.query_statistics)
+    throw std::logic_error("prefill recorder: the decoder handed no query statistics");
+  layer.query_statistics.reset();
+  if (signals.query_statistics) layer.query_statistics = *signals.query_statistics;
 }
 
 void PrefillRecorder::record_replay(Decoder& decoder, const PolicyObserve::Replay& settings) {

@@ -19,6 +19,7 @@
 #include "core/decode/rope.h"
 #include "core/model/model_config.h"
 #include "gpu_test_skip.h"
+#include "query_statistics_checks.h"
 #include "core/decode/make_decoder.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_gpu_test_util.h"
@@ -28,6 +29,8 @@
 
 namespace kvevict {
 namespace {
+
+using test::expect_close;
 
 #if defined(KVEVICT_HAVE_CUDA)
 struct Case {
@@ -40,15 +43,6 @@ struct Case {
            (covariance ? " cov" : " mean") + (style == RopeStyle::HalfSplit ? " half-split" : " adjacent");
   }
 };
-
-// Element-wise |a - b| <= tol * (1 + max |b|), reporting the first violation only.
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0;
-  for (double x : b) scale = std::max(scale, std::fabs(x));
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_LE(std::fabs(a[i] - b[i]), tol * (1 + scale)) << what << " at " << i << ": " << a[i] << " vs " << b[i];
-}
 
 void run_case(const Case& c, cuda::QueryStatisticsBuffer& buffer, cublasHandle_t blas, uint32_t seed) {
   SCOPED_TRACE(c.label());

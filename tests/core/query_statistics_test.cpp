@@ -17,10 +17,15 @@
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
+#include "evals/config.h"
+#include "evals/prefill_evictor.h"
+#include "query_statistics_checks.h"
 #include "stories_prompt_test.h"
 
 namespace kvevict {
 namespace {
+
+using test::expect_close;
 
 ModelConfig small_config(int head_dim, RopeStyle style) {
   ModelConfig c;
@@ -41,14 +46,6 @@ std::vector<float> random_rows(int n, int n_heads, int head_dim, uint32_t seed) 
   return rows;
 }
 
-// Element-wise |a - b| <= tol * (1 + max |b|), with the index of the first violation.
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double tol, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0;
-  for (double x : b) scale = std::max(scale, std::fabs(x));
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_LE(std::fabs(a[i] - b[i]), tol * (1 + scale)) << what << " at " << i << ": " << a[i] << " vs " << b[i];
-}
 
 TEST(QueryStatisticsBlock, BlocksMergedInAnySplitGiveTheWholeBlock) {
   for (const RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit}) {
@@ -172,7 +169,8 @@ class QueryStatisticsEngineTest : public test::StoriesPromptTest {
  protected:
   using Positions = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][head][entry]
   // The cache's positions after the prompt, with the decoder's statistics (no source) or `source`'s.
-  static Positions prompt_positions(const PolicyProgram& policy, const StatisticsSource* source, int* handed = nullptr) {
+  static Positions prompt_positions(const PolicyProgram& policy, const StatisticsSource* source,
+                                    int* handed = nullptr) {
     auto decoder = make_cpu_decoder(*model_, {.threads = 1});
     EvictionEngine engine(policy, model_->config, EngineOptions{Budget::parse("40"), 3});
     if (source) {
@@ -208,6 +206,46 @@ TEST_F(QueryStatisticsEngineTest, StatisticsFromTheDecoderKeepTheCachesOfTheRows
     EXPECT_EQ(handed, model_->config.n_layers) << name;
     EXPECT_NE(prompt_positions(*policy, &planted), from_rows) << name << ": the planted statistics were not read";
   }
+}
+
+// The eval sweep's path (evals/engine_evictor.cpp): one recorded full-cache prefill, then each
+// policy applied from it. When the sweep's policies that read the statistics count from one
+// position, the recorder keeps the decoder's statistics instead of every query (its window is the
+// policies' own, not the prompt), and each policy keeps the caches of the live run; CAP, which
+// reads no Q_cov, takes the recorded means alone. A policy counting from another position makes the
+// recorder keep every query again.
+TEST_F(QueryStatisticsEngineTest, TheSweepRecordsTheStatisticsInsteadOfEveryQuery) {
+  std::vector<evals::PolicyChoice> choices;
+  for (const char* name : {"expected_attention", "cap"}) choices.push_back({name, name, {}, std::nullopt});
+  auto evictor = evals::make_engine_evictor(3);
+  evictor->prepare(choices, *model_);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  ForwardObserver* recording = evictor->start_recording(S());
+  const ObservationRequest asked = recording->request();
+  EXPECT_TRUE(asked.query_statistics.enabled);
+  EXPECT_EQ(asked.query_statistics.from, 4);
+  EXPECT_TRUE(asked.query_statistics.covariance) << "expected_attention reads Q_cov";
+  EXPECT_LT(asked.window, S()) << "no longer every query";
+  decoder->forward(std::span<const int>(tokens_), recording);
+  const std::unique_ptr<DecoderSnapshot> full = decoder->snapshot();
+  for (const evals::PolicyChoice& c : choices) {
+    decoder->restore(*full);
+    evictor->apply(c, Budget::parse("40"), decoder->cache());
+    const KVCache& cache = decoder->cache();
+    Positions got(model_->config.n_layers);
+    for (int l = 0; l < model_->config.n_layers; ++l)
+      for (int h = 0; h < cache.n_stored_heads(); ++h) {
+        const int32_t* p = cache.positions(l, h);
+        got[l].emplace_back(p, p + cache.length(l, h));
+      }
+    EXPECT_EQ(got, prompt_positions(*load_policy(c.policy, {}), nullptr)) << c.policy;
+  }
+  choices.push_back({"expected_attention", "from_two", {{"n_sink", "2"}}, std::nullopt});
+  auto mixed = evals::make_engine_evictor(3);
+  mixed->prepare(choices, *model_);
+  const ObservationRequest every = mixed->start_recording(S())->request();
+  EXPECT_FALSE(every.query_statistics.enabled);
+  EXPECT_EQ(every.window, S());
 }
 
 }  // namespace
