@@ -4,7 +4,8 @@
 // decode step on the device (nearest kept key and fold per head), H2O's accumulated attention in one
 // decode step on the device (add the step's column sums, keep all but one entry per head) against
 // the download of those sums it replaced, SpindleKV's codebook match of one decode step on the
-// device against the host path it replaced, snapshot and restore bandwidth. Prints "skipped: <why>"
+// device against the host path it replaced, ExpectedAttention's prompt query statistics of one
+// layer against the download of its queries, snapshot and restore bandwidth. Prints "skipped: <why>"
 // and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
@@ -24,6 +25,7 @@
 
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
+#include "core/decode/cuda/query_statistics.h"
 #include "core/decode/rope.h"
 #include "core/engine/accumulated_attention_store.h"
 #endif
@@ -40,6 +42,51 @@ double timed(F&& work) {
   work();
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return bench::wall_seconds() - t0;
+}
+
+// ExpectedAttention's prompt query statistics of one layer (core/decode/cuda/query_statistics.h):
+// the means and centred sums of the 8B geometry's 32 query heads over `prompt` queries, made on the
+// device, against downloading those queries (what the engine summed on the host before). Both
+// scale with the prompt: x 32 layers per prompt.
+void query_statistics_line(int prompt, int head_dim) {
+  const int heads = 32;
+  const size_t floats = size_t(prompt) * heads * head_dim;
+  std::vector<float> host(floats);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : host) x = normal(rng);
+  ModelConfig rope_config;
+  rope_config.head_dim = head_dim;
+  Rope rope(rope_config);
+  rope.reserve(prompt);
+  const RopeTableView t = rope.table();
+  cuda::DeviceArray<float> queries, cos, sin;
+  queries.upload(host);
+  cos.upload(std::vector<float>(t.cos, t.cos + size_t(prompt) * t.half));
+  sin.upload(std::vector<float>(t.sin, t.sin + size_t(prompt) * t.half));
+  cublasHandle_t blas = nullptr;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("query statistics  skipped: cublasCreate failed\n");
+    return;
+  }
+  cuda::QueryStatisticsBuffer buffer;
+  const QueryStatisticsRequest request{true, 4, true};
+  const auto compute = [&] {
+    buffer.compute(queries.data(), prompt, 0, request, heads, head_dim, RopeStyle::AdjacentPairs, cos.data(),
+                   sin.data(), blas);
+  };
+  compute();  // the scratch's first allocation and cuBLAS's warm-up
+  const int reps = 3;
+  const double device = timed([&] {
+    for (int r = 0; r < reps; ++r) compute();
+  });
+  const double download = timed([&] {
+    for (int r = 0; r < reps; ++r) queries.download(host.data(), floats);
+  });
+  cublasDestroy(blas);
+  std::printf("query statistics  %d queries x %d heads x %d: %.3f ms a layer on the device (mean and covariance); "
+              "downloading the queries instead %.3f ms a layer (%.1f MB)\n",
+              prompt, heads, head_dim, 1e3 * device / reps, 1e3 * download / reps, floats * 4.0 / 1e6);
 }
 
 int run(int prompt, int restores) {
@@ -67,6 +114,7 @@ int run(int prompt, int restores) {
     }
   });
   std::printf("decode append   1 token x %d layers: %.1f us per token\n", g.n_layers, 1e6 * decode / steps);
+  query_statistics_line(prompt, g.head_dim);
   const cuda::DeviceKvSnapshot snap = cache.snapshot();
   const int len = prompt + steps;
   std::vector<std::vector<int>> half(g.n_heads), shuffled(g.n_heads);
