@@ -31,7 +31,8 @@ class EngineEvictor : public PrefillEvictor {
       output_projection_ = output_projection_ || d.needs(TensorSignal::OutputNormL1);
       if (d.observe.replay.enabled && std::find(replays_.begin(), replays_.end(), d.observe.replay) == replays_.end())
         replays_.push_back(d.observe.replay);
-      if (reads_query_statistics(d)) {
+      // (A policy that prefills itself, run.prefill_block, takes nothing from the recording.)
+      if (reads_query_statistics(d) && d.run.prefill_block == 0) {
         statistics_from_.insert(d.observe.query_stats_from);
         statistics_covariance_ = statistics_covariance_ || d.needs(TensorSignal::QueryCovariance);
       }

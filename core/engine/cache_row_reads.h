@@ -74,8 +74,8 @@ enum class PromptAnnouncement : uint8_t {
 // norms, the mean RoPE rotation R_future and the window queries Q and Q_pre themselves; yes for K,
 // V, K_pre, O, A_seg, out_norm, A_replay), except the window attention A (no: the decoder hands it
 // over, the caller's NoneGivenDecoderSignals) and A_now (yes: at the prompt the engine attends the
-// newest query over the cached keys). The prompt query statistics read no row but every prompt
-// query: prompt_cache_row_reads counts them as Reads on their own.
+// newest query over the cached keys). The prompt query statistics read no row: the decoder makes
+// them (prompt_cache_row_reads counts them as handed over, NoneGivenDecoderSignals).
 bool prompt_signal_reads_cache_rows(TensorSignal s);
 
 // The signals the prompt-time programs read: prompt_reads when the description knows them, else

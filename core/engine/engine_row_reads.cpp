@@ -89,7 +89,8 @@ ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
   r.window = state_->next_prompt_plan().query_window;
   // A prompt comes next: announced, or the engine's first. (A prompt after decode steps that
-  // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads.)
+  // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads, and gets no
+  // query statistics, which a policy reading them then refuses: announce such a prompt.)
   const bool prompt_next = state_->announced || !state_->prefill_done;
   // A window that depends on the prompt length is unknown until the prompt arrives, unless it was
   // announced: ask for every query of the block (the decoder hands out a view of its query buffer,

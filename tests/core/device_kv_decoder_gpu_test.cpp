@@ -86,6 +86,14 @@ TEST(DeviceKvDecoderGpu, ResidentH2ODecodeEvictionMatchesTheCpu) {
   compare_under_policy("h2o", "64", 16);
 }
 
+// The prompt query statistics made on the device (query_statistics.h) against the CPU decoder's
+// host rule, through the policies that read them (Q_mean and Q_cov; Q_mean alone).
+TEST(DeviceKvDecoderGpu, ResidentExpectedAttentionAndCapMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_under_policy("expected_attention", "64", 4);
+  compare_under_policy("cap", "64", 4);
+}
+
 
 TEST(DeviceKvDecoderGpu, DeviceCacheEqualsTheHostCacheAfterEvictionAndRestore) {
   SKIP_WITHOUT_GPU();

@@ -228,7 +228,8 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
   }
   // The prompt query statistics of the block's queries: made on the device from the block's RoPE
   // table, so no query row comes over. The table is at the rotary positions; where they were
-  // re-assigned the statistics rotate back from the true ones (the CPU decoder's rule), on the host.
+  // re-assigned the host rule runs instead, rotating back from the block's true positions as the
+  // CPU decoder does (and the engine always did), so that both decoders hand the same statistics.
   if (request.query_statistics.enabled) {
     Stopwatch timed(&own_seconds_.observation);
     if (rotary_first == first && table_first_ == first) {

@@ -14,8 +14,8 @@
 //
 // Compiled only with CUDA (KVEVICT_HAVE_CUDA: .cu files and files guarded by it). Kernels and the
 // GEMM run on the legacy default stream, ordered after the decoder's kernels that wrote the
-// queries; compute sets `blas`'s stream to it and its pointer mode to host, then synchronises by
-// downloading the result. A failed launch, allocation, copy or cuBLAS call throws RuntimeError
+// queries; with covariance, compute sets `blas`'s stream to it and its pointer mode to host (the
+// only cuBLAS call); then it synchronises by downloading the result. A failed launch, allocation, copy or cuBLAS call throws RuntimeError
 // (DeviceOutOfMemory for an allocation) naming it; bad shapes throw UsageError.
 //
 // Status: compiled with nvcc, never run on a GPU during development (the GPU test
