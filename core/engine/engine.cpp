@@ -242,7 +242,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     // reads no Q_cov: they do not depend on the covariance's sums).
     BlockQueryStatistics layer_statistics;
     if (statistics_served) {
-      if (!rec.query_statistics) throw std::invalid_argument("apply_after_prefill: the recorder has no query statistics");
+      if (!rec.query_statistics)
+        throw std::invalid_argument("apply_after_prefill: the recorder has no query statistics");
       layer_statistics = *rec.query_statistics;
       if (!st.desc.needs(TensorSignal::QueryCovariance)) {
         layer_statistics.covariance = false;
