@@ -181,9 +181,11 @@ class QueryStatisticsEngineTest : public test::StoriesPromptTest {
       EXPECT_TRUE(engine.request().query_statistics.enabled);
       prefill_prompt(*decoder, tokens_, &engine, &engine);
     }
-    const KVCache& cache = decoder->cache();
-    Positions out(model_->config.n_layers);
-    for (int l = 0; l < model_->config.n_layers; ++l)
+    return positions_of(decoder->cache());
+  }
+  static Positions positions_of(const KVCache& cache) {
+    Positions out(cache.n_layers());
+    for (int l = 0; l < cache.n_layers(); ++l)
       for (int h = 0; h < cache.n_stored_heads(); ++h) {
         const int32_t* p = cache.positions(l, h);
         out[l].emplace_back(p, p + cache.length(l, h));
@@ -231,14 +233,7 @@ TEST_F(QueryStatisticsEngineTest, TheSweepRecordsTheStatisticsInsteadOfEveryQuer
   for (const evals::PolicyChoice& c : choices) {
     decoder->restore(*full);
     evictor->apply(c, Budget::parse("40"), decoder->cache());
-    const KVCache& cache = decoder->cache();
-    Positions got(model_->config.n_layers);
-    for (int l = 0; l < model_->config.n_layers; ++l)
-      for (int h = 0; h < cache.n_stored_heads(); ++h) {
-        const int32_t* p = cache.positions(l, h);
-        got[l].emplace_back(p, p + cache.length(l, h));
-      }
-    EXPECT_EQ(got, prompt_positions(*load_policy(c.policy, {}), nullptr)) << c.policy;
+    EXPECT_EQ(positions_of(decoder->cache()), prompt_positions(*load_policy(c.policy, {}), nullptr)) << c.policy;
   }
   choices.push_back({"expected_attention", "from_two", {{"n_sink", "2"}}, std::nullopt});
   auto mixed = evals::make_engine_evictor(3);
