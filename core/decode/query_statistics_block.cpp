@@ -23,8 +23,7 @@ BlockQueryStatistics empty_query_statistics(const QueryStatisticsRequest& reques
 // One head's mean and centred sum of `m` pre-RoPE rows (`pre`, [m][row] at head offset h * d),
 // into out.mean / out.m2 at head h: the block's own mean (two passes), as the engine always did.
 static void head_moments(const float* pre, int m, size_t row, int h, int d, bool covariance,
-                         std::vector<double>& centred,
-                         BlockQueryStatistics& out) {
+                         std::vector<double>& centred, BlockQueryStatistics& out) {
   double* mean = out.mean.data() + static_cast<size_t>(h) * d;
   for (int i = 0; i < m; ++i)
     for (int c = 0; c < d; ++c) mean[c] += pre[i * row + static_cast<size_t>(h) * d + c];
@@ -114,28 +113,11 @@ BlockQueryStatistics query_statistics_twin(const float* rows, int n, int first_p
           rope_rotate_pair_back(&x[a], &x[b], rope.cos[t], rope.sin[t]);
         }
     }
-    // The chunk's moments with plain loops (the device's centred sums are cuBLAS's, in its order).
+    // The chunk's moments by the host's per-head rule: the same mean bits as the device's (row
+    // order, then one division); its centred sums are cuBLAS's, in cuBLAS's order.
     BlockQueryStatistics chunk = empty_query_statistics(request, n_heads, head_dim);
-    for (int h = 0; h < n_heads; ++h) {
-      double* mean = chunk.mean.data() + static_cast<size_t>(h) * head_dim;
-      for (int i = 0; i < m; ++i)
-        for (int c = 0; c < head_dim; ++c) mean[c] += pre[i * row + static_cast<size_t>(h) * head_dim + c];
-      for (int c = 0; c < head_dim; ++c) mean[c] /= m;
-      if (!request.covariance) continue;
-      centred.resize(static_cast<size_t>(m) * head_dim);
-      for (int i = 0; i < m; ++i)
-        for (int c = 0; c < head_dim; ++c)
-          centred[static_cast<size_t>(i) * head_dim + c] =
-              pre[i * row + static_cast<size_t>(h) * head_dim + c] - mean[c];
-      double* m2 = chunk.m2.data() + static_cast<size_t>(h) * head_dim * head_dim;
-      for (int a = 0; a < head_dim; ++a)
-        for (int b = 0; b < head_dim; ++b) {
-          double s = 0;
-          for (int i = 0; i < m; ++i)
-            s += centred[static_cast<size_t>(i) * head_dim + a] * centred[static_cast<size_t>(i) * head_dim + b];
-          m2[static_cast<size_t>(a) * head_dim + b] = s;
-        }
-    }
+    for (int h = 0; h < n_heads; ++h)
+      head_moments(pre.data(), m, row, h, head_dim, request.covariance, centred, chunk);
     chunk.count = m;
     merge_query_statistics(out, chunk);
   }
