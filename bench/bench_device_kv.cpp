@@ -5,7 +5,8 @@
 // decode step on the device (add the step's column sums, keep all but one entry per head) against
 // the download of those sums it replaced, SpindleKV's codebook match of one decode step on the
 // device against the host path it replaced, ExpectedAttention's prompt query statistics of one
-// layer against the download of its queries, snapshot and restore bandwidth. Prints "skipped: <why>"
+// layer against the download of its queries, the segment-local attention A_seg of one layer
+// (NonCausalAttnPress, ChunkPress) against the download of the queries, snapshot and restore bandwidth. Prints "skipped: <why>"
 // and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
@@ -26,6 +27,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/query_statistics.h"
+#include "core/decode/cuda/segment_attention.h"
 #include "core/decode/rope.h"
 #include "core/engine/accumulated_attention_store.h"
 #endif
@@ -89,6 +91,43 @@ void query_statistics_line(int prompt, int head_dim) {
               prompt, heads, head_dim, 1e3 * device / reps, 1e3 * download / reps, floats * 4.0 / 1e6);
 }
 
+// The prompt's segment-local attention A_seg of one layer (core/decode/cuda/segment_attention.h) over
+// the device cache's layer 0 as the prefill append left it, at kvpress's defaults: NonCausalAttnPress
+// (chunks of 256, every query of a chunk, unscaled, non-causal) and ChunkPress (chunks of 1024, the
+// last 64 queries of each): made on the device and downloaded (n_heads x prompt floats), against
+// what the engine needed before (every query of the prompt and the layer's keys on the host). x 32
+// layers per prompt.
+void segment_attention_line(const cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, int prompt,
+                            const cuda::DeviceArray<float>& queries) {
+  const DeviceKvLayerView view = make_layer_view(cache.layout().layer(0), g, cache.keys(0), cache.values(0),
+                                                 cache.positions(0));
+  const int group = 4;  // 32 query heads over the 8 KV heads
+  const size_t query_floats = size_t(prompt) * g.n_heads * group * g.head_dim;
+  if (queries.size() < query_floats) {
+    std::printf("segment attention  skipped: %zu query floats held, %zu needed\n", queries.size(), query_floats);
+    return;
+  }
+  cuda::SegmentAttentionBuffer buffer;
+  const struct {
+    const char* name;
+    SegmentAttentionRequest request;
+  } presses[] = {{"noncausal_attn", {256, 256, false, false}}, {"chunkpress", {1024, 64, true, true}}};
+  std::vector<float> host(query_floats);
+  const double download = timed([&] { queries.download(host.data(), query_floats); });
+  const double key_bytes = double(prompt) * g.n_heads * g.head_dim * 2;
+  for (const auto& p : presses) {
+    buffer.compute(view, group, queries.data(), prompt, p.request);  // the scratch's first allocation
+    const int reps = 3;
+    const double device = timed([&] {
+      for (int r = 0; r < reps; ++r) buffer.compute(view, group, queries.data(), prompt, p.request);
+    });
+    std::printf("segment attention  %s, %d positions x 32 heads: %.3f ms a layer on the device (with the download "
+                "of %.1f MB); the queries' download alone %.3f ms (%.1f MB), the keys %.1f MB more\n",
+                p.name, prompt, 1e3 * device / reps, prompt * 32 * 4.0 / 1e6, 1e3 * download,
+                query_floats * 4.0 / 1e6, key_bytes / 1e6);
+  }
+}
+
 int run(int prompt, int restores) {
   const DeviceKvGeometry g{32, 8, 128, KvType::F16};
   const int64_t stride = int64_t(g.n_heads) * g.head_dim;
@@ -106,6 +145,14 @@ int run(int prompt, int restores) {
   const size_t prefill_bytes = cache.layout().bytes_in_use();
   std::printf("prefill append  %d tokens x %d layers: %.3f ms, %.1f GB/s written\n", prompt, g.n_layers, 1e3 * prefill,
               prefill_bytes / prefill / 1e9);
+  // Over the prompt as appended (every head `prompt` long, positions 0 ..), before the decode steps.
+  {
+    cuda::DeviceArray<float> queries;  // 32 query heads' rows of the prompt, random
+    std::vector<float> q(size_t(prompt) * 32 * g.head_dim);
+    for (float& x : q) x = 0.1f * normal(rng);
+    queries.upload(q);
+    segment_attention_line(cache, g, prompt, queries);
+  }
   const int steps = 64;
   const double decode = timed([&] {
     for (int s = 0; s < steps; ++s) {

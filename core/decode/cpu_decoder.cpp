@@ -71,6 +71,7 @@ class CpuDecoder : public Decoder {
   KVCache cache_;
   Rope rope_;
   BlockQueryStatistics query_statistics_;  // the current layer's, when asked (LayerSignals::query_statistics)
+  BlockSegmentAttention segment_attention_;  // the current layer's, when asked (LayerSignals::segment_attention)
   int position_ = 0;
   std::vector<float> logits_;
   // Activations of the current block, row-major [n][...].
@@ -218,6 +219,13 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
       query_statistics_ = block_query_statistics(q_.data(), n, first, request.query_statistics, config_.n_heads, hd,
                                                  rope_);
       signals.query_statistics = &query_statistics_;
+    }
+    // A prompt's segment attention, by the host rule over the block's queries and the cache as
+    // its append left it (the engine's own computation: the same bits).
+    if (request.segment_attention.enabled() && first == 0 && !cache_.unfolded()) {
+      segment_attention_ = block_segment_attention(request.segment_attention, q_.data(), n, cache_, layer,
+                                                   config_.n_heads);
+      signals.segment_attention = &segment_attention_;
     }
     signals.tokens = tokens_;
     if (request.hidden_norms) signals.hidden_norms = hidden_norms_;

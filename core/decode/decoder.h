@@ -18,6 +18,7 @@
 #include "core/decode/kv_cache.h"
 #include "core/decode/query_statistics_block.h"
 #include "core/decode/row_merges.h"
+#include "core/decode/segment_attention_block.h"
 #include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
 
@@ -123,6 +124,13 @@ struct ObservationRequest {
   // query_statistics), so the observer needs no query row of the prompt for them: the CPU decoder
   // from its own rows (block_query_statistics), the CUDA decoder on its device.
   QueryStatisticsRequest query_statistics{};
+  // The segment-local attention A_seg of a prompt (segment_attention_block.h): in a call at
+  // position 0 (a prompt's call; not in any other) every decoder hands it over when asked
+  // (LayerSignals::segment_attention), so the observer needs neither the prompt's query rows nor
+  // its cached keys for it: the CPU decoder by the host rule from its own rows, the CUDA decoder on
+  // its device where its cache is resident (else by the host rule over its host cache, whose rows
+  // it then brings to the host: the call counts as not served, serves_asked_signals).
+  SegmentAttentionRequest segment_attention{};
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
@@ -181,6 +189,9 @@ struct LayerSignals {
   // The block's prompt query statistics on request (ObservationRequest::query_statistics), in host
   // memory, valid during after_layer. Null when not requested.
   const BlockQueryStatistics* query_statistics = nullptr;
+  // The prompt's segment attention on request (ObservationRequest::segment_attention), in host
+  // memory, valid during after_layer. Null when not requested or not a call at position 0.
+  const BlockSegmentAttention* segment_attention = nullptr;
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;

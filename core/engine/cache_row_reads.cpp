@@ -77,6 +77,8 @@ CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignal
 bool prompt_signal_reads_cache_rows(TensorSignal s) {
   switch (s) {
     case TensorSignal::WindowAttention: return false;  // given by the decoder (NoneGivenDecoderSignals)
+    // Made by the decoder in the prompt's call (ObservationRequest::segment_attention): its own clause.
+    case TensorSignal::SegmentAttention: return false;
     // The newest query's row at the prompt is attended over the cached keys on the host: the
     // decoder's column sums stand in for it only in one-token decode steps.
     case TensorSignal::CurrentAttention: return true;
@@ -100,9 +102,10 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
     if (prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
   }
   // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
-  if (feature_reads_cache_rows(d) || reads_replay(d) || d.observe.segment > 0) return CacheRowReads::Reads;
-  // The prompt query statistics come from the decoder (ObservationRequest::query_statistics).
-  given_rows = given_rows || reads_query_statistics(d);
+  if (feature_reads_cache_rows(d) || reads_replay(d)) return CacheRowReads::Reads;
+  // The prompt query statistics and the segment attention come from the decoder
+  // (ObservationRequest::query_statistics, segment_attention).
+  given_rows = given_rows || reads_query_statistics(d) || d.observe.segment > 0;
   // A window the decoder cannot know before the call (the engine then asks it for no window
   // attention, and computes A on the host), unless the prompt was announced. Causal or not, the
   // decoder computes it.

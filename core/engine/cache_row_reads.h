@@ -72,9 +72,9 @@ enum class PromptAnnouncement : uint8_t {
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: its source's answer
 // (signal_source_reads_cache_rows: no for column sums, positions, token ids, hidden states, row
 // norms, the mean RoPE rotation R_future and the window queries Q and Q_pre themselves; yes for K,
-// V, K_pre, O, A_seg, out_norm, A_replay), except the window attention A (no: the decoder hands it
-// over, the caller's NoneGivenDecoderSignals) and A_now (yes: at the prompt the engine attends the
-// newest query over the cached keys). The prompt query statistics read no row: the decoder makes
+// V, K_pre, O, out_norm, A_replay), except the window attention A and the segment-local attention
+// A_seg (no: the decoder hands them over, the caller's NoneGivenDecoderSignals) and A_now (yes: at
+// the prompt the engine attends the newest query over the cached keys). The prompt query statistics read no row: the decoder makes
 // them (prompt_cache_row_reads counts them as handed over, NoneGivenDecoderSignals).
 bool prompt_signal_reads_cache_rows(TensorSignal s);
 
@@ -86,15 +86,15 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
 //     codebooks (not merge-on-evict: merge_given_by_decoder), key channels, unfolded GQA, extra
 //     selection stages,
-//     NACL's same-index head, segment-local attention,
+//     NACL's same-index head,
 //     a context replay, a window found from the tokens or from the prompt's
 //     length unless the prompt is announced (else unknown before the call, so the decoder cannot
 //     compute its attention; the engine, which announces, narrows this per call);
 //   else NoneGivenDecoderSignals when the policy has an observation window (the engine then
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
-//     over), reads the prompt query statistics (the decoder makes them: ObservationRequest::
-//     query_statistics), or with GivenOnDevice reads K, V or their norms (the decoder hands over its
-//     device copy of them);
+//     over), reads the prompt query statistics or the segment-local attention A_seg (the decoder
+//     makes them: ObservationRequest::query_statistics, segment_attention), or with GivenOnDevice
+//     reads K, V or their norms (the decoder hands over its device copy of them);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).

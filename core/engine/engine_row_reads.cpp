@@ -5,7 +5,12 @@
 namespace kvevict {
 
 bool EvictionEngine::State::decoder_window_attention() const {
-  return next_prompt_plan().window > 0 && !desc.observe.same_index_head;
+  return next_prompt_plan().window > 0 && !desc.observe.same_index_head && window_attention_read();
+}
+
+bool EvictionEngine::State::window_attention_read() const {
+  return desc.observe.segment <= 0 || desc.needs(TensorSignal::WindowAttention) ||
+         desc.needs(TensorSignal::WindowOutputs) || desc.merge.enabled;
 }
 
 bool EvictionEngine::State::prompt_window_known() const {
@@ -68,7 +73,8 @@ CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
   // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
   if (!prompt_window_known()) return CacheRowReads::Reads;
   const int window = announced || blocks_pending() ? next_prompt_plan().window : desc.window;
-  return window <= 0 || requested_window_attention() > 0 ? prompt_row_reads : CacheRowReads::Reads;
+  return window <= 0 || !window_attention_read() || requested_window_attention() > 0 ? prompt_row_reads
+                                                                                       : CacheRowReads::Reads;
 }
 
 void EvictionEngine::announce_prompt(std::span<const int> tokens) {
@@ -98,9 +104,6 @@ ObservationRequest EvictionEngine::request() const {
   // window_for(prompt_len) is known.
   if (state_->desc.depends_on_prompt_len && !state_->prefill_done && !state_->announced)
     r.window = state_->config.context_length;
-  // A segment-local observation needs the last queries of every segment: every query of the prompt
-  // is handed over (a view, no copy); SegmentQueries keeps only the observation rows.
-  if (state_->desc.observe.segment > 0) r.window = state_->config.context_length;
   r.accumulated_attention = state_->desc.needs(TensorSignal::AccumulatedAttention) ||
                             MergeOnEvictState::needs_decode_attention(state_->desc.merge);
   // A policy that reads no cached row lets a device cache keep the call's rows to itself
@@ -118,6 +121,18 @@ ObservationRequest EvictionEngine::request() const {
   if (state_->accumulated_in_place && !state_->host_reads_column_sums() &&
       (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
     r.column_sums_on_device_only = true;
+  // A segment-local observation: the decoder makes A_seg in the prompt's call
+  // (ObservationRequest::segment_attention) when the prompt comes next with its window known;
+  // otherwise every query of the prompt is handed over (a view on the CPU, a download from a
+  // device) and SegmentQueries keeps the observation rows, from which the engine computes it.
+  if (state_->desc.observe.segment > 0) {
+    if (prompt_next && state_->prompt_window_known()) {
+      const PolicyObserve& o = state_->desc.observe;
+      r.segment_attention = {o.segment, state_->next_prompt_plan().window, o.causal, o.scaled};
+    } else {
+      r.window = state_->config.context_length;
+    }
+  }
   // A window found from the tokens is unknown until the prompt arrives (unless announced): the
   // whole block is seen (a view, no copy).
   if (prompt_next && state_->desc.observe.window_after_token >= 0 && !state_->announced)

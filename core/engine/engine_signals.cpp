@@ -242,9 +242,9 @@ void EvictionEngine::State::gather_window_attention(HeadRows& cached, bool decod
   const int layer = cached.layer, src = cached.src, kv_head = hs.in.kv_head, T = hs.in.T;
   const KVCache& cache = cached.cache;
   ScoreInputs& in = hs.in;
-  // Made whenever there is a window (Q and O read it too), but with placeholder rows only for
-  // programs of this phase that read it.
-  const bool want_window = plan.window > 0 && (!decoding || plan.decode.uses_window_attention) &&
+  // Made whenever there is a window that something reads (O reads it too; window_attention_read),
+  // but with placeholder rows only for programs of this phase that read it.
+  const bool want_window = plan.window > 0 && window_attention_read() && (!decoding || plan.decode.uses_window_attention) &&
                            (!placeholder_rows || phase_reads(decoding)[signal_index(TensorSignal::WindowAttention)]);
   if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
     const int W = wr.W, first = wr.first;
@@ -355,8 +355,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       break;
     case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
       out.resize(static_cast<size_t>(Gs) * T);
-      segments.attention(layer, kv_head, Gs, Hq, cached.keys("A_seg"), in.position, T, d, desc.observe.causal,
-                         desc.observe.scaled, out.data());
+      segment_attention(layer, kv_head, cached, in.position, T, out.data());
       break;
     case TensorSignal::WindowQueryRows:
     case TensorSignal::WindowQueryRowsPreRope:
@@ -441,12 +440,39 @@ std::vector<float> EvictionEngine::State::score(const HeadSignals& hs, bool deco
   return out;
 }
 
+void EvictionEngine::State::segment_attention(int layer, int kv_head, HeadRows& cached, const int32_t* positions, int T,
+                                              float* out) const {
+  if (segment_given && segment_given_layer == layer) {
+    const BlockSegmentAttention& given = *segment_given;
+    if (given.length != plan.prompt_len || given.n_heads != Hq)
+      throw std::logic_error("engine: the decoder's A_seg covers " + std::to_string(given.length) +
+                             " positions of " + std::to_string(given.n_heads) + " heads, the prompt has " +
+                             std::to_string(plan.prompt_len) + " of " + std::to_string(Hq));
+    // By original position: an entry past the prompt belongs to no segment with queries (0).
+    for (int g = 0; g < Gs; ++g) {
+      const float* row = given.head(kv_head * Gs + g);
+      for (int t = 0; t < T; ++t)
+        out[static_cast<size_t>(g) * T + t] = positions[t] >= 0 && positions[t] < given.length ? row[positions[t]] : 0.0f;
+    }
+    return;
+  }
+  if (segments.rows(layer) == 0)
+    throw std::logic_error("engine: layer " + std::to_string(layer) +
+                           " has neither the decoder's A_seg nor the prompt's queries to make it from");
+  segments.attention(layer, kv_head, Gs, Hq, cached.keys("A_seg"), positions, T, d, desc.observe.causal,
+                     desc.observe.scaled, out);
+}
+
 void EvictionEngine::State::record_layer_signals(const LayerSignals& s, const KVCache& cache, bool decoding) {
   PhaseScope timed(*this, EnginePhase::Signals);
   record_queries(s);
   offer_window_attention(s, cache);
   record_query_and_model_signals(s);
-  if (!decoding && desc.observe.segment > 0)
+  // A_seg: the decoder's (held for this after_layer), else from the prompt's queries when the
+  // whole block was handed over (a window of every query; any fewer would miss segments).
+  segment_given = decoding ? nullptr : s.segment_attention;
+  segment_given_layer = s.layer;
+  if (!decoding && desc.observe.segment > 0 && !segment_given && s.window == s.n_tokens)
     segments.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window);
   record_accumulated(s, cache);
   if (decoding) merge_state.record_decode(s, cache);

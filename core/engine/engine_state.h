@@ -113,7 +113,11 @@ struct EvictionEngine::State {
   // ... or held on the scoring device instead (accumulated_in_place; accumulated_attention_store.h).
   std::unique_ptr<AccumulatedAttentionStore> accumulated_device;
   RecentQueries recent;           // the newest query rows of each layer
-  SegmentQueries segments;        // observe.segment's observation queries
+  SegmentQueries segments;        // observe.segment's observation queries (when the decoder hands no A_seg)
+  // The decoder's A_seg of the layer being scored at the prompt (LayerSignals::segment_attention),
+  // held during one after_layer; null when it handed none (then `segments` has the queries).
+  const BlockSegmentAttention* segment_given = nullptr;
+  int segment_given_layer = -1;
   uint64_t sampling_seed = 0;     // seed of the random share for the current application (sampling_seed_for_step)
   OriginalPositions original;     // active once the policy re-assigned the cache's positions
   MergeOnEvictState merge_state;  // what merge.method cam carries between evictions (merge_state.h)
@@ -330,8 +334,13 @@ struct EvictionEngine::State {
 
   // Whether the policy's window attention is one a decoder may compute for it
   // (ObservationRequest::window_attention): scaled, the G query heads of each KV head, causal or
-  // not (window_attention_causal: NACL's official proxy is not); not NACL's same_index_head map.
+  // not (window_attention_causal: NACL's official proxy is not); not NACL's same_index_head map;
+  // and read (window_attention_read).
   bool decoder_window_attention() const;
+  // Whether anything reads the window attention A over the whole cache: always, except for a
+  // policy with a segment-local observation (observe.segment) whose programs read neither A nor
+  // O, whose window is its segments' (A_seg) alone.
+  bool window_attention_read() const;
 
   // ObservationRequest::window_attention: the policy's window when a decoder may compute its A,
   // while a prompt is pending if its window is known before the call (prompt_window_known: an
@@ -393,6 +402,10 @@ struct EvictionEngine::State {
   // head's cached rows (its values, and its keys when the head has no A).
   bool window_rows_signal(TensorSignal id, int layer, int kv_head, HeadRows& cached, ScoreInputs& in,
                           std::vector<float>& out) const;
+  // A_seg of one head ([Gs][T], entries at original `positions`): the decoder's when it handed it
+  // for this layer, else from the recorded queries over the head's cached keys; std::logic_error
+  // when neither is there.
+  void segment_attention(int layer, int kv_head, HeadRows& cached, const int32_t* positions, int T, float* out) const;
 
   std::vector<float> score(const HeadSignals& hs, bool decoding);
 

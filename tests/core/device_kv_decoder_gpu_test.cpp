@@ -275,7 +275,9 @@ TEST(DeviceKvDecoderGpu, PlaceholderHostRowsGiveTheSameCacheAndLogits) {
 // only the window attention there, which the decoder computes on the device and hands over
 // (NoneGivenDecoderSignals); so does NACL, whose window (found from the prompt's length) and
 // non-causal proxy attention the decoder learns before the call because prefill_prompt announces
-// the prompt; H2O reads the column sums (None); a window policy prefilled in blocks
+// the prompt; ChunkPress and NonCausalAttnPress read the segment-local attention A_seg, which the
+// decoder makes on the device in the prompt's call (segment_attention_gpu_test.cpp holds the runner
+// to its twin); H2O reads the column sums (None); a window policy prefilled in blocks
 // declares it for every block of at least its window. Against a run whose observer says it reads
 // rows at the prompt (the decode steps declare the same in both), the logits of every call and the
 // host-visible caches (after sync) are identical, the prompt downloads no row (no host_append
@@ -302,7 +304,9 @@ TEST(DeviceKvDecoderGpu, PromptPlaceholderHostRowsGiveTheSameCacheAndLogits) {
   const auto model = make_random_model(gqa_config(), 43);
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> policies = {
       {"snapkv", {}}, {"cake", {}}, {"cake", {{"cascading", "true"}}}, {"tova", {}}, {"h2o", {}}, {blocks, {}},
-      {"nacl", {{"budget_split", "explicit"}, {"explicit_sinks", "4"}, {"explicit_proxy", "0.1"}}}};
+      {"nacl", {{"budget_split", "explicit"}, {"explicit_sinks", "4"}, {"explicit_proxy", "0.1"}}},
+      // The segment-local attention A_seg, made on the device in the prompt's call in both runs.
+      {"chunkpress", {{"chunk", "32"}, {"window", "4"}}}, {"noncausal_attn", {{"chunk_size", "32"}}}};
   for (const auto& [name, params] : policies) {
     const auto policy = load_policy(name, params);
     auto placeholder = make_decoder(*model, DecoderDevice::Cuda, {});

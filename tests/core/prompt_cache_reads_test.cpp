@@ -66,7 +66,14 @@ class PoisonRows : public ForwardObserver {
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
     const LayerSignals with = h_.inject ? injector_.inject(signals) : signals;
     const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
-    const bool declared = rows_may_stay_on_device(reads, !with.window_attention.empty());
+    // Served as the CUDA decoder serves (serves_asked_signals): every signal asked for in place of
+    // rows handed over, at least one asked. The CPU decoder hands the query statistics and a
+    // prompt's segment attention whenever asked.
+    const bool asked = request_.window_attention > 0 || request_.segment_attention.enabled() ||
+                       request_.query_statistics.enabled;
+    const bool served = asked && (request_.window_attention <= 0 || !with.window_attention.empty()) &&
+                        (!request_.segment_attention.enabled() || with.segment_attention != nullptr);
+    const bool declared = rows_may_stay_on_device(reads, served);
     call_declared_ = call_declared_ || declared;
     LayerSignals marked = with;
     marked.cache_rows_are_placeholders = declared && h_.flag;
@@ -189,11 +196,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
                                                 "observed_attention", "per_layer_compression", "random", "rlkv",
                                                 "streamingllm"};
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds, HeadKV's
-  // head plan over A), or merges the decoder runs where the rows are (cam, d2o, kvmerger, look_m,
-  // merging_press).
+  // head plan over A), the segment-local attention A_seg the decoder makes in the prompt's call
+  // (chunkpress; noncausal_attn with the held value norms), or merges the decoder runs where the
+  // rows are (cam, d2o, kvmerger, look_m, merging_press).
   const std::vector<std::string> expect_given_window = {
-      "adakv",   "cake",    "cam",    "chunkkv",       "d2o",           "entropy_gated_chunkkv",
-      "headkv",  "kvmerger", "look_m", "merging_press", "morphkv",      "prefill_decoding",
+      "adakv",   "cake",    "cam",    "chunkkv",   "chunkpress",   "d2o",         "entropy_gated_chunkkv",
+      "headkv",  "kvmerger", "look_m", "merging_press", "morphkv",  "noncausal_attn", "prefill_decoding",
       "pyramidkv", "scissorhands", "simlayerkv", "snapkv", "tova"};
   EXPECT_EQ(none, expect_none);
   EXPECT_EQ(given_window, expect_given_window);
@@ -536,7 +544,7 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::ValueNorm));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::Keys));
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::KeysPreRope));
-  EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::SegmentAttention));
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::SegmentAttention)) << "the decoder makes it";
   EXPECT_TRUE(prompt_signal_reads_cache_rows(TensorSignal::WindowOutputs)) << "A times the cached values";
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRows)) << "the queries alone";
   EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::WindowQueryRowsPreRope));
@@ -559,7 +567,6 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
   EXPECT_EQ(prompt_cache_row_reads(by_length), CacheRowReads::Reads);
   for (auto edit : {+[](PolicyDescription& x) { x.merge.enabled = true; },
                     +[](PolicyDescription& x) { x.channels.enabled = true; }, +[](PolicyDescription& x) { x.select.unfold_gqa = true; },
-                    +[](PolicyDescription& x) { x.observe.segment = 4; },
                     +[](PolicyDescription& x) { x.observe.window_after_token = 2; },
                     +[](PolicyDescription& x) { x.observe.same_index_head = true; },
                     +[](PolicyDescription& x) { x.reads[signal_index(TensorSignal::CurrentAttention)] = true; }}) {
@@ -567,6 +574,10 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
     edit(e);
     EXPECT_EQ(prompt_cache_row_reads(e), CacheRowReads::Reads);
   }
+  PolicyDescription segments = d;  // A_seg: the decoder makes it in the prompt's call (segment_attention)
+  segments.observe.segment = 4;
+  segments.reads[signal_index(TensorSignal::SegmentAttention)] = true;
+  EXPECT_EQ(prompt_cache_row_reads(segments), CacheRowReads::NoneGivenDecoderSignals);
   PolicyDescription reassigned = d;
   reassigned.run.reassign_positions = true;  // the holder of the rows re-rotates them
   EXPECT_EQ(prompt_cache_row_reads(reassigned), CacheRowReads::NoneGivenDecoderSignals);

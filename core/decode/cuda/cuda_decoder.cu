@@ -51,6 +51,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   // Decided once per call, before it (the rows' placement depends on it): attention_layer fills the
   // window attention only then, never a buffer the decision declined for want of memory.
   window_attention_served_ = serves_window_attention(request, n);
+  segment_attention_served_ = serves_segment_attention(request, n);
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request));
   // The cached rows go to the observer on the device only where they stay there and it said it
@@ -121,10 +122,13 @@ bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const 
   // The cached rows come from the device-resident cache (attention_layer makes them at every layer).
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
   // The row merges run on the device cache through the mirror (device_kv_mirror.h). The prompt
-  // query statistics are made in every call that asks (observe_layer).
+  // query statistics are made in every call that asks (observe_layer); the segment attention on the
+  // device where forward decided so (segment_attention_served_), else from the host's rows.
   const bool rows = cache_rows_wanted(request).any() || request.cached_row_merges;
-  if (!rows && !request.query_statistics.enabled && request.window_attention <= 0) return false;
+  const bool segments = request.segment_attention.enabled();
+  if (!rows && !request.query_statistics.enabled && !segments && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
+  if (segments && !segment_attention_served_) return false;
   return request.window_attention <= 0 || window_attention_served_;
 }
 
@@ -155,6 +159,14 @@ bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int
     for (int h = 0; h < config_.n_kv_heads; ++h)
       if (cache_.next_position(layer, h, position_) != position_) return false;
   return true;
+}
+
+bool CudaDecoder::serves_segment_attention(const ObservationRequest& request, int n) const {
+  // observe_layer's device path, known before the call: a prompt's call (position 0: every head then
+  // holds the block's positions 0 .. n - 1 in order) over the resident cache, a head_dim the window
+  // attention kernel takes.
+  return request.segment_attention.enabled() && mirror_ && position_ == 0 && n > 0 && !cache_.unfolded() &&
+         config_.head_dim <= kWindowMaxHeadDim && config_.n_kv_heads <= kDeviceKvMaxHeads;
 }
 
 void CudaDecoder::refuse_unfolded() const {

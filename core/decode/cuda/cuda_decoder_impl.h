@@ -33,6 +33,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/query_statistics.h"
+#include "core/decode/cuda/segment_attention.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/layer_observation.h"
 #include "core/decode/quant_dot.h"
@@ -229,6 +230,7 @@ class CudaDecoder : public Decoder {
   // window_attention_served_) and the cached rows on the device (the resident cache).
   bool serves_asked_signals(const ObservationRequest& request) const;
   bool serves_window_attention(const ObservationRequest& request, int n) const;
+  bool serves_segment_attention(const ObservationRequest& request, int n) const;
   // The call's queries into the layer's device copy of the newest queries (query_update_).
   void hold_queries(int layer);
   // Starts the queries held from the observer's own (ObservationRequest::observer_queries) when
@@ -293,8 +295,15 @@ class CudaDecoder : public Decoder {
   // (or on the host from the block's queries where the positions were re-assigned).
   cuda::QueryStatisticsBuffer query_statistics_buffer_;
   BlockQueryStatistics query_statistics_;
-  std::vector<float> statistics_queries_;  // the block's queries on the host, for the re-assigned case only
+  // The block's queries on the host for the host rules: the statistics where positions were
+  // re-assigned, the segment attention off the device.
+  std::vector<float> statistics_queries_;
   bool window_attention_served_ = false;             // this call fills window_attention_ (serves_window_attention)
+  // ObservationRequest::segment_attention: the current layer's, made on the device when this call
+  // serves it (serves_segment_attention), else by the host rule from the queries downloaded.
+  cuda::SegmentAttentionBuffer segment_attention_buffer_;
+  BlockSegmentAttention segment_attention_;
+  bool segment_attention_served_ = false;
   // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
   // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the
   // window attention of a call with fewer tokens than W (a decode step, a short later block) reads

@@ -244,6 +244,28 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
     }
     signals.query_statistics = &query_statistics_;
   }
+  // A prompt's segment attention: on the device where forward decided so (the rows may then be
+  // placeholders on the host), else by the host rule over the downloaded queries and the host's
+  // rows, which such a call brought there (serves_asked_signals said not served).
+  if (request.segment_attention.enabled() && first == 0 && !cache_.unfolded()) {
+    Stopwatch timed(&own_seconds_.observation);
+    if (segment_attention_served_) {
+      if (!view.positions || rotary_first != first || !segment_attention_applies(view, n))
+        throw std::logic_error("CUDA decoder: the segment attention was to be made on the device, but layer " +
+                               std::to_string(layer) + "'s cache is not the prompt's");
+      segment_attention_ = segment_attention_buffer_.compute(view, config_.group_size(), q_.data(), n,
+                                                             request.segment_attention);
+    } else {
+      if (mirror_ && mirror_->has_placeholders(layer))
+        throw std::logic_error("CUDA decoder: the segment attention of layer " + std::to_string(layer) +
+                               " over placeholder rows");
+      statistics_queries_.resize(static_cast<size_t>(n) * q_dim);
+      q_.download(statistics_queries_.data(), statistics_queries_.size());
+      segment_attention_ = block_segment_attention(request.segment_attention, statistics_queries_.data(), n, cache_,
+                                                   layer, config_.n_heads);
+    }
+    signals.segment_attention = &segment_attention_;
+  }
   // The cached keys and values for device scoring (K, V, their norms), as the block's append left them.
   if (hand_cache_rows_) {
     Stopwatch timed(&own_seconds_.observation);

@@ -1,0 +1,146 @@
+// The prompt's segment-local attention on a CUDA device (core/decode/cuda/segment_attention.h)
+// against the twin (segment_attention_twin: the same pieces, the window attention kernel's twin, the
+// same sums on the CPU), with the pieces the default bound gives and with pieces of a few rows. GPU
+// only: skipped with the reason without CUDA or a usable device.
+//
+// Tolerance: each piece is the window attention kernel, held to its twin by
+// window_attention_gpu_test.cpp at |got - twin| <= 1e-5 * twin + 1e-7 per probability; an A_seg
+// entry sums at most W of them in the same order on both sides, so it is held to 1e-5 relative +
+// W * 1e-7. Entries the twin leaves exactly 0 (none here: every entry is seen by a query of its
+// segment) would have to be 0 too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/decode/device_kv_twin.h"
+#include "core/decode/segment_attention_block.h"
+#include "core/util/error.h"
+#include "gpu_test_skip.h"
+#if defined(KVEVICT_HAVE_CUDA)
+#include "core/decode/cuda/device_memory.h"
+#include "core/decode/cuda/segment_attention.h"
+#endif
+
+namespace kvevict {
+namespace {
+
+#if defined(KVEVICT_HAVE_CUDA)
+struct Case {
+  int n_kv, group, d, n, segment, window;
+  bool causal, scaled;
+  KvType type;
+  size_t max_piece_floats;
+  std::string label() const {
+    return std::to_string(n_kv) + "x" + std::to_string(group) + " d" + std::to_string(d) + " n" + std::to_string(n) +
+           " seg" + std::to_string(segment) + " W" + std::to_string(window) + (causal ? " causal" : " non-causal") +
+           (scaled ? " scaled " : " unscaled ") + kv_type_name(type) + " pieces<=" + std::to_string(max_piece_floats);
+  }
+};
+
+size_t element_bytes(KvType type) { return type == KvType::F32 ? 4 : 2; }
+
+void run_case(const Case& c, cuda::SegmentAttentionBuffer& buffer, uint32_t seed) {
+  SCOPED_TRACE(c.label());
+  const int n_heads = c.n_kv * c.group;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, std::pow(float(c.d), -0.25f) * 1.2f);
+  DeviceKvTwin twin(DeviceKvGeometry{1, c.n_kv, c.d, c.type});
+  std::vector<int32_t> positions(size_t(c.n));
+  for (int t = 0; t < c.n; ++t) positions[size_t(t)] = t;
+  std::vector<float> keys(size_t(c.n) * c.d), values(keys.size());
+  for (int h = 0; h < c.n_kv; ++h) {
+    for (float& x : keys) x = normal(rng);
+    for (float& x : values) x = normal(rng);
+    twin.write_rows(0, h, 0, c.n, keys.data(), values.data(), positions.data());
+  }
+  std::vector<float> queries(size_t(c.n) * n_heads * c.d);
+  for (float& q : queries) q = normal(rng);
+  const DeviceKvLayerView host = twin.layer_view(0);
+  const SegmentAttentionRequest request{c.segment, c.window, c.causal, c.scaled};
+  const BlockSegmentAttention want = segment_attention_twin(host, c.group, queries.data(), c.n, request,
+                                                            c.max_piece_floats);
+  // The twin's heads packed one after another on the device (head h at row h * n).
+  const size_t row_bytes = size_t(c.d) * element_bytes(c.type);
+  std::vector<uint8_t> packed_keys(size_t(c.n_kv) * c.n * row_bytes), packed_values(packed_keys.size());
+  std::vector<int32_t> packed_positions(size_t(c.n_kv) * c.n);
+  for (int h = 0; h < c.n_kv; ++h) {
+    const size_t at = size_t(h) * c.n;
+    std::memcpy(packed_keys.data() + at * row_bytes,
+                static_cast<const uint8_t*>(host.keys) + size_t(host.base_row[h]) * row_bytes, c.n * row_bytes);
+    std::memcpy(packed_values.data() + at * row_bytes,
+                static_cast<const uint8_t*>(host.values) + size_t(host.base_row[h]) * row_bytes, c.n * row_bytes);
+    std::copy(positions.begin(), positions.end(), packed_positions.begin() + long(at));
+  }
+  cuda::DeviceArray<uint8_t> dk, dv;
+  cuda::DeviceArray<int32_t> dp;
+  cuda::DeviceArray<float> dq;
+  dk.upload(packed_keys);
+  dv.upload(packed_values);
+  dp.upload(packed_positions);
+  dq.upload(queries);
+  DeviceKvLayerView view = host;
+  view.keys = dk.data();
+  view.values = dv.data();
+  view.positions = dp.data();
+  for (int h = 0; h < c.n_kv; ++h) view.base_row[h] = int64_t(h) * c.n;
+  const BlockSegmentAttention got = buffer.compute(view, c.group, dq.data(), c.n, request, c.max_piece_floats);
+  ASSERT_EQ(got.n_heads, want.n_heads);
+  ASSERT_EQ(got.length, want.length);
+  ASSERT_EQ(got.values.size(), want.values.size());
+  const double abs = std::min(c.window, c.segment) * 1e-7;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t e = 0; e < want.values.size(); ++e) {
+    const double w = want.values[e], g = got.values[e];
+    const double ratio = w == 0.0 ? (g == 0.0 ? 0.0 : INFINITY)
+                                  : std::isfinite(g) ? std::abs(g - w) / (1e-5 * w + abs) : INFINITY;
+    if (ratio > worst) worst = ratio, at = e;
+  }
+  EXPECT_LE(worst, 1.0) << "element " << at << " got " << got.values[at] << " twin " << want.values[at];
+}
+
+TEST(SegmentAttentionGpu, TheRunnerMatchesTheTwin) {
+  SKIP_WITHOUT_GPU();
+  cuda::SegmentAttentionBuffer buffer;  // reused across cases, as the decoder reuses it across layers
+  const size_t whole = size_t{1} << 26;
+  const std::vector<Case> cases = {
+      {2, 2, 16, 37, 8, 3, true, true, KvType::F16, whole},
+      {3, 2, 8, 50, 16, 16, false, false, KvType::F32, whole},
+      {2, 1, 32, 20, 7, 100, true, true, KvType::BF16, whole},
+      {2, 4, 8, 11, 64, 4, true, true, KvType::F16, whole},
+      {4, 1, 16, 9, 1, 1, false, true, KvType::F32, whole},
+      {1, 4, 16, 300, 64, 32, true, false, KvType::F16, 1},            // one row per piece
+      {2, 2, 16, 37, 8, 3, true, true, KvType::F16, 4 * 8 * 2 + 1},    // two rows per piece
+      // NonCausalAttnPress and ChunkPress at kvpress's defaults on an 8B-like layer (8 KV heads of
+      // 32 query heads, head_dim 128): 2048 prompt positions.
+      {8, 4, 128, 2048, 256, 256, false, false, KvType::F16, whole},
+      {8, 4, 128, 2048, 1024, 64, true, true, KvType::F16, whole},
+      {8, 4, 128, 2000, 1024, 64, true, true, KvType::BF16, 32 * 1024 * 5},  // a short last segment, 5-row pieces
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) run_case(c, buffer, seed++);
+}
+
+// The runner's checks come before any CUDA call: tested wherever the build has CUDA, device or not.
+TEST(SegmentAttentionGpu, RefusesAViewThatIsNotAPrompt) {
+  cuda::SegmentAttentionBuffer buffer;
+  DeviceKvLayerView v;
+  v.n_heads = 2;
+  v.head_dim = 16;
+  v.length[0] = 10, v.length[1] = 9;
+  v.positions = reinterpret_cast<const int32_t*>(16);  // never read: refused first
+  EXPECT_THROW(buffer.compute(v, 1, nullptr, 10, {4, 2, true, true}), UsageError);
+  v.length[1] = 10;
+  EXPECT_THROW(buffer.compute(v, 1, nullptr, 10, {0, 2, true, true}), UsageError) << "not enabled";
+  v.head_dim = 512;
+  EXPECT_THROW(buffer.compute(v, 1, nullptr, 10, {4, 2, true, true}), UsageError) << "head_dim past the kernel's";
+}
+#endif
+
+}  // namespace
+}  // namespace kvevict
