@@ -47,11 +47,21 @@ class EngineEvictor : public PrefillEvictor {
     // all count from one position (else every query is recorded, as each needs its own sums).
     QueryStatisticsRequest statistics;
     if (statistics_from_.size() == 1) statistics = {true, *statistics_from_.begin(), statistics_covariance_};
+    // Each distinct segment-local attention the sweep's policies read (A_seg: ChunkPress,
+    // NonCausalAttnPress, Compactor), recorded as such instead of every query.
+    std::vector<SegmentAttentionRequest> segments;
+    for (const auto& [label, program] : programs_) {
+      const SegmentAttentionRequest r = segment_attention_request_for(*program, prompt_len);
+      if (r.enabled() && program->description().run.prefill_block == 0 &&
+          std::find(segments.begin(), segments.end(), r) == segments.end())
+        segments.push_back(r);
+    }
     int window = 0;
     for (const auto& [label, program] : programs_)
-      window = std::max(window, recorded_window_for(*program, prompt_len, statistics));
+      window = std::max(window, recorded_window_for(*program, prompt_len, statistics, segments));
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
     recorder_->request_query_statistics(statistics);
+    recorder_->request_segment_attention(std::move(segments), prompt_len);
     recorder_->request_model_signals({.hidden_norms = hidden_norms_,
                                       .output_grams = output_grams_,
                                       .output_projection = output_projection_,

@@ -34,6 +34,7 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
   s.values = a.values_out;
   s.key_norms = a.key_norms_out;
   s.value_norms = a.value_norms_out;
+  s.keys_pre_rope = a.keys_pre_rope_out;
   s.on_device = on_device;
   s.head_dim = a.head_dim;
   s.length.resize(static_cast<size_t>(a.ranges.n_heads));
@@ -45,7 +46,23 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
   return s;
 }
 
-CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out) {
+void plan_cache_keys_pre_rope(CacheRowsArgs& a, const DeviceKvLayerView& view, const RopeTableView& rope,
+                              float* keys_pre_rope_out) {
+  if (view.head_dim % 2 != 0)
+    throw std::invalid_argument("cache rows: keys before RoPE need an even head_dim, got " + std::to_string(view.head_dim));
+  if (rope.half != view.head_dim / 2 || !rope.cos || !rope.sin)
+    throw std::invalid_argument("cache rows: a RoPE table of " + std::to_string(rope.half) + " pairs for head_dim " +
+                                std::to_string(view.head_dim));
+  bool rows = false;  // an empty layer may have no arenas at all
+  for (int h = 0; h < view.n_heads; ++h) rows = rows || view.length[h] > 0;
+  if (rows && !view.positions) throw std::invalid_argument("cache rows: keys before RoPE need the rows' positions");
+  a.positions = view.positions;
+  a.rope = rope;
+  a.keys_pre_rope_out = keys_pre_rope_out;
+}
+
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out,
+                                const RopeTableView& rope) {
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
   const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
   auto lay = [](std::vector<float>& v, bool want, size_t count) -> float* {
@@ -58,7 +75,9 @@ CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted w
   a.values_out = lay(out.values, wanted.values, n);
   a.key_norms_out = lay(out.key_norms, wanted.norms, entries);
   a.value_norms_out = lay(out.value_norms, wanted.norms, entries);
-  if (wanted.keys || wanted.values)
+  float* pre = lay(out.keys_pre_rope, wanted.keys_pre_rope, n);
+  if (wanted.keys_pre_rope) plan_cache_keys_pre_rope(a, view, rope, pre);  // checked even for an empty layer
+  if (wanted.any_rows())
     for (size_t x = 0; x < n; ++x) cache_rows_element(a, x);
   if (wanted.norms)
     for (size_t e = 0; e < entries; ++e) cache_rows_norm_element(a, e);

@@ -16,6 +16,11 @@
 // layer's cache; the decoder reuses its buffer for the next layer. Memory: head_dim x the layer's
 // entries floats per side asked for (a prompt of 32K on an 8B geometry: 128 MiB for the keys).
 //
+// Keys before RoPE (K_pre, ObservationRequest::cache_keys_pre_rope_on_device): the same layout as
+// the keys, each stored key rotated back by its entry's position with the decoder's RoPE table
+// (rope_rotate_pair_back, explicit fmaf: the twin's and the kernel's bits are the same; the host's
+// KVCache::keys_pre_rope rotates with its own f32 expression, so the two agree to f32 rounding).
+//
 // Norms: for stored head h, key_norms[norm_offset(h) + t] and value_norms[norm_offset(h) + t] are
 // the norms of entry t's stored key and value (the same bits as KVCache's and the device cache's
 // row norms: device_kv_row_norms.h). Asked for together (both or neither).
@@ -23,6 +28,7 @@
 // The element bodies below are the kernels' (core/decode/cuda/cache_rows.cu) and the CPU twin's
 // (cache_rows_twin): one thread per output float of K and V, written contiguously; one per entry
 // for the norms.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -30,6 +36,7 @@
 #include "core/decode/device_kv_head_ranges.h"
 #include "core/decode/device_kv_row_norms.h"
 #include "core/decode/device_kv_view.h"
+#include "core/decode/rope.h"
 
 namespace kvevict {
 
@@ -38,12 +45,13 @@ struct CacheRowsSignal {
   const float* values = nullptr;       // null: the values were not asked for
   const float* key_norms = nullptr;    // null: the norms were not asked for
   const float* value_norms = nullptr;  // null with key_norms
+  const float* keys_pre_rope = nullptr;  // null: not asked for; the layout of `keys`
   bool on_device = false;              // memory of the decoder's CUDA device; host memory otherwise
   int head_dim = 0;
   std::vector<int64_t> length;    // [stored head] entries
   std::vector<int64_t> offset;    // [stored head] floats from keys (values) to the head's block
 
-  bool empty() const { return keys == nullptr && values == nullptr && key_norms == nullptr; }
+  bool empty() const { return keys == nullptr && values == nullptr && key_norms == nullptr && keys_pre_rope == nullptr; }
   int n_heads() const { return static_cast<int>(length.size()); }
   // Entries from key_norms (value_norms) to head h's norms.
   int64_t norm_offset(int h) const { return offset[static_cast<size_t>(h)] / head_dim; }
@@ -52,7 +60,9 @@ struct CacheRowsSignal {
 // What a call asks for.
 struct CacheRowsWanted {
   bool keys = false, values = false, norms = false;
-  bool any() const { return keys || values || norms; }
+  bool keys_pre_rope = false;
+  bool any() const { return keys || values || norms || keys_pre_rope; }
+  bool any_rows() const { return keys || values || keys_pre_rope; }  // what cache_rows_element writes
 };
 
 // One launch's arguments: every live row of every head of one layer (ranges in rows; the output
@@ -67,6 +77,12 @@ struct CacheRowsArgs {
   float* values_out = nullptr;  // null: not written
   float* key_norms_out = nullptr;    // one per entry, heads packed (ranges.out_offset); null: not written
   float* value_norms_out = nullptr;  // written with key_norms_out
+  // Keys before RoPE: written with the rows' positions (`positions`, the arena's) and a RoPE table
+  // covering them (`rope`, in the same memory as the arenas); an entry whose position the table
+  // does not cover is written NaN. null: not written.
+  float* keys_pre_rope_out = nullptr;
+  const int32_t* positions = nullptr;
+  RopeTableView rope;
 };
 
 // The arguments for the whole of each head of `view`'s layer, into the given outputs (device or
@@ -92,6 +108,23 @@ KVEVICT_HOST_DEVICE inline void cache_rows_element(const CacheRowsArgs& a, size_
   const int64_t row = a.ranges.start_row[h] + static_cast<int64_t>(local % length);
   if (a.keys_out) a.keys_out[x] = device_kv_load(a.keys, a.type, row, a.head_dim, i);
   if (a.values_out) a.values_out[x] = device_kv_load(a.values, a.type, row, a.head_dim, i);
+  if (a.keys_pre_rope_out) {
+    // Element i's pair (RoPE's pairing convention), rotated back by the entry's position.
+    const int half = a.head_dim / 2;
+    const int pair = a.rope.style == RopeStyle::AdjacentPairs ? i / 2 : i % half;
+    int first = 0, second = 0;
+    rope_pair_elements(a.rope.style, pair, half, &first, &second);
+    const int32_t position = a.positions[row];
+    if (position < 0 || position >= a.rope.positions) {
+      a.keys_pre_rope_out[x] = NAN;
+    } else {
+      float x0 = device_kv_load(a.keys, a.type, row, a.head_dim, first);
+      float x1 = device_kv_load(a.keys, a.type, row, a.head_dim, second);
+      const size_t at = static_cast<size_t>(position) * static_cast<size_t>(half) + static_cast<size_t>(pair);
+      rope_rotate_pair_back(&x0, &x1, a.rope.cos[at], a.rope.sin[at]);
+      a.keys_pre_rope_out[x] = i == first ? x0 : x1;
+    }
+  }
 }
 
 // Entries the norms' arguments cover: the layer's entries.
@@ -106,14 +139,21 @@ KVEVICT_HOST_DEVICE inline void cache_rows_norm_element(const CacheRowsArgs& a, 
 // The observer's description of what `a` wrote (lengths and offsets from its ranges).
 CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device);
 
+// Sets the keys before RoPE's inputs: the view's positions and `rope` (both in the arenas'
+// memory). std::invalid_argument for an odd head_dim, a table of another half, or no positions
+// for a layer that has entries.
+void plan_cache_keys_pre_rope(CacheRowsArgs& a, const DeviceKvLayerView& view, const RopeTableView& rope,
+                              float* keys_pre_rope_out);
+
 // The CPU twin's host buffers (a side not asked for is left empty).
 struct CacheRowsHost {
-  std::vector<float> keys, values, key_norms, value_norms;
+  std::vector<float> keys, values, key_norms, value_norms, keys_pre_rope;
 };
 
 // The CPU twin: the element bodies over a view of host arenas (DeviceKvTwin::layer_view) into
 // `out` (resized; what is not asked for is cleared and left null in the signal), described as host
-// memory.
-CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out);
+// memory. `rope`: a host table covering the view's positions (read only for the keys before RoPE).
+CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out,
+                                const RopeTableView& rope = {});
 
 }  // namespace kvevict

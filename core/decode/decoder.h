@@ -109,6 +109,9 @@ struct ObservationRequest {
   // handle their absence.
   bool cache_keys_on_device = false;
   bool cache_values_on_device = false;
+  // The same for the cached keys before RoPE (K_pre: each key rotated back by its entry's
+  // position; cache_rows_signal.h), handed over in the same calls as LayerSignals::cache_rows.
+  bool cache_keys_pre_rope_on_device = false;
   // The same for the norms of the layer's cached keys and values (key_norm, value_norm), handed
   // over in the same calls as LayerSignals::cache_rows' norms, computed on the device: then nothing
   // of them crosses the bus (row_norms, the host-held norms, is not asked for beside it).
@@ -149,7 +152,7 @@ struct ObservationRequest {
 
 // What of the cached rows a request asks for on the device (LayerSignals::cache_rows).
 inline CacheRowsWanted cache_rows_wanted(const ObservationRequest& r) {
-  return {r.cache_keys_on_device, r.cache_values_on_device, r.row_norms_on_device};
+  return {r.cache_keys_on_device, r.cache_values_on_device, r.row_norms_on_device, r.cache_keys_pre_rope_on_device};
 }
 
 struct LayerSignals {

@@ -39,6 +39,7 @@ struct SegmentAttentionRequest {
   bool causal = true;
   bool scaled = true;
   bool enabled() const { return segment > 0 && window > 0; }
+  bool operator==(const SegmentAttentionRequest&) const = default;
 };
 
 // A_seg of every query head over the prompt's entries: values[h * length + p] is the sum, over the

@@ -49,8 +49,9 @@ bool merge_given_by_decoder(const PolicyMerge& merge) {
 // K and V as cached and their norms, which a program scoring on the decoder's device reads there
 // (GivenOnDevice).
 static bool given_on_device(TensorSignal s, CachedRowSignals rows) {
-  return rows == CachedRowSignals::GivenOnDevice && (s == TensorSignal::Keys || s == TensorSignal::Values ||
-                                                     s == TensorSignal::KeyNorm || s == TensorSignal::ValueNorm);
+  return rows == CachedRowSignals::GivenOnDevice &&
+         (s == TensorSignal::Keys || s == TensorSignal::Values || s == TensorSignal::KeysPreRope ||
+          s == TensorSignal::KeyNorm || s == TensorSignal::ValueNorm);
 }
 
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows) {

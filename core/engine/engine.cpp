@@ -29,7 +29,8 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
       current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
                        !host_reads_column_sums()),
       rows_in_place(scores_signals_in_place(p) &&
-                    (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values))),
+                    (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values) ||
+                     p.description().needs(TensorSignal::KeysPreRope))),
       norms_in_place(scores_signals_in_place(p) && !plan.select.frozen_scores &&
                      p.description().needs_row_norms()),
       positions_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::Position) &&
@@ -202,7 +203,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
   const int S = recorded.first_position() + recorded.n_tokens();
   const QueryStatisticsRequest& statistics = recorded.query_statistics_request();
   const bool statistics_served = query_statistics_serve(statistics, st.desc);
-  const int need_window = recorded_window_for(st.policy, S, statistics);
+  const int need_window = recorded_window_for(st.policy, S, statistics, recorded.segment_requests());
+  const SegmentAttentionRequest segment = segment_attention_request_for(st.policy, S);
   if (st.desc.needs(TensorSignal::HiddenNorm) && !recorded.layers().empty() &&
       recorded.layers()[0].hidden_norms.empty())
     throw std::invalid_argument("apply_after_prefill: the policy needs hidden_norm; the recorder has none");
@@ -251,6 +253,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
       }
       s.query_statistics = &layer_statistics;
     }
+    // The recorded A_seg (null when not recorded: then every query was, and the engine makes it).
+    if (segment.enabled()) s.segment_attention = recorded.segment_attention(l, segment);
     st.prefill_layer(s, cache, /*allow_cascading=*/false);
   }
   if (!st.replay_pending) return st.finish_prefill(cache);
@@ -295,11 +299,21 @@ bool query_statistics_serve(const QueryStatisticsRequest& recorded, const Policy
          (recorded.covariance || !d.needs(TensorSignal::QueryCovariance));
 }
 
-int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics) {
+SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& policy, int prompt_len) {
+  const PolicyObserve& o = policy.description().observe;
+  if (o.segment <= 0) return {};
+  return {o.segment, policy.window_for(prompt_len), o.causal, o.scaled};
+}
+
+int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics,
+                        std::span<const SegmentAttentionRequest> segments) {
   const PolicyDescription& d = policy.description();
-  // Every segment's last queries, the prompt query statistics (unless recorded as statistics that
-  // serve the policy) and a window found from the tokens need every query of the prompt.
-  if (d.observe.segment > 0 || d.observe.window_after_token >= 0) return prompt_len;
+  // Every segment's last queries (unless its A_seg is recorded), the prompt query statistics
+  // (unless recorded as statistics that serve the policy) and a window found from the tokens need
+  // every query of the prompt.
+  const SegmentAttentionRequest segment = segment_attention_request_for(policy, prompt_len);
+  if (segment.enabled() && std::find(segments.begin(), segments.end(), segment) == segments.end()) return prompt_len;
+  if (d.observe.window_after_token >= 0) return prompt_len;
   if (reads_query_statistics(d) && !query_statistics_serve(statistics, d)) return prompt_len;
   return std::max(policy.window_for(prompt_len), d.needs(TensorSignal::CurrentAttention) ? 1 : 0);
 }

@@ -118,7 +118,7 @@ struct EvictionReport {
   // sums downloaded for heads that could not be (one per layer at most).
   int64_t current_attention_in_place = 0;
   int64_t current_attention_downloads = 0;
-  // (layer, stored head) scorings that read K or V where the decoder copied them out on its device
+  // (layer, stored head) scorings that read K, V or K_pre where the decoder copied them out on its device
   // (LayerSignals::cache_rows, ObservationRequest::cache_keys_on_device): no row came to the host.
   int64_t cache_rows_in_place = 0;
   // (layer, head) scorings that read key_norm or value_norm (each counted once per signal) where the
@@ -182,6 +182,13 @@ class PrefillRecorder : public ForwardObserver {
   // for the sweep's policies that read Q_mean / Q_cov from that position (query_statistics_serve).
   void request_query_statistics(const QueryStatisticsRequest& wanted);
   const QueryStatisticsRequest& query_statistics_request() const { return request_.query_statistics; }
+  // The segment-local attention A_seg for each of `wanted` (distinct; segment_attention_request_for
+  // the sweep's policies that read it), made by the host rule (block_segment_attention) from every
+  // query of the prompt, which the decoder then hands over for the call, and the host's rows; only
+  // the last `window` queries (the constructor's) are kept. n_heads x prompt floats per layer and
+  // request instead of every query of every layer.
+  void request_segment_attention(std::vector<SegmentAttentionRequest> wanted, int prompt_len);
+  const std::vector<SegmentAttentionRequest>& segment_requests() const { return segment_requests_; }
 
   struct Layer {
     int window = 0;
@@ -192,7 +199,10 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
     std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
     std::optional<BlockQueryStatistics> query_statistics;   // the decoder's, when requested
+    std::vector<BlockSegmentAttention> segment_attention;   // [segment_requests()], when requested
   };
+  // Layer `layer`'s A_seg for `request`, null when it was not recorded.
+  const BlockSegmentAttention* segment_attention(int layer, const SegmentAttentionRequest& request) const;
   // KVzip's replay scores (A_replay), computed once per recorded prefill for each observe.replay
   // setting the sweep's policies use: runs the replay pass on `decoder`, which must still hold
   // exactly the recorded prompt (right after the recording forward; the cache ends as it was).
@@ -206,6 +216,8 @@ class PrefillRecorder : public ForwardObserver {
 
  private:
   ObservationRequest request_;
+  int kept_window_ = 0;  // query rows kept per layer (request_.window may ask for more, for A_seg)
+  std::vector<SegmentAttentionRequest> segment_requests_;
   std::vector<Layer> layers_;
   std::vector<int> tokens_;
   std::vector<std::pair<ReplayOptions, ReplayScores>> replays_;  // one per observe.replay setting
@@ -217,11 +229,17 @@ class PrefillRecorder : public ForwardObserver {
 // reads Q_mean or Q_cov from the same position, and the covariance was kept if it reads Q_cov.
 bool query_statistics_serve(const QueryStatisticsRequest& recorded, const PolicyDescription& d);
 
+// The segment-local attention `policy` reads at a prompt of `prompt_len` tokens (ObservationRequest::
+// segment_attention's settings: observe.segment, its window for that prompt, causal, scaled); not
+// enabled for a policy without observe.segment.
+SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& policy, int prompt_len);
+
 // The query rows a PrefillRecorder must hold for `policy` to be applied after a prefill of
-// `prompt_len` tokens (every row when it reads segments, a token-found window, or query statistics
-// that the recorder's `statistics` do not serve). A recorder for a policy that reads hidden_norm /
-// out_norm also needs request_model_signals.
-int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics = {});
+// `prompt_len` tokens (every row when it reads segments the recorder's `segments` do not serve, a
+// token-found window, or query statistics that the recorder's `statistics` do not serve). A
+// recorder for a policy that reads hidden_norm / out_norm also needs request_model_signals.
+int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics = {},
+                        std::span<const SegmentAttentionRequest> segments = {});
 
 class EvictionEngine : public ForwardObserver {
  public:

@@ -156,11 +156,12 @@ ObservationRequest EvictionEngine::request() const {
     for (int l = 0; l < state_->L; ++l)
       r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
   r.host_rows_not_read_later = state_->host_rows_not_read_later();
-  // Scored on the device: K and V (and the norms above) are read where the decoder copies them out,
+  // Scored on the device: K, V and K_pre (and the norms above) are read where the decoder copies them out,
   // in the calls this engine declared NoneGivenDecoderSignals (the others have the rows on the host,
   // or read none).
   r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
   r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
+  r.cache_keys_pre_rope_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
   r.positions_on_device = state_->positions_in_place || state_->positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);

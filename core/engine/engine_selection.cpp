@@ -48,7 +48,7 @@ void EvictionEngine::State::score_into_selector(int layer, const HeadSignals& hs
     throw std::logic_error("engine: head " + std::to_string(h) + " of layer " + std::to_string(layer) + " scored " +
                            std::to_string(hs.in.T) + " entries of " + std::to_string(lengths[h]));
   PhaseScope timed(*this, EnginePhase::Scoring);
-  if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
+  if (reads_rows_in_place(hs.in)) ++report.cache_rows_in_place;
   policy.score_on_device(hs.in, decoding, buffer + layer_score_offset(lengths, static_cast<size_t>(h)));
 }
 

@@ -27,10 +27,12 @@ bool EvictionEngine::State::host_reads_column_sums() const {
 
 const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, int src, int T) const {
   const bool norms = id == TensorSignal::KeyNorm || id == TensorSignal::ValueNorm;
-  const float* base = id == TensorSignal::Keys      ? decoder_rows.keys
-                      : id == TensorSignal::Values  ? decoder_rows.values
-                      : id == TensorSignal::KeyNorm ? decoder_rows.key_norms
-                                                    : decoder_rows.value_norms;
+  const float* base = id == TensorSignal::Keys          ? decoder_rows.keys
+                      : id == TensorSignal::Values      ? decoder_rows.values
+                      : id == TensorSignal::KeysPreRope ? decoder_rows.keys_pre_rope
+                      : id == TensorSignal::KeyNorm     ? decoder_rows.key_norms
+                      : id == TensorSignal::ValueNorm   ? decoder_rows.value_norms
+                                                        : nullptr;
   if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
       decoder_rows.length[static_cast<size_t>(src)] != T)
     return nullptr;
@@ -350,6 +352,11 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
         transpose_rows(cached.values("V"), T, d, out);
       break;
     case TensorSignal::KeysPreRope:
+      // In place on the decoder's device (rotated back there), else from the host's rows.
+      if (const float* device = decoder_rows_of(id, layer, src, T)) {
+        in.set_device_signal(id, device);
+        return false;
+      }
       refuse_placeholder_read(layer, "the cached keys (K_pre)");
       transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
       break;
@@ -435,7 +442,7 @@ bool EvictionEngine::State::window_rows_signal(TensorSignal id, int layer, int k
 std::vector<float> EvictionEngine::State::score(const HeadSignals& hs, bool decoding) {
   PhaseScope timed(*this, EnginePhase::Scoring);
   std::vector<float> out(hs.in.T, 0.0f);
-  if (hs.in.on_device(TensorSignal::Keys) || hs.in.on_device(TensorSignal::Values)) ++report.cache_rows_in_place;
+  if (reads_rows_in_place(hs.in)) ++report.cache_rows_in_place;
   policy.score(hs.in, decoding && plan.decode.own_score, out.data());
   return out;
 }

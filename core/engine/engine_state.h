@@ -280,7 +280,13 @@ struct EvictionEngine::State {
     return rows_in_place || norms_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
   }
 
-  // K or V ([d][T]), key_norm or value_norm ([T]) of stored head `src` of `layer` (T entries) in the
+  // Whether a head's inputs read cached rows (K, V or K_pre) in place on the decoder's device
+  // (EvictionReport::cache_rows_in_place counts such scorings).
+  static bool reads_rows_in_place(const ScoreInputs& in) {
+    return in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values) ||
+           in.on_device(TensorSignal::KeysPreRope);
+  }
+  // K, V or K_pre ([d][T]), key_norm or value_norm ([T]) of stored head `src` of `layer` (T entries) in the
   // decoder's device copy, when it made one for this call and the head is exactly that long; null
   // otherwise (the host's rows, or its held norms, then).
   const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;

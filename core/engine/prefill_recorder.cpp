@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstddef>
 #include <stdexcept>
 
 #include "core/engine/engine.h"
@@ -8,6 +9,7 @@ namespace kvevict {
 
 PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
   request_.window = std::max(0, window);
+  kept_window_ = request_.window;
   request_.accumulated_attention = accumulated_attention;
 }
 
@@ -24,8 +26,23 @@ void PrefillRecorder::request_query_statistics(const QueryStatisticsRequest& wan
   request_.query_statistics = wanted;
 }
 
+void PrefillRecorder::request_segment_attention(std::vector<SegmentAttentionRequest> wanted, int prompt_len) {
+  for (const SegmentAttentionRequest& r : wanted)
+    if (!r.enabled()) throw std::invalid_argument("prefill recorder: a segment attention request not enabled");
+  segment_requests_ = std::move(wanted);
+  // Every query of the prompt is handed over for the call (a view on the CPU); kept_window_ rows kept.
+  request_.window = segment_requests_.empty() ? kept_window_ : std::max(kept_window_, prompt_len);
+}
+
+const BlockSegmentAttention* PrefillRecorder::segment_attention(int layer, const SegmentAttentionRequest& request) const {
+  if (layer < 0 || layer >= static_cast<int>(layers_.size())) return nullptr;
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  for (size_t i = 0; i < segment_requests_.size() && i < l.segment_attention.size(); ++i)
+    if (segment_requests_[i] == request) return &l.segment_attention[i];
+  return nullptr;
+}
+
 void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
-  (void)cache;
   if (signals.layer == 0) {
     layers_.clear();
     first_position_ = signals.first_position;
@@ -35,8 +52,22 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   }
   if (static_cast<int>(layers_.size()) <= signals.layer) layers_.resize(signals.layer + 1);
   Layer& layer = layers_[signals.layer];
-  layer.window = signals.window;
-  layer.window_queries.assign(signals.window_queries.begin(), signals.window_queries.end());
+  // The newest kept_window_ rows of those handed over.
+  const int kept = std::min(kept_window_, signals.window);
+  const size_t row = signals.window > 0 ? signals.window_queries.size() / static_cast<size_t>(signals.window) : 0;
+  layer.window = kept;
+  layer.window_queries.assign(signals.window_queries.end() - static_cast<std::ptrdiff_t>(kept * row),
+                              signals.window_queries.end());
+  // A_seg by the host rule from every query of the prompt (handed over for it) and the host's rows.
+  layer.segment_attention.clear();
+  if (!segment_requests_.empty()) {
+    if (signals.first_position != 0 || signals.window != signals.n_tokens || row == 0)
+      throw std::logic_error("prefill recorder: A_seg needs the whole prompt's queries in one call from position 0");
+    const int n_heads = static_cast<int>(row / static_cast<size_t>(cache.head_dim()));
+    for (const SegmentAttentionRequest& r : segment_requests_)
+      layer.segment_attention.push_back(
+          block_segment_attention(r, signals.window_queries.data(), signals.n_tokens, cache, signals.layer, n_heads));
+  }
   if (signals.accumulated_attention) layer.accumulated_attention = *signals.accumulated_attention;
   else layer.accumulated_attention.clear();
   layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());

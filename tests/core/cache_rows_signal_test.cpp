@@ -5,6 +5,7 @@
 // heads (empty ones included).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -12,6 +13,8 @@
 
 #include "core/decode/cache_rows_signal.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/rope.h"
+#include "core/model/model_config.h"
 #include "device_kv_test_ops.h"
 
 namespace kvevict {
@@ -97,6 +100,75 @@ TEST_P(CacheRowsSignalTypes, TwinHandsEachHeadItsRowsTransposed) {
     EXPECT_GT(ragged_layers, 0) << "the operations never left a layer's heads of different lengths";
     EXPECT_GT(empty_heads, 0) << "the operations never emptied a head";
   }
+}
+
+// K_pre: each stored key rotated back by its entry's position with the RoPE table handed over,
+// against a reference that rotates the reference's stored words in double with the table's own
+// cos and sin (so only the f32 arithmetic differs: |err| <= a few ulps of |x0| + |x1|), for both
+// pairing conventions; the control rotates by the next position and must differ.
+TEST_P(CacheRowsSignalTypes, KeysBeforeRopeAreTheKeysRotatedBackByTheirPositions) {
+  for (RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit}) {
+    const int head_dim = 16, half = head_dim / 2;
+    const DeviceKvGeometry g{2, 3, head_dim, GetParam()};
+    DeviceKvTwin twin(g, {.row_quantum = 4, .growth = 1.25});
+    ReferenceCache ref(g);
+    ModelConfig config;
+    config.head_dim = head_dim;
+    config.rope_style = style;
+    Rope rope(config);
+    rope.reserve((1 << 20) + 64);  // random_ops' positions start below 2^20 (its appends add fewer than 64)
+    const RopeTableView table = rope.table();
+    int64_t compared = 0, control_differs = 0;
+    for (const Op& op : random_ops(g, 30, 7u + static_cast<uint32_t>(style))) {
+      apply(twin, ref, op);
+      if (op.append) continue;
+      const int l = op.layer;
+      CacheRowsHost host;
+      const CacheRowsSignal s = cache_rows_twin(twin.layer_view(l), {.keys_pre_rope = true}, host, table);
+      EXPECT_EQ(s.keys, nullptr) << "not asked for";
+      if (host.keys_pre_rope.empty()) continue;  // every head of the layer empty
+      ASSERT_NE(s.keys_pre_rope, nullptr);
+      for (int h = 0; h < g.n_heads; ++h) {
+        const auto& head = ref.head(l, h);
+        const size_t T = head.positions.size();
+        for (size_t t = 0; t < T; ++t) {
+          const std::vector<float> k = device_kv_words_to_f32(g.type, head.keys[t]);
+          for (int pair = 0; pair < half; ++pair) {
+            int a = 0, b = 0;
+            rope_pair_elements(style, pair, half, &a, &b);
+            for (int shift : {0, 1}) {
+              const size_t at = size_t(head.positions[t] + shift) * half + pair;
+              const double c = table.cos[at], sn = table.sin[at];
+              const double want_a = k[a] * c + k[b] * sn, want_b = k[b] * c - k[a] * sn;
+              const float got_a = s.keys_pre_rope[s.offset[h] + int64_t(a) * int64_t(T) + int64_t(t)];
+              const float got_b = s.keys_pre_rope[s.offset[h] + int64_t(b) * int64_t(T) + int64_t(t)];
+              if (!std::isfinite(want_a) || !std::isfinite(want_b)) continue;  // f16 overflowed to inf
+              const double tol = 4e-7 * (std::abs(k[a]) + std::abs(k[b])) + 1e-38;
+              const bool close = std::abs(got_a - want_a) <= tol && std::abs(got_b - want_b) <= tol;
+              if (shift == 0) {
+                ASSERT_TRUE(close) << "layer " << l << " head " << h << " entry " << t << " pair " << pair << ": "
+                                   << got_a << ", " << got_b << " want " << want_a << ", " << want_b;
+                ++compared;
+              } else {
+                control_differs += !close;
+              }
+            }
+          }
+        }
+      }
+    }
+    EXPECT_GT(compared, 1000);
+    EXPECT_GT(control_differs, compared / 2) << "rotating by the next position went unseen";
+  }
+  // Refused: an odd head_dim, a table of another size, no positions.
+  const DeviceKvGeometry odd{1, 1, 5, GetParam()};
+  DeviceKvTwin twin(odd);
+  ModelConfig config;
+  config.head_dim = 6;
+  Rope rope(config);
+  rope.reserve(4);
+  CacheRowsHost host;
+  EXPECT_THROW(cache_rows_twin(twin.layer_view(0), {.keys_pre_rope = true}, host, rope.table()), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CacheRowsSignalTypes, ::testing::Values(KvType::F32, KvType::F16, KvType::BF16));

@@ -317,6 +317,61 @@ TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
 #endif
 }
 
+// K_pre (each key rotated back by its entry's position, cache_rows_signal.h): the kernel against
+// the twin's element body with the same table, bit for bit (explicit fmaf on both sides), after
+// appends and keeps that leave the heads ragged (positions below 4096 here, so the table is small).
+TEST_P(DeviceKvCacheGpu, CacheRowsKeysBeforeRopeMatchTheTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (RopeStyle style : {RopeStyle::AdjacentPairs, RopeStyle::HalfSplit})
+    for (int head_dim : {64, 128}) {
+      const DeviceKvGeometry g{1, 4, head_dim, GetParam()};
+      cuda::DeviceKvCache device(g);
+      DeviceKvTwin twin(g);
+      cuda::CacheRowsBuffer buffer;
+      ModelConfig config;
+      config.head_dim = head_dim;
+      config.rope_style = style;
+      Rope rope(config);
+      rope.reserve(4096);
+      const RopeTableView on_device = device.device_rope(rope.table());
+      std::mt19937 rng(9u + static_cast<uint32_t>(head_dim));
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      for (int round = 0; round < 3; ++round) {
+        device_kv_test::Op op;
+        op.layer = 0;
+        op.append = true;
+        op.n = 100 + 37 * round;
+        op.stride = int64_t(g.n_heads) * head_dim;
+        op.keys.resize(size_t(op.n) * op.stride);
+        op.values.resize(op.keys.size());
+        for (float& x : op.keys) x = normal(rng);
+        for (float& x : op.values) x = normal(rng);
+        op.first_positions = {100 * round, 1000 + round, 3000, 7 * round};
+        apply(device, twin, op);
+        device_kv_test::Op keep;
+        keep.layer = 0;
+        keep.append = false;
+        for (int h = 0; h < g.n_heads; ++h) keep.keep.push_back(device_kv_test::random_keep(rng, int(twin.layout().length(0, h))));
+        apply(device, twin, keep);
+        const DeviceKvLayerView view = make_layer_view(device.layout().layer(0), g, device.keys(0), device.values(0),
+                                                       device.positions(0));
+        CacheRowsHost twin_rows;
+        const CacheRowsSignal t = cache_rows_twin(twin.layer_view(0), {.keys_pre_rope = true}, twin_rows, rope.table());
+        const CacheRowsSignal d = buffer.fill(view, {.keys_pre_rope = true}, on_device);
+        ASSERT_NE(d.keys_pre_rope, nullptr);
+        ASSERT_EQ(d.length, t.length);
+        ASSERT_EQ(d.offset, t.offset);
+        if (twin_rows.keys_pre_rope.empty()) continue;
+        std::vector<float> got;
+        download_device_floats(d.keys_pre_rope, twin_rows.keys_pre_rope.size(), got, "test keys before RoPE");
+        EXPECT_EQ(std::memcmp(got.data(), twin_rows.keys_pre_rope.data(), got.size() * sizeof(float)), 0)
+            << "round " << round << " head_dim " << head_dim;
+      }
+    }
+#endif
+}
+
 // Position re-assignment (device_kv_reassign.h) on the device against the twin: the same words and
 // positions (rope_rerotate_pair's explicit fused multiply-adds give the same bits on both), after
 // appends at scattered positions and shuffled keeps, for both pairing conventions.

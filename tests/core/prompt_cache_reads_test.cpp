@@ -244,8 +244,9 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
     const std::string name = std::filesystem::path(file).stem().string();
     if (host == device) continue;
     EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
-    if (host == CacheRowReads::Reads) {  // K or V handed over
-      EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values)) << name;
+    if (host == CacheRowReads::Reads) {  // K, V or K_pre handed over
+      EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values) || d.needs(TensorSignal::KeysPreRope))
+          << name;
       given_rows.push_back(name);
     } else {  // a prompt that read no row, its norms handed over instead of held on the host
       EXPECT_EQ(host, CacheRowReads::None) << name;
@@ -257,9 +258,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
   std::sort(given_norms.begin(), given_norms.end());
   // ExpectedAttentionStats: K and the value norms, with the mean RoPE rotation R_future (the model's
   // alone); ExpectedAttention, LU-KV and CAP: K (CAP also V) with the prompt query statistics, which
-  // the decoder makes (ObservationRequest::query_statistics).
-  const std::vector<std::string> expect = {"blockpress", "cap",     "expected_attention", "expected_attention_stats",
-                                           "keydiff",    "lukv",    "qfilter",            "rkv"};
+  // the decoder makes (ObservationRequest::query_statistics); Leverage: K_pre, which the decoder
+  // rotates back on the device; Compactor: K_pre with the segment attention A_seg, which the decoder
+  // makes too (ObservationRequest::segment_attention), and the value norms.
+  const std::vector<std::string> expect = {"blockpress", "cap",      "compactor", "expected_attention",
+                                           "expected_attention_stats", "keydiff", "leverage", "lukv",
+                                           "qfilter",    "rkv"};
   EXPECT_EQ(given_rows, expect);
   std::string norms;
   for (const std::string& n : given_norms) norms += n + " ";

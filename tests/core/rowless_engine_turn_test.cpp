@@ -611,7 +611,8 @@ TEST_F(RowlessEngineTurnTest, WindowQueryRowsReadNoRow) {
 // Every built-in scored by the stand-in device backend (so K and V count as handed over where the
 // engine can read them in place): every call it then declares runs on a position-only cache and
 // keeps the caches and logits of the same run on the real rows. KeyDiff, QFilter and BlockPress
-// (their prompts) and R-KV (its prompt) are among those whose calls read rows on the host otherwise.
+// (their prompts), R-KV (its prompt), Leverage and Compactor (K_pre, rotated back where the rows are)
+// are among those whose calls read rows on the host otherwise.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsOnAPositionOnlyCache) {
   std::vector<std::string> rows_in_place;
   for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
@@ -631,10 +632,10 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
   }
   std::string names;
   for (const std::string& n : rows_in_place) names += n + " ";
-  std::printf("built-ins whose K or V was read in place: %s\n", names.c_str());
+  std::printf("built-ins whose K, V or K_pre was read in place: %s\n", names.c_str());
   // (LU-KV's head plan reads its signals on the host, so its K is not handed over in place.)
-  for (const char* n : {"blockpress", "cap", "expected_attention", "expected_attention_stats", "keydiff", "qfilter",
-                        "rkv"})
+  for (const char* n : {"blockpress", "cap", "compactor", "expected_attention", "expected_attention_stats", "keydiff",
+                        "leverage", "qfilter", "rkv"})
     EXPECT_NE(std::find(rows_in_place.begin(), rows_in_place.end(), n), rows_in_place.end()) << n;
 }
 

@@ -27,6 +27,8 @@
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "dsl/policy_loader.h"
+#include "evals/config.h"
+#include "evals/prefill_evictor.h"
 #include "stories_prompt_test.h"
 
 namespace kvevict {
@@ -181,6 +183,42 @@ TEST_F(SegmentAttentionEngineTest, AnUnannouncedLaterPromptTakesEveryQuery) {
   EvictionEngine first(*policy, model_->config, EngineOptions{Budget::parse("40"), 3});
   prefill_prompt(*fresh, tokens_, &first, &first);
   EXPECT_EQ(test::cache_layout_of(decoder->cache()), test::cache_layout_of(fresh->cache()));
+}
+
+// The eval sweep's shared prefill (evals/engine_evictor.cpp): one recorded full-cache prefill, each
+// policy applied from it. The recorder keeps each distinct A_seg its policies read (made by the host
+// rule from every query, which the decoder hands over for the call) and only the other policies'
+// windows of queries, not every query of every layer; each policy then keeps the caches of its
+// live run (prefill_prompt with the engine: the CPU decoder's A_seg, the same bits).
+TEST_F(SegmentAttentionEngineTest, TheSweepRecordsTheSegmentAttentionInsteadOfEveryQuery) {
+  std::vector<evals::PolicyChoice> choices;
+  for (const Policy& p : policies()) choices.push_back({p.name, p.name, p.params, std::nullopt});
+  choices.push_back({"snapkv", "snapkv", {}, std::nullopt});
+  choices.push_back({"noncausal_attn", "noncausal_attn_again", policies()[1].params, std::nullopt});  // the same A_seg
+  auto evictor = evals::make_engine_evictor(3);
+  evictor->prepare(choices, *model_);
+  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+  ForwardObserver* recording = evictor->start_recording(S());
+  EXPECT_EQ(recording->request().window, S()) << "every query is handed over for the call";
+  decoder->forward(std::span<const int>(tokens_), recording);
+  const auto* recorder = dynamic_cast<const PrefillRecorder*>(recording);
+  ASSERT_NE(recorder, nullptr);
+  // chunkpress's, noncausal_attn's (twice in the sweep, once recorded) and compactor's (chunks of 20).
+  EXPECT_EQ(recorder->segment_requests().size(), 3u);
+  for (const PrefillRecorder::Layer& layer : recorder->layers()) {
+    EXPECT_LT(layer.window, S()) << "every query kept";
+    EXPECT_EQ(layer.segment_attention.size(), 3u);
+  }
+  const std::unique_ptr<DecoderSnapshot> full = decoder->snapshot();
+  for (const evals::PolicyChoice& c : choices) {
+    decoder->restore(*full);
+    evictor->apply(c, Budget::parse("50%"), decoder->cache());
+    auto live = make_cpu_decoder(*model_, {.threads = 1});
+    const auto policy = load_policy(c.policy, c.params);
+    EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("50%"), 3});
+    prefill_prompt(*live, tokens_, &engine, &engine);
+    EXPECT_EQ(test::cache_layout_of(decoder->cache()), test::cache_layout_of(live->cache())) << c.label;
+  }
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 //     the window attention asked for is causal or not as the request says; or marks its
 //     buffer as device memory (mark_on_device) for the in-place scoring proof. It also hands over
 //     the cached keys and values the engine asks for on the device (cache_rows_twin over the same
-//     twin, marked as device memory), where the CUDA decoder would, optionally planted wrong, and
+//     twin, marked as device memory; K_pre too), where the CUDA decoder would, optionally planted wrong, and
 //     the positions it asks for there (a copy of the twin's, likewise).
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
@@ -72,6 +72,7 @@ class WindowAttentionInjector : public ForwardObserver {
   WindowAttentionInjector(EvictionEngine& engine, KVCache& cache, int group, bool plant_wrong = false,
                           bool force = false)
       : engine_(engine),
+        cache_(cache),
         group_(group),
         plant_(plant_wrong),
         force_(force),
@@ -150,11 +151,17 @@ class WindowAttentionInjector : public ForwardObserver {
     const CacheRowReads reads = request_.cache_row_reads.for_call(with.first_position, with.n_tokens);
     if (!wanted.any() || reads != CacheRowReads::NoneGivenDecoderSignals) return;
     if (request_.window_attention > 0 && with.window_attention.empty()) return;
-    with.cache_rows = cache_rows_twin(view, wanted, rows_);
+    // K_pre rotates back with the host cache's RoPE table, as the CUDA decoder's does on the device.
+    RopeTableView rope;
+    if (wanted.keys_pre_rope) {
+      cache_.reserve_rope_table(with.first_position + with.n_tokens - 1);
+      rope = cache_.rope_table();
+    }
+    with.cache_rows = cache_rows_twin(view, wanted, rows_, rope);
     with.cache_rows.on_device = true;
     if (plant_rows_) {
       const CacheRowsSignal& c = with.cache_rows;
-      for (std::vector<float>* side : {&rows_.keys, &rows_.values}) {
+      for (std::vector<float>* side : {&rows_.keys, &rows_.values, &rows_.keys_pre_rope}) {
         if (side->empty()) continue;
         for (int h = 0; h < c.n_heads(); ++h)
           for (int i = 0; i < c.head_dim; ++i) {
@@ -231,6 +238,7 @@ class WindowAttentionInjector : public ForwardObserver {
   }
 
   EvictionEngine& engine_;
+  KVCache& cache_;  // the decoder's host cache (its RoPE table, for K_pre)
   int group_;
   bool plant_, force_;
   bool on_device_ = false;

@@ -45,11 +45,12 @@ void launch(Kernel kernel, const CacheRowsArgs& a, size_t count, const char* nam
 CacheRowsBuffer::CacheRowsBuffer()
     : keys_(std::make_unique<DeviceArray<float>>()),
       values_(std::make_unique<DeviceArray<float>>()),
+      keys_pre_rope_(std::make_unique<DeviceArray<float>>()),
       norms_(std::make_unique<DeviceArray<float>>()) {}
 
 CacheRowsBuffer::~CacheRowsBuffer() = default;
 
-CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, CacheRowsWanted wanted) {
+CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, CacheRowsWanted wanted, const RopeTableView& rope) {
   if (!wanted.any()) return {};
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
   const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
@@ -57,11 +58,15 @@ CacheRowsSignal CacheRowsBuffer::fill(const DeviceKvLayerView& view, CacheRowsWa
   if (wanted.keys) keys_->grow(n);
   if (wanted.values) values_->grow(n);
   if (wanted.norms) norms_->grow(2 * entries);
+  if (wanted.keys_pre_rope) {
+    keys_pre_rope_->grow(n);
+    plan_cache_keys_pre_rope(a, view, rope, keys_pre_rope_->data());
+  }
   a.keys_out = wanted.keys ? keys_->data() : nullptr;
   a.values_out = wanted.values ? values_->data() : nullptr;
   a.key_norms_out = wanted.norms ? norms_->data() : nullptr;
   a.value_norms_out = wanted.norms ? norms_->data() + entries : nullptr;
-  if (wanted.keys || wanted.values) launch(cache_rows_kernel, a, n, "cache_rows_kernel");
+  if (wanted.any_rows()) launch(cache_rows_kernel, a, n, "cache_rows_kernel");
   if (wanted.norms) launch(cache_row_norms_kernel, a, entries, "cache_row_norms_kernel");
   return describe_cache_rows(a, /*on_device=*/true);
 }

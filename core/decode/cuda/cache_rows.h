@@ -2,7 +2,7 @@
 // CUDA launcher of the cached rows handed to device scoring (core/decode/cache_rows_signal.h): one
 // layer's keys and/or values, read from the device-resident KV cache through DeviceKvLayerView and
 // written as f32 [head_dim][length] per head into device memory, so the generated score kernels
-// read K and V in place. No CUDA headers here: the launch goes to the legacy default stream
+// read K, V and K_pre (the keys rotated back by their positions) in place. No CUDA headers here: the launch goes to the legacy default stream
 // (ordered with the decoder's kernels), and nothing is synchronised.
 //
 // The CUDA decoder's buffer for its observer (ObservationRequest::cache_keys_on_device,
@@ -26,11 +26,12 @@ class CacheRowsBuffer {
   ~CacheRowsBuffer();
   CacheRowsBuffer(const CacheRowsBuffer&) = delete;
   CacheRowsBuffer& operator=(const CacheRowsBuffer&) = delete;
-  // An empty signal when nothing is asked for.
-  CacheRowsSignal fill(const DeviceKvLayerView& view, CacheRowsWanted wanted);
+  // An empty signal when nothing is asked for. `rope`: a RoPE table in device memory covering the
+  // view's positions, read only when the keys before RoPE are asked for.
+  CacheRowsSignal fill(const DeviceKvLayerView& view, CacheRowsWanted wanted, const RopeTableView& rope = {});
 
  private:
-  std::unique_ptr<DeviceArray<float>> keys_, values_;
+  std::unique_ptr<DeviceArray<float>> keys_, values_, keys_pre_rope_;
   std::unique_ptr<DeviceArray<float>> norms_;  // [key norms of every entry][value norms of every entry]
 };
 

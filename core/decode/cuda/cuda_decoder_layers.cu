@@ -266,10 +266,19 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
     }
     signals.segment_attention = &segment_attention_;
   }
-  // The cached keys and values for device scoring (K, V, their norms), as the block's append left them.
+  // The cached keys and values for device scoring (K, V, their norms, K_pre), as the block's append
+  // left them. K_pre rotates each key back by its arena position (re-assigned ones included: the
+  // keys were rotated to them) with the host cache's RoPE table on the device, covering every
+  // position up to the block's last.
   if (hand_cache_rows_) {
     Stopwatch timed(&own_seconds_.observation);
-    signals.cache_rows = cache_rows_.fill(view, cache_rows_wanted(request));
+    const CacheRowsWanted wanted = cache_rows_wanted(request);
+    RopeTableView rope;
+    if (wanted.keys_pre_rope) {
+      cache_.reserve_rope_table(first + n - 1);
+      rope = device_kv_->device_rope(cache_.rope_table());
+    }
+    signals.cache_rows = cache_rows_.fill(view, wanted, rope);
   }
   // Their positions: the device cache's own arena, in every call that asks (the mirror keeps them
   // equal to the host's), not over the packed upload (no positions on the device).

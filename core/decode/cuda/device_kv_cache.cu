@@ -392,6 +392,8 @@ std::vector<RowNorms> DeviceKvCache::row_norms(int layer, std::span<const int64_
   return out;
 }
 
+RopeTableView DeviceKvCache::device_rope(const RopeTableView& rope) { return impl_->device_rope(rope); }
+
 void DeviceKvCache::reassign_positions(int layer, std::span<const char> heads, const RopeTableView& rope) {
   impl_->layout.layer(layer);  // std::invalid_argument for a layer outside the cache, before any indexing
   const RopeTableView on_device = impl_->device_rope(rope);

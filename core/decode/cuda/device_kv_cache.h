@@ -118,6 +118,10 @@ class DeviceKvCache {
   // lacks room). std::invalid_argument for a snapshot of another geometry.
   void restore(const DeviceKvSnapshot& snapshot);
 
+  // The HOST table `rope` on the device (uploaded whole when it has grown since the last call, the
+  // copy reassign_positions and codebook_append use), for kernels that rotate cached keys.
+  RopeTableView device_rope(const RopeTableView& rope);
+
   // The layer's arenas on the device, for kernels that read the cache (rows per layout().layer()).
   const void* keys(int layer) const;
   const void* values(int layer) const;
