@@ -96,7 +96,8 @@ ObservationRequest EvictionEngine::request() const {
   r.window = state_->next_prompt_plan().query_window;
   // A prompt comes next: announced, or the engine's first. (A prompt after decode steps that
   // nobody announced is taken for a decode call: it reads rows, prompt_call_row_reads, and gets no
-  // query statistics, which a policy reading them then refuses: announce such a prompt.)
+  // query statistics nor segment attention from the decoder: every query of each call is asked for
+  // instead, below, from which the engine makes them when the call turns out to be a prompt.)
   const bool prompt_next = state_->announced || !state_->prefill_done;
   // A window that depends on the prompt length is unknown until the prompt arrives, unless it was
   // announced: ask for every query of the block (the decoder hands out a view of its query buffer,
@@ -140,6 +141,7 @@ ObservationRequest EvictionEngine::request() const {
   // The prompt query statistics: the decoder makes each block's from its own queries (no query row
   // comes over for them).
   if (prompt_next) r.query_statistics = state_->query_stats.request();
+  else if (state_->query_stats.active()) r.window = state_->config.context_length;
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);

@@ -210,6 +210,26 @@ TEST_F(QueryStatisticsEngineTest, StatisticsFromTheDecoderKeepTheCachesOfTheRows
   }
 }
 
+// A prompt nobody announced after decode steps is taken for a decode call, so the decoder is asked
+// for no statistics: every query of each call is asked for instead, and the engine sums the
+// prompt's itself (it refused such a prompt before). The same caches as the policy's first prompt.
+TEST_F(QueryStatisticsEngineTest, AnUnannouncedLaterPromptMakesItsStatisticsFromEveryQuery) {
+  for (const char* name : {"expected_attention", "cap"}) {
+    const auto policy = load_policy(name, {});
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
+    EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("40"), 3});
+    prefill_prompt(*decoder, tokens_, &engine, &engine);
+    const int next = 5;
+    decoder->forward(std::span<const int>(&next, 1), &engine);
+    const ObservationRequest r = engine.request();
+    EXPECT_FALSE(r.query_statistics.enabled) << name;
+    EXPECT_EQ(r.window, model_->config.context_length) << name;
+    decoder->reset();
+    decoder->forward(std::span<const int>(tokens_), &engine);
+    EXPECT_EQ(positions_of(decoder->cache()), prompt_positions(*policy, nullptr)) << name;
+  }
+}
+
 // The eval sweep's path (evals/engine_evictor.cpp): one recorded full-cache prefill, then each
 // policy applied from it. When the sweep's policies that read the statistics count from one
 // position, the recorder keeps the decoder's statistics instead of every query (its window is the
