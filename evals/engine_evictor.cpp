@@ -56,12 +56,17 @@ class EngineEvictor : public PrefillEvictor {
           std::find(segments.begin(), segments.end(), r) == segments.end())
         segments.push_back(r);
     }
+    // Windows found from the prompt's tokens (FINCH) are known once the recording sees them.
+    std::vector<const PolicyProgram*> token_windows;
     int window = 0;
-    for (const auto& [label, program] : programs_)
-      window = std::max(window, recorded_window_for(*program, prompt_len, statistics, segments));
+    for (const auto& [label, program] : programs_) {
+      if (program->description().observe.window_after_token >= 0) token_windows.push_back(program.get());
+      else window = std::max(window, recorded_window_for(*program, prompt_len, statistics, segments));
+    }
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
     recorder_->request_query_statistics(statistics);
     recorder_->request_segment_attention(std::move(segments), prompt_len);
+    recorder_->keep_windows_found_from_tokens(std::move(token_windows), prompt_len);
     recorder_->request_model_signals({.hidden_norms = hidden_norms_,
                                       .output_grams = output_grams_,
                                       .output_projection = output_projection_,

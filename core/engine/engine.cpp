@@ -203,7 +203,8 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
   const int S = recorded.first_position() + recorded.n_tokens();
   const QueryStatisticsRequest& statistics = recorded.query_statistics_request();
   const bool statistics_served = query_statistics_serve(statistics, st.desc);
-  const int need_window = recorded_window_for(st.policy, S, statistics, recorded.segment_requests());
+  const int need_window =
+      recorded_window_for(st.policy, S, statistics, recorded.segment_requests(), recorded.tokens());
   const SegmentAttentionRequest segment = segment_attention_request_for(st.policy, S);
   if (st.desc.needs(TensorSignal::HiddenNorm) && !recorded.layers().empty() &&
       recorded.layers()[0].hidden_norms.empty())
@@ -306,16 +307,24 @@ SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& polic
 }
 
 int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics,
-                        std::span<const SegmentAttentionRequest> segments) {
+                        std::span<const SegmentAttentionRequest> segments, std::span<const int> tokens) {
   const PolicyDescription& d = policy.description();
   // Every segment's last queries (unless its A_seg is recorded), the prompt query statistics
   // (unless recorded as statistics that serve the policy) and a window found from the tokens need
   // every query of the prompt.
   const SegmentAttentionRequest segment = segment_attention_request_for(policy, prompt_len);
   if (segment.enabled() && std::find(segments.begin(), segments.end(), segment) == segments.end()) return prompt_len;
-  if (d.observe.window_after_token >= 0) return prompt_len;
   if (reads_query_statistics(d) && !query_statistics_serve(statistics, d)) return prompt_len;
-  return std::max(policy.window_for(prompt_len), d.needs(TensorSignal::CurrentAttention) ? 1 : 0);
+  int window = policy.window_for(prompt_len);
+  if (d.observe.window_after_token >= 0) {
+    if (tokens.empty()) return prompt_len;
+    try {
+      window = window_from_tokens(d, tokens, window);
+    } catch (const UsageError&) {
+      return 0;  // the policy refuses this prompt (make_eviction_plan says so when it is applied)
+    }
+  }
+  return std::max(window, d.needs(TensorSignal::CurrentAttention) ? 1 : 0);
 }
 
 std::vector<size_t> EvictionEngine::aligned_state_lengths(int layer, int stored_head) const {

@@ -189,6 +189,11 @@ class PrefillRecorder : public ForwardObserver {
   // request instead of every query of every layer.
   void request_segment_attention(std::vector<SegmentAttentionRequest> wanted, int prompt_len);
   const std::vector<SegmentAttentionRequest>& segment_requests() const { return segment_requests_; }
+  // The policies of the sweep whose window is found from the prompt's tokens (FinchPress's
+  // delimiter; they must outlive the recorder): every query of the prompt is handed over for the
+  // call, and the rows kept are the largest of their windows for its tokens (recorded_window_for),
+  // found at the first layer, and the constructor's window.
+  void keep_windows_found_from_tokens(std::vector<const PolicyProgram*> policies, int prompt_len);
 
   struct Layer {
     int window = 0;
@@ -215,9 +220,14 @@ class PrefillRecorder : public ForwardObserver {
   int n_tokens() const { return n_tokens_; }
 
  private:
+  void ask_every_query();  // request_.window: every query of the prompt when A_seg or a token window needs it
+
   ObservationRequest request_;
+  int window_ = 0;       // the constructor's window
   int kept_window_ = 0;  // query rows kept per layer (request_.window may ask for more, for A_seg)
   std::vector<SegmentAttentionRequest> segment_requests_;
+  std::vector<const PolicyProgram*> token_windows_;  // keep_windows_found_from_tokens
+  int prompt_len_ = 0;   // what request_segment_attention / keep_windows_found_from_tokens were told
   std::vector<Layer> layers_;
   std::vector<int> tokens_;
   std::vector<std::pair<ReplayOptions, ReplayScores>> replays_;  // one per observe.replay setting
@@ -235,11 +245,13 @@ bool query_statistics_serve(const QueryStatisticsRequest& recorded, const Policy
 SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& policy, int prompt_len);
 
 // The query rows a PrefillRecorder must hold for `policy` to be applied after a prefill of
-// `prompt_len` tokens (every row when it reads segments the recorder's `segments` do not serve, a
-// token-found window, or query statistics that the recorder's `statistics` do not serve). A
-// recorder for a policy that reads hidden_norm / out_norm also needs request_model_signals.
+// `prompt_len` tokens (every row when it reads segments the recorder's `segments` do not serve,
+// query statistics that the recorder's `statistics` do not serve, or a window found from the
+// prompt's tokens when `tokens` is empty; with the tokens, that window, or 0 for a prompt the
+// policy refuses). A recorder for a policy that reads hidden_norm / out_norm also needs
+// request_model_signals.
 int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics = {},
-                        std::span<const SegmentAttentionRequest> segments = {});
+                        std::span<const SegmentAttentionRequest> segments = {}, std::span<const int> tokens = {});
 
 class EvictionEngine : public ForwardObserver {
  public:

@@ -97,18 +97,6 @@ void set_window(EvictionPlan& plan, const PolicyDescription& desc, int window) {
   plan.query_window = std::max(window, desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
 }
 
-// FinchPress: the tokens after the prompt's last delimiter (observe.window_after_token); a prompt
-// without one (or ending with it) takes the resolved observe.window, if any.
-int window_from_tokens(const PolicyDescription& desc, std::span<const int> tokens, int resolved) {
-  const int id = desc.observe.window_after_token;
-  const int w = window_after_token(tokens, id);
-  if (w <= 0 && resolved > 0) return resolved;
-  if (w <= 0)
-    throw UsageError("policy " + desc.name + ": observe.window_after_token: the prompt has " +
-                     std::string(w < 0 ? "no" : "nothing after its last") + " delimiter token " + std::to_string(id) +
-                     (w < 0 ? "" : " (the window would be empty)"));
-  return w;
-}
 
 // The static split of the whole prompt's cache (the contract in the header): every layer gets its
 // protected floor, the rest evenly, each capped at the prompt.
@@ -135,6 +123,17 @@ bool skip_prefill(const EvictionPlan& plan) {
 }
 
 }  // namespace
+
+int window_from_tokens(const PolicyDescription& desc, std::span<const int> tokens, int resolved) {
+  const int id = desc.observe.window_after_token;
+  const int w = window_after_token(tokens, id);
+  if (w <= 0 && resolved > 0) return resolved;
+  if (w <= 0)
+    throw UsageError("policy " + desc.name + ": observe.window_after_token: the prompt has " +
+                     std::string(w < 0 ? "no" : "nothing after its last") + " delimiter token " + std::to_string(id) +
+                     (w < 0 ? "" : " (the window would be empty)"));
+  return w;
+}
 
 int EvictionPlan::static_head_budget(int layer, int head) const {
   const int H = geometry.stored_heads;

@@ -39,6 +39,7 @@ namespace kvevict {
 
 class PolicyProgram;
 struct ModelConfig;
+struct PolicyDescription;
 
 // The heads the policy selects for. Stored heads are KV heads (stored_group = group query heads
 // each), or query heads when the policy unfolds GQA (stored_heads = n_heads, stored_group = 1).
@@ -190,6 +191,11 @@ struct EvictionPlan {
 // The heads a policy selects for on `config`. Checks that the engine supports the policy with this
 // budget on this model (check_engine_supports, PolicyProgram::check_geometry): UsageError if not.
 PlanGeometry plan_geometry(const PolicyProgram& policy, const ModelConfig& config, const Budget& budget);
+
+// FinchPress's window (observe.window_after_token): the tokens after the prompt's last delimiter; a
+// prompt without one (or ending with it) takes `resolved` (the policy's observe.window), if > 0, else
+// UsageError naming the policy.
+int window_from_tokens(const PolicyDescription& desc, std::span<const int> tokens, int resolved);
 
 // The plan for a prompt of `prompt_len` tokens. `prompt_tokens` is read only by a policy that finds
 // its window after a delimiter token (observe.window_after_token); others may pass nothing.

@@ -9,7 +9,7 @@ namespace kvevict {
 
 PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
   request_.window = std::max(0, window);
-  kept_window_ = request_.window;
+  window_ = kept_window_ = request_.window;
   request_.accumulated_attention = accumulated_attention;
 }
 
@@ -30,8 +30,20 @@ void PrefillRecorder::request_segment_attention(std::vector<SegmentAttentionRequ
   for (const SegmentAttentionRequest& r : wanted)
     if (!r.enabled()) throw std::invalid_argument("prefill recorder: a segment attention request not enabled");
   segment_requests_ = std::move(wanted);
+  prompt_len_ = prompt_len;
+  ask_every_query();
+}
+
+void PrefillRecorder::keep_windows_found_from_tokens(std::vector<const PolicyProgram*> policies, int prompt_len) {
+  token_windows_ = std::move(policies);
+  prompt_len_ = prompt_len;
+  ask_every_query();
+}
+
+void PrefillRecorder::ask_every_query() {
   // Every query of the prompt is handed over for the call (a view on the CPU); kept_window_ rows kept.
-  request_.window = segment_requests_.empty() ? kept_window_ : std::max(kept_window_, prompt_len);
+  const bool every = !segment_requests_.empty() || !token_windows_.empty();
+  request_.window = every ? std::max(window_, prompt_len_) : window_;
 }
 
 const BlockSegmentAttention* PrefillRecorder::segment_attention(int layer, const SegmentAttentionRequest& request) const {
@@ -49,6 +61,10 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
     n_tokens_ = signals.n_tokens;
     tokens_.assign(signals.tokens.begin(), signals.tokens.end());
     replays_.clear();  // a new recording: the replays of the previous one are stale
+    // The windows found from this prompt's tokens (FinchPress's delimiter), kept for every layer.
+    kept_window_ = window_;
+    for (const PolicyProgram* p : token_windows_)
+      kept_window_ = std::max(kept_window_, recorded_window_for(*p, n_tokens_, {}, {}, tokens_));
   }
   if (static_cast<int>(layers_.size()) <= signals.layer) layers_.resize(signals.layer + 1);
   Layer& layer = layers_[signals.layer];
