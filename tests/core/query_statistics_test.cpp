@@ -20,6 +20,7 @@
 #include "evals/config.h"
 #include "evals/prefill_evictor.h"
 #include "query_statistics_checks.h"
+#include "prompt_run_checks.h"
 #include "stories_prompt_test.h"
 
 namespace kvevict {
@@ -167,7 +168,7 @@ class StatisticsFromRows final : public ForwardObserver {
 
 class QueryStatisticsEngineTest : public test::StoriesPromptTest {
  protected:
-  using Positions = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][head][entry]
+  using Positions = test::CacheLayout;  // [layer][head][entry]
   // The cache's positions after the prompt, with the decoder's statistics (no source) or `source`'s.
   static Positions prompt_positions(const PolicyProgram& policy, const StatisticsSource* source,
                                     int* handed = nullptr) {
@@ -181,16 +182,7 @@ class QueryStatisticsEngineTest : public test::StoriesPromptTest {
       EXPECT_TRUE(engine.request().query_statistics.enabled);
       prefill_prompt(*decoder, tokens_, &engine, &engine);
     }
-    return positions_of(decoder->cache());
-  }
-  static Positions positions_of(const KVCache& cache) {
-    Positions out(cache.n_layers());
-    for (int l = 0; l < cache.n_layers(); ++l)
-      for (int h = 0; h < cache.n_stored_heads(); ++h) {
-        const int32_t* p = cache.positions(l, h);
-        out[l].emplace_back(p, p + cache.length(l, h));
-      }
-    return out;
+    return test::cache_layout_of(decoder->cache());
   }
 };
 
@@ -216,17 +208,10 @@ TEST_F(QueryStatisticsEngineTest, StatisticsFromTheDecoderKeepTheCachesOfTheRows
 TEST_F(QueryStatisticsEngineTest, AnUnannouncedLaterPromptMakesItsStatisticsFromEveryQuery) {
   for (const char* name : {"expected_attention", "cap"}) {
     const auto policy = load_policy(name, {});
-    auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-    EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("40"), 3});
-    prefill_prompt(*decoder, tokens_, &engine, &engine);
-    const int next = 5;
-    decoder->forward(std::span<const int>(&next, 1), &engine);
-    const ObservationRequest r = engine.request();
-    EXPECT_FALSE(r.query_statistics.enabled) << name;
-    EXPECT_EQ(r.window, model_->config.context_length) << name;
-    decoder->reset();
-    decoder->forward(std::span<const int>(tokens_), &engine);
-    EXPECT_EQ(positions_of(decoder->cache()), prompt_positions(*policy, nullptr)) << name;
+    const test::LaterPrompt later = test::later_prompt_layout(*model_, *policy, tokens_, Budget::parse("40"));
+    EXPECT_FALSE(later.asked.query_statistics.enabled) << name;
+    EXPECT_EQ(later.asked.window, model_->config.context_length) << name;
+    EXPECT_EQ(later.layout, prompt_positions(*policy, nullptr)) << name;
   }
 }
 
@@ -239,22 +224,13 @@ TEST_F(QueryStatisticsEngineTest, AnUnannouncedLaterPromptMakesItsStatisticsFrom
 TEST_F(QueryStatisticsEngineTest, TheSweepRecordsTheStatisticsInsteadOfEveryQuery) {
   std::vector<evals::PolicyChoice> choices;
   for (const char* name : {"expected_attention", "cap"}) choices.push_back({name, name, {}, std::nullopt});
-  auto evictor = evals::make_engine_evictor(3);
-  evictor->prepare(choices, *model_);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-  ForwardObserver* recording = evictor->start_recording(S());
-  const ObservationRequest asked = recording->request();
+  test::RecordedSweep sweep = test::record_sweep(*model_, choices, tokens_);
+  const ObservationRequest& asked = sweep.asked;
   EXPECT_TRUE(asked.query_statistics.enabled);
   EXPECT_EQ(asked.query_statistics.from, 4);
   EXPECT_TRUE(asked.query_statistics.covariance) << "expected_attention reads Q_cov";
   EXPECT_LT(asked.window, S()) << "no longer every query";
-  decoder->forward(std::span<const int>(tokens_), recording);
-  const std::unique_ptr<DecoderSnapshot> full = decoder->snapshot();
-  for (const evals::PolicyChoice& c : choices) {
-    decoder->restore(*full);
-    evictor->apply(c, Budget::parse("40"), decoder->cache());
-    EXPECT_EQ(positions_of(decoder->cache()), prompt_positions(*load_policy(c.policy, {}), nullptr)) << c.policy;
-  }
+  test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("40"));
   choices.push_back({"expected_attention", "from_two", {{"n_sink", "2"}}, std::nullopt});
   auto mixed = evals::make_engine_evictor(3);
   mixed->prepare(choices, *model_);

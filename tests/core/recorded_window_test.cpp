@@ -20,6 +20,7 @@
 #include "dsl/policy_loader.h"
 #include "evals/config.h"
 #include "evals/prefill_evictor.h"
+#include "prompt_run_checks.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
 
@@ -37,26 +38,13 @@ TEST_F(RecordedWindowTest, AWindowFoundFromTheTokensIsRecordedAsThatWindow) {
   const std::map<std::string, std::string> finch_params = {{"delimiter", std::to_string(delimiter)}};
   std::vector<evals::PolicyChoice> choices = {{"finch", "finch", finch_params, std::nullopt},
                                               {"snapkv", "snapkv", {{"window", "8"}}, std::nullopt}};
-  auto evictor = evals::make_engine_evictor(3);
-  evictor->prepare(choices, *model_);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-  ForwardObserver* recording = evictor->start_recording(S());
-  EXPECT_EQ(recording->request().window, S()) << "every query is handed over for the call";
-  decoder->forward(std::span<const int>(tokens_), recording);
-  const auto* recorder = dynamic_cast<const PrefillRecorder*>(recording);
+  test::RecordedSweep sweep = test::record_sweep(*model_, choices, tokens_);
+  EXPECT_EQ(sweep.asked.window, S()) << "every query is handed over for the call";
+  const PrefillRecorder* recorder = sweep.recorder;
   ASSERT_NE(recorder, nullptr);
   for (const PrefillRecorder::Layer& layer : recorder->layers())
     EXPECT_EQ(layer.window, std::max(question, 8)) << "the question's rows and SnapKV's window, not every query";
-  const std::unique_ptr<DecoderSnapshot> full = decoder->snapshot();
-  for (const evals::PolicyChoice& c : choices) {
-    decoder->restore(*full);
-    evictor->apply(c, Budget::parse("50%"), decoder->cache());
-    auto live = make_cpu_decoder(*model_, {.threads = 1});
-    const auto policy = load_policy(c.policy, c.params);
-    EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("50%"), 3});
-    prefill_prompt(*live, tokens_, &engine, &engine);
-    EXPECT_EQ(test::cache_layout_of(decoder->cache()), test::cache_layout_of(live->cache())) << c.label;
-  }
+  test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("50%"));
 }
 
 // A prompt without the delimiter: FINCH's fallback window, or (fallback 0) its refusal, which the

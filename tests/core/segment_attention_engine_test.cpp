@@ -29,6 +29,7 @@
 #include "dsl/policy_loader.h"
 #include "evals/config.h"
 #include "evals/prefill_evictor.h"
+#include "prompt_run_checks.h"
 #include "stories_prompt_test.h"
 
 namespace kvevict {
@@ -169,20 +170,10 @@ TEST_F(SegmentAttentionEngineTest, APromptLayerWithNeitherIsRefused) {
 TEST_F(SegmentAttentionEngineTest, AnUnannouncedLaterPromptTakesEveryQuery) {
   const Policy p = policies().front();
   const auto policy = load_policy(p.name, p.params);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-  EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("40"), 3});
-  prefill_prompt(*decoder, tokens_, &engine, &engine);
-  const int next = 5;
-  decoder->forward(std::span<const int>(&next, 1), &engine);
-  const ObservationRequest r = engine.request();
-  EXPECT_FALSE(r.segment_attention.enabled());
-  EXPECT_EQ(r.window, model_->config.context_length);
-  decoder->reset();
-  decoder->forward(std::span<const int>(tokens_), &engine);
-  auto fresh = make_cpu_decoder(*model_, {.threads = 1});
-  EvictionEngine first(*policy, model_->config, EngineOptions{Budget::parse("40"), 3});
-  prefill_prompt(*fresh, tokens_, &first, &first);
-  EXPECT_EQ(test::cache_layout_of(decoder->cache()), test::cache_layout_of(fresh->cache()));
+  const test::LaterPrompt later = test::later_prompt_layout(*model_, *policy, tokens_, Budget::parse("40"));
+  EXPECT_FALSE(later.asked.segment_attention.enabled());
+  EXPECT_EQ(later.asked.window, model_->config.context_length);
+  EXPECT_EQ(later.layout, test::live_prompt_layout(*model_, *policy, tokens_, Budget::parse("40")));
 }
 
 // The eval sweep's shared prefill (evals/engine_evictor.cpp): one recorded full-cache prefill, each
@@ -195,13 +186,9 @@ TEST_F(SegmentAttentionEngineTest, TheSweepRecordsTheSegmentAttentionInsteadOfEv
   for (const Policy& p : policies()) choices.push_back({p.name, p.name, p.params, std::nullopt});
   choices.push_back({"snapkv", "snapkv", {}, std::nullopt});
   choices.push_back({"noncausal_attn", "noncausal_attn_again", policies()[1].params, std::nullopt});  // the same A_seg
-  auto evictor = evals::make_engine_evictor(3);
-  evictor->prepare(choices, *model_);
-  auto decoder = make_cpu_decoder(*model_, {.threads = 1});
-  ForwardObserver* recording = evictor->start_recording(S());
-  EXPECT_EQ(recording->request().window, S()) << "every query is handed over for the call";
-  decoder->forward(std::span<const int>(tokens_), recording);
-  const auto* recorder = dynamic_cast<const PrefillRecorder*>(recording);
+  test::RecordedSweep sweep = test::record_sweep(*model_, choices, tokens_);
+  EXPECT_EQ(sweep.asked.window, S()) << "every query is handed over for the call";
+  const PrefillRecorder* recorder = sweep.recorder;
   ASSERT_NE(recorder, nullptr);
   // chunkpress's, noncausal_attn's (twice in the sweep, once recorded) and compactor's (chunks of 20).
   EXPECT_EQ(recorder->segment_requests().size(), 3u);
@@ -209,16 +196,7 @@ TEST_F(SegmentAttentionEngineTest, TheSweepRecordsTheSegmentAttentionInsteadOfEv
     EXPECT_LT(layer.window, S()) << "every query kept";
     EXPECT_EQ(layer.segment_attention.size(), 3u);
   }
-  const std::unique_ptr<DecoderSnapshot> full = decoder->snapshot();
-  for (const evals::PolicyChoice& c : choices) {
-    decoder->restore(*full);
-    evictor->apply(c, Budget::parse("50%"), decoder->cache());
-    auto live = make_cpu_decoder(*model_, {.threads = 1});
-    const auto policy = load_policy(c.policy, c.params);
-    EvictionEngine engine(*policy, model_->config, EngineOptions{Budget::parse("50%"), 3});
-    prefill_prompt(*live, tokens_, &engine, &engine);
-    EXPECT_EQ(test::cache_layout_of(decoder->cache()), test::cache_layout_of(live->cache())) << c.label;
-  }
+  test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("50%"));
 }
 
 }  // namespace
