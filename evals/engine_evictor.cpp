@@ -3,7 +3,6 @@
 // which holds KVzip's replay scores for each observe.replay setting, recorded once per sample).
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
@@ -33,8 +32,8 @@ class EngineEvictor : public PrefillEvictor {
         replays_.push_back(d.observe.replay);
       // (A policy that prefills itself, run.prefill_block, takes nothing from the recording.)
       if (reads_query_statistics(d) && d.run.prefill_block == 0) {
-        statistics_from_.insert(d.observe.query_stats_from);
-        statistics_covariance_ = statistics_covariance_ || d.needs(TensorSignal::QueryCovariance);
+        bool& covariance = statistics_[d.observe.query_stats_from];
+        covariance = covariance || d.needs(TensorSignal::QueryCovariance);
       }
       programs_[choice.label] = std::move(loaded.program);
       sources_[choice.label] = std::move(loaded.source);
@@ -43,10 +42,10 @@ class EngineEvictor : public PrefillEvictor {
 
   ForwardObserver* start_recording(int prompt_len) override {
     engine_.reset();
-    // The prompt query statistics instead of every query, when the sweep's policies that read them
-    // all count from one position (else every query is recorded, as each needs its own sums).
-    QueryStatisticsRequest statistics;
-    if (statistics_from_.size() == 1) statistics = {true, *statistics_from_.begin(), statistics_covariance_};
+    // The prompt query statistics instead of every query: one request per position the sweep's
+    // policies that read them count from.
+    std::vector<QueryStatisticsRequest> statistics;
+    for (const auto& [from, covariance] : statistics_) statistics.push_back({true, from, covariance});
     // Each distinct segment-local attention the sweep's policies read (A_seg: ChunkPress,
     // NonCausalAttnPress, Compactor), recorded as such instead of every query.
     std::vector<SegmentAttentionRequest> segments;
@@ -64,7 +63,7 @@ class EngineEvictor : public PrefillEvictor {
       else window = std::max(window, recorded_window_for(*program, prompt_len, statistics, segments));
     }
     recorder_ = std::make_unique<PrefillRecorder>(window, accumulated_);
-    recorder_->request_query_statistics(statistics);
+    recorder_->request_query_statistics(std::move(statistics), config_, prompt_len);
     recorder_->request_segment_attention(std::move(segments), prompt_len);
     recorder_->keep_windows_found_from_tokens(std::move(token_windows), prompt_len);
     recorder_->request_model_signals({.hidden_norms = hidden_norms_,
@@ -114,8 +113,7 @@ class EngineEvictor : public PrefillEvictor {
   bool accumulated_ = false, hidden_norms_ = false, output_grams_ = false, output_projection_ = false,
        hidden_states_ = false;
   std::vector<PolicyObserve::Replay> replays_;  // the distinct observe.replay settings (KVzip)
-  std::set<int> statistics_from_;               // the query_stats_from of the policies reading Q_mean / Q_cov
-  bool statistics_covariance_ = false;          // ... and whether one reads Q_cov
+  std::map<int, bool> statistics_;  // the query_stats_from of the policies reading Q_mean / Q_cov: whether one reads Q_cov
   std::unique_ptr<PrefillRecorder> recorder_;
   std::unique_ptr<EvictionEngine> engine_;
 };

@@ -3,6 +3,8 @@
 // the budget over layers 0..l and shrinks them all; otherwise the one-shot split happens at the last
 // layer. after_forward ends the prefill (report, codebook stage). Later forward calls are decode
 // steps: after_layer(l) applies the decode trigger of layer l.
+#include <algorithm>
+
 #include "core/engine/engine_state.h"
 
 namespace kvevict {
@@ -201,8 +203,10 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
-  const QueryStatisticsRequest& statistics = recorded.query_statistics_request();
-  const bool statistics_served = query_statistics_serve(statistics, st.desc);
+  const std::vector<QueryStatisticsRequest>& statistics = recorded.statistics_requests();
+  const bool statistics_served = std::any_of(statistics.begin(), statistics.end(), [&](const QueryStatisticsRequest& r) {
+    return query_statistics_serve(r, st.desc);
+  });
   const int need_window =
       recorded_window_for(st.policy, S, statistics, recorded.segment_requests(), recorded.tokens());
   const SegmentAttentionRequest segment = segment_attention_request_for(st.policy, S);
@@ -245,9 +249,10 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
     // reads no Q_cov: they do not depend on the covariance's sums).
     BlockQueryStatistics layer_statistics;
     if (statistics_served) {
-      if (!rec.query_statistics)
+      const BlockQueryStatistics* recorded_statistics = recorded.query_statistics(l, st.desc);
+      if (!recorded_statistics)
         throw std::invalid_argument("apply_after_prefill: the recorder has no query statistics");
-      layer_statistics = *rec.query_statistics;
+      layer_statistics = *recorded_statistics;
       if (!st.desc.needs(TensorSignal::QueryCovariance)) {
         layer_statistics.covariance = false;
         layer_statistics.m2.clear();
@@ -306,7 +311,7 @@ SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& polic
   return {o.segment, policy.window_for(prompt_len), o.causal, o.scaled};
 }
 
-int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics,
+int recorded_window_for(const PolicyProgram& policy, int prompt_len, std::span<const QueryStatisticsRequest> statistics,
                         std::span<const SegmentAttentionRequest> segments, std::span<const int> tokens) {
   const PolicyDescription& d = policy.description();
   // Every segment's last queries (unless its A_seg is recorded), the prompt query statistics
@@ -314,7 +319,10 @@ int recorded_window_for(const PolicyProgram& policy, int prompt_len, const Query
   // every query of the prompt.
   const SegmentAttentionRequest segment = segment_attention_request_for(policy, prompt_len);
   if (segment.enabled() && std::find(segments.begin(), segments.end(), segment) == segments.end()) return prompt_len;
-  if (reads_query_statistics(d) && !query_statistics_serve(statistics, d)) return prompt_len;
+  if (reads_query_statistics(d) && std::none_of(statistics.begin(), statistics.end(), [&](const QueryStatisticsRequest& r) {
+        return query_statistics_serve(r, d);
+      }))
+    return prompt_len;
   int window = policy.window_for(prompt_len);
   if (d.observe.window_after_token >= 0) {
     if (tokens.empty()) return prompt_len;

@@ -178,15 +178,21 @@ class PrefillRecorder : public ForwardObserver {
     bool hidden_norms = false, output_grams = false, output_projection = false, hidden_states = false;
   };
   void request_model_signals(const ModelSignals& wanted);
-  // The prompt query statistics from `from` (query_statistics_block.h), kept instead of every query
-  // for the sweep's policies that read Q_mean / Q_cov from that position (query_statistics_serve).
-  void request_query_statistics(const QueryStatisticsRequest& wanted);
-  const QueryStatisticsRequest& query_statistics_request() const { return request_.query_statistics; }
+  // The prompt query statistics (query_statistics_block.h) of each of `wanted` (distinct: one per
+  // query_stats_from of the sweep's policies that read Q_mean / Q_cov, query_statistics_serve),
+  // kept instead of every query. A single request is asked of the decoder, which makes them where
+  // its queries live (on its device for the CUDA decoder); several are made by the host rule
+  // (block_query_statistics, rotated back with `config`'s RoPE) from every query of the prompt,
+  // which the decoder then hands over for the call (only the constructor's window of it kept).
+  void request_query_statistics(std::vector<QueryStatisticsRequest> wanted, const ModelConfig& config,
+                                int prompt_len);
+  const std::vector<QueryStatisticsRequest>& statistics_requests() const { return statistics_requests_; }
   // The segment-local attention A_seg for each of `wanted` (distinct; segment_attention_request_for
-  // the sweep's policies that read it), made by the host rule (block_segment_attention) from every
-  // query of the prompt, which the decoder then hands over for the call, and the host's rows; only
-  // the last `window` queries (the constructor's) are kept. n_heads x prompt floats per layer and
-  // request instead of every query of every layer.
+  // the sweep's policies that read it): a single request is asked of the decoder (ObservationRequest::
+  // segment_attention: on its device for the CUDA decoder); several are made by the host rule
+  // (block_segment_attention) from every query of the prompt, which the decoder then hands over for
+  // the call, and the host's rows. Only the constructor's window of queries is kept: n_heads x
+  // prompt floats per layer and request instead of every query of every layer.
   void request_segment_attention(std::vector<SegmentAttentionRequest> wanted, int prompt_len);
   const std::vector<SegmentAttentionRequest>& segment_requests() const { return segment_requests_; }
   // The policies of the sweep whose window is found from the prompt's tokens (FinchPress's
@@ -203,11 +209,14 @@ class PrefillRecorder : public ForwardObserver {
     std::vector<float> output_grams;                        // [n_heads][head_dim][head_dim] when requested
     std::vector<float> output_projection;                   // [n_heads][dim][head_dim] when requested
     std::vector<float> hidden_states;                       // [n_tokens][dim] when requested
-    std::optional<BlockQueryStatistics> query_statistics;   // the decoder's, when requested
+    std::vector<BlockQueryStatistics> query_statistics;     // [statistics_requests()], when requested
     std::vector<BlockSegmentAttention> segment_attention;   // [segment_requests()], when requested
   };
   // Layer `layer`'s A_seg for `request`, null when it was not recorded.
   const BlockSegmentAttention* segment_attention(int layer, const SegmentAttentionRequest& request) const;
+  // Layer `layer`'s query statistics that serve a policy described by `d` (query_statistics_serve),
+  // null when none was recorded.
+  const BlockQueryStatistics* query_statistics(int layer, const PolicyDescription& d) const;
   // KVzip's replay scores (A_replay), computed once per recorded prefill for each observe.replay
   // setting the sweep's policies use: runs the replay pass on `decoder`, which must still hold
   // exactly the recorded prompt (right after the recording forward; the cache ends as it was).
@@ -220,14 +229,18 @@ class PrefillRecorder : public ForwardObserver {
   int n_tokens() const { return n_tokens_; }
 
  private:
-  void ask_every_query();  // request_.window: every query of the prompt when A_seg or a token window needs it
+  // request_: every query of the prompt when several statistics or A_seg, or a token window, need
+  // it; a single statistics or A_seg request asked of the decoder.
+  void ask_the_decoder();
 
   ObservationRequest request_;
   int window_ = 0;       // the constructor's window
   int kept_window_ = 0;  // query rows kept per layer (request_.window may ask for more, for A_seg)
+  std::vector<QueryStatisticsRequest> statistics_requests_;
+  Rope rope_;  // the model's, for statistics made by the host rule
   std::vector<SegmentAttentionRequest> segment_requests_;
   std::vector<const PolicyProgram*> token_windows_;  // keep_windows_found_from_tokens
-  int prompt_len_ = 0;   // what request_segment_attention / keep_windows_found_from_tokens were told
+  int prompt_len_ = 0;   // what the request_* / keep_windows_found_from_tokens calls were told
   std::vector<Layer> layers_;
   std::vector<int> tokens_;
   std::vector<std::pair<ReplayOptions, ReplayScores>> replays_;  // one per observe.replay setting
@@ -246,11 +259,12 @@ SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& polic
 
 // The query rows a PrefillRecorder must hold for `policy` to be applied after a prefill of
 // `prompt_len` tokens (every row when it reads segments the recorder's `segments` do not serve,
-// query statistics that the recorder's `statistics` do not serve, or a window found from the
+// query statistics that none of the recorder's `statistics` serves, or a window found from the
 // prompt's tokens when `tokens` is empty; with the tokens, that window, or 0 for a prompt the
 // policy refuses). A recorder for a policy that reads hidden_norm / out_norm also needs
 // request_model_signals.
-int recorded_window_for(const PolicyProgram& policy, int prompt_len, const QueryStatisticsRequest& statistics = {},
+int recorded_window_for(const PolicyProgram& policy, int prompt_len,
+                        std::span<const QueryStatisticsRequest> statistics = {},
                         std::span<const SegmentAttentionRequest> segments = {}, std::span<const int> tokens = {});
 
 class EvictionEngine : public ForwardObserver {

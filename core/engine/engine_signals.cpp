@@ -465,7 +465,8 @@ void EvictionEngine::State::segment_attention(int layer, int kv_head, HeadRows& 
   }
   if (segments.rows(layer) == 0)
     throw std::logic_error("engine: layer " + std::to_string(layer) +
-                           " has neither the decoder's A_seg nor the prompt's queries to make it from");
+                           " has neither the decoder's A_seg (made in a prompt's call at position 0 only) nor the "
+                           "prompt's queries to make it from");
   segments.attention(layer, kv_head, Gs, Hq, cached.keys("A_seg"), positions, T, d, desc.observe.causal,
                      desc.observe.scaled, out);
 }

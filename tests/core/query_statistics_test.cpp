@@ -219,8 +219,10 @@ TEST_F(QueryStatisticsEngineTest, AnUnannouncedLaterPromptMakesItsStatisticsFrom
 // policy applied from it. When the sweep's policies that read the statistics count from one
 // position, the recorder keeps the decoder's statistics instead of every query (its window is the
 // policies' own, not the prompt), and each policy keeps the caches of the live run; CAP, which
-// reads no Q_cov, takes the recorded means alone. A policy counting from another position makes the
-// recorder keep every query again.
+// reads no Q_cov, takes the recorded means alone. With a policy counting from another position the
+// recorder makes each position's statistics by the host rule from every query, which the decoder
+// hands over for the call, and still keeps only the policies' windows of queries; each policy takes
+// its own position's and keeps the caches of its live run.
 TEST_F(QueryStatisticsEngineTest, TheSweepRecordsTheStatisticsInsteadOfEveryQuery) {
   std::vector<evals::PolicyChoice> choices;
   for (const char* name : {"expected_attention", "cap"}) choices.push_back({name, name, {}, std::nullopt});
@@ -232,11 +234,20 @@ TEST_F(QueryStatisticsEngineTest, TheSweepRecordsTheStatisticsInsteadOfEveryQuer
   EXPECT_LT(asked.window, S()) << "no longer every query";
   test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("40"));
   choices.push_back({"expected_attention", "from_two", {{"n_sink", "2"}}, std::nullopt});
-  auto mixed = evals::make_engine_evictor(3);
-  mixed->prepare(choices, *model_);
-  const ObservationRequest every = mixed->start_recording(S())->request();
-  EXPECT_FALSE(every.query_statistics.enabled);
-  EXPECT_EQ(every.window, S());
+  test::RecordedSweep mixed = test::record_sweep(*model_, choices, tokens_);
+  EXPECT_FALSE(mixed.asked.query_statistics.enabled);
+  EXPECT_EQ(mixed.asked.window, S()) << "every query handed over for the call";
+  ASSERT_NE(mixed.recorder, nullptr);
+  ASSERT_EQ(mixed.recorder->statistics_requests().size(), 2u);
+  EXPECT_EQ(mixed.recorder->statistics_requests()[0].from, 2);
+  EXPECT_EQ(mixed.recorder->statistics_requests()[1].from, 4);
+  for (const PrefillRecorder::Layer& layer : mixed.recorder->layers()) {
+    EXPECT_LT(layer.window, S()) << "every query kept";
+    ASSERT_EQ(layer.query_statistics.size(), 2u);
+    EXPECT_EQ(layer.query_statistics[0].count, S() - 2);
+    EXPECT_EQ(layer.query_statistics[1].count, S() - 4);
+  }
+  test::expect_applied_like_live(mixed, choices, *model_, tokens_, Budget::parse("40"));
 }
 
 }  // namespace

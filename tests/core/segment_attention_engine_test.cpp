@@ -177,10 +177,10 @@ TEST_F(SegmentAttentionEngineTest, AnUnannouncedLaterPromptTakesEveryQuery) {
 }
 
 // The eval sweep's shared prefill (evals/engine_evictor.cpp): one recorded full-cache prefill, each
-// policy applied from it. The recorder keeps each distinct A_seg its policies read (made by the host
-// rule from every query, which the decoder hands over for the call) and only the other policies'
-// windows of queries, not every query of every layer; each policy then keeps the caches of its
-// live run (prefill_prompt with the engine: the CPU decoder's A_seg, the same bits).
+// policy applied from it. The recorder keeps each distinct A_seg its policies read (several: made by
+// the host rule from every query, which the decoder hands over for the call) and only the other
+// policies' windows of queries, not every query of every layer; each policy then keeps the caches
+// of its live run (prefill_prompt with the engine: the CPU decoder's A_seg, the same bits).
 TEST_F(SegmentAttentionEngineTest, TheSweepRecordsTheSegmentAttentionInsteadOfEveryQuery) {
   std::vector<evals::PolicyChoice> choices;
   for (const Policy& p : policies()) choices.push_back({p.name, p.name, p.params, std::nullopt});
@@ -195,6 +195,27 @@ TEST_F(SegmentAttentionEngineTest, TheSweepRecordsTheSegmentAttentionInsteadOfEv
   for (const PrefillRecorder::Layer& layer : recorder->layers()) {
     EXPECT_LT(layer.window, S()) << "every query kept";
     EXPECT_EQ(layer.segment_attention.size(), 3u);
+  }
+  test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("50%"));
+}
+
+// A sweep whose policies read one A_seg asks the decoder for it (made on its device by the CUDA
+// decoder) and for no query beyond their windows: the recording holds the decoder's A_seg.
+TEST_F(SegmentAttentionEngineTest, OneSegmentAttentionOfASweepIsTheDecoders) {
+  const Policy p = policies()[1];
+  std::vector<evals::PolicyChoice> choices = {{p.name, p.name, p.params, std::nullopt},
+                                              {p.name, "again", p.params, std::nullopt},
+                                              {"snapkv", "snapkv", {}, std::nullopt}};
+  test::RecordedSweep sweep = test::record_sweep(*model_, choices, tokens_);
+  const SegmentAttentionRequest wanted = segment_attention_request_for(*load_policy(p.name, p.params), S());
+  ASSERT_TRUE(wanted.enabled());
+  EXPECT_EQ(sweep.asked.segment_attention, wanted);
+  EXPECT_LT(sweep.asked.window, S()) << "every query asked for";
+  ASSERT_NE(sweep.recorder, nullptr);
+  for (const PrefillRecorder::Layer& layer : sweep.recorder->layers()) {
+    EXPECT_LT(layer.window, S());
+    ASSERT_EQ(layer.segment_attention.size(), 1u);
+    EXPECT_EQ(layer.segment_attention[0].length, S());
   }
   test::expect_applied_like_live(sweep, choices, *model_, tokens_, Budget::parse("50%"));
 }

@@ -1,7 +1,8 @@
 // The prompt's segment-local attention on a CUDA device (core/decode/cuda/segment_attention.h)
 // against the twin (segment_attention_twin: the same pieces, the window attention kernel's twin, the
-// same sums on the CPU), with the pieces the default bound gives and with pieces of a few rows. GPU
-// only: skipped with the reason without CUDA or a usable device.
+// same sums on the CPU), with the pieces the default bound gives, with pieces of a few rows and with
+// rows split along a long segment; and the CUDA decoder's, made on the device in a prompt's call,
+// against the host rule. GPU only: skipped with the reason without CUDA or a usable device.
 //
 // Tolerance: each piece is the window attention kernel, held to its twin by
 // window_attention_gpu_test.cpp at |got - twin| <= 1e-5 * twin + 1e-7 per probability; an A_seg
@@ -24,6 +25,9 @@
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/segment_attention.h"
+#include "core/decode/make_decoder.h"
+#include "core/model/synthetic_model.h"
+#include "device_kv_gpu_test_util.h"
 #endif
 
 namespace kvevict {
@@ -121,9 +125,65 @@ TEST(SegmentAttentionGpu, TheRunnerMatchesTheTwin) {
       {8, 4, 128, 2048, 256, 256, false, false, KvType::F16, whole},
       {8, 4, 128, 2048, 1024, 64, true, true, KvType::F16, whole},
       {8, 4, 128, 2000, 1024, 64, true, true, KvType::BF16, 32 * 1024 * 5},  // a short last segment, 5-row pieces
+      // A segment of 2048 entries: the window attention plan splits each row along it (two chunks),
+      // so the partials beside each piece's output are written and merged.
+      {8, 4, 128, 2048, 2048, 64, true, true, KvType::F16, whole},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(c, buffer, seed++);
+}
+
+// The CUDA decoder's answer to ObservationRequest::segment_attention in a prompt's call, made on
+// the device (the observer reads no cached row, so the host cache holds placeholders: the host rule
+// could not have made it), against the host rule over the same decoder's own queries (every query
+// asked for beside it) and its cache brought to the host after the call. Tolerance: the window
+// attention kernel is held to its twin at 1e-5 relative, the twin to the host rule at 1e-3 relative
+// + W * 1e-7 (segment_attention_block_test.cpp): 1.1e-3 relative + W * 2e-7.
+TEST(SegmentAttentionGpu, TheCudaDecoderMakesTheHostRuleOfItsOwnQueries) {
+  SKIP_WITHOUT_GPU();
+  struct Held : ForwardObserver {
+    SegmentAttentionRequest asked{32, 6, true, true};
+    const ModelConfig* config = nullptr;
+    std::vector<std::vector<float>> queries;    // per layer, every query of the prompt
+    std::vector<BlockSegmentAttention> given;  // per layer, the decoder's A_seg
+    ObservationRequest request() const override {
+      ObservationRequest r;
+      r.window = config->context_length;
+      r.segment_attention = asked;
+      r.cache_row_reads.prompt_start = CacheRowReads::NoneGivenDecoderSignals;
+      return r;
+    }
+    void after_layer(const LayerSignals& s, KVCache&) override {
+      ASSERT_NE(s.segment_attention, nullptr) << "layer " << s.layer;
+      ASSERT_EQ(s.window, s.n_tokens);
+      queries.emplace_back(s.window_queries.begin(), s.window_queries.end());
+      given.push_back(*s.segment_attention);
+    }
+  } held;
+  const ModelConfig config = test::gqa_test_config("segment-attention-gpu");
+  held.config = &config;
+  const auto model = make_random_model(config, 23);
+  auto decoder = make_decoder(*model, DecoderDevice::Cuda, {});
+  std::vector<int> prompt(150);  // four segments of 32 and a short one
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int>((i * 53 + 7) % config.vocab_size);
+  decoder->forward(prompt, &held);
+  ASSERT_EQ(held.given.size(), size_t(config.n_layers));
+  EXPECT_GT(decoder->device_kv_stats().counts.rows_placeholder, 0) << "the host rule could have made it";
+  KVCache& cache = decoder->cache();  // the rows brought to the host
+  const int n = static_cast<int>(prompt.size());
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    const BlockSegmentAttention want =
+        block_segment_attention(held.asked, held.queries[size_t(layer)].data(), n, cache, layer, config.n_heads);
+    const BlockSegmentAttention& got = held.given[size_t(layer)];
+    ASSERT_EQ(got.n_heads, want.n_heads);
+    ASSERT_EQ(got.length, want.length);
+    ASSERT_EQ(got.values.size(), want.values.size());
+    const double abs = held.asked.window * 2e-7;
+    for (size_t e = 0; e < want.values.size(); ++e)
+      ASSERT_LE(std::abs(double(got.values[e]) - want.values[e]), 1.1e-3 * want.values[e] + abs)
+          << "element " << e << " got " << got.values[e] << " host rule " << want.values[e];
+  }
 }
 
 // The runner's checks come before any CUDA call: tested wherever the build has CUDA, device or not.

@@ -164,9 +164,11 @@ bool CudaDecoder::serves_window_attention(const ObservationRequest& request, int
 bool CudaDecoder::serves_segment_attention(const ObservationRequest& request, int n) const {
   // observe_layer's device path, known before the call: a prompt's call (position 0: every head then
   // holds the block's positions 0 .. n - 1 in order) over the resident cache, a head_dim the window
-  // attention kernel takes.
+  // attention kernel takes, and device memory for the scratch (else the host rule: the call then
+  // keeps its host rows, serves_asked_signals).
   return request.segment_attention.enabled() && mirror_ && position_ == 0 && n > 0 && !cache_.unfolded() &&
-         config_.head_dim <= kWindowMaxHeadDim && config_.n_kv_heads <= kDeviceKvMaxHeads;
+         config_.head_dim <= kWindowMaxHeadDim && config_.n_kv_heads <= kDeviceKvMaxHeads &&
+         segment_attention_buffer_.can_hold(request.segment_attention, n, config_.n_heads);
 }
 
 void CudaDecoder::refuse_unfolded() const {

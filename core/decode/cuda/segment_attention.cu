@@ -72,4 +72,23 @@ BlockSegmentAttention SegmentAttentionBuffer::compute(const DeviceKvLayerView& v
   return out;
 }
 
+bool SegmentAttentionBuffer::can_hold(const SegmentAttentionRequest& request, int n, int n_heads,
+                                      size_t max_piece_floats) const {
+  size_t piece = 0;
+  for (const SegmentPiece& p : plan_segment_attention(request, n, n_heads, max_piece_floats))
+    piece = std::max(piece, size_t(n_heads) * size_t(p.rows) * size_t(p.segment_length));
+  // What grow allocates anew (count + a quarter; the old array is freed first).
+  const auto growth = [](size_t count, size_t capacity) {
+    const size_t need = count + count / 4;
+    return need <= capacity ? size_t{0} : need - capacity;
+  };
+  // The window scratch: the piece's output and its partials (1/32 of it, over the partials' share).
+  const size_t more = growth(piece + piece / 32, window_.capacity()) + growth(size_t(n_heads) * size_t(n), out_.capacity());
+  if (more == 0) return true;
+  size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  if (e != cudaSuccess) throw RuntimeError(std::string("CUDA segment attention buffer: ") + cudaGetErrorString(e));
+  return more * sizeof(float) <= free / 2;
+}
+
 }  // namespace kvevict::cuda

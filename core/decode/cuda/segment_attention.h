@@ -25,6 +25,14 @@ class SegmentAttentionBuffer {
   // request is not enabled; RuntimeError when a launch or the download fails.
   BlockSegmentAttention compute(const DeviceKvLayerView& view, int group, const float* queries, int n,
                                 const SegmentAttentionRequest& request, size_t max_piece_floats = size_t{1} << 26);
+  // Whether compute's scratch for a prompt of n positions and n_heads query heads (the largest
+  // piece's window attention, the output, each with grow's quarter of room; a split plan's partials
+  // are under 1% of its output) is held already or fits in half of the device's free memory: the
+  // CUDA decoder asks before a call (serves_segment_attention), so a card too full for it takes the
+  // host rule instead of running out mid-call, as WindowAttentionBuffer::can_hold. RuntimeError
+  // when the device cannot say.
+  bool can_hold(const SegmentAttentionRequest& request, int n, int n_heads,
+                size_t max_piece_floats = size_t{1} << 26) const;
 
  private:
   DeviceArray<float> window_;  // a piece's window attention, then its partials
