@@ -32,8 +32,8 @@ inline void axpy_block(float* o, const float* x, bool xv, const float* y, bool y
 // One work item of the t-kept contraction: o[0 .. len) = sum over k of x[k] * y[k] (axpy_block
 // in increasing k). Compiled for AVX-512, AVX2 and the baseline (GCC function multiversioning,
 // chosen once at load time for the machine): the wider clones vectorise the same lanewise IEEE
-// multiplies and adds (no contraction into fused multiply-adds in ISO C++ mode, no reordering), so
-// every clone gives the same bits. R-KV's cosine tiles spend most of their time here.
+// multiplies and adds (fp-contract=off: no fused multiply-adds whatever the build's flags, since GCC
+// contracts C++ by default even in ISO mode; no reordering), so every clone gives the same bits. R-KV's cosine tiles spend most of their time here.
 __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off"))) void contract_block(
     float* o, const float* xb, bool xv, const float* yb, bool yv, const int64_t* xr, const int64_t* yr, int64_t count,
     int64_t len, float inv) {
