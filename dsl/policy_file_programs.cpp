@@ -52,6 +52,8 @@ void FileCompiler::programs(const YAML::Node& root) {
     if (p != &out_.decode_score)
       for (int s = 0; s < kNumTensorSignals; ++s) d.prompt_reads[s] = d.prompt_reads[s] || p->uses[s];
   d.prompt_reads_known = true;
+  for (int s = 0; s < kNumTensorSignals; ++s) d.head_plan_reads[s] = out_.head_mode.uses[s] || out_.head_weight.uses[s];
+  d.head_plan_reads_known = true;
   d.run.decode_uses_window_attention = d.decode_reads[static_cast<int>(TensorSignal::WindowAttention)];
   const char* keys[] = {"score", "decode_score", "layer_weight", "head_mode", "head_weight", "channel_score"};
   const LoweredProgram* progs[] = {&out_.score,     &out_.decode_score, &out_.layer_weight,

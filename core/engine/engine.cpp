@@ -52,7 +52,7 @@ bool EvictionEngine::State::selector_shares_program_memory(const LayerSelector& 
 bool EvictionEngine::State::scores_signals_in_place(const PolicyProgram& p) {
   const PolicyDescription& d = p.description();
   return p.scores_device_signals() && (!d.has_layer_weight || p.layer_weight_takes_device_signals()) &&
-         !d.has_head_plan && d.select.stages.empty() && !d.channels.enabled && !d.observe.same_index_head &&
+         !d.head_plan_reads_signals() && d.select.stages.empty() && !d.channels.enabled && !d.observe.same_index_head &&
          !d.needs(TensorSignal::WindowQueryRows) && !d.needs(TensorSignal::WindowQueryRowsPreRope) &&
          !d.needs(TensorSignal::WindowOutputs);
 }

@@ -50,7 +50,8 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   PhaseScope timed(*this, EnginePhase::Scoring);  // the head plans and the layer weight
   if (desc.has_head_plan) {
     head_plans[layer].clear();
-    for (int h = 0; h < Hs; ++h) head_plans[layer].push_back(policy.head_plan(heads[h].in));
+    for (int h = 0; h < Hs; ++h)
+      head_plans[layer].push_back(policy.head_plan(desc.head_plan_reads_signals() ? heads[h].in : scalars_of(heads[h].in)));
   }
   if (desc.has_layer_weight) {
     LayerWeightInputs lw;

@@ -235,6 +235,18 @@ struct PolicyDescription {
   // Added. head_mode / head_weight programs: the engine asks head_plan() per (layer, KV head) at
   // prefill and splits each layer's budget among its heads (core/engine/head_budgets.h).
   bool has_head_plan = false;
+  // Added. The signals the head_mode / head_weight programs read, when the description knows them
+  // (the DSL's compiler does). A head plan that reads none (a table per head, T, the layer: HeadKV,
+  // LU-KV, DuoAttention, RLKV) is handed its scalars alone, so the policy's scores may read their
+  // signals in place on a device (EvictionEngine's in-place scoring).
+  SignalSet head_plan_reads{};
+  bool head_plan_reads_known = false;
+  bool head_plan_reads_signals() const {
+    if (!head_plan_reads_known) return has_head_plan;
+    for (bool r : head_plan_reads)
+      if (r) return true;
+    return false;
+  }
   PolicyObserve observe;
   PolicyRun run;
   PolicyProtect protect;
@@ -283,6 +295,17 @@ struct ScoreInputs {
   bool on_device(TensorSignal s) const { return (device_signals >> signal_index(s)) & 1u; }
 };
 static_assert(kNumTensorSignals <= 32, "ScoreInputs::device_signals has one bit per tensor signal");
+
+// `in`'s scalars (layer, head, sizes, seed) without any signal or position: what a program that
+// reads none is handed (a head plan of a table per head), whatever memory the signals are in.
+inline ScoreInputs scalars_of(const ScoreInputs& in) {
+  ScoreInputs out = in;
+  out.tensor = {};
+  out.position = nullptr;
+  out.device_signals = 0;
+  out.device_position = nullptr;
+  return out;
+}
 
 // What a layer_weight program's value means to the allocator: a share of the budget, so a
 // negative, infinite or NaN value is "nothing" (0). Every backend reads its value through this.

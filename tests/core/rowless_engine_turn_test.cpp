@@ -449,7 +449,9 @@ TEST_F(RowlessEngineTurnTest, BlocksAfterThePromptThatTriggerNothingRunOnAPositi
 // are read where the decoder copies them out (LayerSignals::cache_rows; CachedRowSignals::
 // GivenOnDevice): R-KV (its last 8 queries' window attention, its keys' redundancy and norms, at
 // the prompt and at its decode triggers), KeyDiff (its keys against their mean direction, at the
-// prompt) and an indicator over K at every call declare NoneGivenDecoderSignals where they read
+// prompt), LU-KV (ExpectedAttention over K and value norms, with a head plan from a table that
+// reads no signal, handed its scalars alone) and an indicator over K at every call declare
+// NoneGivenDecoderSignals where they read
 // rows, every call of theirs runs on a position-only cache, and the caches and logits are those of
 // the same run with its rows on the host (where the engine reads them). Control: planted rows (each head's entries in
 // reverse order) change the caches, so the engine read what was handed over.
@@ -458,6 +460,7 @@ TEST_F(RowlessEngineTurnTest, DeviceScoringReadsKAndVInPlaceOnAPositionOnlyCache
   std::vector<std::pair<std::string, std::unique_ptr<PolicyProgram>>> policies;
   policies.emplace_back("rkv", load_policy("rkv", {{"decode_interval", "8"}}));
   policies.emplace_back("keydiff", load_policy("keydiff", {}));
+  policies.emplace_back("lukv", load_policy("lukv", {}));
   policies.emplace_back("key_reading_control", test::key_reading_policy());
   for (const auto& [name, policy] : policies) {
     const PolicyDescription& d = policy->description();

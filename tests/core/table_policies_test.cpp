@@ -7,9 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
+
+#include <unistd.h>
 
 #include "core/engine/engine.h"
 #include "core/util/error.h"
@@ -189,6 +194,36 @@ class CascadingHeadPlan : public PolicyProgram {
   std::unique_ptr<PolicyProgram> inner_;
   PolicyDescription desc_;
 };
+
+// The head plans of the built-ins read a table per head and scalars, no signal: the description
+// says so (head_plan_reads), so the engine hands them their scalars alone and their scores may
+// read signals in place on a device. A head plan that reads a signal is known to.
+TEST_F(TablePolicies, HeadPlansSayWhichSignalsTheyRead) {
+  for (const char* name : {"headkv", "lukv", "duo_attention", "rlkv"}) {
+    const PolicyDescription& d = load_policy(name)->description();
+    ASSERT_TRUE(d.has_head_plan) << name;
+    EXPECT_TRUE(d.head_plan_reads_known) << name;
+    EXPECT_FALSE(d.head_plan_reads_signals()) << name;
+  }
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("kvevict_head_by_norm_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(file);
+    out << "name: head_by_norm\nabout: heads weighted by their mean key norm\n"
+           "run: {prefill: true, decode_every: 0}\n"
+           "score: |\n  score[t] = -key_norm[t]\n"
+           "head_weight: |\n  head_weight = mean(t: key_norm[t])\n";
+  }
+  const auto reading = load_policy(file.string());
+  std::filesystem::remove(file);
+  const PolicyDescription& d = reading->description();
+  EXPECT_TRUE(d.head_plan_reads_signals());
+  EXPECT_TRUE(d.head_plan_reads[signal_index(TensorSignal::KeyNorm)]);
+  // A description made by hand (not the DSL's) with a head plan is taken to read signals.
+  PolicyDescription hand;
+  hand.has_head_plan = true;
+  EXPECT_TRUE(hand.head_plan_reads_signals());
+}
 
 TEST_F(TablePolicies, TheEngineRefusesHeadPlansWithCascading) {
   CascadingHeadPlan policy(load_policy("headkv"));

@@ -418,9 +418,11 @@ TEST_F(WindowAttentionEngineTest, DeviceSignalsFromAnotherGpuThanThePolicysAreRe
 // CUDA backend's generated layer kernel), CAKE is scored in place as well: its indicator and its
 // layer preference read the decoder's buffer, nothing is downloaded, and the caches and logits are
 // the plain run's. A planted buffer changes them (the layer weights and scores read the rows).
+// HeadKV too: its head plan (a table per head) reads no signal, so it is handed the scalars alone
+// and does not keep its SnapKV-like scores off the device.
 TEST_F(WindowAttentionEngineTest, DeviceLayerWeightsLetCakeReadTheBufferInPlace) {
   const int heads = model_->config.n_layers * model_->config.n_kv_heads;
-  for (const char* p : {"cake", "pyramidkv"}) {
+  for (const char* p : {"cake", "pyramidkv", "headkv"}) {
     const EngineRun plain = run({p}, Mode::Plain), in_place = run({p}, Mode::InPlaceLayers);
     EXPECT_GE(in_place.report.window_attention_in_place, heads) << p;
     EXPECT_GE(in_place.scored_in_place, heads) << p;
