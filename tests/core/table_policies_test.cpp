@@ -200,7 +200,8 @@ class CascadingHeadPlan : public PolicyProgram {
 // read signals in place on a device. A head plan that reads a signal is known to.
 TEST_F(TablePolicies, HeadPlansSayWhichSignalsTheyRead) {
   for (const char* name : {"headkv", "lukv", "duo_attention", "rlkv"}) {
-    const PolicyDescription& d = load_policy(name)->description();
+    const auto policy = load_policy(name);
+    const PolicyDescription& d = policy->description();
     ASSERT_TRUE(d.has_head_plan) << name;
     EXPECT_TRUE(d.head_plan_reads_known) << name;
     EXPECT_FALSE(d.head_plan_reads_signals()) << name;
