@@ -204,9 +204,7 @@ void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCach
                                 " layers, the model has " + std::to_string(st.L));
   const int S = recorded.first_position() + recorded.n_tokens();
   const std::vector<QueryStatisticsRequest>& statistics = recorded.statistics_requests();
-  const bool statistics_served = std::any_of(statistics.begin(), statistics.end(), [&](const QueryStatisticsRequest& r) {
-    return query_statistics_serve(r, st.desc);
-  });
+  const bool statistics_served = query_statistics_serve(statistics, st.desc);
   const int need_window =
       recorded_window_for(st.policy, S, statistics, recorded.segment_requests(), recorded.tokens());
   const SegmentAttentionRequest segment = segment_attention_request_for(st.policy, S);
@@ -305,6 +303,11 @@ bool query_statistics_serve(const QueryStatisticsRequest& recorded, const Policy
          (recorded.covariance || !d.needs(TensorSignal::QueryCovariance));
 }
 
+bool query_statistics_serve(std::span<const QueryStatisticsRequest> recorded, const PolicyDescription& d) {
+  return std::any_of(recorded.begin(), recorded.end(),
+                     [&](const QueryStatisticsRequest& r) { return query_statistics_serve(r, d); });
+}
+
 SegmentAttentionRequest segment_attention_request_for(const PolicyProgram& policy, int prompt_len) {
   const PolicyObserve& o = policy.description().observe;
   if (o.segment <= 0) return {};
@@ -319,10 +322,7 @@ int recorded_window_for(const PolicyProgram& policy, int prompt_len, std::span<c
   // every query of the prompt.
   const SegmentAttentionRequest segment = segment_attention_request_for(policy, prompt_len);
   if (segment.enabled() && std::find(segments.begin(), segments.end(), segment) == segments.end()) return prompt_len;
-  if (reads_query_statistics(d) && std::none_of(statistics.begin(), statistics.end(), [&](const QueryStatisticsRequest& r) {
-        return query_statistics_serve(r, d);
-      }))
-    return prompt_len;
+  if (reads_query_statistics(d) && !query_statistics_serve(statistics, d)) return prompt_len;
   int window = policy.window_for(prompt_len);
   if (d.observe.window_after_token >= 0) {
     if (tokens.empty()) return prompt_len;

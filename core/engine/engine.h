@@ -251,6 +251,8 @@ class PrefillRecorder : public ForwardObserver {
 // Whether prompt query statistics recorded as `recorded` asks serve a policy described by `d`: it
 // reads Q_mean or Q_cov from the same position, and the covariance was kept if it reads Q_cov.
 bool query_statistics_serve(const QueryStatisticsRequest& recorded, const PolicyDescription& d);
+// Whether one of `recorded` serves it.
+bool query_statistics_serve(std::span<const QueryStatisticsRequest> recorded, const PolicyDescription& d);
 
 // The segment-local attention `policy` reads at a prompt of `prompt_len` tokens (ObservationRequest::
 // segment_attention's settings: observe.segment, its window for that prompt, causal, scaled); not

@@ -97,7 +97,6 @@ void set_window(EvictionPlan& plan, const PolicyDescription& desc, int window) {
   plan.query_window = std::max(window, desc.needs(TensorSignal::CurrentAttention) ? 1 : 0);
 }
 
-
 // The static split of the whole prompt's cache (the contract in the header): every layer gets its
 // protected floor, the rest evenly, each capped at the prompt.
 void set_static_budgets(EvictionPlan& plan) {

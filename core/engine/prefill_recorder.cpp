@@ -1,11 +1,34 @@
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/engine/engine.h"
 #include "core/engine/replay_prompt.h"
 
 namespace kvevict {
+namespace {
+
+// One kind of prompt signal a sweep reads (A_seg, the query statistics), one value per request: the
+// decoder's `given` for a single request, else each made by `make` from every query of the prompt,
+// which the decoder handed over for the call (`every_query`).
+template <class Request, class Value, class Make>
+void record_requested(const std::vector<Request>& requests, const Value* given, bool every_query, const char* what,
+                      std::vector<Value>& out, Make make) {
+  out.clear();
+  if (requests.size() == 1) {
+    if (!given) throw std::logic_error(std::string("prefill recorder: the decoder handed no ") + what);
+    out.push_back(*given);
+  } else if (!requests.empty()) {
+    if (!every_query)
+      throw std::logic_error(std::string("prefill recorder: several ") + what +
+                             " need the whole prompt's queries in one call from position 0");
+    for (const Request& r : requests) out.push_back(make(r));
+  }
+}
+
+}  // namespace
 
 PrefillRecorder::PrefillRecorder(int window, bool accumulated_attention) {
   request_.window = std::max(0, window);
@@ -94,29 +117,15 @@ void PrefillRecorder::after_layer(const LayerSignals& signals, KVCache& cache) {
   // every query of the prompt (handed over for it) and the host's rows.
   const bool every_query = signals.first_position == 0 && signals.window == signals.n_tokens && row > 0;
   const int n_heads = row > 0 ? static_cast<int>(row / static_cast<size_t>(cache.head_dim())) : 0;
-  layer.segment_attention.clear();
-  if (segment_requests_.size() == 1) {
-    if (!signals.segment_attention) throw std::logic_error("prefill recorder: the decoder handed no A_seg");
-    layer.segment_attention.push_back(*signals.segment_attention);
-  } else if (!segment_requests_.empty()) {
-    if (!every_query)
-      throw std::logic_error("prefill recorder: A_seg needs the whole prompt's queries in one call from position 0");
-    for (const SegmentAttentionRequest& r : segment_requests_)
-      layer.segment_attention.push_back(
-          block_segment_attention(r, signals.window_queries.data(), signals.n_tokens, cache, signals.layer, n_heads));
-  }
-  layer.query_statistics.clear();
-  if (statistics_requests_.size() == 1) {
-    if (!signals.query_statistics) throw std::logic_error("prefill recorder: the decoder handed no query statistics");
-    layer.query_statistics.push_back(*signals.query_statistics);
-  } else if (!statistics_requests_.empty()) {
-    if (!every_query)
-      throw std::logic_error(
-          "prefill recorder: several query statistics need the whole prompt's queries in one call from position 0");
-    for (const QueryStatisticsRequest& r : statistics_requests_)
-      layer.query_statistics.push_back(block_query_statistics(signals.window_queries.data(), signals.n_tokens, 0, r,
-                                                              n_heads, cache.head_dim(), rope_));
-  }
+  const float* queries = signals.window_queries.data();
+  record_requested(segment_requests_, signals.segment_attention, every_query, "A_seg", layer.segment_attention,
+                   [&](const SegmentAttentionRequest& r) {
+                     return block_segment_attention(r, queries, signals.n_tokens, cache, signals.layer, n_heads);
+                   });
+  record_requested(statistics_requests_, signals.query_statistics, every_query, "query statistics",
+                   layer.query_statistics, [&](const QueryStatisticsRequest& r) {
+                     return block_query_statistics(queries, signals.n_tokens, 0, r, n_heads, cache.head_dim(), rope_);
+                   });
   if (signals.accumulated_attention) layer.accumulated_attention = *signals.accumulated_attention;
   else layer.accumulated_attention.clear();
   layer.hidden_norms.assign(signals.hidden_norms.begin(), signals.hidden_norms.end());

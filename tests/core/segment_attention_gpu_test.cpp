@@ -23,6 +23,8 @@
 #include "core/util/error.h"
 #include "gpu_test_skip.h"
 #if defined(KVEVICT_HAVE_CUDA)
+#include <cuda_runtime.h>
+
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/segment_attention.h"
 #include "core/decode/make_decoder.h"
@@ -184,6 +186,22 @@ TEST(SegmentAttentionGpu, TheCudaDecoderMakesTheHostRuleOfItsOwnQueries) {
       ASSERT_LE(std::abs(double(got.values[e]) - want.values[e]), 1.1e-3 * want.values[e] + abs)
           << "element " << e << " got " << got.values[e] << " host rule " << want.values[e];
   }
+}
+
+// The decoder asks before a call whether the scratch fits (serves_segment_attention): a small
+// prompt does, a prompt whose largest piece and output need more than half the free memory does not.
+TEST(SegmentAttentionGpu, BufferAnswersFromTheDevicesFreeMemory) {
+  SKIP_WITHOUT_GPU();
+  cuda::SegmentAttentionBuffer buffer;
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_TRUE(buffer.can_hold({256, 64, true, true}, 2048, 32));
+  // One segment over the whole prompt, every row in one piece of at most 2^26 floats, and an output of
+  // n_heads x n floats: n chosen so that the output alone is more than half the free memory.
+  const int n_heads = 64;
+  const size_t n = std::min<size_t>(free / sizeof(float) / n_heads, size_t{1} << 30);
+  ASSERT_GT(n, size_t{1} << 20);
+  EXPECT_FALSE(buffer.can_hold({int(n), 64, true, true}, int(n), n_heads));
 }
 
 // The runner's checks come before any CUDA call: tested wherever the build has CUDA, device or not.
