@@ -24,37 +24,12 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
       Hs(plan.geometry.stored_heads),
       Gs(plan.geometry.stored_group),
       selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
-      window_in_place(scores_signals_in_place(p)),
-      accumulated_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::AccumulatedAttention) &&
-                           selector_shares_program_memory(*selector, p) && !plan.geometry.unfold_gqa),
-      scores_to_selector(p.scores_to_device() && selector_shares_program_memory(*selector, p)),
-      current_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::CurrentAttention) &&
-                       !host_reads_column_sums()),
-      rows_in_place(scores_signals_in_place(p) &&
-                    (p.description().needs(TensorSignal::Keys) || p.description().needs(TensorSignal::Values) ||
-                     p.description().needs(TensorSignal::KeysPreRope))),
-      norms_in_place(scores_signals_in_place(p) && !plan.select.frozen_scores &&
-                     p.description().needs_row_norms()),
-      positions_in_place(scores_signals_in_place(p) && p.description().needs(TensorSignal::Position) &&
-                         !plan.geometry.unfold_gqa),
-      positions_to_selector(scores_to_selector && !plan.geometry.unfold_gqa),
-      decode_row_reads(decode_cache_row_reads(p.description(), cached_row_signals())),
+      device_reads(decide_device_reads(p, selector->device(), plan)),
+      decoder_copies(d, unfold),
+      decode_row_reads(decode_cache_row_reads(p.description(), device_reads.cached_row_signals())),
       prompt_row_reads(
-          prompt_cache_row_reads(p.description(), cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {
+          prompt_cache_row_reads(p.description(), device_reads.cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {
   rope = Rope(c);
-}
-
-bool EvictionEngine::State::selector_shares_program_memory(const LayerSelector& selector, const PolicyProgram& p) {
-  return selector.device() != SelectionDevice::Host &&
-         (selector.device() == SelectionDevice::Cuda) == (p.selection_device() == SelectionDevice::Cuda);
-}
-
-bool EvictionEngine::State::scores_signals_in_place(const PolicyProgram& p) {
-  const PolicyDescription& d = p.description();
-  return p.scores_device_signals() && (!d.has_layer_weight || p.layer_weight_takes_device_signals()) &&
-         !d.head_plan_reads_signals() && d.select.stages.empty() && !d.channels.enabled && !d.observe.same_index_head &&
-         !d.needs(TensorSignal::WindowQueryRows) && !d.needs(TensorSignal::WindowQueryRowsPreRope) &&
-         !d.needs(TensorSignal::WindowOutputs);
 }
 
 void EvictionEngine::State::reset() {
@@ -73,7 +48,7 @@ void EvictionEngine::State::reset() {
   scores.assign(L, std::vector<std::vector<float>>(Hs));
   selector->release_score_buffers();
   accumulated.assign(L, std::vector<std::vector<float>>());
-  if (accumulated_in_place) {
+  if (device_reads.accumulated_in_place) {
     if (!accumulated_device) accumulated_device = make_accumulated_attention_store(selector->device());
     accumulated_device->reset(L, Hs, Gs);
   }
@@ -119,7 +94,7 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
                            std::to_string(signals.first_position));
   }
   const bool prefill = new_prompt || state_->in_prefill;
-  State::EngineCall timed(*state_, /*decoding=*/!prefill);
+  EngineCall timed(state_->clock, state_->report, /*decoding=*/!prefill);
   if (state_->replay_pending && signals.first_position > 0)
     throw UsageError("policy " + state_->desc.name +
                      " reads A_replay: its prompt must be prefilled by prefill_prompt "
@@ -149,15 +124,13 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   // scoring: this call only.
   struct DeviceRows {
     State& st;
-    ~DeviceRows() { st.drop_decoder_layer(-1); }
+    ~DeviceRows() { st.decoder_copies.forget_all(); }
   } device_rows{*state_};
-  if ((state_->rows_in_place || state_->norms_in_place) && signals.cache_rows.on_device) {
-    state_->decoder_rows = signals.cache_rows;
-    state_->decoder_rows_layer = signals.layer;
+  if ((state_->device_reads.rows_in_place || state_->device_reads.norms_in_place) && signals.cache_rows.on_device) {
+    state_->decoder_copies.hold_rows(signals.layer, signals.cache_rows);
   }
-  if ((state_->positions_in_place || state_->positions_to_selector) && signals.cached_positions.on_device) {
-    state_->decoder_positions = signals.cached_positions;
-    state_->decoder_positions_layer = signals.layer;
+  if ((state_->device_reads.positions_in_place || state_->device_reads.positions_to_selector) && signals.cached_positions.on_device) {
+    state_->decoder_copies.hold_positions(signals.layer, signals.cached_positions);
   }
   if (prefill)
     state_->prefill_layer(signals, cache, true);
@@ -167,7 +140,7 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
 
 void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   (void)n_tokens;
-  State::EngineCall timed(*state_, /*decoding=*/!state_->in_prefill);
+  EngineCall timed(state_->clock, state_->report, /*decoding=*/!state_->in_prefill);
   if (state_->in_prefill) {
     if (state_->prompt_complete() && !state_->replay_pending) state_->finish_prefill(cache);
     return;
@@ -197,7 +170,7 @@ void EvictionEngine::begin_block_prefill(int prompt_len) {
 void EvictionEngine::abandon_block_prefill() { state_->block_prompt = 0; }
 
 void EvictionEngine::apply_after_prefill(const PrefillRecorder& recorded, KVCache& cache) {
-  State::EngineCall timed(*state_, /*decoding=*/false);
+  EngineCall timed(state_->clock, state_->report, /*decoding=*/false);
   State& st = *state_;
   if (static_cast<int>(recorded.layers().size()) != st.L)
     throw std::invalid_argument("apply_after_prefill: the recorder saw " + std::to_string(recorded.layers().size()) +
@@ -278,7 +251,7 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
   if (!st.replay_pending) throw std::logic_error("finish_replay: no prefill waits for a replay");
   st.replay_logits = logits;  // the replay's forwards overwrite the decoder's logits buffer
   if (!st.awaits_replay()) {
-    State::EngineCall timed(st, /*decoding=*/false);
+    EngineCall timed(st.clock, st.report, /*decoding=*/false);
     st.complete_replay(nullptr, decoder.cache());
     return st.replay_logits;
   }
@@ -287,7 +260,7 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
     Stopwatch sw(&st.report.replay_seconds);
     scores = run_policy_replay(decoder, prompt, st.desc.observe.replay);
   }
-  State::EngineCall timed(st, /*decoding=*/false);
+  EngineCall timed(st.clock, st.report, /*decoding=*/false);
   st.complete_replay(&scores, decoder.cache());
   return st.replay_logits;
 }

@@ -29,7 +29,7 @@ int EvictionEngine::State::decode_budget(int l) const {
 }
 
 int EvictionEngine::State::decode_budget_if_over(const KVCache& cache, int l) {
-  PhaseScope timed(*this, EnginePhase::Selection);
+  PhaseScope timed(clock, EnginePhase::Selection);
   const int budget = decode_budget(l);
   bool over = plan.select.threshold;
   const std::vector<int> budgets = head_budgets(cache, l, budget, plan.decode.protect);
@@ -68,7 +68,7 @@ void EvictionEngine::State::decode_layer(const LayerSignals& s, KVCache& cache) 
     sampling_seed = sampling_seed_for_step(options.seed, step);
     evict_layer(cache, l, budget, sc, plan.decode.protect);  // PrefillDecodingPress: the second press's own set
   }
-  PhaseScope timed(*this, EnginePhase::CacheEdit);
+  PhaseScope timed(clock, EnginePhase::CacheEdit);
   merge_state.evicted(l);
   if (plan.stages.reassign_positions) OriginalPositions::reassign_layer(cache, l);
   ++report.applications;

@@ -16,12 +16,12 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   // Every head scored from the decoder's device buffer in place: nothing to download or gather.
   const WindowRows wr = window_rows(layer);
   const bool in_place =
-      window_in_place && !unfold && wr.W > 0 && window_in.in_place_for_every_head(layer, wr.W, wr.first);
+      device_reads.window_in_place && !unfold && wr.W > 0 && window_in.in_place_for_every_head(layer, wr.W, wr.first);
   same_length = same_length && !in_place;
   const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
   std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
   {
-    PhaseScope timed(*this, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
+    PhaseScope timed(clock, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
     if (!in_place) window_in.fetch();               // a device buffer comes down here, not on a worker thread
     // An exception must not leave an OpenMP region (std::terminate): the first is kept and
     // rethrown after the loop (refuse_placeholder_read, a decoder's signal of the wrong shape).
@@ -29,7 +29,7 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
     std::mutex failed_mutex;
     // A_acc's pending rebuild (a device launch) runs here, on the thread whose device is current,
     // not on a worker: the workers' head() calls then only read.
-    if (accumulated_in_place && Hs > 0) accumulated_device->head(layer, stored_lengths(cache, layer), 0);
+    if (device_reads.accumulated_in_place && Hs > 0) accumulated_device->head(layer, stored_lengths(cache, layer), 0);
 #pragma omp parallel for schedule(static) if (Hs > 1 && cache.length(layer, 0) * plan.window > 65536)
     for (int h = 0; h < Hs; ++h) {
       try {
@@ -47,7 +47,7 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   } else {
     for (int h = 0; h < Hs; ++h) scores[layer][h] = score(heads[h], false);
   }
-  PhaseScope timed(*this, EnginePhase::Scoring);  // the head plans and the layer weight
+  PhaseScope timed(clock, EnginePhase::Scoring);  // the head plans and the layer weight
   if (desc.has_head_plan) {
     head_plans[layer].clear();
     for (int h = 0; h < Hs; ++h)
@@ -131,7 +131,7 @@ void EvictionEngine::State::evaluate_layer(int l, KVCache& cache, bool allow_cas
   // seen layers; each layer also keeps its window), so the last stage splits exactly the total.
   const int64_t stage_total = plan.budget.total - static_cast<int64_t>(L - 1 - l) * plan.budget.protected_floor;
   {
-    PhaseScope timed(*this, EnginePhase::Selection);
+    PhaseScope timed(clock, EnginePhase::Selection);
     const auto budgets = layer_budgets(l, stage_total, cache);
     for (int k = 0; k <= l; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
   }
@@ -155,7 +155,7 @@ void EvictionEngine::State::evaluate_layer(int l, KVCache& cache, bool allow_cas
 
 void EvictionEngine::State::unfold_and_evict(KVCache& cache) {
   std::vector<std::vector<std::vector<int>>> kept(L);
-  PhaseScope selecting(*this, EnginePhase::Selection);  // the edit below pauses it
+  PhaseScope selecting(clock, EnginePhase::Selection);  // the edit below pauses it
   for (int k = 0; k < L; ++k) {
     std::vector<std::span<const float>> sc(Hs);
     std::vector<std::span<const int32_t>> pos(Hs);
@@ -169,7 +169,7 @@ void EvictionEngine::State::unfold_and_evict(KVCache& cache) {
     ++report.layer_selections;
     kept[k] = selector->select_heads(sc, pos, specs);
   }
-  PhaseScope editing(*this, EnginePhase::CacheEdit);
+  PhaseScope editing(clock, EnginePhase::CacheEdit);
   std::vector<std::vector<size_t>> length(L, std::vector<size_t>(Hs));
   for (int k = 0; k < L; ++k)
     for (int s = 0; s < Hs; ++s) length[k][s] = cache.length(k, cache_head(s, cache));
@@ -208,7 +208,7 @@ void EvictionEngine::State::finish_prefill(KVCache& cache) {
   plan_announced = false;
   prefill_done = true;
   if (!report.prefill_evicted) {  // budgets still govern decode-time triggers
-    PhaseScope timed(*this, EnginePhase::Selection);
+    PhaseScope timed(clock, EnginePhase::Selection);
     const auto budgets = layer_budgets(L - 1, plan.budget.total, cache);
     for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
   }
@@ -220,7 +220,7 @@ void EvictionEngine::State::finish_prefill(KVCache& cache) {
                            "(unfolded GQA, key channels or a codebook), but the decoder left the prompt's rows on "
                            "the device (placeholder rows; cache_row_reads.h)");
   {
-    PhaseScope timed(*this, EnginePhase::CacheEdit);  // the key-channel stage's signals and scores pause it
+    PhaseScope timed(clock, EnginePhase::CacheEdit);  // the key-channel stage's signals and scores pause it
     if (unfold && !cache.unfolded()) {                // nothing evicted: every query head still gets its own copy
       cache.unfold();
       report.peak_bytes = std::max(report.peak_bytes, cache.bytes_in_use());
@@ -242,7 +242,7 @@ void EvictionEngine::State::prune_key_channels(KVCache& cache) {
   for (int l = 0; l < L; ++l)
     for (int h = 0; h < Hs; ++h) {
       const HeadSignals hs = signals_for(l, h, cache, false);
-      PhaseScope timed(*this, EnginePhase::Scoring);  // channel_score, and the zeroing it decides
+      PhaseScope timed(clock, EnginePhase::Scoring);  // channel_score, and the zeroing it decides
       report.pruned_key_channels += static_cast<int64_t>(prune_head_channels(policy, hs.in, cache).size());
     }
 }

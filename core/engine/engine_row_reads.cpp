@@ -115,12 +115,12 @@ ObservationRequest EvictionEngine::request() const {
       state_->desc.needs(TensorSignal::CurrentAttention)) {
     r.accumulated_attention = true;
     // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
-    r.column_sums_on_device_only = state_->current_in_place;
+    r.column_sums_on_device_only = state_->device_reads.current_in_place;
   }
   // Accumulated on the device: every block's sums are added where the decoder left them, unless
   // something on the host reads them (then A_now is not in place either).
-  if (state_->accumulated_in_place && !state_->host_reads_column_sums() &&
-      (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->current_in_place))
+  if (state_->device_reads.accumulated_in_place && !host_reads_column_sums(state_->desc, state_->device_reads.accumulated_in_place) &&
+      (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->device_reads.current_in_place))
     r.column_sums_on_device_only = true;
   // A segment-local observation: the decoder makes A_seg in the prompt's call
   // (ObservationRequest::segment_attention) when the prompt comes next with its window known;
@@ -148,8 +148,8 @@ ObservationRequest EvictionEngine::request() const {
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   // Norms held with the positions on the host, or (scored on the device) handed over in place.
   const bool norms = state_->desc.needs_row_norms();
-  r.row_norms = norms && !state_->norms_in_place;
-  r.row_norms_on_device = norms && state_->norms_in_place;
+  r.row_norms = norms && !state_->device_reads.norms_in_place;
+  r.row_norms_on_device = norms && state_->device_reads.norms_in_place;
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
   // While decoding, the rows the engine holds itself: a decoder first asked for the window
@@ -161,10 +161,10 @@ ObservationRequest EvictionEngine::request() const {
   // Scored on the device: K, V and K_pre (and the norms above) are read where the decoder copies them out,
   // in the calls this engine declared NoneGivenDecoderSignals (the others have the rows on the host,
   // or read none).
-  r.cache_keys_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Keys);
-  r.cache_values_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::Values);
-  r.cache_keys_pre_rope_on_device = state_->rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
-  r.positions_on_device = state_->positions_in_place || state_->positions_to_selector;
+  r.cache_keys_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::Keys);
+  r.cache_values_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::Values);
+  r.cache_keys_pre_rope_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
+  r.positions_on_device = state_->device_reads.positions_in_place || state_->device_reads.positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
   return r;

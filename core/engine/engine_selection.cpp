@@ -14,7 +14,7 @@ int EvictionEngine::State::layer_shared_length(const KVCache& cache, int layer) 
 }
 
 bool EvictionEngine::State::decode_scores_in_selector() const {
-  return scores_to_selector && plan.select.stages == 0 && !chunked_selection(desc.select) && !plan.select.threshold &&
+  return device_reads.scores_to_selector && plan.select.stages == 0 && !chunked_selection(desc.select) && !plan.select.threshold &&
          !options.trace_selection && !merge_reads_selection_scores(desc.merge);
 }
 
@@ -38,7 +38,7 @@ void EvictionEngine::State::evict_layer_scored_in_selector(KVCache& cache, int l
 }
 
 float* EvictionEngine::State::selector_buffer(int layer, const std::vector<int64_t>& lengths) {
-  PhaseScope timed(*this, EnginePhase::Selection);
+  PhaseScope timed(clock, EnginePhase::Selection);
   return selector->layer_score_buffer(layer, lengths);
 }
 
@@ -47,16 +47,16 @@ void EvictionEngine::State::score_into_selector(int layer, const HeadSignals& hs
   if (hs.in.T != lengths[h])
     throw std::logic_error("engine: head " + std::to_string(h) + " of layer " + std::to_string(layer) + " scored " +
                            std::to_string(hs.in.T) + " entries of " + std::to_string(lengths[h]));
-  PhaseScope timed(*this, EnginePhase::Scoring);
+  PhaseScope timed(clock, EnginePhase::Scoring);
   if (reads_rows_in_place(hs.in)) ++report.cache_rows_in_place;
   policy.score_on_device(hs.in, decoding, buffer + layer_score_offset(lengths, static_cast<size_t>(h)));
 }
 
 void EvictionEngine::State::select_from_selector(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
   const std::vector<int64_t> lengths = stored_lengths(cache, layer);
-  PhaseScope timed(*this, EnginePhase::Selection);
+  PhaseScope timed(clock, EnginePhase::Selection);
   // The positions where the decoder's device cache holds them, when it handed them over in this call.
-  const CachedPositionsSignal* held = positions_to_selector ? decoder_positions_for_selection(layer, lengths) : nullptr;
+  const CachedPositionsSignal* held = device_reads.positions_to_selector ? decoder_copies.positions_for_selection(layer, lengths, original.active()) : nullptr;
   auto counted = [&](auto kept) {  // a selection that read them, once it has
     if (held) ++report.selection_positions_in_place;
     return kept;
@@ -148,7 +148,7 @@ double EvictionEngine::State::mass_layer_budget(int layer, const KVCache& cache)
 
 void EvictionEngine::State::keep_layer(KVCache& cache, int layer, const std::vector<std::vector<int>>& kept,
                                        const std::vector<std::span<const float>>& scores) {
-  PhaseScope timed(*this, EnginePhase::CacheEdit);
+  PhaseScope timed(clock, EnginePhase::CacheEdit);
   if (plan.stages.merge_per_layer) merge_state.merge_layer(desc.merge, cache, layer, kept, merge_rows(layer));
   for (int h = 0; h < Hs; ++h) keep(cache, layer, h, kept[h], scores[h]);
   // The prompt's scores held in the selector follow the cache when a later cascading stage selects
@@ -170,7 +170,7 @@ CachedRowMerges* EvictionEngine::State::merge_rows(int layer) const {
 
 void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const std::vector<int>& kept,
                                  std::span<const float> scores) {
-  PhaseScope timed(*this, EnginePhase::CacheEdit);
+  PhaseScope timed(clock, EnginePhase::CacheEdit);
   const size_t length = cache.length(layer, kv_head);
   if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
     merge_on_evict(desc.merge, cache, layer, kv_head, kept,
@@ -178,7 +178,7 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
                                        std::span<const int32_t>(positions(cache, layer, kv_head), length)),
                    merge_rows(layer));
   window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
-  drop_decoder_layer(layer);    // nor its copy of the rows, nor its positions' description
+  decoder_copies.forget(layer);    // nor its copy of the rows, nor its positions' description
   cache.keep(layer, kv_head, kept);
   permute_aligned(layer, kv_head, kept, length);
   original.kept(layer, kv_head, kept);
@@ -196,7 +196,7 @@ void EvictionEngine::State::permute_aligned(int layer, int kv_head, const std::v
     v.swap(next);
   };
   permute(scores[layer][kv_head]);
-  if (accumulated_in_place) accumulated_device->keep(layer, kv_head, kept, static_cast<int64_t>(length));
+  if (device_reads.accumulated_in_place) accumulated_device->keep(layer, kv_head, kept, static_cast<int64_t>(length));
   if (!accumulated[layer].empty())
     for (int g = 0; g < Gs; ++g) permute(accumulated[layer][kv_head * Gs + g]);
   merge_state.kept(layer, kv_head, Gs, kept, length);
@@ -236,7 +236,7 @@ HeadSelectionSpec EvictionEngine::State::spec_for(int layer, int kv_head, int bu
 std::vector<std::vector<int>> EvictionEngine::State::select_layer_entries(
     const std::vector<std::span<const float>>& sc, const std::vector<std::span<const int32_t>>& pos, int layer,
     const std::vector<int>& head, const std::vector<int>& budget, const ProtectedSet& pr) {
-  PhaseScope timed(*this, EnginePhase::Selection);
+  PhaseScope timed(clock, EnginePhase::Selection);
   const size_t n = sc.size();
   if (options.trace_selection)
     for (size_t i = 0; i < n; ++i) trace_selection(layer, head[i], sc[i], pos[i]);
@@ -271,7 +271,7 @@ std::vector<int> EvictionEngine::State::head_budgets(const KVCache& cache, int l
 
 void EvictionEngine::State::evict_layer(KVCache& cache, int layer, int budget,
                                         const std::vector<std::vector<float>>& head_scores, const ProtectedSet& pr) {
-  PhaseScope timed(*this, EnginePhase::Selection);  // the keeps, and a staged rule's signals and scores, pause it
+  PhaseScope timed(clock, EnginePhase::Selection);  // the keeps, and a staged rule's signals and scores, pause it
   if (plan.select.stages > 0) {
     evict_staged(cache, layer, budget, pr);
   } else if (plan.select.scope == SelectScope::Layer) {
@@ -329,7 +329,7 @@ void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, 
       std::vector<std::span<const float>> spans;
       for (size_t i = 0; i < n; ++i) {
         {
-          PhaseScope timed(*this, EnginePhase::Scoring);
+          PhaseScope timed(clock, EnginePhase::Scoring);
           policy.stage_score(desc.select.stages[i].program, hs.in, sc[i].data());
         }
         spans.emplace_back(sc[i]);
@@ -347,7 +347,7 @@ void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, 
       const HeadSignals hs = signals_for(layer, h, cache, false);
       std::vector<float> sc(hs.in.T, 0.0f);
       {
-        PhaseScope timed(*this, EnginePhase::Scoring);
+        PhaseScope timed(clock, EnginePhase::Scoring);
         policy.stage_score(stage.program, hs.in, sc.data());
       }
       const int T = hs.in.T;
@@ -358,7 +358,7 @@ void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, 
 }
 
 void EvictionEngine::State::evict_model(KVCache& cache) {
-  PhaseScope timed(*this, EnginePhase::Selection);  // keep_layer pauses it
+  PhaseScope timed(clock, EnginePhase::Selection);  // keep_layer pauses it
   std::vector<std::vector<std::span<const float>>> sc(L);
   std::vector<std::vector<std::span<const int32_t>>> pos(L);
   for (int k = 0; k < L; ++k)

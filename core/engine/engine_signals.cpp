@@ -20,54 +20,6 @@ void count_in_gather(int64_t& counter) { std::atomic_ref<int64_t>(counter).fetch
 
 }  // namespace
 
-bool EvictionEngine::State::host_reads_column_sums() const {
-  return (desc.needs(TensorSignal::AccumulatedAttention) && !accumulated_in_place) ||
-         MergeOnEvictState::needs_decode_attention(desc.merge);
-}
-
-const float* EvictionEngine::State::decoder_rows_of(TensorSignal id, int layer, int src, int T) const {
-  const bool norms = id == TensorSignal::KeyNorm || id == TensorSignal::ValueNorm;
-  const float* base = id == TensorSignal::Keys          ? decoder_rows.keys
-                      : id == TensorSignal::Values      ? decoder_rows.values
-                      : id == TensorSignal::KeysPreRope ? decoder_rows.keys_pre_rope
-                      : id == TensorSignal::KeyNorm     ? decoder_rows.key_norms
-                      : id == TensorSignal::ValueNorm   ? decoder_rows.value_norms
-                                                        : nullptr;
-  if (!base || unfold || layer != decoder_rows_layer || decoder_rows.head_dim != d || src >= decoder_rows.n_heads() ||
-      decoder_rows.length[static_cast<size_t>(src)] != T)
-    return nullptr;
-  return base + (norms ? decoder_rows.norm_offset(src) : decoder_rows.offset[static_cast<size_t>(src)]);
-}
-
-const CachedPositionsSignal* EvictionEngine::State::decoder_positions_for(int layer) const {
-  const CachedPositionsSignal& p = decoder_positions;
-  if (p.empty() || unfold || original.active() || layer != decoder_positions_layer) return nullptr;
-  return &p;
-}
-
-const int32_t* EvictionEngine::State::decoder_positions_of(int layer, int src, int T) const {
-  const CachedPositionsSignal* p = decoder_positions_for(layer);
-  if (!p || T <= 0 || src >= p->n_heads() || p->length[static_cast<size_t>(src)] != T) return nullptr;
-  return p->data + p->start[static_cast<size_t>(src)];
-}
-
-const CachedPositionsSignal* EvictionEngine::State::decoder_positions_for_selection(
-    int layer, const std::vector<int64_t>& lengths) const {
-  const CachedPositionsSignal* p = decoder_positions_for(layer);
-  return p && p->length == lengths ? p : nullptr;
-}
-
-void EvictionEngine::State::drop_decoder_layer(int layer) {
-  if (layer < 0 || layer == decoder_rows_layer) {
-    decoder_rows = {};
-    decoder_rows_layer = -1;
-  }
-  if (layer < 0 || layer == decoder_positions_layer) {
-    decoder_positions = {};
-    decoder_positions_layer = -1;
-  }
-}
-
 void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
   records.record(s);
   output_grams = s.output_grams;
@@ -143,7 +95,7 @@ std::vector<int64_t> EvictionEngine::State::stored_lengths(const KVCache& cache,
 
 void EvictionEngine::State::record_accumulated(const LayerSignals& s, const KVCache& cache) {
   if (!desc.needs(TensorSignal::AccumulatedAttention)) return;
-  if (accumulated_in_place) {
+  if (device_reads.accumulated_in_place) {
     const std::vector<int64_t> lengths = stored_lengths(cache, s.layer);
     if (!s.column_sums_on_device.empty()) {
       accumulated_device->add(s.layer, lengths, s.column_sums_on_device);
@@ -168,7 +120,7 @@ void EvictionEngine::State::record_accumulated(const LayerSignals& s, const KVCa
 
 EvictionEngine::State::HeadSignals EvictionEngine::State::signals_for(int layer, int kv_head, const KVCache& cache,
                                                                       bool decoding) {
-  PhaseScope timed(*this, EnginePhase::Signals);
+  PhaseScope timed(clock, EnginePhase::Signals);
   return gather_signals(layer, kv_head, cache, decoding);
 }
 
@@ -225,8 +177,8 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
   in.position = positions(cache, layer, src);
   // The same positions where the decoder's device cache holds them, for a device program of this
   // phase that reads them (counted only then: the selection's own reading is counted apart).
-  if (positions_in_place && phase_reads(decoding)[signal_index(TensorSignal::Position)])
-    in.device_position = decoder_positions_of(layer, src, in.T);
+  if (device_reads.positions_in_place && phase_reads(decoding)[signal_index(TensorSignal::Position)])
+    in.device_position = decoder_copies.positions_of(layer, src, in.T, original.active());
   if (in.device_position) count_in_gather(report.positions_in_place);
   HeadRows cached{*this, cache, layer, src, hs};
   gather_window_attention(cached, decoding, window_out, hs);
@@ -254,7 +206,7 @@ void EvictionEngine::State::gather_window_attention(HeadRows& cached, bool decod
     // The decoder's, in place on the device for a program that reads it there (no download, no
     // upload: scores_signals_in_place), where its rows are exactly the head's: at a prefill, and
     // at a decode step over the rolling window when the layer's heads are equally long.
-    const float* device_rows = window_in_place && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
+    const float* device_rows = device_reads.window_in_place && !unfold ? window_in.in_place(layer, src, W, first, T) : nullptr;
     if (device_rows) {
       in.W = W;
       in.set_device_signal(TensorSignal::WindowAttention, device_rows);
@@ -294,7 +246,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       if (rows == 0) return false;
       // In place on the device when the head's rows are exactly [G][T] there (a layer whose
       // heads are equally long: CAKE's, TOVA's): no download, no upload.
-      if (current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
+      if (device_reads.current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
         in.set_device_signal(id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
         count_in_gather(report.current_attention_in_place);
         return false;
@@ -309,7 +261,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
                                T, d, out.data());
       break;
     case TensorSignal::AccumulatedAttention:
-      if (accumulated_in_place) {  // [Gs][T] on the scoring device, in place
+      if (device_reads.accumulated_in_place) {  // [Gs][T] on the scoring device, in place
         in.set_device_signal(id, accumulated_device->head(layer, stored_lengths(cache, layer), kv_head));
         count_in_gather(report.accumulated_attention_in_place);
         return false;
@@ -321,7 +273,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::KeyNorm:
     case TensorSignal::ValueNorm: {
       // In place on the decoder's device (no norm on the host, no upload), else the host's.
-      if (const float* device = T > 0 ? decoder_rows_of(id, layer, src, T) : nullptr) {
+      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, T) : nullptr) {
         in.set_device_signal(id, device);
         count_in_gather(report.row_norms_in_place);
         return false;
@@ -342,7 +294,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::Keys:
     case TensorSignal::Values:
       // In place on the decoder's device (no row on the host, no upload), else the host's rows.
-      if (const float* device = decoder_rows_of(id, layer, src, T)) {
+      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
         in.set_device_signal(id, device);
         return false;
       }
@@ -353,7 +305,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       break;
     case TensorSignal::KeysPreRope:
       // In place on the decoder's device (rotated back there), else from the host's rows.
-      if (const float* device = decoder_rows_of(id, layer, src, T)) {
+      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
         in.set_device_signal(id, device);
         return false;
       }
@@ -440,7 +392,7 @@ bool EvictionEngine::State::window_rows_signal(TensorSignal id, int layer, int k
 }
 
 std::vector<float> EvictionEngine::State::score(const HeadSignals& hs, bool decoding) {
-  PhaseScope timed(*this, EnginePhase::Scoring);
+  PhaseScope timed(clock, EnginePhase::Scoring);
   std::vector<float> out(hs.in.T, 0.0f);
   if (reads_rows_in_place(hs.in)) ++report.cache_rows_in_place;
   policy.score(hs.in, decoding && plan.decode.own_score, out.data());
@@ -472,7 +424,7 @@ void EvictionEngine::State::segment_attention(int layer, int kv_head, HeadRows& 
 }
 
 void EvictionEngine::State::record_layer_signals(const LayerSignals& s, const KVCache& cache, bool decoding) {
-  PhaseScope timed(*this, EnginePhase::Signals);
+  PhaseScope timed(clock, EnginePhase::Signals);
   record_queries(s);
   offer_window_attention(s, cache);
   record_query_and_model_signals(s);
@@ -487,7 +439,7 @@ void EvictionEngine::State::record_layer_signals(const LayerSignals& s, const KV
 }
 
 void EvictionEngine::State::hold_output_projection(const LayerSignals& s) {
-  PhaseScope timed(*this, EnginePhase::Signals);
+  PhaseScope timed(clock, EnginePhase::Signals);
   held_grams.resize(L);
   held_projection.resize(L);
   held_grams[s.layer].assign(s.output_grams.begin(), s.output_grams.end());

@@ -31,6 +31,9 @@
 #include "core/engine/channel_selection.h"
 #include "core/engine/chunk_selection.h"
 #include "core/engine/codebook_stage.h"
+#include "core/engine/decoder_device_copies.h"
+#include "core/engine/device_reads.h"
+#include "core/engine/engine_phase_clock.h"
 #include "core/engine/eviction_plan.h"
 #include "core/engine/merge_on_evict.h"
 #include "core/engine/merge_state.h"
@@ -53,7 +56,6 @@
 #include "core/engine/threshold_selection.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
-#include "core/util/stopwatch.h"
 
 namespace kvevict {
 namespace engine_detail {
@@ -129,44 +131,12 @@ struct EvictionEngine::State {
   // The current prompt stage's evictions are followed by another that selects the same layers again
   // (cascading, before the last layer): the prompt's scores held in the selector must follow them.
   bool held_scores_selected_again = false;
-  // The program may score from the decoder's device window attention in place (scores_signals_in_place).
-  const bool window_in_place;
-  // ... and A_acc from an accumulation on the device the program scores on (the selector's, not
-  // the host), the decoder's device column sums added there: no download of the sums, no upload of
-  // A_acc (accumulated_attention_store.h). Not for a policy that unfolds GQA (the decoder's sums are
-  // per KV head's entries, the unfolded cache's heads per query head).
-  const bool accumulated_in_place;
-  // ... and writes its decode scores into the selector's device buffer, which the selection reads in
-  // place (PolicyProgram::scores_to_device, LayerSelector::layer_score_buffer), in the steps whose
-  // rule is a plain per-head selection (decode_scores_in_selector).
-  const bool scores_to_selector;
-  // ... and decode steps from the decoder's device column sums (A_now) without a host copy of them:
-  // it reads A_now and nothing on the host reads the column sums (a host accumulation, a merge's
-  // decode attention).
-  const bool current_in_place;
-  // ... and K and V from the decoder's device copy of the layer's cached rows (LayerSignals::
-  // cache_rows), so a call whose programs read only those, A and row-free signals leaves its rows on
-  // the device (cache_row_reads.h, CachedRowSignals::GivenOnDevice).
-  const bool rows_in_place;
-  // ... and the norms of the cached keys and values (key_norm, value_norm) from the decoder's device
-  // (LayerSignals::cache_rows' norms) in the same calls: then the host holds no norm either (not for
-  // frozen scores, which score every appended entry at its own step through the host's held norms).
-  const bool norms_in_place;
-  // The decoder's device copy of the current after_layer call's cached rows (and norms), when
-  // rows_in_place or norms_in_place.
-  CacheRowsSignal decoder_rows;
-  int decoder_rows_layer = -1;
-  // ... and the positions (`pos`, random()'s key) from the decoder's device cache (LayerSignals::
-  // cached_positions), in every call, for a policy that reads them: no head's positions are uploaded
-  // for its scoring. Not for unfolded GQA (the device cache's heads are KV heads), nor while the
-  // cache's positions are re-assigned (the programs read the original ones: decoder_positions_of).
-  const bool positions_in_place;
-  // ... and the selections from the selector's buffer (scores_to_selector) read them there too.
-  const bool positions_to_selector;
-  // The current after_layer call's (when positions_in_place or positions_to_selector), until the
-  // layer's cache changes.
-  CachedPositionsSignal decoder_positions;
-  int decoder_positions_layer = -1;
+  // What the program reads in place on its device and where its scores go (device_reads.h):
+  // decided once, from the program, the selector's device and the plan.
+  const DeviceReads device_reads;
+  // The decoder's device copies of the current after_layer call's cached rows (and norms) and
+  // positions, when the modes above read them there (decoder_device_copies.h).
+  DecoderDeviceCopies decoder_copies;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
   // fixed by the policy, the prompt's as if announced; request() narrows the prompt's per call
   // (prompt_call_row_reads).
@@ -200,55 +170,9 @@ struct EvictionEngine::State {
   std::vector<std::vector<float>> held_grams, held_projection;
   std::vector<float> replay_logits;  // the prompt's logits, copied before the replay's forwards
 
-  // Phase accounting (EnginePhase): the slots of the current engine call (report.prefill_phases or
-  // decode_phases; null outside a call) and the innermost phase running.
-  EnginePhaseSeconds* phases = nullptr;
-  std::optional<EnginePhase> phase;
-  double& slot(EnginePhase p) {
-    if (!phases) throw std::logic_error("engine: a phase timed outside an engine call");
-    return (*phases)[p];
-  }
-
-  // Times phase `p` until its end, pausing the enclosing phase (Stopwatch's `paused`), so nested
-  // phases never count an interval twice (the same phase nested in itself counts it once). Only on
-  // the calling thread, never inside an OpenMP loop: the slots are plain doubles.
-  class PhaseScope {
-   public:
-    PhaseScope(State& st, EnginePhase p)
-        : st_(st), outer_(st.phase), watch_(&st.slot(p), outer_ ? &st.slot(*outer_) : nullptr) {
-      st.phase = p;
-    }
-    ~PhaseScope() { st_.phase = outer_; }
-    PhaseScope(const PhaseScope&) = delete;
-    PhaseScope& operator=(const PhaseScope&) = delete;
-
-   private:
-    State& st_;
-    std::optional<EnginePhase> outer_;
-    Stopwatch watch_;
-  };
-
-  // One entry into the engine (after_layer, after_forward, apply_after_prefill, finish_replay): its
-  // time goes to report.seconds and, phase by phase, to the prefill or the decode phases; what no
-  // PhaseScope inside covers is Other. The seconds' watch starts first and ends last, so the
-  // phases of a call sum to at most its seconds.
-  class EngineCall {
-   public:
-    EngineCall(State& st, bool decoding)
-        : st_(st), seconds_(&st.report.seconds), other_(enter(st, decoding), EnginePhase::Other) {}
-    ~EngineCall() { st_.phases = nullptr; }  // other_ has taken its slot's address already
-    EngineCall(const EngineCall&) = delete;
-    EngineCall& operator=(const EngineCall&) = delete;
-
-   private:
-    static State& enter(State& st, bool decoding) {
-      st.phases = decoding ? &st.report.decode_phases : &st.report.prefill_phases;
-      return st;
-    }
-    State& st_;
-    Stopwatch seconds_;
-    PhaseScope other_;
-  };
+  // Phase accounting (engine_phase_clock.h): the slots of the current engine call and the
+  // innermost phase running.
+  EnginePhaseClock clock;
 
   // Original positions of a head's entries (the cache's own unless they were re-assigned).
   const int32_t* positions(const KVCache& cache, int layer, int kv_head) const {
@@ -257,53 +181,12 @@ struct EvictionEngine::State {
 
   State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o);
 
-  // Whether the selector's buffers (and the accumulated-attention store made for its device) are
-  // memory the program reads and writes as its own: a device selector whose memory kind is the
-  // program's (the CUDA selector for the CUDA backend; the twin, host memory, for a program that is
-  // not the CUDA backend, as the tests' stand-in). A CUDA program with the twin selector would write
-  // host addresses from a kernel: its scores and A_acc then take the host paths.
-  static bool selector_shares_program_memory(const LayerSelector& selector, const PolicyProgram& p);
-
-  // Whether the decoder's device window attention may go to the score program in place
-  // (PrecomputedWindow::in_place), and the decoder's device column sums (A_now): the program takes
-  // device signals (the CUDA scoring backend) and nothing on the host reads them: a layer weight
-  // only when the program computes it on the device too (CAKE's generated layer kernel), no head
-  // plan, extra stage programs or channel program, no signal the engine derives from A, not NACL's
-  // own map.
-  static bool scores_signals_in_place(const PolicyProgram& p);
-
-  // Whether something on the host reads a block's column sums: a host accumulation of A_acc or a
-  // merge's decode attention (merge_state.h). Else a decoder may keep them on its device.
-  bool host_reads_column_sums() const;
-
-  CachedRowSignals cached_row_signals() const {
-    return rows_in_place || norms_in_place ? CachedRowSignals::GivenOnDevice : CachedRowSignals::ReadOnHost;
-  }
-
   // Whether a head's inputs read cached rows (K, V or K_pre) in place on the decoder's device
   // (EvictionReport::cache_rows_in_place counts such scorings).
   static bool reads_rows_in_place(const ScoreInputs& in) {
     return in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values) ||
            in.on_device(TensorSignal::KeysPreRope);
   }
-  // K, V or K_pre ([d][T]), key_norm or value_norm ([T]) of stored head `src` of `layer` (T entries) in the
-  // decoder's device copy, when it made one for this call and the head is exactly that long; null
-  // otherwise (the host's rows, or its held norms, then).
-  const float* decoder_rows_of(TensorSignal id, int layer, int src, int T) const;
-  // The decoder's description of `layer`'s positions when it handed one over in this call, the layer
-  // is unchanged since, and its positions are the original ones (not re-assigned; not unfolded).
-  const CachedPositionsSignal* decoder_positions_for(int layer) const;
-  // The positions of stored head `src` of `layer` (T entries) in the decoder's device cache, when it
-  // handed them over in this call, the head is exactly that long and its positions are the original
-  // ones; null otherwise (the host's are uploaded then, if a program reads them).
-  const int32_t* decoder_positions_of(int layer, int src, int T) const;
-  // The same for every head of `layer` at once, for a selection from the selector's buffer: null
-  // unless all of them are exactly as long as `lengths`.
-  const CachedPositionsSignal* decoder_positions_for_selection(int layer, const std::vector<int64_t>& lengths) const;
-  // Forgets the decoder's device copies of `layer`'s rows and positions (its cache changed), or of
-  // every layer's (-1: the call ended).
-  void drop_decoder_layer(int layer);
-
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.
   int cache_head(int s, const KVCache& cache) const { return unfold && !cache.unfolded() ? s / G : s; }
