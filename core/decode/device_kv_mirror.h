@@ -273,6 +273,8 @@ class DeviceKvMirror final : public KvCacheListener, public CachedRowMerges {
   };
   HeadState& state(int layer, int head) { return heads_[static_cast<size_t>(layer) * n_heads_ + head]; }
   const HeadState& state(int layer, int head) const { return heads_[static_cast<size_t>(layer) * n_heads_ + head]; }
+  // "layer L head H", for the errors.
+  static std::string where(int layer, int head);
   void check_geometry() const;
   void mark_all_for_resync();
   void write_tail(int layer, int head, HeadState& s);
