@@ -233,84 +233,22 @@ void EvictionEngine::State::gather_window_attention(HeadRows& cached, bool decod
 
 bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs,
                                                  std::vector<float>& out) {
-  const int layer = cached.layer, src = cached.src, kv_head = hs.in.kv_head, T = hs.in.T;
-  const KVCache& cache = cached.cache;
+  const int layer = cached.layer, kv_head = hs.in.kv_head, T = hs.in.T;
   ScoreInputs& in = hs.in;
-  const int rows = recent.rows(layer);
-  const float* q = recent.data(layer);
   switch (id) {
     case TensorSignal::WindowAttention:  // produced above (it may share a layer buffer)
     case TensorSignal::Position:         // in.position
       return false;
     case TensorSignal::CurrentAttention:
-      if (rows == 0) return false;
-      // In place on the device when the head's rows are exactly [G][T] there (a layer whose
-      // heads are equally long: CAKE's, TOVA's): no download, no upload.
-      if (device_reads.current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
-        in.set_device_signal(id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
-        count_in_gather(report.current_attention_in_place);
-        return false;
-      }
-      out.resize(static_cast<size_t>(Gs) * T);
-      if (decoder_current_attention || !decoder_current_device.empty()) {
-        copy_decoder_current_attention(kv_head, T, out.data());
-        break;
-      }
-      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
-                               recent.first_position(layer) + rows - 1, kv_head, Gs, cached.keys("A_now"), in.position,
-                               T, d, out.data());
-      break;
     case TensorSignal::AccumulatedAttention:
-      if (device_reads.accumulated_in_place) {  // [Gs][T] on the scoring device, in place
-        in.set_device_signal(id, accumulated_device->head(layer, stored_lengths(cache, layer), kv_head));
-        count_in_gather(report.accumulated_attention_in_place);
-        return false;
-      }
-      out.resize(static_cast<size_t>(Gs) * T);
-      for (int g = 0; g < Gs; ++g)
-        std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
+      if (!gather_column_attention(id, cached, hs, out)) return false;
       break;
     case TensorSignal::KeyNorm:
-    case TensorSignal::ValueNorm: {
-      // In place on the decoder's device (no norm on the host, no upload), else the host's.
-      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, T) : nullptr) {
-        in.set_device_signal(id, device);
-        count_in_gather(report.row_norms_in_place);
-        return false;
-      }
-      out.resize(T);
-      if (T == 0) break;
-      const bool key = id == TensorSignal::KeyNorm;
-      // A head whose rows are on a device holds their norms (KVCache::held_row_norms, the same
-      // bits as from the rows: row_norms.h); any other head computes them from its rows.
-      if (cache.rows_held_elsewhere(layer, src)) {
-        const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
-        for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
-      } else {
-        compute_row_norms(key ? cached.keys("key_norm") : cached.values("value_norm"), T, d, out.data());
-      }
-      break;
-    }
+    case TensorSignal::ValueNorm:
     case TensorSignal::Keys:
     case TensorSignal::Values:
-      // In place on the decoder's device (no row on the host, no upload), else the host's rows.
-      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
-        in.set_device_signal(id, device);
-        return false;
-      }
-      if (id == TensorSignal::Keys)
-        transpose_rows(cached.keys("K"), T, d, out);
-      else
-        transpose_rows(cached.values("V"), T, d, out);
-      break;
     case TensorSignal::KeysPreRope:
-      // In place on the decoder's device (rotated back there), else from the host's rows.
-      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
-        in.set_device_signal(id, device);
-        return false;
-      }
-      refuse_placeholder_read(layer, "the cached keys (K_pre)");
-      transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
+      if (!gather_cached_row_signal(id, cached, hs, out)) return false;
       break;
     case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
       out.resize(static_cast<size_t>(Gs) * T);
@@ -370,6 +308,101 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
                       static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)), kv_head, Gs, d,
                       cached.values("out_norm_l1"), T, out.data());
       break;
+  }
+  return true;
+}
+
+bool EvictionEngine::State::gather_column_attention(TensorSignal id, HeadRows& cached, HeadSignals& hs,
+                                                    std::vector<float>& out) {
+  const int layer = cached.layer, kv_head = hs.in.kv_head, T = hs.in.T;
+  ScoreInputs& in = hs.in;
+  const int rows = recent.rows(layer);
+  const float* q = recent.data(layer);
+  switch (id) {
+    case TensorSignal::CurrentAttention:
+      if (rows == 0) return false;
+      // In place on the device when the head's rows are exactly [G][T] there (a layer whose
+      // heads are equally long: CAKE's, TOVA's): no download, no upload.
+      if (device_reads.current_in_place && !decoder_current_device.empty() && T == decoder_current_device.row_stride) {
+        in.set_device_signal(id, decoder_current_device.data + static_cast<size_t>(kv_head) * Gs * T);
+        count_in_gather(report.current_attention_in_place);
+        return false;
+      }
+      out.resize(static_cast<size_t>(Gs) * T);
+      if (decoder_current_attention || !decoder_current_device.empty()) {
+        copy_decoder_current_attention(kv_head, T, out.data());
+        break;
+      }
+      compute_window_attention(q + static_cast<size_t>(rows - 1) * Hq * d, 1, Hq,
+                               recent.first_position(layer) + rows - 1, kv_head, Gs, cached.keys("A_now"), in.position,
+                               T, d, out.data());
+      break;
+    case TensorSignal::AccumulatedAttention:
+      if (device_reads.accumulated_in_place) {  // [Gs][T] on the scoring device, in place
+        in.set_device_signal(id, accumulated_device->head(layer, stored_lengths(cached.cache, layer), kv_head));
+        count_in_gather(report.accumulated_attention_in_place);
+        return false;
+      }
+      out.resize(static_cast<size_t>(Gs) * T);
+      for (int g = 0; g < Gs; ++g)
+        std::copy_n(accumulated[layer][kv_head * Gs + g].data(), T, out.data() + static_cast<size_t>(g) * T);
+      break;
+    default:
+      throw std::logic_error("engine: gather_column_attention asked for another signal");
+  }
+  return true;
+}
+
+bool EvictionEngine::State::gather_cached_row_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs,
+                                                     std::vector<float>& out) {
+  const int layer = cached.layer, src = cached.src, T = hs.in.T;
+  const KVCache& cache = cached.cache;
+  ScoreInputs& in = hs.in;
+  switch (id) {
+    case TensorSignal::KeyNorm:
+    case TensorSignal::ValueNorm: {
+      // In place on the decoder's device (no norm on the host, no upload), else the host's.
+      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, T) : nullptr) {
+        in.set_device_signal(id, device);
+        count_in_gather(report.row_norms_in_place);
+        return false;
+      }
+      out.resize(T);
+      if (T == 0) break;
+      const bool key = id == TensorSignal::KeyNorm;
+      // A head whose rows are on a device holds their norms (KVCache::held_row_norms, the same
+      // bits as from the rows: row_norms.h); any other head computes them from its rows.
+      if (cache.rows_held_elsewhere(layer, src)) {
+        const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
+        for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
+      } else {
+        compute_row_norms(key ? cached.keys("key_norm") : cached.values("value_norm"), T, d, out.data());
+      }
+      break;
+    }
+    case TensorSignal::Keys:
+    case TensorSignal::Values:
+      // In place on the decoder's device (no row on the host, no upload), else the host's rows.
+      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
+        in.set_device_signal(id, device);
+        return false;
+      }
+      if (id == TensorSignal::Keys)
+        transpose_rows(cached.keys("K"), T, d, out);
+      else
+        transpose_rows(cached.values("V"), T, d, out);
+      break;
+    case TensorSignal::KeysPreRope:
+      // In place on the decoder's device (rotated back there), else from the host's rows.
+      if (const float* device = decoder_copies.rows_of(id, layer, src, T)) {
+        in.set_device_signal(id, device);
+        return false;
+      }
+      refuse_placeholder_read(layer, "the cached keys (K_pre)");
+      transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
+      break;
+    default:
+      throw std::logic_error("engine: gather_cached_row_signal asked for another signal");
   }
   return true;
 }

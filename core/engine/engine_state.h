@@ -285,6 +285,12 @@ struct EvictionEngine::State {
   // gather_signals' tensor signal `id` (not A, not the positions) into `out`; false when it is not
   // there to set (handed over in place on a device, or no window rows to make it from).
   bool gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
+  // Its column-sum attentions: A_now (the decoder's in place or copied out of its sums, else computed
+  // from the newest window query) and A_acc (in place on the scoring device, else the host's sums).
+  bool gather_column_attention(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
+  // Its cached-row signals: K, V, K_pre and the rows' norms, in place on the decoder's device when it
+  // handed them over for this head, else from the host's rows (or the host's held norms).
+  bool gather_cached_row_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
 
   // Q, Q_pre or O of one head from the newest min(window, rows) window queries (query_signals.h);
   // false when there are no window rows (the signal then stays null, as A does). Only O reads the
