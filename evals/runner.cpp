@@ -214,6 +214,38 @@ void open_run(const EvalConfig& config, SampleRunner& runner, ResultsStore& stor
   summary.run_id = store.create_run(new_run_record(config, runner, model_hash, options.shard));
 }
 
+// The results of `sample` still missing from the run (not in `done`), run and stored together with
+// its prompt in one transaction; how many were written.
+int64_t run_sample(const Sample& sample, const EvalConfig& config, SampleRunner& runner, ResultsStore& store,
+                   int64_t run_id, const std::set<std::string>& done,
+                   const std::map<std::string, std::string>& policy_hash) {
+  std::vector<std::pair<const PolicyChoice*, const Budget*>> missing;
+  for (const auto& policy : config.policies)
+    for (const auto& budget : config.budgets)
+      if (!done.count(ResultsStore::result_key(sample.task, sample.key, policy.label, budget.text)))
+        missing.push_back({&policy, &budget});
+  if (missing.empty()) return 0;
+  // The text built here is the text prefilled and the text stored: a replay feeds it back.
+  const PromptText text = runner.prompt_text(sample);
+  const StoredPrompt prompt = make_stored_prompt(sample, text);
+  runner.begin_prompt(sample, text);
+  std::vector<SampleResult> rows;
+  // The full cache is the restored prefill whatever the policy (nothing is evicted, no observer
+  // runs): it is decoded once per sample and its outcome stored under every policy's `full`.
+  std::optional<RunOutcome> full_cache;
+  for (const auto& [policy, budget] : missing) {
+    if (budget->kind == Budget::Kind::Full) {
+      if (!full_cache) full_cache = runner.run(*policy, *budget);
+      rows.push_back(make_row(sample, *policy, *budget, *full_cache, policy_hash.at(policy->label), prompt.hash));
+      continue;
+    }
+    RunOutcome outcome = runner.run(*policy, *budget);
+    rows.push_back(make_row(sample, *policy, *budget, outcome, policy_hash.at(policy->label), prompt.hash));
+  }
+  store.insert_results(run_id, rows, {prompt});
+  return static_cast<int64_t>(rows.size());
+}
+
 }  // namespace
 
 EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStore& store, const EvalOptions& options) {
@@ -259,35 +291,10 @@ EvalSummary run_eval(const EvalConfig& config, SampleRunner& runner, ResultsStor
     const int64_t prefills_before = runner.prefill_count(), run_prefills_before = runner.run_prefill_count();
     progress.emplace(options.progress, config.name, summary.results_total, static_cast<int64_t>(done.size()));
     for (const Sample& sample : samples) {
-      std::vector<std::pair<const PolicyChoice*, const Budget*>> missing;
-      for (const auto& policy : config.policies) {
-        for (const auto& budget : config.budgets) {
-          if (!done.count(ResultsStore::result_key(sample.task, sample.key, policy.label, budget.text))) {
-            missing.push_back({&policy, &budget});
-          }
-        }
-      }
-      if (missing.empty()) continue;
-      // The text built here is the text prefilled and the text stored: a replay feeds it back.
-      const PromptText text = runner.prompt_text(sample);
-      const StoredPrompt prompt = make_stored_prompt(sample, text);
-      runner.begin_prompt(sample, text);
-      std::vector<SampleResult> rows;
-      // The full cache is the restored prefill whatever the policy (nothing is evicted, no observer
-      // runs): it is decoded once per sample and its outcome stored under every policy's `full`.
-      std::optional<RunOutcome> full_cache;
-      for (const auto& [policy, budget] : missing) {
-        if (budget->kind == Budget::Kind::Full) {
-          if (!full_cache) full_cache = runner.run(*policy, *budget);
-          rows.push_back(make_row(sample, *policy, *budget, *full_cache, policy_hash.at(policy->label), prompt.hash));
-          continue;
-        }
-        RunOutcome outcome = runner.run(*policy, *budget);
-        rows.push_back(make_row(sample, *policy, *budget, outcome, policy_hash.at(policy->label), prompt.hash));
-      }
-      store.insert_results(summary.run_id, rows, {prompt});
-      summary.results_written += static_cast<int64_t>(rows.size());
-      progress->advance(static_cast<int64_t>(rows.size()));
+      const int64_t written = run_sample(sample, config, runner, store, summary.run_id, done, policy_hash);
+      if (written == 0) continue;  // every result of the sample was stored already (--resume)
+      summary.results_written += written;
+      progress->advance(written);
     }
     progress->finish();
     summary.prefills = runner.prefill_count() - prefills_before;
