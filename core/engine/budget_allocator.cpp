@@ -10,27 +10,14 @@ namespace {
 
 double clean_weight(double w) { return (std::isfinite(w) && w > 0) ? w : 0.0; }
 
-// Splits `total` (<= sum(cap)) over items proportionally to w with caps; exact integer sum.
-std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::vector<int64_t>& cap, int64_t total) {
-  const size_t n = w_in.size();
-  std::vector<int64_t> out(n, 0);
-  if (n == 0 || total <= 0) return out;
-  std::vector<double> w(n);
-  for (size_t i = 0; i < n; ++i) w[i] = cap[i] > 0 ? clean_weight(w_in[i]) : 0.0;
-  std::vector<char> active(n, 0);
-  for (size_t i = 0; i < n; ++i) active[i] = cap[i] > 0;
-  // If no active item has positive weight, split uniformly among the active ones.
-  auto any_positive = [&] {
-    for (size_t i = 0; i < n; ++i)
-      if (active[i] && w[i] > 0) return true;
-    return false;
-  };
-  if (!any_positive())
-    for (size_t i = 0; i < n; ++i) w[i] = active[i] ? 1.0 : 0.0;
-
+// Water filling of `total` over items proportionally to w under caps: an item whose proportional
+// share reaches its cap is fixed at it (out[i] = cap[i], active[i] = 0) and the rest is shared again.
+// On return, share[i] is the real-valued share of each item still active. Zero weights all round
+// are shared uniformly.
+void water_fill(std::vector<double>& w, const std::vector<int64_t>& cap, int64_t total, std::vector<char>& active,
+                std::vector<int64_t>& out, std::vector<double>& share) {
+  const size_t n = w.size();
   int64_t remaining = total;
-  std::vector<double> share(n, 0.0);
-  // Water filling: fix items whose proportional share reaches their cap, repeat with the rest.
   for (;;) {
     double wsum = 0;
     for (size_t i = 0; i < n; ++i)
@@ -38,7 +25,7 @@ std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::ve
     if (wsum <= 0) {  // only zero-weight items left: uniform over them
       size_t count = 0;
       for (size_t i = 0; i < n; ++i) count += active[i] ? 1 : 0;
-      if (count == 0) break;
+      if (count == 0) return;
       for (size_t i = 0; i < n; ++i)
         if (active[i]) w[i] = 1.0;
       continue;
@@ -57,16 +44,23 @@ std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::ve
       remaining = total;
       for (size_t i = 0; i < n; ++i)
         if (!active[i]) remaining -= out[i];
-      if (remaining <= 0) break;
+      if (remaining <= 0) return;
       continue;
     }
     for (size_t i = 0; i < n; ++i)
       if (active[i]) share[i] = static_cast<double>(remaining) * w[i] / wsum;
-    break;
+    return;
   }
-  // Largest remainder over the uncapped items. Shares and remainders equal up to a millionth of a
-  // token count as equal (e.g. Ada-KV's 0.2 * 32 + 0.8 * n, with floor_alpha evaluated in float by
-  // the DSL), so the documented tie rule (lower index) decides, not rounding noise.
+}
+
+// Rounds the active items' shares to integers so that out sums to `total` exactly: floors, then one
+// more unit each by largest remainder (lower index first on ties), never above a cap. Shares and
+// remainders equal up to a millionth of a token count as equal (e.g. Ada-KV's 0.2 * 32 + 0.8 * n,
+// with floor_alpha evaluated in float by the DSL), so the documented tie rule decides, not rounding
+// noise.
+void round_largest_remainder(const std::vector<double>& share, const std::vector<int64_t>& cap, int64_t total,
+                             const std::vector<char>& active, std::vector<int64_t>& out) {
+  const size_t n = share.size();
   auto slack = [&](size_t i) { return 1e-6 * std::max(1.0, std::abs(share[i])); };
   int64_t assigned = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -102,6 +96,25 @@ std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::ve
     --out[best];
     ++left;
   }
+}
+
+// Splits `total` (<= sum(cap)) over items proportionally to w with caps; exact integer sum.
+std::vector<int64_t> split_capped(const std::vector<double>& w_in, const std::vector<int64_t>& cap, int64_t total) {
+  const size_t n = w_in.size();
+  std::vector<int64_t> out(n, 0);
+  if (n == 0 || total <= 0) return out;
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = cap[i] > 0 ? clean_weight(w_in[i]) : 0.0;
+  std::vector<char> active(n, 0);
+  for (size_t i = 0; i < n; ++i) active[i] = cap[i] > 0;
+  // If no active item has positive weight, split uniformly among the active ones.
+  bool any_positive = false;
+  for (size_t i = 0; i < n; ++i) any_positive = any_positive || (active[i] && w[i] > 0);
+  if (!any_positive)
+    for (size_t i = 0; i < n; ++i) w[i] = active[i] ? 1.0 : 0.0;
+  std::vector<double> share(n, 0.0);
+  water_fill(w, cap, total, active, out, share);
+  round_largest_remainder(share, cap, total, active, out);
   return out;
 }
 
