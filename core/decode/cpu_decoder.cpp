@@ -58,6 +58,8 @@ class CpuDecoder : public Decoder {
 
  private:
   void attention_layer(int layer, int n, const ObservationRequest& request, ForwardObserver* observer);
+  void observe_layer(int layer, int n, int first, const ObservationRequest& request, const TypedMatrix& wo,
+                     ForwardObserver& observer);
   void feed_forward_layer(int layer, int n);
   // The layer's native matrices, or an all-empty set (f32 weights).
   const NativeLayer& native(int layer) const {
@@ -203,37 +205,43 @@ void CpuDecoder::attention_layer(int layer, int n, const ObservationRequest& req
     cpu::add_inplace(x_.data() + rows_offset(r0, dim), proj_.data(), static_cast<size_t>(count) * dim);
   }
 
-  if (observer) {
-    LayerSignals signals;
-    signals.layer = layer;
-    signals.first_position = first;
-    signals.n_tokens = n;
-    const int window = std::min(request.window, n);
-    if (window > 0) {
-      signals.window = window;
-      signals.window_queries = std::span<const float>(q_.data() + rows_offset(n - window, q_dim),
-                                                      static_cast<size_t>(window) * q_dim);
-    }
-    if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
-    if (request.query_statistics.enabled) {
-      query_statistics_ = block_query_statistics(q_.data(), n, first, request.query_statistics, config_.n_heads, hd,
-                                                 rope_);
-      signals.query_statistics = &query_statistics_;
-    }
-    // A prompt's segment attention, by the host rule over the block's queries and the cache as
-    // its append left it (the engine's own computation: the same bits).
-    if (request.segment_attention.enabled() && first == 0 && !cache_.unfolded()) {
-      segment_attention_ = block_segment_attention(request.segment_attention, q_.data(), n, cache_, layer,
-                                                   config_.n_heads);
-      signals.segment_attention = &segment_attention_;
-    }
-    signals.tokens = tokens_;
-    if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
-    if (request.hidden_states) signals.hidden_states = hidden_states_;
-    if (OutputProjectionSignals::requested(request))
-      output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, hd, signals);
-    observer->after_layer(signals, cache_);
+  if (observer) observe_layer(layer, n, first, request, wo, *observer);
+}
+
+// The layer's signals for the observer (what `request` asked for) over the block's queries and the
+// cache as its append left it, then observer.after_layer.
+void CpuDecoder::observe_layer(int layer, int n, int first, const ObservationRequest& request, const TypedMatrix& wo,
+                               ForwardObserver& observer) {
+  const int q_dim = config_.q_dim(), hd = config_.head_dim;
+  LayerSignals signals;
+  signals.layer = layer;
+  signals.first_position = first;
+  signals.n_tokens = n;
+  const int window = std::min(request.window, n);
+  if (window > 0) {
+    signals.window = window;
+    signals.window_queries = std::span<const float>(q_.data() + rows_offset(n - window, q_dim),
+                                                    static_cast<size_t>(window) * q_dim);
   }
+  if (request.accumulated_attention) signals.accumulated_attention = &column_sums_;
+  if (request.query_statistics.enabled) {
+    query_statistics_ = block_query_statistics(q_.data(), n, first, request.query_statistics, config_.n_heads, hd,
+                                               rope_);
+    signals.query_statistics = &query_statistics_;
+  }
+  // A prompt's segment attention, by the host rule over the block's queries and the cache as
+  // its append left it (the engine's own computation: the same bits).
+  if (request.segment_attention.enabled() && first == 0 && !cache_.unfolded()) {
+    segment_attention_ = block_segment_attention(request.segment_attention, q_.data(), n, cache_, layer,
+                                                 config_.n_heads);
+    signals.segment_attention = &segment_attention_;
+  }
+  signals.tokens = tokens_;
+  if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+  if (request.hidden_states) signals.hidden_states = hidden_states_;
+  if (OutputProjectionSignals::requested(request))
+    output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, hd, signals);
+  observer.after_layer(signals, cache_);
 }
 
 void CpuDecoder::feed_forward_layer(int layer, int n) {
