@@ -23,22 +23,10 @@ void CudaDecoder::upload_rope_table(int first, int n) {
   table_first_ = first;
 }
 
-const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
-                                               std::vector<float>* all_logits) {
-  const int n = static_cast<int>(tokens.size());
-  if (n == 0) throw std::invalid_argument("forward: empty token block");
-  const int dim = config_.dim, vocab = config_.vocab_size;
-  for (int t : tokens) {
-    if (t < 0 || t >= vocab) {
-      throw std::out_of_range("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                              std::to_string(vocab) + ")");
-    }
-  }
-  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
-  const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+void CudaDecoder::decide_call(const ObservationRequest& request, int n, bool has_observer) {
   // No observer: no one reads the host cache during this call, so its rows go to the device only
   // and the host catches up when it is next asked for (cache(), snapshot(), a call with an observer).
-  defer_host_ = mirror_ && !observer;
+  defer_host_ = mirror_ && !has_observer;
   // A call whose observer reads no cached row (a prompt block or a decode step, by its answer for
   // this kind of call): the host cache takes placeholder rows (positions only), no key or value
   // leaves the device (device_kv_mirror.h).
@@ -53,11 +41,46 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   window_attention_served_ = serves_window_attention(request, n);
   segment_attention_served_ = serves_segment_attention(request, n);
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
-  placeholder_host_ = mirror_ && observer && rows_may_stay_on_device(reads, serves_asked_signals(request));
+  placeholder_host_ = mirror_ && has_observer && rows_may_stay_on_device(reads, serves_asked_signals(request));
   // The cached rows go to the observer on the device only where they stay there and it said it
   // reads them only so (NoneGivenDecoderSignals); in any other call it reads the host's, or none.
   hand_cache_rows_ = placeholder_host_ && reads == CacheRowReads::NoneGivenDecoderSignals &&
                      cache_rows_wanted(request).any();
+}
+
+void CudaDecoder::compute_logits(int n, std::vector<float>* all_logits) {
+  const int dim = config_.dim, vocab = config_.vocab_size;
+  const int rows = all_logits ? n : 1;
+  xn_.resize(static_cast<size_t>(rows) * dim);
+  half_in_.resize(static_cast<size_t>(rows) * dim);
+  cuda::rmsnorm(x_.data() + static_cast<size_t>(n - rows) * dim, final_norm_->data(), rows, dim, config_.norm_eps,
+                xn_.data(), half_in_.data());
+  logits_d_.resize(static_cast<size_t>(rows) * vocab);
+  gemm(half_in_.data(), rows, dim, output_->data(), vocab, logits_d_.data());
+  if (all_logits) {
+    all_logits->resize(static_cast<size_t>(n) * vocab);
+    logits_d_.download(all_logits->data(), all_logits->size());
+    logits_.assign(all_logits->end() - vocab, all_logits->end());
+  } else {
+    logits_.resize(vocab);
+    logits_d_.download(logits_.data(), vocab);
+  }
+}
+
+const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, ForwardObserver* observer,
+                                               std::vector<float>* all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) throw std::invalid_argument("forward: empty token block");
+  const int dim = config_.dim, vocab = config_.vocab_size;
+  for (int t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw std::out_of_range("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
+  cuda::check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  const ObservationRequest request = observer ? observer->request() : ObservationRequest{};
+  decide_call(request, n, observer != nullptr);
   // A call that throws before every layer has held its queries (hold_queries) leaves the ring
   // claiming rows that some layers' copies lack: the ring then holds none, so no later call reads
   // rows never copied (a later window is seeded from the observer's rows again, seed_queries).
@@ -91,21 +114,7 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   held_queries_guard.done = true;
   position_ += n;
 
-  const int rows = all_logits ? n : 1;
-  xn_.resize(static_cast<size_t>(rows) * dim);
-  half_in_.resize(static_cast<size_t>(rows) * dim);
-  cuda::rmsnorm(x_.data() + static_cast<size_t>(n - rows) * dim, final_norm_->data(), rows, dim, config_.norm_eps,
-                xn_.data(), half_in_.data());
-  logits_d_.resize(static_cast<size_t>(rows) * vocab);
-  gemm(half_in_.data(), rows, dim, output_->data(), vocab, logits_d_.data());
-  if (all_logits) {
-    all_logits->resize(static_cast<size_t>(n) * vocab);
-    logits_d_.download(all_logits->data(), all_logits->size());
-    logits_.assign(all_logits->end() - vocab, all_logits->end());
-  } else {
-    logits_.resize(vocab);
-    logits_d_.download(logits_.data(), vocab);
-  }
+  compute_logits(n, all_logits);
   if (observer) {
     observer->after_forward(n, cache_);
     // It may have scored on another GPU (as after_layer may: observe_layer); the flushes below

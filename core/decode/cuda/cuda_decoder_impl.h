@@ -225,6 +225,13 @@ class CudaDecoder : public Decoder {
                "cublasGemmEx");
   }
   void upload_rope_table(int first, int n);
+  // forward's decisions for the call, made once before its first layer (the rows' placement depends
+  // on them): deferred host appends, the held queries' capacity, which asked signals the device
+  // serves, placeholder host rows, the cached rows handed over on the device.
+  void decide_call(const ObservationRequest& request, int n, bool has_observer);
+  // The final norm and the output projection of the call's last row (every row's into all_logits
+  // when given), into logits_.
+  void compute_logits(int n, std::vector<float>* all_logits);
   // Whether attention_layer hands the observer every signal it asked for in place of rows at every
   // layer of the call (NoneGivenDecoderSignals needs it): the window attention (as forward decided:
   // window_attention_served_) and the cached rows on the device (the resident cache).
@@ -249,6 +256,10 @@ class CudaDecoder : public Decoder {
   void observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
                      const ColumnSumsSignal& device_columns, const ObservationRequest& request,
                      ForwardObserver& observer);
+  // observe_layer's signals made from the block's queries: the prompt query statistics and the
+  // prompt's segment attention, on the device where it can, else by the host rule.
+  void add_query_signals(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                         const ObservationRequest& request, LayerSignals& signals);
   void feed_forward_layer(int layer, int n);
   void refuse_unfolded() const;
   // The block's post-RoPE K/V (k_, v_) into the cache(s) at rotary position `rotary_first`, and

@@ -189,43 +189,9 @@ ColumnSumsSignal CudaDecoder::attend_block(int layer, int n, const DeviceKvLayer
   return device_columns;
 }
 
-void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
-                                const ColumnSumsSignal& device_columns, const ObservationRequest& request,
-                                ForwardObserver& observer) {
+void CudaDecoder::add_query_signals(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                                    const ObservationRequest& request, LayerSignals& signals) {
   const int q_dim = config_.q_dim();
-  LayerSignals signals;
-  signals.cuda_device = ordinal_;
-  signals.layer = layer;
-  signals.first_position = first;
-  signals.n_tokens = n;
-  const int window = std::min(request.window, n);
-  if (window > 0) {
-    Stopwatch timed(&own_seconds_.observation);
-    signals.window = window;
-    window_queries_.resize(static_cast<size_t>(window) * q_dim);
-    q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
-    signals.window_queries = std::span<const float>(window_queries_);
-  }
-  if (request.accumulated_attention && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
-  signals.column_sums_on_device = device_columns;
-  signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
-  // Merges of rows left on the device run there (the mirror applies the pending keeps first).
-  if (placeholder_host_ && request.cached_row_merges) signals.cached_row_merges = mirror_.get();
-  // The window attention on request, over the cache as the block's append left it, before the
-  // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
-  // (the device holds those; the observer's causal mask reads the original ones).
-  // The queries are the newest min(W, position) of the sequence: the block's, and before them
-  // the previous calls' (held on the device) when the block is shorter than W; none when the
-  // held ones do not reach back that far (serves_window_attention said so before the call).
-  if (window_attention_served_ && view.positions && rotary_first == first) {
-    const int wa = std::min(request.window_attention, first + n);
-    int query_first = first + n - wa;
-    const float* queries =
-        wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim : held_queries(layer, wa, &query_first);
-    if (queries)
-      signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
-                                                        request.window_attention_causal);
-  }
   // The prompt query statistics of the block's queries: made on the device from the block's RoPE
   // table, so no query row comes over. The table is at the rotary positions; where they were
   // re-assigned the host rule runs instead, rotating back from the block's true positions as the
@@ -266,6 +232,46 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
     }
     signals.segment_attention = &segment_attention_;
   }
+}
+
+void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                                const ColumnSumsSignal& device_columns, const ObservationRequest& request,
+                                ForwardObserver& observer) {
+  const int q_dim = config_.q_dim();
+  LayerSignals signals;
+  signals.cuda_device = ordinal_;
+  signals.layer = layer;
+  signals.first_position = first;
+  signals.n_tokens = n;
+  const int window = std::min(request.window, n);
+  if (window > 0) {
+    Stopwatch timed(&own_seconds_.observation);
+    signals.window = window;
+    window_queries_.resize(static_cast<size_t>(window) * q_dim);
+    q_.download(window_queries_.data(), window_queries_.size(), static_cast<size_t>(n - window) * q_dim);
+    signals.window_queries = std::span<const float>(window_queries_);
+  }
+  if (request.accumulated_attention && !request.column_sums_on_device_only) signals.accumulated_attention = &column_sums_;
+  signals.column_sums_on_device = device_columns;
+  signals.cache_rows_are_placeholders = mirror_ && mirror_->has_placeholders(layer);
+  // Merges of rows left on the device run there (the mirror applies the pending keeps first).
+  if (placeholder_host_ && request.cached_row_merges) signals.cached_row_merges = mirror_.get();
+  // The window attention on request, over the cache as the block's append left it, before the
+  // observer changes it. Not over the packed upload (no positions) nor re-assigned positions
+  // (the device holds those; the observer's causal mask reads the original ones).
+  // The queries are the newest min(W, position) of the sequence: the block's, and before them
+  // the previous calls' (held on the device) when the block is shorter than W; none when the
+  // held ones do not reach back that far (serves_window_attention said so before the call).
+  if (window_attention_served_ && view.positions && rotary_first == first) {
+    const int wa = std::min(request.window_attention, first + n);
+    int query_first = first + n - wa;
+    const float* queries =
+        wa <= n ? q_.data() + static_cast<size_t>(n - wa) * q_dim : held_queries(layer, wa, &query_first);
+    if (queries)
+      signals.window_attention = window_attention_.fill(view, config_.group_size(), queries, wa, query_first,
+                                                        request.window_attention_causal);
+  }
+  add_query_signals(layer, n, first, rotary_first, view, request, signals);
   // The cached keys and values for device scoring (K, V, their norms, K_pre), as the block's append
   // left them. K_pre rotates each key back by its arena position (re-assigned ones included: the
   // keys were rotated to them) with the host cache's RoPE table on the device, covering every
