@@ -144,6 +144,13 @@ struct ObservationRequest {
   // the rows at the end of this call (DeviceKvMirror::release_host_rows) and bring them back when a
   // call reads them. (A prompt the observer read, with decode steps that read nothing.)
   bool host_rows_not_read_later = false;
+  // > 0: the observer's after_forward of the call that ends at this position (a prompt's end)
+  // edits the kept rows on the host (SpindleKV's codebook stage; cache_row_reads.h,
+  // prompt_end_edits_rows). A decoder that left rows of that prompt on its device (placeholder or
+  // position-only host rows) must bring every row to the host after the call's last layer (the
+  // observer's keeps applied: only the kept rows cross) and before that after_forward; the
+  // observer relies on it. 0: no such call.
+  int host_rows_at_prompt_end = 0;
   // What the observer reads of the cached keys and values in this call, by the call's kind (the
   // default: every row, always). Anything but Reads lets a decoder whose cache lives on a device
   // hand it a host cache whose new rows are placeholders (rows_may_stay_on_device above).

@@ -41,6 +41,16 @@ static bool feature_reads_cache_rows(const PolicyDescription& d) {
          !d.select.stages.empty() || d.observe.same_index_head;
 }
 
+// The same during a prompt's calls: the codebook stage edits the kept rows once the prompt is done,
+// from rows the decoder brings to the host for it (ObservationRequest::host_rows_at_prompt_end).
+static bool feature_reads_cache_rows_during_prompt(const PolicyDescription& d) {
+  return d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() || d.observe.same_index_head;
+}
+
+bool prompt_end_edits_rows(const PolicyDescription& d) {
+  return d.merge.enabled && d.merge.method == MergeMethod::Codebook;
+}
+
 bool merge_given_by_decoder(const PolicyMerge& merge) {
   // Every merge-on-evict method merges through CachedRowMerges alone (merge_on_evict.h).
   return merge.enabled && merge.method != MergeMethod::Codebook;
@@ -103,7 +113,7 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
     if (prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
   }
   // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
-  if (feature_reads_cache_rows(d) || reads_replay(d)) return CacheRowReads::Reads;
+  if (feature_reads_cache_rows_during_prompt(d) || reads_replay(d)) return CacheRowReads::Reads;
   // The prompt query statistics and the segment attention come from the decoder
   // (ObservationRequest::query_statistics, segment_attention).
   given_rows = given_rows || reads_query_statistics(d) || d.observe.segment > 0;
@@ -111,6 +121,10 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
   // attention, and computes A on the host), unless the prompt was announced. Causal or not, the
   // decoder computes it.
   if (!window_known_before_prompt(d) && announced == PromptAnnouncement::None) return CacheRowReads::Reads;
+  // Nor can it be asked for the rows at the end of a prompt whose end it does not know before the call.
+  if (prompt_end_edits_rows(d) && announced == PromptAnnouncement::None) return CacheRowReads::Reads;
+  // The rows brought back for the codebook stage are the decoder's part too.
+  given_rows = given_rows || prompt_end_edits_rows(d);
   return d.window > 0 || given_rows || merge_given_by_decoder(d.merge) ? CacheRowReads::NoneGivenDecoderSignals
                                                                        : CacheRowReads::None;
 }

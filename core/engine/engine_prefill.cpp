@@ -203,6 +203,9 @@ void EvictionEngine::State::complete_replay(const ReplayScores* r, KVCache& cach
 }
 
 void EvictionEngine::State::finish_prefill(KVCache& cache) {
+  // The end of this prompt was known before its calls: the decoder was asked to bring the kept rows
+  // to the host for its end (ObservationRequest::host_rows_at_prompt_end).
+  const bool rows_brought_back = plan_announced || block_prompt > 0;
   in_prefill = false;
   block_prompt = 0;
   plan_announced = false;
@@ -213,8 +216,8 @@ void EvictionEngine::State::finish_prefill(KVCache& cache) {
     for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
   }
   // (Re-assigned positions are not among these: the holder of the rows re-rotates them.)
-  if (prompt_had_placeholders &&
-      ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels || plan.stages.codebook))
+  if (prompt_had_placeholders && ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels ||
+                                  (plan.stages.codebook && !rows_brought_back)))
     throw std::logic_error("engine: policy " + desc.name +
                            " edits the cached rows at the end of its prompt "
                            "(unfolded GQA, key channels or a codebook), but the decoder left the prompt's rows on "

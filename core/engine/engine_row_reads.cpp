@@ -69,6 +69,9 @@ bool EvictionEngine::State::host_rows_not_read_later() const {
 
 CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
   if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
+  // A codebook stage needs the kept rows at the prompt's end: a decoder can be asked to bring them
+  // back then only when the end is known before the call (ObservationRequest::host_rows_at_prompt_end).
+  if (prompt_end_edits_rows(desc) && prompt_end_before_call() == 0) return CacheRowReads::Reads;
   // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
   // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
   if (!prompt_window_known()) return CacheRowReads::Reads;
@@ -119,8 +122,9 @@ ObservationRequest EvictionEngine::request() const {
   }
   // Accumulated on the device: every block's sums are added where the decoder left them, unless
   // something on the host reads them (then A_now is not in place either).
-  if (state_->device_reads.accumulated_in_place && !host_reads_column_sums(state_->desc, state_->device_reads.accumulated_in_place) &&
-      (!state_->desc.needs(TensorSignal::CurrentAttention) || state_->device_reads.current_in_place))
+  const DeviceReads& device = state_->device_reads;
+  if (device.accumulated_in_place && !host_reads_column_sums(state_->desc, device.accumulated_in_place) &&
+      (!state_->desc.needs(TensorSignal::CurrentAttention) || device.current_in_place))
     r.column_sums_on_device_only = true;
   // A segment-local observation: the decoder makes A_seg in the prompt's call
   // (ObservationRequest::segment_attention) when the prompt comes next with its window known;
@@ -148,8 +152,8 @@ ObservationRequest EvictionEngine::request() const {
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
   // Norms held with the positions on the host, or (scored on the device) handed over in place.
   const bool norms = state_->desc.needs_row_norms();
-  r.row_norms = norms && !state_->device_reads.norms_in_place;
-  r.row_norms_on_device = norms && state_->device_reads.norms_in_place;
+  r.row_norms = norms && !device.norms_in_place;
+  r.row_norms_on_device = norms && device.norms_in_place;
   r.window_attention = state_->requested_window_attention();
   r.window_attention_causal = state_->desc.observe.causal;
   // While decoding, the rows the engine holds itself: a decoder first asked for the window
@@ -161,12 +165,15 @@ ObservationRequest EvictionEngine::request() const {
   // Scored on the device: K, V and K_pre (and the norms above) are read where the decoder copies them out,
   // in the calls this engine declared NoneGivenDecoderSignals (the others have the rows on the host,
   // or read none).
-  r.cache_keys_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::Keys);
-  r.cache_values_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::Values);
-  r.cache_keys_pre_rope_on_device = state_->device_reads.rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
-  r.positions_on_device = state_->device_reads.positions_in_place || state_->device_reads.positions_to_selector;
+  r.cache_keys_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::Keys);
+  r.cache_values_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::Values);
+  r.cache_keys_pre_rope_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
+  r.positions_on_device = device.positions_in_place || device.positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
+  // The codebook stage at the prompt's end reads the kept rows: brought to the host by then
+  // (prompt_call_row_reads declared the prompt's calls Reads where the end is not known).
+  if (prompt_next && prompt_end_edits_rows(state_->desc)) r.host_rows_at_prompt_end = state_->prompt_end_before_call();
   return r;
 }
 

@@ -201,6 +201,9 @@ struct EvictionEngine::State {
   bool prompt_window_known() const;
   // A prefill in blocks has blocks still to come: the next call continues it.
   bool blocks_pending() const { return in_prefill && block_prompt > 0 && prefill_seen < block_prompt; }
+  // Where the prompt of the next prompt call ends, when known before the call: the announced
+  // prompt's length, or that of the prefill in blocks under way (begin_block_prefill); 0 otherwise.
+  int prompt_end_before_call() const { return announced ? announced->prompt_len : block_prompt; }
 
   void reset();
 

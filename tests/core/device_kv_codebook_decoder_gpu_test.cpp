@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/decode/make_decoder.h"
+#include "core/engine/block_prefill.h"
 #include "core/engine/engine.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_decoder_gpu_check.h"
@@ -65,6 +66,58 @@ TEST(DeviceKvCodebookDecoderGpu, SpindleKVDecodeRowsAreMatchedOnTheDevice) {
       ASSERT_TRUE(device_equals_host(*appended)) << what;
       EXPECT_TRUE(same_codebooks(deferred->cache(), appended->cache())) << what;
     }
+#endif
+}
+
+// SpindleKV's prompt, announced (prefill_prompt), reads no row during its calls: the CUDA decoder
+// leaves the prompt's rows on the device (placeholder host rows) and brings only the kept rows to
+// the host at the prompt's end for the codebook stage (ObservationRequest::host_rows_at_prompt_end).
+// Against the same prompt unannounced (its calls read their rows on the host, as before): the same
+// logits, kept positions, codebooks and decode steps; fewer rows read back than the prompt holds.
+// CPU proof: RowlessEngineTurnTest.SpindleKVsCodebookReadsTheKeptRowsBroughtBackAtThePromptsEnd.
+TEST(DeviceKvCodebookDecoderGpu, SpindleKVsPromptLeavesItsRowsOnTheDeviceUntilItsCodebookStage) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  const auto model = make_random_model(test::gqa_test_config("device-codebook-test"), 41);
+  const ModelConfig& c = model->config;
+  std::mt19937 rng(5);
+  std::vector<int> prompt(120);
+  for (int& t : prompt) t = static_cast<int>(rng() % 300);
+  for (const std::string scope : {"per_head", "per_layer_across_heads"}) {
+    const auto policy = load_policy("spindlekv", {{"codebook_scope", scope}});
+    auto announced = make_decoder(*model, DecoderDevice::Cuda, {});
+    auto plain = make_decoder(*model, DecoderDevice::Cuda, {});
+    EvictionEngine e1(*policy, c, {Budget::parse("50%"), 0});
+    EvictionEngine e2(*policy, c, {Budget::parse("50%"), 0});
+    std::vector<float> a = prefill_prompt(*announced, prompt, &e1, &e1);
+    std::vector<float> b = plain->forward(prompt, &e2);
+    ASSERT_EQ(a, b) << scope;
+    const DeviceKvCounts ca = announced->device_kv_stats().counts, cb = plain->device_kv_stats().counts;
+    EXPECT_GT(ca.rows_placeholder, 0) << scope << ": the announced prompt's rows stayed on the device";
+    EXPECT_EQ(cb.rows_placeholder, 0) << scope << ": the unannounced prompt's rows came to the host";
+    int64_t kept = 0;
+    for (const auto& layer : e1.report().layers)
+      for (const HeadReport& h : layer) kept += h.kept;
+    EXPECT_EQ(ca.rows_read, kept) << scope << ": only the kept rows came back, once";
+    EXPECT_LT(kept, static_cast<int64_t>(prompt.size()) * c.n_layers * c.n_kv_heads) << scope;
+    ASSERT_EQ(e1.report().layers.size(), e2.report().layers.size());
+    for (size_t l = 0; l < e1.report().layers.size(); ++l)
+      for (size_t h = 0; h < e1.report().layers[l].size(); ++h)
+        EXPECT_EQ(e1.report().layers[l][h].kept_positions, e2.report().layers[l][h].kept_positions)
+            << scope << ", layer " << l << " head " << h;
+    EXPECT_GT(e1.report().key_codes, 0) << scope;
+    EXPECT_EQ(e1.report().key_codes, e2.report().key_codes) << scope;
+    EXPECT_EQ(e1.report().value_codes, e2.report().value_codes) << scope;
+    for (int s = 0; s < 8; ++s) {
+      const int next = static_cast<int>(std::max_element(a.begin(), a.end()) - a.begin());
+      a = announced->forward(std::vector<int>{next});
+      b = plain->forward(std::vector<int>{next});
+      ASSERT_EQ(a, b) << scope << ", step " << s;
+    }
+    ASSERT_TRUE(device_equals_host(*announced)) << scope;
+    ASSERT_TRUE(device_equals_host(*plain)) << scope;
+    EXPECT_TRUE(same_codebooks(announced->cache(), plain->cache())) << scope;
+  }
 #endif
 }
 

@@ -87,7 +87,9 @@ class CountingRowMerges final : public CachedRowMerges {
 // marked cache that holds rows (a placeholder may be among them). RowlessUnmarked hands over the
 // copy without the mark (the control: only the cache's own refusal can stop a row read);
 // RowlessWithoutNorms a marked copy that holds no norms (the control for a decoder not asked).
-enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms };
+// RowlessIgnoringPromptEnd: Rowless, but the "decoder" ignores ObservationRequest::
+// host_rows_at_prompt_end (the control of a codebook stage's rows: its after_forward gets the copy).
+enum class TurnMode { Reference, Rowless, RowlessUnmarked, RowlessWithoutNorms, RowlessIgnoringPromptEnd };
 class RowlessTurns final : public ForwardObserver {
  public:
   RowlessTurns(EvictionEngine& engine, KVCache& cache, const ModelConfig& config, TurnMode mode, bool norms,
@@ -101,7 +103,8 @@ class RowlessTurns final : public ForwardObserver {
         rowless_(mode != TurnMode::Reference),
         norms_(mode != TurnMode::RowlessWithoutNorms),
         mark_(mode == TurnMode::Rowless || mode == TurnMode::RowlessWithoutNorms ||
-              (mode == TurnMode::Reference && !norms)) {
+              mode == TurnMode::RowlessIgnoringPromptEnd || (mode == TurnMode::Reference && !norms)),
+        bring_back_(mode != TurnMode::RowlessIgnoringPromptEnd) {
     injector_.plant_beyond_block_only();  // (when planting) the decode steps' rolling window only
     if (plant_wrong_rows) injector_.plant_wrong_cache_rows();
     if (plant_wrong_positions) injector_.plant_wrong_positions();
@@ -112,6 +115,7 @@ class RowlessTurns final : public ForwardObserver {
   }
   void after_layer(const LayerSignals& signals, KVCache& cache) override {
     const LayerSignals with = injector_.inject(signals);
+    call_end_ = signals.first_position + signals.n_tokens;
     const CacheRowReads reads = request_.cache_row_reads.for_call(signals.first_position, signals.n_tokens);
     // Served (as the CUDA decoder decides): something asked for, the window attention where it was
     // asked for, the cached rows (or their norms) where they were. The row merges run on the decoder's real cache
@@ -134,9 +138,16 @@ class RowlessTurns final : public ForwardObserver {
     const bool declared = call_declared_;
     call_declared_ = false;
     if (!declared || !rowless_) return engine_.after_forward(n_tokens, cache);
+    // Asked for (a codebook stage at the prompt's end): the decoder brings every row to the host
+    // first, so the engine gets the real cache, the keeps it made on the copies replayed there.
+    if (bring_back_ && request_.host_rows_at_prompt_end > 0 && call_end_ == request_.host_rows_at_prompt_end) {
+      ++rows_brought_back;
+      return engine_.after_forward(n_tokens, cache);
+    }
     rowless_turn(cache, [&](KVCache& rowless) { engine_.after_forward(n_tokens, rowless); });
   }
   int rowless_turns = 0;
+  int rows_brought_back = 0;  // after_forward calls handed the real cache for host_rows_at_prompt_end
   bool forbidden = false;
   // Layers handed a window attention of more queries than their call had (the rolling window).
   int64_t window_beyond_block() const { return injector_.injected_beyond_block(); }
@@ -167,9 +178,10 @@ class RowlessTurns final : public ForwardObserver {
   CountingRowMerges merges_;
   const bool offer_merges_;
   const ModelConfig& config_;
-  const bool rowless_, norms_, mark_;
+  const bool rowless_, norms_, mark_, bring_back_;
   mutable ObservationRequest request_;
   bool call_declared_ = false;
+  int call_end_ = 0;  // the position after the current call's last token
 };
 
 class RowlessEngineTurnTest : public test::StoriesPromptTest {
@@ -188,6 +200,8 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t codebook_graphs = 0;       // EvictionReport::codebook_graphs_by_selector
     int64_t positions_in_place = 0;    // EvictionReport::positions_in_place
     int64_t selection_positions_in_place = 0;  // EvictionReport::selection_positions_in_place
+    int rows_brought_back = 0;                 // RowlessTurns::rows_brought_back
+    int64_t key_codes = 0;                     // EvictionReport::key_codes
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   // `announce`: the prompt goes through prefill_prompt, which announces it to the engine; false:
@@ -220,6 +234,8 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.codebook_graphs = engine.report().codebook_graphs_by_selector;
     r.positions_in_place = engine.report().positions_in_place;
     r.selection_positions_in_place = engine.report().selection_positions_in_place;
+    r.rows_brought_back = observer.rows_brought_back;
+    r.key_codes = engine.report().key_codes;
     return r;
   }
   // The same run with the rows kept on the host: the same window attention handed over (the
@@ -281,6 +297,8 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
   const auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   // StreamingLLM re-assigns positions (its default): the copy re-numbers, the real cache re-rotates.
   for (const char* n : {"cake", "h2o", "tova", "snapkv", "streamingllm"}) EXPECT_TRUE(has(checked, n)) << n;
+  // SpindleKV's codebook stage reads the kept rows, brought to the host at the prompt's end.
+  EXPECT_TRUE(has(checked, "spindlekv"));
   // Windows found from the prompt's length (NACL's proxy share) or tokens (FINCH's delimiter),
   // known before the call because prefill_prompt announces the prompt.
   for (const char* n : {"nacl", "finch"}) EXPECT_TRUE(has(checked, n)) << n;
@@ -288,6 +306,40 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
   for (const char* n : {"knorm", "decoding", "compression_ratio_decoding"}) EXPECT_TRUE(has(with_norms, n)) << n;
   // Row readers at the prompt that never evict while decoding: every decode step is declared.
   for (const char* n : {"keydiff", "expected_attention"}) EXPECT_TRUE(has(by_step, n)) << n;
+}
+
+// SpindleKV's codebook stage rewrites the kept rows at the end of the prompt. Its prompt's calls
+// read no row (the window attention is handed over), so the prompt's layers run on a position-only
+// cache; the engine asks the decoder to bring the kept rows to the host before the prompt's
+// after_forward (ObservationRequest::host_rows_at_prompt_end), where the codebook is built: the
+// same caches, codebooks and logits as with every row on the host. A decoder that ignores the
+// request hands the stage a cache without rows, which throws; a prompt nobody announced (its end
+// unknown before the call) reads its rows on the host as before.
+TEST_F(RowlessEngineTurnTest, SpindleKVsCodebookReadsTheKeptRowsBroughtBackAtThePromptsEnd) {
+  for (const char* scope : {"per_head", "per_layer_across_heads"}) {
+    const auto policy = load_policy("spindlekv", {{"codebook_scope", scope}});
+    const Run reference = reference_run(*policy, 12);
+    ASSERT_GT(reference.key_codes, 0) << scope << ": the stage built codebooks";
+    const Run rowless = run(*policy, TurnMode::Rowless, 12);
+    EXPECT_GE(rowless.prompt_rowless_turns, model_->config.n_layers) << scope << ": the prompt's layers";
+    EXPECT_EQ(rowless.rows_brought_back, 1) << scope << ": once, at the prompt's end";
+    EXPECT_FALSE(rowless.forbidden) << scope;
+    EXPECT_EQ(rowless.key_codes, reference.key_codes) << scope;
+    test::expect_same_calls(reference, rowless, std::string("spindlekv ") + scope);
+
+    try {
+      run(*policy, TurnMode::RowlessIgnoringPromptEnd, 12);
+      ADD_FAILURE() << scope << ": the codebook stage ran on a cache whose rows stayed on the device";
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find("held elsewhere"), std::string::npos) << scope << ": " << e.what();
+    }
+
+    const Run unannounced = run(*policy, TurnMode::Rowless, 12, false, false, {}, true, std::nullopt,
+                                /*announce=*/false);
+    EXPECT_EQ(unannounced.prompt_rowless_turns, 0) << scope << ": an unannounced prompt reads its rows";
+    EXPECT_EQ(unannounced.rows_brought_back, 0) << scope;
+    test::expect_same_calls(reference, unannounced, std::string("unannounced spindlekv ") + scope);
+  }
 }
 
 // CAKE, H2O and TOVA evict while decoding: every decode step (and after_forward) ran on the

@@ -115,6 +115,11 @@ const std::vector<float>& CudaDecoder::forward(std::span<const int> tokens, Forw
   position_ += n;
 
   compute_logits(n, all_logits);
+  // The observer edits the kept rows at the end of this prompt (a codebook stage): the rows left on
+  // the device come to the host now, after every layer's keeps reached the device (observe_layer's
+  // flushes), so only the kept rows cross.
+  if (observer && mirror_ && request.host_rows_at_prompt_end > 0 && position_ == request.host_rows_at_prompt_end)
+    mirror_->sync_host();
   if (observer) {
     observer->after_forward(n, cache_);
     // It may have scored on another GPU (as after_layer may: observe_layer); the flushes below
