@@ -48,8 +48,10 @@ void FileCompiler::programs(const YAML::Node& root) {
   // The engine computes the window attention while decoding only if the decode indicator reads it.
   d.decode_reads = (d.has_decode_score ? out_.decode_score : out_.score).uses;
   d.decode_reads_known = true;
+  // The channel program runs once the prompt is done, over the kept rows (cache_row_reads.h,
+  // prompt_end_edits_rows): not among the prompt's calls' reads.
   for (const LoweredProgram* p : all)
-    if (p != &out_.decode_score)
+    if (p != &out_.decode_score && p != &out_.channel_score)
       for (int s = 0; s < kNumTensorSignals; ++s) d.prompt_reads[s] = d.prompt_reads[s] || p->uses[s];
   d.prompt_reads_known = true;
   for (int s = 0; s < kNumTensorSignals; ++s) d.head_plan_reads[s] = out_.head_mode.uses[s] || out_.head_weight.uses[s];

@@ -145,8 +145,8 @@ struct ObservationRequest {
   // call reads them. (A prompt the observer read, with decode steps that read nothing.)
   bool host_rows_not_read_later = false;
   // > 0: the observer's after_forward of the call that ends at this position (a prompt's end)
-  // edits the kept rows on the host (SpindleKV's codebook stage; cache_row_reads.h,
-  // prompt_end_edits_rows). A decoder that left rows of that prompt on its device (placeholder or
+  // edits the kept rows on the host (SpindleKV's codebook stage, ThinK's key channels;
+  // cache_row_reads.h, prompt_end_edits_rows). A decoder that left rows of that prompt on its device (placeholder or
   // position-only host rows) must bring every row to the host after the call's last layer (the
   // observer's keeps applied: only the kept rows cross) and before that after_forward; the
   // observer relies on it. 0: no such call.

@@ -41,14 +41,15 @@ static bool feature_reads_cache_rows(const PolicyDescription& d) {
          !d.select.stages.empty() || d.observe.same_index_head;
 }
 
-// The same during a prompt's calls: the codebook stage edits the kept rows once the prompt is done,
-// from rows the decoder brings to the host for it (ObservationRequest::host_rows_at_prompt_end).
+// The same during a prompt's calls: the codebook and key-channel stages edit the kept rows once
+// the prompt is done, from rows the decoder brings to the host for them
+// (ObservationRequest::host_rows_at_prompt_end).
 static bool feature_reads_cache_rows_during_prompt(const PolicyDescription& d) {
-  return d.channels.enabled || d.select.unfold_gqa || !d.select.stages.empty() || d.observe.same_index_head;
+  return d.select.unfold_gqa || !d.select.stages.empty() || d.observe.same_index_head;
 }
 
 bool prompt_end_edits_rows(const PolicyDescription& d) {
-  return d.merge.enabled && d.merge.method == MergeMethod::Codebook;
+  return (d.merge.enabled && d.merge.method == MergeMethod::Codebook) || d.channels.enabled;
 }
 
 bool merge_given_by_decoder(const PolicyMerge& merge) {
@@ -123,7 +124,7 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
   if (!window_known_before_prompt(d) && announced == PromptAnnouncement::None) return CacheRowReads::Reads;
   // Nor can it be asked for the rows at the end of a prompt whose end it does not know before the call.
   if (prompt_end_edits_rows(d) && announced == PromptAnnouncement::None) return CacheRowReads::Reads;
-  // The rows brought back for the codebook stage are the decoder's part too.
+  // The rows brought back for the codebook or key-channel stage are the decoder's part too.
   given_rows = given_rows || prompt_end_edits_rows(d);
   return d.window > 0 || given_rows || merge_given_by_decoder(d.merge) ? CacheRowReads::NoneGivenDecoderSignals
                                                                        : CacheRowReads::None;

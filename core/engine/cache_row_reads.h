@@ -84,7 +84,7 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
-//     key channels, unfolded GQA, extra selection stages,
+//     unfolded GQA, extra selection stages,
 //     NACL's same-index head,
 //     a context replay, a window found from the tokens or from the prompt's
 //     length unless the prompt is announced (else unknown before the call, so the decoder cannot
@@ -94,9 +94,9 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     over), reads the prompt query statistics or the segment-local attention A_seg (the decoder
 //     makes them: ObservationRequest::query_statistics, segment_attention), or with GivenOnDevice
 //     reads K, V or their norms (the decoder hands over its device copy of them), or has a
-//     codebook (prompt_end_edits_rows: the decoder brings the kept rows to the host at the
-//     prompt's end, where the codebook stage reads them; only for an announced prompt, whose end
-//     is known before its calls: else Reads; the engine narrows this per call);
+//     codebook or key-channel stage (prompt_end_edits_rows: the decoder brings the kept rows to
+//     the host at the prompt's end, where the stage reads them; only for an announced prompt,
+//     whose end is known before its calls: else Reads; the engine narrows this per call);
 //   else None.
 // A later block of a prefill in blocks shorter than the window reads queries of the previous block
 // too; a decoder that holds them computes its A as well (ObservationRequest::window_attention).
@@ -117,9 +117,11 @@ bool window_known_before_prompt(const PolicyDescription& d);
 bool merge_given_by_decoder(const PolicyMerge& merge);
 
 // Whether the policy edits the kept rows once its prompt is done, from the host's rows: SpindleKV's
-// codebook stage (merge.method codebook). It reads no row during the prompt's calls, so a decoder
-// may leave them on its device, but must bring the kept rows to the host before the observer's
-// after_forward of the call that ends the prompt (ObservationRequest::host_rows_at_prompt_end).
+// codebook stage (merge.method codebook), ThinK's key channels (channel_score, whose reads are not
+// among the prompt's: PolicyDescription::prompt_reads). Neither reads a row during the prompt's
+// calls, so a decoder may leave them on its device, but must bring the kept rows to the host
+// before the observer's after_forward of the call that ends the prompt
+// (ObservationRequest::host_rows_at_prompt_end).
 bool prompt_end_edits_rows(const PolicyDescription& d);
 
 // The enum's name, for messages and test output.

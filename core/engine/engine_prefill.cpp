@@ -216,8 +216,8 @@ void EvictionEngine::State::finish_prefill(KVCache& cache) {
     for (int k = 0; k < L; ++k) layer_budget[k] = static_cast<int>(budgets[k]);
   }
   // (Re-assigned positions are not among these: the holder of the rows re-rotates them.)
-  if (prompt_had_placeholders && ((unfold && !cache.unfolded()) || plan.stages.prune_key_channels ||
-                                  (plan.stages.codebook && !rows_brought_back)))
+  if (prompt_had_placeholders && ((unfold && !cache.unfolded()) ||
+                                  ((plan.stages.prune_key_channels || plan.stages.codebook) && !rows_brought_back)))
     throw std::logic_error("engine: policy " + desc.name +
                            " edits the cached rows at the end of its prompt "
                            "(unfolded GQA, key channels or a codebook), but the decoder left the prompt's rows on "

@@ -69,8 +69,9 @@ bool EvictionEngine::State::host_rows_not_read_later() const {
 
 CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
   if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
-  // A codebook stage needs the kept rows at the prompt's end: a decoder can be asked to bring them
-  // back then only when the end is known before the call (ObservationRequest::host_rows_at_prompt_end).
+  // A codebook or key-channel stage needs the kept rows at the prompt's end: a decoder can be
+  // asked to bring them back then only when the end is known before the call
+  // (ObservationRequest::host_rows_at_prompt_end).
   if (prompt_end_edits_rows(desc) && prompt_end_before_call() == 0) return CacheRowReads::Reads;
   // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
   // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
@@ -171,8 +172,8 @@ ObservationRequest EvictionEngine::request() const {
   r.positions_on_device = device.positions_in_place || device.positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);
-  // The codebook stage at the prompt's end reads the kept rows: brought to the host by then
-  // (prompt_call_row_reads declared the prompt's calls Reads where the end is not known).
+  // The codebook or key-channel stage at the prompt's end reads the kept rows: brought to the host
+  // by then (prompt_call_row_reads declared the prompt's calls Reads where the end is not known).
   if (prompt_next && prompt_end_edits_rows(state_->desc)) r.host_rows_at_prompt_end = state_->prompt_end_before_call();
   return r;
 }

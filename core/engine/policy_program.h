@@ -218,9 +218,10 @@ struct PolicyDescription {
   // description knows them (the DSL's compiler does); otherwise `reads` stands for them.
   SignalSet decode_reads{};
   bool decode_reads_known = false;
-  // Added. The signals the prompt-time programs read (score, layer_weight, head_mode, head_weight,
-  // channel_score, the stage programs: everything but decode_score), when the description knows
-  // them (the DSL's compiler does); otherwise `reads` stands for them.
+  // Added. The signals the programs of the prompt's calls read (score, layer_weight, head_mode,
+  // head_weight, the stage programs: everything but decode_score and channel_score, which runs once
+  // the prompt is done, over the kept rows), when the description knows them (the DSL's compiler
+  // does); otherwise `reads` stands for them.
   SignalSet prompt_reads{};
   bool prompt_reads_known = false;
   // window / protect depend on the prompt length (NACL: fractions of the prompt); the fields

@@ -210,9 +210,9 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
             CacheRowReads::None);
   // A window found from the prompt's length (NACL's proxy share) or its tokens (FINCH's delimiter)
   // is unknown before the call unless the prompt is announced (prefill_prompt does): then the
-  // decoder computes its A too. So is the end of the prompt, where SpindleKV's codebook stage
-  // needs the kept rows brought back (ObservationRequest::host_rows_at_prompt_end). Nothing else
-  // changes with the announcement.
+  // decoder computes its A too. So is the end of the prompt, where SpindleKV's codebook and ThinK's
+  // key-channel stages need the kept rows brought back (ObservationRequest::host_rows_at_prompt_end).
+  // Nothing else changes with the announcement.
   EXPECT_EQ(prompt_cache_row_reads(load_policy("nacl", {})->description()), CacheRowReads::Reads);
   std::vector<std::string> announced_changes;
   for (const std::string& file : builtin_policy_files()) {
@@ -227,7 +227,7 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
     announced_changes.push_back(std::filesystem::path(file).stem().string());
   }
   std::sort(announced_changes.begin(), announced_changes.end());
-  EXPECT_EQ(announced_changes, (std::vector<std::string>{"finch", "nacl", "spindlekv"}));
+  EXPECT_EQ(announced_changes, (std::vector<std::string>{"finch", "nacl", "spindlekv", "think"}));
 }
 
 // Scored on the decoder's device, K, V and their norms count as handed over (CachedRowSignals::
@@ -291,9 +291,9 @@ TEST_F(PromptCacheReadsTest, PoliciesThatDeclareNoPromptRowReadsIgnorePoisonedRo
     // Merges run on the decoder's rows, which the poisoner has poisoned in place: they run on a
     // position-only cache instead (RowlessEngineTurnTest.MergesRunWhereTheRowsAreOnAPositionOnlyCache).
     if (merge_given_by_decoder(d.merge)) continue;
-    // A codebook stage reads the kept rows the decoder brings back at the prompt's end, which the
-    // poisoner does not: it runs on a position-only cache instead
-    // (RowlessEngineTurnTest.SpindleKVsCodebookReadsTheKeptRowsBroughtBackAtThePromptsEnd).
+    // A codebook or key-channel stage reads the kept rows the decoder brings back at the prompt's
+    // end, which the poisoner does not: it runs on a position-only cache instead
+    // (RowlessEngineTurnTest.StagesAtThePromptsEndReadTheKeptRowsBroughtBack).
     if (prompt_end_edits_rows(d)) continue;
     try {
       (void)run_policy(*policy, {}, 0);

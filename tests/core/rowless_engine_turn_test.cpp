@@ -202,6 +202,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     int64_t selection_positions_in_place = 0;  // EvictionReport::selection_positions_in_place
     int rows_brought_back = 0;                 // RowlessTurns::rows_brought_back
     int64_t key_codes = 0;                     // EvictionReport::key_codes
+    int64_t pruned_key_channels = 0;           // EvictionReport::pruned_key_channels
   };
   // `block`, when not empty: a several-token call right after the prompt (a question block).
   // `announce`: the prompt goes through prefill_prompt, which announces it to the engine; false:
@@ -236,6 +237,7 @@ class RowlessEngineTurnTest : public test::StoriesPromptTest {
     r.selection_positions_in_place = engine.report().selection_positions_in_place;
     r.rows_brought_back = observer.rows_brought_back;
     r.key_codes = engine.report().key_codes;
+    r.pruned_key_channels = engine.report().pruned_key_channels;
     return r;
   }
   // The same run with the rows kept on the host: the same window attention handed over (the
@@ -297,8 +299,9 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
   const auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
   // StreamingLLM re-assigns positions (its default): the copy re-numbers, the real cache re-rotates.
   for (const char* n : {"cake", "h2o", "tova", "snapkv", "streamingllm"}) EXPECT_TRUE(has(checked, n)) << n;
-  // SpindleKV's codebook stage reads the kept rows, brought to the host at the prompt's end.
-  EXPECT_TRUE(has(checked, "spindlekv"));
+  // SpindleKV's codebook stage and ThinK's key channels read the kept rows, brought to the host
+  // at the prompt's end.
+  for (const char* n : {"spindlekv", "think"}) EXPECT_TRUE(has(checked, n)) << n;
   // Windows found from the prompt's length (NACL's proxy share) or tokens (FINCH's delimiter),
   // known before the call because prefill_prompt announces the prompt.
   for (const char* n : {"nacl", "finch"}) EXPECT_TRUE(has(checked, n)) << n;
@@ -308,37 +311,44 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
   for (const char* n : {"keydiff", "expected_attention"}) EXPECT_TRUE(has(by_step, n)) << n;
 }
 
-// SpindleKV's codebook stage rewrites the kept rows at the end of the prompt. Its prompt's calls
-// read no row (the window attention is handed over), so the prompt's layers run on a position-only
-// cache; the engine asks the decoder to bring the kept rows to the host before the prompt's
-// after_forward (ObservationRequest::host_rows_at_prompt_end), where the codebook is built: the
-// same caches, codebooks and logits as with every row on the host. A decoder that ignores the
-// request hands the stage a cache without rows, which throws; a prompt nobody announced (its end
-// unknown before the call) reads its rows on the host as before.
-TEST_F(RowlessEngineTurnTest, SpindleKVsCodebookReadsTheKeptRowsBroughtBackAtThePromptsEnd) {
-  for (const char* scope : {"per_head", "per_layer_across_heads"}) {
-    const auto policy = load_policy("spindlekv", {{"codebook_scope", scope}});
+// SpindleKV's codebook stage and ThinK's key channels rewrite the kept rows at the end of the
+// prompt. Their prompt's calls read no row (the window attention is handed over; ThinK's channel
+// program runs at the end), so the prompt's layers run on a position-only cache; the engine asks
+// the decoder to bring the kept rows to the host before the prompt's after_forward
+// (ObservationRequest::host_rows_at_prompt_end), where the stage runs: the same caches, codebooks,
+// pruned channels and logits as with every row on the host. A decoder that ignores the request
+// hands the stage a cache without rows, which throws; a prompt nobody announced (its end unknown
+// before the call) reads its rows on the host as before.
+TEST_F(RowlessEngineTurnTest, StagesAtThePromptsEndReadTheKeptRowsBroughtBack) {
+  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
+           {"spindlekv", {{"codebook_scope", "per_head"}}},
+           {"spindlekv", {{"codebook_scope", "per_layer_across_heads"}}},
+           {"think", {}}}) {
+    const std::string what = name + (params.empty() ? "" : " " + params.begin()->second);
+    const auto policy = load_policy(name, params);
+    ASSERT_TRUE(prompt_end_edits_rows(policy->description())) << what;
     const Run reference = reference_run(*policy, 12);
-    ASSERT_GT(reference.key_codes, 0) << scope << ": the stage built codebooks";
+    ASSERT_GT(reference.key_codes + reference.pruned_key_channels, 0) << what << ": the stage ran";
     const Run rowless = run(*policy, TurnMode::Rowless, 12);
-    EXPECT_GE(rowless.prompt_rowless_turns, model_->config.n_layers) << scope << ": the prompt's layers";
-    EXPECT_EQ(rowless.rows_brought_back, 1) << scope << ": once, at the prompt's end";
-    EXPECT_FALSE(rowless.forbidden) << scope;
-    EXPECT_EQ(rowless.key_codes, reference.key_codes) << scope;
-    test::expect_same_calls(reference, rowless, std::string("spindlekv ") + scope);
+    EXPECT_GE(rowless.prompt_rowless_turns, model_->config.n_layers) << what << ": the prompt's layers";
+    EXPECT_EQ(rowless.rows_brought_back, 1) << what << ": once, at the prompt's end";
+    EXPECT_FALSE(rowless.forbidden) << what;
+    EXPECT_EQ(rowless.key_codes, reference.key_codes) << what;
+    EXPECT_EQ(rowless.pruned_key_channels, reference.pruned_key_channels) << what;
+    test::expect_same_calls(reference, rowless, what);
 
     try {
       run(*policy, TurnMode::RowlessIgnoringPromptEnd, 12);
-      ADD_FAILURE() << scope << ": the codebook stage ran on a cache whose rows stayed on the device";
+      ADD_FAILURE() << what << ": the stage ran on a cache whose rows stayed on the device";
     } catch (const std::logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find("held elsewhere"), std::string::npos) << scope << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("held elsewhere"), std::string::npos) << what << ": " << e.what();
     }
 
     const Run unannounced = run(*policy, TurnMode::Rowless, 12, false, false, {}, true, std::nullopt,
                                 /*announce=*/false);
-    EXPECT_EQ(unannounced.prompt_rowless_turns, 0) << scope << ": an unannounced prompt reads its rows";
-    EXPECT_EQ(unannounced.rows_brought_back, 0) << scope;
-    test::expect_same_calls(reference, unannounced, std::string("unannounced spindlekv ") + scope);
+    EXPECT_EQ(unannounced.prompt_rowless_turns, 0) << what << ": an unannounced prompt reads its rows";
+    EXPECT_EQ(unannounced.rows_brought_back, 0) << what;
+    test::expect_same_calls(reference, unannounced, "unannounced " + what);
   }
 }
 
