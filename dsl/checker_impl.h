@@ -149,6 +149,7 @@ class Checker {
   unsigned signal_shape(TensorSignal s) const { return tensor_signal_shape(s) | (layer_ctx() ? kAxisG : 0u); }
   static std::string index_hint(unsigned axes) { return shape_name(axes); }
   Value read(const Expr& e, Scope& scope);
+  bool check_read_indices(const Expr& e, Scope& scope, unsigned axes, const std::vector<unsigned>& want, int& map);
   Value table_read(const Expr& e, Scope& scope, int index);
 
   // checker_calls.cpp: operators, calls, reductions, sorts, window bounds.

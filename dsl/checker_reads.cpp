@@ -3,46 +3,13 @@
 
 namespace kvevict::dsl::checker_detail {
 
-Value Checker::read(const Expr& e, Scope& scope) {
-  unsigned axes = 0;
-  int node = -1;
-  Type type = Type::Number;
-  bool is_random = false, is_randn = false;
-  if (opt_.context == ProgramContext::Setting) return fail(e.pos, "tensors are not available in a setting");
-  for (size_t i = 0; i < opt_.tables.size(); ++i)
-    if (opt_.tables[i]->name == e.text && !defs_.count(e.text)) return table_read(e, scope, static_cast<int>(i));
-  if (auto it = kTensorSignals.find(e.text); it != kTensorSignals.end()) {
-    axes = signal_shape(it->second);
-  } else if (e.text == "random") {
-    if (layer_ctx()) return fail(e.pos, "random[t] is not available in layer_weight programs");
-    axes = kAxisT;
-    is_random = true;
-  } else if (e.text == "randn") {  // the Gaussian sketch (core/engine/gaussian_rng.h)
-    if (layer_ctx()) return fail(e.pos, "randn[d, e] is not available in layer_weight programs");
-    axes = kAxisD | kAxisE;
-    is_randn = true;
-  } else if (auto d = defs_.find(e.text); d != defs_.end()) {
-    if (d->second.axes == 0) return fail(e.pos, "'" + e.text + "' is a scalar and takes no index");
-    axes = d->second.axes;
-    node = d->second.node;
-    type = d->second.type;
-  } else if (params_.count(e.text) || kScalarSignals.count(e.text)) {
-    return fail(e.pos, "'" + e.text + "' is a scalar and takes no index");
-  } else {
-    return fail(e.pos, "unknown tensor '" + e.text + "'");
-  }
-  // Indices name the tensor's axes in order: A[h, q, t]; each may be bound to another axis of
-  // the same kind (K[e, s]: K's channel axis read at e, its token axis at s), and the token axis
-  // t may be shifted by the active window variable. Nothing else can index, so no read can
-  // leave its buffer.
-  std::vector<unsigned> want;
-  for (const auto& axis : kvevict::kAxisTable)
-    if (axes & axis.bit) want.push_back(axis.bit);
-  if (e.indices.size() != want.size())
-    return fail(e.pos, "'" + e.text + "' has axes " + shape_name(axes) + " and takes " + std::to_string(want.size()) +
-                           " indices, not " + std::to_string(e.indices.size()));
+// The indices of a tensor read of axes `axes`, one per axis of `want` (their bits in order): each an axis of the same kind,
+// available in this program, bound, not used twice, and only t shifted, by the active window
+// variable, the same way throughout the window body. Records each index's axis in `map` (the
+// rename from the tensor's axes); false after reporting every wrong index.
+bool Checker::check_read_indices(const Expr& e, Scope& scope, unsigned axes, const std::vector<unsigned>& want,
+                                 int& map) {
   bool ok = true;
-  int map = rename_identity();
   unsigned targets = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const IndexTerm& idx = e.indices[i];
@@ -91,6 +58,51 @@ Value Checker::read(const Expr& e, Scope& scope) {
       ok = false;
     }
   }
+  return ok;
+}
+
+// read = NAME "[" index { "," index } "]" where NAME is a tensor signal, random, randn or a
+// tensor definition of the program: the indices name its axes in order (check_read_indices).
+Value Checker::read(const Expr& e, Scope& scope) {
+  unsigned axes = 0;
+  int node = -1;
+  Type type = Type::Number;
+  bool is_random = false, is_randn = false;
+  if (opt_.context == ProgramContext::Setting) return fail(e.pos, "tensors are not available in a setting");
+  for (size_t i = 0; i < opt_.tables.size(); ++i)
+    if (opt_.tables[i]->name == e.text && !defs_.count(e.text)) return table_read(e, scope, static_cast<int>(i));
+  if (auto it = kTensorSignals.find(e.text); it != kTensorSignals.end()) {
+    axes = signal_shape(it->second);
+  } else if (e.text == "random") {
+    if (layer_ctx()) return fail(e.pos, "random[t] is not available in layer_weight programs");
+    axes = kAxisT;
+    is_random = true;
+  } else if (e.text == "randn") {  // the Gaussian sketch (core/engine/gaussian_rng.h)
+    if (layer_ctx()) return fail(e.pos, "randn[d, e] is not available in layer_weight programs");
+    axes = kAxisD | kAxisE;
+    is_randn = true;
+  } else if (auto d = defs_.find(e.text); d != defs_.end()) {
+    if (d->second.axes == 0) return fail(e.pos, "'" + e.text + "' is a scalar and takes no index");
+    axes = d->second.axes;
+    node = d->second.node;
+    type = d->second.type;
+  } else if (params_.count(e.text) || kScalarSignals.count(e.text)) {
+    return fail(e.pos, "'" + e.text + "' is a scalar and takes no index");
+  } else {
+    return fail(e.pos, "unknown tensor '" + e.text + "'");
+  }
+  // Indices name the tensor's axes in order: A[h, q, t]; each may be bound to another axis of
+  // the same kind (K[e, s]: K's channel axis read at e, its token axis at s), and the token axis
+  // t may be shifted by the active window variable. Nothing else can index, so no read can
+  // leave its buffer.
+  std::vector<unsigned> want;
+  for (const auto& axis : kvevict::kAxisTable)
+    if (axes & axis.bit) want.push_back(axis.bit);
+  if (e.indices.size() != want.size())
+    return fail(e.pos, "'" + e.text + "' has axes " + shape_name(axes) + " and takes " + std::to_string(want.size()) +
+                           " indices, not " + std::to_string(e.indices.size()));
+  int map = rename_identity();
+  const bool ok = check_read_indices(e, scope, axes, want, map);
   if (ok && is_token_pair(axes) && ((map >> (3 * kvevict::kAxisIndexT)) & 7) != kvevict::kAxisIndexT) {
     // S[s, t] read as S[t, s]: a transposed token pair would need the whole T x T matrix.
     return fail(e.pos, "'" + e.text + "' is a token-pair tensor " + shape_name(axes) + "; read it with s and t in place (" +
