@@ -95,6 +95,29 @@ void EvictionEngine::withdraw_announcement() {
   state_->announced_tokens.clear();
 }
 
+void EvictionEngine::State::ask_for_query_signals(ObservationRequest& r, bool prompt_next) const {
+  // A segment-local observation: the decoder makes A_seg in the prompt's call
+  // (ObservationRequest::segment_attention) when the prompt comes next with its window known;
+  // otherwise every query of the prompt is handed over (a view on the CPU, a download from a
+  // device) and SegmentQueries keeps the observation rows, from which the engine computes it.
+  if (desc.observe.segment > 0) {
+    if (prompt_next && prompt_window_known()) {
+      const PolicyObserve& o = desc.observe;
+      r.segment_attention = {o.segment, next_prompt_plan().window, o.causal, o.scaled};
+    } else {
+      r.window = config.context_length;
+    }
+  }
+  // A window found from the tokens is unknown until the prompt arrives (unless announced): the
+  // whole block is seen (a view, no copy).
+  if (prompt_next && desc.observe.window_after_token >= 0 && !announced)
+    r.window = config.context_length;
+  // The prompt query statistics: the decoder makes each block's from its own queries (no query row
+  // comes over for them).
+  if (prompt_next) r.query_statistics = query_stats.request();
+  else if (query_stats.active()) r.window = config.context_length;
+}
+
 ObservationRequest EvictionEngine::request() const {
   ObservationRequest r;
   r.window = state_->next_prompt_plan().query_window;
@@ -127,26 +150,7 @@ ObservationRequest EvictionEngine::request() const {
   if (device.accumulated_in_place && !host_reads_column_sums(state_->desc, device.accumulated_in_place) &&
       (!state_->desc.needs(TensorSignal::CurrentAttention) || device.current_in_place))
     r.column_sums_on_device_only = true;
-  // A segment-local observation: the decoder makes A_seg in the prompt's call
-  // (ObservationRequest::segment_attention) when the prompt comes next with its window known;
-  // otherwise every query of the prompt is handed over (a view on the CPU, a download from a
-  // device) and SegmentQueries keeps the observation rows, from which the engine computes it.
-  if (state_->desc.observe.segment > 0) {
-    if (prompt_next && state_->prompt_window_known()) {
-      const PolicyObserve& o = state_->desc.observe;
-      r.segment_attention = {o.segment, state_->next_prompt_plan().window, o.causal, o.scaled};
-    } else {
-      r.window = state_->config.context_length;
-    }
-  }
-  // A window found from the tokens is unknown until the prompt arrives (unless announced): the
-  // whole block is seen (a view, no copy).
-  if (prompt_next && state_->desc.observe.window_after_token >= 0 && !state_->announced)
-    r.window = state_->config.context_length;
-  // The prompt query statistics: the decoder makes each block's from its own queries (no query row
-  // comes over for them).
-  if (prompt_next) r.query_statistics = state_->query_stats.request();
-  else if (state_->query_stats.active()) r.window = state_->config.context_length;
+  state_->ask_for_query_signals(r, prompt_next);
   r.hidden_norms = state_->desc.needs(TensorSignal::HiddenNorm);
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);

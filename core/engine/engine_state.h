@@ -431,6 +431,11 @@ struct EvictionEngine::State {
   // appended to the frozen scores (aligned with the cache: appends go to the end).
   void score_new_entries(int layer, const KVCache& cache, int added);
 
+  // request()'s asks for what the engine makes from the queries: the segment attention and the
+  // prompt query statistics (from the decoder when a prompt with a known window comes next), or
+  // every query of the block (a window found from the tokens, a prompt nobody announced).
+  void ask_for_query_signals(ObservationRequest& r, bool prompt_next) const;
+
   // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
   // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
   // (several tokens then: block_call_row_reads). A fresh engine takes a later call as a prompt over
