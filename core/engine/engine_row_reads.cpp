@@ -138,15 +138,15 @@ ObservationRequest EvictionEngine::request() const {
   // (cache_row_reads.h). While decoding, A_now then comes from the decoder's column sums
   // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
   r.cache_row_reads = state_->cache_row_reads_by_call();
+  const DeviceReads& device = state_->device_reads;
   if (r.cache_row_reads.next_token != CacheRowReads::Reads && !prompt_next &&
       state_->desc.needs(TensorSignal::CurrentAttention)) {
     r.accumulated_attention = true;
     // Scored on the device: the decoder's device copy is read in place, no host copy is needed.
-    r.column_sums_on_device_only = state_->device_reads.current_in_place;
+    r.column_sums_on_device_only = device.current_in_place;
   }
   // Accumulated on the device: every block's sums are added where the decoder left them, unless
   // something on the host reads them (then A_now is not in place either).
-  const DeviceReads& device = state_->device_reads;
   if (device.accumulated_in_place && !host_reads_column_sums(state_->desc, device.accumulated_in_place) &&
       (!state_->desc.needs(TensorSignal::CurrentAttention) || device.current_in_place))
     r.column_sums_on_device_only = true;

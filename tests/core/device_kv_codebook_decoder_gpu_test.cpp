@@ -12,7 +12,6 @@
 #include <map>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/decode/make_decoder.h"
@@ -23,6 +22,7 @@
 #include "device_kv_gpu_test_util.h"
 #include "device_kv_mirror_rig.h"
 #include "dsl/policy_loader.h"
+#include "prompt_end_stage_cases.h"
 #if defined(KVEVICT_HAVE_CUDA)
 #include "core/decode/cuda/cuda_decoder.h"
 #include "core/decode/cuda/device_kv_cache.h"
@@ -85,12 +85,9 @@ TEST(DeviceKvCodebookDecoderGpu, PromptsWithAStageAtTheirEndLeaveTheirRowsOnTheD
   std::mt19937 rng(5);
   std::vector<int> prompt(120);
   for (int& t : prompt) t = static_cast<int>(rng() % 300);
-  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"spindlekv", {{"codebook_scope", "per_head"}}},
-           {"spindlekv", {{"codebook_scope", "per_layer_across_heads"}}},
-           {"think", {}}}) {
-    const std::string what = name + (params.empty() ? "" : " " + params.begin()->second);
-    const auto policy = load_policy(name, params);
+  for (const test::PromptEndStageCase& stage : test::prompt_end_stage_cases()) {
+    const std::string& what = stage.label;
+    const auto policy = load_policy(stage.policy, stage.params);
     auto announced = make_decoder(*model, DecoderDevice::Cuda, {});
     auto plain = make_decoder(*model, DecoderDevice::Cuda, {});
     EvictionEngine e1(*policy, c, {Budget::parse("50%"), 0});

@@ -29,6 +29,7 @@
 #include "cache_row_reads_harness.h"
 #include "in_place_scoring.h"
 #include "lockstep_eviction.h"
+#include "prompt_end_stage_cases.h"
 #include "stories_prompt_test.h"
 #include "window_attention_injection.h"
 
@@ -320,12 +321,9 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinThatDeclaresNoRowReadsRunsOnAPositionO
 // hands the stage a cache without rows, which throws; a prompt nobody announced (its end unknown
 // before the call) reads its rows on the host as before.
 TEST_F(RowlessEngineTurnTest, StagesAtThePromptsEndReadTheKeptRowsBroughtBack) {
-  for (const auto& [name, params] : std::vector<std::pair<std::string, std::map<std::string, std::string>>>{
-           {"spindlekv", {{"codebook_scope", "per_head"}}},
-           {"spindlekv", {{"codebook_scope", "per_layer_across_heads"}}},
-           {"think", {}}}) {
-    const std::string what = name + (params.empty() ? "" : " " + params.begin()->second);
-    const auto policy = load_policy(name, params);
+  for (const test::PromptEndStageCase& stage : test::prompt_end_stage_cases()) {
+    const std::string& what = stage.label;
+    const auto policy = load_policy(stage.policy, stage.params);
     ASSERT_TRUE(prompt_end_edits_rows(policy->description())) << what;
     const Run reference = reference_run(*policy, 12);
     ASSERT_GT(reference.key_codes + reference.pruned_key_channels, 0) << what << ": the stage ran";
