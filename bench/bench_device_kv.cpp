@@ -6,7 +6,8 @@
 // the download of those sums it replaced, SpindleKV's codebook match of one decode step on the
 // device against the host path it replaced, ExpectedAttention's prompt query statistics of one
 // layer against the download of its queries, the segment-local attention A_seg of one layer
-// (NonCausalAttnPress, ChunkPress) against the download of the queries, snapshot and restore bandwidth. Prints "skipped: <why>"
+// (NonCausalAttnPress, ChunkPress) against the download of the queries, DefensiveKV's projected
+// value norms of one layer against the host's loop, snapshot and restore bandwidth. Prints "skipped: <why>"
 // and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
@@ -24,12 +25,15 @@
 #if defined(KVEVICT_HAVE_CUDA)
 #include <cuda_runtime.h>
 
+#include "core/decode/cuda/cache_rows.h"
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/query_statistics.h"
 #include "core/decode/cuda/segment_attention.h"
+#include "core/decode/kv_type_scalar.h"
 #include "core/decode/rope.h"
 #include "core/engine/accumulated_attention_store.h"
+#include "core/engine/model_signals.h"
 #endif
 
 namespace kvevict {
@@ -126,6 +130,47 @@ void segment_attention_line(const cuda::DeviceKvCache& cache, const DeviceKvGeom
                 p.name, prompt, 1e3 * device / reps, prompt * 32 * 4.0 / 1e6, 1e3 * download,
                 query_floats * 4.0 / 1e6, key_bytes / 1e6);
   }
+}
+
+// DefensiveKV's projected value norms out_norm_l1 of one layer (core/decode/cuda/cache_rows.h,
+// projected_value_norms.h) over the device cache's layer 0 as restored (the prompt and 64 decode
+// appends): every entry through each of the 8B geometry's 32 query heads' slices of a random F16
+// W_o (4096 x 128 multiply-adds each, in double), made on the device; against the host's own loop
+// (output_norms_l1, what the engine ran before, from host rows), timed here on one KV head's 4
+// query heads over 64 entries only (it is linear in the entries). x 32 layers per prompt.
+void projected_value_norms_line(const cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, int prompt) {
+  const DeviceKvLayerView view = make_layer_view(cache.layout().layer(0), g, cache.keys(0), cache.values(0),
+                                                 cache.positions(0));
+  const int group = 4, dim = 4096, q_dim = g.n_heads * group * g.head_dim;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<uint16_t> wo(size_t(dim) * q_dim);
+  for (uint16_t& w : wo) w = kv_scalar::f32_to_f16(normal(rng));
+  cuda::DeviceArray<uint16_t> wo_device;
+  wo_device.upload(wo);
+  const OutputProjectionView projection{wo_device.data(), KvType::F16, dim, group, q_dim, g.head_dim};
+  cuda::CacheRowsBuffer buffer;
+  const CacheRowsWanted wanted{.out_norms_l1 = true};
+  buffer.fill(view, wanted, {}, projection);  // the buffer's first allocation
+  const int reps = 2;
+  const double device = timed([&] {
+    for (int r = 0; r < reps; ++r) buffer.fill(view, wanted, {}, projection);
+  });
+  // The host's loop on f32 slices of the same weights, over a few entries of one KV head.
+  const int host_entries = std::min(prompt, 64);
+  std::vector<float> slices(size_t(group) * dim * g.head_dim), values(size_t(host_entries) * g.head_dim), out(size_t(group) * host_entries);
+  for (int q = 0; q < group; ++q)
+    for (int i = 0; i < dim; ++i)
+      for (int b = 0; b < g.head_dim; ++b)
+        slices[(size_t(q) * dim + i) * g.head_dim + b] = kv_scalar::f16_to_f32(wo[size_t(i) * q_dim + size_t(q) * g.head_dim + b]);
+  for (float& v : values) v = normal(rng) * 50.0f;
+  const double t0 = bench::wall_seconds();
+  output_norms_l1(slices.data(), dim, 0, group, g.head_dim, values.data(), host_entries, out.data());
+  const double host = bench::wall_seconds() - t0;
+  std::printf("projected value norms  %d entries x %d query heads (dim %d, head_dim %d): %.3f ms a layer on the "
+              "device; the host's loop %.3f ms for %d entries x %d query heads (one KV head), on this machine's "
+              "host\n",
+              prompt, g.n_heads * group, dim, g.head_dim, 1e3 * device / reps, 1e3 * host, host_entries, group);
 }
 
 int run(int prompt, int restores) {
@@ -287,6 +332,7 @@ int run(int prompt, int restores) {
   });
   std::printf("restore         %.1f MB x %d: %.3f ms each, %.1f GB/s\n", snap.bytes() / 1e6, restores,
               1e3 * restore / restores, double(snap.bytes()) * restores / restore / 1e9);
+  projected_value_norms_line(cache, g, prompt);  // last: the newest line, cut first by a short slice
   return 0;
 }
 #endif

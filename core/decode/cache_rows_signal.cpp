@@ -35,6 +35,8 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device) {
   s.key_norms = a.key_norms_out;
   s.value_norms = a.value_norms_out;
   s.keys_pre_rope = a.keys_pre_rope_out;
+  s.out_norms_l1 = a.out_norms_l1_out;
+  s.group = a.projection.group;  // 0 unless planned (plan_cache_out_norms_l1)
   s.on_device = on_device;
   s.head_dim = a.head_dim;
   s.length.resize(static_cast<size_t>(a.ranges.n_heads));
@@ -61,8 +63,22 @@ void plan_cache_keys_pre_rope(CacheRowsArgs& a, const DeviceKvLayerView& view, c
   a.keys_pre_rope_out = keys_pre_rope_out;
 }
 
+void plan_cache_out_norms_l1(CacheRowsArgs& a, const OutputProjectionView& projection, float* out_norms_l1_out) {
+  if (projection.group < 1)
+    throw std::invalid_argument("cache rows: projected value norms for a group of " + std::to_string(projection.group));
+  if (a.head_dim > kProjectedValueMaxHeadDim)
+    throw std::invalid_argument("cache rows: projected value norms for head_dim " + std::to_string(a.head_dim) +
+                                "; at most " + std::to_string(kProjectedValueMaxHeadDim));
+  if (projection.dim < 1 || projection.row_stride < 1 || projection.head_stride < 1)
+    throw std::invalid_argument("cache rows: an output projection of " + std::to_string(projection.dim) + " features");
+  if (!projection.data && device_kv_range_rows(a.ranges) > 0)
+    throw std::invalid_argument("cache rows: projected value norms need the layer's output projection");
+  a.projection = projection;
+  a.out_norms_l1_out = out_norms_l1_out;
+}
+
 CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out,
-                                const RopeTableView& rope) {
+                                const RopeTableView& rope, const OutputProjectionView& projection) {
   CacheRowsArgs a = plan_cache_rows(view, nullptr, nullptr);
   const size_t n = cache_rows_floats(a), entries = cache_rows_entries(a);
   auto lay = [](std::vector<float>& v, bool want, size_t count) -> float* {
@@ -77,10 +93,20 @@ CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted w
   a.value_norms_out = lay(out.value_norms, wanted.norms, entries);
   float* pre = lay(out.keys_pre_rope, wanted.keys_pre_rope, n);
   if (wanted.keys_pre_rope) plan_cache_keys_pre_rope(a, view, rope, pre);  // checked even for an empty layer
+  if (wanted.out_norms_l1) {
+    plan_cache_out_norms_l1(a, projection, nullptr);
+    a.out_norms_l1_out = lay(out.out_norms_l1, true, cache_rows_out_norms(a));
+  } else {
+    out.out_norms_l1.clear();
+  }
   if (wanted.any_rows())
     for (size_t x = 0; x < n; ++x) cache_rows_element(a, x);
   if (wanted.norms)
     for (size_t e = 0; e < entries; ++e) cache_rows_norm_element(a, e);
+  if (wanted.out_norms_l1) {
+    std::vector<float> row(static_cast<size_t>(a.head_dim));
+    for (size_t x = 0; x < cache_rows_out_norms(a); ++x) cache_rows_out_norm_element(a, x, row.data());
+  }
   return describe_cache_rows(a, /*on_device=*/false);
 }
 

@@ -21,6 +21,11 @@
 // (rope_rotate_pair_back, explicit fmaf: the twin's and the kernel's bits are the same; the host's
 // KVCache::keys_pre_rope rotates with its own f32 expression, so the two agree to f32 rounding).
 //
+// Projected value norms (out_norm_l1, ObservationRequest::out_norms_l1_on_device): for stored head
+// h and query head g of its group, out_norms_l1[out_norm_offset(h) + g * length[h] + t] =
+// ||W_o,(h * group + g) v_t||_1 (projected_value_norms.h), [group][length] per head, packed head
+// after head; from the layer's W_o on the decoder's device. Memory: group x the layer's entries floats.
+//
 // Norms: for stored head h, key_norms[norm_offset(h) + t] and value_norms[norm_offset(h) + t] are
 // the norms of entry t's stored key and value (the same bits as KVCache's and the device cache's
 // row norms: device_kv_row_norms.h). Asked for together (both or neither).
@@ -36,6 +41,7 @@
 #include "core/decode/device_kv_head_ranges.h"
 #include "core/decode/device_kv_row_norms.h"
 #include "core/decode/device_kv_view.h"
+#include "core/decode/projected_value_norms.h"
 #include "core/decode/rope.h"
 
 namespace kvevict {
@@ -46,22 +52,30 @@ struct CacheRowsSignal {
   const float* key_norms = nullptr;    // null: the norms were not asked for
   const float* value_norms = nullptr;  // null with key_norms
   const float* keys_pre_rope = nullptr;  // null: not asked for; the layout of `keys`
+  const float* out_norms_l1 = nullptr;   // null: not asked for; [group][length] per head
+  int group = 0;                         // query heads per stored head in out_norms_l1
   bool on_device = false;              // memory of the decoder's CUDA device; host memory otherwise
   int head_dim = 0;
   std::vector<int64_t> length;    // [stored head] entries
   std::vector<int64_t> offset;    // [stored head] floats from keys (values) to the head's block
 
-  bool empty() const { return keys == nullptr && values == nullptr && key_norms == nullptr && keys_pre_rope == nullptr; }
+  bool empty() const {
+    return keys == nullptr && values == nullptr && key_norms == nullptr && keys_pre_rope == nullptr &&
+           out_norms_l1 == nullptr;
+  }
   int n_heads() const { return static_cast<int>(length.size()); }
   // Entries from key_norms (value_norms) to head h's norms.
   int64_t norm_offset(int h) const { return offset[static_cast<size_t>(h)] / head_dim; }
+  // Floats from out_norms_l1 to head h's [group][length[h]] block.
+  int64_t out_norm_offset(int h) const { return group * norm_offset(h); }
 };
 
 // What a call asks for.
 struct CacheRowsWanted {
   bool keys = false, values = false, norms = false;
   bool keys_pre_rope = false;
-  bool any() const { return keys || values || norms || keys_pre_rope; }
+  bool out_norms_l1 = false;
+  bool any() const { return keys || values || norms || keys_pre_rope || out_norms_l1; }
   bool any_rows() const { return keys || values || keys_pre_rope; }  // what cache_rows_element writes
 };
 
@@ -83,6 +97,11 @@ struct CacheRowsArgs {
   float* keys_pre_rope_out = nullptr;
   const int32_t* positions = nullptr;
   RopeTableView rope;
+  // Projected value norms: written with the layer's output projection (`projection`, in the
+  // arenas' memory), [projection.group][length] per head from float projection.group *
+  // ranges.out_offset[h]. null: not written.
+  float* out_norms_l1_out = nullptr;
+  OutputProjectionView projection;
 };
 
 // The arguments for the whole of each head of `view`'s layer, into the given outputs (device or
@@ -136,6 +155,26 @@ KVEVICT_HOST_DEVICE inline void cache_rows_norm_element(const CacheRowsArgs& a, 
   device_kv_range_row_norms(a.ranges, a.keys, a.values, a.type, a.head_dim, e, a.key_norms_out, a.value_norms_out);
 }
 
+// Outputs the projected value norms' arguments cover: the group's query heads x the layer's entries.
+KVEVICT_HOST_DEVICE inline size_t cache_rows_out_norms(const CacheRowsArgs& a) {
+  return static_cast<size_t>(a.projection.group) * device_kv_range_rows(a.ranges);
+}
+
+// Output x of the projected value norms: its head h (head h's block spans group x its range, so x /
+// group falls in the head's range), then its query g and entry t within the head's [group][length]
+// block. `row`: the entry's value as f32 (head_dim floats of scratch for the caller).
+KVEVICT_HOST_DEVICE inline void cache_rows_out_norm_element(const CacheRowsArgs& a, size_t x, float* row) {
+  const size_t group = static_cast<size_t>(a.projection.group);
+  int64_t unused = 0;
+  const int h = device_kv_range_head(a.ranges, x / group, &unused);
+  const size_t local = x - group * static_cast<size_t>(a.ranges.out_offset[h]);
+  const size_t length = static_cast<size_t>(a.ranges.out_offset[h + 1] - a.ranges.out_offset[h]);
+  const int g = static_cast<int>(local / length);
+  const int64_t entry = a.ranges.start_row[h] + static_cast<int64_t>(local % length);
+  for (int b = 0; b < a.head_dim; ++b) row[b] = device_kv_load(a.values, a.type, entry, a.head_dim, b);
+  a.out_norms_l1_out[x] = projected_value_l1(a.projection, h * a.projection.group + g, row, a.head_dim);
+}
+
 // The observer's description of what `a` wrote (lengths and offsets from its ranges).
 CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device);
 
@@ -145,15 +184,23 @@ CacheRowsSignal describe_cache_rows(const CacheRowsArgs& a, bool on_device);
 void plan_cache_keys_pre_rope(CacheRowsArgs& a, const DeviceKvLayerView& view, const RopeTableView& rope,
                               float* keys_pre_rope_out);
 
+// Sets the projected value norms' inputs: the layer's output projection `projection` (in the arenas'
+// memory) for every stored head's group. std::invalid_argument for a group below 1, a projection
+// whose heads or features do not fit (dim < 1, no data for a layer that has entries), or a head_dim
+// past kProjectedValueMaxHeadDim.
+void plan_cache_out_norms_l1(CacheRowsArgs& a, const OutputProjectionView& projection, float* out_norms_l1_out);
+
 // The CPU twin's host buffers (a side not asked for is left empty).
 struct CacheRowsHost {
-  std::vector<float> keys, values, key_norms, value_norms, keys_pre_rope;
+  std::vector<float> keys, values, key_norms, value_norms, keys_pre_rope, out_norms_l1;
 };
 
 // The CPU twin: the element bodies over a view of host arenas (DeviceKvTwin::layer_view) into
 // `out` (resized; what is not asked for is cleared and left null in the signal), described as host
-// memory. `rope`: a host table covering the view's positions (read only for the keys before RoPE).
+// memory. `rope`: a host table covering the view's positions (read only for the keys before RoPE);
+// `projection`: the layer's output projection in host memory (read only for the projected value
+// norms).
 CacheRowsSignal cache_rows_twin(const DeviceKvLayerView& view, CacheRowsWanted wanted, CacheRowsHost& out,
-                                const RopeTableView& rope = {});
+                                const RopeTableView& rope = {}, const OutputProjectionView& projection = {});
 
 }  // namespace kvevict

@@ -116,6 +116,13 @@ struct ObservationRequest {
   // over in the same calls as LayerSignals::cache_rows' norms, computed on the device: then nothing
   // of them crosses the bus (row_norms, the host-held norms, is not asked for beside it).
   bool row_norms_on_device = false;
+  // The same for the projected value norms (out_norm_l1: ||W_o,q v_t||_1 for each query head q of a
+  // stored head's group, projected_value_norms.h), made from the cached values and the layer's W_o
+  // where the decoder holds them, handed over in the same calls as LayerSignals::cache_rows: then
+  // neither the rows nor W_o come to the host for them. The observer asks for output_projection
+  // beside it (its fallback where a call is not served so); a decoder that hands these over in a
+  // call may leave output_projection empty in that call.
+  bool out_norms_l1_on_device = false;
   // The observer reads the cached entries' positions on the decoder's device too (the `pos` signal
   // and random()'s key of a program that scores there, and a selection that runs there): a decoder
   // whose cache lives on a device hands over its own (LayerSignals::cached_positions, a description
@@ -159,7 +166,8 @@ struct ObservationRequest {
 
 // What of the cached rows a request asks for on the device (LayerSignals::cache_rows).
 inline CacheRowsWanted cache_rows_wanted(const ObservationRequest& r) {
-  return {r.cache_keys_on_device, r.cache_values_on_device, r.row_norms_on_device, r.cache_keys_pre_rope_on_device};
+  return {r.cache_keys_on_device, r.cache_values_on_device, r.row_norms_on_device, r.cache_keys_pre_rope_on_device,
+          r.out_norms_l1_on_device};
 }
 
 struct LayerSignals {

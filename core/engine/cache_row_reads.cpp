@@ -57,12 +57,12 @@ bool merge_given_by_decoder(const PolicyMerge& merge) {
   return merge.enabled && merge.method != MergeMethod::Codebook;
 }
 
-// K and V as cached and their norms, which a program scoring on the decoder's device reads there
-// (GivenOnDevice).
+// K and V as cached, their norms and the values' projected L1 norms, which a program scoring on the
+// decoder's device reads there (GivenOnDevice).
 static bool given_on_device(TensorSignal s, CachedRowSignals rows) {
   return rows == CachedRowSignals::GivenOnDevice &&
          (s == TensorSignal::Keys || s == TensorSignal::Values || s == TensorSignal::KeysPreRope ||
-          s == TensorSignal::KeyNorm || s == TensorSignal::ValueNorm);
+          s == TensorSignal::KeyNorm || s == TensorSignal::ValueNorm || s == TensorSignal::OutputNormL1);
 }
 
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows) {

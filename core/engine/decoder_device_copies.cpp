@@ -9,10 +9,12 @@ const float* DecoderDeviceCopies::rows_of(TensorSignal id, int layer, int src, i
                       : id == TensorSignal::KeysPreRope ? rows_.keys_pre_rope
                       : id == TensorSignal::KeyNorm     ? rows_.key_norms
                       : id == TensorSignal::ValueNorm   ? rows_.value_norms
+                      : id == TensorSignal::OutputNormL1 && rows_.group == group_ ? rows_.out_norms_l1
                                                         : nullptr;
   if (!base || unfolded_ || layer != rows_layer_ || rows_.head_dim != head_dim_ || src < 0 || src >= rows_.n_heads() ||
       rows_.length[static_cast<size_t>(src)] != T)
     return nullptr;
+  if (id == TensorSignal::OutputNormL1) return base + rows_.out_norm_offset(src);
   return base + (norms ? rows_.norm_offset(src) : rows_.offset[static_cast<size_t>(src)]);
 }
 

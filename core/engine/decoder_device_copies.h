@@ -15,9 +15,9 @@ namespace kvevict {
 
 class DecoderDeviceCopies {
  public:
-  // `head_dim`: the model's. `unfolded`: the policy unfolds GQA, so its stored heads are query
-  // heads and not the device cache's KV heads: nothing is served then.
-  DecoderDeviceCopies(int head_dim, bool unfolded) : head_dim_(head_dim), unfolded_(unfolded) {}
+  // `head_dim`, `group`: the model's (query heads per KV head). `unfolded`: the policy unfolds GQA,
+  // so its stored heads are query heads and not the device cache's KV heads: nothing is served then.
+  DecoderDeviceCopies(int head_dim, int group, bool unfolded) : head_dim_(head_dim), group_(group), unfolded_(unfolded) {}
 
   void hold_rows(int layer, const CacheRowsSignal& rows) {
     rows_ = rows;
@@ -28,8 +28,8 @@ class DecoderDeviceCopies {
     positions_layer_ = layer;
   }
 
-  // K, V or K_pre ([d][T]), key_norm or value_norm ([T]) of stored head `src` of `layer` (T
-  // entries) in the decoder's device copy, when it made one for this call and the head is exactly
+  // K, V or K_pre ([d][T]), key_norm or value_norm ([T]), out_norm_l1 ([group][T]) of stored head
+  // `src` of `layer` (T entries) in the decoder's device copy, when it made one for this call and the head is exactly
   // that long; null otherwise (the host's rows, or its held norms, then).
   const float* rows_of(TensorSignal id, int layer, int src, int T) const;
 
@@ -51,6 +51,7 @@ class DecoderDeviceCopies {
 
  private:
   int head_dim_;
+  int group_;
   bool unfolded_;
   CacheRowsSignal rows_;
   int rows_layer_ = -1;

@@ -34,7 +34,7 @@ DeviceReads decide_device_reads(const PolicyProgram& p, SelectionDevice selector
   r.current_in_place = in_place && d.needs(TensorSignal::CurrentAttention) &&
                        !host_reads_column_sums(d, r.accumulated_in_place);
   r.rows_in_place = in_place && (d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values) ||
-                                 d.needs(TensorSignal::KeysPreRope));
+                                 d.needs(TensorSignal::KeysPreRope) || d.needs(TensorSignal::OutputNormL1));
   r.norms_in_place = in_place && !plan.select.frozen_scores && d.needs_row_norms();
   r.positions_in_place = in_place && d.needs(TensorSignal::Position) && !unfold;
   r.positions_to_selector = r.scores_to_selector && !unfold;

@@ -29,9 +29,9 @@ struct DeviceReads {
   // Decode steps' A_now from the decoder's device column sums without a host copy: the policy reads
   // A_now and nothing on the host reads the column sums (host_reads_column_sums).
   bool current_in_place = false;
-  // K, V and K_pre from the decoder's device copy of the layer's cached rows (LayerSignals::
-  // cache_rows), so a call whose programs read only those, A and row-free signals leaves its rows
-  // on the device (cache_row_reads.h).
+  // K, V, K_pre and the values' projected L1 norms (out_norm_l1) from the decoder's device copy of
+  // the layer's cached rows (LayerSignals::cache_rows), so a call whose programs read only those, A
+  // and row-free signals leaves its rows on the device (cache_row_reads.h).
   bool rows_in_place = false;
   // The cached keys' and values' norms (key_norm, value_norm) from the decoder's device in the same
   // calls: then the host holds no norm either. Not for frozen scores, which score every appended

@@ -25,7 +25,7 @@ EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, Engin
       Gs(plan.geometry.stored_group),
       selector(make_layer_selector(options.selection.value_or(p.selection_device()))),
       device_reads(decide_device_reads(p, selector->device(), plan)),
-      decoder_copies(d, unfold),
+      decoder_copies(d, G, unfold),
       decode_row_reads(decode_cache_row_reads(p.description(), device_reads.cached_row_signals())),
       prompt_row_reads(
           prompt_cache_row_reads(p.description(), device_reads.cached_row_signals(), PromptAnnouncement::BeforeTheCall)) {

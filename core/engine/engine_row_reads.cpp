@@ -173,6 +173,9 @@ ObservationRequest EvictionEngine::request() const {
   r.cache_keys_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::Keys);
   r.cache_values_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::Values);
   r.cache_keys_pre_rope_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::KeysPreRope);
+  // ... and the values' projected L1 norms (output_projection above stays asked for: the host's
+  // fallback in a call whose rows are on the host).
+  r.out_norms_l1_on_device = device.rows_in_place && state_->desc.needs(TensorSignal::OutputNormL1);
   r.positions_on_device = device.positions_in_place || device.positions_to_selector;
   // Merges run where the rows are (cache_row_reads.h: such a merge reads no host row).
   r.cached_row_merges = merge_given_by_decoder(state_->desc.merge);

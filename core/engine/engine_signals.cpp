@@ -248,6 +248,7 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
     case TensorSignal::Keys:
     case TensorSignal::Values:
     case TensorSignal::KeysPreRope:
+    case TensorSignal::OutputNormL1:
       if (!gather_cached_row_signal(id, cached, hs, out)) return false;
       break;
     case TensorSignal::SegmentAttention:  // prefill only (checked): segment_observation.h
@@ -297,16 +298,6 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
           out[static_cast<size_t>(g) * T + t] =
               p >= 0 && p < replay->length ? replay->at(layer, kv_head * Gs + g, p) : 0.0f;
         }
-      break;
-    case TensorSignal::OutputNormL1:
-      if (output_projection.empty() || output_projection.size() % (static_cast<size_t>(Hq) * d) != 0)
-        throw UsageError("policy " + desc.name +
-                         " reads out_norm_l1, but the decoder did not hand over the layer's "
-                         "output projection");
-      out.resize(static_cast<size_t>(Gs) * T);
-      output_norms_l1(output_projection.data(),
-                      static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)), kv_head, Gs, d,
-                      cached.values("out_norm_l1"), T, out.data());
       break;
   }
   return true;
@@ -400,6 +391,22 @@ bool EvictionEngine::State::gather_cached_row_signal(TensorSignal id, HeadRows& 
       }
       refuse_placeholder_read(layer, "the cached keys (K_pre)");
       transpose_rows(cache.keys_pre_rope(layer, src).data(), T, d, out);
+      break;
+    case TensorSignal::OutputNormL1:
+      // In place on the decoder's device (made there from its values and W_o), else from the host's
+      // values and the layer's W_o slices.
+      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, T) : nullptr) {
+        in.set_device_signal(id, device);
+        return false;
+      }
+      if (output_projection.empty() || output_projection.size() % (static_cast<size_t>(Hq) * d) != 0)
+        throw UsageError("policy " + desc.name +
+                         " reads out_norm_l1, but the decoder did not hand over the layer's "
+                         "output projection");
+      out.resize(static_cast<size_t>(Gs) * T);
+      output_norms_l1(output_projection.data(),
+                      static_cast<int>(output_projection.size() / (static_cast<size_t>(Hq) * d)), in.kv_head, Gs, d,
+                      cached.values("out_norm_l1"), T, out.data());
       break;
     default:
       throw std::logic_error("engine: gather_cached_row_signal asked for another signal");

@@ -185,7 +185,7 @@ struct EvictionEngine::State {
   // (EvictionReport::cache_rows_in_place counts such scorings).
   static bool reads_rows_in_place(const ScoreInputs& in) {
     return in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values) ||
-           in.on_device(TensorSignal::KeysPreRope);
+           in.on_device(TensorSignal::KeysPreRope) || in.on_device(TensorSignal::OutputNormL1);
   }
   // The cache head holding stored head s's entries: its KV head while an unfolding policy's cache
   // is still folded (during prefill), s itself otherwise.

@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "core/decode/cache_rows_signal.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/kv_type_scalar.h"
 #include "core/decode/rope.h"
+#include "core/engine/model_signals.h"
 #include "core/model/model_config.h"
 #include "device_kv_test_ops.h"
 
@@ -172,6 +175,109 @@ TEST_P(CacheRowsSignalTypes, KeysBeforeRopeAreTheKeysRotatedBackByTheirPositions
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CacheRowsSignalTypes, ::testing::Values(KvType::F32, KvType::F16, KvType::BF16));
+
+// The projected value norms (out_norm_l1, projected_value_norms.h) against the host's own
+// computation, output_norms_l1 (model_signals.h: W_o transposed, the dot products vectorised over
+// the output features), from the values each head holds after random appends and keeps, bit for
+// bit. W_o is given both ways the element reads it: as the host's f32 slices [n_heads][dim][d] and
+// as the decoder's F16 W_o [dim][n_heads * d] (whose values, widened, are the slices' here), so the
+// strides of both layouts are checked. A control reads the next query head's slice and must differ.
+TEST_P(CacheRowsSignalTypes, ProjectedValueNormsAreTheHostsThroughEachQueryHeadsSlice) {
+  for (int head_dim : {6, 64}) {
+    const int group = 2, dim = 37;
+    const DeviceKvGeometry g{2, 3, head_dim, GetParam()};
+    const int n_heads = g.n_heads * group, q_dim = n_heads * head_dim;
+    std::mt19937 rng(41u + static_cast<uint32_t>(head_dim));
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    // W_o in f16 words ([dim][q_dim], the decoder's), and the same values as f32 slices.
+    std::vector<uint16_t> wo_f16(static_cast<size_t>(dim) * q_dim);
+    std::vector<float> slices(wo_f16.size());
+    for (int i = 0; i < dim; ++i)
+      for (int c = 0; c < q_dim; ++c) {
+        const uint16_t w = kv_scalar::f32_to_f16(normal(rng));
+        wo_f16[static_cast<size_t>(i) * q_dim + c] = w;
+        const int q = c / head_dim, b = c % head_dim;
+        slices[(static_cast<size_t>(q) * dim + i) * head_dim + b] = kv_scalar::f16_to_f32(w);
+      }
+    const OutputProjectionView as_slices{slices.data(), KvType::F32, dim, group, head_dim,
+                                         static_cast<int64_t>(dim) * head_dim};
+    const OutputProjectionView as_device{wo_f16.data(), KvType::F16, dim, group, q_dim, head_dim};
+    DeviceKvTwin twin(g, {.row_quantum = 4, .growth = 1.25});
+    ReferenceCache ref(g);
+    int64_t checked = 0, differs = 0;
+    for (const Op& op : random_ops(g, 40, 57u + static_cast<uint32_t>(head_dim))) {
+      apply(twin, ref, op);
+      const int l = op.layer;
+      CacheRowsHost from_slices, from_device;
+      const CacheRowsSignal s = cache_rows_twin(twin.layer_view(l), {.out_norms_l1 = true}, from_slices, {}, as_slices);
+      const CacheRowsSignal w = cache_rows_twin(twin.layer_view(l), {.out_norms_l1 = true}, from_device, {}, as_device);
+      ASSERT_EQ(s.group, group);
+      EXPECT_EQ(s.keys, nullptr);
+      EXPECT_EQ(s.values, nullptr);
+      ASSERT_EQ(from_slices.out_norms_l1.size(), from_device.out_norms_l1.size());
+      EXPECT_EQ(std::memcmp(from_slices.out_norms_l1.data(), from_device.out_norms_l1.data(),
+                            from_slices.out_norms_l1.size() * sizeof(float)),
+                0)
+          << "the decoder's layout reads the slices' values";
+      int64_t packed = 0;
+      for (int h = 0; h < g.n_heads; ++h) {
+        const auto& head = ref.head(l, h);
+        const int T = static_cast<int>(head.positions.size());
+        ASSERT_EQ(s.out_norm_offset(h), packed);
+        std::vector<float> rows;  // [T][d] f32
+        for (const auto& words : head.values) {
+          const std::vector<float> r = device_kv_words_to_f32(g.type, words);
+          rows.insert(rows.end(), r.begin(), r.end());
+        }
+        std::vector<float> expected(static_cast<size_t>(group) * T), next(expected.size());
+        output_norms_l1(slices.data(), dim, h, group, head_dim, rows.data(), T, expected.data());
+        if (T > 0) {
+          ASSERT_EQ(std::memcmp(expected.data(), s.out_norms_l1 + packed, expected.size() * sizeof(float)), 0)
+              << "layer " << l << " head " << h;
+          // The control: the next KV head's group of slices, on the entries whose norm is finite and
+          // not 0 (the operations' values reach f16's infinities, whose norms are inf through any slice).
+          output_norms_l1(slices.data(), dim, (h + 1) % g.n_heads, group, head_dim, rows.data(), T, next.data());
+          bool comparable = false, differ = false;
+          for (size_t x = 0; x < expected.size(); ++x)
+            if (std::isfinite(expected[x]) && expected[x] != 0.0f) {
+              comparable = true;
+              differ = differ || next[x] != s.out_norms_l1[packed + static_cast<int64_t>(x)];
+            }
+          checked += comparable;
+          differs += comparable && differ;
+        }
+        packed += static_cast<int64_t>(group) * T;
+      }
+      EXPECT_EQ(static_cast<int64_t>(from_slices.out_norms_l1.size()), packed);
+    }
+    EXPECT_GT(checked, 0);
+    EXPECT_EQ(differs, checked) << "another head's slice gave the same norms";
+  }
+}
+
+// The projected value norms' plan refuses what the kernel cannot run.
+TEST(CacheRowsSignal, ProjectedValueNormsRefuseWhatTheKernelCannotRun) {
+  DeviceKvLayerView v;
+  v.n_heads = 1;
+  v.head_dim = 8;
+  v.length[0] = 2;
+  std::vector<float> w(64 * 8 * 2);
+  CacheRowsArgs a = plan_cache_rows(v, nullptr, nullptr);
+  const OutputProjectionView ok{w.data(), KvType::F32, 64, 2, 8, 64 * 8};
+  EXPECT_NO_THROW(plan_cache_out_norms_l1(a, ok, nullptr));
+  OutputProjectionView bad = ok;
+  bad.group = 0;
+  EXPECT_THROW(plan_cache_out_norms_l1(a, bad, nullptr), std::invalid_argument);
+  bad = ok;
+  bad.data = nullptr;
+  EXPECT_THROW(plan_cache_out_norms_l1(a, bad, nullptr), std::invalid_argument);
+  bad = ok;
+  bad.dim = 0;
+  EXPECT_THROW(plan_cache_out_norms_l1(a, bad, nullptr), std::invalid_argument);
+  v.head_dim = kProjectedValueMaxHeadDim + 2;
+  CacheRowsArgs wide = plan_cache_rows(v, nullptr, nullptr);
+  EXPECT_THROW(plan_cache_out_norms_l1(wide, ok, nullptr), std::invalid_argument);
+}
 
 // One side only: the other is neither written nor described.
 TEST(CacheRowsSignal, OneSideOnly) {

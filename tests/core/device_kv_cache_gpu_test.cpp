@@ -14,6 +14,7 @@
 #include "core/decode/cache_rows_signal.h"
 #include "core/decode/device_download.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/kv_type_scalar.h"
 #include "core/decode/rope.h"
 #include "device_kv_test_ops.h"
 #include "device_kv_gpu_test_util.h"
@@ -374,6 +375,66 @@ TEST_P(DeviceKvCacheGpu, CacheRowsKeysBeforeRopeMatchTheTwinBitForBit) {
             << "round " << round << " head_dim " << head_dim;
       }
     }
+#endif
+}
+
+// The projected value norms (out_norm_l1, projected_value_norms.h): the tiled kernel against the
+// twin's element body over the same F16 W_o (the decoder's layout, [dim][n_heads * head_dim]), bit
+// for bit (products and sums rounded separately on both sides), after appends and keeps that leave
+// the heads ragged and longer than one block of 128; dim 100 leaves a partial pass of W_o's rows.
+TEST_P(DeviceKvCacheGpu, CacheRowsProjectedValueNormsMatchTheTwinBitForBit) {
+  SKIP_WITHOUT_GPU();
+#if defined(KVEVICT_HAVE_CUDA)
+  for (int head_dim : {16, 128}) {
+    const int group = 3, dim = 100;
+    const DeviceKvGeometry g{1, 2, head_dim, GetParam()};
+    const int q_dim = g.n_heads * group * head_dim;
+    cuda::DeviceKvCache device(g);
+    DeviceKvTwin twin(g);
+    cuda::CacheRowsBuffer buffer;
+    std::mt19937 rng(13u + static_cast<uint32_t>(head_dim));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<uint16_t> wo(static_cast<size_t>(dim) * q_dim);
+    for (uint16_t& w : wo) w = kv_scalar::f32_to_f16(0.1f * normal(rng));
+    cuda::DeviceArray<uint16_t> wo_device;
+    wo_device.upload(wo);
+    const OutputProjectionView on_host{wo.data(), KvType::F16, dim, group, q_dim, head_dim};
+    OutputProjectionView on_device = on_host;
+    on_device.data = wo_device.data();
+    for (int round = 0; round < 3; ++round) {
+      device_kv_test::Op op;
+      op.layer = 0;
+      op.append = true;
+      op.n = 150 + 61 * round;
+      op.stride = int64_t(g.n_heads) * head_dim;
+      op.keys.resize(size_t(op.n) * op.stride);
+      op.values.resize(op.keys.size());
+      for (float& x : op.keys) x = normal(rng);
+      for (float& x : op.values) x = normal(rng);
+      op.first_positions = {200 * round, 5 * round};
+      apply(device, twin, op);
+      device_kv_test::Op keep;
+      keep.layer = 0;
+      keep.append = false;
+      for (int h = 0; h < g.n_heads; ++h) keep.keep.push_back(device_kv_test::random_keep(rng, int(twin.layout().length(0, h))));
+      apply(device, twin, keep);
+      const DeviceKvLayerView view = make_layer_view(device.layout().layer(0), g, device.keys(0), device.values(0),
+                                                     device.positions(0));
+      CacheRowsHost twin_rows;
+      const CacheRowsSignal t = cache_rows_twin(twin.layer_view(0), {.out_norms_l1 = true}, twin_rows, {}, on_host);
+      const CacheRowsSignal d = buffer.fill(view, {.out_norms_l1 = true}, {}, on_device);
+      ASSERT_NE(d.out_norms_l1, nullptr);
+      ASSERT_EQ(d.group, group);
+      ASSERT_EQ(d.length, t.length);
+      ASSERT_EQ(d.offset, t.offset);
+      EXPECT_EQ(d.keys, nullptr);
+      if (twin_rows.out_norms_l1.empty()) continue;
+      std::vector<float> got;
+      download_device_floats(d.out_norms_l1, twin_rows.out_norms_l1.size(), got, "test projected value norms");
+      EXPECT_EQ(std::memcmp(got.data(), twin_rows.out_norms_l1.data(), got.size() * sizeof(float)), 0)
+          << "round " << round << " head_dim " << head_dim;
+    }
+  }
 #endif
 }
 

@@ -88,6 +88,13 @@ TEST(DeviceReads, AStandInDeviceProgramReadsInPlaceWhatItsPolicyReads) {
   const DeviceReads keydiff = stand_in_reads("keydiff", SelectionDevice::Twin);
   EXPECT_TRUE(keydiff.rows_in_place);
   EXPECT_EQ(keydiff.cached_row_signals(), CachedRowSignals::GivenOnDevice);
+  // DefensiveKV's projected value norms (out_norm_l1) are made from the values and W_o on the
+  // decoder's device, with the window attention.
+  const DeviceReads defensive = stand_in_reads("defensive_kv", SelectionDevice::Twin);
+  EXPECT_TRUE(defensive.rows_in_place);
+  EXPECT_TRUE(defensive.window_in_place);
+  EXPECT_FALSE(defensive.norms_in_place);
+  EXPECT_EQ(defensive.cached_row_signals(), CachedRowSignals::GivenOnDevice);
   // Random's key is the position: read from the device cache.
   EXPECT_TRUE(stand_in_reads("random", SelectionDevice::Twin).positions_in_place);
 }

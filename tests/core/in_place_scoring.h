@@ -18,7 +18,8 @@ class InPlaceScoring : public PolicyProgram {
     ScoreInputs host = in;
     if (in.on_device(TensorSignal::WindowAttention)) ++scored_in_place;
     if (in.on_device(TensorSignal::CurrentAttention)) ++scored_current_in_place;
-    if (in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values) || in.on_device(TensorSignal::KeysPreRope))
+    if (in.on_device(TensorSignal::Keys) || in.on_device(TensorSignal::Values) ||
+        in.on_device(TensorSignal::KeysPreRope) || in.on_device(TensorSignal::OutputNormL1))
       ++scored_rows_in_place;
     if (in.on_device(TensorSignal::KeyNorm) || in.on_device(TensorSignal::ValueNorm)) ++scored_norms_in_place;
     if (in.on_device(TensorSignal::AccumulatedAttention)) ++scored_accumulated_in_place;
@@ -65,7 +66,7 @@ class InPlaceScoring : public PolicyProgram {
   mutable int64_t scored_to_device = 0;  // score_on_device calls
   mutable int64_t scored_in_place = 0;          // score calls that got A as device memory
   mutable int64_t scored_current_in_place = 0;  // ... A_now
-  mutable int64_t scored_rows_in_place = 0;     // ... K, V or K_pre (the decoder's cached rows)
+  mutable int64_t scored_rows_in_place = 0;     // ... K, V, K_pre or out_norm_l1 (from the decoder's cached rows)
   mutable int64_t scored_norms_in_place = 0;    // ... key_norm or value_norm (the decoder's row norms)
   mutable int64_t scored_accumulated_in_place = 0;  // ... A_acc (held by the engine's device store)
   mutable int64_t scored_positions_in_place = 0;    // ... the decoder's device cache's positions

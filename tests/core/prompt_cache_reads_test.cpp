@@ -246,8 +246,9 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
     const std::string name = std::filesystem::path(file).stem().string();
     if (host == device) continue;
     EXPECT_EQ(device, CacheRowReads::NoneGivenDecoderSignals) << name;
-    if (host == CacheRowReads::Reads) {  // K, V or K_pre handed over
-      EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values) || d.needs(TensorSignal::KeysPreRope))
+    if (host == CacheRowReads::Reads) {  // K, V, K_pre or the values' projected L1 norms handed over
+      EXPECT_TRUE(d.needs(TensorSignal::Keys) || d.needs(TensorSignal::Values) || d.needs(TensorSignal::KeysPreRope) ||
+                  d.needs(TensorSignal::OutputNormL1))
           << name;
       given_rows.push_back(name);
     } else {  // a prompt that read no row, its norms handed over instead of held on the host
@@ -262,8 +263,10 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsWhosePromptReadsOnlyKAndVFromTheDevice) 
   // alone); ExpectedAttention, LU-KV and CAP: K (CAP also V) with the prompt query statistics, which
   // the decoder makes (ObservationRequest::query_statistics); Leverage: K_pre, which the decoder
   // rotates back on the device; Compactor: K_pre with the segment attention A_seg, which the decoder
-  // makes too (ObservationRequest::segment_attention), and the value norms.
-  const std::vector<std::string> expect = {"blockpress", "cap",      "compactor", "expected_attention",
+  // makes too (ObservationRequest::segment_attention), and the value norms; DefensiveKV: the
+  // window attention and the values' projected L1 norms, which the decoder makes from its values and
+  // W_o (ObservationRequest::out_norms_l1_on_device).
+  const std::vector<std::string> expect = {"blockpress", "cap",      "compactor", "defensive_kv", "expected_attention",
                                            "expected_attention_stats", "keydiff", "leverage", "lukv",
                                            "qfilter",    "rkv"};
   EXPECT_EQ(given_rows, expect);

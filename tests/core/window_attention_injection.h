@@ -11,7 +11,7 @@
 //     the window attention asked for is causal or not as the request says; or marks its
 //     buffer as device memory (mark_on_device) for the in-place scoring proof. It also hands over
 //     the cached keys and values the engine asks for on the device (cache_rows_twin over the same
-//     twin, marked as device memory; K_pre too), where the CUDA decoder would, optionally planted wrong, and
+//     twin, marked as device memory; K_pre and the projected value norms too), where the CUDA decoder would, optionally planted wrong, and
 //     the positions it asks for there (a copy of the twin's, likewise).
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
@@ -157,8 +157,18 @@ class WindowAttentionInjector : public ForwardObserver {
       cache_.reserve_rope_table(with.first_position + with.n_tokens - 1);
       rope = cache_.rope_table();
     }
-    with.cache_rows = cache_rows_twin(view, wanted, rows_, rope);
+    // The projected value norms from the layer's W_o slices the CPU decoder handed over (the engine
+    // asks for them beside); the CUDA decoder then hands no slices, and neither does this.
+    OutputProjectionView projection;
+    if (wanted.out_norms_l1) {
+      const int n_query = view.n_heads * group_;
+      const int dim = static_cast<int>(with.output_projection.size() / (static_cast<size_t>(n_query) * view.head_dim));
+      projection = {with.output_projection.data(), KvType::F32, dim, group_, view.head_dim,
+                    static_cast<int64_t>(dim) * view.head_dim};
+    }
+    with.cache_rows = cache_rows_twin(view, wanted, rows_, rope, projection);
     with.cache_rows.on_device = true;
+    if (wanted.out_norms_l1) with.output_projection = {};
     if (plant_rows_) {
       const CacheRowsSignal& c = with.cache_rows;
       for (std::vector<float>* side : {&rows_.keys, &rows_.values, &rows_.keys_pre_rope}) {
@@ -174,6 +184,12 @@ class WindowAttentionInjector : public ForwardObserver {
         for (int h = 0; h < c.n_heads(); ++h)
           std::reverse(norms->data() + c.norm_offset(h), norms->data() + c.norm_offset(h) + c.length[h]);
       }
+      if (!rows_.out_norms_l1.empty())
+        for (int h = 0; h < c.n_heads(); ++h)
+          for (int g = 0; g < c.group; ++g) {
+            float* head = rows_.out_norms_l1.data() + c.out_norm_offset(h) + static_cast<int64_t>(g) * c.length[h];
+            std::reverse(head, head + c.length[h]);
+          }
     }
     ++rows_injected_;
     if (wanted.norms) ++norms_injected_;

@@ -216,13 +216,32 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheCachedRowsInPlace) {
   }
 }
 
+// At least 95% of the entries `expected` keeps per (layer, head) are kept by `got` too: for inputs
+// that agree to float rounding only, whose kept sets may part on scores tied within it (wrong keys,
+// positions or heads keep about the budget's share of them, 40 of 120 here).
+void expect_mostly_the_same_kept(const Outcome& got, const Outcome& expected, const std::string& name) {
+  size_t kept = 0, same = 0;
+  for (size_t l = 0; l < expected.positions.size(); ++l)
+    for (size_t h = 0; h < expected.positions[l].size(); ++h) {
+      std::vector<int32_t> a = got.positions[l][h], b = expected.positions[l][h];
+      ASSERT_EQ(a.size(), b.size()) << name << " layer " << l << " head " << h;
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      std::vector<int32_t> both;
+      std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+      kept += b.size();
+      same += both.size();
+    }
+  ASSERT_GT(kept, 0u) << name;
+  EXPECT_GE(double(same), 0.95 * double(kept)) << name << ": " << same << " of " << kept << " kept entries the same";
+}
+
 // The keys before RoPE read in place (ObservationRequest::cache_keys_pre_rope_on_device):
 // LeverageScorePress's prompt scored by the NVRTC kernels from the keys the decoder rotates back on
 // its device (with its RoPE table and explicit fmaf) while the host cache holds placeholders, against
 // the same kernels scoring K_pre the host rotated back (Rope::inverse) from a host cache that took
 // every row. The two rotations agree to float rounding only, so kept sets may part on scores tied
-// within it: at least 95% of the kept entries must be the same (wrong keys, positions or heads keep
-// about the budget's share of them, 40 of 120).
+// within it: at least 95% of the kept entries must be the same.
 TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheKeysBeforeRopeInPlace) {
   SKIP_WITHOUT_GPU();
   const auto model = make_random_model(in_place_config(), 67);
@@ -236,20 +255,29 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheKeysBeforeRopeInPlace) {
   EXPECT_GE(in_place.report.cache_rows_in_place, heads);
   EXPECT_EQ(from_host.report.cache_rows_in_place, 0);
   EXPECT_GT(in_place.stats.counts.rows_placeholder, 0);
-  size_t kept = 0, same = 0;
-  for (size_t l = 0; l < from_host.positions.size(); ++l)
-    for (size_t h = 0; h < from_host.positions[l].size(); ++h) {
-      std::vector<int32_t> a = in_place.positions[l][h], b = from_host.positions[l][h];
-      ASSERT_EQ(a.size(), b.size()) << "layer " << l << " head " << h;
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
-      std::vector<int32_t> both;
-      std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
-      kept += b.size();
-      same += both.size();
-    }
-  ASSERT_GT(kept, 0u);
-  EXPECT_GE(double(same), 0.95 * double(kept)) << same << " of " << kept << " kept entries the same";
+  expect_mostly_the_same_kept(in_place, from_host, "leverage");
+}
+
+// DefensiveKV's projected value norms (out_norm_l1) read in place (LayerSignals::cache_rows,
+// ObservationRequest::out_norms_l1_on_device): its prompt scored by the NVRTC kernels from the norms
+// the decoder makes on its device from its values and its F16 W_o, while the host cache holds
+// placeholders and no W_o slice comes to the host, against the same kernels scoring the norms the
+// engine made from a host cache that took every row and the host's f32 W_o. The two W_o agree to
+// f16 rounding only, so kept sets may part on scores tied within it: at least 95% the same.
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheProjectedValueNormsInPlace) {
+  SKIP_WITHOUT_GPU();
+  const auto model = make_random_model(in_place_config(), 71);
+  std::vector<int> prompt(120);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 29 + 13) % 300);
+  const jit::DeviceChoice device = jit::resolve_device("cuda");
+  const int heads = model->config.n_layers * model->config.n_kv_heads;
+  const auto on_device = jit::load_scored_policy("defensive_kv", {}, {}, jit::ScoringBackend::CudaKernel, device);
+  const Outcome in_place = run(*model, *on_device, prompt);
+  const Outcome from_host = run(*model, *on_device, prompt, {}, /*rows_on_host=*/true);
+  EXPECT_GE(in_place.report.cache_rows_in_place, heads);
+  EXPECT_EQ(from_host.report.cache_rows_in_place, 0);
+  EXPECT_GT(in_place.stats.counts.rows_placeholder, 0);
+  expect_mostly_the_same_kept(in_place, from_host, "defensive_kv");
 }
 
 // Key and value norms read in place (LayerSignals::cache_rows' norms, ObservationRequest::

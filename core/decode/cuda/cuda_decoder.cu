@@ -142,6 +142,8 @@ bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const 
   const bool segments = request.segment_attention.enabled();
   if (!rows && !request.query_statistics.enabled && !segments && request.window_attention <= 0) return false;
   if (rows && !mirror_) return false;
+  // The projected value norms' kernel holds one W_o slice's staged rows per block (cache_rows.h).
+  if (request.out_norms_l1_on_device && config_.head_dim > kProjectedValueMaxHeadDim) return false;
   if (segments && !segment_attention_served_) return false;
   return request.window_attention <= 0 || window_attention_served_;
 }

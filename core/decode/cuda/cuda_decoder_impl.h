@@ -260,6 +260,11 @@ class CudaDecoder : public Decoder {
   // prompt's segment attention, on the device where it can, else by the host rule.
   void add_query_signals(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
                          const ObservationRequest& request, LayerSignals& signals);
+  // observe_layer's signals of the cache and the model: the cached rows handed to device scoring
+  // (K, V, norms, K_pre, the projected value norms), the positions, tokens, hidden norms and states,
+  // and W_o's Grams and slices (from the host copy of W_o).
+  void add_cache_row_signals(int layer, int n, int first, const DeviceKvLayerView& view,
+                             const ObservationRequest& request, LayerSignals& signals);
   void feed_forward_layer(int layer, int n);
   void refuse_unfolded() const;
   // The block's post-RoPE K/V (k_, v_) into the cache(s) at rotary position `rotary_first`, and

@@ -234,6 +234,48 @@ void CudaDecoder::add_query_signals(int layer, int n, int first, int rotary_firs
   }
 }
 
+void CudaDecoder::add_cache_row_signals(int layer, int n, int first, const DeviceKvLayerView& view,
+                                        const ObservationRequest& request, LayerSignals& signals) {
+  const int q_dim = config_.q_dim();
+  // The cached keys and values for device scoring (K, V, their norms, K_pre, the projected value
+  // norms), as the block's append left them. K_pre rotates each key back by its arena position
+  // (re-assigned ones included: the keys were rotated to them) with the host cache's RoPE table on
+  // the device, covering every position up to the block's last.
+  if (hand_cache_rows_) {
+    Stopwatch timed(&own_seconds_.observation);
+    const CacheRowsWanted wanted = cache_rows_wanted(request);
+    RopeTableView rope;
+    if (wanted.keys_pre_rope) {
+      cache_.reserve_rope_table(first + n - 1);
+      rope = device_kv_->device_rope(cache_.rope_table());
+    }
+    // The projected value norms read W_o as the decoder holds it: F16, [dim][q_dim].
+    OutputProjectionView projection;
+    if (wanted.out_norms_l1)
+      projection = {layers_[layer].wo->data(), KvType::F16, config_.dim, config_.group_size(), q_dim, config_.head_dim};
+    signals.cache_rows = cache_rows_.fill(view, wanted, rope, projection);
+  }
+  // Their positions: the device cache's own arena, in every call that asks (the mirror keeps them
+  // equal to the host's), not over the packed upload (no positions on the device).
+  if (request.positions_on_device) signals.cached_positions = describe_cached_positions(view, true);
+  signals.tokens = host_tokens_;
+  if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
+  if (request.hidden_states) signals.hidden_states = hidden_states_;
+  // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
+  // makes them (f32); no slices where the projected value norms were made on the device above (the
+  // observer reads those: ObservationRequest::out_norms_l1_on_device).
+  ObservationRequest host_projection = request;
+  if (signals.cache_rows.out_norms_l1) host_projection.output_projection = false;
+  if (OutputProjectionSignals::requested(host_projection)) {
+    static const NativeLayer none;
+    const auto& natives = model_.weights.native_layers;
+    const TypedMatrix wo = Weights::matrix(model_.weights.layers[layer].wo, natives.empty() ? none.wo : natives[layer].wo,
+                                           config_.dim, q_dim);
+    output_projection_.hand_over(host_projection, wo, layer, config_.n_layers, config_.n_heads, config_.head_dim,
+                                 signals);
+  }
+}
+
 void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
                                 const ColumnSumsSignal& device_columns, const ObservationRequest& request,
                                 ForwardObserver& observer) {
@@ -272,35 +314,7 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
                                                         request.window_attention_causal);
   }
   add_query_signals(layer, n, first, rotary_first, view, request, signals);
-  // The cached keys and values for device scoring (K, V, their norms, K_pre), as the block's append
-  // left them. K_pre rotates each key back by its arena position (re-assigned ones included: the
-  // keys were rotated to them) with the host cache's RoPE table on the device, covering every
-  // position up to the block's last.
-  if (hand_cache_rows_) {
-    Stopwatch timed(&own_seconds_.observation);
-    const CacheRowsWanted wanted = cache_rows_wanted(request);
-    RopeTableView rope;
-    if (wanted.keys_pre_rope) {
-      cache_.reserve_rope_table(first + n - 1);
-      rope = device_kv_->device_rope(cache_.rope_table());
-    }
-    signals.cache_rows = cache_rows_.fill(view, wanted, rope);
-  }
-  // Their positions: the device cache's own arena, in every call that asks (the mirror keeps them
-  // equal to the host's), not over the packed upload (no positions on the device).
-  if (request.positions_on_device) signals.cached_positions = describe_cached_positions(view, true);
-  signals.tokens = host_tokens_;
-  if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
-  if (request.hidden_states) signals.hidden_states = hidden_states_;
-  // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
-  // makes them (f32).
-  if (OutputProjectionSignals::requested(request)) {
-    static const NativeLayer none;
-    const auto& natives = model_.weights.native_layers;
-    const TypedMatrix wo = Weights::matrix(model_.weights.layers[layer].wo, natives.empty() ? none.wo : natives[layer].wo,
-                                           config_.dim, q_dim);
-    output_projection_.hand_over(request, wo, layer, config_.n_layers, config_.n_heads, config_.head_dim, signals);
-  }
+  add_cache_row_signals(layer, n, first, view, request, signals);
   observer.after_layer(signals, cache_);
   // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
   // device): the next layer's kernels and cuBLAS calls must run on this decoder's again.
