@@ -39,6 +39,13 @@ void FileCompiler::programs(const YAML::Node& root) {
   d.has_layer_weight = root["layer_weight"].IsDefined();
   d.has_head_plan = check_head_programs(root);
   stage_score_programs(root);
+  for (PolicySelect::Stage& stage : d.select.stages) {
+    const size_t i = static_cast<size_t>(stage.program);
+    const LoweredProgram* p = i == 0 ? &out_.score : i <= out_.stage_scores.size() ? &out_.stage_scores[i - 1] : nullptr;
+    if (!p) continue;  // named no program (an error reported above)
+    for (int s = 0; s < kNumTensorSignals; ++s) stage.reads[s] = p->uses[s];
+    stage.reads_known = true;
+  }
   std::vector<const LoweredProgram*> all = {&out_.score,     &out_.decode_score, &out_.layer_weight,
                                             &out_.head_mode, &out_.head_weight,  &out_.channel_score};
   for (const LoweredProgram& p : out_.stage_scores) all.push_back(&p);

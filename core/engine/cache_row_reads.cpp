@@ -41,11 +41,32 @@ static bool feature_reads_cache_rows(const PolicyDescription& d) {
          !d.select.stages.empty() || d.observe.same_index_head;
 }
 
+// Whether a staged selection's prompt reads rows on the host: its first stage scores with the
+// file's `score` at each layer's turn (the engine takes those scores: evict_staged), but its later
+// stages score the heads the earlier ones cut, where no window attention handed over fits, so a
+// later stage reading A, O or a signal made from rows on the host (K, V, ...: the stages are scored
+// on the host, scores_signals_in_place) reads rows; so do shares of one budget (every stage scored
+// at the selection), a first stage with another program, and stages whose reads are not known.
+static bool staged_prompt_reads_rows(const PolicyDescription& d) {
+  const auto& stages = d.select.stages;
+  if (stages.empty()) return false;
+  if (stages.front().share > 0 || stages.front().program != 0) return true;
+  for (size_t i = 1; i < stages.size(); ++i) {
+    if (!stages[i].reads_known) return true;
+    for (const TensorSignalInfo& info : kTensorSignalTable)
+      if (stages[i].reads[signal_index(info.id)] &&
+          (info.id == TensorSignal::WindowAttention || info.id == TensorSignal::WindowOutputs ||
+           prompt_signal_reads_cache_rows(info.id)))
+        return true;
+  }
+  return false;
+}
+
 // The same during a prompt's calls: the codebook and key-channel stages edit the kept rows once
 // the prompt is done, from rows the decoder brings to the host for them
-// (ObservationRequest::host_rows_at_prompt_end).
+// (ObservationRequest::host_rows_at_prompt_end); staged selections as above.
 static bool feature_reads_cache_rows_during_prompt(const PolicyDescription& d) {
-  return d.select.unfold_gqa || !d.select.stages.empty() || d.observe.same_index_head;
+  return d.select.unfold_gqa || staged_prompt_reads_rows(d) || d.observe.same_index_head;
 }
 
 bool prompt_end_edits_rows(const PolicyDescription& d) {

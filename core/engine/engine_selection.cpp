@@ -273,7 +273,9 @@ void EvictionEngine::State::evict_layer(KVCache& cache, int layer, int budget,
                                         const std::vector<std::vector<float>>& head_scores, const ProtectedSet& pr) {
   PhaseScope timed(clock, EnginePhase::Selection);  // the keeps, and a staged rule's signals and scores, pause it
   if (plan.select.stages > 0) {
-    evict_staged(cache, layer, budget, pr);
+    // A prompt's scores are the file's `score` (score(hs, false)) over the cache as it is; a decode
+    // step's may be its decode_score's.
+    evict_staged(cache, layer, budget, pr, in_prefill ? &head_scores : nullptr);
   } else if (plan.select.scope == SelectScope::Layer) {
     std::vector<std::span<const float>> sc;
     std::vector<std::span<const int32_t>> pos;
@@ -318,7 +320,8 @@ void EvictionEngine::State::evict_layer(KVCache& cache, int layer, int budget,
   }
 }
 
-void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr) {
+void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr,
+                                         const std::vector<std::vector<float>>* first_stage) {
   const size_t n = desc.select.stages.size();
   if (plan.select.stage_shares) {  // shares of one budget, all scored on the same cache
     std::vector<double> shares;
@@ -344,13 +347,17 @@ void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, 
   for (size_t i = 0; i < n; ++i)
     for (int h = 0; h < Hs; ++h) {
       const PolicySelect::Stage& stage = desc.select.stages[i];
-      const HeadSignals hs = signals_for(layer, h, cache, false);
-      std::vector<float> sc(hs.in.T, 0.0f);
-      {
+      const int T = cache.length(layer, h);
+      std::vector<float> sc;
+      if (i == 0 && stage.program == 0 && first_stage && (*first_stage)[h].size() == static_cast<size_t>(T)) {
+        sc = (*first_stage)[h];  // made at the layer's turn, where the decoder's window attention was
+      } else {
+        // A later stage reads what its program reads, of the head the earlier stages cut.
+        const HeadSignals hs = signals_for(layer, h, cache, false, i > 0 && stage.reads_known ? &stage.reads : nullptr);
+        sc.assign(hs.in.T, 0.0f);
         PhaseScope timed(clock, EnginePhase::Scoring);
         policy.stage_score(stage.program, hs.in, sc.data());
       }
-      const int T = hs.in.T;
       const int k = stage_keep_count(T, stage.keep, budget, i + 1 == n);
       keep(cache, layer, h,
            select_entries(sc, std::span<const int32_t>(positions(cache, layer, h), T), layer, h, k, pr), sc);

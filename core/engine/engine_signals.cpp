@@ -119,9 +119,9 @@ void EvictionEngine::State::record_accumulated(const LayerSignals& s, const KVCa
 }
 
 EvictionEngine::State::HeadSignals EvictionEngine::State::signals_for(int layer, int kv_head, const KVCache& cache,
-                                                                      bool decoding) {
+                                                                      bool decoding, const SignalSet* only) {
   PhaseScope timed(clock, EnginePhase::Signals);
-  return gather_signals(layer, kv_head, cache, decoding);
+  return gather_signals(layer, kv_head, cache, decoding, nullptr, only);
 }
 
 void EvictionEngine::State::refuse_placeholder_read(int layer, const std::string& what) const {
@@ -159,7 +159,8 @@ struct EvictionEngine::State::HeadRows {
 };
 
 EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int layer, int kv_head, const KVCache& cache,
-                                                                         bool decoding, float* window_out) {
+                                                                         bool decoding, float* window_out,
+                                                                         const SignalSet* only) {
   HeadSignals hs;
   const int src = cache_head(kv_head, cache);
   ScoreInputs& in = hs.in;
@@ -181,10 +182,10 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
     in.device_position = decoder_copies.positions_of(layer, src, in.T, original.active());
   if (in.device_position) count_in_gather(report.positions_in_place);
   HeadRows cached{*this, cache, layer, src, hs};
-  gather_window_attention(cached, decoding, window_out, hs);
+  gather_window_attention(cached, decoding, window_out, hs, only);
   // Every other signal the policy reads, by its row in the signal table.
   for (const TensorSignalInfo& info : kTensorSignalTable) {
-    if (!makes_signal(info.id, decoding)) continue;
+    if (!makes_signal(info.id, decoding, only)) continue;
     std::vector<float>& out = hs.buffer[signal_index(info.id)];
     if (gather_tensor_signal(info.id, cached, hs, out)) in.set_signal(info.id, out.data());
   }
@@ -192,13 +193,17 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
 }
 
 void EvictionEngine::State::gather_window_attention(HeadRows& cached, bool decoding, float* window_out,
-                                                    HeadSignals& hs) {
+                                                    HeadSignals& hs, const SignalSet* only) {
   const int layer = cached.layer, src = cached.src, kv_head = hs.in.kv_head, T = hs.in.T;
   const KVCache& cache = cached.cache;
   ScoreInputs& in = hs.in;
   // Made whenever there is a window that something reads (O reads it too; window_attention_read),
-  // but with placeholder rows only for programs of this phase that read it.
+  // but with placeholder rows only for programs of this phase that read it, and for a program
+  // gathered alone (`only`) only when it reads A or O.
+  const bool in_scope = !only || (*only)[signal_index(TensorSignal::WindowAttention)] ||
+                        (*only)[signal_index(TensorSignal::WindowOutputs)];
   const bool want_window = plan.window > 0 && window_attention_read() && (!decoding || plan.decode.uses_window_attention) &&
+                           in_scope &&
                            (!placeholder_rows || phase_reads(decoding)[signal_index(TensorSignal::WindowAttention)]);
   if (const WindowRows wr = window_rows(layer); want_window && wr.W > 0) {
     const int W = wr.W, first = wr.first;

@@ -260,7 +260,9 @@ struct EvictionEngine::State {
 
   // The signals of one head, timed as Signals: for the calling thread (score_layer_at_prefill's
   // parallel loop calls gather_signals and times the loop).
-  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding);
+  // `only`, when given: gather these signals alone (a later stage's program, over a head the earlier
+  // stages cut).
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, const SignalSet* only = nullptr);
 
   // Refuses a read of `what` (cached keys or values) of layer `layer` in a call whose host rows are
   // placeholders: the policy declared it reads no cached row (cache_row_reads.h), so the read is a
@@ -271,20 +273,23 @@ struct EvictionEngine::State {
   // prompt-time programs' otherwise). With placeholder rows only those are made: another signal
   // of the policy (CAKE's A_now at the prompt) would read rows for nobody.
   const SignalSet& phase_reads(bool decoding) const;
-  bool makes_signal(TensorSignal id, bool decoding) const {
-    return desc.needs(id) && (!placeholder_rows || phase_reads(decoding)[signal_index(id)]);
+  bool makes_signal(TensorSignal id, bool decoding, const SignalSet* only) const {
+    return desc.needs(id) && (!only || (*only)[signal_index(id)]) &&
+           (!placeholder_rows || phase_reads(decoding)[signal_index(id)]);
   }
 
   // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
   // instead of the head's own vector. Untimed: safe on worker threads. The head's keys and values
   // are read only by the signals that need them (refuse_placeholder_read).
-  HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr);
+  HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr,
+                             const SignalSet* only = nullptr);
   // The head's cached keys and values, read on first use (engine_signals.cpp).
   struct HeadRows;
   // gather_signals' window attention A: the decoder's in place on its device, or copied out of it,
   // or computed here; into window_out when given, else the head's own buffer. Nothing without a
   // window, or while decoding when the decode step reads no A.
-  void gather_window_attention(HeadRows& cached, bool decoding, float* window_out, HeadSignals& hs);
+  void gather_window_attention(HeadRows& cached, bool decoding, float* window_out, HeadSignals& hs,
+                               const SignalSet* only);
   // gather_signals' tensor signal `id` (not A, not the positions) into `out`; false when it is not
   // there to set (handed over in place on a device, or no window rows to make it from).
   bool gather_tensor_signal(TensorSignal id, HeadRows& cached, HeadSignals& hs, std::vector<float>& out);
@@ -421,8 +426,12 @@ struct EvictionEngine::State {
                    const ProtectedSet& pr);
 
   // select.stages (staged_selection.h): every stage scores each head's current entries with its own
-  // program (signals recomputed on the shrunk cache) and keeps its share; kv_head scope (checked).
-  void evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr);
+  // program (signals recomputed on the shrunk cache; a later stage gathers only what its program
+  // reads) and keeps its share; kv_head scope (checked). `first_stage`, when given: the heads'
+  // scores by the file's `score` over the cache as it is (the prompt's, made at each layer's turn),
+  // taken as the first stage's when that stage is `score` instead of scoring again.
+  void evict_staged(KVCache& cache, int layer, int budget, const ProtectedSet& pr,
+                    const std::vector<std::vector<float>>* first_stage);
 
   // select.scope model (model_selection.h): one pool over every layer's and head's prefill scores.
   void evict_model(KVCache& cache);

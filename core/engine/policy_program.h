@@ -118,6 +118,11 @@ struct PolicySelect {
     int program = 0;
     double keep = 0.0;
     double share = 0.0;
+    // The signals the stage's program reads (the policy file's compiler sets them): a later stage
+    // scores a head the earlier ones already reduced, so the engine gathers these alone for it
+    // (the window attention handed over covers the head before the cut). Not known: every signal.
+    SignalSet reads{};
+    bool reads_known = false;
   };
   std::vector<Stage> stages;
   // Added. layer_allocation Mass: the attention mass a layer's budget must reach (0 < mass <= 1).

@@ -198,9 +198,10 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds, HeadKV's
   // head plan over A), the segment-local attention A_seg the decoder makes in the prompt's call
   // (chunkpress; noncausal_attn with the held value norms), or merges the decoder runs where the
-  // rows are (cam, d2o, kvmerger, look_m, merging_press).
+  // rows are (cam, d2o, kvmerger, look_m, merging_press); composed's stages (its first, SnapKV's
+  // score over A, made at each layer's turn; its second over the held key norms).
   const std::vector<std::string> expect_given_window = {
-      "adakv",   "cake",    "cam",    "chunkkv",   "chunkpress",   "d2o",         "entropy_gated_chunkkv",
+      "adakv",   "cake",    "cam",    "chunkkv",   "chunkpress",   "composed", "d2o",         "entropy_gated_chunkkv",
       "headkv",  "kvmerger", "look_m", "merging_press", "morphkv",  "noncausal_attn", "prefill_decoding",
       "pyramidkv", "scissorhands", "simlayerkv", "snapkv", "tova"};
   EXPECT_EQ(none, expect_none);
@@ -228,6 +229,32 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   }
   std::sort(announced_changes.begin(), announced_changes.end());
   EXPECT_EQ(announced_changes, (std::vector<std::string>{"finch", "nacl", "spindlekv", "think"}));
+}
+
+// A staged selection's prompt reads no row when its first stage is the file's `score` (the engine
+// takes the scores made at each layer's turn, where the decoder's window attention is) and its later
+// stages read nothing made from rows or from the window (they score heads the earlier stages cut):
+// composed's KnormPress stage reads the held key norms. A later stage over A, O or K, a first stage
+// with another program, or shares of one budget (every stage scored at the selection) read rows.
+TEST(PromptCacheReadsStaged, StagedPromptsReadRowsOnlyWhereALaterStageDoes) {
+  const std::string head =
+      "observe: {window: 8}\nprotect: {recent: 8}\nrun: {prefill: true, decode_every: 0}\n"
+      "score: |\n  score[t] = mean(h: mean(q: A[h, q, t]))\n";
+  const auto staged = [&](const std::string& name, const std::string& stages, const std::string& second) {
+    return test::policy_from_text(name, "name: " + name + "\nabout: staged\n" + head + "select:\n  stages:\n" + stages +
+                                            "scores:\n  second: |\n    score[t] = " + second + "\n");
+  };
+  const std::string two = "    - {score: score, keep: 0.5}\n    - {score: second, keep: 0.5}\n";
+  const auto reads = [](const std::unique_ptr<PolicyProgram>& p) { return prompt_cache_row_reads(p->description()); };
+  EXPECT_EQ(reads(staged("norms", two, "-key_norm[t]")), CacheRowReads::NoneGivenDecoderSignals);
+  EXPECT_EQ(reads(staged("window", two, "mean(h: mean(q: A[h, q, t]))")), CacheRowReads::Reads);
+  EXPECT_EQ(reads(staged("keys", two, "sum(d: K[d, t])")), CacheRowReads::Reads);
+  EXPECT_EQ(reads(staged("second_first", "    - {score: second, keep: 0.5}\n    - {score: score, keep: 0.5}\n",
+                         "-key_norm[t]")),
+            CacheRowReads::Reads);
+  EXPECT_EQ(reads(staged("shares", "    - {score: score, share: 0.5}\n    - {score: second}\n", "-key_norm[t]")),
+            CacheRowReads::Reads);
+  EXPECT_EQ(reads(load_policy("composed", {})), CacheRowReads::NoneGivenDecoderSignals);
 }
 
 // Scored on the decoder's device, K, V and their norms count as handed over (CachedRowSignals::
