@@ -151,6 +151,7 @@ class Checker {
   Value read(const Expr& e, Scope& scope);
   bool check_read_indices(const Expr& e, Scope& scope, unsigned axes, const std::vector<unsigned>& want, int& map);
   Value table_read(const Expr& e, Scope& scope, int index);
+  int table_row(const Expr& e, const IndexTerm& idx, Scope& scope);
 
   // checker_calls.cpp: operators, calls, reductions, sorts, window bounds.
   Value unary(const Expr& e, Scope& scope);

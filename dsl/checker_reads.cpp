@@ -123,6 +123,23 @@ Value Checker::read(const Expr& e, Scope& scope) {
   return Value{node, type, b_.node(node).shape};
 }
 
+// A table's index axis read at `idx`, a NAME of the program: its node, a number without axes;
+// -1 (reported) otherwise.
+int Checker::table_row(const Expr& e, const IndexTerm& idx, Scope& scope) {
+  Expr name_expr{};  // the index as the NAME it is
+  name_expr.kind = ExprKind::Name;
+  name_expr.pos = idx.pos;
+  name_expr.text = idx.axis;
+  const Value v = name(name_expr, scope);
+  if (!v.ok()) return -1;
+  if (v.type != Type::Number || v.shape != 0) {
+    fail(idx.pos, "index 1 of table '" + e.text + "' must be a number without axes (the row to read), found '" + idx.axis +
+                      "'");
+    return -1;
+  }
+  return v.node;
+}
+
 // read = NAME "[" index { "," index } "]" where NAME is a table: the indices are the table's
 // axes in order (docs/DSL.md §11, dsl/table_data.h): index -> a scalar NAME of the program (a
 // parameter, scalar signal or scalar definition); layer and kv_head -> the program's own
@@ -155,20 +172,11 @@ Value Checker::table_read(const Expr& e, Scope& scope, int index) {
     };
     if (!idx.shift.empty()) return wrong(tax == TableAxis::Index ? "a scalar name" : quoted(kTableAxisNames[want[i]]));
     switch (tax) {
-      case TableAxis::Index: {
+      case TableAxis::Index:
         if (axis(idx.axis)) return wrong("a scalar name (a parameter or a scalar definition)");
-        Expr name_expr{};  // the index as the NAME it is
-        name_expr.kind = ExprKind::Name;
-        name_expr.pos = idx.pos;
-        name_expr.text = idx.axis;
-        const Value v = name(name_expr, scope);
-        if (!v.ok()) return error();
-        if (v.type != Type::Number || v.shape != 0)
-          return fail(idx.pos, "index 1 of table '" + e.text + "' must be a number without axes (the row to read), found '" +
-                                   idx.axis + "'");
-        row = v.node;
+        row = table_row(e, idx, scope);
+        if (row < 0) return error();
         break;
-      }
       case TableAxis::Layer:
         if (idx.axis != "layer") return wrong("'layer'");
         break;

@@ -305,37 +305,17 @@ class Evaluator {
   }
 
  private:
+  // One node's value into bufs[i] (its buffer from the pool, or a signal read in place).
   void compute(int i, const Node& nd, const Layout& L, std::vector<Buf>& bufs) {
     Buf& B = bufs[static_cast<size_t>(i)];
     B.shape = nd.shape;
-    BufferPool& pool = buffer_pool();
     const int64_t size = L.size(nd.shape);
-    const int G = G_;
     const EvalInputs& in = in_;
-    auto alloc = [&] { B.own = pool.take(static_cast<size_t>(size)); B.data = B.own.data(); return B.own.data(); };
+    auto alloc = [&] { return take_buffer(B, size); };
     switch (nd.op) {
       case NodeOp::Const: alloc()[0] = nd.value; break;
       case NodeOp::Scalar: alloc()[0] = in.scalars[static_cast<int>(nd.scalar)]; break;
-      case NodeOp::Load: {
-        const int s = static_cast<int>(nd.tensor);
-        const int64_t per_head = L.size(nd.shape & ~kAxisG);
-        if (nd.tensor == TensorSignal::Position) {
-          float* o = alloc();
-          for (int g = 0; g < G; ++g)
-            for (int64_t t = 0; t < per_head; ++t)
-              o[g * per_head + t] = static_cast<float>(in.heads[g].position ? in.heads[g].position[t] : t);
-          break;
-        }
-        for (int g = 0; g < G; ++g)
-          if (!in.heads[g].tensors[s] && per_head > 0)
-            throw RuntimeError("policy reads " + kvevict::signal_label(nd.tensor) + " but the engine did not supply it");
-        bool contiguous = true;  // the engine lays a layer's heads side by side: read them in place
-        for (int g = 1; g < G; ++g) contiguous = contiguous && in.heads[g].tensors[s] == in.heads[0].tensors[s] + g * per_head;
-        if (contiguous) { B.data = in.heads[0].tensors[s]; break; }
-        float* o = alloc();
-        for (int g = 0; g < G; ++g) std::copy(in.heads[g].tensors[s], in.heads[g].tensors[s] + per_head, o + g * per_head);
-        break;
-      }
+      case NodeOp::Load: load(nd, L, B, size); break;
       case NodeOp::AxisIndex: {  // a single axis: its index, 0 .. extent - 1
         float* o = alloc();
         for (int64_t j = 0; j < size; ++j) o[j] = static_cast<float>(j);
@@ -349,21 +329,7 @@ class Evaluator {
           o[t] = kv_dsl_random(in.seed, layer, kv_head, static_cast<uint32_t>(pos ? pos[t] : t));
         break;
       }
-      case NodeOp::Unary: {
-        float* o = alloc();
-        const float* a = bufs[nd.a].data;
-        const UnaryFn f = nd.unary;
-        if (f == UnaryFn::Log) {  // CAKE's entropy takes a log of every window-attention entry
-          constexpr int64_t kChunk = 1 << 14;
-#pragma omp parallel for schedule(static) if (size >= (1 << 18))
-          for (int64_t j = 0; j < size; j += kChunk)
-            simd::log_array(a + j, std::min(kChunk, size - j), o + j, [](float x) { return apply_unary(UnaryFn::Log, x); });
-          break;
-        }
-#pragma omp parallel for schedule(static) if (size >= (1 << 18))
-        for (int64_t j = 0; j < size; ++j) o[j] = apply_unary(f, a[j]);
-        break;
-      }
+      case NodeOp::Unary: unary(nd.unary, bufs[nd.a].data, size, alloc()); break;
       case NodeOp::Binary: binary(L, nd, bufs[nd.a], bufs[nd.b], alloc()); break;
       case NodeOp::Select: select(L, nd, bufs[nd.a], bufs[nd.b], bufs[nd.c], alloc()); break;
       case NodeOp::Reduce:
@@ -378,20 +344,9 @@ class Evaluator {
         break;
       case NodeOp::Window: window(L, nd, bufs[nd.a], alloc()); break;
       case NodeOp::Normalise: normalise(L, nd, bufs[nd.a], alloc()); break;
-      case NodeOp::Rename: rename(L, nd, bufs[nd.a], B, pool); break;
+      case NodeOp::Rename: rename(L, nd, bufs[nd.a], B, buffer_pool()); break;
       case NodeOp::Inverse: evaluate_inverse(bufs[nd.a].data, L.size(nd.shape), in.ext.d, alloc()); break;  // dsl/matrix_ops.h
-      case NodeOp::Sort: {  // dsl/sort_ops.h: the operand as [outer][n][inner] around the sorted axis
-        const unsigned shape = p_.nodes[static_cast<size_t>(nd.a)].shape;
-        int64_t st[kNumAxes];
-        L.strides(shape, st);
-        const int k = kvevict::axis_index(nd.axes);
-        const int64_t n = L.ext[k], inner = st[k], outer = n > 0 ? L.size(shape) / (n * inner) : 0;
-        const float level = nd.b >= 0 ? bufs[nd.b].data[0] : 0.0f;
-        float* o = alloc();
-        if (nd.sort == SortFn::Quantile && n == 0) std::fill(o, o + size, 0.0f);
-        evaluate_sort(nd.sort, bufs[nd.a].data, outer, n, inner, level, o);
-        break;
-      }
+      case NodeOp::Sort: sort(L, nd, bufs, size, alloc()); break;
       case NodeOp::Randn:
         evaluate_randn(in.seed, static_cast<uint32_t>(in.layer), static_cast<uint32_t>(in.heads[0].kv_head), in.ext.d, alloc());
         break;
@@ -402,6 +357,65 @@ class Evaluator {
         break;
       }
     }
+  }
+
+  // B's own buffer of `size` floats from the pool.
+  static float* take_buffer(Buf& B, int64_t size) {
+    B.own = buffer_pool().take(static_cast<size_t>(size));
+    B.data = B.own.data();
+    return B.own.data();
+  }
+
+  // A Load node: the signal of every head of the group ([g][per head]), read in place where the
+  // engine laid the heads side by side; positions from the heads' (or 0 .. T - 1).
+  void load(const Node& nd, const Layout& L, Buf& B, int64_t size) const {
+    const EvalInputs& in = in_;
+    const int G = G_;
+    const int s = static_cast<int>(nd.tensor);
+    const int64_t per_head = L.size(nd.shape & ~kAxisG);
+    if (nd.tensor == TensorSignal::Position) {
+      float* o = take_buffer(B, size);
+      for (int g = 0; g < G; ++g)
+        for (int64_t t = 0; t < per_head; ++t)
+          o[g * per_head + t] = static_cast<float>(in.heads[g].position ? in.heads[g].position[t] : t);
+      return;
+    }
+    for (int g = 0; g < G; ++g)
+      if (!in.heads[g].tensors[s] && per_head > 0)
+        throw RuntimeError("policy reads " + kvevict::signal_label(nd.tensor) + " but the engine did not supply it");
+    bool contiguous = true;  // the engine lays a layer's heads side by side: read them in place
+    for (int g = 1; g < G; ++g) contiguous = contiguous && in.heads[g].tensors[s] == in.heads[0].tensors[s] + g * per_head;
+    if (contiguous) {
+      B.data = in.heads[0].tensors[s];
+      return;
+    }
+    float* o = take_buffer(B, size);
+    for (int g = 0; g < G; ++g) std::copy(in.heads[g].tensors[s], in.heads[g].tensors[s] + per_head, o + g * per_head);
+  }
+
+  // A Unary node over `size` elements.
+  static void unary(UnaryFn f, const float* a, int64_t size, float* o) {
+    if (f == UnaryFn::Log) {  // CAKE's entropy takes a log of every window-attention entry
+      constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (size >= (1 << 18))
+      for (int64_t j = 0; j < size; j += kChunk)
+        simd::log_array(a + j, std::min(kChunk, size - j), o + j, [](float x) { return apply_unary(UnaryFn::Log, x); });
+      return;
+    }
+#pragma omp parallel for schedule(static) if (size >= (1 << 18))
+    for (int64_t j = 0; j < size; ++j) o[j] = apply_unary(f, a[j]);
+  }
+
+  // A Sort node (dsl/sort_ops.h): the operand as [outer][n][inner] around the sorted axis.
+  void sort(const Layout& L, const Node& nd, const std::vector<Buf>& bufs, int64_t size, float* o) const {
+    const unsigned shape = p_.nodes[static_cast<size_t>(nd.a)].shape;
+    int64_t st[kNumAxes];
+    L.strides(shape, st);
+    const int k = kvevict::axis_index(nd.axes);
+    const int64_t n = L.ext[k], inner = st[k], outer = n > 0 ? L.size(shape) / (n * inner) : 0;
+    const float level = nd.b >= 0 ? bufs[nd.b].data[0] : 0.0f;
+    if (nd.sort == SortFn::Quantile && n == 0) std::fill(o, o + size, 0.0f);
+    evaluate_sort(nd.sort, bufs[nd.a].data, outer, n, inner, level, o);
   }
 
   // A Table node (lowered.h): element j of its shape [g?, h?, d?, e?, c?] (layout of the axis
