@@ -126,41 +126,50 @@ std::unique_ptr<Model> load_default_model(const LoadOptions& options) {
   }
 }
 
-}  // namespace
+// n random token ids below vocab.
+std::vector<int> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::vector<int> t(n);
+  for (int& v : t) v = static_cast<int>(rng() % vocab);
+  return t;
+}
 
-int main(int argc, char** argv) {
-  kvevict::use_matching_blas_kernels();  // the figures need the CPU's SGEMM kernels
+// The command line's settings.
+struct Args {
   std::string model_path;
   int threads = 2, context = 4096, decode_tokens = 32, repeat = 2;
   bool probe_machine = true, json = false;
   LoadOptions load;
   std::vector<int> prefill = {512, 2048, 8192};
   std::string kv_type = "f16";
+};
+
+// Fills `a` from the command line; the exit code of a usage error, or -1.
+int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    const std::string arg = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
-        std::cerr << a << " needs a value\n";
+        std::cerr << arg << " needs a value\n";
         std::exit(2);
       }
       return argv[++i];
     };
-    if (a == "-m") model_path = value();
-    else if (a == "--threads") threads = std::stoi(value());
-    else if (a == "--prefill") prefill = parse_list(value());
-    else if (a == "--context") context = std::stoi(value());
-    else if (a == "--decode-tokens") decode_tokens = std::stoi(value());
-    else if (a == "--repeat") repeat = std::max(1, std::stoi(value()));
-    else if (a == "--kv-type") kv_type = value();
-    else if (a == "--no-machine") probe_machine = false;
-    else if (a == "--json") json = true;
-    else if (a == "--weights") {
+    if (arg == "-m") a.model_path = value();
+    else if (arg == "--threads") a.threads = std::stoi(value());
+    else if (arg == "--prefill") a.prefill = parse_list(value());
+    else if (arg == "--context") a.context = std::stoi(value());
+    else if (arg == "--decode-tokens") a.decode_tokens = std::stoi(value());
+    else if (arg == "--repeat") a.repeat = std::max(1, std::stoi(value()));
+    else if (arg == "--kv-type") a.kv_type = value();
+    else if (arg == "--no-machine") a.probe_machine = false;
+    else if (arg == "--json") a.json = true;
+    else if (arg == "--weights") {
       const auto w = parse_weight_storage(value());
       if (!w) {
         std::cerr << "--weights: native or f32\n";
         return 2;
       }
-      load.weights = *w;
+      a.load.weights = *w;
     } else {
       std::cerr << "usage: bench_decoder [-m MODEL] [--threads N] [--prefill 512,2048,8192] [--context 4096] "
                    "[--decode-tokens 32] [--repeat 2] [--weights native|f32] [--kv-type f16|bf16|f32] [--no-machine] [--json]\n"
@@ -168,52 +177,27 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  return -1;
+}
 
-  KvType kv;
-  try {
-    kv = parse_kv_type(kv_type, "--kv-type");
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  }
-  const auto model = model_path.empty() ? load_default_model(load) : load_model(model_path, load);
-  const ModelConfig& c = model->config;
-  auto decoder = make_cpu_decoder(*model, {.threads = threads, .kv_type = kv});
+// Where the figures go: the human lines (discarded with --json) and the JSON object.
+struct Report {
+  std::ostream& out;
+  std::ostringstream& js;
+};
 
-  const Rate sgemm_rate = probe_machine ? machine_sgemm_gflops(threads) : Rate{1, 1};
-  const double sgemm = sgemm_rate.wall;
-  const double bandwidth = probe_machine ? machine_read_gbps(threads) : 0;
-  std::ostringstream js;  // --json: the figures as one object
-  js << "{\"model\":\"" << model->info.path << "\",\"weights\":\"" << weight_storage_name(load.weights)
-     << "\",\"threads\":" << threads;
-  std::ostringstream human_discarded;  // --json prints only the object
-  std::ostream& out = json ? static_cast<std::ostream&>(human_discarded) : std::cout;
-  out << "model: " << model->info.path << " (" << model->info.format << "), " << c.n_layers << " layers, dim "
-            << c.dim << ", heads " << c.n_heads << "/" << c.n_kv_heads << ", head dim " << c.head_dim << "\n";
-  out << "threads: " << threads << "\n";
-  out << "machine: SGEMM (OpenBLAS, 2048^3) " << sgemm << " GFLOP/s (" << sgemm_rate.cpu
-            << " per CPU-second); read bandwidth (1 GiB sum) " << bandwidth << " GB/s\n";
-
-  // Multiply-adds per token through the layer weights; attention adds 2 * head_dim per (query, key) pair per head.
-  const double layer_weights = double(c.n_layers) *
-                               (double(c.dim) * c.q_dim() * 2 + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim);
-  const double classifier = double(c.vocab_size) * c.dim;
-  std::mt19937 rng(1);
-  auto random_tokens = [&](int n) {
-    std::vector<int> t(n);
-    for (int& v : t) v = static_cast<int>(rng() % c.vocab_size);
-    return t;
-  };
-
-  for (int n : prefill) {
-    if (n > c.context_length) out << "note: " << n << " tokens exceed the model's context " << c.context_length << "\n";
-    const auto tokens = random_tokens(n);
+// One line per prefill length: the best of `repeat` runs, against the machine's SGEMM rate.
+void prefill_lines(Decoder& decoder, const ModelConfig& c, const Args& a, const Rate& sgemm_rate, double layer_weights,
+                   double classifier, std::mt19937& rng, Report r) {
+  for (int n : a.prefill) {
+    if (n > c.context_length) r.out << "note: " << n << " tokens exceed the model's context " << c.context_length << "\n";
+    const auto tokens = random_tokens(rng, n, c.vocab_size);
     double s = 1e30, cpu = 0;
-    for (int r = 0; r < repeat; ++r) {
-      decoder->reset();
+    for (int rep = 0; rep < a.repeat; ++rep) {
+      decoder.reset();
       const auto t = Clock::now();
       const double c0 = process_cpu_seconds();
-      decoder->forward(tokens);
+      decoder.forward(tokens);
       const double wall = seconds_since(t);
       if (wall < s) s = wall, cpu = process_cpu_seconds() - c0;
     }
@@ -221,23 +205,29 @@ int main(int argc, char** argv) {
     const double attention = 2.0 * 2.0 * c.head_dim * c.n_heads * c.n_layers * (double(n) * (n + 1) / 2);
     const double flops = 2.0 * n * layer_weights + attention + 2.0 * classifier;
     const double gflops = flops / s / 1e9;
-    js << ",\"prefill_" << n << "_tok_s\":" << n / s;
-    out << "prefill " << n << " tokens: " << s << " s, " << n / s << " tokens/s, " << gflops << " GFLOP/s = "
-              << 100.0 * gflops / sgemm << "% of SGEMM; per CPU-second " << flops / cpu / 1e9 << " = "
-              << 100.0 * (flops / cpu / 1e9) / sgemm_rate.cpu << "% of SGEMM's (cpu " << cpu << " s)\n";
+    r.js << ",\"prefill_" << n << "_tok_s\":" << n / s;
+    r.out << "prefill " << n << " tokens: " << s << " s, " << n / s << " tokens/s, " << gflops << " GFLOP/s = "
+          << 100.0 * gflops / sgemm_rate.wall << "% of SGEMM; per CPU-second " << flops / cpu / 1e9 << " = "
+          << 100.0 * (flops / cpu / 1e9) / sgemm_rate.cpu << "% of SGEMM's (cpu " << cpu << " s)\n";
   }
+}
 
-  decoder->reset();
-  const auto prompt = random_tokens(context);
-  decoder->forward(prompt);
-  const size_t kv_bytes = decoder->cache().bytes_in_use();
+// Decode throughput at `context`: the best of `repeat` runs of decode_tokens greedy steps, each
+// from the same context length, against the bandwidth bound of reading the weights (and the cache).
+void decode_line(Decoder& decoder, const Model& model, const Args& a, double bandwidth, std::mt19937& rng, Report r) {
+  const ModelConfig& c = model.config;
+  const int context = a.context;
+  decoder.reset();
+  const auto prompt = random_tokens(rng, context, c.vocab_size);
+  decoder.forward(prompt);
+  const size_t kv_bytes = decoder.cache().bytes_in_use();
   int token = prompt.back();
   double s = 1e30, cpu = 0;
-  for (int r = 0; r < repeat; ++r) {
+  for (int rep = 0; rep < a.repeat; ++rep) {
     const auto t = Clock::now();
     const double c0 = process_cpu_seconds();
-    for (int i = 0; i < decode_tokens; ++i) {
-      const auto& logits = decoder->forward(std::span<const int>(&token, 1));
+    for (int i = 0; i < a.decode_tokens; ++i) {
+      const auto& logits = decoder.forward(std::span<const int>(&token, 1));
       token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
     const double wall = seconds_since(t);
@@ -247,23 +237,63 @@ int main(int argc, char** argv) {
       for (int h = 0; h < c.n_kv_heads; ++h) {
         std::vector<int> first(context);
         for (int i = 0; i < context; ++i) first[i] = i;
-        decoder->cache().keep(l, h, first);
+        decoder.cache().keep(l, h, first);
       }
     }
-    decoder->set_position(context);
+    decoder.set_position(context);
   }
-  const double tps = decode_tokens / s;
-  const double weight_bytes = matrix_bytes(*model);
+  const double tps = a.decode_tokens / s;
+  const double weight_bytes = matrix_bytes(model);
   const double limit = bandwidth * 1e9 / weight_bytes;
   const double limit_with_kv = bandwidth * 1e9 / (weight_bytes + kv_bytes);
-  out << "decode at " << context << " context: " << tps << " tokens/s (" << decode_tokens << " tokens, cpu " << cpu << " s)\n";
-  out << "  weights read per token: " << weight_bytes / 1e6 << " MB; bandwidth limit " << limit
-            << " tokens/s; achieved " << 100.0 * tps / limit << "%\n";
-  out << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
-            << 100.0 * tps / limit_with_kv << "%\n";
-  out << "peak RSS: " << bench::peak_rss_mib() << " MiB\n";
-  js << ",\"decode_context\":" << context << ",\"decode_tok_s\":" << tps << ",\"weight_mb_per_token\":" << weight_bytes / 1e6
-     << ",\"kv_mb\":" << kv_bytes / 1e6 << ",\"peak_rss_mib\":" << bench::peak_rss_mib() << "}";
-  if (json) std::cout << js.str() << "\n";
+  r.out << "decode at " << context << " context: " << tps << " tokens/s (" << a.decode_tokens << " tokens, cpu " << cpu
+        << " s)\n";
+  r.out << "  weights read per token: " << weight_bytes / 1e6 << " MB; bandwidth limit " << limit
+        << " tokens/s; achieved " << 100.0 * tps / limit << "%\n";
+  r.out << "  with the KV cache (" << kv_bytes / 1e6 << " MB): limit " << limit_with_kv << " tokens/s; achieved "
+        << 100.0 * tps / limit_with_kv << "%\n";
+  r.out << "peak RSS: " << bench::peak_rss_mib() << " MiB\n";
+  r.js << ",\"decode_context\":" << context << ",\"decode_tok_s\":" << tps << ",\"weight_mb_per_token\":"
+       << weight_bytes / 1e6 << ",\"kv_mb\":" << kv_bytes / 1e6 << ",\"peak_rss_mib\":" << bench::peak_rss_mib() << "}";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvevict::use_matching_blas_kernels();  // the figures need the CPU's SGEMM kernels
+  Args a;
+  if (const int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  KvType kv;
+  try {
+    kv = parse_kv_type(a.kv_type, "--kv-type");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  const auto model = a.model_path.empty() ? load_default_model(a.load) : load_model(a.model_path, a.load);
+  const ModelConfig& c = model->config;
+  auto decoder = make_cpu_decoder(*model, {.threads = a.threads, .kv_type = kv});
+
+  const Rate sgemm_rate = a.probe_machine ? machine_sgemm_gflops(a.threads) : Rate{1, 1};
+  const double bandwidth = a.probe_machine ? machine_read_gbps(a.threads) : 0;
+  std::ostringstream js;  // --json: the figures as one object
+  js << "{\"model\":\"" << model->info.path << "\",\"weights\":\"" << weight_storage_name(a.load.weights)
+     << "\",\"threads\":" << a.threads;
+  std::ostringstream human_discarded;  // --json prints only the object
+  std::ostream& out = a.json ? static_cast<std::ostream&>(human_discarded) : std::cout;
+  out << "model: " << model->info.path << " (" << model->info.format << "), " << c.n_layers << " layers, dim "
+      << c.dim << ", heads " << c.n_heads << "/" << c.n_kv_heads << ", head dim " << c.head_dim << "\n";
+  out << "threads: " << a.threads << "\n";
+  out << "machine: SGEMM (OpenBLAS, 2048^3) " << sgemm_rate.wall << " GFLOP/s (" << sgemm_rate.cpu
+      << " per CPU-second); read bandwidth (1 GiB sum) " << bandwidth << " GB/s\n";
+
+  // Multiply-adds per token through the layer weights; attention adds 2 * head_dim per (query, key) pair per head.
+  const double layer_weights = double(c.n_layers) *
+                               (double(c.dim) * c.q_dim() * 2 + 2.0 * c.dim * c.kv_dim() + 3.0 * c.dim * c.hidden_dim);
+  const double classifier = double(c.vocab_size) * c.dim;
+  std::mt19937 rng(1);
+  prefill_lines(*decoder, c, a, sgemm_rate, layer_weights, classifier, rng, {out, js});
+  decode_line(*decoder, *model, a, bandwidth, rng, {out, js});
+  if (a.json) std::cout << js.str() << "\n";
   return 0;
 }

@@ -173,6 +173,136 @@ void projected_value_norms_line(const cuda::DeviceKvCache& cache, const DeviceKv
               prompt, g.n_heads * group, dim, g.head_dim, 1e3 * device / reps, 1e3 * host, host_entries, group);
 }
 
+// Compaction of every layer to half its entries: in place (ascending kept lists) and
+// score-ordered (shuffled lists, through scratch), each from the snapshot.
+void compaction_line(cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, const cuda::DeviceKvSnapshot& snap, int len,
+                     std::mt19937& rng) {
+  cache.restore(snap);
+  std::vector<std::vector<int>> half(g.n_heads), shuffled(g.n_heads);
+  for (int h = 0; h < g.n_heads; ++h) {
+    for (int t = 0; t < len; t += 2) half[h].push_back(t);
+    shuffled[h] = half[h];
+    std::shuffle(shuffled[h].begin(), shuffled[h].end(), rng);
+  }
+  const double in_place = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, half);
+  });
+  cache.restore(snap);
+  const double gathered = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, shuffled);
+  });
+  std::printf("compact to half (all layers): in place %.3f ms, score-ordered %.3f ms\n", 1e3 * in_place, 1e3 * gathered);
+}
+
+// D2O's merge in one decode step (core/decode/row_merges.h, device_kv_merges.h): per layer, every
+// head's newest entry's nearest kept key over the other len - 1 (one block each, one download per
+// layer), then per head one fold of its key and value into the match.
+void d2o_merge_line(cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, const cuda::DeviceKvSnapshot& snap, int len) {
+  cache.restore(snap);
+  std::vector<int> kept(size_t(len - 1));
+  for (int t = 0; t < len - 1; ++t) kept[size_t(t)] = t;
+  const std::vector<int> evicted{len - 1};
+  RowFolds fold;
+  fold.keys = fold.values = true;
+  fold.terms = {{.row = len - 1, .weight = 0.5}};
+  std::vector<KeptKeySearch> searches;
+  for (int h = 0; h < g.n_heads; ++h) searches.push_back({h, kept, evicted});
+  const double merge = timed([&] {
+    for (int l = 0; l < g.n_layers; ++l) {
+      const std::vector<std::vector<KeptKeyMatch>> m = cache.nearest_kept_keys(l, searches);
+      for (int h = 0; h < g.n_heads; ++h) {
+        fold.folds = {{.target = kept[size_t(m[size_t(h)][0].kept)], .first_term = 0, .terms = 1, .self_weight = 1,
+                       .divisor = 2}};
+        cache.fold_rows(l, h, fold);
+      }
+    }
+  });
+  std::printf("d2o merge step  %d kept x %d heads x %d layers: %.3f ms per token\n", len - 1, g.n_heads, g.n_layers,
+              1e3 * merge);
+}
+
+// H2O's A_acc in one decode step (core/engine/accumulated_attention_store.h): per layer the step's
+// column sums ([32 query heads][len], as the decoder leaves them) added on the device, then every
+// head keeps all but its oldest entry (fused into the next step's add); against the download of
+// the same sums that the host accumulation needed every layer of every step.
+void h2o_accumulate_line(const DeviceKvGeometry& g, int len) {
+  const int group = 4, acc_steps = 16;
+  const std::vector<float> sums_host(size_t(g.n_heads) * group * size_t(len), 1e-3f);
+  cuda::DeviceArray<float> sums;
+  sums.upload(sums_host);
+  auto store = make_accumulated_attention_store(SelectionDevice::Cuda);
+  store->reset(g.n_layers, g.n_heads, group);
+  std::vector<int64_t> lengths(size_t(g.n_heads), len);
+  for (int l = 0; l < g.n_layers; ++l) store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});
+  std::vector<int> all_but_first(size_t(len - 1));
+  for (int t = 1; t < len; ++t) all_but_first[size_t(t - 1)] = t;
+  const double accumulate = timed([&] {
+    for (int s = 0; s < acc_steps; ++s)
+      for (int l = 0; l < g.n_layers; ++l) {
+        for (int h = 0; h < g.n_heads; ++h) store->keep(l, h, all_but_first, len);
+        store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});  // one appended since
+      }
+  });
+  std::vector<float> down(sums_host.size());
+  const double download = timed([&] {
+    for (int s = 0; s < acc_steps; ++s)
+      for (int l = 0; l < g.n_layers; ++l) sums.download(down.data(), down.size());
+  });
+  std::printf("h2o accumulate  %d entries x %d query heads x %d layers: %.3f ms per token on the device; "
+              "the host path's download of the sums alone %.3f ms\n",
+              len, g.n_heads * group, g.n_layers, 1e3 * accumulate / acc_steps, 1e3 * download / acc_steps);
+}
+
+// SpindleKV's decode step on codebook layers (core/decode/device_kv_codebook.h): per layer the
+// token appended, then matched against its head's book of `codes` codes and overwritten with its
+// reconstruction on the device; against the host path it replaced (the block's K and V
+// downloaded, then each head's reconstructed row written back). 64K codes is a 128K prompt kept at
+// half (the split scan, device_kv_codebook_scan.h), on the first 4 layers (16 GiB of f32 books
+// would be all 32), so both lines also give the time per layer.
+void codebook_line(cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, const cuda::DeviceKvSnapshot& snap,
+                   const cuda::DeviceArray<float>& block, int len, int codes, int layers, std::mt19937& rng) {
+  const int64_t stride = int64_t(g.n_heads) * g.head_dim;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int cb_steps = 16;
+  cache.restore(snap);
+  std::vector<float> unit(size_t(codes) * g.head_dim);
+  for (float& x : unit) x = normal(rng) / std::sqrt(float(g.head_dim));
+  DeviceCodebookLoad load;
+  load.books.resize(size_t(g.n_heads));
+  for (DeviceCodebookLoad::Book& b : load.books) b.key_codes = b.value_codes = unit;
+  load.theta_key.assign(size_t(g.n_heads), 0.98);
+  load.theta_value.assign(size_t(g.n_heads), 0.95);
+  for (int l = 0; l < layers; ++l) cache.load_codebooks(l, load);
+  ModelConfig rope_config;
+  rope_config.head_dim = g.head_dim;
+  Rope rope(rope_config);
+  rope.reserve(len + cb_steps + 1);
+  const double matched = timed([&] {
+    for (int s = 0; s < cb_steps; ++s)
+      for (int l = 0; l < layers; ++l) {
+        const std::vector<int32_t> at(size_t(g.n_heads), len + s);
+        cache.append(l, 1, block.data(), block.data(), stride, at);
+        cache.codebook_append(l, 1, block.data(), block.data(), stride, len + s, rope.table());
+      }
+  });
+  std::vector<float> row(size_t(stride) * 2);
+  const std::vector<int32_t> position{len};
+  const double host_path = timed([&] {
+    for (int s = 0; s < cb_steps; ++s)
+      for (int l = 0; l < layers; ++l) {
+        block.download(row.data(), size_t(stride) * 2);
+        for (int h = 0; h < g.n_heads; ++h)
+          cache.write_rows(l, h, cache.layout().length(l, h) - 1, 1, row.data() + size_t(h) * g.head_dim,
+                           row.data() + size_t(h) * g.head_dim, position.data());
+      }
+  });
+  std::printf("spindlekv codebook  %d codes x %d heads x %d layers: %.3f ms per token on the device (%.3f ms a "
+              "layer); the host path's row download and re-upload alone %.3f ms\n",
+              codes, g.n_heads, layers, 1e3 * matched / cb_steps, 1e3 * matched / cb_steps / layers,
+              1e3 * host_path / cb_steps);
+  for (int l = 0; l < layers; ++l) cache.load_codebooks(l, DeviceCodebookLoad{});  // the books' memory back
+}
+
 int run(int prompt, int restores) {
   const DeviceKvGeometry g{32, 8, 128, KvType::F16};
   const int64_t stride = int64_t(g.n_heads) * g.head_dim;
@@ -209,123 +339,11 @@ int run(int prompt, int restores) {
   query_statistics_line(prompt, g.head_dim);
   const cuda::DeviceKvSnapshot snap = cache.snapshot();
   const int len = prompt + steps;
-  std::vector<std::vector<int>> half(g.n_heads), shuffled(g.n_heads);
-  for (int h = 0; h < g.n_heads; ++h) {
-    for (int t = 0; t < len; t += 2) half[h].push_back(t);
-    shuffled[h] = half[h];
-    std::shuffle(shuffled[h].begin(), shuffled[h].end(), rng);
-  }
-  const double in_place = timed([&] {
-    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, half);
-  });
-  cache.restore(snap);
-  const double gathered = timed([&] {
-    for (int l = 0; l < g.n_layers; ++l) cache.compact(l, shuffled);
-  });
-  std::printf("compact to half (all layers): in place %.3f ms, score-ordered %.3f ms\n", 1e3 * in_place, 1e3 * gathered);
-  // D2O's merge in one decode step (core/decode/row_merges.h, device_kv_merges.h): per layer, every
-  // head's newest entry's nearest kept key over the other len - 1 (one block each, one download per
-  // layer), then per head one fold of its key and value into the match.
-  cache.restore(snap);
-  std::vector<int> kept(size_t(len - 1));
-  for (int t = 0; t < len - 1; ++t) kept[size_t(t)] = t;
-  const std::vector<int> evicted{len - 1};
-  RowFolds fold;
-  fold.keys = fold.values = true;
-  fold.terms = {{.row = len - 1, .weight = 0.5}};
-  std::vector<KeptKeySearch> searches;
-  for (int h = 0; h < g.n_heads; ++h) searches.push_back({h, kept, evicted});
-  const double merge = timed([&] {
-    for (int l = 0; l < g.n_layers; ++l) {
-      const std::vector<std::vector<KeptKeyMatch>> m = cache.nearest_kept_keys(l, searches);
-      for (int h = 0; h < g.n_heads; ++h) {
-        fold.folds = {{.target = kept[size_t(m[size_t(h)][0].kept)], .first_term = 0, .terms = 1, .self_weight = 1,
-                       .divisor = 2}};
-        cache.fold_rows(l, h, fold);
-      }
-    }
-  });
-  std::printf("d2o merge step  %d kept x %d heads x %d layers: %.3f ms per token\n", len - 1, g.n_heads, g.n_layers,
-              1e3 * merge);
-  // H2O's A_acc in one decode step (core/engine/accumulated_attention_store.h): per layer the step's
-  // column sums ([32 query heads][len], as the decoder leaves them) added on the device, then every
-  // head keeps all but its oldest entry (fused into the next step's add); against the download of
-  // the same sums that the host accumulation needed every layer of every step.
-  {
-    const int group = 4, acc_steps = 16;
-    const std::vector<float> sums_host(size_t(g.n_heads) * group * size_t(len), 1e-3f);
-    cuda::DeviceArray<float> sums;
-    sums.upload(sums_host);
-    auto store = make_accumulated_attention_store(SelectionDevice::Cuda);
-    store->reset(g.n_layers, g.n_heads, group);
-    std::vector<int64_t> lengths(size_t(g.n_heads), len);
-    for (int l = 0; l < g.n_layers; ++l) store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});
-    std::vector<int> all_but_first(size_t(len - 1));
-    for (int t = 1; t < len; ++t) all_but_first[size_t(t - 1)] = t;
-    const double accumulate = timed([&] {
-      for (int s = 0; s < acc_steps; ++s)
-        for (int l = 0; l < g.n_layers; ++l) {
-          for (int h = 0; h < g.n_heads; ++h) store->keep(l, h, all_but_first, len);
-          store->add(l, lengths, ColumnSumsSignal{sums.data(), g.n_heads * group, len});  // one appended since
-        }
-    });
-    std::vector<float> down(sums_host.size());
-    const double download = timed([&] {
-      for (int s = 0; s < acc_steps; ++s)
-        for (int l = 0; l < g.n_layers; ++l) sums.download(down.data(), down.size());
-    });
-    std::printf("h2o accumulate  %d entries x %d query heads x %d layers: %.3f ms per token on the device; "
-                "the host path's download of the sums alone %.3f ms\n",
-                len, g.n_heads * group, g.n_layers, 1e3 * accumulate / acc_steps, 1e3 * download / acc_steps);
-  }
-  // SpindleKV's decode step on codebook layers (core/decode/device_kv_codebook.h): per layer the
-  // token appended, then matched against its head's book of `codes` codes and overwritten with its
-  // reconstruction on the device; against the host path it replaced (the block's K and V
-  // downloaded, then each head's reconstructed row written back). 64K codes is a 128K prompt kept at
-  // half (the split scan, device_kv_codebook_scan.h), on the first 4 layers (16 GiB of f32 books
-  // would be all 32), so both lines also give the time per layer.
-  const auto codebook_step = [&](int codes, int layers) {
-    const int cb_steps = 16;
-    cache.restore(snap);
-    std::vector<float> unit(size_t(codes) * g.head_dim);
-    for (float& x : unit) x = normal(rng) / std::sqrt(float(g.head_dim));
-    DeviceCodebookLoad load;
-    load.books.resize(size_t(g.n_heads));
-    for (DeviceCodebookLoad::Book& b : load.books) b.key_codes = b.value_codes = unit;
-    load.theta_key.assign(size_t(g.n_heads), 0.98);
-    load.theta_value.assign(size_t(g.n_heads), 0.95);
-    for (int l = 0; l < layers; ++l) cache.load_codebooks(l, load);
-    ModelConfig rope_config;
-    rope_config.head_dim = g.head_dim;
-    Rope rope(rope_config);
-    rope.reserve(len + cb_steps + 1);
-    const double matched = timed([&] {
-      for (int s = 0; s < cb_steps; ++s)
-        for (int l = 0; l < layers; ++l) {
-          const std::vector<int32_t> at(size_t(g.n_heads), len + s);
-          cache.append(l, 1, block.data(), block.data(), stride, at);
-          cache.codebook_append(l, 1, block.data(), block.data(), stride, len + s, rope.table());
-        }
-    });
-    std::vector<float> row(size_t(stride) * 2);
-    const std::vector<int32_t> position{len};
-    const double host_path = timed([&] {
-      for (int s = 0; s < cb_steps; ++s)
-        for (int l = 0; l < layers; ++l) {
-          block.download(row.data(), size_t(stride) * 2);
-          for (int h = 0; h < g.n_heads; ++h)
-            cache.write_rows(l, h, cache.layout().length(l, h) - 1, 1, row.data() + size_t(h) * g.head_dim,
-                             row.data() + size_t(h) * g.head_dim, position.data());
-        }
-    });
-    std::printf("spindlekv codebook  %d codes x %d heads x %d layers: %.3f ms per token on the device (%.3f ms a "
-                "layer); the host path's row download and re-upload alone %.3f ms\n",
-                codes, g.n_heads, layers, 1e3 * matched / cb_steps, 1e3 * matched / cb_steps / layers,
-                1e3 * host_path / cb_steps);
-    for (int l = 0; l < layers; ++l) cache.load_codebooks(l, DeviceCodebookLoad{});  // the books' memory back
-  };
-  codebook_step(1024, g.n_layers);
-  codebook_step(65536, std::min(4, g.n_layers));
+  compaction_line(cache, g, snap, len, rng);
+  d2o_merge_line(cache, g, snap, len);
+  h2o_accumulate_line(g, len);
+  codebook_line(cache, g, snap, block, len, 1024, g.n_layers, rng);
+  codebook_line(cache, g, snap, block, len, 65536, std::min(4, g.n_layers), rng);
   cache.restore(snap);
   const double restore = timed([&] {
     for (int r = 0; r < restores; ++r) cache.restore(snap);

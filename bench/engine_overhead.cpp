@@ -24,6 +24,23 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// CAKE with cascading=true run live inside a prefill of `tokens`: the engine's time against the
+// plain prefill's, and its peak bytes against the final and the full cache's.
+void cake_cascading_live(Decoder& decoder, const ModelConfig& c, const std::vector<int>& tokens, const Budget& budget,
+                         double prefill_plain) {
+  decoder.reset();
+  const auto cascade = load_policy("cake", {{"cascading", "true"}});
+  EvictionEngine engine(*cascade, c, {budget, 0});
+  const double t0 = now();
+  decoder.forward(std::span<const int>(tokens), &engine);
+  const double total = now() - t0;
+  const EvictionReport& r = engine.report();
+  std::printf("cake cascading live: prefill+engine %.3f s, engine %.4f s (%.2f%% of plain prefill); peak %zu bytes = "
+              "%.3fx final %zu (one-shot peak = full %zu)\n",
+              total, r.seconds, 100.0 * r.seconds / prefill_plain, r.peak_bytes,
+              static_cast<double>(r.peak_bytes) / r.bytes_kept, r.bytes_kept, r.bytes_full);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,17 +113,6 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   // CAKE cascading live: engine time inside a real prefill, and peak bytes.
-  if (!only.empty()) return 0;
-  decoder->reset();
-  const auto cascade = load_policy("cake", {{"cascading", "true"}});
-  EvictionEngine engine(*cascade, c, {budget, 0});
-  t0 = now();
-  decoder->forward(std::span<const int>(tokens), &engine);
-  const double total = now() - t0;
-  const EvictionReport& r = engine.report();
-  std::printf("cake cascading live: prefill+engine %.3f s, engine %.4f s (%.2f%% of plain prefill); peak %zu bytes = "
-              "%.3fx final %zu (one-shot peak = full %zu)\n",
-              total, r.seconds, 100.0 * r.seconds / prefill_plain, r.peak_bytes,
-              static_cast<double>(r.peak_bytes) / r.bytes_kept, r.bytes_kept, r.bytes_full);
+  if (only.empty()) cake_cascading_live(*decoder, c, tokens, budget, prefill_plain);
   return 0;
 }
