@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "core/decode/sampler.h"
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
 #include "core/engine/block_prefill.h"
@@ -126,8 +127,6 @@ struct Run {
   std::vector<EvictionReport> reports;
   std::vector<CacheOrder> orders;  // the cache's slot orders at the same moments
 };
-
-int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // `forced` null: greedy, each step feeding the previous logits' argmax (A). Otherwise those ids
 // are fed (B, teacher-forced on A's). Either way `ids` holds the o.tokens ids fed.

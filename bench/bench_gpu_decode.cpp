@@ -90,6 +90,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "device_memory_peak.h"
+#include "run_costs.h"
+#include "synthetic_kv_cache.h"
+#include "core/decode/sampler.h"
 #include "core/decode/decoder.h"
 #include "core/decode/make_decoder.h"
 #include "core/engine/block_prefill.h"
@@ -98,11 +102,11 @@
 #include "core/util/error.h"
 #include "jit/device.h"
 #include "jit/scoring_backend.h"
-#ifdef KVEVICT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 using namespace kvevict;
+using bench::DeviceMemoryPeak;
+using bench::RunCosts;
+using bench::device_bytes_in_use;
+using bench::synthetic_cache;
 
 namespace {
 
@@ -162,54 +166,6 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-// Device memory in use now (total - free) in bytes; 0 without CUDA.
-size_t device_bytes_in_use(const jit::DeviceChoice& device) {
-#ifdef KVEVICT_HAVE_CUDA
-  if (device.kind == jit::DeviceKind::Cuda) {
-    size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total - free;
-  }
-#endif
-  (void)device;
-  return 0;
-}
-
-// The largest device_bytes_in_use seen while it lives: a thread polls cudaMemGetInfo every 2 ms
-// (a sampled peak: an allocation freed within 2 ms can be missed). Nothing on the CPU.
-class DeviceMemoryPeak {
- public:
-  explicit DeviceMemoryPeak(const jit::DeviceChoice& device) : device_(device), peak_(device_bytes_in_use(device)) {
-    if (device.kind != jit::DeviceKind::Cuda) return;
-    poller_ = std::thread([this] {
-#ifdef KVEVICT_HAVE_CUDA
-      cudaSetDevice(device_.ordinal);
-#endif
-      while (!stop_.load()) {
-        const size_t now_bytes = device_bytes_in_use(device_);
-        size_t seen = peak_.load();
-        while (now_bytes > seen && !peak_.compare_exchange_weak(seen, now_bytes)) {
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-    });
-  }
-  ~DeviceMemoryPeak() { stop(); }
-  // Stops polling; returns the peak.
-  size_t stop() {
-    stop_.store(true);
-    if (poller_.joinable()) poller_.join();
-    return std::max(peak_.load(), device_bytes_in_use(device_));
-  }
-
- private:
-  jit::DeviceChoice device_;
-  std::atomic<size_t> peak_;
-  std::atomic<bool> stop_{false};
-  std::thread poller_;
-};
-
-int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -230,46 +186,6 @@ struct Bench {
 
 // An unestimated run (the first of a sweep) starts only with at least this much time left.
 constexpr double kMinUnestimatedSeconds = 30;
-
-// What the runs of one sweep cost, for the estimate of the next: a run's estimate is the same
-// policy's cost at the measured context nearest to it (by ratio), scaled by the context ratio
-// (linearly for a synthetic fill, by Bench::prefill_exponent for a prefill); without one, the
-// largest cost of any policy at that nearest context, scaled the same way; without any run, none.
-// Per policy because a policy's run is not the full cache's: a 3% synthetic fill at 128K costs a
-// few seconds where the full one costs tens (the first device runs estimated every policy at the
-// largest cost of its context, and skipped the 3% rows whenever full's did not leave that much).
-class RunCosts {
- public:
-  explicit RunCosts(double exponent) : exponent_(exponent) {}
-  void add(int context, const std::string& policy, double seconds) { costs_.push_back({context, policy, seconds}); }
-  std::optional<double> estimate(int context, const std::string& policy) const {
-    const Cost* nearest = nullptr;
-    double nearest_distance = 0;
-    for (const bool same_policy : {true, false}) {
-      for (const Cost& c : costs_) {
-        if (same_policy && c.policy != policy) continue;
-        const double distance = std::abs(std::log(static_cast<double>(context) / c.context));
-        if (!nearest || distance < nearest_distance ||
-            (distance == nearest_distance && c.context == nearest->context && c.seconds > nearest->seconds)) {
-          nearest = &c;
-          nearest_distance = distance;
-        }
-      }
-      if (nearest) break;
-    }
-    if (!nearest) return std::nullopt;
-    return nearest->seconds * std::pow(static_cast<double>(context) / nearest->context, exponent_);
-  }
-
- private:
-  struct Cost {
-    int context;
-    std::string policy;
-    double seconds;
-  };
-  double exponent_;
-  std::vector<Cost> costs_;
-};
 
 // Back to an empty cache at position 0 before a run. reset() empties the cache and position (the
 // CUDA decoder's mirror drops any host lag and empties the device cache at its next flush); the
@@ -384,74 +300,6 @@ nlohmann::json run_one(const Bench& b, int context, const std::string& policy_na
           {"host_cache_bytes_after_decode", decoder.cache_layout().bytes_reserved()},
           {"host_rows_read_prefill", rows_read_prefill},
           {"host_rows_read_total", decoder.device_kv_stats().counts.rows_read}};
-}
-
-// splitmix64: one stream per (layer, KV head, block of entries) of the synthetic cache.
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Block `block` (its `count` entries) of one (layer, KV head) of the synthetic cache: keys and
-// values ([count][head_dim] each) uniform in [-1, 1), two 24-bit draws per 64-bit output. The
-// stream depends on (layer, head, block) only, so the data do not depend on how blocks meet threads.
-void fill_synthetic_block(int layer, int head, int64_t block, int64_t count, int head_dim, float* keys,
-                          float* values) {
-  uint64_t state = 0x6A09E667F3BCC909ull ^ (static_cast<uint64_t>(layer) << 48) ^ (static_cast<uint64_t>(head) << 32) ^
-                   static_cast<uint64_t>(block);
-  splitmix64(state);  // decorrelates neighbouring seeds before the first draw used
-  const size_t n = static_cast<size_t>(count) * static_cast<size_t>(head_dim);
-  auto fill = [&state](float* out, size_t size) {
-    constexpr float kScale = 0x1.0p-23f;  // 24 bits -> [0, 2), minus 1 -> [-1, 1)
-    size_t i = 0;
-    for (; i + 2 <= size; i += 2) {
-      const uint64_t bits = splitmix64(state);
-      out[i] = static_cast<float>(bits >> 40) * kScale - 1.0f;
-      out[i + 1] = static_cast<float>((bits >> 8) & 0xFFFFFFu) * kScale - 1.0f;
-    }
-    if (i < size) out[i] = static_cast<float>(splitmix64(state) >> 40) * kScale - 1.0f;
-  };
-  fill(keys, n);
-  fill(values, n);
-}
-
-// A cache of `entries` random entries per (layer, KV head), positions evenly spread over
-// [0, context): what a policy keeping that many entries leaves, as far as attention's cost goes.
-// Up to 128K entries x 32 layers x 8 heads (16 GiB of f16 K/V): the random rows are drawn in
-// parallel (OpenMP over (head, block) of one chunk of a layer), the appends stay on this thread,
-// chunk by chunk, so the cache is mutated by one thread only.
-KVCache synthetic_cache(const ModelConfig& config, KvType type, int context, int entries) {
-  constexpr int64_t kBlock = 1024;      // entries per random stream
-  constexpr int64_t kChunkBlocks = 8;   // blocks per head drawn before they are appended
-  KVCache cache(config, type);
-  const int heads = config.n_kv_heads, head_dim = config.head_dim;
-  const int64_t blocks = (entries + kBlock - 1) / kBlock;
-  const size_t head_stride = static_cast<size_t>(kChunkBlocks * kBlock) * static_cast<size_t>(head_dim);
-  std::vector<float> keys(static_cast<size_t>(heads) * head_stride), values(keys.size());
-  for (int l = 0; l < config.n_layers; ++l)
-    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-      const int64_t chunk_blocks = std::min(kChunkBlocks, blocks - b0);
-      const int64_t tasks = static_cast<int64_t>(heads) * chunk_blocks;
-      // Threads only where they pay (a small cache is drawn faster than a team starts on a busy machine).
-#pragma omp parallel for schedule(static) if (tasks * kBlock * head_dim >= (int64_t{1} << 20))
-      for (int64_t t = 0; t < tasks; ++t) {
-        const int h = static_cast<int>(t / chunk_blocks);
-        const int64_t j = t % chunk_blocks, block = b0 + j;
-        const int64_t count = std::min(kBlock, entries - block * kBlock);
-        const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(j * kBlock) * head_dim;
-        fill_synthetic_block(l, h, block, count, head_dim, keys.data() + at, values.data() + at);
-      }
-      const int64_t first = b0 * kBlock, last = std::min<int64_t>(entries, (b0 + chunk_blocks) * kBlock);
-      for (int h = 0; h < heads; ++h)
-        for (int64_t i = first; i < last; ++i) {
-          const size_t at = static_cast<size_t>(h) * head_stride + static_cast<size_t>(i - first) * head_dim;
-          const int32_t position = static_cast<int32_t>(i * context / entries);
-          cache.append(l, h, position, keys.data() + at, values.data() + at);
-        }
-    }
-  return cache;
 }
 
 // Decode latency over a synthetic cache (no prefill, no engine) on the shared decoder; see the
