@@ -215,9 +215,9 @@ TEST_P(CacheRowsSignalTypes, ProjectedValueNormsAreTheHostsThroughEachQueryHeads
       EXPECT_EQ(s.keys, nullptr);
       EXPECT_EQ(s.values, nullptr);
       ASSERT_EQ(from_slices.out_norms_l1.size(), from_device.out_norms_l1.size());
-      EXPECT_EQ(std::memcmp(from_slices.out_norms_l1.data(), from_device.out_norms_l1.data(),
-                            from_slices.out_norms_l1.size() * sizeof(float)),
-                0)
+      EXPECT_TRUE(from_slices.out_norms_l1.empty() ||  // bitwise (infinite rows' norms may be NaN)
+                  std::memcmp(from_slices.out_norms_l1.data(), from_device.out_norms_l1.data(),
+                              from_slices.out_norms_l1.size() * sizeof(float)) == 0)
           << "the decoder's layout reads the slices' values";
       int64_t packed = 0;
       for (int h = 0; h < g.n_heads; ++h) {
