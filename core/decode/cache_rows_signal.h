@@ -114,17 +114,32 @@ KVEVICT_HOST_DEVICE inline size_t cache_rows_floats(const CacheRowsArgs& a) {
   return static_cast<size_t>(a.head_dim) * device_kv_range_rows(a.ranges);
 }
 
-// Output float x (of each side asked for): its head is the range head of x / head_dim (head h's
-// block spans exactly those x), then its dimension i and entry t within the head's [head_dim]
+// Output x of a layout packing, head after head, a [rows][length] block per head (rows = head_dim
+// for K and V, the group for the projected value norms): its head h (head h's block spans rows x
+// its range, so x / rows falls in the head's range), its row i in the block and its entry's arena
+// row.
+struct PackedBlockElement {
+  int head = 0;
+  int i = 0;
+  int64_t row = 0;
+};
+KVEVICT_HOST_DEVICE inline PackedBlockElement packed_block_element(const DeviceKvHeadRanges& r, size_t x, size_t rows) {
+  int64_t unused = 0;
+  PackedBlockElement e;
+  e.head = device_kv_range_head(r, x / rows, &unused);
+  const size_t local = x - rows * static_cast<size_t>(r.out_offset[e.head]);
+  const size_t length = static_cast<size_t>(r.out_offset[e.head + 1] - r.out_offset[e.head]);
+  e.i = static_cast<int>(local / length);
+  e.row = r.start_row[e.head] + static_cast<int64_t>(local % length);
+  return e;
+}
+
+// Output float x (of each side asked for): its dimension i and entry within its head's [head_dim]
 // [length] block.
 KVEVICT_HOST_DEVICE inline void cache_rows_element(const CacheRowsArgs& a, size_t x) {
-  const size_t d = static_cast<size_t>(a.head_dim);
-  int64_t unused = 0;
-  const int h = device_kv_range_head(a.ranges, x / d, &unused);
-  const size_t local = x - d * static_cast<size_t>(a.ranges.out_offset[h]);
-  const size_t length = static_cast<size_t>(a.ranges.out_offset[h + 1] - a.ranges.out_offset[h]);
-  const int i = static_cast<int>(local / length);
-  const int64_t row = a.ranges.start_row[h] + static_cast<int64_t>(local % length);
+  const PackedBlockElement e = packed_block_element(a.ranges, x, static_cast<size_t>(a.head_dim));
+  const int i = e.i;
+  const int64_t row = e.row;
   if (a.keys_out) a.keys_out[x] = device_kv_load(a.keys, a.type, row, a.head_dim, i);
   if (a.values_out) a.values_out[x] = device_kv_load(a.values, a.type, row, a.head_dim, i);
   if (a.keys_pre_rope_out) {
@@ -160,19 +175,12 @@ KVEVICT_HOST_DEVICE inline size_t cache_rows_out_norms(const CacheRowsArgs& a) {
   return static_cast<size_t>(a.projection.group) * device_kv_range_rows(a.ranges);
 }
 
-// Output x of the projected value norms: its head h (head h's block spans group x its range, so x /
-// group falls in the head's range), then its query g and entry t within the head's [group][length]
-// block. `row`: the entry's value as f32 (head_dim floats of scratch for the caller).
+// Output x of the projected value norms: its query g (the block's row) and entry within its head's
+// [group][length] block. `row`: the entry's value as f32 (head_dim floats of scratch for the caller).
 KVEVICT_HOST_DEVICE inline void cache_rows_out_norm_element(const CacheRowsArgs& a, size_t x, float* row) {
-  const size_t group = static_cast<size_t>(a.projection.group);
-  int64_t unused = 0;
-  const int h = device_kv_range_head(a.ranges, x / group, &unused);
-  const size_t local = x - group * static_cast<size_t>(a.ranges.out_offset[h]);
-  const size_t length = static_cast<size_t>(a.ranges.out_offset[h + 1] - a.ranges.out_offset[h]);
-  const int g = static_cast<int>(local / length);
-  const int64_t entry = a.ranges.start_row[h] + static_cast<int64_t>(local % length);
-  for (int b = 0; b < a.head_dim; ++b) row[b] = device_kv_load(a.values, a.type, entry, a.head_dim, b);
-  a.out_norms_l1_out[x] = projected_value_l1(a.projection, h * a.projection.group + g, row, a.head_dim);
+  const PackedBlockElement e = packed_block_element(a.ranges, x, static_cast<size_t>(a.projection.group));
+  for (int b = 0; b < a.head_dim; ++b) row[b] = device_kv_load(a.values, a.type, e.row, a.head_dim, b);
+  a.out_norms_l1_out[x] = projected_value_l1(a.projection, e.head * a.projection.group + e.i, row, a.head_dim);
 }
 
 // The observer's description of what `a` wrote (lengths and offsets from its ranges).

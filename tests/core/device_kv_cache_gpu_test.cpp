@@ -344,22 +344,9 @@ TEST_P(DeviceKvCacheGpu, CacheRowsKeysBeforeRopeMatchTheTwinBitForBit) {
       std::mt19937 rng(9u + static_cast<uint32_t>(head_dim));
       std::normal_distribution<float> normal(0.0f, 2.0f);
       for (int round = 0; round < 3; ++round) {
-        device_kv_test::Op op;
-        op.layer = 0;
-        op.append = true;
-        op.n = 100 + 37 * round;
-        op.stride = int64_t(g.n_heads) * head_dim;
-        op.keys.resize(size_t(op.n) * op.stride);
-        op.values.resize(op.keys.size());
-        for (float& x : op.keys) x = normal(rng);
-        for (float& x : op.values) x = normal(rng);
-        op.first_positions = {100 * round, 1000 + round, 3000, 7 * round};
-        apply(device, twin, op);
-        device_kv_test::Op keep;
-        keep.layer = 0;
-        keep.append = false;
-        for (int h = 0; h < g.n_heads; ++h) keep.keep.push_back(device_kv_test::random_keep(rng, int(twin.layout().length(0, h))));
-        apply(device, twin, keep);
+        apply(device, twin,
+              device_kv_test::normal_append(g, 0, 100 + 37 * round, {100 * round, 1000 + round, 3000, 7 * round}, rng, normal));
+        apply(device, twin, device_kv_test::random_keep_op(rng, twin.layout(), 0));
         const DeviceKvLayerView view = make_layer_view(device.layout().layer(0), g, device.keys(0), device.values(0),
                                                        device.positions(0));
         CacheRowsHost twin_rows;
@@ -402,22 +389,8 @@ TEST_P(DeviceKvCacheGpu, CacheRowsProjectedValueNormsMatchTheTwinBitForBit) {
     OutputProjectionView on_device = on_host;
     on_device.data = wo_device.data();
     for (int round = 0; round < 3; ++round) {
-      device_kv_test::Op op;
-      op.layer = 0;
-      op.append = true;
-      op.n = 150 + 61 * round;
-      op.stride = int64_t(g.n_heads) * head_dim;
-      op.keys.resize(size_t(op.n) * op.stride);
-      op.values.resize(op.keys.size());
-      for (float& x : op.keys) x = normal(rng);
-      for (float& x : op.values) x = normal(rng);
-      op.first_positions = {200 * round, 5 * round};
-      apply(device, twin, op);
-      device_kv_test::Op keep;
-      keep.layer = 0;
-      keep.append = false;
-      for (int h = 0; h < g.n_heads; ++h) keep.keep.push_back(device_kv_test::random_keep(rng, int(twin.layout().length(0, h))));
-      apply(device, twin, keep);
+      apply(device, twin, device_kv_test::normal_append(g, 0, 150 + 61 * round, {200 * round, 5 * round}, rng, normal));
+      apply(device, twin, device_kv_test::random_keep_op(rng, twin.layout(), 0));
       const DeviceKvLayerView view = make_layer_view(device.layout().layer(0), g, device.keys(0), device.values(0),
                                                      device.positions(0));
       CacheRowsHost twin_rows;

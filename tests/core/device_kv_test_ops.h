@@ -126,6 +126,33 @@ inline std::vector<int> random_keep(std::mt19937& rng, int length) {
   return out;
 }
 
+// An append of `n` tokens to `layer` with keys and values drawn from `normal` (finite values, unlike
+// random_value's), head h's first position first_positions[h].
+inline Op normal_append(const DeviceKvGeometry& g, int layer, int n, std::vector<int32_t> first_positions,
+                        std::mt19937& rng, std::normal_distribution<float>& normal) {
+  Op op;
+  op.layer = layer;
+  op.append = true;
+  op.n = n;
+  op.stride = int64_t(g.n_heads) * g.head_dim;
+  op.keys.resize(size_t(op.n) * op.stride);
+  op.values.resize(op.keys.size());
+  for (float& x : op.keys) x = normal(rng);
+  for (float& x : op.values) x = normal(rng);
+  op.first_positions = std::move(first_positions);
+  return op;
+}
+
+// A keep of `layer` with a random_keep list per head of the lengths `layout` holds.
+inline Op random_keep_op(std::mt19937& rng, const DeviceKvLayout& layout, int layer) {
+  Op keep;
+  keep.layer = layer;
+  keep.append = false;
+  for (int h = 0; h < layout.geometry().n_heads; ++h)
+    keep.keep.push_back(random_keep(rng, static_cast<int>(layout.length(layer, h))));
+  return keep;
+}
+
 // A write of `rows` random rows at `first` of one head: rows, then positions.
 struct WriteOp {
   int layer = 0, head = 0;

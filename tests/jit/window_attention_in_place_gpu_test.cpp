@@ -236,48 +236,40 @@ void expect_mostly_the_same_kept(const Outcome& got, const Outcome& expected, co
   EXPECT_GE(double(same), 0.95 * double(kept)) << name << ": " << same << " of " << kept << " kept entries the same";
 }
 
-// The keys before RoPE read in place (ObservationRequest::cache_keys_pre_rope_on_device):
-// LeverageScorePress's prompt scored by the NVRTC kernels from the keys the decoder rotates back on
-// its device (with its RoPE table and explicit fmaf) while the host cache holds placeholders, against
-// the same kernels scoring K_pre the host rotated back (Rope::inverse) from a host cache that took
-// every row. The two rotations agree to float rounding only, so kept sets may part on scores tied
-// within it: at least 95% of the kept entries must be the same.
-TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheKeysBeforeRopeInPlace) {
-  SKIP_WITHOUT_GPU();
-  const auto model = make_random_model(in_place_config(), 67);
+// `policy`'s prompt (120 tokens, `stride` and `offset` making them) scored by the NVRTC kernels from
+// the cached-row signals the decoder makes on its device, while the host cache holds placeholders,
+// against the same kernels scoring the signals the engine made from a host cache that took every
+// row: at least 95% of the kept entries the same (the two agree to float rounding only).
+void expect_device_made_rows_keep_the_hosts(const std::string& policy, uint64_t seed, int stride, int offset) {
+  const auto model = make_random_model(in_place_config(), seed);
   std::vector<int> prompt(120);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 43 + 11) % 300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * stride + offset) % 300);
   const jit::DeviceChoice device = jit::resolve_device("cuda");
   const int heads = model->config.n_layers * model->config.n_kv_heads;
-  const auto on_device = jit::load_scored_policy("leverage", {}, {}, jit::ScoringBackend::CudaKernel, device);
+  const auto on_device = jit::load_scored_policy(policy, {}, {}, jit::ScoringBackend::CudaKernel, device);
   const Outcome in_place = run(*model, *on_device, prompt);
   const Outcome from_host = run(*model, *on_device, prompt, {}, /*rows_on_host=*/true);
-  EXPECT_GE(in_place.report.cache_rows_in_place, heads);
-  EXPECT_EQ(from_host.report.cache_rows_in_place, 0);
-  EXPECT_GT(in_place.stats.counts.rows_placeholder, 0);
-  expect_mostly_the_same_kept(in_place, from_host, "leverage");
+  EXPECT_GE(in_place.report.cache_rows_in_place, heads) << policy;
+  EXPECT_EQ(from_host.report.cache_rows_in_place, 0) << policy;
+  EXPECT_GT(in_place.stats.counts.rows_placeholder, 0) << policy;
+  expect_mostly_the_same_kept(in_place, from_host, policy);
 }
 
-// DefensiveKV's projected value norms (out_norm_l1) read in place (LayerSignals::cache_rows,
-// ObservationRequest::out_norms_l1_on_device): its prompt scored by the NVRTC kernels from the norms
-// the decoder makes on its device from its values and its F16 W_o, while the host cache holds
-// placeholders and no W_o slice comes to the host, against the same kernels scoring the norms the
-// engine made from a host cache that took every row and the host's f32 W_o. The two W_o agree to
-// f16 rounding only, so kept sets may part on scores tied within it: at least 95% the same.
+// The keys before RoPE read in place (ObservationRequest::cache_keys_pre_rope_on_device):
+// LeverageScorePress's prompt, from the keys the decoder rotates back on its device (with its RoPE
+// table and explicit fmaf), against K_pre the host rotated back (Rope::inverse).
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheKeysBeforeRopeInPlace) {
+  SKIP_WITHOUT_GPU();
+  expect_device_made_rows_keep_the_hosts("leverage", 67, 43, 11);
+}
+
+// DefensiveKV's projected value norms (out_norm_l1) read in place (ObservationRequest::
+// out_norms_l1_on_device): its prompt, from the norms the decoder makes on its device from its
+// values and its F16 W_o (no W_o slice comes to the host), against the norms the engine made from
+// the host's rows and f32 W_o (they agree to f16 rounding of W_o).
 TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheProjectedValueNormsInPlace) {
   SKIP_WITHOUT_GPU();
-  const auto model = make_random_model(in_place_config(), 71);
-  std::vector<int> prompt(120);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int((i * 29 + 13) % 300);
-  const jit::DeviceChoice device = jit::resolve_device("cuda");
-  const int heads = model->config.n_layers * model->config.n_kv_heads;
-  const auto on_device = jit::load_scored_policy("defensive_kv", {}, {}, jit::ScoringBackend::CudaKernel, device);
-  const Outcome in_place = run(*model, *on_device, prompt);
-  const Outcome from_host = run(*model, *on_device, prompt, {}, /*rows_on_host=*/true);
-  EXPECT_GE(in_place.report.cache_rows_in_place, heads);
-  EXPECT_EQ(from_host.report.cache_rows_in_place, 0);
-  EXPECT_GT(in_place.stats.counts.rows_placeholder, 0);
-  expect_mostly_the_same_kept(in_place, from_host, "defensive_kv");
+  expect_device_made_rows_keep_the_hosts("defensive_kv", 71, 29, 13);
 }
 
 // Key and value norms read in place (LayerSignals::cache_rows' norms, ObservationRequest::
