@@ -7,12 +7,12 @@
 // (cache_rows_twin).
 //
 // The arithmetic is the host's (output_norms_l1, model_signals.cpp): in double, each output
-// feature i's dot product summed over b = 0 .. head_dim - 1 in order, then |.| summed over i = 0 ..
-// dim - 1 in order, rounded to float once. Products and sums are rounded separately (no fused
-// multiply-add): on the device through __dmul_rn and __dadd_rn, which nvcc never contracts; on the
-// host as written, which g++ cannot contract either for the x86-64 baseline this repository builds
-// for (no FMA instruction without -march). So the twin, the kernel and the host's loop give the
-// same bits from the same weights and rows.
+// feature i's dot product accumulated over b = 0 .. head_dim - 1 in order by explicit fused
+// multiply-adds (fma: correctly rounded on the host and the device alike, so no compiler's choice
+// to contract or not can part them: core is built with -march=native, where g++ contracts a * b + c
+// by default, and nvcc does too), then |.| summed over i = 0 .. dim - 1 in order, rounded to float
+// once. So the twin, the kernel and the host's loop give the same bits from the same weights and
+// rows.
 //
 // Cost: dim x head_dim multiply-adds per (entry, query head): on the 8B geometry (dim 4096, head_dim
 // 128, 32 query heads) 2.2 T per layer at 128K entries. That is why it is made on the device: the
@@ -48,21 +48,12 @@ KVEVICT_HOST_DEVICE inline float projection_load(const OutputProjectionView& w, 
   return w.type == KvType::F16 ? kv_scalar::f16_to_f32(word) : kv_scalar::bf16_to_f32(word);
 }
 
-// acc + a * b with the product and the sum each rounded (see the header).
-KVEVICT_HOST_DEVICE inline double add_product_rounded(double acc, double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(acc, __dmul_rn(a, b));
-#else
-  return acc + a * b;
-#endif
-}
-
 // ||W_o,q v||_1 for the head_dim values `v` (f32, host or device memory alike).
 KVEVICT_HOST_DEVICE inline float projected_value_l1(const OutputProjectionView& w, int q, const float* v, int head_dim) {
   double l1 = 0;
   for (int i = 0; i < w.dim; ++i) {
     double dot = 0;
-    for (int b = 0; b < head_dim; ++b) dot = add_product_rounded(dot, projection_load(w, q, i, b), v[b]);
+    for (int b = 0; b < head_dim; ++b) dot = fma(static_cast<double>(projection_load(w, q, i, b)), static_cast<double>(v[b]), dot);
     l1 += fabs(dot);
   }
   return static_cast<float>(l1);

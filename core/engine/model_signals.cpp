@@ -96,9 +96,10 @@ void output_norms(const float* grams, int kv_head, int group, int d, const float
 
 void output_norms_l1(const float* projection, int dim, int kv_head, int group, int d, const float* values, int T, float* out) {
   // W_o,h is [dim][d]; it is read transposed, in double, so that the inner loop runs over the dim
-  // rows at once (contiguous, vectorised). Each row's sum still adds its d products in the order
-  // b = 0 .. d-1 and the L1 sum its rows in the order i = 0 .. dim-1: the same bits as the plain
-  // per-row loop.
+  // rows at once (contiguous, vectorised). Each row's sum still accumulates its d products in the
+  // order b = 0 .. d-1, by explicit fused multiply-adds, and the L1 sum its rows in the order
+  // i = 0 .. dim-1: the same bits as the plain per-row loop and as the device's kernel
+  // (projected_value_norms.h), whatever the compiler's contraction.
   const size_t per_head = static_cast<size_t>(dim) * d;
   std::vector<double> wt(per_head);  // wt[b * dim + i] = W[i][b]
   std::vector<double> row(static_cast<size_t>(dim));
@@ -112,7 +113,7 @@ void output_norms_l1(const float* projection, int dim, int kv_head, int group, i
       for (int b = 0; b < d; ++b) {
         const double vb = v[b];
         const double* w = wt.data() + static_cast<size_t>(b) * dim;
-        for (int i = 0; i < dim; ++i) row[static_cast<size_t>(i)] += w[i] * vb;
+        for (int i = 0; i < dim; ++i) row[static_cast<size_t>(i)] = std::fma(w[i], vb, row[static_cast<size_t>(i)]);
       }
       double s = 0;
       for (int i = 0; i < dim; ++i) s += std::fabs(row[static_cast<size_t>(i)]);

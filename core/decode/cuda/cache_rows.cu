@@ -59,7 +59,7 @@ __global__ void cache_out_norms_kernel(const CacheRowsArgs a) {
     for (int b = 0; b < d; ++b) {
       const double v = device_kv_load(a.values, a.type, row, d, b);
 #pragma unroll
-      for (int j = 0; j < kProjectedValueChunk; ++j) dot[j] = add_product_rounded(dot[j], w[j * d + b], v);
+      for (int j = 0; j < kProjectedValueChunk; ++j) dot[j] = fma(static_cast<double>(w[j * d + b]), v, dot[j]);
     }
 #pragma unroll
     for (int j = 0; j < kProjectedValueChunk; ++j)
