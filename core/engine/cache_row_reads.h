@@ -15,8 +15,9 @@
 //     computes from the window queries and the cached keys unless the decoder hands it over
 //     (NoneGivenDecoderSignals); H2O and StreamingLLM read column sums or positions only (None;
 //     StreamingLLM's re-assigned positions are re-rotated on the device by the mirror);
-//   * either: K and V themselves (R-KV's redundancy, KeyDiff) and their norms (key_norm,
-//     value_norm) when the program scores on the decoder's device, which hands them over there
+//   * either: K and V themselves (R-KV's redundancy, KeyDiff), K_pre, their norms (key_norm,
+//     value_norm) and the values' projected L1 norms (out_norm_l1, DefensiveKV) when the program
+//     scores on the decoder's device, which hands them over there
 //     (CachedRowSignals::GivenOnDevice: NoneGivenDecoderSignals, the norms then not held on the host); the
 //     merge-on-evict methods, which the decoder runs where the rows are (merge_given_by_decoder,
 //     NoneGivenDecoderSignals).
@@ -55,8 +56,8 @@ bool signal_source_reads_cache_rows(SignalSource source);
 // re-rotates them; head plans run at the prompt only, on prompt_reads). Then
 // NoneGivenDecoderSignals when the decode indicator reads A, which a decoder computes from the
 // queries it holds, causal or not (MorphKV, Scissorhands, CAKE's paper indicator, NACL with
-// decode_interval > 0), else None. With GivenOnDevice, K, V and their norms count as given by the
-// decoder too (NoneGivenDecoderSignals when read: R-KV's redundancy, the decoding presses' norms). The engine narrows it per call: only while
+// decode_interval > 0), else None. With GivenOnDevice, K, V, K_pre, their norms and out_norm_l1
+// count as given by the decoder too (NoneGivenDecoderSignals when read: R-KV's redundancy, the decoding presses' norms). The engine narrows it per call: only while
 // it asks the decoder for the window attention (EvictionEngine's decode trigger reads A).
 CacheRowReads decode_cache_row_reads(const PolicyDescription& d,
                                      CachedRowSignals rows = CachedRowSignals::ReadOnHost);
@@ -84,7 +85,8 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 
 // What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
-//     unfolded GQA, extra selection stages,
+//     unfolded GQA, a staged selection whose later stages read A, O or rows (or whose stages
+//     share one budget, or start with another program than `score`: staged_prompt_reads_rows),
 //     NACL's same-index head,
 //     a context replay, a window found from the tokens or from the prompt's
 //     length unless the prompt is announced (else unknown before the call, so the decoder cannot
@@ -93,7 +95,8 @@ const SignalSet& prompt_signals(const PolicyDescription& d);
 //     computes A, causal or not, for every head at every prompt layer, which the decoder must hand
 //     over), reads the prompt query statistics or the segment-local attention A_seg (the decoder
 //     makes them: ObservationRequest::query_statistics, segment_attention), or with GivenOnDevice
-//     reads K, V or their norms (the decoder hands over its device copy of them), or has a
+//     reads K, V, K_pre, their norms or out_norm_l1 (the decoder hands over its device copy of
+//     them), or has a
 //     codebook or key-channel stage (prompt_end_edits_rows: the decoder brings the kept rows to
 //     the host at the prompt's end, where the stage reads them; only for an announced prompt,
 //     whose end is known before its calls: else Reads; the engine narrows this per call);

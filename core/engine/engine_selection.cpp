@@ -349,7 +349,8 @@ void EvictionEngine::State::evict_staged(KVCache& cache, int layer, int budget, 
       const PolicySelect::Stage& stage = desc.select.stages[i];
       const int T = cache.length(layer, h);
       std::vector<float> sc;
-      if (i == 0 && stage.program == 0 && first_stage && (*first_stage)[h].size() == static_cast<size_t>(T)) {
+      if (i == 0 && stage.program == 0 && first_stage && static_cast<size_t>(h) < first_stage->size() &&
+          (*first_stage)[h].size() == static_cast<size_t>(T)) {
         sc = (*first_stage)[h];  // made at the layer's turn, where the decoder's window attention was
       } else {
         // A later stage reads what its program reads, of the head the earlier stages cut.

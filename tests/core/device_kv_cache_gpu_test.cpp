@@ -31,6 +31,16 @@ namespace {
 
 #if defined(KVEVICT_HAVE_CUDA)
 
+// Whether the host.size() floats at `device` are bit for bit `host` (downloaded first; `what`
+// names them in a failed download and in the failure).
+::testing::AssertionResult same_bits_on_device(const float* device, const std::vector<float>& host, const char* what) {
+  std::vector<float> got;
+  download_device_floats(device, host.size(), got, what);
+  if (got.size() == host.size() && (host.empty() || std::memcmp(got.data(), host.data(), host.size() * sizeof(float)) == 0))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << " differ from the twin's";
+}
+
 void expect_same(const cuda::DeviceKvCache& device, const DeviceKvTwin& twin, const std::string& where) {
   const DeviceKvGeometry& g = twin.layout().geometry();
   for (int l = 0; l < g.n_layers; ++l) {
@@ -288,7 +298,6 @@ TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
       const int l = op.layer;
       const DeviceKvLayerView view = make_layer_view(device.layout().layer(l), g, device.keys(l), device.values(l),
                                                      device.positions(l));
-      std::vector<float> keys, values, key_norms, value_norms;
       CacheRowsHost twin_rows;
       const CacheRowsSignal t = cache_rows_twin(twin.layer_view(l), {true, true, true}, twin_rows);
       // Keys, values and norms after appends; the keys alone, then the norms alone, after keeps.
@@ -298,26 +307,18 @@ TEST_P(DeviceKvCacheGpu, CacheRowsMatchTheHostTwinBitForBit) {
       ASSERT_EQ(d.length, t.length);
       ASSERT_EQ(d.offset, t.offset);
       if (twin_rows.keys.empty()) continue;
-      download_device_floats(d.keys, twin_rows.keys.size(), keys, "test keys");
-      EXPECT_EQ(std::memcmp(keys.data(), twin_rows.keys.data(), keys.size() * sizeof(float)), 0) << "layer " << l;
+      EXPECT_TRUE(same_bits_on_device(d.keys, twin_rows.keys, "test keys")) << "layer " << l;
       if (!both) {
         EXPECT_EQ(d.values, nullptr);
         EXPECT_EQ(d.key_norms, nullptr);
         const CacheRowsSignal n = buffer.fill(view, {.norms = true});
         ASSERT_NE(n.key_norms, nullptr);
-        download_device_floats(n.key_norms, twin_rows.key_norms.size(), key_norms, "test key norms");
-        EXPECT_EQ(std::memcmp(key_norms.data(), twin_rows.key_norms.data(), key_norms.size() * sizeof(float)), 0)
-            << "layer " << l;
+        EXPECT_TRUE(same_bits_on_device(n.key_norms, twin_rows.key_norms, "test key norms")) << "layer " << l;
         continue;
       }
-      download_device_floats(d.values, twin_rows.values.size(), values, "test values");
-      EXPECT_EQ(std::memcmp(values.data(), twin_rows.values.data(), values.size() * sizeof(float)), 0) << "layer " << l;
-      download_device_floats(d.key_norms, twin_rows.key_norms.size(), key_norms, "test key norms");
-      download_device_floats(d.value_norms, twin_rows.value_norms.size(), value_norms, "test value norms");
-      EXPECT_EQ(std::memcmp(key_norms.data(), twin_rows.key_norms.data(), key_norms.size() * sizeof(float)), 0)
-          << "layer " << l;
-      EXPECT_EQ(std::memcmp(value_norms.data(), twin_rows.value_norms.data(), value_norms.size() * sizeof(float)), 0)
-          << "layer " << l;
+      EXPECT_TRUE(same_bits_on_device(d.values, twin_rows.values, "test values")) << "layer " << l;
+      EXPECT_TRUE(same_bits_on_device(d.key_norms, twin_rows.key_norms, "test key norms")) << "layer " << l;
+      EXPECT_TRUE(same_bits_on_device(d.value_norms, twin_rows.value_norms, "test value norms")) << "layer " << l;
     }
   }
 #endif
@@ -356,9 +357,7 @@ TEST_P(DeviceKvCacheGpu, CacheRowsKeysBeforeRopeMatchTheTwinBitForBit) {
         ASSERT_EQ(d.length, t.length);
         ASSERT_EQ(d.offset, t.offset);
         if (twin_rows.keys_pre_rope.empty()) continue;
-        std::vector<float> got;
-        download_device_floats(d.keys_pre_rope, twin_rows.keys_pre_rope.size(), got, "test keys before RoPE");
-        EXPECT_EQ(std::memcmp(got.data(), twin_rows.keys_pre_rope.data(), got.size() * sizeof(float)), 0)
+        EXPECT_TRUE(same_bits_on_device(d.keys_pre_rope, twin_rows.keys_pre_rope, "test keys before RoPE"))
             << "round " << round << " head_dim " << head_dim;
       }
     }
@@ -402,9 +401,7 @@ TEST_P(DeviceKvCacheGpu, CacheRowsProjectedValueNormsMatchTheTwinBitForBit) {
       ASSERT_EQ(d.offset, t.offset);
       EXPECT_EQ(d.keys, nullptr);
       if (twin_rows.out_norms_l1.empty()) continue;
-      std::vector<float> got;
-      download_device_floats(d.out_norms_l1, twin_rows.out_norms_l1.size(), got, "test projected value norms");
-      EXPECT_EQ(std::memcmp(got.data(), twin_rows.out_norms_l1.data(), got.size() * sizeof(float)), 0)
+      EXPECT_TRUE(same_bits_on_device(d.out_norms_l1, twin_rows.out_norms_l1, "test projected value norms"))
           << "round " << round << " head_dim " << head_dim;
     }
   }
