@@ -7,7 +7,8 @@
 // device against the host path it replaced, ExpectedAttention's prompt query statistics of one
 // layer against the download of its queries, the segment-local attention A_seg of one layer
 // (NonCausalAttnPress, ChunkPress) against the download of the queries, DefensiveKV's projected
-// value norms of one layer against the host's loop, snapshot and restore bandwidth. Prints "skipped: <why>"
+// value norms of one layer against the host's loop, KVzip's replay attention of one layer and chunk
+// against the downloads it replaced, snapshot and restore bandwidth. Prints "skipped: <why>"
 // and exits 0 without the CUDA toolkit or a usable device.
 // Figures from an H200: docs/PERFORMANCE.md "GPU benchmarks on an H200".
 //   bench_device_kv [prompt_tokens = 8192] [restores = 8]
@@ -29,6 +30,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/query_statistics.h"
+#include "core/decode/cuda/replay_attention.h"
 #include "core/decode/cuda/segment_attention.h"
 #include "core/decode/kv_type_scalar.h"
 #include "core/decode/rope.h"
@@ -303,6 +305,41 @@ void codebook_line(cuda::DeviceKvCache& cache, const DeviceKvGeometry& g, const 
   for (int l = 0; l < layers; ++l) cache.load_codebooks(l, DeviceCodebookLoad{});  // the books' memory back
 }
 
+// KVzip's replay attention of one layer and one replay chunk (core/decode/cuda/replay_attention.h)
+// over the device cache's layer 0 as restored, its last R entries taken as the replay block: kvpress's
+// defaults (a chunk of 2048 behind 4 sinks, R = 2048 + 22 prompt tokens, or half the cache when
+// shorter), made on the device and downloaded (32 x chunk floats), against what the replay observer
+// needed before on a CUDA decoder: the block's queries and the layer's keys on the host (and the
+// attention itself there: R x 32 x (sinks + chunk + R / 2) dot products of head_dim). x 32 layers per
+// chunk, and one chunk per 2048 context tokens.
+void replay_attention_line(const cuda::DeviceKvCache& cache, const DeviceKvGeometry& g) {
+  const DeviceKvLayerView view = make_layer_view(cache.layout().layer(0), g, cache.keys(0), cache.values(0),
+                                                 cache.positions(0));
+  const int len = int(view.length[0]), group = 4, heads = g.n_heads * group;
+  const int R = std::min(2048 + 22, len / 2), context = len - R;
+  const int first = std::max(0, context - 2048);
+  const ReplayAttentionRequest request{context, first, context, std::min(4, first), false};
+  std::vector<float> host(size_t(R) * heads * g.head_dim);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (float& x : host) x = normal(rng);
+  cuda::DeviceArray<float> queries;
+  queries.upload(host);
+  cuda::ReplayAttentionBuffer buffer;
+  buffer.compute(view, group, queries.data(), R, request, {});  // the scratch's first allocation
+  const int reps = 3;
+  const double device = timed([&] {
+    for (int r = 0; r < reps; ++r) buffer.compute(view, group, queries.data(), R, request, {});
+  });
+  const double download = timed([&] { queries.download(host.data(), host.size()); });
+  std::printf("replay attention  chunk of %d behind %d sinks, %d replay rows x %d heads over a %d-entry layer: %.3f ms "
+              "a layer on the device (with the download of %.1f MB); the queries' download alone %.3f ms (%.1f MB), the "
+              "keys %.1f MB more, and %.1f GFLOP of attention on the host\n",
+              context - first, request.sinks, R, heads, len, 1e3 * device / reps, heads * (context - first) * 4.0 / 1e6,
+              1e3 * download, host.size() * 4.0 / 1e6, double(len) * g.n_heads * g.head_dim * 2 / 1e6,
+              2.0 * R * heads * (request.sinks + (context - first) + R / 2.0) * g.head_dim / 1e9);
+}
+
 int run(int prompt, int restores) {
   const DeviceKvGeometry g{32, 8, 128, KvType::F16};
   const int64_t stride = int64_t(g.n_heads) * g.head_dim;
@@ -350,7 +387,8 @@ int run(int prompt, int restores) {
   });
   std::printf("restore         %.1f MB x %d: %.3f ms each, %.1f GB/s\n", snap.bytes() / 1e6, restores,
               1e3 * restore / restores, double(snap.bytes()) * restores / restore / 1e9);
-  projected_value_norms_line(cache, g, prompt);  // last: the newest line, cut first by a short slice
+  projected_value_norms_line(cache, g, prompt);
+  replay_attention_line(cache, g);  // last: the newest line, cut first by a short slice
   return 0;
 }
 #endif

@@ -74,6 +74,7 @@ class CpuDecoder : public Decoder {
   Rope rope_;
   BlockQueryStatistics query_statistics_;  // the current layer's, when asked (LayerSignals::query_statistics)
   BlockSegmentAttention segment_attention_;  // the current layer's, when asked (LayerSignals::segment_attention)
+  BlockReplayAttention replay_attention_;    // the current layer's, when asked (LayerSignals::replay_attention)
   int position_ = 0;
   std::vector<float> logits_;
   // Activations of the current block, row-major [n][...].
@@ -235,6 +236,15 @@ void CpuDecoder::observe_layer(int layer, int n, int first, const ObservationReq
     segment_attention_ = block_segment_attention(request.segment_attention, q_.data(), n, cache_, layer,
                                                  config_.n_heads);
     signals.segment_attention = &segment_attention_;
+  }
+  // A replay chunk's attention, by the host rule over the block's queries and the cache as its
+  // append left it (the replay observer's own computation before: the same bits).
+  if (request.replay_attention.enabled() && first == request.replay_attention.context) {
+    const std::vector<double> factors = replay_row_factors(
+        request.replay_attention, hidden_states_.data(), request.hidden_states ? hidden_states_.size() : 0, n);
+    replay_attention_ =
+        block_replay_attention(request.replay_attention, q_.data(), n, factors, cache_, layer, config_.n_heads);
+    signals.replay_attention = &replay_attention_;
   }
   signals.tokens = tokens_;
   if (request.hidden_norms) signals.hidden_norms = hidden_norms_;

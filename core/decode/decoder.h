@@ -18,6 +18,7 @@
 #include "core/decode/kv_cache.h"
 #include "core/decode/query_statistics_block.h"
 #include "core/decode/row_merges.h"
+#include "core/decode/replay_attention_block.h"
 #include "core/decode/segment_attention_block.h"
 #include "core/decode/window_attention_signal.h"
 #include "core/model/model.h"
@@ -141,6 +142,14 @@ struct ObservationRequest {
   // its device where its cache is resident (else by the host rule over its host cache, whose rows
   // it then brings to the host: the call counts as not served, serves_asked_signals).
   SegmentAttentionRequest segment_attention{};
+  // KVzip's replay attention of one replay chunk (replay_attention_block.h): in the call that
+  // starts at position replay_attention.context (the replay's; in no other) every decoder hands it
+  // over when asked (LayerSignals::replay_attention), so the observer needs neither the replay's
+  // query rows nor the cached keys: the CPU decoder by the host rule from its own rows, the CUDA
+  // decoder on its device where its cache is resident (else by the host rule over its host cache,
+  // whose rows it then brings to the host: the call counts as not served, serves_asked_signals).
+  // With hidden_normalised the observer asks hidden_states too (the row factors are read from them).
+  ReplayAttentionRequest replay_attention{};
   // The observer merges evicted entries into kept ones by the row merges of row_merges.h alone
   // (merge-on-evict: Nearest, Pivot, Weighted, CaM, D2O): a decoder whose cache lives on a device may run
   // them there (LayerSignals::cached_row_merges) instead of bringing the rows to the host, in the
@@ -210,6 +219,9 @@ struct LayerSignals {
   // The prompt's segment attention on request (ObservationRequest::segment_attention), in host
   // memory, valid during after_layer. Null when not requested or not a call at position 0.
   const BlockSegmentAttention* segment_attention = nullptr;
+  // The replay chunk's attention maxima on request (ObservationRequest::replay_attention), in host
+  // memory, valid during after_layer. Null when not requested or not the replay's call.
+  const BlockReplayAttention* replay_attention = nullptr;
   // The window attention the decoder computed on request (window_attention_signal.h: layout,
   // memory, lifetime). Empty when not requested or when the decoder does not compute it.
   WindowAttentionSignal window_attention;
@@ -300,6 +312,11 @@ class Decoder {
   // placeholders); read rows through cache(). Brings no row to the host beyond those a lagging
   // layer owes (DeviceKvMirror::sync_host_appends).
   virtual const KVCache& cache_layout() { return cache(); }
+  // The host cache for edits by keeps between calls (KVCache::keep: an eviction after the forward
+  // that made its signals, KVzip's after its replay) by a caller that reads no row: lengths and
+  // positions exact, rows as cache_layout leaves them (a device-resident cache follows the keeps
+  // through its listener, device_kv_mirror.h). Brings no row to the host beyond cache_layout's.
+  virtual KVCache& cache_for_keeps() { return cache(); }
   virtual int position() const = 0;   // next position (tokens processed so far; not the cache length)
   virtual void set_position(int position) = 0;  // used when restoring a cache snapshot
   virtual void reset() = 0;           // empty cache, position 0

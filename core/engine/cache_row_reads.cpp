@@ -112,6 +112,10 @@ bool prompt_signal_reads_cache_rows(TensorSignal s) {
     case TensorSignal::WindowAttention: return false;  // given by the decoder (NoneGivenDecoderSignals)
     // Made by the decoder in the prompt's call (ObservationRequest::segment_attention): its own clause.
     case TensorSignal::SegmentAttention: return false;
+    // Made by the decoder in the replay's calls after the prompt (ObservationRequest::
+    // replay_attention, whose observer declares its own reads); the prompt's calls read nothing for
+    // it (replay_prompt_row_reads: what else such a policy reads).
+    case TensorSignal::ReplayAttention: return false;
     // The newest query's row at the prompt is attended over the cached keys on the host: the
     // decoder's column sums stand in for it only in one-token decode steps.
     case TensorSignal::CurrentAttention: return true;
@@ -123,7 +127,22 @@ bool prompt_signal_reads_cache_rows(TensorSignal s) {
 
 const SignalSet& prompt_signals(const PolicyDescription& d) { return d.prompt_reads_known ? d.prompt_reads : d.reads; }
 
+// A policy that reads A_replay is scored after the prompt, once its replay ran (finish_replay),
+// where nothing a decoder handed over during the prompt's calls is held any more (the window or
+// segment attention, rows on its device): its prompt reads no row only when every other signal it
+// reads is made without the cached rows, and no feature reads them.
+static CacheRowReads replay_prompt_row_reads(const PolicyDescription& d) {
+  const SignalSet& reads = prompt_signals(d);
+  for (const TensorSignalInfo& info : kTensorSignalTable)
+    if (reads[signal_index(info.id)] && info.id != TensorSignal::ReplayAttention &&
+        signal_source_reads_cache_rows(info.source))
+      return CacheRowReads::Reads;
+  return feature_reads_cache_rows_during_prompt(d) || prompt_end_edits_rows(d) ? CacheRowReads::Reads
+                                                                             : CacheRowReads::None;
+}
+
 CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignals rows, PromptAnnouncement announced) {
+  if (reads_replay(d)) return replay_prompt_row_reads(d);
   const SignalSet& reads = prompt_signals(d);
   bool given_rows = false;
   for (const TensorSignalInfo& info : kTensorSignalTable) {
@@ -135,7 +154,7 @@ CacheRowReads prompt_cache_row_reads(const PolicyDescription& d, CachedRowSignal
     if (prompt_signal_reads_cache_rows(info.id)) return CacheRowReads::Reads;
   }
   // Recorded or computed at the prompt whoever reads them (the engine keys them on `reads`).
-  if (feature_reads_cache_rows_during_prompt(d) || reads_replay(d)) return CacheRowReads::Reads;
+  if (feature_reads_cache_rows_during_prompt(d)) return CacheRowReads::Reads;
   // The prompt query statistics and the segment attention come from the decoder
   // (ObservationRequest::query_statistics, segment_attention).
   given_rows = given_rows || reads_query_statistics(d) || d.observe.segment > 0;

@@ -73,9 +73,11 @@ enum class PromptAnnouncement : uint8_t {
 // Whether signal `s`, produced AT THE PROMPT, reads cached rows on the host: its source's answer
 // (signal_source_reads_cache_rows: no for column sums, positions, token ids, hidden states, row
 // norms, the mean RoPE rotation R_future and the window queries Q and Q_pre themselves; yes for K,
-// V, K_pre, O, out_norm, A_replay), except the window attention A and the segment-local attention
-// A_seg (no: the decoder hands them over, the caller's NoneGivenDecoderSignals) and A_now (yes: at
-// the prompt the engine attends the newest query over the cached keys). The prompt query statistics read no row: the decoder makes
+// V, K_pre, O, out_norm), except the window attention A and the segment-local attention A_seg (no:
+// the decoder hands them over, the caller's NoneGivenDecoderSignals), KVzip's A_replay (no: the
+// replay's own calls after the prompt read it, handed over by the decoder,
+// ObservationRequest::replay_attention) and A_now (yes: at the prompt the engine attends the newest
+// query over the cached keys). The prompt query statistics read no row: the decoder makes
 // them (prompt_cache_row_reads counts them as handed over, NoneGivenDecoderSignals).
 bool prompt_signal_reads_cache_rows(TensorSignal s);
 
@@ -83,12 +85,14 @@ bool prompt_signal_reads_cache_rows(TensorSignal s);
 // every signal of the policy.
 const SignalSet& prompt_signals(const PolicyDescription& d);
 
-// What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks):
+// What the engine reads of the cache's rows at the prompt (every block of a prefill in blocks).
+// A policy that reads KVzip's A_replay is scored after the prompt, once the replay ran: None when
+// every other signal it reads is made without cached rows and no feature reads them, else Reads
+// (nothing the decoder hands over during the prompt's calls is held until then). Any other policy:
 //   Reads when a prompt signal reads rows (prompt_signal_reads_cache_rows), or a feature does:
 //     unfolded GQA, a staged selection whose later stages read A, O or rows (or whose stages
 //     share one budget, or start with another program than `score`: staged_prompt_reads_rows),
-//     NACL's same-index head,
-//     a context replay, a window found from the tokens or from the prompt's
+//     NACL's same-index head, a window found from the tokens or from the prompt's
 //     length unless the prompt is announced (else unknown before the call, so the decoder cannot
 //     compute its attention; the engine, which announces, narrows this per call);
 //   else NoneGivenDecoderSignals when the policy has an observation window (the engine then

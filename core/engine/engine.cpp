@@ -252,7 +252,7 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
   st.replay_logits = logits;  // the replay's forwards overwrite the decoder's logits buffer
   if (!st.awaits_replay()) {
     EngineCall timed(st.clock, st.report, /*decoding=*/false);
-    st.complete_replay(nullptr, decoder.cache());
+    st.complete_replay(nullptr, decoder.cache_for_keeps());
     return st.replay_logits;
   }
   ReplayScores scores;
@@ -261,7 +261,9 @@ const std::vector<float>& EvictionEngine::finish_replay(Decoder& decoder, std::s
     scores = run_policy_replay(decoder, prompt, st.desc.observe.replay);
   }
   EngineCall timed(st.clock, st.report, /*decoding=*/false);
-  st.complete_replay(&scores, decoder.cache());
+  // Keeps only: the replay's scores are on the host, and a policy reading A_replay reads no row of
+  // the prompt unless its prompt said so (then its rows are on the host already).
+  st.complete_replay(&scores, decoder.cache_for_keeps());
   return st.replay_logits;
 }
 

@@ -25,8 +25,9 @@ void check_options(const ReplayOptions& o, const ReplayPrompt& p, int context_le
 }
 
 // The cache must hold the context unevicted: cache index = position, every head of length L.
-void check_cache(const Decoder& decoder, int context_length) {
-  const KVCache& cache = const_cast<Decoder&>(decoder).cache();
+// (Read from the decoder's cache_layout: a device-resident cache's rows stay where they are.)
+void check_cache(Decoder& decoder, int context_length) {
+  const KVCache& cache = decoder.cache_layout();
   auto fail = [](const std::string& what) { throw std::invalid_argument("replay_scores: " + what); };
   if (decoder.position() != context_length) fail("the decoder's position is not the context length");
   if (cache.unfolded() || cache.any_positions_reassigned()) fail("the cache is unfolded or its positions reassigned");
@@ -47,80 +48,49 @@ void truncate_layer(KVCache& cache, int layer, int length) {
   }
 }
 
-// Scores one chunk [start, end) during the replay forward and drops the replay entries per layer.
+// Every layer of the decoder's cache truncated back to `length` entries where the replay left more
+// (its observer truncates each layer in the call; a failed call may leave some). The rows come to the
+// host (Decoder::cache) only when some head is longer.
+void truncate_replay(Decoder& decoder, int length) {
+  const KVCache& layout = decoder.cache_layout();
+  bool longer = false;
+  for (int l = 0; l < layout.n_layers() && !longer; ++l)
+    for (int g = 0; g < layout.n_kv_heads(); ++g) longer = longer || layout.length(l, g) > length;
+  if (!longer) return;
+  KVCache& cache = decoder.cache();
+  for (int l = 0; l < cache.n_layers(); ++l) truncate_layer(cache, l, length);
+}
+
+// Scores one chunk [start, end) during the replay forward from the decoder's replay attention
+// (replay_attention_block.h: the host rule on the CPU, the device's on a resident CUDA cache) and
+// drops the replay entries per layer. It reads no cached row on the host itself.
 class ReplayObserver final : public ForwardObserver {
  public:
-  ReplayObserver(int context_length, int start, int end, const ReplayOptions& o, int replay_length, ReplayScores& out)
-      : L_(context_length), start_(start), end_(end), sink_(std::min(o.n_sink, start)), R_(replay_length),
-        hidden_normalised_(o.hidden_normalised), out_(out) {}
+  ReplayObserver(int context_length, int start, int end, const ReplayOptions& o, ReplayScores& out)
+      : request_{context_length, start, end, std::min(o.n_sink, start), o.hidden_normalised}, out_(out) {}
 
   ObservationRequest request() const override {
     ObservationRequest r;
-    r.window = R_;  // every replay query, post-RoPE
-    r.hidden_states = hidden_normalised_;
+    r.replay_attention = request_;
+    r.hidden_states = request_.hidden_normalised;  // KVzip+'s row factors
+    const CacheRowReads given = CacheRowReads::NoneGivenDecoderSignals;
+    r.cache_row_reads = {given, given, given};
     return r;
   }
 
   void after_layer(const LayerSignals& s, KVCache& cache) override {
-    const int hd = cache.head_dim(), n_kv = cache.n_kv_heads();
-    if (s.window != R_) throw std::logic_error("replay_scores: the decoder returned fewer replay queries");
-    const int n_heads = static_cast<int>(s.window_queries.size() / (static_cast<size_t>(R_) * hd));
-    if (n_heads != out_.n_heads) throw std::logic_error("replay_scores: the decoder returned another head count");
-    const int G = n_heads / n_kv;
-    const int chunk = end_ - start_, m = sink_ + chunk + R_;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    std::vector<float> scratch, logits(static_cast<size_t>(m));
-    const std::vector<double> factor = row_factors(s);
-    for (int g = 0; g < n_kv; ++g) {
-      if (cache.length(s.layer, g) != L_ + R_) throw std::logic_error("replay_scores: unexpected cache length");
-      const float* keys = cache.keys_or_reconstruct(s.layer, g, scratch);
-      // The subset's entry j in cache order: sinks, then the chunk, then the replay tokens.
-      auto entry = [&](int j) { return j < sink_ ? j : j < sink_ + chunk ? start_ + (j - sink_) : L_ + (j - sink_ - chunk); };
-      for (int h = g * G; h < (g + 1) * G; ++h) {
-        float* best = out_.scores.data() + (static_cast<size_t>(s.layer) * n_heads + h) * out_.length + start_;
-        std::fill_n(best, chunk, 0.0f);
-        for (int i = 0; i < R_; ++i) {
-          const float* q = s.window_queries.data() + (static_cast<size_t>(i) * n_heads + h) * hd;
-          const int visible = sink_ + chunk + i + 1;  // causal among the replay tokens
-          float mx = -INFINITY;
-          for (int j = 0; j < visible; ++j) {
-            const float* k = keys + static_cast<size_t>(entry(j)) * hd;
-            float dot = 0;
-            for (int c = 0; c < hd; ++c) dot += q[c] * k[c];
-            logits[j] = dot * scale;
-            mx = std::max(mx, logits[j]);
-          }
-          double z = 0;
-          for (int j = 0; j < visible; ++j) z += std::exp(static_cast<double>(logits[j] - mx));
-          const double norm = factor[i] / z;
-          for (int u = 0; u < chunk; ++u) {
-            const float p = static_cast<float>(std::exp(static_cast<double>(logits[sink_ + u] - mx)) * norm);
-            best[u] = std::max(best[u], p);
-          }
-        }
-      }
-    }
-    truncate_layer(cache, s.layer, L_);  // later layers never read this layer's cache
+    const BlockReplayAttention* a = s.replay_attention;
+    if (!a || a->n_heads != out_.n_heads || a->first != request_.first || a->length != request_.chunk())
+      throw std::logic_error("replay_scores: the decoder did not hand over the replay attention of layer " +
+                             std::to_string(s.layer));
+    for (int h = 0; h < a->n_heads; ++h)
+      std::copy_n(a->head(h), a->length,
+                  out_.scores.begin() + (static_cast<size_t>(s.layer) * out_.n_heads + h) * out_.length + a->first);
+    truncate_layer(cache, s.layer, request_.context);  // later layers never read this layer's cache
   }
 
  private:
-  // 1 / ||attention input|| of each replay token (KVzip+), or 1.
-  std::vector<double> row_factors(const LayerSignals& s) const {
-    std::vector<double> f(static_cast<size_t>(R_), 1.0);
-    if (!hidden_normalised_) return f;
-    const size_t dim = s.hidden_states.size() / static_cast<size_t>(R_);
-    if (s.hidden_states.size() != dim * R_ || dim == 0)
-      throw std::logic_error("replay_scores: the decoder did not hand over the replay's attention inputs");
-    for (int i = 0; i < R_; ++i) {
-      double ss = 0;
-      for (size_t c = 0; c < dim; ++c) ss += double(s.hidden_states[i * dim + c]) * s.hidden_states[i * dim + c];
-      f[i] = ss > 0 ? 1.0 / std::sqrt(ss) : 0.0;
-    }
-    return f;
-  }
-
-  int L_, start_, end_, sink_, R_;
-  bool hidden_normalised_;
+  ReplayAttentionRequest request_;
   ReplayScores& out_;
 };
 
@@ -156,7 +126,7 @@ ReplayScores replay_scores(Decoder& decoder, std::span<const int> context, const
   const int L = static_cast<int>(context.size());
   check_options(options, prompt, L);
   check_cache(decoder, L);
-  KVCache& cache = decoder.cache();
+  const KVCache& cache = decoder.cache_layout();
   ReplayScores out;
   out.n_layers = cache.n_layers();
   out.n_heads = decoder.model().config.n_heads;
@@ -170,15 +140,15 @@ ReplayScores replay_scores(Decoder& decoder, std::span<const int> context, const
   for (int c = 0; c < chunks; ++c) {
     const int start = options.context_start + c * options.chunk, end = std::min(L, start + options.chunk);
     const std::vector<int> tokens = replay_tokens(context, prompt, options, c);
-    ReplayObserver observer(L, start, end, options, static_cast<int>(tokens.size()), out);
+    ReplayObserver observer(L, start, end, options, out);
     try {
       decoder.forward(tokens, &observer);
     } catch (...) {
-      for (int l = 0; l < cache.n_layers(); ++l) truncate_layer(cache, l, L);
+      truncate_replay(decoder, L);
       decoder.set_position(L);
       throw;
     }
-    for (int l = 0; l < cache.n_layers(); ++l) truncate_layer(cache, l, L);  // the observer did; defensive
+    truncate_replay(decoder, L);  // the observer did; defensive
     decoder.set_position(L);
   }
   return out;

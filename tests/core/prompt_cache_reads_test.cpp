@@ -191,10 +191,12 @@ TEST_F(PromptCacheReadsTest, TheBuiltinsThatDeclareNoPromptRowReads) {
   // Column sums, hidden states (KVzap's linear scorer), positions, random draws, key and value norms
   // (held with the positions): None. StreamingLLM too, re-assigning positions or not (the holder of
   // the rows re-rotates the keys). DuoAttention's and RLKV's head plans read per-head tables only.
+  // KVzip's prompt reads nothing: its A_replay is handed over by the decoder in the replay's own
+  // calls after the prompt (ObservationRequest::replay_attention).
   const std::vector<std::string> expect_none = {"compression_ratio_decoding", "cur", "decoding", "dms",
                                                 "duo_attention", "entropy_adaptive", "full", "h2o", "knorm", "kvzap",
-                                                "observed_attention", "per_layer_compression", "random", "rlkv",
-                                                "streamingllm"};
+                                                "kvzip", "observed_attention", "per_layer_compression", "random",
+                                                "rlkv", "streamingllm"};
   // The window attention A only (scores, CAKE's layer weight, pooling, chunks, thresholds, HeadKV's
   // head plan over A), the segment-local attention A_seg the decoder makes in the prompt's call
   // (chunkpress; noncausal_attn with the held value norms), or merges the decoder runs where the
@@ -613,6 +615,23 @@ TEST(PromptCacheReads, SignalsAndFeaturesThatReadRowsAtThePrompt) {
     PolicyDescription e = d;
     edit(e);
     EXPECT_EQ(prompt_cache_row_reads(e), CacheRowReads::Reads);
+  }
+  // A_replay: made by the decoder in the replay's own calls; the policy is scored after the prompt,
+  // where nothing handed over during its calls is held: any other row-made signal (A here) is Reads.
+  EXPECT_FALSE(prompt_signal_reads_cache_rows(TensorSignal::ReplayAttention));
+  PolicyDescription replay;
+  replay.reads[signal_index(TensorSignal::ReplayAttention)] = true;
+  replay.reads[signal_index(TensorSignal::Position)] = true;
+  EXPECT_EQ(prompt_cache_row_reads(replay), CacheRowReads::None);
+  for (TensorSignal also : {TensorSignal::WindowAttention, TensorSignal::SegmentAttention, TensorSignal::OutputNorm,
+                            TensorSignal::Keys}) {
+    PolicyDescription e = replay;
+    e.reads[signal_index(also)] = true;
+    e.window = 8;
+    EXPECT_EQ(prompt_cache_row_reads(e), CacheRowReads::Reads) << signal_info(also).dsl_name;
+    EXPECT_EQ(prompt_cache_row_reads(e, CachedRowSignals::GivenOnDevice, PromptAnnouncement::BeforeTheCall),
+              CacheRowReads::Reads)
+        << signal_info(also).dsl_name;
   }
   PolicyDescription segments = d;  // A_seg: the decoder makes it in the prompt's call (segment_attention)
   segments.observe.segment = 4;

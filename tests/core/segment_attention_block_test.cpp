@@ -22,6 +22,7 @@
 #include "core/decode/device_kv_twin.h"
 #include "core/decode/segment_attention_block.h"
 #include "core/model/model.h"
+#include "relative_error.h"
 
 namespace kvevict {
 namespace {
@@ -108,21 +109,7 @@ std::vector<double> reference(const Prompt& P, const Case& c) {
   return out;
 }
 
-// max over entries of |got - want| / (rel * want + abs); <= 1 passes.
-template <typename Want>
-double worst_ratio(const std::vector<float>& got, const std::vector<Want>& want, double rel, double abs,
-                   std::string* at = nullptr) {
-  if (got.size() != want.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double r = std::abs(double(got[i]) - double(want[i])) / (rel * std::abs(double(want[i])) + abs);
-    if (!(r <= worst)) {
-      worst = std::isnan(r) ? INFINITY : r;
-      if (at) *at = "element " + std::to_string(i) + ": got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
-    }
-  }
-  return worst;
-}
+using test::worst_ratio;
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {

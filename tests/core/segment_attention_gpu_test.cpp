@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "core/decode/make_decoder.h"
 #include "core/model/synthetic_model.h"
 #include "device_kv_gpu_test_util.h"
+#include "packed_device_layer.h"
 #endif
 
 namespace kvevict {
@@ -47,8 +47,6 @@ struct Case {
            (scaled ? " scaled " : " unscaled ") + kv_type_name(type) + " pieces<=" + std::to_string(max_piece_floats);
   }
 };
-
-size_t element_bytes(KvType type) { return type == KvType::F32 ? 4 : 2; }
 
 void run_case(const Case& c, cuda::SegmentAttentionBuffer& buffer, uint32_t seed) {
   SCOPED_TRACE(c.label());
@@ -70,30 +68,10 @@ void run_case(const Case& c, cuda::SegmentAttentionBuffer& buffer, uint32_t seed
   const SegmentAttentionRequest request{c.segment, c.window, c.causal, c.scaled};
   const BlockSegmentAttention want = segment_attention_twin(host, c.group, queries.data(), c.n, request,
                                                             c.max_piece_floats);
-  // The twin's heads packed one after another on the device (head h at row h * n).
-  const size_t row_bytes = size_t(c.d) * element_bytes(c.type);
-  std::vector<uint8_t> packed_keys(size_t(c.n_kv) * c.n * row_bytes), packed_values(packed_keys.size());
-  std::vector<int32_t> packed_positions(size_t(c.n_kv) * c.n);
-  for (int h = 0; h < c.n_kv; ++h) {
-    const size_t at = size_t(h) * c.n;
-    std::memcpy(packed_keys.data() + at * row_bytes,
-                static_cast<const uint8_t*>(host.keys) + size_t(host.base_row[h]) * row_bytes, c.n * row_bytes);
-    std::memcpy(packed_values.data() + at * row_bytes,
-                static_cast<const uint8_t*>(host.values) + size_t(host.base_row[h]) * row_bytes, c.n * row_bytes);
-    std::copy(positions.begin(), positions.end(), packed_positions.begin() + long(at));
-  }
-  cuda::DeviceArray<uint8_t> dk, dv;
-  cuda::DeviceArray<int32_t> dp;
+  const test::PackedDeviceLayer packed(host);  // the twin's heads on the device
   cuda::DeviceArray<float> dq;
-  dk.upload(packed_keys);
-  dv.upload(packed_values);
-  dp.upload(packed_positions);
   dq.upload(queries);
-  DeviceKvLayerView view = host;
-  view.keys = dk.data();
-  view.values = dv.data();
-  view.positions = dp.data();
-  for (int h = 0; h < c.n_kv; ++h) view.base_row[h] = int64_t(h) * c.n;
+  const DeviceKvLayerView& view = packed.view;
   const BlockSegmentAttention got = buffer.compute(view, c.group, dq.data(), c.n, request, c.max_piece_floats);
   ASSERT_EQ(got.n_heads, want.n_heads);
   ASSERT_EQ(got.length, want.length);

@@ -40,6 +40,7 @@ void CudaDecoder::decide_call(const ObservationRequest& request, int n, bool has
   // window attention only then, never a buffer the decision declined for want of memory.
   window_attention_served_ = serves_window_attention(request, n);
   segment_attention_served_ = serves_segment_attention(request, n);
+  replay_attention_served_ = serves_replay_attention(request, n);
   const CacheRowReads reads = request.cache_row_reads.for_call(position_, n);
   placeholder_host_ = mirror_ && has_observer && rows_may_stay_on_device(reads, serves_asked_signals(request));
   // The cached rows go to the observer on the device only where they stay there and it said it
@@ -137,14 +138,17 @@ bool CudaDecoder::serves_asked_signals(const ObservationRequest& request) const 
   // Nothing asked: a declaration that stands on signals nobody asked for is taken as Reads.
   // The row merges run on the device cache through the mirror (device_kv_mirror.h). The prompt
   // query statistics are made in every call that asks (observe_layer); the segment attention on the
-  // device where forward decided so (segment_attention_served_), else from the host's rows.
+  // device where forward decided so (segment_attention_served_), else from the host's rows; the
+  // replay attention likewise (replay_attention_served_).
   const bool rows = cache_rows_wanted(request).any() || request.cached_row_merges;
-  const bool segments = request.segment_attention.enabled();
-  if (!rows && !request.query_statistics.enabled && !segments && request.window_attention <= 0) return false;
+  const bool segments = request.segment_attention.enabled(), replay = request.replay_attention.enabled();
+  if (!rows && !request.query_statistics.enabled && !segments && !replay && request.window_attention <= 0)
+    return false;
   if (rows && !mirror_) return false;
   // The projected value norms' kernel holds one W_o slice's staged rows per block (cache_rows.h).
   if (request.out_norms_l1_on_device && config_.head_dim > kProjectedValueMaxHeadDim) return false;
   if (segments && !segment_attention_served_) return false;
+  if (replay && !replay_attention_served_) return false;
   return request.window_attention <= 0 || window_attention_served_;
 }
 
@@ -185,6 +189,21 @@ bool CudaDecoder::serves_segment_attention(const ObservationRequest& request, in
   return request.segment_attention.enabled() && mirror_ && position_ == 0 && n > 0 && !cache_.unfolded() &&
          config_.head_dim <= kWindowMaxHeadDim && config_.n_kv_heads <= kDeviceKvMaxHeads &&
          segment_attention_buffer_.can_hold(request.segment_attention, n, config_.n_heads);
+}
+
+bool CudaDecoder::serves_replay_attention(const ObservationRequest& request, int n) const {
+  // add_replay_attention's device path, known before the call: the replay's call (at the context's
+  // end, where every head holds the context: the replay pass checked it) over the resident cache at
+  // its true positions, a head_dim the window attention kernel takes, and device memory for the
+  // scratch (else the host rule: the call then keeps its host rows, serves_asked_signals).
+  const ReplayAttentionRequest& r = request.replay_attention;
+  if (!r.enabled() || !mirror_ || position_ != r.context || n < 1 || cache_.unfolded()) return false;
+  if (config_.head_dim > kWindowMaxHeadDim || config_.n_kv_heads > kDeviceKvMaxHeads) return false;
+  for (int layer = 0; layer < config_.n_layers; ++layer)
+    for (int h = 0; h < config_.n_kv_heads; ++h)
+      if (cache_.length(layer, h) != r.context || cache_.next_position(layer, h, position_) != position_) return false;
+  return replay_attention_buffer_.can_hold(r, n, config_.n_kv_heads, config_.n_heads, config_.head_dim,
+                                           kv_type_size(cache_.kv_type()));
 }
 
 void CudaDecoder::refuse_unfolded() const {

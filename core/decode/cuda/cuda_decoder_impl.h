@@ -33,6 +33,7 @@
 #include "core/decode/cuda/device_kv_cache.h"
 #include "core/decode/cuda/device_memory.h"
 #include "core/decode/cuda/query_statistics.h"
+#include "core/decode/cuda/replay_attention.h"
 #include "core/decode/cuda/segment_attention.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/layer_observation.h"
@@ -179,6 +180,10 @@ class CudaDecoder : public Decoder {
     }
     return cache_;
   }
+  KVCache& cache_for_keeps() override {
+    cache_layout();
+    return cache_;
+  }
   int position() const override { return position_; }
   void set_position(int position) override {
     if (position < 0) throw std::invalid_argument("set_position: negative position");
@@ -238,6 +243,7 @@ class CudaDecoder : public Decoder {
   bool serves_asked_signals(const ObservationRequest& request) const;
   bool serves_window_attention(const ObservationRequest& request, int n) const;
   bool serves_segment_attention(const ObservationRequest& request, int n) const;
+  bool serves_replay_attention(const ObservationRequest& request, int n) const;
   // The call's queries into the layer's device copy of the newest queries (query_update_).
   void hold_queries(int layer);
   // Starts the queries held from the observer's own (ObservationRequest::observer_queries) when
@@ -260,6 +266,10 @@ class CudaDecoder : public Decoder {
   // prompt's segment attention, on the device where it can, else by the host rule.
   void add_query_signals(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
                          const ObservationRequest& request, LayerSignals& signals);
+  // observe_layer's replay attention (KVzip's replay call): on the device where forward decided so,
+  // else by the host rule over the downloaded queries and the host's rows.
+  void add_replay_attention(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                            const ObservationRequest& request, LayerSignals& signals);
   // observe_layer's signals of the cache and the model: the cached rows handed to device scoring
   // (K, V, norms, K_pre, the projected value norms), the positions, tokens, hidden norms and states,
   // and W_o's Grams and slices (from the host copy of W_o).
@@ -320,6 +330,11 @@ class CudaDecoder : public Decoder {
   cuda::SegmentAttentionBuffer segment_attention_buffer_;
   BlockSegmentAttention segment_attention_;
   bool segment_attention_served_ = false;
+  // ObservationRequest::replay_attention: the current layer's, made on the device when this call
+  // serves it (serves_replay_attention), else by the host rule from the queries downloaded.
+  cuda::ReplayAttentionBuffer replay_attention_buffer_;
+  BlockReplayAttention replay_attention_;
+  bool replay_attention_served_ = false;
   // The newest post-RoPE queries of the sequence (query_window_ring.h), as many as this call's
   // observer asks the window attention of (query_capacity_; 0: none held, the ring forgotten): the
   // window attention of a call with fewer tokens than W (a decode step, a short later block) reads

@@ -234,6 +234,31 @@ void CudaDecoder::add_query_signals(int layer, int n, int first, int rotary_firs
   }
 }
 
+void CudaDecoder::add_replay_attention(int layer, int n, int first, int rotary_first, const DeviceKvLayerView& view,
+                                       const ObservationRequest& request, LayerSignals& signals) {
+  const ReplayAttentionRequest& replay = request.replay_attention;
+  if (!replay.enabled() || first != replay.context) return;
+  Stopwatch timed(&own_seconds_.observation);
+  // KVzip+'s row factors from the replay's attention inputs (project_block downloaded them).
+  const std::vector<double> factors =
+      replay_row_factors(replay, hidden_states_.data(), request.hidden_states ? hidden_states_.size() : 0, n);
+  if (replay_attention_served_) {
+    if (rotary_first != first || !replay_attention_applies(view, replay, n))
+      throw std::logic_error("CUDA decoder: the replay attention was to be made on the device, but layer " +
+                             std::to_string(layer) + "'s cache is not the context and the replay's");
+    replay_attention_ = replay_attention_buffer_.compute(view, config_.group_size(), q_.data(), n, replay, factors);
+  } else {
+    if (mirror_ && mirror_->has_placeholders(layer))
+      throw std::logic_error("CUDA decoder: the replay attention of layer " + std::to_string(layer) +
+                             " over placeholder rows");
+    statistics_queries_.resize(static_cast<size_t>(n) * config_.q_dim());
+    q_.download(statistics_queries_.data(), statistics_queries_.size());
+    replay_attention_ = block_replay_attention(replay, statistics_queries_.data(), n, factors, cache_, layer,
+                                               config_.n_heads);
+  }
+  signals.replay_attention = &replay_attention_;
+}
+
 void CudaDecoder::add_cache_row_signals(int layer, int n, int first, const DeviceKvLayerView& view,
                                         const ObservationRequest& request, LayerSignals& signals) {
   const int q_dim = config_.q_dim();
@@ -314,6 +339,7 @@ void CudaDecoder::observe_layer(int layer, int n, int first, int rotary_first, c
                                                         request.window_attention_causal);
   }
   add_query_signals(layer, n, first, rotary_first, view, request, signals);
+  add_replay_attention(layer, n, first, rotary_first, view, request, signals);
   add_cache_row_signals(layer, n, first, view, request, signals);
   observer.after_layer(signals, cache_);
   // The observer may have scored on another GPU (jit::use_cuda_device switches the thread's
