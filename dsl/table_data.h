@@ -51,14 +51,14 @@ inline constexpr const char* kTableAxisOrderText = "index, layer, kv_head, head,
 // numbers (64 MiB as floats): ExpectedAttentionStats' covariance for Llama-3.1-8B, 32 layers x 32
 // query heads x 128 x 128, is exactly that. All tables of a policy together hold at most 2^25
 // (128 MiB). A table file may have at most max(4 MiB, 24 bytes per declared number) of text.
-// The CUDA generator bakes tables into the kernel text and refuses one of more than
-// kMaxBakedTableElements numbers (jit/cuda_expressions.h); the interpreter reads any.
+// The CUDA generator bakes a table of at most kMaxBakedTableElements numbers into the kernel text
+// and loads a larger one into the kernel's module (jit/cuda_expressions.h, jit/loaded_tables.h).
 inline constexpr size_t kMaxTableElements = size_t{1} << 24;
 inline constexpr size_t kMaxPolicyTableElements = size_t{1} << 25;
 inline constexpr size_t kMinTableFileBytes = size_t{4} << 20;  // 4 MiB of text whatever the shape
 inline constexpr size_t kTableFileBytesPerNumber = 24;
 inline constexpr int kMaxTables = 8;                           // per policy file
-inline constexpr size_t kMaxBakedTableElements = size_t{1} << 17;  // 131072 numbers in generated kernel text
+inline constexpr size_t kMaxBakedTableElements = size_t{1} << 17;  // 131072 numbers baked into kernel text
 
 enum class TableValues : int { Raw = 0, Rank = 1, Share = 2 };
 inline constexpr const char* kTableValuesNames[] = {"raw", "rank", "share"};

@@ -11,6 +11,7 @@
 
 #include "core/engine/signals.h"
 #include "jit/kernel_abi.h"
+#include "jit/loaded_tables.h"
 
 namespace kvevict::dsl {
 struct CompiledPolicy;
@@ -44,6 +45,8 @@ struct GeneratedKernel {
   // How each kernel's work grows with T (work_growth.h: one head costs about T^k operations);
   // the runner refuses a call that would not finish. 1 for a hand-written per-token kernel.
   int score_work_exponent = 1, decode_work_exponent = 1, channel_work_exponent = 1;
+  // Tables too large to bake into `source`: each runner fills them into its module (loaded_tables.h).
+  std::vector<LoadedTable> loaded_tables;
 };
 
 // True once the generator is built in (it needs the DSL's lowered form).

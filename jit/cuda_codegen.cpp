@@ -205,10 +205,6 @@ void ProgramEmitter::emit_local(int i, int j) {
         break;
       case NodeOp::Table:
         if (n.lo < 0 || n.lo >= int(p_.tables.size())) fail(j, "a read of a table the program does not have");
-        if (p_.tables[n.lo]->values.size() > dsl::kMaxBakedTableElements)
-          fail(j, "table '" + p_.tables[n.lo]->name + "' holds " + std::to_string(p_.tables[n.lo]->values.size()) +
-                      " numbers; the CUDA generator bakes at most " + std::to_string(dsl::kMaxBakedTableElements) +
-                      " into a kernel (the interpreter reads it)");
         value = cuda_table_read(n.lo, *p_.tables[n.lo], n.a >= 0 ? var(n.a) : "0.0f");
         break;
       case NodeOp::Unary: value = cuda_unary(n.unary, var(n.a)); break;
@@ -373,16 +369,22 @@ GeneratedKernel generate_score_kernels(const std::string& name, const std::strin
                 std::to_string(p.matrices.axes) + ")");
   };
   const bool has_decode = decode && !decode->nodes.empty(), has_channel = channel && channel->output >= 0;
-  // Tables are constants of the policy, baked into the text (not a kernel argument): they are
-  // small (dsl/table_data.h caps them), the kernel cache keys on the text so a new table file is a
-  // new kernel, and the kernel ABI and the GPU uploads stay as they are. Every program of a policy
-  // shares the policy's table list, so one definition per table serves all of its programs.
+  // Tables are constants of the policy, not kernel arguments, so the kernel ABI and the per-call
+  // uploads stay as they are: baked into the text up to dsl::kMaxBakedTableElements numbers (the
+  // kernel cache keys on the text, so a new table file is a new kernel), a larger one declared as a
+  // global of the module that each runner fills once after loading it (loaded_tables.h). Every
+  // program of a policy shares the policy's table list, so one definition per table serves all of
+  // its programs.
   std::set<int> tables_read;
   for (const dsl::LoweredProgram* p : {&score, has_decode ? decode : nullptr, has_channel ? channel : nullptr, layer})
     if (p)
       for (const dsl::Node& n : p->nodes)
         if (n.op == NodeOp::Table && n.lo >= 0 && n.lo < int(p->tables.size())) tables_read.insert(n.lo);
-  for (int t : tables_read) writer.block(cuda_table_definition(t, *score.tables.at(size_t(t))));
+  for (int t : tables_read) {
+    const std::shared_ptr<const dsl::TableData>& table = score.tables.at(size_t(t));
+    writer.block(cuda_table_definition(t, *table));
+    if (table_loaded_into_module(*table)) kernel.loaded_tables.push_back({cuda_table_symbol(t), table});
+  }
   const EmittedProgram score_program = emit_score_program(writer, score, "score", policy_file, score_at);
   entry(kScoreEntry, score_program);
   kernel.entry_points.push_back(kScoreEntry);

@@ -35,6 +35,7 @@ struct CudaDriver::Api {
   CUresult (*ModuleLoadData)(Handle*, const void*) = nullptr;
   CUresult (*ModuleUnload)(Handle) = nullptr;
   CUresult (*ModuleGetFunction)(Handle*, Handle, const char*) = nullptr;
+  CUresult (*ModuleGetGlobal)(CUdeviceptr*, size_t*, Handle, const char*) = nullptr;
   CUresult (*LaunchKernel)(Handle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Handle,
                            void**, void**) = nullptr;
   CUresult (*MemAlloc)(CUdeviceptr*, size_t) = nullptr;
@@ -98,6 +99,7 @@ void CudaDriver::open() {
   bind(lib.handle, api.ModuleLoadData, "cuModuleLoadData", missing);
   bind(lib.handle, api.ModuleUnload, "cuModuleUnload", missing);
   bind(lib.handle, api.ModuleGetFunction, "cuModuleGetFunction", missing);
+  bind(lib.handle, api.ModuleGetGlobal, "cuModuleGetGlobal_v2", missing);
   bind(lib.handle, api.LaunchKernel, "cuLaunchKernel", missing);
   bind(lib.handle, api.MemAlloc, "cuMemAlloc_v2", missing);
   bind(lib.handle, api.MemFree, "cuMemFree_v2", missing);
@@ -255,6 +257,18 @@ void* CudaModule::function(const std::string& name) const {
   const int rc = driver.api().ModuleGetFunction(&function, module_, name.c_str());
   if (rc != 0) driver.check(rc, ("cuModuleGetFunction(" + name + ")").c_str());
   return function;
+}
+
+void CudaModule::upload_global(const std::string& name, const void* host, size_t bytes) const {
+  const CudaDriver& driver = CudaDriver::instance();
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  const int rc = driver.api().ModuleGetGlobal(&address, &size, module_, name.c_str());
+  if (rc != 0) driver.check(rc, ("cuModuleGetGlobal(" + name + ")").c_str());
+  if (size != bytes)
+    throw RuntimeError("CUDA module global " + name + " holds " + std::to_string(size) + " bytes, not " +
+                       std::to_string(bytes));
+  driver.check(driver.api().MemcpyHtoD(address, host, bytes), "cuMemcpyHtoD");
 }
 
 void launch_kernel(void* function, const LaunchShape& s, void** args) {

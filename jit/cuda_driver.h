@@ -91,6 +91,9 @@ class CudaModule {
   CudaModule& operator=(const CudaModule&) = delete;
   // Throws RuntimeError naming the kernel when the module has no such entry point.
   void* function(const std::string& name) const;
+  // Copies `bytes` from host memory into the module's global `name` (a __device__ variable with C
+  // linkage); RuntimeError when the module has no such global or its size is not `bytes`.
+  void upload_global(const std::string& name, const void* host, size_t bytes) const;
 
  private:
   void* module_ = nullptr;

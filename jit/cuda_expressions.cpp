@@ -138,9 +138,16 @@ std::string cuda_binary(BinaryFn f, const std::string& x, const std::string& y) 
   return "";
 }
 
+bool table_loaded_into_module(const dsl::TableData& table) { return table.values.size() > dsl::kMaxBakedTableElements; }
+
+std::string cuda_table_symbol(int index) { return "kv_table_" + std::to_string(index); }
+
 std::string cuda_table_definition(int index, const dsl::TableData& table) {
-  std::string text = "// table '" + table.name + "' " + table.shape_text() + "\n";
-  text += "KVEVICT_TABLE kv_table_" + std::to_string(index) + "[" + std::to_string(table.values.size()) + "] = {";
+  std::string text = "// table '" + table.name + "' " + table.shape_text();
+  if (table_loaded_into_module(table))
+    return text + ": loaded into the module after it is (jit/loaded_tables.h)\nKVEVICT_LOADED_TABLE(" +
+           cuda_table_symbol(index) + ", " + std::to_string(table.values.size()) + ");\n";
+  text += "\nKVEVICT_TABLE " + cuda_table_symbol(index) + "[" + std::to_string(table.values.size()) + "] = {";
   char literal[48];
   for (size_t i = 0; i < table.values.size(); ++i) {
     std::snprintf(literal, sizeof literal, "%a", double(table.values[i]));
@@ -172,7 +179,7 @@ std::string cuda_table_read(int index, const dsl::TableData& table, const std::s
     in_range += " && " + v + " >= 0 && " + v + " < " + n;
     flat = "(" + flat + " * " + n + "LL + " + v + ")";
   }
-  return "((" + in_range + ") ? kv_load(kv_table_" + std::to_string(index) + ", " + flat + ", " +
+  return "((" + in_range + ") ? kv_load(" + cuda_table_symbol(index) + ", " + flat + ", " +
          std::to_string(table.values.size()) + "LL, 0.0f) : 0.0f) /* " + table.name + " */";
 }
 

@@ -29,9 +29,15 @@ CudaLoadRow cuda_load_row(dsl::TensorSignal s, unsigned axis);
 std::string cuda_unary(dsl::UnaryFn f, const std::string& x);
 std::string cuda_binary(dsl::BinaryFn f, const std::string& x, const std::string& y);
 
-// A policy table (dsl/table_data.h) baked into the kernel text: "KVEVICT_TABLE kv_table_I[N] = {...};"
-// with every value as an exact hexadecimal float literal (bit-identical to the interpreter's float).
+// A policy table (dsl/table_data.h) in the kernel text. Up to dsl::kMaxBakedTableElements numbers,
+// baked: "KVEVICT_TABLE kv_table_I[N] = {...};" with every value as an exact hexadecimal float
+// literal (bit-identical to the interpreter's float). A larger one is declared only,
+// "KVEVICT_LOADED_TABLE(kv_table_I, N);", a global of the module that its runner fills with the
+// values after loading it (table_loaded_into_module, loaded_tables.h).
 std::string cuda_table_definition(int index, const dsl::TableData& table);
+// Whether table `table` is loaded into the module rather than baked, and the global's name.
+bool table_loaded_into_module(const dsl::TableData& table);
+std::string cuda_table_symbol(int index);
 // A read of table `index` at the kernel's (layer, kv_head), query head h of the group, channels c
 // (d) and e, and the row given by the float local `row` (the index axis; unused without one),
 // through the bounded kv_load: an index outside the table reads 0, as in the interpreter.

@@ -5,8 +5,10 @@
 
 namespace kvevict::jit {
 
-GpuLayerWeightKernel::GpuLayerWeightKernel(const KernelCacheEntry& binary, const std::string& entry, int stages)
+GpuLayerWeightKernel::GpuLayerWeightKernel(const KernelCacheEntry& binary, const std::string& entry, int stages,
+                                           const std::vector<LoadedTable>& tables)
     : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages) {
+  load_tables(module_, tables);
   if (stages_ < 0) throw RuntimeError("GpuLayerWeightKernel: negative stage count");
   if (stages_ > 0) stage_function_ = module_.function(entry + "_stages");
 }

@@ -11,13 +11,16 @@
 #include "jit/gpu_score_kernel.h"
 #include "jit/kernel_abi.h"
 #include "jit/kernel_cache.h"
+#include "jit/loaded_tables.h"
 
 namespace kvevict::jit {
 
 class GpuLayerWeightKernel {
  public:
-  // `binary` contains `entry` (and `entry`_stages when `stages` > 0). The device must be current.
-  GpuLayerWeightKernel(const KernelCacheEntry& binary, const std::string& entry, int stages);
+  // `binary` contains `entry` (and `entry`_stages when `stages` > 0); `tables`: its tables too large
+  // to bake (GeneratedKernel::loaded_tables), filled into the module here. The device must be current.
+  GpuLayerWeightKernel(const KernelCacheEntry& binary, const std::string& entry, int stages,
+                       const std::vector<LoadedTable>& tables = {});
 
   // The program's value for the layer (NaN kept: the caller decides what it means). The heads
   // must share T, W and group (the caller checks, as the interpreter does).

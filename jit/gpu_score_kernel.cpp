@@ -9,9 +9,10 @@
 namespace kvevict::jit {
 
 GpuScoreKernel::GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages, MatrixScratch matrices,
-                               KernelOutput output)
+                               KernelOutput output, const std::vector<LoadedTable>& tables)
     : module_(binary.payload.data(), binary.payload.size()), function_(module_.function(entry)), stages_(stages),
       matrices_(matrices), output_(output) {
+  load_tables(module_, tables);
   if (stages_ < 0) throw RuntimeError("GpuScoreKernel: negative stage count");
   if (matrices_.count < 0 || matrices_.count > stages_ || matrices_.axes < 0 || matrices_.axes > 3)
     throw RuntimeError("GpuScoreKernel: invalid matrix stages");

@@ -8,11 +8,13 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/engine/policy_program.h"
 #include "jit/cuda_driver.h"
 #include "jit/kernel_abi.h"
 #include "jit/kernel_cache.h"
+#include "jit/loaded_tables.h"
 
 namespace kvevict::jit {
 
@@ -37,9 +39,11 @@ class GpuScoreKernel {
   // `binary` is a cubin or NUL-terminated PTX containing `entry` (and `entry`_stages when
   // `stages` > 0: a staged kernel, kernel_abi.h; `matrices` of them are matrix stages, whose
   // scratch follows kernel_abi.h's layout). `output`: the entry's output axis, Token (out[t], t < T)
-  // or Channel (out[c], c < head_dim). The device must be current (use_cuda_device).
+  // or Channel (out[c], c < head_dim). `tables`: the kernel's tables too large to bake
+  // (GeneratedKernel::loaded_tables), filled into the module here. The device must be current
+  // (use_cuda_device).
   GpuScoreKernel(const KernelCacheEntry& binary, const std::string& entry, int stages = 0, MatrixScratch matrices = {},
-                 KernelOutput output = KernelOutput::Token);
+                 KernelOutput output = KernelOutput::Token, const std::vector<LoadedTable>& tables = {});
 
   // Copies the inputs to the device (a signal marked in in.device_signals is read in place, with
   // the extent its axes give), scores, copies out[0..T) (a channel entry: out[0..head_dim)) back.

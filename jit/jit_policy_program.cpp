@@ -27,14 +27,17 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_gpu(std::unique_ptr<Polic
   program->ordinal_ = ordinal;
   use_cuda_device(ordinal);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
-  program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry, kernel.score_stages, kernel.score_matrices);
+  const std::vector<LoadedTable>& tables = kernel.loaded_tables;  // filled into each runner's module
+  program->gpu_score_ = std::make_unique<GpuScoreKernel>(binary, kScoreEntry, kernel.score_stages, kernel.score_matrices,
+                                                         KernelOutput::Token, tables);
   if (program->has_entry(kernel, kDecodeScoreEntry))
-    program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry, kernel.decode_stages, kernel.decode_matrices);
+    program->gpu_decode_ = std::make_unique<GpuScoreKernel>(binary, kDecodeScoreEntry, kernel.decode_stages,
+                                                            kernel.decode_matrices, KernelOutput::Token, tables);
   if (program->has_entry(kernel, kChannelScoreEntry))
     program->gpu_channel_ = std::make_unique<GpuScoreKernel>(binary, kChannelScoreEntry, kernel.channel_stages,
-                                                             kernel.channel_matrices, KernelOutput::Channel);
+                                                             kernel.channel_matrices, KernelOutput::Channel, tables);
   if (program->has_entry(kernel, kLayerWeightEntry))
-    program->gpu_layer_ = std::make_unique<GpuLayerWeightKernel>(binary, kLayerWeightEntry, kernel.layer_stages);
+    program->gpu_layer_ = std::make_unique<GpuLayerWeightKernel>(binary, kLayerWeightEntry, kernel.layer_stages, tables);
   return program;
 }
 
@@ -49,6 +52,7 @@ std::unique_ptr<JitPolicyProgram> JitPolicyProgram::on_host(std::unique_ptr<Poli
   program->decode_work_ = kernel.decode_work_exponent;
   program->channel_work_ = kernel.channel_work_exponent;
   program->host_ = std::make_unique<HostModule>(kernel.source, work_dir, "policy");
+  load_tables(*program->host_, kernel.loaded_tables);
   if (!program->has_entry(kernel, kScoreEntry)) throw RuntimeError(kernel.name + ": no " + kScoreEntry + " kernel");
   program->host_score_ = reinterpret_cast<HostEntry>(program->host_->symbol(kScoreEntry));
   if (program->has_entry(kernel, kDecodeScoreEntry))

@@ -76,6 +76,7 @@ const std::string& kernel_prelude() {
 #if defined(__CUDACC__)
 #define KVEVICT_FN static __device__ __forceinline__
 #define KVEVICT_TABLE static __device__ const float
+#define KVEVICT_LOADED_TABLE(name, n) extern "C" { __device__ float name[n]; }
 #define KVEVICT_INFINITY __int_as_float(0x7f800000)
 KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 // One thread per output element: a token (KVEVICT_SCORE_ENTRY, extent T) or a key channel
@@ -119,6 +120,7 @@ KVEVICT_FN float kv_from_bits(unsigned bits) { return __uint_as_float(bits); }
 #include <string.h>
 #define KVEVICT_FN static inline
 #define KVEVICT_TABLE static const float
+#define KVEVICT_LOADED_TABLE(name, n) extern "C" { float name[n]; }
 #define KVEVICT_INFINITY INFINITY
 KVEVICT_FN float kv_from_bits(unsigned bits) { float f; memcpy(&f, &bits, sizeof f); return f; }
 #define KVEVICT_ENTRY_OVER(entry, element_fn, extent)                              \

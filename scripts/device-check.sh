@@ -452,7 +452,7 @@ memcheck() {  # NAME FILTER LIMIT: exit status and seconds go to <log>.status
 }
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
-    [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:WindowAttentionInPlaceGpu.*:LayerWeightCodegenGpu.*:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
+    [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:WindowAttentionInPlaceGpu.*:LayerWeightCodegenGpu.*:TableAxesCodegen.*OnTheDevice:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
     [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*:WindowAttentionSignalGpu.*:AccumulatedAttentionGpu.*:LayerSelectorGpu.*:CodebookGraphGpu.*:QueryStatisticsGpu.*:SegmentAttentionGpu.*:ReplayAttentionGpu.*:FlashInferPrefillGpu.*-CudaDecoder.PromptLonger*'
   )
   memcheck_limit=$(( tests_deadline - SECONDS ))

@@ -2,7 +2,7 @@
 // at a scalar row (the index axis), per query head (head, along h) and over two channel axes
 // (d, e, also transposed) is baked into the kernel text, built as host C++ and compared with the
 // interpreter on random inputs; the same text compiles with NVRTC where it is available. A table
-// larger than the generator bakes is a clear GenerateError.
+// larger than the generator bakes is loaded into the module by its runner instead.
 #ifdef KVEVICT_HAVE_LOWERED_FORM
 #include <gtest/gtest.h>
 
@@ -75,6 +75,16 @@ void expect_matches(const PolicyProgram& jit, const PolicyProgram& interpreted, 
   }
 }
 
+// The kernel's text compiles with NVRTC for sm_90.
+void expect_nvrtc_compiles(const GeneratedKernel& kernel) {
+  NvrtcRequest request;
+  request.name = kernel.name;
+  request.source = kernel.source;
+  request.arch = "sm_90";
+  const NvrtcResult result = NvrtcLibrary::instance().compile(request);
+  EXPECT_TRUE(result.ok) << kernel.name << ": " << result.log;
+}
+
 TEST(TableAxesCodegen, IndexHeadAndChannelReadsMatchTheInterpreterOnTheHost) {
   testing::TempDir dir;
   const std::string file = write_policy(dir.path());
@@ -94,32 +104,83 @@ TEST(TableAxesCodegen, IndexHeadAndChannelReadsMatchTheInterpreterOnTheHost) {
 TEST(TableAxesCodegen, IndexHeadAndChannelReadsCompileWithNvrtc) {
   KVEVICT_REQUIRE_NVRTC();
   testing::TempDir dir;
-  const GeneratedKernel kernel = generate_policy_cuda(write_policy(dir.path()), {}, {});
-  NvrtcRequest request;
-  request.name = "axes.cu";
-  request.source = kernel.source;
-  request.arch = "sm_90";
-  const NvrtcResult result = NvrtcLibrary::instance().compile(request);
-  EXPECT_TRUE(result.ok) << result.log;
+  expect_nvrtc_compiles(generate_policy_cuda(write_policy(dir.path()), {}, {}));
 }
 
-TEST(TableAxesCodegen, ATableLargerThanTheGeneratorBakesIsRefused) {
+// A policy whose table `big` has more numbers than the generator bakes (rows x 8), its values scaled
+// by `scale`.
+std::string write_big_policy(const std::string& dir, int rows, double scale, const std::string& name) {
+  write_table(dir + "/" + name + ".tsv", rows, kDim, scale);
+  const std::string file = dir + "/" + name + ".yaml";
+  std::ofstream(file) << "name: " + name + "\nabout: a big table\ntables:\n  big: {file: " + name +
+                             ".tsv, axes: [layer, d], shape: [" + std::to_string(rows) +
+                             ", 8]}\nscore: |\n  score[t] = sum(d: big[layer, d] * K[d, t])\n";
+  return file;
+}
+
+// A table larger than the generator bakes is declared in the text and loaded into the module by its
+// runner (jit/loaded_tables.h): the host build then scores as the interpreter does, the text holds
+// no value of it (two such tables of one shape share one kernel text), and a module whose table
+// was not loaded (all zeros) scores otherwise: the load is what the scores read.
+TEST(TableAxesCodegen, ATableLargerThanTheGeneratorBakesIsLoadedIntoTheModule) {
   testing::TempDir dir;
   const int rows = static_cast<int>(dsl::kMaxBakedTableElements / kDim) + 1;
-  write_table(dir.path() + "/big.tsv", rows, kDim, 1.0);
-  const std::string file = dir.path() + "/big.yaml";
-  std::ofstream(file) << "name: big\nabout: a big table\ntables:\n  big: {file: big.tsv, axes: [layer, d], shape: [" +
-                             std::to_string(rows) + ", 8]}\nscore: |\n  score[t] = sum(d: big[layer, d] * K[d, t])\n";
-  EXPECT_NO_THROW(dsl::compile_policy_file(file)) << "the interpreter reads it";
-  try {
-    generate_policy_cuda(file, {}, {});
-    ADD_FAILURE() << "the generator baked a table of " << rows * kDim << " numbers";
-  } catch (const GenerateError& e) {
-    EXPECT_NE(std::string(e.what()).find("table 'big' holds 131080 numbers; the CUDA generator bakes at most 131072 into a "
-                                         "kernel (the interpreter reads it)"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string file = write_big_policy(dir.path(), rows, 1.0, "big");
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  ASSERT_EQ(kernel.loaded_tables.size(), 1u);
+  EXPECT_EQ(kernel.loaded_tables[0].symbol, "kv_table_0");
+  EXPECT_EQ(kernel.loaded_tables[0].table->values.size(), size_t(rows) * kDim);
+  EXPECT_NE(kernel.source.find("KVEVICT_LOADED_TABLE(kv_table_0, 131080)"), std::string::npos);
+  EXPECT_EQ(kernel.source.find("KVEVICT_TABLE kv_table_0"), std::string::npos) << "baked after all";
+  EXPECT_LT(kernel.source.size(), size_t{1} << 20) << "the values went into the text";
+  auto jit = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                       dir.path());
+  dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+  expect_matches(*jit, interpreted, "a loaded table");
+  // Another table of the same shape: the same text, other scores.
+  const std::string other = write_big_policy(dir.path(), rows, -3.0, "big");
+  const GeneratedKernel second = generate_policy_cuda(other, {}, {});
+  EXPECT_EQ(second.source, kernel.source);
+  auto jit_other = JitPolicyProgram::on_host(
+      std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(other)), second, dir.path() + "/other");
+  dsl::InterpretedPolicy interpreted_other(dsl::compile_policy_file(other));
+  expect_matches(*jit_other, interpreted_other, "another loaded table");
+  // The control: the kernel without its table loaded (a runner that forgot) scores 0 everywhere.
+  GeneratedKernel unloaded = kernel;
+  unloaded.loaded_tables.clear();
+  auto forgot = JitPolicyProgram::on_host(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)),
+                                          unloaded, dir.path() + "/forgot");
+  testing::RandomScoreInputs random(kGroup, 4, 16, 77);
+  random.inputs.head_dim = kDim;
+  random.inputs.n_layers = kLayers;
+  random.inputs.n_kv_heads = kKvHeads;
+  std::vector<float> got(16), want(16);
+  forgot->score(random.inputs, false, got.data());
+  interpreted.score(random.inputs, false, want.data());
+  EXPECT_NE(got, want);
+}
+
+TEST(TableAxesCodegen, ALoadedTableCompilesWithNvrtc) {
+  KVEVICT_REQUIRE_NVRTC();
+  testing::TempDir dir;
+  const int rows = static_cast<int>(dsl::kMaxBakedTableElements / kDim) + 1;
+  expect_nvrtc_compiles(generate_policy_cuda(write_big_policy(dir.path(), rows, 1.0, "big"), {}, {}));
+}
+
+// The GPU runners fill the loaded table into their modules (cuModuleGetGlobal): the CUDA backend
+// scores as the interpreter does. Not yet run on a GPU.
+TEST(TableAxesCodegen, ALoadedTableMatchesTheInterpreterOnTheDevice) {
+  KVEVICT_GPU_TEST_SETUP(gpu);
+  use_cuda_device(0);
+  const int rows = static_cast<int>(dsl::kMaxBakedTableElements / kDim) + 1;
+  const std::string file = write_big_policy(gpu.dir.path(), rows, 1.0, "big");
+  const GeneratedKernel kernel = generate_policy_cuda(file, {}, {});
+  ASSERT_EQ(kernel.loaded_tables.size(), 1u);
+  const JitKernel compiled = gpu.compile(kernel, kernel.name);
+  auto jit = JitPolicyProgram::on_gpu(std::make_unique<dsl::InterpretedPolicy>(dsl::compile_policy_file(file)), kernel,
+                                      *compiled.entry, 0);
+  dsl::InterpretedPolicy interpreted(dsl::compile_policy_file(file));
+  expect_matches(*jit, interpreted, "a loaded table on the device");
 }
 
 }  // namespace
