@@ -5,6 +5,9 @@
 // attention any replay query of its KV head's group gives it, with the softmax taken over the sinks,
 // the chunk and the replay tokens only (causal among the replay tokens), not over the whole cache.
 // The replay's own K/V are dropped again after each layer, so the cache ends exactly as it was.
+// The attention itself is the decoder's to make (ObservationRequest::replay_attention,
+// core/decode/replay_attention_block.h): the pass reads no cached row and no query row, so on a
+// device-resident cache nothing of the cache comes to the host.
 //
 // This file is the mechanism only (the scores, in cache order); tokenising the prompt texts is the
 // caller's job, so the pass does not depend on a tokenizer or a chat template.
