@@ -4,7 +4,7 @@
 // LayerSignals::replay_attention). An observer handed it needs neither the replay's query rows nor
 // the cached keys on the host: on a device the decoder hands over n_heads x chunk floats per layer
 // instead of bringing the whole cache to the host for every chunk's forward (16 forwards at 32K, each
-// a host attention of about 25 GFLOP per layer on the 8B geometry, from the shapes).
+// a host attention of about 52 GFLOP per layer and chunk on the 8B geometry, from the shapes).
 //
 // Definition (kvpress's score_kvzip). The replay call feeds R tokens at positions context ..
 // context + R - 1 after the prefilled context (cache index = position in every KV head). Query row i
