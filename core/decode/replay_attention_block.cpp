@@ -11,8 +11,17 @@
 
 namespace kvevict {
 
+namespace {
+
+// The chunk and sinks lie as ReplayAttentionRequest describes (0 <= sinks <= first < end <= context).
+bool well_formed(const ReplayAttentionRequest& r) {
+  return r.enabled() && r.first >= 0 && r.first < r.end && r.end <= r.context && r.sinks >= 0 && r.sinks <= r.first;
+}
+
+}  // namespace
+
 void check_replay_attention_request(const ReplayAttentionRequest& r) {
-  if (!r.enabled() || r.first < 0 || r.first >= r.end || r.end > r.context || r.sinks < 0 || r.sinks > r.first)
+  if (!well_formed(r))
     throw std::invalid_argument("replay attention: context " + std::to_string(r.context) + ", chunk [" +
                                 std::to_string(r.first) + ", " + std::to_string(r.end) + "), " +
                                 std::to_string(r.sinks) + " sinks (want 0 <= sinks <= first < end <= context)");
@@ -112,9 +121,7 @@ std::vector<ReplayPiece> plan_replay_attention(const ReplayAttentionRequest& req
 bool replay_attention_applies(const DeviceKvLayerView& view, const ReplayAttentionRequest& request, int R) {
   if (R < 1 || view.n_heads < 1 || view.n_heads > kDeviceKvMaxHeads || !view.positions || !view.keys) return false;
   if (view.head_dim < 1 || view.head_dim > kWindowMaxHeadDim) return false;
-  const ReplayAttentionRequest& r = request;
-  if (!r.enabled() || r.first < 0 || r.first >= r.end || r.end > r.context || r.sinks < 0 || r.sinks > r.first)
-    return false;
+  if (!well_formed(request)) return false;
   for (int h = 0; h < view.n_heads; ++h)
     if (view.length[h] != static_cast<int64_t>(request.context) + R) return false;
   return true;

@@ -57,14 +57,7 @@ void run_case(const Case& c, cuda::ReplayAttentionBuffer& buffer, uint32_t seed)
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, std::pow(float(c.d), -0.25f) * 1.2f);
   DeviceKvTwin twin(DeviceKvGeometry{1, c.n_kv, c.d, c.type});
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int t = 0; t < n; ++t) positions[size_t(t)] = t;
-  std::vector<float> keys(size_t(n) * c.d), values(keys.size());
-  for (int h = 0; h < c.n_kv; ++h) {
-    for (float& x : keys) x = normal(rng);
-    for (float& x : values) x = normal(rng);
-    twin.write_rows(0, h, 0, n, keys.data(), values.data(), positions.data());
-  }
+  test::write_random_rows(twin, c.n_kv, c.d, n, rng, normal);
   std::vector<float> queries(size_t(c.R) * n_heads * c.d);
   for (float& q : queries) q = normal(rng);
   std::vector<double> factors;

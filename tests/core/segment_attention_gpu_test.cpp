@@ -54,14 +54,7 @@ void run_case(const Case& c, cuda::SegmentAttentionBuffer& buffer, uint32_t seed
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, std::pow(float(c.d), -0.25f) * 1.2f);
   DeviceKvTwin twin(DeviceKvGeometry{1, c.n_kv, c.d, c.type});
-  std::vector<int32_t> positions(size_t(c.n));
-  for (int t = 0; t < c.n; ++t) positions[size_t(t)] = t;
-  std::vector<float> keys(size_t(c.n) * c.d), values(keys.size());
-  for (int h = 0; h < c.n_kv; ++h) {
-    for (float& x : keys) x = normal(rng);
-    for (float& x : values) x = normal(rng);
-    twin.write_rows(0, h, 0, c.n, keys.data(), values.data(), positions.data());
-  }
+  test::write_random_rows(twin, c.n_kv, c.d, c.n, rng, normal);
   std::vector<float> queries(size_t(c.n) * n_heads * c.d);
   for (float& q : queries) q = normal(rng);
   const DeviceKvLayerView host = twin.layer_view(0);
