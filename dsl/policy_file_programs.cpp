@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/engine/signals.h"
+#include "dsl/entry_locality.h"
 #include "dsl/parser.h"
 #include "dsl/policy_file_compiler.h"
 
@@ -55,6 +56,7 @@ void FileCompiler::programs(const YAML::Node& root) {
   // The engine computes the window attention while decoding only if the decode indicator reads it.
   d.decode_reads = (d.has_decode_score ? out_.decode_score : out_.score).uses;
   d.decode_reads_known = true;
+  d.decode_scores_each_entry_alone = scores_each_entry_alone(d.has_decode_score ? out_.decode_score : out_.score);
   // The channel program runs once the prompt is done, over the kept rows (cache_row_reads.h,
   // prompt_end_edits_rows): not among the prompt's calls' reads.
   for (const LoweredProgram* p : all)

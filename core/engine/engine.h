@@ -142,6 +142,13 @@ struct EvictionReport {
   // The same for a prompt's scores (prefill_scores_in_selector): (layer, stored head) scorings written
   // into the selector's per-layer buffers, which every selection of the layer read in place.
   int64_t prefill_scores_in_place = 0;
+  // score_at insertion: (layer, stored head) decode scorings given the new entries alone (a decode
+  // indicator that scores each entry alone, dsl/entry_locality.h), not the whole head.
+  int64_t new_entries_scored_alone = 0;
+  // The most floats of hidden states (hidden[c, t]) the engine's records held at once: n_embd x
+  // tokens x layers, or one call's block of one layer when every read of them is in their call
+  // (model_signals.h); 0 when the policy reads none.
+  int64_t hidden_state_floats_peak = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

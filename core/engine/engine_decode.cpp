@@ -11,6 +11,13 @@ void EvictionEngine::State::score_new_entries(int layer, const KVCache& cache, i
       throw std::logic_error("engine: frozen scores of layer " + std::to_string(layer) + " head " + std::to_string(h) +
                              " hold " + std::to_string(frozen.size()) + " entries, the cache " + std::to_string(T) +
                              " after " + std::to_string(added) + " new");
+    if (added <= 0) continue;
+    if (desc.decode_scores_each_entry_alone) {  // the new entries alone: their values over the whole head
+      const std::vector<float> now = score(signals_for(layer, h, cache, true, &desc.decode_reads, T - added), true);
+      frozen.insert(frozen.end(), now.begin(), now.end());
+      ++report.new_entries_scored_alone;
+      continue;
+    }
     const std::vector<float> now = score(signals_for(layer, h, cache, true), true);
     frozen.insert(frozen.end(), now.end() - added, now.end());
   }

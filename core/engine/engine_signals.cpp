@@ -22,6 +22,7 @@ void count_in_gather(int64_t& counter) { std::atomic_ref<int64_t>(counter).fetch
 
 void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s) {
   records.record(s);
+  report.hidden_state_floats_peak = std::max(report.hidden_state_floats_peak, records.hidden_state_floats());
   output_grams = s.output_grams;
   output_projection = s.output_projection;
   if (!query_stats.active() || !in_prefill) return;
@@ -119,9 +120,10 @@ void EvictionEngine::State::record_accumulated(const LayerSignals& s, const KVCa
 }
 
 EvictionEngine::State::HeadSignals EvictionEngine::State::signals_for(int layer, int kv_head, const KVCache& cache,
-                                                                      bool decoding, const SignalSet* only) {
+                                                                      bool decoding, const SignalSet* only,
+                                                                      int first_slot) {
   PhaseScope timed(clock, EnginePhase::Signals);
-  return gather_signals(layer, kv_head, cache, decoding, nullptr, only);
+  return gather_signals(layer, kv_head, cache, decoding, nullptr, only, first_slot);
 }
 
 void EvictionEngine::State::refuse_placeholder_read(int layer, const std::string& what) const {
@@ -138,31 +140,38 @@ const SignalSet& EvictionEngine::State::phase_reads(bool decoding) const {
 
 // The head's cached keys and values for one gather_signals, read from the cache on first use (the
 // keys once); a read in a call whose host rows are placeholders is refused (refuse_placeholder_read).
+// The rows from cache slot `first` on: the entries the signals are gathered for.
 struct EvictionEngine::State::HeadRows {
   const State& st;
   const KVCache& cache;
   const int layer, src;  // src: the cache head holding the stored head's entries (cache_head)
   HeadSignals& hs;
+  const int first = 0;   // gather_signals' first_slot
   const float* cached_keys = nullptr;
 
+  size_t skipped() const { return static_cast<size_t>(first) * st.d; }
   const float* keys(const char* why) {
     if (!cached_keys) {
       st.refuse_placeholder_read(layer, std::string("the cached keys (") + why + ")");
       cached_keys = cache.keys_or_reconstruct(layer, src, hs.key_scratch);
     }
-    return cached_keys;
+    return cached_keys + skipped();
   }
   const float* values(const char* why) {
     st.refuse_placeholder_read(layer, std::string("the cached values (") + why + ")");
-    return cache.values_or_reconstruct(layer, src, hs.value_scratch);
+    return cache.values_or_reconstruct(layer, src, hs.value_scratch) + skipped();
   }
 };
 
 EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int layer, int kv_head, const KVCache& cache,
                                                                          bool decoding, float* window_out,
-                                                                         const SignalSet* only) {
+                                                                         const SignalSet* only, int first_slot) {
   HeadSignals hs;
   const int src = cache_head(kv_head, cache);
+  const int length = cache.length(layer, src);
+  if (first_slot < 0 || first_slot > length)
+    throw std::logic_error("engine: signals from cache slot " + std::to_string(first_slot) + " of a head of " +
+                           std::to_string(length) + " entries");
   ScoreInputs& in = hs.in;
   in.layer = layer;
   in.kv_head = kv_head;
@@ -171,21 +180,25 @@ EvictionEngine::State::HeadSignals EvictionEngine::State::gather_signals(int lay
   in.group = Gs;
   in.head_dim = d;
   in.n_embd = config.dim;
-  in.T = cache.length(layer, src);
+  in.T = length - first_slot;
   in.prompt_len = plan.prompt_len;
   in.decode_step = decoding ? decode_step + 1 : 0;
   in.seed = options.seed;
-  in.position = positions(cache, layer, src);
+  in.position = positions(cache, layer, src) + first_slot;
   // The same positions where the decoder's device cache holds them, for a device program of this
   // phase that reads them (counted only then: the selection's own reading is counted apart).
   if (device_reads.positions_in_place && phase_reads(decoding)[signal_index(TensorSignal::Position)])
-    in.device_position = decoder_copies.positions_of(layer, src, in.T, original.active());
+    if (const int32_t* held = decoder_copies.positions_of(layer, src, length, original.active()))
+      in.device_position = held + first_slot;
   if (in.device_position) count_in_gather(report.positions_in_place);
-  HeadRows cached{*this, cache, layer, src, hs};
-  gather_window_attention(cached, decoding, window_out, hs, only);
+  HeadRows cached{*this, cache, layer, src, hs, first_slot};
+  if (first_slot == 0) gather_window_attention(cached, decoding, window_out, hs, only);
   // Every other signal the policy reads, by its row in the signal table.
   for (const TensorSignalInfo& info : kTensorSignalTable) {
     if (!makes_signal(info.id, decoding, only)) continue;
+    if (first_slot > 0 && !source_made_per_entry(info.source))
+      throw std::logic_error("engine: " + signal_label(info.id) + " is made for a whole head, not from cache slot " +
+                             std::to_string(first_slot) + " on");
     std::vector<float>& out = hs.buffer[signal_index(info.id)];
     if (gather_tensor_signal(info.id, cached, hs, out)) in.set_signal(info.id, out.data());
   }
@@ -358,8 +371,8 @@ bool EvictionEngine::State::gather_cached_row_signal(TensorSignal id, HeadRows& 
     case TensorSignal::KeyNorm:
     case TensorSignal::ValueNorm: {
       // In place on the decoder's device (no norm on the host, no upload), else the host's.
-      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, T) : nullptr) {
-        in.set_device_signal(id, device);
+      if (const float* device = T > 0 ? decoder_copies.rows_of(id, layer, src, cached.first + T) : nullptr) {
+        in.set_device_signal(id, device + cached.first);
         count_in_gather(report.row_norms_in_place);
         return false;
       }
@@ -370,7 +383,7 @@ bool EvictionEngine::State::gather_cached_row_signal(TensorSignal id, HeadRows& 
       // bits as from the rows: row_norms.h); any other head computes them from its rows.
       if (cache.rows_held_elsewhere(layer, src)) {
         const std::span<const RowNorms> held = cache.held_row_norms(layer, src);
-        for (int t = 0; t < T; ++t) out[t] = key ? held[t].key : held[t].value;
+        for (int t = 0; t < T; ++t) out[t] = key ? held[cached.first + t].key : held[cached.first + t].value;
       } else {
         compute_row_norms(key ? cached.keys("key_norm") : cached.values("value_norm"), T, d, out.data());
       }

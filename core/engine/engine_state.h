@@ -108,8 +108,9 @@ struct EvictionEngine::State {
   // [layer][stored head] plans from prefill, and the budgets of the layer's last eviction.
   std::vector<std::vector<HeadPlan>> head_plans;
   std::vector<std::vector<int>> head_budget;
-  // [layer][stored head][cache entry] prefill scores, released at the end of prefill: decode
-  // triggers score afresh, and a kept vector would go stale as the decoder appends entries.
+  // [layer][stored head][cache entry] prefill scores, released at the end of prefill (decode
+  // triggers score afresh), except frozen ones (score_at insertion: kept aligned with the cache,
+  // each decode step's new entries' scores appended: score_new_entries).
   std::vector<std::vector<std::vector<float>>> scores;
   std::vector<std::vector<std::vector<float>>> accumulated;  // [layer][query head][cache entry]
   // ... or held on the scoring device instead (accumulated_in_place; accumulated_attention_store.h).
@@ -262,7 +263,9 @@ struct EvictionEngine::State {
   // parallel loop calls gather_signals and times the loop).
   // `only`, when given: gather these signals alone (a later stage's program, over a head the earlier
   // stages cut).
-  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, const SignalSet* only = nullptr);
+  // `first_slot`: as gather_signals'.
+  HeadSignals signals_for(int layer, int kv_head, const KVCache& cache, bool decoding, const SignalSet* only = nullptr,
+                          int first_slot = 0);
 
   // Refuses a read of `what` (cached keys or values) of layer `layer` in a call whose host rows are
   // placeholders: the policy declared it reads no cached row (cache_row_reads.h), so the read is a
@@ -281,8 +284,10 @@ struct EvictionEngine::State {
   // `window_out`, when given, receives the window attention ([G][W][T], T = the head's length)
   // instead of the head's own vector. Untimed: safe on worker threads. The head's keys and values
   // are read only by the signals that need them (refuse_placeholder_read).
+  // `first_slot` > 0: the head's entries from that cache slot on alone (score_new_entries; only
+  // signals made per entry, signals.h's source_made_per_entry, and no window attention).
   HeadSignals gather_signals(int layer, int kv_head, const KVCache& cache, bool decoding, float* window_out = nullptr,
-                             const SignalSet* only = nullptr);
+                             const SignalSet* only = nullptr, int first_slot = 0);
   // The head's cached keys and values, read on first use (engine_signals.cpp).
   struct HeadRows;
   // gather_signals' window attention A: the decoder's in place on its device, or copied out of it,
@@ -437,8 +442,13 @@ struct EvictionEngine::State {
   void evict_model(KVCache& cache);
 
   // score_at insertion: the newest `added` entries of every head of `layer` get their score now,
-  // appended to the frozen scores (aligned with the cache: appends go to the end).
+  // appended to the frozen scores (aligned with the cache: appends go to the end). A decode
+  // indicator that scores each entry alone (dsl/entry_locality.h) is given those entries alone, the
+  // same values as over the whole head; any other, the whole head.
   void score_new_entries(int layer, const KVCache& cache, int added);
+  // Whether every hidden state is read in the call that hands it over (PositionRecords then holds
+  // that call's alone: model_signals.h).
+  bool hidden_states_read_in_their_call() const;
 
   // request()'s asks for what the engine makes from the queries: the segment attention and the
   // prompt query statistics (from the decoder when a prompt with a known window comes next), or

@@ -2,21 +2,51 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/util/error.h"
 
 namespace kvevict {
 
-void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width) {
+void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width,
+                            bool states_of_current_call) {
   tokens_on_ = tokens;
   hidden_on_ = hidden_norms;
   token_.clear();
   hidden_.assign(hidden_norms ? n_layers : 0, {});
   width_ = std::max(hidden_width, 0);
   state_floats_ = 0;
-  states_.assign(width_ > 0 ? n_layers : 0, {});
+  current_call_only_ = states_of_current_call;
+  current_layer_ = -1;
+  current_first_ = 0;
+  states_.assign(width_ > 0 ? (current_call_only_ ? 1 : n_layers) : 0, {});
+}
+
+void PositionRecords::record_states(const LayerSignals& s, int64_t end) {
+  if (s.hidden_states.size() != static_cast<size_t>(s.n_tokens) * width_)
+    throw UsageError("the policy reads hidden, but the decoder did not record the layer's attention inputs");
+  const int64_t first = s.first_position;
+  // The current call's block alone: it replaces the one before (whose reads are over).
+  const int64_t held_from = current_call_only_ ? first : 0;
+  std::vector<float>& h = states_.at(current_call_only_ ? 0 : s.layer);
+  if (current_call_only_) {
+    state_floats_ -= static_cast<int64_t>(h.size());
+    h.clear();
+    current_layer_ = s.layer;
+    current_first_ = first;
+  }
+  const int64_t need = (end - held_from) * width_;
+  if (static_cast<int64_t>(h.size()) < need) {
+    if (state_floats_ + need - static_cast<int64_t>(h.size()) > kMaxHiddenStateFloats)
+      throw UsageError("the hidden-state records would exceed " + std::to_string(kMaxHiddenStateFloats) +
+                       " floats (n_embd x tokens" + (current_call_only_ ? " of one block" : " x layers") +
+                       "); the block reaches position " + std::to_string(end - 1));
+    state_floats_ += need - static_cast<int64_t>(h.size());
+    h.resize(static_cast<size_t>(need), 0.0f);
+  }
+  std::copy(s.hidden_states.begin(), s.hidden_states.end(), h.begin() + (first - held_from) * width_);
 }
 
 void PositionRecords::record(const LayerSignals& s) {
@@ -36,20 +66,7 @@ void PositionRecords::record(const LayerSignals& s) {
     if (static_cast<int64_t>(h.size()) < end) h.resize(static_cast<size_t>(end), 0.0f);
     std::copy(s.hidden_norms.begin(), s.hidden_norms.end(), h.begin() + s.first_position);
   }
-  if (width_ > 0) {
-    if (s.hidden_states.size() != static_cast<size_t>(s.n_tokens) * width_)
-      throw UsageError("the policy reads hidden, but the decoder did not record the layer's attention inputs");
-    std::vector<float>& h = states_.at(s.layer);
-    const int64_t need = end * width_;
-    if (static_cast<int64_t>(h.size()) < need) {
-      if (state_floats_ + need - static_cast<int64_t>(h.size()) > kMaxHiddenStateFloats)
-        throw UsageError("the hidden-state records would exceed " + std::to_string(kMaxHiddenStateFloats) +
-                         " floats (n_embd x tokens x layers); the block reaches position " + std::to_string(end - 1));
-      state_floats_ += need - static_cast<int64_t>(h.size());
-      h.resize(static_cast<size_t>(need), 0.0f);
-    }
-    std::copy(s.hidden_states.begin(), s.hidden_states.end(), h.begin() + static_cast<int64_t>(s.first_position) * width_);
-  }
+  if (width_ > 0) record_states(s, end);
 }
 
 void PositionRecords::tokens(const int32_t* positions, int T, float* out) const {
@@ -68,12 +85,29 @@ void PositionRecords::hidden_norms(int layer, const int32_t* positions, int T, f
 }
 
 void PositionRecords::hidden_states(int layer, const int32_t* positions, int T, float* out) const {
+  if (current_call_only_) return current_hidden_states(layer, positions, T, out);
   const std::vector<float>& h = states_.at(layer);
   const int64_t recorded = width_ > 0 ? static_cast<int64_t>(h.size()) / width_ : 0;
   for (int t = 0; t < T; ++t) {
     const int32_t p = positions[t];
     const bool have = p >= 0 && p < recorded;
     for (int c = 0; c < width_; ++c) out[static_cast<int64_t>(c) * T + t] = have ? h[static_cast<size_t>(p) * width_ + c] : 0.0f;
+  }
+}
+
+void PositionRecords::current_hidden_states(int layer, const int32_t* positions, int T, float* out) const {
+  const std::vector<float>& h = states_.at(0);
+  const int64_t held = width_ > 0 ? static_cast<int64_t>(h.size()) / width_ : 0;
+  for (int t = 0; t < T; ++t) {
+    const int64_t p = static_cast<int64_t>(positions[t]) - current_first_;
+    // Another layer's or an earlier call's state is gone: a read of it would score zeros.
+    if (layer != current_layer_ || p < 0 || p >= held)
+      throw std::logic_error("engine: the hidden state of layer " + std::to_string(layer) + " position " +
+                             std::to_string(positions[t]) + " was read after its call (only layer " +
+                             std::to_string(current_layer_) + "'s block from position " +
+                             std::to_string(current_first_) + " is held)");
+    for (int c = 0; c < width_; ++c)
+      out[static_cast<int64_t>(c) * T + t] = h[static_cast<size_t>(p) * width_ + c];
   }
 }
 

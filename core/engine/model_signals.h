@@ -21,6 +21,9 @@
 //                   after the input RMSNorm, what kvpress hands a press), recorded by original
 //                   position like hidden_norm: n_embd floats per (layer, token seen), only when a
 //                   policy reads it, at most kMaxHiddenStateFloats in all (a usage error beyond).
+//                   A policy that reads it only in the call that hands it over (score_at insertion
+//                   with a decode indicator that scores each entry alone: dsl/entry_locality.h)
+//                   records the current call's layer alone: n_embd floats per token of one block.
 #include <cstdint>
 #include <vector>
 
@@ -34,8 +37,10 @@ constexpr int64_t kMaxHiddenStateFloats = int64_t(1) << 30;  // 4 GiB of recorde
 class PositionRecords {
  public:
   // Forgets everything; records token ids and / or hidden norms from now on, and the hidden
-  // states (n_embd floats per token) when hidden_width = n_embd > 0.
-  void reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width = 0);
+  // states (n_embd floats per token) when hidden_width = n_embd > 0: every layer's of every
+  // position seen, or with `states_of_current_call` only the last recorded block's, of its layer
+  // (each record replaces the one before; reading any other is a std::logic_error).
+  void reset(int n_layers, bool tokens, bool hidden_norms, int hidden_width = 0, bool states_of_current_call = false);
   // Takes the block's tokens (layer 0) and the layer's hidden norms, at positions first_position...
   void record(const LayerSignals& s);
   // out[t] = the token id at positions[t] (-1 if none was recorded).
@@ -45,14 +50,22 @@ class PositionRecords {
   // out[c * T + t] = layer's hidden state channel c at positions[t] (0 if none was recorded): the
   // signal layout [c][t].
   void hidden_states(int layer, const int32_t* positions, int T, float* out) const;
+  // Floats of hidden states held now, all layers (what the records cost).
+  int64_t hidden_state_floats() const { return state_floats_; }
 
  private:
+  void record_states(const LayerSignals& s, int64_t end);
+  void current_hidden_states(int layer, const int32_t* positions, int T, float* out) const;
+
   bool tokens_on_ = false, hidden_on_ = false;
   std::vector<int32_t> token_;               // [position]
   std::vector<std::vector<float>> hidden_;   // [layer][position]
   int width_ = 0;                            // n_embd when hidden states are recorded, else 0
   int64_t state_floats_ = 0;                 // floats held by states_, all layers
-  std::vector<std::vector<float>> states_;   // [layer][position][n_embd]
+  std::vector<std::vector<float>> states_;   // [layer][position][n_embd]; current call only: [1][block][n_embd]
+  bool current_call_only_ = false;
+  int current_layer_ = -1;                   // current call only: the block's layer and first position
+  int64_t current_first_ = 0;
 };
 
 // out[g][t] = sqrt(v_t^T G_h v_t) with h = kv_head * group + g, G_h the [d][d] block h of `grams`

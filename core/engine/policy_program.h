@@ -223,6 +223,11 @@ struct PolicyDescription {
   // description knows them (the DSL's compiler does); otherwise `reads` stands for them.
   SignalSet decode_reads{};
   bool decode_reads_known = false;
+  // Added. Whether the decode indicator gives each entry a value made from that entry alone
+  // (dsl/entry_locality.h; the DSL's compiler knows, a hand-made description says false). With
+  // score_at insertion the engine then scores the newest entries alone and records no hidden state
+  // past the call that hands it over; otherwise it scores whole heads and keeps the records.
+  bool decode_scores_each_entry_alone = false;
   // Added. The signals the programs of the prompt's calls read (score, layer_weight, head_mode,
   // head_weight, the stage programs: everything but decode_score and channel_score, which runs once
   // the prompt is done, over the kept rows), when the description knows them (the DSL's compiler

@@ -215,6 +215,27 @@ constexpr bool source_reads_window_queries(SignalSource source) {
   return source == SignalSource::WindowQueries || source == SignalSource::WindowQueryRows;
 }
 
+// Whether a signal of `source` can be made for a run of a head's entries alone (the newest ones,
+// which score_at insertion scores: EvictionEngine::State::score_new_entries): its value at an entry
+// is that entry's own (its position, its rows' norms, its token, its hidden state), or it has no
+// token axis and does not depend on which entries are cached (the prompt's query statistics, the
+// RoPE average). Attention over the cache, and cached rows laid out [d][t] for the whole head, are
+// made for the whole head only.
+constexpr bool source_made_per_entry(SignalSource source) {
+  switch (source) {
+    case SignalSource::RowNorms:
+    case SignalSource::Positions:
+    case SignalSource::Tokens:
+    case SignalSource::HiddenStates:
+    case SignalSource::HiddenVectors:
+    case SignalSource::PromptQueries:
+    case SignalSource::RopeRotation:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Elements of a signal's buffer for one head: the product of the extents of its axes
 // (h = group, q = W, d = head_dim, c = n_embd, t = T; g, if present, is not part of one head's
 // buffer). A signal without axis t (Q, Q_mean, ...) does not grow with the cache.

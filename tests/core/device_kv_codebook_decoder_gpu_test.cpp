@@ -120,7 +120,9 @@ TEST(DeviceKvCodebookDecoderGpu, PromptsWithAStageAtTheirEndLeaveTheirRowsOnTheD
     }
     ASSERT_TRUE(device_equals_host(*announced)) << what;
     ASSERT_TRUE(device_equals_host(*plain)) << what;
-    if (e1.report().key_codes > 0) EXPECT_TRUE(same_codebooks(announced->cache(), plain->cache())) << what;
+    if (e1.report().key_codes > 0) {
+      EXPECT_TRUE(same_codebooks(announced->cache(), plain->cache())) << what;
+    }
   }
 #endif
 }
