@@ -67,6 +67,7 @@ std::string write_kvzap_for(const ModelConfig& c, const std::filesystem::path& d
 struct Run {
   double engine_decode_s = 0, decode_wall_s = 0;
   double scoring_s = 0;  // the engine's Signals and Scoring phases: what scoring the new entries costs
+  double prefill_engine_s = 0, prefill_signals_s = 0;  // the prompt's engine time, and its Signals phase
   int64_t hidden_floats = 0, scored_alone = 0;
 };
 
@@ -74,12 +75,15 @@ Run run(const Model& model, const std::vector<int>& prompt, const PolicyProgram&
   auto decoder = make_cpu_decoder(model);
   EvictionEngine engine(policy, model.config, {Budget::parse("100%"), 0});
   const std::vector<float>* logits = &decoder->forward(std::span<const int>(prompt), &engine);
+  const EnginePhaseSeconds prefill = engine.report().prefill_phases;
   const double w0 = bench::wall_seconds();
   for (int step = 0; step < steps; ++step) {
     const int next = argmax(*logits);
     logits = &decoder->forward(std::span<const int>(&next, 1), &engine);
   }
   Run r;
+  r.prefill_engine_s = prefill.total();
+  r.prefill_signals_s = prefill[EnginePhase::Signals];
   r.decode_wall_s = bench::wall_seconds() - w0;
   const EnginePhaseSeconds& phases = engine.report().decode_phases;
   r.engine_decode_s = phases.total();
@@ -105,8 +109,8 @@ int main(int argc, char** argv) try {
       std::filesystem::temp_directory_path() / ("kvevict_bench_insertion_" + std::to_string(::getpid()));
   std::printf("model %s: %d layers, %d KV heads, n_embd %d; prompt %d tokens, %d decode steps, budget 100%%\n",
               path.c_str(), c.n_layers, c.n_kv_heads, c.dim, n, steps);
-  std::printf("%-6s %-22s %15s %14s %12s %14s %12s\n", "policy", "decode steps score", "scoring ms/step",
-              "engine ms/step", "wall ms/step", "hidden records", "scored alone");
+  std::printf("%-6s %-22s %15s %14s %12s %14s %12s %16s %17s\n", "policy", "decode steps score", "scoring ms/step",
+              "engine ms/step", "wall ms/step", "hidden records", "scored alone", "prefill engine s", "prefill signals s");
   for (const std::string name : {"dms", "kvzap"}) {
     const std::string file = name == "kvzap" && c.dim != 64 ? write_kvzap_for(c, dir) : name;
     const auto policy = load_policy(file, {{"decoding", "true"}});
@@ -114,10 +118,10 @@ int main(int argc, char** argv) try {
     whole_heads.edit().decode_scores_each_entry_alone = false;
     for (const bool alone : {true, false}) {
       const Run r = run(*model, prompt, alone ? static_cast<const PolicyProgram&>(*policy) : whole_heads, steps);
-      std::printf("%-6s %-22s %15.3f %14.3f %12.3f %11.1f MB %12lld\n", name.c_str(),
+      std::printf("%-6s %-22s %15.3f %14.3f %12.3f %11.1f MB %12lld %16.3f %17.3f\n", name.c_str(),
                   alone ? "the new entries alone" : "whole heads", 1e3 * r.scoring_s / steps, 1e3 * r.engine_decode_s / steps,
                   1e3 * r.decode_wall_s / steps, 4e-6 * static_cast<double>(r.hidden_floats),
-                  static_cast<long long>(r.scored_alone));
+                  static_cast<long long>(r.scored_alone), r.prefill_engine_s, r.prefill_signals_s);
       std::fflush(stdout);
     }
   }

@@ -302,6 +302,36 @@ TEST(HiddenStateRecords, ByOriginalPositionInTheSignalLayout) {
   EXPECT_NO_THROW(rec.record(s));
 }
 
+// The same layout from a gather in tiles (64 tokens x 64 channels) over sizes that cross the tiles'
+// bounds, positions shuffled, repeated and some never handed over, in both record modes.
+TEST(HiddenStateRecords, TiledGatherGivesThePlainLayoutAcrossTileBounds) {
+  const int width = 70, n = 150, first = 3;
+  std::vector<float> block(static_cast<size_t>(n) * width);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<float>(i % 9973) * 0.5f + 1.0f;
+  LayerSignals s;
+  s.layer = 1;
+  s.first_position = first;
+  s.n_tokens = n;
+  s.hidden_states = block;
+  for (const bool current_call : {false, true}) {
+    PositionRecords rec;
+    rec.reset(2, false, false, width, current_call);
+    rec.record(s);
+    std::vector<int32_t> pos;
+    for (int t = 0; t < 131; ++t) pos.push_back(first + (t * 37) % n);
+    if (!current_call) pos.insert(pos.end(), {0, 1, 500});  // never handed over: 0
+    const int T = static_cast<int>(pos.size());
+    std::vector<float> got(static_cast<size_t>(width) * T, -1.0f);
+    rec.hidden_states(1, pos.data(), T, got.data());
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < width; ++c) {
+        const int p = pos[t] - first;
+        const float want = p >= 0 && p < n ? block[static_cast<size_t>(p) * width + c] : 0.0f;
+        ASSERT_EQ(got[static_cast<size_t>(c) * T + t], want) << "t " << t << " c " << c << " current call " << current_call;
+      }
+  }
+}
+
 // A recorder that did not record the hidden states cannot be applied to a policy that reads them.
 TEST_F(HiddenStatePolicies, ARecorderWithoutHiddenStatesIsRefused) {
   const auto policy = load_policy("kvzap", {{"sliding_window_size", "8"}});
