@@ -149,6 +149,9 @@ struct EvictionReport {
   // tokens x layers, or one call's block of one layer when every read of them is in their call
   // (model_signals.h); 0 when the policy reads none.
   int64_t hidden_state_floats_peak = 0;
+  // Prompt layers whose heads read one gather of hidden[c, t] (every head held the same positions)
+  // instead of one copy each.
+  int64_t hidden_state_layer_gathers = 0;
   // Added: what happened, for reports and tests.
   int applications = 0;       // prefill applications (one per cascading stage) + decode evictions
   bool prefill_evicted = false;  // false when skipped (prompt within budget) or the policy has no prefill run

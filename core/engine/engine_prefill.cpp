@@ -20,8 +20,17 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   same_length = same_length && !in_place;
   const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
   std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
+  // hidden[c, t] once for the layer where every head reads the same (dropped after the gathers).
+  struct DropLayerHidden {
+    LayerHiddenStates& h;
+    ~DropLayerHidden() {
+      h.layer = -1;
+      std::vector<float>().swap(h.data);
+    }
+  } drop_layer_hidden{layer_hidden};
   {
     PhaseScope timed(clock, EnginePhase::Signals);  // the loop as a whole: no timing on worker threads
+    share_layer_hidden_states(layer, cache);
     if (!in_place) window_in.fetch();               // a device buffer comes down here, not on a worker thread
     // An exception must not leave an OpenMP region (std::terminate): the first is kept and
     // rethrown after the loop (refuse_placeholder_read, a decoder's signal of the wrong shape).

@@ -47,6 +47,25 @@ void EvictionEngine::State::query_statistic(TensorSignal id, int layer, int kv_h
   if (!cov) out.swap(mean);
 }
 
+void EvictionEngine::State::share_layer_hidden_states(int layer, const KVCache& cache) {
+  layer_hidden.layer = -1;
+  std::vector<float>().swap(layer_hidden.data);
+  if (Hs < 2 || !makes_signal(TensorSignal::HiddenState, false, nullptr) ||
+      !phase_reads(false)[signal_index(TensorSignal::HiddenState)])
+    return;
+  const int first = cache_head(0, cache), T = cache.length(layer, first);
+  const int32_t* p = positions(cache, layer, first);
+  for (int h = 1; h < Hs; ++h) {
+    const int src = cache_head(h, cache);
+    if (cache.length(layer, src) != T || !std::equal(p, p + T, positions(cache, layer, src))) return;
+  }
+  layer_hidden.data.resize(static_cast<size_t>(config.dim) * T);
+  records.hidden_states(layer, p, T, layer_hidden.data.data());
+  layer_hidden.layer = layer;
+  layer_hidden.T = T;
+  ++report.hidden_state_layer_gathers;
+}
+
 void EvictionEngine::State::record_queries(const LayerSignals& s) {
   recent.record(s.layer, s.window_queries.data(), s.window, s.first_position + s.n_tokens - s.window, query_window());
 }
@@ -296,6 +315,10 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       records.hidden_norms(layer, in.position, T, out.data());
       break;
     case TensorSignal::HiddenState:
+      if (layer_hidden.layer == layer && layer_hidden.T == T && cached.first == 0) {  // the layer's, gathered once
+        in.set_signal(id, layer_hidden.data.data());
+        return false;
+      }
       out.resize(static_cast<size_t>(config.dim) * T);
       records.hidden_states(layer, in.position, T, out.data());
       break;

@@ -163,6 +163,13 @@ struct EvictionEngine::State {
   PositionRecords records;
   std::span<const float> output_grams;
   std::span<const float> output_projection;  // W_o per query head (out_norm_l1), valid during after_layer
+  // hidden[c, t] of the prompt's layer being scored, gathered once ([c][T]) when every head holds the
+  // same positions (share_layer_hidden_states), which each head's gather hands on instead of its own
+  // copy; layer -1 otherwise (and after the layer's gathers).
+  struct LayerHiddenStates {
+    int layer = -1, T = 0;
+    std::vector<float> data;
+  } layer_hidden;
   // KVzip (A_replay; replay_checks.h): the prompt's forward records but scores nothing; the
   // scores wait for the replay (finish_replay / apply_after_prefill). Meanwhile each layer's output
   // projection is held here, since the decoder's spans end with its after_layer.
@@ -258,6 +265,10 @@ struct EvictionEngine::State {
   // Adds the block's attention column sums to the stored accumulated attention of the layer: on the
   // device, from the decoder's device sums where it left them there, else from its host ones.
   void record_accumulated(const LayerSignals& s, const KVCache& cache);
+
+  // Gathers layer_hidden for the prompt's `layer` when the policy's prompt programs read hidden and
+  // every head holds the same positions (a prompt's layer before its eviction); clears it otherwise.
+  void share_layer_hidden_states(int layer, const KVCache& cache);
 
   // The signals of one head, timed as Signals: for the calling thread (score_layer_at_prefill's
   // parallel loop calls gather_signals and times the loop).

@@ -267,6 +267,15 @@ TEST_F(HiddenStatePolicies, KvzapWhileDecodingJudgesEachTokenByItsHiddenState) {
   }
 }
 
+// At the prompt every head of a layer holds the same positions, so the layer's hidden states are
+// gathered once for all of them (the kept sets are KvzapAtPrefillKeepsTheReferenceSets').
+TEST_F(HiddenStatePolicies, APromptLayersHeadsReadOneGatherOfItsHiddenStates) {
+  const EvictionReport r = test::prefill_report(*model_, tokens_, "kvzap", {{"sliding_window_size", "8"}}, "50%");
+  EXPECT_EQ(r.hidden_state_layer_gathers, config().n_layers);
+  EXPECT_EQ(test::prefill_report(*model_, tokens_, "knorm", {}, "50%").hidden_state_layer_gathers, 0)
+      << "knorm reads no hidden state";
+}
+
 // The engine refuses a table over c whose extent is not the model's n_embd before anything runs.
 TEST_F(HiddenStatePolicies, ATableOverCOfAnotherWidthIsRefused) {
   const auto policy = load_policy("kvzap", {});
