@@ -3,8 +3,9 @@
 // files that implement it, one concern each:
 //   engine.cpp            the public calls (after_layer, after_forward, apply_after_prefill, ...),
 //                         the state's construction and reset;
-//   engine_signals.cpp    the signals a head's scoring reads (gather_signals) and what is recorded
-//                         for them;
+//   engine_records.cpp    what is recorded of the decoder's hand-over for the signals (queries,
+//                         model signals, accumulated attention; a prompt layer's hidden states);
+//   engine_signals.cpp    the signals a head's scoring reads (gather_signals);
 //   engine_row_reads.cpp  what the engine asks of the decoder for its next call (request()): the
 //                         query window, the window attention, the cached rows each call reads;
 //   engine_selection.cpp  a layer's budgets and selections, and the cache edits that apply them;
