@@ -19,8 +19,41 @@ inline bool ranks_before(float sa, int32_t pa, float sb, int32_t pb) {
   return pa < pb;
 }
 
+// Whether the positions increase strictly along the cache (the usual positional cache order): then
+// ordering cache indices by position is ordering them by index, which needs no sort.
+bool strictly_increasing(std::span<const int32_t> positions) {
+  for (size_t i = 1; i < positions.size(); ++i)
+    if (positions[i] <= positions[i - 1]) return false;
+  return true;
+}
+
+// `kept` (distinct cache indices) in position order: by a mask in O(T) where the positions increase
+// along the cache, else by a sort.
 void order_kept(std::vector<int>& kept, std::span<const int32_t> positions) {
-  std::sort(kept.begin(), kept.end(), [&](int a, int b) { return positions[a] < positions[b]; });
+  if (!strictly_increasing(positions)) {
+    std::sort(kept.begin(), kept.end(), [&](int a, int b) { return positions[a] < positions[b]; });
+    return;
+  }
+  std::vector<char> in(positions.size(), 0);
+  for (int i : kept) in[static_cast<size_t>(i)] = 1;
+  size_t n = 0;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i]) kept[n++] = static_cast<int>(i);
+  if (n != kept.size()) throw std::logic_error("select: a kept list holds an index twice");
+}
+
+// The first k of `candidates` under the tie rule, in no particular order: the same set as
+// top_k_indices' (the rule is a strict total order on distinct positions), in O(T) instead of
+// O(T log k); for a caller that orders the kept entries by position afterwards.
+std::vector<int> top_k_set(std::span<const float> scores, std::span<const int32_t> positions,
+                           std::vector<int> candidates, int k) {
+  k = std::clamp(k, 0, static_cast<int>(candidates.size()));
+  if (k > 0 && k < static_cast<int>(candidates.size())) {
+    auto cmp = [&](int a, int b) { return ranks_before(scores[a], positions[a], scores[b], positions[b]); };
+    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), cmp);
+  }
+  candidates.resize(k);
+  return candidates;
 }
 
 }  // namespace
@@ -29,7 +62,8 @@ std::vector<int> protected_indices(std::span<const int32_t> positions, int prote
   const int T = static_cast<int>(positions.size());
   std::vector<int> by_position(T);
   std::iota(by_position.begin(), by_position.end(), 0);
-  std::sort(by_position.begin(), by_position.end(), [&](int a, int b) { return positions[a] < positions[b]; });
+  if (!strictly_increasing(positions))
+    std::sort(by_position.begin(), by_position.end(), [&](int a, int b) { return positions[a] < positions[b]; });
   std::vector<char> taken(T, 0);
   std::vector<int> out;
   for (int i : by_position) {
@@ -86,7 +120,9 @@ std::vector<int> select_head(std::span<const float> scores, std::span<const int3
   const int n_random = std::clamp(static_cast<int>(std::floor(spec.random_share * free)), 0, free);
   const int n_top = free - n_random;
 
-  kept = top_k_indices(scores, positions, candidates, n_top);
+  // By rank where the kept order is the score's; else any order (sorted by position below).
+  kept = spec.score_order ? top_k_indices(scores, positions, candidates, n_top)
+                          : top_k_set(scores, positions, candidates, n_top);
   if (n_random > 0) {
     std::vector<char> taken(T, 0);
     for (int i : kept) taken[i] = 1;

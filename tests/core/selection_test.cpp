@@ -90,6 +90,73 @@ TEST(Selection, TieRuleHigherScoreThenEarlierPosition) {
   EXPECT_EQ(select_head(s, pos, spec), (std::vector<int>{1, 2, 4}));
 }
 
+// select_head against a plain sort-based ranking written here (no random share), on random heads:
+// positions increasing along the cache (the O(T) paths: no sort by position, a partition for the top
+// set) or shuffled (the sorts), scores with ties and NaNs, every budget regime, both kept orders.
+std::vector<int> naive_select(const std::vector<float>& s, const std::vector<int32_t>& pos, const HeadSelectionSpec& spec) {
+  const int T = static_cast<int>(pos.size());
+  std::vector<int> by_pos(T);
+  std::iota(by_pos.begin(), by_pos.end(), 0);
+  std::sort(by_pos.begin(), by_pos.end(), [&](int a, int b) { return pos[a] < pos[b]; });
+  auto in_position_order = [&](std::vector<int> v) {
+    std::sort(v.begin(), v.end(), [&](int a, int b) { return pos[a] < pos[b]; });
+    return v;
+  };
+  if (spec.budget >= T) {  // all of them: in cache order when the kept order is the score's
+    std::vector<int> all(T);
+    std::iota(all.begin(), all.end(), 0);
+    return spec.score_order ? all : by_pos;
+  }
+  std::vector<int> prot;  // sinks by position, then the newest not yet taken, newest first
+  std::vector<bool> taken(T, false);
+  for (int i : by_pos)
+    if (pos[i] < spec.protect_first) prot.push_back(i), taken[i] = true;
+  for (int j = T - 1, n = 0; j >= 0 && n < spec.protect_recent; --j, ++n)
+    if (!taken[by_pos[j]]) prot.push_back(by_pos[j]), taken[by_pos[j]] = true;
+  if (static_cast<int>(prot.size()) >= spec.budget) {
+    prot.resize(std::max(spec.budget, 0));
+    return in_position_order(prot);
+  }
+  std::vector<int> cand;
+  for (int i = 0; i < T; ++i)
+    if (!taken[i]) cand.push_back(i);
+  std::stable_sort(cand.begin(), cand.end(), [&](int a, int b) {
+    const bool na = std::isnan(s[a]), nb = std::isnan(s[b]);
+    if (na != nb) return nb;
+    if (!na && s[a] != s[b]) return s[a] > s[b];
+    return pos[a] < pos[b];
+  });
+  cand.resize(spec.budget - prot.size());
+  std::vector<int> kept = cand;
+  for (int i : in_position_order(prot)) kept.push_back(i);
+  return spec.score_order ? kept : in_position_order(kept);
+}
+
+TEST(Selection, MatchesAPlainSortedRankingOnRandomHeads) {
+  std::mt19937 rng(20261207);
+  int cases = 0;
+  for (int round = 0; round < 400; ++round) {
+    const int T = static_cast<int>(rng() % 300);
+    std::vector<int32_t> pos(T);
+    int32_t p = static_cast<int32_t>(rng() % 5);
+    for (int t = 0; t < T; ++t) pos[t] = p += 1 + static_cast<int32_t>(rng() % 3);
+    if (round % 2) std::shuffle(pos.begin(), pos.end(), rng);
+    std::vector<float> s(T);
+    for (float& x : s) x = rng() % 17 == 0 ? std::nanf("") : static_cast<float>(rng() % 40) * 0.25f;
+    HeadSelectionSpec spec;
+    spec.budget = T == 0 ? 0 : static_cast<int>(rng() % (T + 3));
+    spec.protect_first = static_cast<int>(rng() % 12);
+    spec.protect_recent = static_cast<int>(rng() % 20);
+    for (const bool score_order : {false, true}) {
+      spec.score_order = score_order;
+      ASSERT_EQ(select_head(s, pos, spec), naive_select(s, pos, spec))
+          << "round " << round << " T " << T << " budget " << spec.budget << " score order " << score_order;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 800);
+}
+
 TEST(Selection, BudgetBelowProtectedKeepsSinksThenNewest) {
   const std::vector<float> s(10, 0.0f);
   const auto pos = iota_positions(10);
