@@ -20,7 +20,7 @@ void EvictionEngine::State::score_layer_at_prefill(int layer, const KVCache& cac
   same_length = same_length && !in_place;
   const size_t per_head = static_cast<size_t>(Gs) * std::min(plan.window, recent.rows(layer)) * T;
   std::vector<float> layer_window_attention(same_length ? per_head * Hs : 0);  // [Hs][Gs][W][T]
-  // hidden[c, t] once for the layer where every head reads the same (dropped after the gathers).
+  // hidden[c, t] once for the layer where every head reads the same (dropped once the layer is scored).
   struct DropLayerHidden {
     LayerHiddenStates& h;
     ~DropLayerHidden() {
