@@ -22,8 +22,7 @@ void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s
 }
 
 void EvictionEngine::State::share_layer_hidden_states(int layer, const KVCache& cache) {
-  layer_hidden.layer = -1;
-  std::vector<float>().swap(layer_hidden.data);
+  // layer_hidden is empty here: score_layer_at_prefill drops it once each layer is scored.
   if (Hs < 2 || !makes_signal(TensorSignal::HiddenState, false, nullptr) ||
       !phase_reads(false)[signal_index(TensorSignal::HiddenState)])
     return;

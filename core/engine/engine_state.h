@@ -267,8 +267,8 @@ struct EvictionEngine::State {
   // device, from the decoder's device sums where it left them there, else from its host ones.
   void record_accumulated(const LayerSignals& s, const KVCache& cache);
 
-  // Gathers layer_hidden for the prompt's `layer` when the policy's prompt programs read hidden and
-  // every head holds the same positions (a prompt's layer before its eviction); clears it otherwise.
+  // Gathers layer_hidden (empty before) for the prompt's `layer` when the policy's prompt programs
+  // read hidden and every head holds the same positions (a prompt's layer before its eviction).
   void share_layer_hidden_states(int layer, const KVCache& cache);
 
   // The signals of one head, timed as Signals: for the calling thread (score_layer_at_prefill's

@@ -28,9 +28,9 @@ bool strictly_increasing(std::span<const int32_t> positions) {
 }
 
 // `kept` (distinct cache indices) in position order: by a mask in O(T) where the positions increase
-// along the cache, else by a sort.
-void order_kept(std::vector<int>& kept, std::span<const int32_t> positions) {
-  if (!strictly_increasing(positions)) {
+// along the cache (`increasing`: strictly_increasing(positions)), else by a sort.
+void order_kept(std::vector<int>& kept, std::span<const int32_t> positions, bool increasing) {
+  if (!increasing) {
     std::sort(kept.begin(), kept.end(), [&](int a, int b) { return positions[a] < positions[b]; });
     return;
   }
@@ -42,27 +42,13 @@ void order_kept(std::vector<int>& kept, std::span<const int32_t> positions) {
   if (n != kept.size()) throw std::logic_error("select: a kept list holds an index twice");
 }
 
-// The first k of `candidates` under the tie rule, in no particular order: the same set as
-// top_k_indices' (the rule is a strict total order on distinct positions), in O(T) instead of
-// O(T log k); for a caller that orders the kept entries by position afterwards.
-std::vector<int> top_k_set(std::span<const float> scores, std::span<const int32_t> positions,
-                           std::vector<int> candidates, int k) {
-  k = std::clamp(k, 0, static_cast<int>(candidates.size()));
-  if (k > 0 && k < static_cast<int>(candidates.size())) {
-    auto cmp = [&](int a, int b) { return ranks_before(scores[a], positions[a], scores[b], positions[b]); };
-    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), cmp);
-  }
-  candidates.resize(k);
-  return candidates;
-}
-
-}  // namespace
-
-std::vector<int> protected_indices(std::span<const int32_t> positions, int protect_first, int protect_recent) {
+// protected_indices, told whether the positions increase along the cache (then no sort by position).
+std::vector<int> protected_in_priority(std::span<const int32_t> positions, int protect_first, int protect_recent,
+                                       bool increasing) {
   const int T = static_cast<int>(positions.size());
   std::vector<int> by_position(T);
   std::iota(by_position.begin(), by_position.end(), 0);
-  if (!strictly_increasing(positions))
+  if (!increasing)
     std::sort(by_position.begin(), by_position.end(), [&](int a, int b) { return positions[a] < positions[b]; });
   std::vector<char> taken(T, 0);
   std::vector<int> out;
@@ -82,11 +68,21 @@ std::vector<int> protected_indices(std::span<const int32_t> positions, int prote
   return out;
 }
 
+}  // namespace
+
+std::vector<int> protected_indices(std::span<const int32_t> positions, int protect_first, int protect_recent) {
+  return protected_in_priority(positions, protect_first, protect_recent, strictly_increasing(positions));
+}
+
 std::vector<int> top_k_indices(std::span<const float> scores, std::span<const int32_t> positions,
-                               std::vector<int> candidates, int k) {
+                               std::vector<int> candidates, int k, bool ranked) {
   k = std::clamp(k, 0, static_cast<int>(candidates.size()));
   auto cmp = [&](int a, int b) { return ranks_before(scores[a], positions[a], scores[b], positions[b]); };
-  std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), cmp);
+  if (ranked) {
+    std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), cmp);
+  } else if (k > 0 && k < static_cast<int>(candidates.size())) {  // the same set, by a partition
+    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end(), cmp);
+  }
   candidates.resize(k);
   return candidates;
 }
@@ -97,17 +93,18 @@ std::vector<int> select_head(std::span<const float> scores, std::span<const int3
   if (static_cast<int>(scores.size()) != T) throw std::invalid_argument("select_head: scores/positions size mismatch");
   if (spec.random_share > 0 && !(spec.temperature > 0)) throw std::invalid_argument("select_head: temperature must be > 0");
   const int budget = std::max(0, spec.budget);
+  const bool increasing = strictly_increasing(positions);  // the O(T) paths below, decided once
   std::vector<int> kept;
   if (budget >= T) {
     kept.resize(T);
     std::iota(kept.begin(), kept.end(), 0);
-    if (!spec.score_order) order_kept(kept, positions);
+    if (!spec.score_order) order_kept(kept, positions, increasing);
     return kept;
   }
-  std::vector<int> prot = protected_indices(positions, spec.protect_first, spec.protect_recent);
+  std::vector<int> prot = protected_in_priority(positions, spec.protect_first, spec.protect_recent, increasing);
   if (static_cast<int>(prot.size()) >= budget) {
     prot.resize(budget);
-    order_kept(prot, positions);
+    order_kept(prot, positions, increasing);
     return prot;
   }
   std::vector<char> is_prot(T, 0);
@@ -121,8 +118,7 @@ std::vector<int> select_head(std::span<const float> scores, std::span<const int3
   const int n_top = free - n_random;
 
   // By rank where the kept order is the score's; else any order (sorted by position below).
-  kept = spec.score_order ? top_k_indices(scores, positions, candidates, n_top)
-                          : top_k_set(scores, positions, candidates, n_top);
+  kept = top_k_indices(scores, positions, candidates, n_top, spec.score_order);
   if (n_random > 0) {
     std::vector<char> taken(T, 0);
     for (int i : kept) taken[i] = 1;
@@ -145,7 +141,7 @@ std::vector<int> select_head(std::span<const float> scores, std::span<const int3
   }
   std::sort(prot.begin(), prot.end(), [&](int a, int b) { return positions[a] < positions[b]; });
   kept.insert(kept.end(), prot.begin(), prot.end());
-  if (!spec.score_order) order_kept(kept, positions);
+  if (!spec.score_order) order_kept(kept, positions, increasing);
   return kept;
 }
 

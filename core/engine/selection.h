@@ -37,9 +37,11 @@ struct HeadSelectionSpec {
 // Cache indices of the protected entries of a head (priority order as described above).
 std::vector<int> protected_indices(std::span<const int32_t> positions, int protect_first, int protect_recent);
 
-// Ranks `candidates` (cache indices) by score with the tie rule; returns the first k.
+// Ranks `candidates` (cache indices) by score with the tie rule; returns the first k, in rank order,
+// or with `ranked` false the same k in no particular order (a partition: O(T) instead of O(T log k),
+// for a caller that orders them otherwise; the tie rule is a total order on distinct positions).
 std::vector<int> top_k_indices(std::span<const float> scores, std::span<const int32_t> positions,
-                               std::vector<int> candidates, int k);
+                               std::vector<int> candidates, int k, bool ranked = true);
 
 // The kept cache indices of one head (all of them when budget >= length).
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,
