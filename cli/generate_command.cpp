@@ -148,6 +148,7 @@ nlohmann::json cache_summary(Decoder& decoder, const EvictionEngine& engine, jit
                        {"cached_rows", r.cache_rows_in_place},
                        {"row_norms", r.row_norms_in_place},
                        {"positions", r.positions_in_place},
+                       {"hidden_states", r.hidden_states_in_place},
                        {"selection_positions", r.selection_positions_in_place},
                        {"scores", r.scores_in_place},
                        {"prefill_scores", r.prefill_scores_in_place},

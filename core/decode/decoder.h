@@ -15,6 +15,7 @@
 #include "core/decode/cached_positions_signal.h"
 #include "core/decode/column_sums_signal.h"
 #include "core/decode/device_kv_stats.h"
+#include "core/decode/hidden_states_signal.h"
 #include "core/decode/kv_cache.h"
 #include "core/decode/query_statistics_block.h"
 #include "core/decode/row_merges.h"
@@ -79,6 +80,12 @@ struct ObservationRequest {
   bool output_grams = false;           // the layer's output-projection Gram matrices (LayerSignals::output_grams)
   bool output_projection = false;      // the layer's output projection per query head (LayerSignals::output_projection)
   bool hidden_states = false;          // each block token's attention input vector (LayerSignals::hidden_states)
+  // With hidden_states: the observer reads them only from the decoder's device, in place (the hidden
+  // signal of a program that scores there, of the block's own tokens), so a decoder whose
+  // activations live on a device may hand them over as LayerSignals::hidden_states_on_device
+  // (hidden_states_signal.h) and leave hidden_states empty: then no row comes to the host. The
+  // CUDA decoder does so in every call that asks; the CPU decoder hands the host rows.
+  bool hidden_states_on_device = false;
   // W > 0: the window attention of the sequence's newest min(W, position + n_tokens) queries (the
   // block's own, and before them the previous calls' when the block is shorter than W: a decode
   // step, a short later block) over the layer's cache as the block's append left it (scaled, the
@@ -205,6 +212,10 @@ struct LayerSignals {
   // stream AFTER the layer's input RMSNorm (times its weight): what the attention projections read
   // and what kvpress hands a press as `hidden_states`, [n_tokens][dim]. Empty if not requested.
   std::span<const float> hidden_states;
+  // The same rows transposed to the hidden signal's [dim][n_tokens] in the decoder's device memory,
+  // on request (ObservationRequest::hidden_states_on_device; hidden_states_signal.h: layout,
+  // lifetime); hidden_states is then empty. Empty when not requested or not made.
+  HiddenStatesSignal hidden_states_on_device;
   // The layer's output projection per query head as Gram matrices, [n_heads][head_dim][head_dim]:
   // G_h = W_o,h^T W_o,h with W_o,h the head_dim columns of W_o that read query head h's attention
   // output, so that ||W_o,h v|| = sqrt(v^T G_h v) (core/decode/output_gram.h). Empty if not requested.

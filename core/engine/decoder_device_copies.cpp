@@ -36,6 +36,13 @@ const CachedPositionsSignal* DecoderDeviceCopies::positions_for_selection(int la
   return p && p->length == lengths ? p : nullptr;
 }
 
+const float* DecoderDeviceCopies::hidden_states_of(int layer, const int32_t* positions, int T) const {
+  if (hidden_.empty() || layer != hidden_layer_ || T != hidden_.n_tokens) return nullptr;
+  for (int t = 0; t < T; ++t)
+    if (positions[t] != hidden_first_ + t) return nullptr;
+  return hidden_.data;
+}
+
 void DecoderDeviceCopies::forget(int layer) {
   if (layer < 0 || layer == rows_layer_) {
     rows_ = {};
@@ -44,6 +51,10 @@ void DecoderDeviceCopies::forget(int layer) {
   if (layer < 0 || layer == positions_layer_) {
     positions_ = {};
     positions_layer_ = -1;
+  }
+  if (layer < 0) {
+    hidden_ = {};
+    hidden_layer_ = -1;
   }
 }
 

@@ -1,14 +1,17 @@
 #pragma once
 // What the decoder handed the eviction engine in its device memory for the current after_layer
-// call (LayerSignals::cache_rows, cached_positions): the layer's cached rows (K, V, K_pre and the
-// rows' norms) and the description of its positions, each held until that layer's cache changes
-// (forget) or the call ends (forget_all). A head is served only while it is exactly as long as the
-// copy says: a copy of another length is not this head's entries any more.
+// call (LayerSignals::cache_rows, cached_positions, hidden_states_on_device): the layer's cached
+// rows (K, V, K_pre and the rows' norms) and the description of its positions, each held until
+// that layer's cache changes (forget) or the call ends (forget_all), and the block's attention
+// inputs, held until the call ends. A head is served only while it is exactly as long as the copy
+// says: a copy of another length is not this head's entries any more; the attention inputs only
+// to entries that are exactly the block's tokens.
 #include <cstdint>
 #include <vector>
 
 #include "core/decode/cache_rows_signal.h"
 #include "core/decode/cached_positions_signal.h"
+#include "core/decode/hidden_states_signal.h"
 #include "core/engine/signals.h"
 
 namespace kvevict {
@@ -28,6 +31,19 @@ class DecoderDeviceCopies {
     positions_layer_ = layer;
   }
 
+  // `first_position`: the position of the block's first token (LayerSignals::first_position).
+  void hold_hidden_states(int layer, int first_position, const HiddenStatesSignal& hidden) {
+    hidden_ = hidden;
+    hidden_layer_ = layer;
+    hidden_first_ = first_position;
+  }
+
+  // hidden[c, t] ([dim][T]) of `layer`'s entries at `positions` (T of them) in the decoder's device
+  // copy, when it handed one over in this call and those entries are exactly the block's tokens in
+  // order (a prompt's head before any eviction, a decode step's new entries); null otherwise.
+  const float* hidden_states_of(int layer, const int32_t* positions, int T) const;
+  bool holds_hidden_states(int layer) const { return !hidden_.empty() && layer == hidden_layer_; }
+
   // K, V or K_pre ([d][T]), key_norm or value_norm ([T]), out_norm_l1 ([group][T]) of stored head
   // `src` of `layer` (T entries) in the decoder's device copy, when it made one for this call and the head is exactly
   // that long; null otherwise (the host's rows, or its held norms, then).
@@ -45,7 +61,8 @@ class DecoderDeviceCopies {
   const CachedPositionsSignal* positions_for_selection(int layer, const std::vector<int64_t>& lengths,
                                                        bool reassigned) const;
 
-  // Forgets the copies of `layer` (its cache changed), or of every layer (the call ended).
+  // Forgets the copies of `layer` (its cache changed; the attention inputs stay, they are the
+  // block's), or of every layer (the call ended).
   void forget(int layer);
   void forget_all() { forget(-1); }
 
@@ -57,6 +74,9 @@ class DecoderDeviceCopies {
   int rows_layer_ = -1;
   CachedPositionsSignal positions_;
   int positions_layer_ = -1;
+  HiddenStatesSignal hidden_;
+  int hidden_layer_ = -1;
+  int hidden_first_ = 0;
 };
 
 }  // namespace kvevict

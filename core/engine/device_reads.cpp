@@ -1,6 +1,7 @@
 #include "core/engine/device_reads.h"
 
 #include "core/engine/merge_state.h"
+#include "core/engine/replay_checks.h"
 
 namespace kvevict {
 
@@ -22,6 +23,11 @@ bool host_reads_column_sums(const PolicyDescription& d, bool accumulated_in_plac
          MergeOnEvictState::needs_decode_attention(d.merge);
 }
 
+bool hidden_states_read_in_their_call(const PolicyDescription& d) {
+  return d.select.score_at == ScoreAt::Insertion && d.decode_scores_each_entry_alone && !reads_replay(d) &&
+         !d.channels.enabled;
+}
+
 DeviceReads decide_device_reads(const PolicyProgram& p, SelectionDevice selector, const EvictionPlan& plan) {
   const PolicyDescription& d = p.description();
   const bool in_place = scores_signals_in_place(p);
@@ -38,6 +44,7 @@ DeviceReads decide_device_reads(const PolicyProgram& p, SelectionDevice selector
   r.norms_in_place = in_place && !plan.select.frozen_scores && d.needs_row_norms();
   r.positions_in_place = in_place && d.needs(TensorSignal::Position) && !unfold;
   r.positions_to_selector = r.scores_to_selector && !unfold;
+  r.hidden_states_in_place = in_place && d.needs(TensorSignal::HiddenState) && hidden_states_read_in_their_call(d);
   return r;
 }
 

@@ -42,6 +42,11 @@ struct DeviceReads {
   bool positions_in_place = false;
   // ... and the selections from the selector's buffer (scores_to_selector) read them there too.
   bool positions_to_selector = false;
+  // hidden[c, t] of the block's own tokens from the decoder's device (LayerSignals::
+  // hidden_states_on_device), for a policy that reads every hidden state in the call that hands it
+  // over (hidden_states_read_in_their_call): then no attention input comes to the host, and none
+  // goes back up per head.
+  bool hidden_states_in_place = false;
 
   // How K, V and their norms reach the programs (cache_row_reads.h).
   CachedRowSignals cached_row_signals() const {
@@ -67,6 +72,14 @@ bool selector_shares_program_memory(SelectionDevice selector, const PolicyProgra
 // accumulated_in_place) or a merge's decode attention (merge_state.h). Else a decoder may keep them
 // on its device.
 bool host_reads_column_sums(const PolicyDescription& d, bool accumulated_in_place);
+
+// Whether `d` reads every hidden state (hidden[c, t]) in the call that hands it over: the prompt's
+// programs read them at their layer's turn and, with score_at insertion, the decode indicator
+// scores the new entries alone (score_new_entries). Not so with a replay (its layers are scored
+// after the prompt), a channel program (at the prompt's end) or an indicator that rescores whole
+// heads. Then the engine's records hold one call's block of one layer (model_signals.h), and a
+// program on the decoder's device may read that block where the decoder made it.
+bool hidden_states_read_in_their_call(const PolicyDescription& d);
 
 // Every mode above for `p` selecting on `selector` under `plan` (its geometry and selection spec;
 // both are fixed for the engine's life).

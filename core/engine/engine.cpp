@@ -9,15 +9,6 @@
 
 namespace kvevict {
 
-bool EvictionEngine::State::hidden_states_read_in_their_call() const {
-  // The prompt's programs read them at their layer's turn; with score_at insertion the decode
-  // indicator scores the new entries alone (score_new_entries). Not so with a replay (its layers are
-  // scored after the prompt), a channel program (at the prompt's end) or an indicator that rescores
-  // whole heads.
-  return desc.select.score_at == ScoreAt::Insertion && desc.decode_scores_each_entry_alone && !reads_replay(desc) &&
-         !desc.channels.enabled;
-}
-
 EvictionEngine::State::State(const PolicyProgram& p, const ModelConfig& c, EngineOptions o)
     : policy(p),
       desc(p.description()),
@@ -66,7 +57,7 @@ void EvictionEngine::State::reset() {
   window_in.reset_counts();
   merge_state.reset(desc.merge, L, Hq);
   records.reset(L, desc.needs(TensorSignal::Token), desc.needs(TensorSignal::HiddenNorm),
-                desc.needs(TensorSignal::HiddenState) ? config.dim : 0, hidden_states_read_in_their_call());
+                desc.needs(TensorSignal::HiddenState) ? config.dim : 0, hidden_states_read_in_their_call(desc));
   if (reads_query_statistics(desc))
     query_stats.reset(L, Hq, d, desc.needs(TensorSignal::QueryCovariance), desc.observe.query_stats_from);
 }
@@ -141,6 +132,8 @@ void EvictionEngine::after_layer(const LayerSignals& signals, KVCache& cache) {
   if ((state_->device_reads.positions_in_place || state_->device_reads.positions_to_selector) && signals.cached_positions.on_device) {
     state_->decoder_copies.hold_positions(signals.layer, signals.cached_positions);
   }
+  if (state_->device_reads.hidden_states_in_place && signals.hidden_states_on_device.on_device)
+    state_->decoder_copies.hold_hidden_states(signals.layer, signals.first_position, signals.hidden_states_on_device);
   if (prefill)
     state_->prefill_layer(signals, cache, true);
   else

@@ -149,6 +149,9 @@ struct EvictionReport {
   // tokens x layers, or one call's block of one layer when every read of them is in their call
   // (model_signals.h); 0 when the policy reads none.
   int64_t hidden_state_floats_peak = 0;
+  // (layer, stored head) scorings handed hidden[c, t] where the decoder made it on its device
+  // (LayerSignals::hidden_states_on_device): no attention input came to the host or went back up.
+  int64_t hidden_states_in_place = 0;
   // Prompt layers whose heads read one gather of hidden[c, t] (every head held the same positions)
   // instead of one copy each.
   int64_t hidden_state_layer_gathers = 0;

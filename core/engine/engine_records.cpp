@@ -22,8 +22,9 @@ void EvictionEngine::State::record_query_and_model_signals(const LayerSignals& s
 }
 
 void EvictionEngine::State::share_layer_hidden_states(int layer, const KVCache& cache) {
-  // layer_hidden is empty here: score_layer_at_prefill drops it once each layer is scored.
-  if (Hs < 2 || !makes_signal(TensorSignal::HiddenState, false, nullptr) ||
+  // layer_hidden is empty here: score_layer_at_prefill drops it once each layer is scored. Not
+  // where the decoder handed them over on its device (each head reads that block in place).
+  if (Hs < 2 || decoder_copies.holds_hidden_states(layer) || !makes_signal(TensorSignal::HiddenState, false, nullptr) ||
       !phase_reads(false)[signal_index(TensorSignal::HiddenState)])
     return;
   const int first = cache_head(0, cache), T = cache.length(layer, first);

@@ -155,6 +155,7 @@ ObservationRequest EvictionEngine::request() const {
   r.output_grams = state_->desc.needs(TensorSignal::OutputNorm);
   r.output_projection = state_->desc.needs(TensorSignal::OutputNormL1);
   r.hidden_states = state_->desc.needs(TensorSignal::HiddenState);
+  r.hidden_states_on_device = device.hidden_states_in_place;  // the block's, read in place where it is made
   // Norms held with the positions on the host, or (scored on the device) handed over in place.
   const bool norms = state_->desc.needs_row_norms();
   r.row_norms = norms && !device.norms_in_place;

@@ -240,6 +240,12 @@ bool EvictionEngine::State::gather_tensor_signal(TensorSignal id, HeadRows& cach
       records.hidden_norms(layer, in.position, T, out.data());
       break;
     case TensorSignal::HiddenState:
+      // The block's, in place where the decoder made them, for entries that are exactly its tokens.
+      if (const float* device = decoder_copies.hidden_states_of(layer, in.position, T)) {
+        in.set_device_signal(id, device);
+        count_in_gather(report.hidden_states_in_place);
+        return false;
+      }
       if (layer_hidden.layer == layer && layer_hidden.T == T && cached.first == 0) {  // the layer's, gathered once
         in.set_signal(id, layer_hidden.data.data());
         return false;

@@ -458,9 +458,6 @@ struct EvictionEngine::State {
   // indicator that scores each entry alone (dsl/entry_locality.h) is given those entries alone, the
   // same values as over the whole head; any other, the whole head.
   void score_new_entries(int layer, const KVCache& cache, int added);
-  // Whether every hidden state is read in the call that hands it over (PositionRecords then holds
-  // that call's alone: model_signals.h).
-  bool hidden_states_read_in_their_call() const;
 
   // request()'s asks for what the engine makes from the queries: the segment attention and the
   // prompt query statistics (from the decoder when a prompt with a known window comes next), or

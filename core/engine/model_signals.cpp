@@ -25,9 +25,19 @@ void PositionRecords::reset(int n_layers, bool tokens, bool hidden_norms, int hi
 }
 
 void PositionRecords::record_states(const LayerSignals& s, int64_t end) {
+  const int64_t first = s.first_position;
+  // Handed over on the decoder's device alone: read there in their call (the engine's
+  // DecoderDeviceCopies), none held here; a read of this block from the records fails as an
+  // earlier call's would.
+  if (current_call_only_ && s.hidden_states.empty() && !s.hidden_states_on_device.empty()) {
+    state_floats_ -= static_cast<int64_t>(states_.at(0).size());
+    std::vector<float>().swap(states_.at(0));
+    current_layer_ = s.layer;
+    current_first_ = first;
+    return;
+  }
   if (s.hidden_states.size() != static_cast<size_t>(s.n_tokens) * width_)
     throw UsageError("the policy reads hidden, but the decoder did not record the layer's attention inputs");
-  const int64_t first = s.first_position;
   // The current call's block alone: it replaces the one before (whose reads are over).
   const int64_t held_from = current_call_only_ ? first : 0;
   std::vector<float>& h = states_.at(current_call_only_ ? 0 : s.layer);

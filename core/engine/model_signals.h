@@ -23,7 +23,9 @@
 //                   policy reads it, at most kMaxHiddenStateFloats in all (a usage error beyond).
 //                   A policy that reads it only in the call that hands it over (score_at insertion
 //                   with a decode indicator that scores each entry alone: dsl/entry_locality.h)
-//                   records the current call's layer alone: n_embd floats per token of one block.
+//                   records the current call's layer alone: n_embd floats per token of one block,
+//                   or nothing where the decoder handed that block over on its device alone
+//                   (LayerSignals::hidden_states_on_device: read in place there).
 #include <cstdint>
 #include <vector>
 

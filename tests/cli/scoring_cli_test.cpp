@@ -54,7 +54,7 @@ TEST_F(ScoringCli, HostKernelsGenerateWhatTheInterpreterGenerates) {
   EXPECT_EQ(a["device"], "cpu");
   // Nothing is read in place on the CPU: every count is there, and 0.
   for (const char* key :
-       {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "row_norms", "positions",
+       {"window_attention", "current_attention", "accumulated_attention", "cached_rows", "row_norms", "positions", "hidden_states",
         "selection_positions", "scores", "prefill_scores", "codebook_rows"})
     EXPECT_EQ(a["cache"]["in_place"][key], 0) << key;
   EXPECT_TRUE(a["cache"]["on_device"].is_null()) << "no device cache on the CPU";

@@ -6,6 +6,8 @@
 // the host reads them too.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <utility>
@@ -39,7 +41,7 @@ EvictionPlan plan_for(const PolicyProgram& p) {
 
 bool any(const DeviceReads& r) {
   return r.window_in_place || r.accumulated_in_place || r.scores_to_selector || r.current_in_place || r.rows_in_place ||
-         r.norms_in_place || r.positions_in_place || r.positions_to_selector;
+         r.norms_in_place || r.positions_in_place || r.positions_to_selector || r.hidden_states_in_place;
 }
 
 TEST(DeviceReads, TheInterpreterReadsNothingOnTheDevice) {
@@ -152,6 +154,31 @@ TEST(DeviceReads, UnfoldedHeadsAndFrozenScoresReadTheirsOnTheHost) {
   ASSERT_TRUE(decide_device_reads(norms, SelectionDevice::Twin, frozen).norms_in_place);
   frozen.select.frozen_scores = true;  // every appended entry scored at its own step from the host's norms
   EXPECT_FALSE(decide_device_reads(norms, SelectionDevice::Twin, frozen).norms_in_place);
+}
+
+// KVzap reads hidden[c, t] of each entry alone, scored once when the entry arrives (score_at
+// insertion): every read is of the call's own block, which the decoder makes on its device. The
+// same indicator rescoring whole heads reads older blocks' states, which only the host records.
+TEST(DeviceReads, HiddenStatesReadInTheirCallAreReadWhereTheDecoderMadeThem) {
+  for (SelectionDevice selector : kSelectors)
+    EXPECT_TRUE(stand_in_reads("kvzap", selector).hidden_states_in_place) << static_cast<int>(selector);
+  const auto kvzap = load_policy("kvzap", {});
+  EXPECT_TRUE(hidden_states_read_in_their_call(kvzap->description()));
+  EXPECT_FALSE(decide_device_reads(*kvzap, SelectionDevice::Twin, plan_for(*kvzap)).hidden_states_in_place)
+      << "the interpreter reads host memory";
+  const std::string rescoring =
+      "name: hidden_rescoring\nabout: a hidden-state indicator that rescores whole heads\n"
+      "protect: {recent: 4}\nrun: {prefill: true, decode_every: 1}\n"
+      "score: |\n  score[t] = sum(c: hidden[c, t])\n";
+  const std::string file = (std::filesystem::temp_directory_path() / "kvevict_hidden_rescoring.yaml").string();
+  std::ofstream(file) << rescoring;
+  const auto whole_heads = load_policy(file, {});
+  std::filesystem::remove(file);
+  ASSERT_TRUE(whole_heads->description().needs(TensorSignal::HiddenState));
+  EXPECT_FALSE(hidden_states_read_in_their_call(whole_heads->description()));
+  const test::InPlaceScoring device(*whole_heads, true);
+  EXPECT_FALSE(decide_device_reads(device, SelectionDevice::Twin, plan_for(device)).hidden_states_in_place);
+  EXPECT_FALSE(stand_in_reads("snapkv", SelectionDevice::Twin).hidden_states_in_place) << "reads no hidden state";
 }
 
 TEST(DeviceReads, ANowStaysOnTheDeviceUnlessTheHostReadsTheColumnSums) {

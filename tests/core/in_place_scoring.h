@@ -1,9 +1,9 @@
 #pragma once
 // A stand-in for the CUDA scoring backend (JitPolicyProgram on a GPU) in CPU tests: it takes device
 // signals (scores_device_signals), which in these runs are a test's host buffer marked as device
-// memory (the window attention, the cached rows and their positions of test::WindowAttentionInjector,
-// the column sums of a decode step), counts the calls that got them that way, and scores with the wrapped
-// program; it scores into "device" memory too (scores_to_device: a twin selector's host buffer).
+// memory (the window attention, the cached rows, their positions and the block's attention inputs
+// of test::WindowAttentionInjector, the column sums of a decode step), counts the calls that got
+// them that way, and scores with the wrapped program; it scores into "device" memory too (scores_to_device: a twin selector's host buffer).
 #include <cstdint>
 
 #include "core/engine/policy_program.h"
@@ -23,6 +23,7 @@ class InPlaceScoring : public PolicyProgram {
       ++scored_rows_in_place;
     if (in.on_device(TensorSignal::KeyNorm) || in.on_device(TensorSignal::ValueNorm)) ++scored_norms_in_place;
     if (in.on_device(TensorSignal::AccumulatedAttention)) ++scored_accumulated_in_place;
+    if (in.on_device(TensorSignal::HiddenState)) ++scored_hidden_in_place;
     host.device_signals = 0;  // the "device" memory is the test's host buffer
     if (in.device_position) {  // the "device" cache's positions are scored, not the host's
       ++scored_positions_in_place;
@@ -70,6 +71,7 @@ class InPlaceScoring : public PolicyProgram {
   mutable int64_t scored_norms_in_place = 0;    // ... key_norm or value_norm (the decoder's row norms)
   mutable int64_t scored_accumulated_in_place = 0;  // ... A_acc (held by the engine's device store)
   mutable int64_t scored_positions_in_place = 0;    // ... the decoder's device cache's positions
+  mutable int64_t scored_hidden_in_place = 0;       // ... hidden[c, t] (the decoder's block)
   mutable int64_t layer_heads_in_place = 0;     // heads handed to layer_weight with A as device memory
 
  private:

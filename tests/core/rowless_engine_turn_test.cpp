@@ -677,7 +677,7 @@ TEST_F(RowlessEngineTurnTest, WindowQueryRowsReadNoRow) {
 // (their prompts), R-KV (its prompt), Leverage and Compactor (K_pre, rotated back where the rows are)
 // are among those whose calls read rows on the host otherwise.
 TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsOnAPositionOnlyCache) {
-  std::vector<std::string> rows_in_place;
+  std::vector<std::string> rows_in_place, hidden_in_place;
   for (const auto& [name, policy] : builtins_the_stand_in_scores()) {
     const test::InPlaceScoring device(*policy, /*layers_on_device=*/true);
     Run reference;
@@ -686,13 +686,16 @@ TEST_F(RowlessEngineTurnTest, EveryBuiltinScoredOnTheDeviceRunsItsDeclaredCallsO
     } catch (const UsageError&) {
       continue;  // refused on this model and budget
     }
-    const int64_t before = device.scored_rows_in_place;
+    const int64_t before = device.scored_rows_in_place, hidden_before = device.scored_hidden_in_place;
     Run rowless;
     ASSERT_NO_THROW(rowless = run(device, TurnMode::Rowless, 12)) << name << " read a row the cache does not hold";
     EXPECT_FALSE(rowless.forbidden) << name;
     test::expect_same_calls(reference, rowless, name);
     if (device.scored_rows_in_place > before) rows_in_place.push_back(name);
+    if (device.scored_hidden_in_place > hidden_before) hidden_in_place.push_back(name);
   }
+  // KVzap's attention inputs are the decoder's block, transposed where it made them.
+  EXPECT_EQ(hidden_in_place, std::vector<std::string>{"kvzap"});
   std::string names;
   for (const std::string& n : rows_in_place) names += n + " ";
   std::printf("built-ins whose K, V, K_pre or out_norm_l1 was read in place: %s\n", names.c_str());

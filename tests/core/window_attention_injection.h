@@ -12,7 +12,10 @@
 //     buffer as device memory (mark_on_device) for the in-place scoring proof. It also hands over
 //     the cached keys and values the engine asks for on the device (cache_rows_twin over the same
 //     twin, marked as device memory; K_pre and the projected value norms too), where the CUDA decoder would, optionally planted wrong, and
-//     the positions it asks for there (a copy of the twin's, likewise).
+//     the positions it asks for there (a copy of the twin's, likewise), and the block's attention
+//     inputs it asks for there (hidden_states_twin of the host rows the CPU decoder handed over,
+//     marked as device memory, the host rows then withheld as the CUDA decoder withholds them;
+//     optionally planted wrong: each token's channels reversed).
 //   * WithoutWindowAttention: forwards to the engine but asks for no window attention, so a
 //     decoder that computes it (the CUDA decoder) leaves it out and the engine computes its own.
 //   * twin_window_attention: the twin over one layer of a host cache, copied into a fresh twin
@@ -26,6 +29,7 @@
 #include "core/decode/decoder.h"
 #include "core/decode/device_kv_mirror.h"
 #include "core/decode/device_kv_twin.h"
+#include "core/decode/hidden_states_signal.h"
 #include "core/decode/query_window_ring.h"
 #include "core/decode/window_attention_twin.h"
 #include "core/engine/engine.h"
@@ -118,6 +122,7 @@ class WindowAttentionInjector : public ForwardObserver {
     }
     inject_cache_rows(view, with);
     inject_positions(view, with);
+    inject_hidden_states(with);
     with.cuda_device = 0;  // as the CUDA decoder on device 0 says of its signals
     return with;
   }
@@ -136,6 +141,9 @@ class WindowAttentionInjector : public ForwardObserver {
   void plant_wrong_cache_rows() { plant_rows_ = true; }
   // Plant wrong positions (each head's in reverse order) where they are handed over.
   void plant_wrong_positions() { plant_positions_ = true; }
+  // Plant wrong attention inputs (each token's channels in reverse order) where they are handed over.
+  void plant_wrong_hidden_states() { plant_hidden_ = true; }
+  int64_t hidden_states_injected() const { return hidden_injected_; }  // layers handed hidden states
   int64_t cache_rows_injected() const { return rows_injected_; }  // layers handed K, V or norms
   int64_t positions_injected() const { return positions_injected_; }  // layers handed positions
   int64_t row_norms_injected() const { return norms_injected_; }   // layers handed norms
@@ -193,6 +201,22 @@ class WindowAttentionInjector : public ForwardObserver {
     }
     ++rows_injected_;
     if (wanted.norms) ++norms_injected_;
+  }
+
+  // The block's attention inputs the engine asked for on the device (ObservationRequest::
+  // hidden_states_on_device), in every call that asks, as the CUDA decoder transposes them there:
+  // [dim][n_tokens], marked as device memory (the stand-in's), the host rows withheld.
+  void inject_hidden_states(LayerSignals& with) {
+    if (!request_.hidden_states_on_device || with.hidden_states.empty()) return;
+    std::vector<float> rows(with.hidden_states.begin(), with.hidden_states.end());
+    const int dim = static_cast<int>(rows.size() / static_cast<size_t>(with.n_tokens));
+    if (plant_hidden_)
+      for (int i = 0; i < with.n_tokens; ++i)
+        std::reverse(rows.begin() + static_cast<ptrdiff_t>(i) * dim, rows.begin() + static_cast<ptrdiff_t>(i + 1) * dim);
+    with.hidden_states_on_device = hidden_states_twin(rows.data(), with.n_tokens, dim, hidden_);
+    with.hidden_states_on_device.on_device = true;
+    with.hidden_states = {};
+    ++hidden_injected_;
   }
 
   // The positions the engine asked for on the device (ObservationRequest::positions_on_device), in
@@ -275,6 +299,9 @@ class WindowAttentionInjector : public ForwardObserver {
   std::vector<int32_t> positions_;  // the positions handed over, head after head
   int64_t positions_injected_ = 0;
   int64_t seeded_ = 0;
+  bool plant_hidden_ = false;
+  std::vector<float> hidden_;  // the attention inputs handed over, [dim][n_tokens]
+  int64_t hidden_injected_ = 0;
 };
 
 class WithoutWindowAttention : public ForwardObserver {

@@ -16,8 +16,11 @@
 
 #include "../core/cache_row_reads_harness.h"
 #include "../core/gpu_test_skip.h"
+#include "../core/policy_test_prompt.h"
+#include "../core/test_models.h"
 #include "core/decode/make_decoder.h"
 #include "core/engine/engine.h"
+#include "core/model/model.h"
 #include "core/model/synthetic_model.h"
 #include "dsl/policy_loader.h"
 #include "jit/device.h"
@@ -57,14 +60,35 @@ class ReadsRows final : public ForwardObserver {
   EvictionEngine& engine_;
 };
 
+// The engine as it is, but asking for the block's attention inputs on the host: the CUDA decoder
+// then downloads them, the engine gathers them, and device scoring uploads them per head.
+class HostHiddenStates final : public ForwardObserver {
+ public:
+  explicit HostHiddenStates(EvictionEngine& engine) : engine_(engine) {}
+  ObservationRequest request() const override {
+    ObservationRequest r = engine_.request();
+    r.hidden_states_on_device = false;
+    return r;
+  }
+  void after_layer(const LayerSignals& s, KVCache& c) override { engine_.after_layer(s, c); }
+  void after_forward(int n, KVCache& c) override { engine_.after_forward(n, c); }
+
+ private:
+  EvictionEngine& engine_;
+};
+
 // The prompt, then the decode steps `tokens` (one token each), with the engine observing every
-// call (through ReadsRows when `rows_on_host`); the positions afterwards in cache order.
+// call (through ReadsRows when `rows_on_host`, HostHiddenStates when `hidden_on_host`); the
+// positions afterwards in cache order.
 Outcome run(const Model& model, const PolicyProgram& program, const std::vector<int>& prompt,
-            const std::vector<int>& tokens = {}, bool rows_on_host = false) {
+            const std::vector<int>& tokens = {}, bool rows_on_host = false, bool hidden_on_host = false) {
   auto decoder = make_decoder(model, DecoderDevice::Cuda, {});
   EvictionEngine engine(program, model.config, {Budget::parse("40"), 0});
   ReadsRows reads(engine);
-  ForwardObserver* observer = rows_on_host ? static_cast<ForwardObserver*>(&reads) : &engine;
+  HostHiddenStates host_hidden(engine);
+  ForwardObserver* observer = rows_on_host     ? static_cast<ForwardObserver*>(&reads)
+                              : hidden_on_host ? static_cast<ForwardObserver*>(&host_hidden)
+                                               : &engine;
   decoder->forward(prompt, observer);
   for (int t : tokens) decoder->forward(std::vector<int>{t}, observer);
   Outcome o;
@@ -214,6 +238,30 @@ TEST(WindowAttentionInPlaceGpu, CudaScoringReadsTheCachedRowsInPlace) {
     EXPECT_EQ(from_host.stats.counts.rows_placeholder, 0) << name;
     EXPECT_EQ(in_place.positions, from_host.positions) << name;
   }
+}
+
+// KVzap's hidden[c, t] read in place (LayerSignals::hidden_states_on_device): on stories260K (the
+// shape of its example tables), its prompt and 12 decode steps (each scoring its new entry alone)
+// scored by the NVRTC kernels from the block the decoder transposed on its device keep exactly the
+// entries of the same kernels fed the rows downloaded, gathered on the host and uploaded per head
+// (the same f32 bits, summed in the same order).
+TEST(WindowAttentionInPlaceGpu, CudaScoringReadsKvzapsHiddenStatesInPlace) {
+  SKIP_WITHOUT_GPU();
+  if (const std::string why = test::stories_missing_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto model = load_model(test::stories_checkpoint());
+  const std::vector<int> prompt = model->tokenizer->encode(test::kPolicyTestStory, true);
+  std::vector<int> tokens(12);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int((i * 13 + 5) % model->config.vocab_size);
+  const auto kvzap = jit::load_scored_policy("kvzap", {{"sliding_window_size", "16"}, {"decoding", "true"}}, {},
+                                             jit::ScoringBackend::CudaKernel, jit::resolve_device("cuda"));
+  const Outcome in_place = run(*model, *kvzap, prompt, tokens);
+  const Outcome from_host = run(*model, *kvzap, prompt, tokens, false, /*hidden_on_host=*/true);
+  const int64_t heads = int64_t{model->config.n_layers} * model->config.n_kv_heads;
+  EXPECT_EQ(in_place.report.hidden_states_in_place, int64_t(tokens.size() + 1) * heads);
+  EXPECT_EQ(in_place.report.hidden_state_floats_peak, 0);
+  EXPECT_EQ(from_host.report.hidden_states_in_place, 0);
+  EXPECT_GT(from_host.report.hidden_state_floats_peak, 0);
+  EXPECT_EQ(in_place.positions, from_host.positions);
 }
 
 // At least 95% of the entries `expected` keeps per (layer, head) are kept by `got` too: for inputs

@@ -26,6 +26,7 @@
 #include "core/decode/cuda/flashinfer_prefill.h"
 #include "core/decode/cuda/ragged_attention.h"
 #include "core/decode/cuda/cache_rows.h"
+#include "core/decode/cuda/hidden_states_buffer.h"
 #include "core/decode/cuda/window_attention.h"
 #include "core/decode/query_window_ring.h"
 #include "core/decode/window_attention_tiles.h"
@@ -316,6 +317,8 @@ class CudaDecoder : public Decoder {
   DeviceArray<float> packed_keys_, packed_values_;  // the reference path's packed upload
   cuda::WindowAttentionBuffer window_attention_;     // ObservationRequest::window_attention, one layer at a time
   cuda::CacheRowsBuffer cache_rows_;                 // ObservationRequest::cache_keys_on_device (values), ditto
+  cuda::HiddenStatesBuffer hidden_states_buffer_;    // ObservationRequest::hidden_states_on_device
+  HiddenStatesSignal hidden_on_device_;              // this call's layer's, in hidden_states_buffer_; empty if not made
   bool hand_cache_rows_ = false;                     // this call hands them over (forward decides)
   // ObservationRequest::query_statistics: the current layer's block statistics, made on the device
   // (or on the host from the block's queries where the positions were re-assigned).

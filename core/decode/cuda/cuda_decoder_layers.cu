@@ -113,7 +113,12 @@ int CudaDecoder::project_block(int layer, int n, const ObservationRequest& reque
   proj_.resize(rows * dim);
 
   cuda::rmsnorm(x_.data(), w.attn_norm->data(), n, dim, config_.norm_eps, xn_.data(), half_in_.data());
-  if (observer && request.hidden_states) {  // the attention's input rows, as the projections read them
+  // The attention's input rows, as the projections read them: transposed on the device for an
+  // observer that reads them there, else brought to the host.
+  hidden_on_device_ = {};
+  if (observer && request.hidden_states && request.hidden_states_on_device) {
+    hidden_on_device_ = hidden_states_buffer_.fill(xn_.data(), n, dim);
+  } else if (observer && request.hidden_states) {
     Stopwatch timed(&own_seconds_.observation);
     hidden_states_.resize(rows * dim);
     xn_.download(hidden_states_.data(), hidden_states_.size());
@@ -241,7 +246,8 @@ void CudaDecoder::add_replay_attention(int layer, int n, int first, int rotary_f
   Stopwatch timed(&own_seconds_.observation);
   // KVzip+'s row factors from the replay's attention inputs (project_block downloaded them).
   const std::vector<double> factors =
-      replay_row_factors(replay, hidden_states_.data(), request.hidden_states ? hidden_states_.size() : 0, n);
+      replay_row_factors(replay, hidden_states_.data(),
+                         request.hidden_states && hidden_on_device_.empty() ? hidden_states_.size() : 0, n);
   if (replay_attention_served_) {
     if (rotary_first != first || !replay_attention_applies(view, replay, n))
       throw std::logic_error("CUDA decoder: the replay attention was to be made on the device, but layer " +
@@ -285,7 +291,11 @@ void CudaDecoder::add_cache_row_signals(int layer, int n, int first, const Devic
   if (request.positions_on_device) signals.cached_positions = describe_cached_positions(view, true);
   signals.tokens = host_tokens_;
   if (request.hidden_norms) signals.hidden_norms = hidden_norms_;
-  if (request.hidden_states) signals.hidden_states = hidden_states_;
+  if (!hidden_on_device_.empty()) {
+    signals.hidden_states_on_device = hidden_on_device_;
+  } else if (request.hidden_states) {
+    signals.hidden_states = hidden_states_;
+  }
   // W_o's Grams (out_norm) and slices (out_norm_l1) from the host copy of W_o, as the CPU decoder
   // makes them (f32); no slices where the projected value norms were made on the device above (the
   // observer reads those: ObservationRequest::out_norms_l1_on_device).
