@@ -172,6 +172,13 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
                                  std::span<const float> scores) {
   PhaseScope timed(clock, EnginePhase::CacheEdit);
   const size_t length = cache.length(layer, kv_head);
+  // Every entry kept where it is (a threshold rule whose every candidate passed, a selection
+  // within budget): the cache, its device mirror (a compaction and its lists' upload per head) and
+  // what is aligned with it stay as they are. Not with a merge, which may act on a keep itself.
+  if (!plan.stages.merge_on_evict && kept.size() == length && keeps_every_entry_in_place(kept)) {
+    ++report.unchanged_keeps;
+    return;
+  }
   if (plan.stages.merge_on_evict && !plan.stages.merge_per_layer)  // folds the evicted in first
     merge_on_evict(desc.merge, cache, layer, kv_head, kept,
                    merge_state.context(layer, kv_head, Gs, static_cast<int>(length), scores, sampling_seed,

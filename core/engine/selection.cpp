@@ -87,6 +87,12 @@ std::vector<int> top_k_indices(std::span<const float> scores, std::span<const in
   return candidates;
 }
 
+bool keeps_every_entry_in_place(std::span<const int> kept) {
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (kept[i] != static_cast<int>(i)) return false;
+  return true;
+}
+
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,
                              const HeadSelectionSpec& spec) {
   const int T = static_cast<int>(positions.size());

@@ -43,6 +43,9 @@ std::vector<int> protected_indices(std::span<const int32_t> positions, int prote
 std::vector<int> top_k_indices(std::span<const float> scores, std::span<const int32_t> positions,
                                std::vector<int> candidates, int k, bool ranked = true);
 
+// Whether a kept list leaves every entry where it is (0, 1, 2, ...): an edit with it changes nothing.
+bool keeps_every_entry_in_place(std::span<const int> kept);
+
 // The kept cache indices of one head (all of them when budget >= length).
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,
                              const HeadSelectionSpec& spec);

@@ -5,6 +5,7 @@
 // of the same policy whose description says its indicator must see whole heads (the engine's
 // other path: every head scored in full at every step, every hidden state recorded). Scored on a
 // device (the stand-in), kvzap reads each call's block where the decoder made it and records none.
+// A decode eviction that keeps every entry in place edits nothing (no device compaction).
 // kvzap's kept sets against an independent reference are hidden_state_policies_test.cpp's.
 #include <gtest/gtest.h>
 
@@ -13,12 +14,15 @@
 #include <span>
 
 #include "core/decode/decoder.h"
+#include "core/decode/device_kv_mirror.h"
+#include "core/decode/device_kv_twin.h"
 #include "core/decode/hidden_states_signal.h"
 #include "core/engine/engine.h"
 #include "core/engine/model_signals.h"
 #include "core/engine/policy_with_description.h"
 #include "core/util/error.h"
 #include "dsl/policy_loader.h"
+#include "cache_row_reads_harness.h"
 #include "decode_spy.h"
 #include "in_place_scoring.h"
 #include "stories_prompt_test.h"
@@ -135,6 +139,63 @@ TEST_F(InsertionScoring, KvzapReadsEachCallsHiddenStatesWhereTheDecoderMadeThem)
   EXPECT_TRUE(evicted_while_decoding) << "no decode step evicted, so no decode score was used";
   const DecodeRun planted = decode(*model_, tokens_, device, steps, Handover::OnDevicePlanted);
   EXPECT_NE(planted.kept, in_place.kept) << "the scores did not read the block handed over";
+}
+
+// Decode steps whose threshold every new candidate passes (the score is the entry's position, the
+// threshold half the prompt: the prompt's first half goes, every token generated stays, under the
+// prompt's cap): each decode eviction keeps every entry in place, and the engine edits nothing
+// (EvictionReport::unchanged_keeps): a device mirror on the cache (DeviceKvTwin) sends no
+// compaction while decoding, and the logits are bit for bit those of the same policy evicting at
+// the prompt only. The control, KVzap's shipped threshold, evicts some tokens leaving its window:
+// there decode keeps are real, and compactions are sent.
+TEST_F(InsertionScoring, DecodeStepsThatKeepEveryEntryEditNothing) {
+  const ModelConfig& c = model_->config;
+  const int steps = 10;
+  const int64_t heads = int64_t{c.n_layers} * c.n_kv_heads;
+  struct Run {
+    std::vector<std::vector<float>> logits;
+    EvictionReport report;
+    int64_t decode_compactions = 0;
+  };
+  auto run = [&](const PolicyProgram& policy) {
+    auto decoder = make_cpu_decoder(*model_, {.threads = 1, .kv_type = KvType::F32});
+    DeviceKvTwin twin(test::twin_geometry_of(decoder->cache()));
+    DeviceKvBackendFor<DeviceKvTwin> backend(twin);
+    DeviceKvMirror mirror(decoder->cache(), backend, MirrorAppends::Host);
+    EvictionEngine engine(policy, c, {Budget::parse("100%"), 0});
+    Run r;
+    r.logits.push_back(decoder->forward(std::span<const int>(tokens_), &engine));
+    mirror.flush_all();
+    const int64_t prompt_compactions = mirror.counts().compactions;
+    for (int step = 1; step <= steps; ++step) {
+      const std::vector<float>& last = r.logits.back();
+      const int next = static_cast<int>(std::max_element(last.begin(), last.end()) - last.begin());
+      r.logits.push_back(decoder->forward(std::span<const int>(&next, 1), &engine));
+      mirror.flush_all();
+    }
+    r.report = engine.report();
+    r.decode_compactions = mirror.counts().compactions - prompt_compactions;
+    return r;
+  };
+  auto late_tokens = [&](int decode_every) {
+    return test::policy_from_text(
+        "late_tokens_" + std::to_string(decode_every),
+        "name: late_tokens\nabout: the prompt's second half and every generated token\n"
+        "protect: {recent: 8}\nrun: {prefill: true, decode_every: " +
+            std::to_string(decode_every) + "}\nselect: {threshold: " + std::to_string(S() / 2) +
+            ", score_at: insertion}\nscore: |\n  score[t] = pos[t]\n");
+  };
+  const Run every_step = run(*late_tokens(1));
+  const Run prompt_only = run(*late_tokens(0));
+  ASSERT_LT(every_step.report.layers[0][0].kept, S()) << "the prompt evicted";
+  EXPECT_EQ(every_step.report.unchanged_keeps, steps * heads) << "every decode step's keeps";
+  EXPECT_EQ(every_step.decode_compactions, 0) << "no compaction sent while decoding";
+  EXPECT_EQ(every_step.logits, prompt_only.logits);
+
+  const Run kvzap = run(*load_policy("kvzap", {{"sliding_window_size", "8"}, {"decoding", "true"}}));
+  EXPECT_GT(kvzap.decode_compactions, 0);
+  EXPECT_LT(kvzap.report.unchanged_keeps, steps * heads);
+  EXPECT_GT(kvzap.report.unchanged_keeps, 0) << "some steps' leaving tokens pass";
 }
 
 // PositionRecords holding the current call's block alone, without a model: each record replaces
