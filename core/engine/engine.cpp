@@ -151,15 +151,7 @@ void EvictionEngine::after_forward(int n_tokens, KVCache& cache) {
   state_->report.decode_steps = state_->decode_step;
   state_->report.bytes_kept = cache.bytes_in_use();
   for (int l = 0; l < state_->L; ++l)
-    for (int h = 0; h < cache.n_stored_heads(); ++h) {
-      HeadReport& r = state_->report.layers[l][h];
-      r.kept = cache.length(l, h);
-      if (state_->kept_count_is_output()) r.budget = r.kept;
-      const int32_t* pos = state_->positions(cache, l, h);
-      r.kept_positions.assign(pos, pos + r.kept);
-      std::sort(r.kept_positions.begin(), r.kept_positions.end());
-      if (state_->options.trace_selection) state_->copy_trace(l, h, r);
-    }
+    for (int h = 0; h < cache.n_stored_heads(); ++h) state_->report_head(cache, l, h);
 }
 
 int EvictionEngine::prefill_block() const { return state_->plan.prefill.block; }

@@ -153,7 +153,7 @@ struct EvictionReport {
   // (LayerSignals::hidden_states_on_device): no attention input came to the host or went back up.
   int64_t hidden_states_in_place = 0;
   // (layer, stored head) keeps that kept every entry in place (a threshold rule whose candidates
-  // all passed, a selection within budget): no cache edit, no device compaction.
+  // all passed, a selection within budget): no cache edit, no compaction call to a device mirror.
   int64_t unchanged_keeps = 0;
   // Prompt layers whose heads read one gather of hidden[c, t] (every head held the same positions)
   // instead of one copy each.

@@ -279,15 +279,23 @@ void EvictionEngine::State::fill_report(const KVCache& cache) {
     for (int h = 0; h < cache.n_stored_heads(); ++h) {
       HeadReport& r = report.layers[l][h];
       r.budget = h < static_cast<int>(head_budget[l].size()) ? head_budget[l][h] : layer_budget[l];
-      r.kept = cache.length(l, h);
-      if (kept_count_is_output()) r.budget = r.kept;
-      const int32_t* pos = positions(cache, l, h);
-      r.kept_positions.assign(pos, pos + r.kept);
-      std::sort(r.kept_positions.begin(), r.kept_positions.end());
-      if (options.trace_selection) copy_trace(l, h, r);
+      report_head(cache, l, h);
     }
   }
   report.bytes_kept = cache.bytes_in_use();
+}
+
+void EvictionEngine::State::report_head(const KVCache& cache, int l, int h) {
+  HeadReport& r = report.layers[l][h];
+  r.kept = cache.length(l, h);
+  if (kept_count_is_output()) r.budget = r.kept;
+  const int32_t* pos = positions(cache, l, h);
+  r.kept_positions.assign(pos, pos + r.kept);
+  // Every decode step reports every head: sorting positions already in order cost more than the
+  // step's selection (KVzap on SmolLM2 at 8K: about 2.3 of its 7.2 ms of engine time per step).
+  if (!std::is_sorted(r.kept_positions.begin(), r.kept_positions.end()))
+    std::sort(r.kept_positions.begin(), r.kept_positions.end());
+  if (options.trace_selection) copy_trace(l, h, r);
 }
 
 }  // namespace kvevict

@@ -173,8 +173,8 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
   PhaseScope timed(clock, EnginePhase::CacheEdit);
   const size_t length = cache.length(layer, kv_head);
   // Every entry kept where it is (a threshold rule whose every candidate passed, a selection
-  // within budget): the cache, its device mirror (a compaction and its lists' upload per head) and
-  // what is aligned with it stay as they are. Not with a merge, which may act on a keep itself.
+  // within budget): the cache, its device mirror (a compaction call, O(T) host planning per head)
+  // and what is aligned with it stay as they are. Not with a merge, which may act on a keep itself.
   if (!plan.stages.merge_on_evict && kept.size() == length && keeps_every_entry_in_place(kept)) {
     ++report.unchanged_keeps;
     return;

@@ -548,6 +548,10 @@ struct EvictionEngine::State {
   void apply_codebook(KVCache& cache);
 
   void fill_report(const KVCache& cache);
+  // Head (l, h)'s kept count and sorted kept positions into the report, from the cache as it is
+  // now: after the prompt and after every decode step. O(T) for a head whose positions increase
+  // along the cache (the positional kept order: no sort), O(T log T) otherwise.
+  void report_head(const KVCache& cache, int l, int h);
 
   // Layer l's per-head budget now: the prefill's, or run.decode_budget's value with decode_step =
   // the tokens appended since the prompt, so prompt_len + decode_step = tokens seen (layers split
