@@ -25,61 +25,93 @@ int EvictionEngine::State::requested_window_attention() const {
   return decode_reads ? plan.window : 0;
 }
 
-CacheRowReadsByCall EvictionEngine::State::cache_row_reads_by_call() const {
-  CacheRowReadsByCall by;
-  by.prompt_start = prompt_call_row_reads();
-  if (blocks_pending()) {
-    by.next_token = by.next_block = prompt_call_row_reads();
-  } else if (prefill_done && !in_prefill) {
-    by.next_token = decode_call_row_reads();
-    by.next_block = block_call_row_reads();
+// Member functions of a nested struct (engine_state.h declares it), so that engine_state.h need
+// not list them: State is private to EvictionEngine, and so are these.
+struct EvictionEngine::State::RowReads {
+  // Whether the next call after the prompt triggers the decode eviction (one step, whatever its tokens).
+  static bool next_call_triggers(const State& s) {
+    const int next = s.decode_step + 1;
+    return s.plan.decode.every > 0 && next % s.plan.decode.every == 0;
   }
-  return by;
-}
 
-bool EvictionEngine::State::next_call_triggers() const {
-  const int next = decode_step + 1;
-  return plan.decode.every > 0 && next % plan.decode.every == 0;
-}
-
-CacheRowReads EvictionEngine::State::block_call_row_reads() const {
-  return !next_call_triggers() && !host_works_on_every_append() ? CacheRowReads::None : CacheRowReads::Reads;
-}
-
-CacheRowReads EvictionEngine::State::decode_call_row_reads() const {
-  if (!next_call_triggers() && !host_works_on_every_append()) return CacheRowReads::None;
-  if (decode_row_reads != CacheRowReads::NoneGivenDecoderSignals) return decode_row_reads;
-  const bool reads_window = desc.run.decode_uses_window_attention;
-  return !reads_window || requested_window_attention() > 0 ? decode_row_reads : CacheRowReads::Reads;
-}
-
-bool EvictionEngine::State::host_works_on_every_append() const {
-  return keeps_frozen_scores() || unfold || desc.channels.enabled ||
-         (desc.merge.enabled && desc.merge.method == MergeMethod::Codebook);
-}
-
-bool EvictionEngine::State::host_rows_not_read_later() const {
-  if (host_works_on_every_append() || reads_replay(desc)) return false;
-  if (block_prompt > 0) {
-    const int remaining = in_prefill ? block_prompt - prefill_seen : block_prompt;
-    if (remaining > plan.prefill.block) return false;
+  // The host works on every appended row: scores frozen at insertion, a codebook's approximation,
+  // key channels, an unfolded cache.
+  static bool host_works_on_every_append(const State& s) {
+    return s.keeps_frozen_scores() || s.unfold || s.desc.channels.enabled ||
+           (s.desc.merge.enabled && s.desc.merge.method == MergeMethod::Codebook);
   }
-  return plan.decode.every <= 0 || decode_row_reads == CacheRowReads::None;
-}
 
-CacheRowReads EvictionEngine::State::prompt_call_row_reads() const {
-  if (prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return prompt_row_reads;
-  // A codebook or key-channel stage needs the kept rows at the prompt's end: a decoder can be
-  // asked to bring them back then only when the end is known before the call
-  // (ObservationRequest::host_rows_at_prompt_end).
-  if (prompt_end_edits_rows(desc) && prompt_end_before_call() == 0) return CacheRowReads::Reads;
-  // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
-  // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
-  if (!prompt_window_known()) return CacheRowReads::Reads;
-  const int window = announced || blocks_pending() ? next_prompt_plan().window : desc.window;
-  return window <= 0 || !window_attention_read() || requested_window_attention() > 0 ? prompt_row_reads
-                                                                                       : CacheRowReads::Reads;
-}
+  // A several-token call after the prompt (the eval sweep's question block, teacher forcing): None
+  // when it does not trigger the decode eviction and the host does not work on every appended row
+  // (it records by position and column sums, and scores nothing: SnapKV, and R-KV or CAM between
+  // their triggers); else Reads (the decode indicator's A_now must be the block's last query's
+  // row, which its column sums are not).
+  static CacheRowReads block_call_row_reads(const State& s) {
+    return !next_call_triggers(s) && !host_works_on_every_append(s) ? CacheRowReads::None : CacheRowReads::Reads;
+  }
+
+  // A decode step's declaration. A step that does not trigger the decode eviction (decode_every
+  // > 1: R-KV every 128 steps, CAM every 512) scores nothing, so it reads no row whatever the
+  // indicator reads (None): its rows come to the host once, at the next trigger step. Unless the
+  // scores are frozen at insertion (scored every step) or the host works on every appended row (a
+  // codebook's approximation, key channels). NoneGivenDecoderSignals over the rolling window's A
+  // only while the decoder is asked for the window attention (the decode trigger reads A).
+  static CacheRowReads decode_call_row_reads(const State& s) {
+    if (!next_call_triggers(s) && !host_works_on_every_append(s)) return CacheRowReads::None;
+    if (s.decode_row_reads != CacheRowReads::NoneGivenDecoderSignals) return s.decode_row_reads;
+    const bool reads_window = s.desc.run.decode_uses_window_attention;
+    return !reads_window || s.requested_window_attention() > 0 ? s.decode_row_reads : CacheRowReads::Reads;
+  }
+
+  // The prompt's declaration: NoneGivenDecoderSignals holds for a policy with a window only when
+  // the decoder is asked for the window attention (it then covers the newest min(W, position)
+  // queries, a later block's previous ones included, or does not serve it: the decoder's
+  // serves_window_attention). K and V on the device are asked for whenever rows_in_place (request()).
+  static CacheRowReads prompt_call_row_reads(const State& s) {
+    if (s.prompt_row_reads != CacheRowReads::NoneGivenDecoderSignals) return s.prompt_row_reads;
+    // A codebook or key-channel stage needs the kept rows at the prompt's end: a decoder can be
+    // asked to bring them back then only when the end is known before the call
+    // (ObservationRequest::host_rows_at_prompt_end).
+    if (prompt_end_edits_rows(s.desc) && s.prompt_end_before_call() == 0) return CacheRowReads::Reads;
+    // prompt_row_reads takes the window as known (PromptAnnouncement::BeforeTheCall); a window found
+    // from a prompt nobody announced is not, and the engine then computes A from the host's rows.
+    if (!s.prompt_window_known()) return CacheRowReads::Reads;
+    const int window = s.announced || s.blocks_pending() ? s.next_prompt_plan().window : s.desc.window;
+    return window <= 0 || !s.window_attention_read() || s.requested_window_attention() > 0 ? s.prompt_row_reads
+                                                                                           : CacheRowReads::Reads;
+  }
+
+  // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
+  // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
+  // (several tokens then: block_call_row_reads). A fresh engine takes a later call as a prompt over
+  // rows it never saw: Reads.
+  static CacheRowReadsByCall cache_row_reads_by_call(const State& s) {
+    CacheRowReadsByCall by;
+    by.prompt_start = prompt_call_row_reads(s);
+    if (s.blocks_pending()) {
+      by.next_token = by.next_block = prompt_call_row_reads(s);
+    } else if (s.prefill_done && !s.in_prefill) {
+      by.next_token = decode_call_row_reads(s);
+      by.next_block = block_call_row_reads(s);
+    }
+    return by;
+  }
+
+  // ObservationRequest::host_rows_not_read_later: no decode step reads a row on the host (no decode
+  // eviction, or one over row-free signals: None), so a device cache may drop the host's copy of
+  // its rows after this call (a later call that reads rows, a question block, brings them back).
+  // Not while a prefill in blocks has blocks to come after this call, nor for a context replay or
+  // a host that works on every append (their calls read the rows again).
+  static bool host_rows_not_read_later(const State& s) {
+    if (host_works_on_every_append(s) || reads_replay(s.desc)) return false;
+    if (s.block_prompt > 0) {
+      const int remaining = s.in_prefill ? s.block_prompt - s.prefill_seen : s.block_prompt;
+      if (remaining > s.plan.prefill.block) return false;
+    }
+    return s.plan.decode.every <= 0 || s.decode_row_reads == CacheRowReads::None;
+  }
+
+};
 
 void EvictionEngine::announce_prompt(std::span<const int> tokens) {
   State& st = *state_;
@@ -137,7 +169,7 @@ ObservationRequest EvictionEngine::request() const {
   // A policy that reads no cached row lets a device cache keep the call's rows to itself
   // (cache_row_reads.h). While decoding, A_now then comes from the decoder's column sums
   // (LayerSignals::cache_rows_are_placeholders), so those are asked for.
-  r.cache_row_reads = state_->cache_row_reads_by_call();
+  r.cache_row_reads = State::RowReads::cache_row_reads_by_call(*state_);
   const DeviceReads& device = state_->device_reads;
   if (r.cache_row_reads.next_token != CacheRowReads::Reads && !prompt_next &&
       state_->desc.needs(TensorSignal::CurrentAttention)) {
@@ -167,7 +199,7 @@ ObservationRequest EvictionEngine::request() const {
   if (r.window_attention > 0 && !prompt_next && !state_->in_prefill)
     for (int l = 0; l < state_->L; ++l)
       r.observer_queries.push_back({state_->recent.data(l), state_->recent.rows(l), state_->recent.first_position(l)});
-  r.host_rows_not_read_later = state_->host_rows_not_read_later();
+  r.host_rows_not_read_later = State::RowReads::host_rows_not_read_later(*state_);
   // Scored on the device: K, V and K_pre (and the norms above) are read where the decoder copies them out,
   // in the calls this engine declared NoneGivenDecoderSignals (the others have the rows on the host,
   // or read none).

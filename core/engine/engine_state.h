@@ -141,7 +141,7 @@ struct EvictionEngine::State {
   DecoderDeviceCopies decoder_copies;
   // What a one-token decode step and the prompt read of the cached rows (cache_row_reads.h):
   // fixed by the policy, the prompt's as if announced; request() narrows the prompt's per call
-  // (prompt_call_row_reads).
+  // (engine_row_reads.cpp).
   const CacheRowReads decode_row_reads, prompt_row_reads;
   // The host cache's rows of the current after_layer call are placeholders (LayerSignals::
   // cache_rows_are_placeholders), and some layer's were during this prompt (for finish_prefill, in
@@ -464,46 +464,9 @@ struct EvictionEngine::State {
   // every query of the block (a window found from the tokens, a prompt nobody announced).
   void ask_for_query_signals(ObservationRequest& r, bool prompt_next) const;
 
-  // ObservationRequest::cache_row_reads. A call at position 0 starts a prompt; a later call
-  // continues a prefill in blocks (its next block), or is a decode step once the prompt is done
-  // (several tokens then: block_call_row_reads). A fresh engine takes a later call as a prompt over
-  // rows it never saw: Reads.
-  CacheRowReadsByCall cache_row_reads_by_call() const;
-
-  // Whether the next call after the prompt triggers the decode eviction (one step, whatever its tokens).
-  bool next_call_triggers() const;
-
-  // A several-token call after the prompt (the eval sweep's question block, teacher forcing): None
-  // when it does not trigger the decode eviction and the host does not work on every appended row
-  // (it records by position and column sums, and scores nothing: SnapKV, and R-KV or CAM between
-  // their triggers); else Reads (the decode indicator's A_now must be the block's last query's
-  // row, which its column sums are not).
-  CacheRowReads block_call_row_reads() const;
-
-  // A decode step's declaration. A step that does not trigger the decode eviction (decode_every
-  // > 1: R-KV every 128 steps, CAM every 512) scores nothing, so it reads no row whatever the
-  // indicator reads (None): its rows come to the host once, at the next trigger step. Unless the
-  // scores are frozen at insertion (scored every step) or the host works on every appended row (a
-  // codebook's approximation, key channels). NoneGivenDecoderSignals over the rolling window's A
-  // only while the decoder is asked for the window attention (the decode trigger reads A).
-  CacheRowReads decode_call_row_reads() const;
-
-  // The host works on every appended row: scores frozen at insertion, a codebook's approximation,
-  // key channels, an unfolded cache.
-  bool host_works_on_every_append() const;
-
-  // ObservationRequest::host_rows_not_read_later: no decode step reads a row on the host (no decode
-  // eviction, or one over row-free signals: None), so a device cache may drop the host's copy of
-  // its rows after this call (a later call that reads rows, a question block, brings them back).
-  // Not while a prefill in blocks has blocks to come after this call, nor for a context replay or
-  // a host that works on every append (their calls read the rows again).
-  bool host_rows_not_read_later() const;
-
-  // The prompt's declaration: NoneGivenDecoderSignals holds for a policy with a window only when
-  // the decoder is asked for the window attention (it then covers the newest min(W, position)
-  // queries, a later block's previous ones included, or does not serve it: the decoder's
-  // serves_window_attention). K and V on the device are asked for whenever rows_in_place (request()).
-  CacheRowReads prompt_call_row_reads() const;
+  // What each kind of next call reads of the cached rows (ObservationRequest::cache_row_reads,
+  // host_rows_not_read_later), decided in engine_row_reads.cpp.
+  struct RowReads;
 
   // The skip rule's verdict for this prompt (eviction_plan.h): no prefill eviction.
   bool skip_prefill() const { return plan.prefill.skip; }
