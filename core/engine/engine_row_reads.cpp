@@ -110,7 +110,6 @@ struct EvictionEngine::State::RowReads {
     }
     return s.plan.decode.every <= 0 || s.decode_row_reads == CacheRowReads::None;
   }
-
 };
 
 void EvictionEngine::announce_prompt(std::span<const int> tokens) {

@@ -104,7 +104,8 @@ std::vector<int> select_head(std::span<const float> scores, std::span<const int3
   if (budget >= T) {
     kept.resize(T);
     std::iota(kept.begin(), kept.end(), 0);
-    if (!spec.score_order) order_kept(kept, positions, increasing);
+    // Cache order is position order where the positions increase: the list is already in order.
+    if (!spec.score_order && !increasing) order_kept(kept, positions, increasing);
     return kept;
   }
   std::vector<int> prot = protected_in_priority(positions, spec.protect_first, spec.protect_recent, increasing);
