@@ -71,6 +71,7 @@ struct Run {
   int64_t hidden_floats = 0, scored_alone = 0;
   double selection_s = 0, edit_s = 0, other_s = 0;  // the decode steps' Selection, CacheEdit and Other phases
   int64_t unchanged_keeps = 0;         // decode keeps that kept every entry in place (no edit)
+  int64_t window_steps = 0;  // (layer, head) decode steps decided from the entries leaving the window
 };
 
 Run run(const Model& model, const std::vector<int>& prompt, const PolicyProgram& policy, int steps) {
@@ -97,6 +98,7 @@ Run run(const Model& model, const std::vector<int>& prompt, const PolicyProgram&
   r.edit_s = phases[EnginePhase::CacheEdit];
   r.other_s = phases[EnginePhase::Other];  // the per-step report of every head's kept positions among it
   r.unchanged_keeps = engine.report().unchanged_keeps - prompt_unchanged;
+  r.window_steps = engine.report().threshold_window_steps;
   return r;
 }
 
@@ -116,9 +118,10 @@ int main(int argc, char** argv) try {
       std::filesystem::temp_directory_path() / ("kvevict_bench_insertion_" + std::to_string(::getpid()));
   std::printf("model %s: %d layers, %d KV heads, n_embd %d; prompt %d tokens, %d decode steps, budget 100%%\n",
               path.c_str(), c.n_layers, c.n_kv_heads, c.dim, n, steps);
-  std::printf("%-6s %-22s %15s %14s %12s %14s %12s %16s %17s %17s %12s %13s %15s\n", "policy", "decode steps score",
-              "scoring ms/step", "engine ms/step", "wall ms/step", "hidden records", "scored alone", "prefill engine s",
-              "prefill signals s", "selection ms/step", "edit ms/step", "other ms/step", "unchanged keeps");
+  std::printf("%-6s %-22s %15s %14s %12s %14s %12s %16s %17s %17s %12s %13s %15s %12s\n", "policy",
+              "decode steps score", "scoring ms/step", "engine ms/step", "wall ms/step", "hidden records", "scored alone",
+              "prefill engine s", "prefill signals s", "selection ms/step", "edit ms/step", "other ms/step",
+              "unchanged keeps", "window steps");
   for (const std::string name : {"dms", "kvzap"}) {
     const std::string file = name == "kvzap" && c.dim != 64 ? write_kvzap_for(c, dir) : name;
     const auto policy = load_policy(file, {{"decoding", "true"}});
@@ -126,12 +129,13 @@ int main(int argc, char** argv) try {
     whole_heads.edit().decode_scores_each_entry_alone = false;
     for (const bool alone : {true, false}) {
       const Run r = run(*model, prompt, alone ? static_cast<const PolicyProgram&>(*policy) : whole_heads, steps);
-      std::printf("%-6s %-22s %15.3f %14.3f %12.3f %11.1f MB %12lld %16.3f %17.3f %17.3f %12.3f %13.3f %15lld\n",
+      std::printf("%-6s %-22s %15.3f %14.3f %12.3f %11.1f MB %12lld %16.3f %17.3f %17.3f %12.3f %13.3f %15lld %12lld\n",
                   name.c_str(), alone ? "the new entries alone" : "whole heads", 1e3 * r.scoring_s / steps,
                   1e3 * r.engine_decode_s / steps, 1e3 * r.decode_wall_s / steps,
                   4e-6 * static_cast<double>(r.hidden_floats), static_cast<long long>(r.scored_alone),
                   r.prefill_engine_s, r.prefill_signals_s, 1e3 * r.selection_s / steps, 1e3 * r.edit_s / steps,
-                  1e3 * r.other_s / steps, static_cast<long long>(r.unchanged_keeps));
+                  1e3 * r.other_s / steps, static_cast<long long>(r.unchanged_keeps),
+                  static_cast<long long>(r.window_steps));
       std::fflush(stdout);
     }
   }

@@ -102,6 +102,7 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
     seen[idx] = 1;
     if (i > 0 && idx < indices[i - 1]) ascending = false;
   }
+  h.stamp.renew();  // before any branch: every kept list may drop or move entries
   if (h.codebook) {
     keep_codebook(layer, kv_head, indices);
     if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
@@ -228,6 +229,7 @@ void KVCache::clear() {
     h.rows_elsewhere = false;
     h.norms_held = false;
     h.held_norms.clear();
+    h.stamp.renew();
   }
   for (LayerCodebook& c : layer_codes_) c = LayerCodebook{};
   if (listener_.ptr) listener_.ptr->on_clear();

@@ -53,6 +53,7 @@
 #include "core/decode/kv_type.h"
 #include "core/decode/rope.h"
 #include "core/decode/device_kv_codebook.h"
+#include "core/decode/edit_stamp.h"
 #include "core/decode/row_norms.h"
 #include "core/model/model_config.h"
 
@@ -110,6 +111,9 @@ class KVCache {
   void unfold();
 
   int length(int layer, int kv_head) const { return static_cast<int>(head(layer, kv_head).positions.size()); }
+  // The head's edit stamp (edit_stamp.h): unchanged while its entries were only appended to. keep,
+  // reassign_positions, unfolding and clear renew it; a copied cache's heads have fresh stamps.
+  uint64_t edit_stamp(int layer, int kv_head) const { return head(layer, kv_head).stamp.value(); }
   int64_t total_entries() const;  // sum of lengths over all (layer, KV head)
 
   // Dense heads of an F32 cache only (std::logic_error on a codebook head or another KvType).
@@ -262,13 +266,16 @@ class KVCache {
     bool rows_elsewhere = false;  // keys/values are empty: the rows are held elsewhere (append_position)
     bool norms_held = false;      // rows_elsewhere and held_norms has one entry per position
     std::vector<RowNorms> held_norms;
+    EditStamp stamp;  // renewed by every operation that moves, drops or re-numbers an entry
   };
   // Throws std::logic_error naming `what` when the head's rows are held elsewhere.
   void check_rows_held(const char* what, int layer, int kv_head) const;
   const Head& dense(int layer, int kv_head) const;
   Head& dense(int layer, int kv_head);
   const Head& dense_f32(int layer, int kv_head) const;
-  Head empty_head() const { return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false, false, false, {}}; }
+  Head empty_head() const {
+    return Head{KvRows(kv_type_, head_dim_), KvRows(kv_type_, head_dim_), {}, {}, false, false, false, {}, {}};
+  }
   void reserve_rope(int32_t position);
   // Codebook-head halves of the public operations (kv_cache_codebook.cpp); indices already checked.
   std::vector<float> codebook_keys_pre_rope(int layer, const CodebookHead& cb) const;

@@ -20,6 +20,7 @@ void KVCache::reassign_positions(int layer, int kv_head) {
   const bool rows_here = !rows_held_elsewhere(layer, kv_head);
   Head& h = head(layer, kv_head);
   h.reassigned = true;
+  h.stamp.renew();
   const int len = static_cast<int>(h.positions.size());
   if (len == 0) {
     if (listener_.ptr) listener_.ptr->on_reassign(layer, kv_head);

@@ -155,6 +155,9 @@ struct EvictionReport {
   // (layer, stored head) keeps that kept every entry in place (a threshold rule whose candidates
   // all passed, a selection within budget): no cache edit, no compaction call to a device mirror.
   int64_t unchanged_keeps = 0;
+  // (layer, stored head) decode steps of a threshold rule over frozen scores decided from the
+  // entries that left the recent window alone (threshold_steps.h), not from the whole head.
+  int64_t threshold_window_steps = 0;
   // Prompt layers whose heads read one gather of hidden[c, t] (every head held the same positions)
   // instead of one copy each.
   int64_t hidden_state_layer_gathers = 0;

@@ -69,6 +69,8 @@ void EvictionEngine::State::decode_layer(const LayerSignals& s, KVCache& cache) 
   if (budget < 0) return;
   if (!frozen && decode_scores_in_selector()) {
     evict_layer_scored_in_selector(cache, l, budget, plan.decode.protect, step);
+  } else if (frozen && threshold_steps_from_window()) {
+    evict_threshold_layer(cache, l, budget);
   } else {
     std::vector<std::vector<float>> sc(Hs);
     for (int h = 0; h < Hs; ++h) sc[h] = frozen ? scores[l][h] : score(signals_for(l, h, cache, true), true);
@@ -79,6 +81,60 @@ void EvictionEngine::State::decode_layer(const LayerSignals& s, KVCache& cache) 
   merge_state.evicted(l);
   if (plan.stages.reassign_positions) OriginalPositions::reassign_layer(cache, l);
   ++report.applications;
+}
+
+bool EvictionEngine::State::threshold_steps_from_window() const {
+  const PlanSelection& sel = plan.select;
+  return sel.threshold && sel.frozen_scores && sel.scope == SelectScope::KvHead && sel.unit == SelectUnit::Token &&
+         sel.kept_order == KeptOrder::Positional && sel.stages == 0 && sel.random_share == 0 && !unfold &&
+         !plan.stages.merge_on_evict && !options.trace_selection;
+}
+
+void EvictionEngine::State::evict_threshold_layer(KVCache& cache, int l, int budget) {
+  const ProtectedSet& pr = plan.decode.protect;
+  const double threshold = plan.select.threshold_value;
+  if (threshold_records.size() != static_cast<size_t>(L)) threshold_records.assign(L, {});
+  std::vector<ThresholdWindowRecord>& records = threshold_records[l];
+  if (records.size() != static_cast<size_t>(Hs)) records.assign(Hs, {});
+  auto head_scores = [&](int h) { return std::span<const float>(scores[l][h].data(), scores[l][h].size()); };
+  auto head_positions = [&](int h) {
+    return std::span<const int32_t>(positions(cache, l, h), static_cast<size_t>(cache.length(l, h)));
+  };
+  std::vector<int> budgets;
+  std::vector<std::vector<int>> evicted(Hs);
+  bool from_window = true;
+  {
+    PhaseScope timed(clock, EnginePhase::Selection);
+    budgets = head_budgets(cache, l, budget, pr);
+    for (int h = 0; h < Hs && from_window; ++h) {
+      std::optional<std::vector<int>> step = threshold_window_step(
+          head_scores(h), head_positions(h), cache.edit_stamp(l, h), records[h], pr.first, pr.recent, threshold, budgets[h]);
+      from_window = step.has_value();
+      if (step) evicted[h] = std::move(*step);
+    }
+  }
+  if (from_window) {
+    if (desc.has_head_plan) head_budget[l] = budgets;
+    for (int h = 0; h < Hs; ++h) {
+      if (evicted[h].empty()) {
+        ++report.unchanged_keeps;  // as keep() counts a list that keeps every entry in place
+      } else {
+        keep(cache, l, h, kept_without(cache.length(l, h), evicted[h]), head_scores(h));
+      }
+      records[h].stamp = cache.edit_stamp(l, h);
+    }
+    report.threshold_window_steps += Hs;
+    return;
+  }
+  // Some head's record did not apply: the full rule for the layer, then every head checked afresh.
+  std::vector<std::vector<float>> sc(Hs);
+  for (int h = 0; h < Hs; ++h) sc[h] = scores[l][h];
+  evict_layer(cache, l, budget, sc, pr);
+  PhaseScope timed(clock, EnginePhase::Selection);
+  for (int h = 0; h < Hs; ++h)
+    records[h] = verify_threshold_head(head_scores(h), head_positions(h), cache.edit_stamp(l, h), pr.first, pr.recent,
+                                       threshold)
+                     .value_or(ThresholdWindowRecord{});
 }
 
 }  // namespace kvevict

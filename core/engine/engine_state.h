@@ -55,6 +55,7 @@
 #include "core/engine/selection.h"
 #include "core/engine/staged_selection.h"
 #include "core/engine/threshold_selection.h"
+#include "core/engine/threshold_steps.h"
 #include "core/engine/window_observation.h"
 #include "core/util/error.h"
 
@@ -512,9 +513,14 @@ struct EvictionEngine::State {
 
   void fill_report(const KVCache& cache);
   // Head (l, h)'s kept count and sorted kept positions into the report, from the cache as it is
-  // now: after the prompt and after every decode step. O(T) for a head whose positions increase
-  // along the cache (the positional kept order: no sort), O(T log T) otherwise.
+  // now: after the prompt and after every decode step. A head whose edit stamp is the one it was
+  // last reported with only gained entries at its end: their positions are added (O(new entries)
+  // where they come after the reported ones). Otherwise the list is rebuilt: O(T) for a head whose
+  // positions increase along the cache (the positional kept order: no sort), O(T log T) if not.
   void report_head(const KVCache& cache, int l, int h);
+  // The edit stamp (KVCache::edit_stamp) each report.layers[l][h] was made from, [l * heads + h];
+  // empty or 0 (a value no stamp takes) where it must be rebuilt.
+  std::vector<uint64_t> reported_stamps;
 
   // Layer l's per-head budget now: the prefill's, or run.decode_budget's value with decode_step =
   // the tokens appended since the prompt, so prompt_len + decode_step = tokens seen (layers split
@@ -527,6 +533,16 @@ struct EvictionEngine::State {
   int decode_budget_if_over(const KVCache& cache, int l);
 
   void decode_layer(const LayerSignals& s, KVCache& cache);
+
+  // A threshold rule over frozen scores (threshold_steps.h): whether its decode steps may be decided
+  // from the entries leaving the recent window (per-head selection in positional order, no merge,
+  // stage, chunk or unfolding, no selection trace to fill), and each head's record of what was
+  // last checked, [layer][stored head] (sized at first use).
+  bool threshold_steps_from_window() const;
+  std::vector<std::vector<ThresholdWindowRecord>> threshold_records;
+  // Layer l's decode eviction under such a rule: from the window where every head's record applies,
+  // else by evict_layer, after which each head is checked afresh for the next step.
+  void evict_threshold_layer(KVCache& cache, int l, int budget);
 };
 
 }  // namespace kvevict

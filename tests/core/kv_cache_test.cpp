@@ -75,6 +75,35 @@ TEST(KVCache, KeepHonoursTheGivenOrder) {
   }
 }
 
+// KVCache::edit_stamp (edit_stamp.h): appends leave a head's stamp; keep (any list), re-assigned
+// positions, unfolding and clear renew it; other heads keep theirs; a copy's stamps are its own.
+TEST(KVCache, EditStampsChangeWithEveryEditButAnAppend) {
+  KVCache cache(cache_config(), KvType::F32);
+  fill(cache, 0, 0, 6);
+  fill(cache, 0, 1, 6);
+  const uint64_t s00 = cache.edit_stamp(0, 0), s01 = cache.edit_stamp(0, 1);
+  EXPECT_NE(s00, 0u);
+  EXPECT_NE(s00, s01) << "every head draws its own";
+  fill(cache, 0, 0, 2, 6);
+  EXPECT_EQ(cache.edit_stamp(0, 0), s00) << "an append";
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  cache.keep(0, 0, all);
+  const uint64_t after_keep = cache.edit_stamp(0, 0);
+  EXPECT_NE(after_keep, s00) << "a keep, even of every entry in place";
+  EXPECT_EQ(cache.edit_stamp(0, 1), s01) << "another head";
+  const KVCache copy = cache;
+  EXPECT_NE(copy.edit_stamp(0, 0), after_keep) << "a copy may go on differently";
+  EXPECT_EQ(cache.edit_stamp(0, 0), after_keep) << "copying leaves the original";
+  cache.reassign_positions(0, 1);
+  EXPECT_NE(cache.edit_stamp(0, 1), s01) << "re-assigned positions";
+  const uint64_t before_unfold = cache.edit_stamp(0, 0);
+  cache.unfold();
+  for (int h = 0; h < cache.n_stored_heads(); ++h) EXPECT_NE(cache.edit_stamp(0, h), before_unfold) << "unfolded head " << h;
+  const uint64_t before_clear = cache.edit_stamp(1, 0);
+  cache.clear();
+  EXPECT_NE(cache.edit_stamp(1, 0), before_clear) << "clear";
+}
+
 TEST(KVCache, KeepRejectsBadIndices) {
   KVCache cache(cache_config(), KvType::F32);
   fill(cache, 0, 0, 4);
