@@ -453,7 +453,7 @@ memcheck() {  # NAME FILTER LIMIT: exit status and seconds go to <log>.status
 if [[ -n "$sanitizer" ]]; then
   declare -A gpu_filters=(
     [kvevict_jit_tests]='GpuKernels.*:JitPolicyProgram.GpuBackend*:WindowAttentionInPlaceGpu.*:LayerWeightCodegenGpu.*:TableAxesCodegen.*OnTheDevice:-GpuKernels.LaunchErrorsAreReportedNotIgnored'
-    [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*:WindowAttentionSignalGpu.*:AccumulatedAttentionGpu.*:LayerSelectorGpu.*:CodebookGraphGpu.*:QueryStatisticsGpu.*:SegmentAttentionGpu.*:ReplayAttentionGpu.*:FlashInferPrefillGpu.*-CudaDecoder.PromptLonger*'
+    [kvevict_core_tests]='CudaDecoder.*:*DeviceKv*:RaggedAttentionGpu.*:DeviceSelectionGpu.*:LayerSelectorEngineGpu.*:WindowAttentionGpu.*:WindowAttentionSignalGpu.*:AccumulatedAttentionGpu.*:LayerSelectorGpu.*:CodebookGraphGpu.*:QueryStatisticsGpu.*:SegmentAttentionGpu.*:ReplayAttentionGpu.*:HiddenStatesGpu.*:FlashInferPrefillGpu.*-CudaDecoder.PromptLonger*'
   )
   memcheck_limit=$(( tests_deadline - SECONDS ))
   (( memcheck_limit > memcheck_cap )) && memcheck_limit=$memcheck_cap

@@ -114,6 +114,7 @@ void EvictionEngine::State::evict_threshold_layer(KVCache& cache, int l, int bud
     }
   }
   if (from_window) {
+    PhaseScope timed(clock, EnginePhase::CacheEdit);  // the kept lists too
     if (desc.has_head_plan) head_budget[l] = budgets;
     for (int h = 0; h < Hs; ++h) {
       if (evicted[h].empty()) {

@@ -42,13 +42,13 @@ std::optional<ThresholdWindowRecord> verify_threshold_head(std::span<const float
   const int end = unprotected_end(T, sinks, protect_recent);
   for (int i = sinks; i < end; ++i)
     if (!passes(scores[i], threshold)) return std::nullopt;
-  ThresholdWindowRecord r;
-  r.stamp = stamp;
-  r.length = T;
-  r.sinks = sinks;
-  r.protect_first = protect_first;
-  r.protect_recent = protect_recent;
-  return r;
+  return ThresholdWindowRecord{.stamp = stamp,
+                               .length = T,
+                               .sinks = sinks,
+                               .protect_first = protect_first,
+                               .protect_recent = protect_recent,
+                               .pool = {},
+                               .pool_held = false};
 }
 
 std::optional<std::vector<int>> threshold_window_step(std::span<const float> scores,
