@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/kept_list.h"
+
 namespace kvevict {
 
 void DeviceKvGeometry::validate() const {
@@ -120,31 +122,18 @@ void plan_append(const DeviceKvLayerLayout& layout, int n, std::span<const int32
 
 namespace {
 
-// Range and duplicates, as KVCache::keep checks them; returns whether the list is strictly ascending.
-bool check_keep_list(const std::vector<int>& list, int64_t length, size_t head) {
-  std::vector<char> seen(static_cast<size_t>(length), 0);
-  bool ascending = true;
-  for (size_t j = 0; j < list.size(); ++j) {
-    const int idx = list[j];
-    if (idx < 0 || idx >= length) {
-      throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
-                                  std::to_string(idx) + ", outside [0, " + std::to_string(length) + ")");
-    }
-    if (seen[static_cast<size_t>(idx)]) {
-      throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
-                                  std::to_string(idx) + " twice");
-    }
-    seen[static_cast<size_t>(idx)] = 1;
-    if (j > 0 && idx < list[j - 1]) ascending = false;
+// The list's shape after its range and duplicate checks (kept_list.h, as KVCache::keep checks it).
+KeptListShape checked_keep_list(const std::vector<int>& list, int64_t length, size_t head) {
+  const KeptListCheck c = check_kept_list(list, length);
+  if (c.fault == KeptListCheck::Fault::OutOfRange) {
+    throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
+                                std::to_string(c.index) + ", outside [0, " + std::to_string(length) + ")");
   }
-  return ascending;
-}
-
-// The first entry of `list` not already in its row (list[j] == j before it).
-size_t first_displaced(const std::vector<int>& list) {
-  size_t first = 0;
-  while (first < list.size() && list[first] == static_cast<int>(first)) ++first;
-  return first;
+  if (c.fault == KeptListCheck::Fault::Twice) {
+    throw std::invalid_argument("device KV compaction: head " + std::to_string(head) + " keeps entry " +
+                                std::to_string(c.index) + " twice");
+  }
+  return c.shape;
 }
 
 void plan_in_place(const std::vector<int>& list, size_t first, int64_t base_row, int head,
@@ -167,17 +156,17 @@ DeviceKvCompactionPlan plan_compaction(const DeviceKvLayerLayout& layout, const 
     throw std::invalid_argument("device KV compaction: " + std::to_string(keep.size()) + " keep lists for " +
                                 std::to_string(layout.heads.size()) + " heads");
   }
-  std::vector<char> ascending;
-  for (size_t h = 0; h < keep.size(); ++h) ascending.push_back(check_keep_list(keep[h], layout.heads[h].length, h));
+  std::vector<KeptListShape> shapes;  // every list checked before the plan changes anything
+  for (size_t h = 0; h < keep.size(); ++h) shapes.push_back(checked_keep_list(keep[h], layout.heads[h].length, h));
   DeviceKvCompactionPlan plan;
   for (size_t h = 0; h < keep.size(); ++h) {
     const std::vector<int>& list = keep[h];
     const int64_t base = layout.heads[h].base_row;
     plan.new_lengths.push_back(static_cast<int64_t>(list.size()));
-    const size_t first = first_displaced(list);
+    const size_t first = shapes[h].in_place;  // the first entry not already in its row
     if (first == list.size()) continue;  // every kept entry is already in its row
     const int64_t moves = static_cast<int64_t>(list.size() - first);
-    if (ascending[h] && moves <= max_in_place_moves) {
+    if (shapes[h].ascending && moves <= max_in_place_moves) {
       plan_in_place(list, first, base, static_cast<int>(h), plan);
       continue;
     }

@@ -4,7 +4,10 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
+#include "core/decode/kept_list.h"
 #include "core/decode/rope.h"
 
 namespace kvevict {
@@ -90,67 +93,64 @@ void KVCache::keep(int layer, int kv_head, std::span<const int> indices) {
   check_head("keep", layer, kv_head);
   Head& h = head(layer, kv_head);
   const int len = static_cast<int>(h.positions.size());
-  std::vector<char> seen(len, 0);
-  bool ascending = true;
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const int idx = indices[i];
-    if (idx < 0 || idx >= len) {
-      throw std::invalid_argument("KVCache::keep: index " + std::to_string(idx) + " out of range [0, " +
-                                  std::to_string(len) + ")");
-    }
-    if (seen[idx]) throw std::invalid_argument("KVCache::keep: duplicate index " + std::to_string(idx));
-    seen[idx] = 1;
-    if (i > 0 && idx < indices[i - 1]) ascending = false;
+  const KeptListCheck checked = check_kept_list(indices, len);
+  if (checked.fault == KeptListCheck::Fault::OutOfRange) {
+    throw std::invalid_argument("KVCache::keep: index " + std::to_string(checked.index) + " out of range [0, " +
+                                std::to_string(len) + ")");
   }
+  if (checked.fault == KeptListCheck::Fault::Twice)
+    throw std::invalid_argument("KVCache::keep: duplicate index " + std::to_string(checked.index));
   h.stamp.renew();  // before any branch: every kept list may drop or move entries
   if (h.codebook) {
     keep_codebook(layer, kv_head, indices);
     if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
     return;
   }
-  const size_t n = indices.size();
-  if (h.rows_elsewhere) {  // only the positions (and perhaps the rows' norms) are here
-    std::vector<int32_t> positions(n);
-    for (size_t i = 0; i < n; ++i) positions[i] = h.positions[static_cast<size_t>(indices[i])];
-    h.positions.assign(positions.begin(), positions.end());
-    if (h.norms_held) {
-      std::vector<RowNorms> norms(n);
-      for (size_t i = 0; i < n; ++i) norms[i] = h.held_norms[static_cast<size_t>(indices[i])];
-      h.held_norms.assign(norms.begin(), norms.end());
+  // Entries [0, p) stay in their slots; an ascending list moves the rest front to back in place
+  // (entry i comes from a slot >= i), any other through a copy of the moved part.
+  const size_t n = indices.size(), p = checked.shape.in_place;
+  const bool ascending = checked.shape.ascending;
+  auto move_positions = [&](auto& values) {  // positions, or the held norms aligned with them
+    if (ascending) {
+      for (size_t i = p; i < n; ++i) values[i] = values[static_cast<size_t>(indices[i])];
+    } else {
+      std::vector<std::decay_t<decltype(values[0])>> moved(n - p);
+      for (size_t i = p; i < n; ++i) moved[i - p] = values[static_cast<size_t>(indices[i])];
+      std::copy(moved.begin(), moved.end(), values.begin() + static_cast<std::ptrdiff_t>(p));
     }
+    values.resize(n);
+  };
+  if (h.rows_elsewhere) {  // only the positions (and perhaps the rows' norms) are here
+    if (h.norms_held) move_positions(h.held_norms);
+    move_positions(h.positions);
     if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
     return;
   }
   if (ascending) {
-    // Survivor i moves from indices[i] >= i to slot i, so a forward sweep never overwrites a survivor.
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = p; i < n; ++i) {
       const size_t src = static_cast<size_t>(indices[i]);
       if (src == i) continue;
       h.keys.copy_row(i, src);
       h.values.copy_row(i, src);
-      h.positions[i] = h.positions[src];
     }
   } else {
     KvRows keys(kv_type_, head_dim_), values(kv_type_, head_dim_);
-    keys.resize(n);
-    values.resize(n);
-    std::vector<int32_t> positions(n);
-    for (size_t i = 0; i < n; ++i) {
+    keys.resize(n - p);
+    values.resize(n - p);
+    for (size_t i = p; i < n; ++i) {
       const size_t src = static_cast<size_t>(indices[i]);
-      keys.copy_row_from(i, h.keys, src);
-      values.copy_row_from(i, h.values, src);
-      positions[i] = h.positions[src];
+      keys.copy_row_from(i - p, h.keys, src);
+      values.copy_row_from(i - p, h.values, src);
     }
-    for (size_t i = 0; i < n; ++i) {
-      h.keys.copy_row_from(i, keys, i);
-      h.values.copy_row_from(i, values, i);
+    for (size_t i = p; i < n; ++i) {
+      h.keys.copy_row_from(i, keys, i - p);
+      h.values.copy_row_from(i, values, i - p);
     }
-    std::copy(positions.begin(), positions.end(), h.positions.begin());
   }
+  move_positions(h.positions);
   // Shrinking keeps the capacity: later appends reuse the freed tail (shrink_to_fit releases it).
   h.keys.resize(n);
   h.values.resize(n);
-  h.positions.resize(n);
   if (listener_.ptr) listener_.ptr->on_keep(layer, kv_head, indices);
 }
 

@@ -2,6 +2,8 @@
 // engine_state.h).
 #include "core/engine/engine_state.h"
 
+#include "core/decode/kept_list.h"
+
 namespace kvevict {
 
 int EvictionEngine::State::layer_shared_length(const KVCache& cache, int layer) const {
@@ -192,12 +194,20 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
 }
 
 void EvictionEngine::State::permute_aligned(int layer, int kv_head, const std::vector<int>& kept, size_t length) {
+  // `kept` was checked by the cache's keep: as there, the in-place prefix stays and an ascending
+  // list moves the rest front to back (a decode step's eviction near the newest entries: O(moved)).
+  const KeptListShape shape = kept_list_shape(kept);
   auto permute = [&](std::vector<float>& v) {
     if (v.empty()) return;
     if (v.size() != length)
       throw std::logic_error("engine: per-entry state of layer " + std::to_string(layer) + " head " +
                              std::to_string(kv_head) + " holds " + std::to_string(v.size()) + " entries, the cache " +
                              std::to_string(length));
+    if (shape.ascending) {
+      for (size_t i = shape.in_place; i < kept.size(); ++i) v[i] = v[static_cast<size_t>(kept[i])];
+      v.resize(kept.size());
+      return;
+    }
     std::vector<float> next(kept.size());
     for (size_t i = 0; i < kept.size(); ++i) next[i] = v[kept[i]];
     v.swap(next);

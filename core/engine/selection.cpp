@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/decode/kept_list.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/counter_rng.h"
 
@@ -87,11 +88,7 @@ std::vector<int> top_k_indices(std::span<const float> scores, std::span<const in
   return candidates;
 }
 
-bool keeps_every_entry_in_place(std::span<const int> kept) {
-  for (size_t i = 0; i < kept.size(); ++i)
-    if (kept[i] != static_cast<int>(i)) return false;
-  return true;
-}
+bool keeps_every_entry_in_place(std::span<const int> kept) { return kept_list_shape(kept).in_place == kept.size(); }
 
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,
                              const HeadSelectionSpec& spec) {
