@@ -87,7 +87,7 @@ bool EvictionEngine::State::threshold_steps_from_window() const {
   const PlanSelection& sel = plan.select;
   return sel.threshold && sel.frozen_scores && sel.scope == SelectScope::KvHead && sel.unit == SelectUnit::Token &&
          sel.kept_order == KeptOrder::Positional && sel.stages == 0 && sel.random_share == 0 && !unfold &&
-         !plan.stages.merge_on_evict && !options.trace_selection;
+         !plan.stages.merge_on_evict && !plan.stages.reassign_positions && !options.trace_selection;
 }
 
 void EvictionEngine::State::evict_threshold_layer(KVCache& cache, int l, int budget) {

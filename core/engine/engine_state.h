@@ -536,7 +536,8 @@ struct EvictionEngine::State {
 
   // A threshold rule over frozen scores (threshold_steps.h): whether its decode steps may be decided
   // from the entries leaving the recent window (per-head selection in positional order, no merge,
-  // stage, chunk or unfolding, no selection trace to fill), and each head's record of what was
+  // stage, chunk, unfolding or re-assigned positions, whose every eviction would void the records,
+  // no selection trace to fill), and each head's record of what was
   // last checked, [layer][stored head] (sized at first use).
   bool threshold_steps_from_window() const;
   std::vector<std::vector<ThresholdWindowRecord>> threshold_records;
