@@ -185,7 +185,7 @@ void EvictionEngine::State::unfold_and_evict(KVCache& cache) {
   window_in.drop();
   cache.unfold_keep(kept);
   for (int k = 0; k < L; ++k)
-    for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], length[k][s]);
+    for (int s = 0; s < Hs; ++s) permute_aligned(k, s, kept[k][s], kept_list_shape(kept[k][s]), length[k][s]);
 }
 
 void EvictionEngine::State::complete_replay(const ReplayScores* r, KVCache& cache) {

@@ -2,8 +2,6 @@
 // engine_state.h).
 #include "core/engine/engine_state.h"
 
-#include "core/decode/kept_list.h"
-
 namespace kvevict {
 
 int EvictionEngine::State::layer_shared_length(const KVCache& cache, int layer) const {
@@ -174,10 +172,11 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
                                  std::span<const float> scores) {
   PhaseScope timed(clock, EnginePhase::CacheEdit);
   const size_t length = cache.length(layer, kv_head);
+  const KeptListShape shape = kept_list_shape(kept);  // one scan, for this test and the aligned state
   // Every entry kept where it is (a threshold rule whose every candidate passed, a selection
   // within budget): the cache, its device mirror (a compaction call, O(T) host planning per head)
   // and what is aligned with it stay as they are. Not with a merge, which may act on a keep itself.
-  if (!plan.stages.merge_on_evict && kept.size() == length && keeps_every_entry_in_place(kept)) {
+  if (!plan.stages.merge_on_evict && kept.size() == length && shape.in_place == length) {
     ++report.unchanged_keeps;
     return;
   }
@@ -189,14 +188,14 @@ void EvictionEngine::State::keep(KVCache& cache, int layer, int kv_head, const s
   window_in.drop_layer(layer);  // the decoder's window attention no longer matches the layer
   decoder_copies.forget(layer);    // nor its copy of the rows, nor its positions' description
   cache.keep(layer, kv_head, kept);
-  permute_aligned(layer, kv_head, kept, length);
+  permute_aligned(layer, kv_head, kept, shape, length);
   original.kept(layer, kv_head, kept);
 }
 
-void EvictionEngine::State::permute_aligned(int layer, int kv_head, const std::vector<int>& kept, size_t length) {
+void EvictionEngine::State::permute_aligned(int layer, int kv_head, const std::vector<int>& kept,
+                                            const KeptListShape& shape, size_t length) {
   // `kept` was checked by the cache's keep: as there, the in-place prefix stays and an ascending
   // list moves the rest front to back (a decode step's eviction near the newest entries: O(moved)).
-  const KeptListShape shape = kept_list_shape(kept);
   auto permute = [&](std::vector<float>& v) {
     if (v.empty()) return;
     if (v.size() != length)

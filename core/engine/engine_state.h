@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/decode/kept_list.h"
 #include "core/decode/row_norms.h"
 #include "core/engine/accumulated_attention_store.h"
 #include "core/engine/attention_signals.h"
@@ -409,8 +410,10 @@ struct EvictionEngine::State {
 
   // Keeps the stored prefill scores and accumulated attention of stored head `kv_head` aligned
   // with its cache entries after they were reduced from `length` entries to `kept` (indices below
-  // `length`). A held vector of another length is a bug of the engine: refused before any index.
-  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept, size_t length);
+  // `length`; `shape`: kept_list_shape(kept)). A held vector of another length is a bug of the
+  // engine: refused before any index.
+  void permute_aligned(int layer, int kv_head, const std::vector<int>& kept, const KeptListShape& shape,
+                       size_t length);
 
   // EngineOptions::trace_selection: the latest scores and positions a head was selected from.
   struct SelectionTrace {
@@ -537,8 +540,8 @@ struct EvictionEngine::State {
   // A threshold rule over frozen scores (threshold_steps.h): whether its decode steps may be decided
   // from the entries leaving the recent window (per-head selection in positional order, no merge,
   // stage, chunk, unfolding or re-assigned positions, whose every eviction would void the records,
-  // no selection trace to fill), and each head's record of what was
-  // last checked, [layer][stored head] (sized at first use).
+  // no selection trace to fill), and each head's record of what was last checked, [layer][stored
+  // head] (sized at first use).
   bool threshold_steps_from_window() const;
   std::vector<std::vector<ThresholdWindowRecord>> threshold_records;
   // Layer l's decode eviction under such a rule: from the window where every head's record applies,

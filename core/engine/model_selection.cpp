@@ -16,12 +16,10 @@ struct Candidate {
   int layer, head, index;
 };
 
-// Strict "a ranks before b": score desc (NaN last), position asc, layer asc, head asc.
-bool ranks_before(const Candidate& a, const Candidate& b) {
-  const bool na = std::isnan(a.score), nb = std::isnan(b.score);
-  if (na != nb) return nb;
-  if (!na && a.score != b.score) return a.score > b.score;
-  if (a.position != b.position) return a.position < b.position;
+// Strict "a ranks before b": the tie rule (selection.h), then layer asc, head asc.
+bool candidate_order(const Candidate& a, const Candidate& b) {
+  if (ranks_before(a.score, a.position, b.score, b.position)) return true;
+  if (ranks_before(b.score, b.position, a.score, a.position)) return false;
   if (a.layer != b.layer) return a.layer < b.layer;
   return a.head < b.head;
 }
@@ -62,7 +60,7 @@ std::vector<std::vector<std::vector<int>>> select_model_wide(
     }
   }
   const int64_t k = std::min<int64_t>(pool, static_cast<int64_t>(all.size()));
-  std::partial_sort(all.begin(), all.begin() + k, all.end(), ranks_before);
+  std::partial_sort(all.begin(), all.begin() + k, all.end(), candidate_order);
   for (int64_t j = 0; j < k; ++j) kept[all[j].layer][all[j].head].push_back(all[j].index);
   for (int l = 0; l < L; ++l)
     for (size_t h = 0; h < kept[l].size(); ++h) {

@@ -5,20 +5,11 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "core/decode/kept_list.h"
 #include "core/engine/budget_allocator.h"
 #include "core/engine/counter_rng.h"
 
 namespace kvevict {
 namespace {
-
-// Strict order "a ranks before b" on (score desc, position asc), NaN lowest.
-inline bool ranks_before(float sa, int32_t pa, float sb, int32_t pb) {
-  const bool na = std::isnan(sa), nb = std::isnan(sb);
-  if (na != nb) return nb;
-  if (!na && sa != sb) return sa > sb;
-  return pa < pb;
-}
 
 // Whether the positions increase strictly along the cache (the usual positional cache order): then
 // ordering cache indices by position is ordering them by index, which needs no sort.
@@ -87,8 +78,6 @@ std::vector<int> top_k_indices(std::span<const float> scores, std::span<const in
   candidates.resize(k);
   return candidates;
 }
-
-bool keeps_every_entry_in_place(std::span<const int> kept) { return kept_list_shape(kept).in_place == kept.size(); }
 
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,
                              const HeadSelectionSpec& spec) {
@@ -179,10 +168,8 @@ std::vector<std::vector<int>> select_layer_adaptive(const std::vector<std::span<
   const int64_t total_free = std::accumulate(free.begin(), free.end(), int64_t{0});
   const int64_t k = std::min<int64_t>(total_free, static_cast<int64_t>(all.size()));
   std::partial_sort(all.begin(), all.begin() + k, all.end(), [](const Entry& a, const Entry& b) {
-    const bool na = std::isnan(a.score), nb = std::isnan(b.score);
-    if (na != nb) return nb;
-    if (!na && a.score != b.score) return a.score > b.score;
-    if (a.position != b.position) return a.position < b.position;
+    if (ranks_before(a.score, a.position, b.score, b.position)) return true;  // the tie rule, then the head
+    if (ranks_before(b.score, b.position, a.score, a.position)) return false;
     return a.head < b.head;
   });
   std::vector<int64_t> counts(H, 0);

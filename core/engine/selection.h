@@ -17,11 +17,20 @@
 //
 // kept order: positional (ascending original position) or score (top-k by rank, then sampled entries
 // by key, then protected entries by position).
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace kvevict {
+
+// The tie rule as a strict order: entry a (score, position) ranks before entry b.
+inline bool ranks_before(float sa, int32_t pa, float sb, int32_t pb) {
+  const bool na = std::isnan(sa), nb = std::isnan(sb);
+  if (na != nb) return nb;
+  if (!na && sa != sb) return sa > sb;
+  return pa < pb;
+}
 
 struct HeadSelectionSpec {
   int budget = 0;
@@ -42,9 +51,6 @@ std::vector<int> protected_indices(std::span<const int32_t> positions, int prote
 // for a caller that orders them otherwise; the tie rule is a total order on distinct positions).
 std::vector<int> top_k_indices(std::span<const float> scores, std::span<const int32_t> positions,
                                std::vector<int> candidates, int k, bool ranked = true);
-
-// Whether a kept list leaves every entry where it is (0, 1, 2, ...): an edit with it changes nothing.
-bool keeps_every_entry_in_place(std::span<const int> kept);
 
 // The kept cache indices of one head (all of them when budget >= length).
 std::vector<int> select_head(std::span<const float> scores, std::span<const int32_t> positions,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/engine/selection.h"
+
 namespace kvevict {
 namespace {
 
@@ -21,12 +23,9 @@ int unprotected_end(int length, int sinks, int protect_recent) {
 
 bool passes(float score, double threshold) { return static_cast<double>(score) >= threshold; }  // false for NaN
 
-// The heap order: a before b when a ranks before b (higher score, then smaller position; pool
-// entries pass, so no NaN), which puts the entry ranked last at the front.
-bool ranks_before(const PoolEntry& a, const PoolEntry& b) {
-  if (a.score != b.score) return a.score > b.score;
-  return a.position < b.position;
-}
+// The heap order: a before b when a ranks before b under the tie rule (selection.h), which puts
+// the entry ranked last at the front.
+bool pool_order(const PoolEntry& a, const PoolEntry& b) { return ranks_before(a.score, a.position, b.score, b.position); }
 
 }  // namespace
 
@@ -89,18 +88,18 @@ std::optional<std::vector<int>> threshold_window_step(std::span<const float> sco
   if (over > 0 && !record.pool_held) {  // the cap binds for the first time: rank the whole pool
     record.pool.clear();
     for (int i = sinks; i < std::max(sinks, end0); ++i) record.pool.push_back({scores[i], positions[i]});
-    std::make_heap(record.pool.begin(), record.pool.end(), ranks_before);
+    std::make_heap(record.pool.begin(), record.pool.end(), pool_order);
     record.pool_held = true;
   }
   if (record.pool_held) {
     for (const PoolEntry& e : joined) {
       record.pool.push_back(e);
-      std::push_heap(record.pool.begin(), record.pool.end(), ranks_before);
+      std::push_heap(record.pool.begin(), record.pool.end(), pool_order);
     }
     const auto first_unprotected = positions.begin() + sinks;
     const auto end_unprotected = positions.begin() + end;
     for (int n = 0; n < over; ++n) {  // the pool holds at least `over` (protected_count <= cap)
-      std::pop_heap(record.pool.begin(), record.pool.end(), ranks_before);
+      std::pop_heap(record.pool.begin(), record.pool.end(), pool_order);
       const int32_t p = record.pool.back().position;
       record.pool.pop_back();
       evicted.push_back(static_cast<int>(std::lower_bound(first_unprotected, end_unprotected, p) - positions.begin()));
